@@ -1,0 +1,83 @@
+// The unit of tandem's data model: one interval on one rank and one lane.
+//
+// Every producer (the CPU engine, a GPU engine, a PyTorch trace importer, the
+// simulator) emits Spans, and every analysis and report consumes them. Names are ids
+// into a NameTable so that recording a span never allocates.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+namespace tandem {
+
+// Lanes: which resource a span occupies. The trace writer draws one thread per lane.
+enum class Lane : std::uint8_t {
+  kCompute,  // forward/backward/optimizer kernels
+  kComm,     // a collective from the moment data moves until it completes
+  kWait,     // the training thread blocked on communication
+  kIdle,
+};
+inline constexpr int kLaneCount = 4;
+
+enum class SpanKind : std::uint8_t {
+  kForward,
+  kBackward,
+  kOptimizer,
+  kAllreduce,
+  kReduceScatter,
+  kAllgather,
+  kBroadcast,
+  kBarrier,
+  kSend,
+  kRecv,
+  kWait,
+  kKernel,  // an imported compute kernel
+  kMemory,  // memcpy/memset
+  kOther,
+};
+
+std::string_view to_string(Lane lane);
+std::string_view to_string(SpanKind kind);
+Lane parse_lane(std::string_view text);          // throws UsageError
+SpanKind parse_span_kind(std::string_view text);  // throws UsageError
+
+using NameId = std::uint32_t;
+inline constexpr NameId kNoName = 0;
+
+struct Span {
+  std::int32_t rank = 0;
+  Lane lane = Lane::kCompute;
+  SpanKind kind = SpanKind::kOther;
+  NameId name = kNoName;     // into the owning NameTable; kNoName: use the kind's name
+  std::int32_t step = -1;    // training iteration (-1: none)
+  std::int32_t tag = -1;     // layer index for compute, bucket index for comm (-1: none)
+  std::int64_t start_ns = 0;
+  std::int64_t end_ns = 0;
+  std::int64_t bytes = 0;    // payload of a collective
+  double flops = 0;          // useful floating-point operations of a compute span
+
+  std::int64_t duration_ns() const { return end_ns - start_ns; }
+};
+
+// Interned strings. Interning takes a lock and may allocate, so do it at setup time;
+// lookups by id are lock-free once setup is over (ids are stable, storage never moves).
+class NameTable {
+ public:
+  NameTable();
+  NameId intern(std::string_view name);
+  // Valid for ids returned by intern(); kNoName gives "".
+  const std::string& name(NameId id) const;
+  std::size_t size() const;
+
+ private:
+  mutable std::mutex mutex_;
+  std::vector<std::unique_ptr<std::string>> names_;
+  std::unordered_map<std::string_view, NameId> ids_;
+};
+
+}  // namespace tandem
