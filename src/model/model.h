@@ -8,6 +8,18 @@
 //
 // Gradient rule (as in llm.c): parameter gradients accumulate with +=, activation
 // gradients are overwritten. zero_grad() clears the flat gradient.
+//
+// Within one layer's range the weight comes first, then the bias:
+//   [fc{D-1}.weight, fc{D-1}.bias, ..., fc0.weight, fc0.bias]
+//
+// Spans (Lane::kCompute, all with the caller's step):
+//   forward:  SpanKind::kForward, tag = L for Linear layer L (activation included),
+//             flops = 2*B*in*out; then the loss, tag = layer_count(), flops = 0.
+//   backward: SpanKind::kBackward, first the loss gradient (tag = layer_count(), flops = 0),
+//             then tag = L for L = last..0, flops = 4*B*in*out (2*B*in*out for layer 0,
+//             whose input gradient is never computed). A layer's backward span includes
+//             the backward of the activation that follows it in forward.
+// flops count the matrix products only; bias, activation and softmax are elementwise.
 #pragma once
 
 #include <cstdint>
@@ -28,6 +40,9 @@ enum class Activation : std::uint8_t { kNone, kReLU, kGELU };
 // activation, the last W->classes. Input width W.
 // "linear:IxO": one Linear I->O without bias (y = x.W).
 // "course": the course-report baseline, linear:512x512 with a batch of 1024.
+// A ",gelu" (or ",relu", the default) suffix picks the mlp activation. For linear and
+// course, width == input (there is no hidden layer) and activation is kNone.
+// Limits: dimensions <= 65536, depth <= 1024, parameter_count() <= 2^31.
 struct ModelSpec {
   std::string text;  // as given
   int depth = 1;
@@ -59,7 +74,9 @@ struct Batch {
 class Model {
  public:
   // Deterministic initialization from seed (Kaiming-uniform weights, zero biases):
-  // the same seed gives the same parameters on every rank.
+  // the same seed gives the same parameters on every rank. Every buffer forward and
+  // backward need is allocated here for up to max_batch rows; steps do not allocate.
+  // Throws UsageError when max_batch < 1 or max_batch rows do not fit.
   Model(const ModelSpec& spec, int max_batch, std::uint64_t seed);
   ~Model();
   Model(Model&&) noexcept;
@@ -67,6 +84,7 @@ class Model {
 
   const ModelSpec& spec() const { return spec_; }
   int layer_count() const;  // Linear layers
+  int max_batch() const;
   // Forward registration order; offsets follow the reverse layout described above.
   const std::vector<ParamInfo>& params() const { return params_; }
   std::span<float> flat_params() { return params_flat_; }
@@ -80,10 +98,15 @@ class Model {
 
   // Forward + softmax cross-entropy (mean over rows). Records one compute span per
   // Linear layer (activation included) and one for the loss into `recorder`.
+  // 1 <= batch.rows <= max_batch, labels in [0, classes). The batch is copied, so it
+  // need not outlive the call.
   float forward(const Batch& batch, RankRecorder& recorder, int step);
   // Backward in reverse layer order; gradients accumulate into flat_grads(). After
   // Linear layer L's parameter gradients are complete, calls on_layer_ready(L), so a
   // reducer can launch communication while earlier layers still compute.
+  // on_layer_ready runs after layer L's span has ended (its time is not charged to the
+  // layer) and may be empty. Needs a preceding forward; calling backward twice after one
+  // forward adds the same gradients twice.
   void backward(RankRecorder& recorder, int step,
                 const std::function<void(int layer)>& on_layer_ready);
 
@@ -105,7 +128,7 @@ class Model {
 // SGD with momentum and decoupled-from-nothing L2 weight decay, on the flat arrays:
 //   g = grad * grad_scale + weight_decay * w;  v = momentum * v + g;  w -= lr * v
 struct SgdOptions {
-  float lr = 0.05f;
+  float lr = 0.01f;
   float momentum = 0.9f;
   float weight_decay = 0.0f;
 };

@@ -64,8 +64,10 @@ struct Span {
   std::int64_t duration_ns() const { return end_ns - start_ns; }
 };
 
-// Interned strings. Interning takes a lock and may allocate, so do it at setup time;
-// lookups by id are lock-free once setup is over (ids are stable, storage never moves).
+// Interned strings. Interning takes a lock and may allocate, so do it at setup time.
+// Lookups by id take the same lock (the id vector may grow under a concurrent intern);
+// they are for reports and traces, not the hot path. Ids are stable and the returned
+// reference stays valid for the table's lifetime (each string has its own allocation).
 class NameTable {
  public:
   NameTable();

@@ -5,6 +5,14 @@
 // directly between the ranks' buffers (no staging copies): for an allreduce each rank
 // reduces its 1/n slice of every buffer in rank order 0..n-1 and writes the result
 // into every buffer, so each buffer is read once and written once.
+//
+// Point to point: a send and the recv it matches may be issued in either order; neither
+// blocks its comm thread while waiting for the other, so exchanges (each rank sends, then
+// receives) work.
+//
+// Lifetime: destroying any communicator of a world aborts the world: operations still
+// waiting for another rank fail with RuntimeError ("aborted ..."), and nothing hangs.
+// Destroy the communicators after every rank has waited for its last operation.
 #pragma once
 
 #include <memory>

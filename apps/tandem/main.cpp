@@ -1,0 +1,38 @@
+// tandem: the command-line entry point. Each subcommand lives in its own file and
+// registers itself here; every user error ends as one line on stderr and exit code 2.
+#include <CLI/CLI.hpp>
+#include <cstdio>
+#include <exception>
+#include <functional>
+
+#include "commands.h"
+#include "core/error.h"
+
+int main(int argc, char** argv) {
+  CLI::App app{
+      "tandem: run, measure and explain compute-communication overlap in data-parallel "
+      "training"};
+  app.require_subcommand(1);
+  app.set_version_flag("--version", "tandem 0.1.0");
+
+  std::function<int()> run;
+  tandem::cli::add_train_command(app, run);
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    if (e.get_exit_code() == 0) return app.exit(e);  // --help, --version
+    std::string message = e.what();
+    std::fprintf(stderr, "tandem: error: %s\n", message.c_str());
+    return 2;
+  }
+  try {
+    return run();
+  } catch (const tandem::UsageError& e) {
+    std::fprintf(stderr, "tandem: error: %s\n", e.what());
+    return 2;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "tandem: failed: %s\n", e.what());
+    return 1;
+  }
+}

@@ -1,0 +1,36 @@
+// The flags that describe a training workload, shared by `train` and `characterize`:
+// each declared once, with its default and unit, and turned into a TrainConfig.
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <string>
+
+#include "engine/trainer.h"
+
+namespace tandem::cli {
+
+struct WorkloadFlags {
+  int ranks = 2;
+  std::string model = "mlp:8x1024";
+  int batch = 64;  // 0: the model preset's batch, else 64
+  int steps = 50;
+  float lr = 0.01f;
+  float momentum = 0.9f;
+  float weight_decay = 0.0f;
+  std::string strategy = "bucketed";
+  double bucket_mb = 25;
+  double first_bucket_mb = 1;
+  int accumulate = 1;
+  std::string link;
+  std::uint64_t seed = 1;
+  int threads = 1;
+  double timeout_s = 300;
+  bool no_timeline = false;
+  bool verify = false;
+};
+
+void add_workload_flags(CLI::App& app, WorkloadFlags& flags);
+// Parses the string-valued flags; throws UsageError naming the flag.
+TrainConfig to_train_config(const WorkloadFlags& flags, bool batch_given);
+
+}  // namespace tandem::cli

@@ -1,0 +1,84 @@
+// Work: completion state of one asynchronous operation, guarded by one mutex.
+#include "comm/work.h"
+
+#include <utility>
+
+#include "core/error.h"
+#include "core/parse.h"
+
+namespace tandem {
+
+std::string OpInfo::describe() const {
+  std::string text(to_string(kind));
+  if (tag >= 0) text += " bucket " + std::to_string(tag);
+  std::string details;
+  if (bytes > 0) details = format_bytes(static_cast<double>(bytes));
+  if (step >= 0) details += (details.empty() ? "step " : ", step ") + std::to_string(step);
+  if (!details.empty()) text += " (" + details + ")";
+  return text;
+}
+
+void Work::wait() {
+  std::unique_lock<std::mutex> lock(mutex_);
+  done_cv_.wait(lock, [this] { return done_; });
+  if (error_) std::rethrow_exception(error_);
+}
+
+bool Work::wait_for(std::chrono::nanoseconds timeout) {
+  std::unique_lock<std::mutex> lock(mutex_);
+  if (!done_cv_.wait_for(lock, timeout, [this] { return done_; })) return false;
+  if (error_) std::rethrow_exception(error_);
+  return true;
+}
+
+bool Work::test() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return done_;
+}
+
+std::exception_ptr Work::exception() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return error_;
+}
+
+std::int64_t Work::start_ns() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return start_ns_;
+}
+
+std::int64_t Work::end_ns() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return end_ns_;
+}
+
+void Work::mark_started(std::int64_t t_ns) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  TANDEM_CHECK(!done_);
+  start_ns_ = t_ns;
+}
+
+void Work::finish(std::int64_t t_ns) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    TANDEM_CHECK(!done_);
+    end_ns_ = t_ns;
+    done_ = true;
+  }
+  done_cv_.notify_all();
+}
+
+void Work::fail(std::exception_ptr error, std::int64_t t_ns) {
+  TANDEM_CHECK(error != nullptr);
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    TANDEM_CHECK(!done_);
+    // A failure before the start gives an empty interval rather than one from epoch 0.
+    if (start_ns_ == 0) start_ns_ = t_ns;
+    end_ns_ = t_ns;
+    error_ = std::move(error);
+    done_ = true;
+  }
+  done_cv_.notify_all();
+}
+
+}  // namespace tandem

@@ -1,0 +1,201 @@
+#include "ddp/reducer.h"
+
+#include <algorithm>
+#include <chrono>
+
+#include "core/clock.h"
+#include "core/error.h"
+#include "core/parse.h"
+
+namespace tandem {
+
+Strategy Strategy::parse(std::string_view text) {
+  if (text == "sequential") return {StrategyKind::kSequential, 0};
+  if (text == "layerwise") return {StrategyKind::kLayerwise, 0};
+  if (text == "bucketed") return {StrategyKind::kBucketed, 0};
+  if (text.starts_with("chunked:")) {
+    const long long n = parse_int(text.substr(8), "chunk count");
+    if (n < 1 || n > 1'000'000) {
+      throw UsageError("strategy '" + std::string(text) + "': chunk count must be 1..1000000");
+    }
+    return {StrategyKind::kChunked, static_cast<int>(n)};
+  }
+  throw UsageError("unknown strategy '" + std::string(text) +
+                   "' (expected sequential, layerwise, bucketed or chunked:N)");
+}
+
+std::string Strategy::to_string() const {
+  switch (kind) {
+    case StrategyKind::kSequential: return "sequential";
+    case StrategyKind::kLayerwise: return "layerwise";
+    case StrategyKind::kBucketed: return "bucketed";
+    case StrategyKind::kChunked: return "chunked:" + std::to_string(chunks);
+  }
+  return "?";
+}
+
+namespace {
+
+// Parameters in the order backward produces them: reverse registration order, which
+// is also ascending flat offset.
+std::vector<int> backward_order(const std::vector<GradParam>& params) {
+  std::vector<int> order(params.size());
+  for (std::size_t i = 0; i < params.size(); ++i) order[i] = static_cast<int>(i);
+  std::sort(order.begin(), order.end(),
+            [&](int a, int b) { return params[a].offset < params[b].offset; });
+  return order;
+}
+
+void close_bucket(std::vector<Bucket>& buckets, Bucket& open) {
+  if (open.params.empty()) return;
+  open.index = static_cast<int>(buckets.size());
+  buckets.push_back(std::move(open));
+  open = Bucket{};
+}
+
+// Units whose parameters are grouped whole: by size cap (bucketed) or by layer.
+std::vector<Bucket> plan_grouped(const std::vector<GradParam>& params,
+                                 const BucketPlanOptions& options, bool by_layer) {
+  std::vector<Bucket> buckets;
+  Bucket open;
+  for (int p : backward_order(params)) {
+    const GradParam& param = params[p];
+    const std::int64_t bytes = static_cast<std::int64_t>(param.numel * sizeof(float));
+    if (!open.params.empty()) {
+      const bool new_layer = params[open.params.back()].layer != param.layer;
+      const std::int64_t cap =
+          buckets.empty() ? options.first_bucket_cap_bytes : options.bucket_cap_bytes;
+      const bool full = open.bytes() + bytes > cap;
+      if (by_layer ? new_layer : full) close_bucket(buckets, open);
+    }
+    if (open.params.empty()) open.begin = open.end = param.offset;
+    TANDEM_CHECK_EQ(open.end, param.offset);  // the flat layout is contiguous
+    open.end += param.numel;
+    open.params.push_back(p);
+  }
+  close_bucket(buckets, open);
+  return buckets;
+}
+
+// N equal chunks of the flat gradient (the last takes the remainder); a chunk lists
+// every parameter it overlaps, so it launches once all of them are ready.
+std::vector<Bucket> plan_chunked(const std::vector<GradParam>& params, std::size_t numel,
+                                 int chunks) {
+  const std::size_t n = std::max<std::size_t>(1, std::min<std::size_t>(chunks, numel));
+  const std::size_t size = numel / n;
+  std::vector<Bucket> buckets(n);
+  for (std::size_t c = 0; c < n; ++c) {
+    buckets[c].index = static_cast<int>(c);
+    buckets[c].begin = c * size;
+    buckets[c].end = c + 1 == n ? numel : (c + 1) * size;
+  }
+  for (int p : backward_order(params)) {
+    const std::size_t lo = params[p].offset, hi = lo + params[p].numel;
+    for (auto& bucket : buckets) {
+      if (bucket.begin < hi && lo < bucket.end) bucket.params.push_back(p);
+    }
+  }
+  return buckets;
+}
+
+}  // namespace
+
+std::vector<Bucket> plan_buckets(const std::vector<GradParam>& params, std::size_t flat_numel,
+                                 const BucketPlanOptions& options) {
+  if (options.bucket_cap_bytes <= 0 || options.first_bucket_cap_bytes <= 0) {
+    throw UsageError("bucket cap must be positive");
+  }
+  switch (options.strategy.kind) {
+    case StrategyKind::kLayerwise: return plan_grouped(params, options, /*by_layer=*/true);
+    case StrategyKind::kSequential:
+    case StrategyKind::kBucketed: return plan_grouped(params, options, /*by_layer=*/false);
+    case StrategyKind::kChunked: return plan_chunked(params, flat_numel, options.strategy.chunks);
+  }
+  return {};
+}
+
+Reducer::Reducer(std::vector<GradParam> params, std::span<float> flat_grads, Communicator& comm,
+                 RankRecorder& recorder, const ReducerOptions& options)
+    : params_(std::move(params)),
+      flat_grads_(flat_grads),
+      comm_(comm),
+      recorder_(recorder),
+      options_(options),
+      buckets_(plan_buckets(params_, flat_grads.size(), options.plan)) {
+  int layers = 0;
+  for (const auto& p : params_) layers = std::max(layers, p.layer + 1);
+  layer_params_.resize(layers);
+  for (std::size_t i = 0; i < params_.size(); ++i) {
+    layer_params_[params_[i].layer].push_back(static_cast<int>(i));
+  }
+  param_buckets_.resize(params_.size());
+  for (const auto& bucket : buckets_) {
+    for (int p : bucket.params) param_buckets_[p].push_back(bucket.index);
+  }
+  pending_.resize(buckets_.size());
+  works_.resize(buckets_.size());
+}
+
+bool Reducer::overlaps() const {
+  return options_.communicate && !options_.defer &&
+         options_.plan.strategy.kind != StrategyKind::kSequential;
+}
+
+void Reducer::prepare(int step) {
+  step_ = step;
+  next_launch_ = 0;
+  for (const auto& bucket : buckets_) {
+    pending_[bucket.index] = static_cast<int>(bucket.params.size());
+    works_[bucket.index].reset();
+  }
+}
+
+void Reducer::mark_layer_ready(int layer) {
+  TANDEM_CHECK(layer >= 0 && layer < static_cast<int>(layer_params_.size()));
+  for (int p : layer_params_[layer]) {
+    for (int b : param_buckets_[p]) --pending_[b];
+  }
+  if (overlaps()) launch_ready();
+}
+
+void Reducer::launch_ready() {
+  while (next_launch_ < buckets_.size() && pending_[next_launch_] == 0) {
+    launch(buckets_[next_launch_++]);
+  }
+}
+
+void Reducer::launch(Bucket& bucket) {
+  if (!options_.communicate || bucket.end == bucket.begin) return;
+  OpInfo info{.kind = SpanKind::kAllreduce, .bytes = bucket.bytes(), .step = step_,
+              .tag = bucket.index};
+  works_[bucket.index] = comm_.allreduce(flat_grads_.subspan(bucket.begin, bucket.end - bucket.begin),
+                                         ReduceOp::kAverage, info);
+}
+
+void Reducer::finish() {
+  // Whatever backward did not launch (all of it when deferred) goes now, in order.
+  while (next_launch_ < buckets_.size()) launch(buckets_[next_launch_++]);
+  for (auto& work : works_) {
+    if (!work) continue;
+    if (!work->test()) {
+      Span wait{.lane = Lane::kWait, .kind = SpanKind::kWait, .step = step_,
+                .tag = work->info().tag, .start_ns = now_ns()};
+      if (!work->wait_for(std::chrono::nanoseconds(options_.timeout_ns))) {
+        throw TimeoutError("rank " + std::to_string(comm_.rank()) + ": " +
+                           work->info().describe() + " not complete after " +
+                           format_duration_ns(static_cast<double>(now_ns() - wait.start_ns)));
+      }
+      wait.end_ns = now_ns();
+      recorder_.record(wait);
+    }
+    work->wait();  // rethrows a stored error
+    work.reset();
+  }
+}
+
+std::int64_t Reducer::bytes_per_sync() const {
+  if (!options_.communicate) return 0;
+  return static_cast<std::int64_t>(flat_grads_.size() * sizeof(float));
+}
+
+}  // namespace tandem

@@ -1,0 +1,161 @@
+#include "engine/trainer.h"
+
+#include <algorithm>
+#include <cstring>
+#include <exception>
+#include <mutex>
+#include <thread>
+
+#include "comm/local/local_comm.h"
+#include "compute/cpu/blas.h"
+#include "core/clock.h"
+#include "core/error.h"
+
+namespace tandem {
+
+std::uint64_t hash_floats(std::span<const float> values) {
+  std::uint64_t h = 1469598103934665603ull;
+  for (float v : values) {
+    std::uint32_t bits;
+    std::memcpy(&bits, &v, sizeof bits);
+    h = (h ^ bits) * 1099511628211ull;
+  }
+  return h;
+}
+
+void validate(const TrainConfig& config) {
+  if (config.ranks < 1 || config.ranks > 1024) throw UsageError("--ranks must be 1..1024");
+  if (config.batch < 1 || config.batch > (1 << 20)) throw UsageError("--batch must be 1..1048576");
+  if (config.steps < 1) throw UsageError("--steps must be >= 1");
+  if (config.accumulate < 1) throw UsageError("--accumulate must be >= 1");
+  if (!(config.sgd.lr > 0)) throw UsageError("--lr must be > 0");
+  if (config.blas_threads < 1 || config.blas_threads > 1024) {
+    throw UsageError("--threads must be 1..1024");
+  }
+  if (config.reducer.plan.bucket_cap_bytes <= 0) throw UsageError("--bucket-mb must be > 0");
+  // Activations: about 4 arrays of batch x widest layer per Linear layer.
+  const double activation_bytes = 4.0 * config.batch * std::max(config.model.width, config.model.input) *
+                                  config.model.depth * sizeof(float);
+  if (activation_bytes * config.ranks > 16e9) {
+    throw UsageError("--batch " + std::to_string(config.batch) + " with --model " +
+                     config.model.text + " needs more than 16 GB of activations");
+  }
+}
+
+namespace {
+
+std::vector<GradParam> grad_params(const Model& model) {
+  std::vector<GradParam> out;
+  for (const auto& p : model.params()) out.push_back({p.layer, p.offset, p.numel});
+  return out;
+}
+
+std::size_t span_capacity(const TrainConfig& config, const Model& model, std::size_t buckets) {
+  const std::size_t per_micro = 2 * static_cast<std::size_t>(model.layer_count()) + 4;
+  return static_cast<std::size_t>(config.steps) *
+             (per_micro * config.accumulate + buckets + 4) + 64;
+}
+
+}  // namespace
+
+TrainResult train_rank(const TrainConfig& config, Communicator& comm, RankRecorder& recorder,
+                       const StepCallback& on_step) {
+  const int rank = comm.rank();
+  Model model(config.model, config.batch, config.seed);
+  SyntheticDataset data(config.model.input, config.model.classes, config.batch,
+                        config.data_batches, config.seed, rank);
+  Sgd sgd(config.sgd, model.flat_params().size());
+  Reducer reducer(grad_params(model), model.flat_grads(), comm, recorder, config.reducer);
+
+  // Every rank starts from rank 0's parameters, as DDP does.
+  if (comm.size() > 1) {
+    comm.broadcast(model.flat_params(), 0, {.kind = SpanKind::kBroadcast})->wait();
+  }
+
+  TrainResult result;
+  result.buckets = reducer.buckets();
+  const float grad_scale = 1.0f / static_cast<float>(config.accumulate);
+  for (int step = 0; step < config.steps; ++step) {
+    StepRecord record{.rank = rank, .step = step, .start_ns = now_ns()};
+    double loss_sum = 0;
+    for (int micro = 0; micro < config.accumulate; ++micro) {
+      const bool sync = micro + 1 == config.accumulate;
+      if (sync) reducer.prepare(step);
+      loss_sum += model.forward(data.batch(step * config.accumulate + micro), recorder, step);
+      model.backward(recorder, step, [&](int layer) {
+        if (sync) reducer.mark_layer_ready(layer);
+      });
+    }
+    reducer.finish();
+    {
+      ScopedSpan span(recorder, Lane::kCompute, SpanKind::kOptimizer, step);
+      sgd.step(model.flat_params(), model.flat_grads(), grad_scale);
+      model.zero_grad();
+    }
+    record.end_ns = now_ns();
+    record.loss = static_cast<float>(loss_sum / config.accumulate);
+    if (config.verify) record.param_hash = hash_floats(model.flat_params());
+    result.steps.push_back(record);
+    if (rank == 0 && on_step) on_step(record);
+  }
+  if (rank == 0) {
+    result.final_params.assign(model.flat_params().begin(), model.flat_params().end());
+  }
+  return result;
+}
+
+TrainResult train_local(const TrainConfig& config, const StepCallback& on_step) {
+  validate(config);
+  set_blas_threads(config.blas_threads);
+  auto comms = make_local_communicators({.ranks = config.ranks, .link = config.link});
+
+  // The plan is needed up front only to size the span buffers.
+  const Model probe(config.model, 1, config.seed);
+  std::vector<GradParam> params;
+  for (const auto& p : probe.params()) params.push_back({p.layer, p.offset, p.numel});
+  const auto plan = plan_buckets(params, probe.flat_grads().size(), config.reducer.plan);
+  const std::size_t capacity = span_capacity(config, probe, plan.size());
+
+  std::vector<std::unique_ptr<RankRecorder>> recorders;
+  for (int r = 0; r < config.ranks; ++r) {
+    recorders.push_back(std::make_unique<RankRecorder>(r, capacity, config.record));
+    comms[r]->set_recorder(recorders[r].get());
+  }
+
+  std::vector<TrainResult> results(config.ranks);
+  std::exception_ptr first_error;
+  std::mutex error_mutex;
+  std::vector<std::thread> threads;
+  for (int r = 0; r < config.ranks; ++r) {
+    threads.emplace_back([&, r] {
+      try {
+        results[r] = train_rank(config, *comms[r], *recorders[r], on_step);
+      } catch (...) {
+        std::lock_guard lock(error_mutex);
+        if (!first_error) first_error = std::current_exception();
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  // Communication threads end here; after this every span buffer is quiescent.
+  comms.clear();
+  if (first_error) std::rethrow_exception(first_error);
+
+  TrainResult merged;
+  merged.buckets = std::move(results[0].buckets);
+  merged.final_params = std::move(results[0].final_params);
+  merged.timeline.ranks = config.ranks;
+  for (int r = 0; r < config.ranks; ++r) {
+    merged.steps.insert(merged.steps.end(), results[r].steps.begin(), results[r].steps.end());
+    auto spans = recorders[r]->collect();
+    merged.timeline.spans.insert(merged.timeline.spans.end(), spans.begin(), spans.end());
+    merged.spans_dropped += recorders[r]->dropped();
+  }
+  std::sort(merged.steps.begin(), merged.steps.end(), [](const auto& a, const auto& b) {
+    return std::tie(a.step, a.rank) < std::tie(b.step, b.rank);
+  });
+  merged.blas = blas_description();
+  return merged;
+}
+
+}  // namespace tandem

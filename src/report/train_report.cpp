@@ -1,0 +1,169 @@
+#include "report/train_report.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <map>
+
+#include "core/parse.h"
+
+namespace tandem {
+
+namespace {
+
+Summary summarize_ms(const std::vector<StepMetrics>& steps, double StepMetrics::*field) {
+  std::vector<double> values;
+  for (const auto& s : steps) values.push_back(s.*field / 1e6);
+  return summarize(values);
+}
+
+std::string ms(const Summary& s) {
+  char buf[96];
+  std::snprintf(buf, sizeof buf, "%8.2f ms  (p10 %.2f, p90 %.2f)", s.median, s.p10, s.p90);
+  return buf;
+}
+
+}  // namespace
+
+TrainSummary summarize_training(const TrainConfig& config, const TrainResult& result,
+                                int warmup) {
+  TrainSummary out;
+  const std::size_t skip = std::min<std::size_t>(warmup, config.steps - 1);
+
+  // Step wall time: the slowest rank's, per step.
+  std::map<int, double> step_ms;
+  std::map<int, std::pair<double, int>> loss;
+  for (const auto& r : result.steps) {
+    double& slowest = step_ms[r.step];
+    slowest = std::max(slowest, static_cast<double>(r.end_ns - r.start_ns) / 1e6);
+    loss[r.step].first += r.loss;
+    loss[r.step].second += 1;
+  }
+  std::vector<double> measured;
+  for (const auto& [step, value] : step_ms) {
+    if (step >= static_cast<int>(skip)) measured.push_back(value);
+  }
+  out.measured_steps = measured.size();
+  out.step_ms = summarize(measured);
+  const double global_samples = static_cast<double>(config.batch) * config.accumulate * config.ranks;
+  out.samples_per_s = global_samples / (out.step_ms.median / 1e3);
+  if (!loss.empty()) {
+    out.first_loss = static_cast<float>(loss.begin()->second.first / loss.begin()->second.second);
+    out.last_loss = static_cast<float>(loss.rbegin()->second.first / loss.rbegin()->second.second);
+  }
+
+  const auto steps = drop_warmup(compute_step_metrics(result.timeline), skip);
+  out.compute_ms = summarize_ms(steps, &StepMetrics::t_comp_ns);
+  out.comm_ms = summarize_ms(steps, &StepMetrics::t_comm_ns);
+  out.wait_ms = summarize_ms(steps, &StepMetrics::t_wait_ns);
+  out.overlap_ms = summarize_ms(steps, &StepMetrics::t_ovl_ns);
+  out.exposed_comm_ms = summarize_ms(steps, &StepMetrics::t_exposed_comm_ns);
+  double ovl = 0, comm = 0;
+  for (const auto& s : steps) {
+    ovl += s.t_ovl_ns;
+    comm += s.t_comm_ns;
+  }
+  out.hidden_share = comm > 0 ? ovl / comm : std::nan("");
+  out.bytes_per_step = config.ranks > 1 && config.reducer.communicate
+                           ? static_cast<std::int64_t>(config.model.parameter_count() * 4)
+                           : 0;
+  return out;
+}
+
+std::string format_train_summary(const TrainConfig& config, const TrainResult& result,
+                                 const TrainSummary& s) {
+  std::string text;
+  char line[256];
+  auto add = [&](const char* fmt, auto... args) {
+    std::snprintf(line, sizeof line, fmt, args...);
+    text += line;
+  };
+  add("\nsummary over %zu steps (after %d warm-up), %d ranks, strategy %s, %zu buckets\n",
+      s.measured_steps, config.steps - static_cast<int>(s.measured_steps), config.ranks,
+      config.reducer.plan.strategy.to_string().c_str(), result.buckets.size());
+  add("  step time        %s\n", ms(s.step_ms).c_str());
+  add("  throughput       %10.1f samples/s (global batch %d)\n", s.samples_per_s,
+      config.batch * config.accumulate * config.ranks);
+  add("  communicated     %s per rank per step%s\n",
+      format_bytes(static_cast<double>(s.bytes_per_step)).c_str(),
+      config.link.enabled() ? (" over an emulated " + config.link.describe() + " link").c_str()
+                            : "");
+  if (config.record) {
+    add("  compute          %s\n", ms(s.compute_ms).c_str());
+    add("  communication    %s\n", ms(s.comm_ms).c_str());
+    add("  blocked waiting  %s\n", ms(s.wait_ms).c_str());
+    add("  overlapped       %s\n", ms(s.overlap_ms).c_str());
+    add("  hidden share of communication  %.1f%%  (T_ovl / T_comm)\n", 100 * s.hidden_share);
+  } else {
+    add("  (--no-timeline: no compute/communication breakdown)\n");
+  }
+  add("  loss             %.4f -> %.4f\n", s.first_loss, s.last_loss);
+  if (result.spans_dropped > 0) {
+    add("  warning: %zu spans dropped (span buffers full)\n", result.spans_dropped);
+  }
+  return text;
+}
+
+nlohmann::json train_config_json(const TrainConfig& c, const TrainResult& result) {
+  nlohmann::json buckets = nlohmann::json::array();
+  for (const auto& b : result.buckets) {
+    buckets.push_back({{"index", b.index}, {"bytes", b.bytes()}, {"params", b.params.size()}});
+  }
+  return {
+      {"backend", "local"},
+      {"ranks", c.ranks},
+      {"model", c.model.text},
+      {"parameters", c.model.parameter_count()},
+      {"batch_per_rank", c.batch},
+      {"steps", c.steps},
+      {"accumulate", c.accumulate},
+      {"lr", c.sgd.lr},
+      {"momentum", c.sgd.momentum},
+      {"weight_decay", c.sgd.weight_decay},
+      {"strategy", c.reducer.plan.strategy.to_string()},
+      {"bucket_cap_bytes", c.reducer.plan.bucket_cap_bytes},
+      {"first_bucket_cap_bytes", c.reducer.plan.first_bucket_cap_bytes},
+      {"link", c.link.enabled() ? nlohmann::json(c.link.describe()) : nlohmann::json(nullptr)},
+      {"link_emulated", c.link.enabled()},
+      {"seed", c.seed},
+      {"blas_threads_per_rank", c.blas_threads},
+      {"blas", result.blas},
+      {"buckets", buckets},
+  };
+}
+
+nlohmann::json train_summary_json(const TrainConfig& config, const TrainResult& result,
+                                  const TrainSummary& s) {
+  return {
+      {"version", 1},
+      {"config", train_config_json(config, result)},
+      {"measured_steps", s.measured_steps},
+      {"step_ms", s.step_ms},
+      {"samples_per_s", number_or_null(s.samples_per_s)},
+      {"bytes_per_step", s.bytes_per_step},
+      {"compute_ms", s.compute_ms},
+      {"comm_ms", s.comm_ms},
+      {"wait_ms", s.wait_ms},
+      {"overlap_ms", s.overlap_ms},
+      {"exposed_comm_ms", s.exposed_comm_ms},
+      {"hidden_share", number_or_null(s.hidden_share)},
+      {"first_loss", s.first_loss},
+      {"last_loss", s.last_loss},
+      {"spans_dropped", result.spans_dropped},
+  };
+}
+
+std::string steps_csv(const TrainResult& result) {
+  std::string csv = "step,rank,loss,start_ns,end_ns,step_ms,param_hash\n";
+  char row[192];
+  for (const auto& r : result.steps) {
+    std::snprintf(row, sizeof row, "%d,%d,%.6f,%lld,%lld,%.4f,%016llx\n", r.step, r.rank,
+                  r.loss, static_cast<long long>(r.start_ns), static_cast<long long>(r.end_ns),
+                  static_cast<double>(r.end_ns - r.start_ns) / 1e6,
+                  static_cast<unsigned long long>(r.param_hash));
+    csv += row;
+  }
+  return csv;
+}
+
+}  // namespace tandem

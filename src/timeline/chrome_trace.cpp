@@ -1,0 +1,324 @@
+// Chrome Trace Event writer and reader; the format and naming rules are in chrome_trace.h.
+#include "timeline/chrome_trace.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <bitset>
+#include <cerrno>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <limits>
+#include <map>
+
+#include "core/error.h"
+
+namespace tandem {
+namespace {
+
+using nlohmann::json;
+
+constexpr const char* kBookkeepingKey = "tandem_trace";
+constexpr int kFormatVersion = 1;
+
+// The args key under which a span's tag is stored, by lane.
+const char* tag_key(Lane lane) {
+  switch (lane) {
+    case Lane::kCompute:
+      return "layer";
+    case Lane::kComm:
+      return "bucket";
+    default:
+      return "tag";
+  }
+}
+
+char tag_letter(Lane lane) {
+  switch (lane) {
+    case Lane::kCompute:
+      return 'L';
+    case Lane::kComm:
+      return 'B';
+    default:
+      return 'T';
+  }
+}
+
+// Microseconds relative to t0, as Chrome wants them; doubles keep every nanosecond for
+// traces shorter than ~100 days.
+double to_us(std::int64_t ns, std::int64_t t0_ns) { return static_cast<double>(ns - t0_ns) / 1e3; }
+
+std::int64_t earliest_ns(const Timeline& timeline, const ChromeTraceOptions& options) {
+  std::int64_t t0 = std::numeric_limits<std::int64_t>::max();
+  for (const Span& s : timeline.spans) t0 = std::min(t0, s.start_ns);
+  for (const CounterTrack& track : options.counters) {
+    for (const CounterSample& sample : track.samples) t0 = std::min(t0, sample.t_ns);
+  }
+  return t0 == std::numeric_limits<std::int64_t>::max() ? 0 : t0;
+}
+
+json other_data(const Timeline& timeline, const ChromeTraceOptions& options, std::int64_t t0) {
+  json data = options.other_data.is_object() ? options.other_data : json::object();
+  data[kBookkeepingKey] = {{"format", kFormatVersion}, {"t0_ns", t0}, {"ranks", timeline.ranks}};
+  return data;
+}
+
+json metadata_event(const char* what, int pid, int tid, json args) {
+  json e = {{"ph", "M"}, {"name", what}, {"pid", pid}, {"args", std::move(args)}};
+  if (tid >= 0) e["tid"] = tid;
+  return e;
+}
+
+json span_event(const Timeline& timeline, const Span& s, std::int64_t t0) {
+  json args = json::object();
+  if (s.step >= 0) args["step"] = s.step;
+  if (s.tag >= 0) args[tag_key(s.lane)] = s.tag;
+  if (s.bytes != 0) args["bytes"] = s.bytes;
+  if (s.flops != 0) args["flops"] = s.flops;
+  return json{{"ph", "X"},
+              {"name", chrome_event_name(timeline, s)},
+              {"cat", to_string(s.kind)},
+              {"pid", s.rank},
+              {"tid", static_cast<int>(s.lane)},
+              {"ts", to_us(s.start_ns, t0)},
+              {"dur", to_us(std::max(s.end_ns, s.start_ns), s.start_ns)},
+              {"args", std::move(args)}};
+}
+
+// Calls emit(event) for every event of the trace: per-rank and per-lane metadata first,
+// then the spans in timeline order, then the counter samples.
+template <typename Emit>
+void for_each_event(const Timeline& timeline, const ChromeTraceOptions& options, std::int64_t t0,
+                    Emit emit) {
+  std::map<int, std::bitset<kLaneCount>> lanes_by_rank;
+  for (int r = 0; r < timeline.ranks; ++r) lanes_by_rank[r];
+  for (const Span& s : timeline.spans) lanes_by_rank[s.rank].set(static_cast<int>(s.lane));
+  for (const auto& [rank, lanes] : lanes_by_rank) {
+    emit(metadata_event("process_name", rank, -1, {{"name", "rank " + std::to_string(rank)}}));
+    emit(metadata_event("process_sort_index", rank, -1, {{"sort_index", rank}}));
+    for (int lane = 0; lane < kLaneCount; ++lane) {
+      if (!lanes.test(lane)) continue;
+      emit(metadata_event("thread_name", rank, lane,
+                          {{"name", to_string(static_cast<Lane>(lane))}}));
+      emit(metadata_event("thread_sort_index", rank, lane, {{"sort_index", lane}}));
+    }
+  }
+  for (const Span& s : timeline.spans) emit(span_event(timeline, s, t0));
+  for (const CounterTrack& track : options.counters) {
+    for (const CounterSample& sample : track.samples) {
+      emit(json{{"ph", "C"},
+                {"name", track.name},
+                {"pid", track.pid},
+                {"ts", to_us(sample.t_ns, t0)},
+                {"args", {{track.series, sample.value}}}});
+    }
+  }
+}
+
+std::string dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
+
+// Removes the temporary file unless the write committed, so a failed write leaves
+// nothing behind.
+class TempFile {
+ public:
+  explicit TempFile(std::string path) : path_(std::move(path)) {}
+  ~TempFile() {
+    if (file_ != nullptr) std::fclose(file_);
+    if (!committed_) std::remove(path_.c_str());
+  }
+  TempFile(const TempFile&) = delete;
+  TempFile& operator=(const TempFile&) = delete;
+
+  bool open() {
+    file_ = std::fopen(path_.c_str(), "wb");
+    return file_ != nullptr;
+  }
+  bool write(std::string_view text) {
+    return std::fwrite(text.data(), 1, text.size(), file_) == text.size();
+  }
+  bool close() {
+    const int rc = std::fclose(file_);
+    file_ = nullptr;
+    return rc == 0;
+  }
+  void commit() { committed_ = true; }
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+  std::FILE* file_ = nullptr;
+  bool committed_ = false;
+};
+
+[[noreturn]] void fail_write(const std::string& path, int error) {
+  throw UsageError("cannot write " + path + ": " + std::strerror(error));
+}
+
+// Reader helpers: each names the source and the event in its error.
+[[noreturn]] void malformed(std::string_view source, std::size_t index, const std::string& what) {
+  throw UsageError(std::string(source) + ": event " + std::to_string(index) + ": " + what);
+}
+
+std::int64_t int_field(const json& obj, const char* key, std::string_view source,
+                       std::size_t index) {
+  const auto it = obj.find(key);
+  if (it == obj.end() || !it->is_number_integer()) {
+    malformed(source, index, std::string("missing or non-integer \"") + key + "\"");
+  }
+  return it->get<std::int64_t>();
+}
+
+std::int64_t optional_int(const json& obj, const char* key, std::int64_t fallback,
+                          std::string_view source, std::size_t index) {
+  return obj.contains(key) ? int_field(obj, key, source, index) : fallback;
+}
+
+std::int64_t us_field_to_ns(const json& obj, const char* key, std::string_view source,
+                            std::size_t index) {
+  const auto it = obj.find(key);
+  if (it == obj.end() || !it->is_number()) {
+    malformed(source, index, std::string("missing or non-numeric \"") + key + "\"");
+  }
+  const double us = it->get<double>();
+  // Beyond ~2^53 ns a double no longer holds every nanosecond; no real trace gets there.
+  if (!(std::fabs(us) < 9e12))
+    malformed(source, index, std::string("\"") + key + "\" out of range");
+  return std::llround(us * 1e3);
+}
+
+std::string string_field(const json& obj, const char* key, std::string_view source,
+                         std::size_t index) {
+  const auto it = obj.find(key);
+  if (it == obj.end() || !it->is_string()) {
+    malformed(source, index, std::string("missing or non-string \"") + key + "\"");
+  }
+  return it->get<std::string>();
+}
+
+}  // namespace
+
+std::string chrome_event_name(const Timeline& timeline, const Span& span) {
+  std::string name(timeline.name_of(span));
+  const bool has_own_name = span.name != kNoName && !timeline.names->name(span.name).empty();
+  if (!has_own_name && span.tag >= 0) {
+    name += ' ';
+    name += tag_letter(span.lane);
+    name += std::to_string(span.tag);
+  }
+  return name;
+}
+
+json to_chrome_trace(const Timeline& timeline, const ChromeTraceOptions& options) {
+  const std::int64_t t0 = earliest_ns(timeline, options);
+  json events = json::array();
+  for_each_event(timeline, options, t0, [&](json e) { events.push_back(std::move(e)); });
+  return json{{"traceEvents", std::move(events)},
+              {"displayTimeUnit", "ns"},
+              {"otherData", other_data(timeline, options, t0)}};
+}
+
+void write_chrome_trace(const Timeline& timeline, const std::string& path,
+                        const ChromeTraceOptions& options) {
+  const std::int64_t t0 = earliest_ns(timeline, options);
+  TempFile tmp(path + ".tmp." + std::to_string(::getpid()));
+  if (!tmp.open()) fail_write(path, errno);
+  // Streamed one event per line: no whole-document copy in memory, and diffable.
+  bool ok = tmp.write("{\"traceEvents\":[\n");
+  bool first = true;
+  for_each_event(timeline, options, t0, [&](const json& e) {
+    if (!ok) return;
+    ok = tmp.write(first ? "" : ",\n") && tmp.write(dump(e));
+    first = false;
+  });
+  ok = ok && tmp.write("\n],\"displayTimeUnit\":\"ns\",\"otherData\":") &&
+       tmp.write(dump(other_data(timeline, options, t0))) && tmp.write("}\n");
+  if (!ok) fail_write(path, errno);
+  if (!tmp.close()) fail_write(path, errno);
+  if (std::rename(tmp.path().c_str(), path.c_str()) != 0) {
+    fail_write(path, errno);
+  }
+  tmp.commit();
+}
+
+Timeline parse_chrome_trace(const json& trace, std::string_view source) {
+  const json* events = nullptr;
+  if (trace.is_array()) {
+    events = &trace;
+  } else if (trace.is_object() && trace.contains("traceEvents") &&
+             trace["traceEvents"].is_array()) {
+    events = &trace["traceEvents"];
+  } else {
+    throw UsageError(std::string(source) +
+                     ": not a Chrome trace (expected {\"traceEvents\": [...]} or an array)");
+  }
+  std::int64_t t0 = 0;
+  Timeline timeline;
+  if (trace.is_object() && trace.contains("otherData") && trace["otherData"].is_object()) {
+    const json& data = trace["otherData"];
+    if (data.contains(kBookkeepingKey) && data[kBookkeepingKey].is_object()) {
+      const json& book = data[kBookkeepingKey];
+      if (book.contains("t0_ns") && book["t0_ns"].is_number_integer()) {
+        t0 = book["t0_ns"].get<std::int64_t>();
+      }
+      if (book.contains("ranks") && book["ranks"].is_number_integer()) {
+        timeline.ranks = book["ranks"].get<int>();
+      }
+    }
+  }
+  for (std::size_t i = 0; i < events->size(); ++i) {
+    const json& e = (*events)[i];
+    if (!e.is_object()) malformed(source, i, "not an object");
+    if (string_field(e, "ph", source, i) != "X") continue;  // metadata, counters
+    Span s;
+    s.rank = static_cast<std::int32_t>(int_field(e, "pid", source, i));
+    const std::int64_t tid = int_field(e, "tid", source, i);
+    if (s.rank < 0) malformed(source, i, "negative pid");
+    if (tid < 0 || tid >= kLaneCount) {
+      malformed(source, i, "tid " + std::to_string(tid) + " is not a tandem lane");
+    }
+    s.lane = static_cast<Lane>(tid);
+    try {
+      s.kind = parse_span_kind(string_field(e, "cat", source, i));
+    } catch (const UsageError& error) {
+      if (std::string_view(error.what()).starts_with(source)) throw;
+      malformed(source, i, error.what());
+    }
+    s.start_ns = t0 + us_field_to_ns(e, "ts", source, i);
+    const std::int64_t dur_ns = us_field_to_ns(e, "dur", source, i);
+    if (dur_ns < 0) malformed(source, i, "negative \"dur\"");
+    s.end_ns = s.start_ns + dur_ns;
+    if (e.contains("args")) {
+      const json& args = e["args"];
+      if (!args.is_object()) malformed(source, i, "\"args\" is not an object");
+      s.step = static_cast<std::int32_t>(optional_int(args, "step", -1, source, i));
+      s.tag = static_cast<std::int32_t>(optional_int(args, tag_key(s.lane), -1, source, i));
+      s.bytes = optional_int(args, "bytes", 0, source, i);
+      if (args.contains("flops")) {
+        if (!args["flops"].is_number()) malformed(source, i, "non-numeric \"flops\"");
+        s.flops = args["flops"].get<double>();
+      }
+    }
+    // A name equal to the generated label carries no information of its own.
+    const std::string name = string_field(e, "name", source, i);
+    if (name != chrome_event_name(timeline, s)) s.name = timeline.names->intern(name);
+    timeline.ranks = std::max(timeline.ranks, s.rank + 1);
+    timeline.spans.push_back(s);
+  }
+  return timeline;
+}
+
+Timeline read_chrome_trace(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw UsageError("cannot read " + path + ": " + std::strerror(errno));
+  json trace;
+  try {
+    trace = json::parse(in);
+  } catch (const json::exception& error) {
+    throw UsageError(path + ": not valid JSON: " + error.what());
+  }
+  return parse_chrome_trace(trace, path);
+}
+
+}  // namespace tandem

@@ -1,0 +1,107 @@
+// `tandem train` as a user meets it: help, outputs, and one clear line for bad input.
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+#include <set>
+
+#include "cli/cli_support.h"
+
+namespace tandem::testing {
+namespace {
+
+namespace fs = std::filesystem;
+
+TEST(TrainCliTest, HelpExplainsEveryFlag) {
+  const CliResult r = run_tandem("train --help");
+  EXPECT_EQ(r.exit_code, 0);
+  for (const char* flag : {"--ranks", "--model", "--batch", "--steps", "--lr", "--strategy",
+                           "--bucket-mb", "--accumulate", "--link", "--seed", "--threads",
+                           "--out"}) {
+    EXPECT_NE(r.out.find(flag), std::string::npos) << flag;
+  }
+}
+
+TEST(TrainCliTest, WritesStepsTraceAndSummary) {
+  TempDir dir;
+  const fs::path out = dir.path() / "run";
+  const CliResult r = run_tandem("train --ranks 2 --model mlp:3x64 --batch 8 --steps 4 "
+                                 "--strategy layerwise --out " + out.string());
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("step    4/4"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("hidden share of communication"), std::string::npos);
+
+  const std::string csv = slurp(out / "steps.csv");
+  EXPECT_EQ(count_lines(csv), 1 + 2 * 4);  // header + a row per rank per step
+
+  const auto trace = nlohmann::json::parse(slurp(out / "trace.json"));
+  std::set<int> pids;
+  for (const auto& e : trace["traceEvents"]) {
+    if (e["ph"] == "X") pids.insert(e["pid"].get<int>());
+  }
+  EXPECT_EQ(pids, (std::set<int>{0, 1}));
+
+  const auto summary = nlohmann::json::parse(slurp(out / "summary.json"));
+  EXPECT_EQ(summary["version"], 1);
+  EXPECT_EQ(summary["config"]["ranks"], 2);
+  EXPECT_EQ(summary["config"]["link_emulated"], false);
+  for (const auto& entry : fs::directory_iterator(out)) {
+    EXPECT_EQ(entry.path().string().find(".tmp"), std::string::npos) << entry.path();
+  }
+}
+
+TEST(TrainCliTest, LinkEmulationIsReportedAsEmulated) {
+  const CliResult r = run_tandem("train --ranks 2 --model mlp:2x32 --batch 4 --steps 2 "
+                                 "--link 10GB/s,5us --quiet");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("emulated"), std::string::npos) << r.out;
+}
+
+struct BadInput {
+  const char* args;
+  const char* flag;
+};
+
+class TrainBadInputTest : public ::testing::TestWithParam<BadInput> {};
+
+TEST_P(TrainBadInputTest, OneLineNamingTheFlagExitTwoNoFiles) {
+  TempDir dir;
+  const fs::path out = dir.path() / "run";
+  const CliResult r = run_tandem(std::string("train --model mlp:2x16 --batch 4 --steps 2 ") +
+                                 GetParam().args + " --out " + out.string());
+  EXPECT_EQ(r.exit_code, 2) << r.out << r.err;
+  EXPECT_EQ(count_lines(r.err), 1) << r.err;
+  EXPECT_NE(r.err.find(GetParam().flag), std::string::npos) << r.err;
+  if (fs::exists(out)) {
+    EXPECT_TRUE(fs::is_empty(out)) << "partial output left behind";
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Flags, TrainBadInputTest,
+    ::testing::Values(BadInput{"--ranks 0", "--ranks"}, BadInput{"--batch -1", "--batch"},
+                      BadInput{"--batch abc", "--batch"}, BadInput{"--model foo", "--model"},
+                      BadInput{"--model mlp:0x8", "--model"},
+                      BadInput{"--strategy ring", "--strategy"},
+                      BadInput{"--strategy chunked:0", "--strategy"},
+                      BadInput{"--bucket-mb 0", "--bucket-mb"},
+                      BadInput{"--link fast", "--link"}, BadInput{"--link 10GB/s,-5us", "--link"},
+                      BadInput{"--accumulate 0", "--accumulate"},
+                      BadInput{"--threads 0", "--threads"}, BadInput{"--lr -1", "--lr"},
+                      BadInput{"--steps 0", "--steps"}));
+
+TEST(TrainCliTest, UnwritableOutIsOneLineAndExitTwo) {
+  // A path under a regular file cannot be created, even by root.
+  const CliResult r = run_tandem("train --model mlp:2x16 --batch 4 --steps 1 --out /etc/passwd/run");
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_EQ(count_lines(r.err), 1) << r.err;
+  EXPECT_NE(r.err.find("--out"), std::string::npos) << r.err;
+}
+
+TEST(TrainCliTest, UnknownFlagAndMissingSubcommandAreUsageErrors) {
+  EXPECT_EQ(run_tandem("train --rank 2").exit_code, 2);
+  EXPECT_EQ(run_tandem("").exit_code, 2);
+  EXPECT_EQ(run_tandem("fly").exit_code, 2);
+}
+
+}  // namespace
+}  // namespace tandem::testing

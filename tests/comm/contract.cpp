@@ -1,0 +1,254 @@
+// Implementation of the backend-independent Communicator contract (see contract.h).
+#include "comm/contract.h"
+
+#include <algorithm>
+#include <cmath>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "core/error.h"
+
+namespace tandem {
+namespace {
+
+// A small integer in [-15, 15] that differs by rank and element: sums over up to 64
+// ranks stay exact in fp32.
+float input_value(int rank, std::size_t i) {
+  return static_cast<float>(static_cast<int>((i * 7 + static_cast<std::size_t>(rank) * 13) % 31) -
+                            15);
+}
+
+float reduced_value(int ranks, std::size_t i, ReduceOp op) {
+  float sum = 0;
+  for (int r = 0; r < ranks; ++r) sum += input_value(r, i);
+  return op == ReduceOp::kAverage ? sum / static_cast<float>(ranks) : sum;
+}
+
+std::string where(const Communicator& comm, const std::string& what) {
+  return "rank " + std::to_string(comm.rank()) + " of " + std::to_string(comm.size()) + ", " +
+         what;
+}
+
+void fail(const Communicator& comm, const std::string& what, const std::string& detail) {
+  throw ContractFailure(where(comm, what) + ": " + detail);
+}
+
+// Compares got[i] with expected(i); tolerance is relative (0: bitwise equal values).
+void check_values(const Communicator& comm, const std::string& what, const std::vector<float>& got,
+                  const std::function<float(std::size_t)>& expected, float tolerance = 0) {
+  for (std::size_t i = 0; i < got.size(); ++i) {
+    const float want = expected(i);
+    const bool ok = tolerance == 0
+                        ? got[i] == want
+                        : std::fabs(got[i] - want) <= tolerance * std::max(1.0f, std::fabs(want));
+    if (!ok) {
+      fail(comm, what,
+           "element " + std::to_string(i) + " is " + std::to_string(got[i]) + ", expected " +
+               std::to_string(want));
+    }
+  }
+}
+
+// Waits for a Work that must succeed, and checks what the backend filled into its info.
+void wait_ok(const Communicator& comm, const std::string& what, Work& work, SpanKind kind,
+             std::size_t payload_elems) {
+  work.wait();
+  if (!work.test()) fail(comm, what, "test() is false after wait()");
+  if (work.exception() != nullptr) fail(comm, what, "exception() is set after success");
+  if (work.info().kind != kind) fail(comm, what, "info().kind is not the operation's kind");
+  const auto bytes = static_cast<std::int64_t>(payload_elems * sizeof(float));
+  if (work.info().bytes != bytes) {
+    fail(comm, what,
+         "info().bytes is " + std::to_string(work.info().bytes) + ", expected " +
+             std::to_string(bytes));
+  }
+  if (work.end_ns() < work.start_ns()) fail(comm, what, "end_ns() < start_ns()");
+}
+
+std::string op_what(std::string_view name, std::size_t n, ReduceOp op) {
+  return std::string(name) + "(" + std::string(to_string(op)) + ", " + std::to_string(n) +
+         " elements)";
+}
+
+float tolerance_of(ReduceOp op) { return op == ReduceOp::kAverage ? 1e-6f : 0.0f; }
+
+// Waits for a Work that must fail with RuntimeError.
+void expect_failure(const Communicator& comm, const std::string& what, Work& work) {
+  bool threw = false;
+  try {
+    work.wait();
+  } catch (const RuntimeError&) {
+    threw = true;
+  }
+  if (!threw) fail(comm, what, "wait() did not throw RuntimeError");
+  if (!work.test()) fail(comm, what, "test() is false after a failed wait()");
+  if (work.exception() == nullptr) fail(comm, what, "exception() is null after failure");
+}
+
+}  // namespace
+
+void contract_allreduce(Communicator& comm, std::size_t n_elems, ReduceOp op) {
+  const int rank = comm.rank();
+  std::vector<float> data(n_elems);
+  for (std::size_t i = 0; i < n_elems; ++i) data[i] = input_value(rank, i);
+  const std::string what = op_what("allreduce", n_elems, op);
+  WorkPtr work = comm.allreduce(data, op, OpInfo{.step = 2, .tag = 5});
+  wait_ok(comm, what, *work, SpanKind::kAllreduce, n_elems);
+  if (work->info().step != 2 || work->info().tag != 5) fail(comm, what, "step/tag not kept");
+  check_values(comm, what, data,
+               [&](std::size_t i) { return reduced_value(comm.size(), i, op); },
+               tolerance_of(op));
+}
+
+void contract_reduce_scatter(Communicator& comm, std::size_t block_elems, ReduceOp op) {
+  const int rank = comm.rank();
+  const auto n = static_cast<std::size_t>(comm.size());
+  std::vector<float> input(n * block_elems);
+  for (std::size_t i = 0; i < input.size(); ++i) input[i] = input_value(rank, i);
+  std::vector<float> output(block_elems, -99.0f);
+  const std::string what = op_what("reduce_scatter", block_elems, op);
+  WorkPtr work = comm.reduce_scatter(input, output, op);
+  wait_ok(comm, what, *work, SpanKind::kReduceScatter, input.size());
+  const std::size_t offset = static_cast<std::size_t>(rank) * block_elems;
+  check_values(comm, what, output,
+               [&](std::size_t i) { return reduced_value(comm.size(), offset + i, op); },
+               tolerance_of(op));
+}
+
+void contract_allgather(Communicator& comm, std::size_t block_elems) {
+  const int rank = comm.rank();
+  const auto n = static_cast<std::size_t>(comm.size());
+  std::vector<float> input(block_elems);
+  for (std::size_t i = 0; i < block_elems; ++i) input[i] = input_value(rank, i);
+  std::vector<float> output(n * block_elems, -99.0f);
+  const std::string what = "allgather(" + std::to_string(block_elems) + " elements per rank)";
+  WorkPtr work = comm.allgather(input, output);
+  wait_ok(comm, what, *work, SpanKind::kAllgather, output.size());
+  check_values(comm, what, output, [&](std::size_t i) {
+    return input_value(static_cast<int>(i / block_elems), i % block_elems);
+  });
+}
+
+void contract_broadcast(Communicator& comm, std::size_t n_elems, int root) {
+  const int rank = comm.rank();
+  std::vector<float> data(n_elems);
+  for (std::size_t i = 0; i < n_elems; ++i) data[i] = input_value(rank, i);
+  const std::string what =
+      "broadcast(root " + std::to_string(root) + ", " + std::to_string(n_elems) + " elements)";
+  WorkPtr work = comm.broadcast(data, root);
+  wait_ok(comm, what, *work, SpanKind::kBroadcast, n_elems);
+  check_values(comm, what, data, [&](std::size_t i) { return input_value(root, i); });
+}
+
+void contract_barrier(Communicator& comm) {
+  // An allreduce of ones after each barrier counts the ranks that issued it: were the
+  // barrier a no-op, results would still be right, so the real check is that all ranks
+  // complete many barriers in lockstep without mismatching the allreduces around them.
+  for (int round = 0; round < 20; ++round) {
+    WorkPtr barrier = comm.barrier(OpInfo{.step = round});
+    std::vector<float> one(1, 1.0f);
+    WorkPtr count = comm.allreduce(one, ReduceOp::kSum);
+    const std::string what = "barrier round " + std::to_string(round);
+    wait_ok(comm, what, *barrier, SpanKind::kBarrier, 0);
+    wait_ok(comm, what, *count, SpanKind::kAllreduce, 1);
+    if (one[0] != static_cast<float>(comm.size())) fail(comm, what, "allreduce after barrier");
+  }
+}
+
+void contract_send_recv(Communicator& comm, std::size_t n_elems) {
+  const int rank = comm.rank();
+  const int n = comm.size();
+  const int right = (rank + 1) % n;
+  const int left = (rank + n - 1) % n;
+  // Two messages per tag (matched in issue order) on two tags (matched by tag): the
+  // receiver issues tag 2 before tag 1, the sender tag 1 before tag 2.
+  auto payload = [&](int sender, int message, std::size_t i) {
+    return input_value(sender, i) + static_cast<float>(100 * message);
+  };
+  std::vector<std::vector<float>> out(4, std::vector<float>(n_elems));
+  std::vector<std::vector<float>> in(4, std::vector<float>(n_elems, -99.0f));
+  for (int m = 0; m < 4; ++m) {
+    for (std::size_t i = 0; i < n_elems; ++i) out[m][i] = payload(rank, m, i);
+  }
+  const int tag_of[4] = {1, 1, 2, 2};
+  std::vector<WorkPtr> works;
+  // Even ranks receive first, odd ranks send first: both orders must match.
+  auto post_recvs = [&] {
+    for (int m : {2, 3, 0, 1}) works.push_back(comm.recv(in[m], left, tag_of[m]));
+  };
+  auto post_sends = [&] {
+    for (int m = 0; m < 4; ++m) works.push_back(comm.send(out[m], right, tag_of[m]));
+  };
+  if (rank % 2 == 0) {
+    post_recvs();
+    post_sends();
+  } else {
+    post_sends();
+    post_recvs();
+  }
+  for (WorkPtr& work : works) {
+    const std::string what = "send/recv(" + std::to_string(n_elems) + " elements)";
+    wait_ok(comm, what, *work, work->info().kind, n_elems);
+  }
+  for (int m = 0; m < 4; ++m) {
+    const std::string what = "recv of message " + std::to_string(m) + " from rank " +
+                             std::to_string(left) + " tag " + std::to_string(tag_of[m]);
+    check_values(comm, what, in[m], [&](std::size_t i) { return payload(left, m, i); });
+  }
+}
+
+void contract_many_in_flight(Communicator& comm, std::size_t n_elems) {
+  const int rank = comm.rank();
+  const int n = comm.size();
+  const auto un = static_cast<std::size_t>(n);
+  // The allgather takes n_elems in all, like contract_allgather's callers do.
+  const std::size_t block_elems = n_elems / un;
+  std::vector<float> sum(n_elems), average(n_elems), bcast(n_elems), gathered(un * block_elems);
+  for (std::size_t i = 0; i < n_elems; ++i) {
+    sum[i] = average[i] = bcast[i] = input_value(rank, i);
+  }
+  const std::vector<float> block(sum.begin(), sum.begin() + static_cast<std::ptrdiff_t>(block_elems));
+  std::vector<WorkPtr> works;
+  works.push_back(comm.allreduce(sum, ReduceOp::kSum));
+  works.push_back(comm.broadcast(bcast, n - 1));
+  works.push_back(comm.allgather(block, gathered));
+  works.push_back(comm.barrier());
+  works.push_back(comm.allreduce(average, ReduceOp::kAverage));
+  for (auto it = works.rbegin(); it != works.rend(); ++it) {
+    (*it)->wait();
+  }
+  const std::string what = "ops in flight (" + std::to_string(n_elems) + " elements)";
+  check_values(comm, what + " allreduce sum", sum,
+               [&](std::size_t i) { return reduced_value(n, i, ReduceOp::kSum); });
+  check_values(comm, what + " broadcast", bcast,
+               [&](std::size_t i) { return input_value(n - 1, i); });
+  check_values(comm, what + " allgather", gathered, [&](std::size_t i) {
+    return input_value(static_cast<int>(i / block_elems), i % block_elems);
+  });
+  check_values(comm, what + " allreduce average", average,
+               [&](std::size_t i) { return reduced_value(n, i, ReduceOp::kAverage); },
+               tolerance_of(ReduceOp::kAverage));
+}
+
+void contract_invalid_arguments(Communicator& comm) {
+  const int n = comm.size();
+  std::vector<float> data(8, 1.0f);
+  expect_failure(comm, "broadcast with root == size()", *comm.broadcast(data, n));
+  expect_failure(comm, "broadcast with root -1", *comm.broadcast(data, -1));
+  expect_failure(comm, "send to peer size()", *comm.send(data, n, 0));
+  expect_failure(comm, "recv from peer -1", *comm.recv(data, -1, 0));
+  std::vector<float> output(3);
+  std::vector<float> input(static_cast<std::size_t>(n) * 3 + 1);
+  expect_failure(comm, "reduce_scatter with input != size() * output",
+                 *comm.reduce_scatter(input, output, ReduceOp::kSum));
+  std::vector<float> gathered(static_cast<std::size_t>(n) * 8 + 2);
+  expect_failure(comm, "allgather with output != size() * input", *comm.allgather(data, gathered));
+  // Still usable: every rank consumed the failed collectives alike.
+  WorkPtr work = comm.allreduce(data, ReduceOp::kSum);
+  wait_ok(comm, "allreduce after failures", *work, SpanKind::kAllreduce, data.size());
+  check_values(comm, "allreduce after failures", data,
+               [&](std::size_t) { return static_cast<float>(n); });
+}
+
+}  // namespace tandem

@@ -1,0 +1,41 @@
+// The Communicator contract, written once and run against every backend.
+//
+// Each case is the code of one rank: a harness calls it on every rank of a world at
+// once (a thread per rank for `local`, a process per rank for MPI) and rethrows the
+// first failure. Inputs are small integers, so fp32 sums are exact whatever the
+// reduction order and every backend must match them bit for bit; averages are allowed
+// one rounding. A failed check throws ContractFailure naming the rank and the element.
+#pragma once
+
+#include <cstddef>
+#include <stdexcept>
+
+#include "comm/communicator.h"
+
+namespace tandem {
+
+class ContractFailure : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// data has n_elems; every rank ends with the sum (or average) of all ranks' inputs.
+void contract_allreduce(Communicator& comm, std::size_t n_elems, ReduceOp op);
+// Each rank contributes size() blocks of block_elems and receives its own reduced block.
+void contract_reduce_scatter(Communicator& comm, std::size_t block_elems, ReduceOp op);
+// Each rank contributes block_elems; every rank ends with all blocks in rank order.
+void contract_allgather(Communicator& comm, std::size_t block_elems);
+void contract_broadcast(Communicator& comm, std::size_t n_elems, int root);
+// Repeated barriers complete, and none completes on a rank before all ranks issued it.
+void contract_barrier(Communicator& comm);
+// Every rank sends to its right neighbour and receives from its left, issuing both
+// before waiting (exchanges must not deadlock), with several tags matched by tag and in
+// issue order. With one rank, the rank sends to itself.
+void contract_send_recv(Communicator& comm, std::size_t n_elems);
+// Several operations of different kinds in flight at once, waited in reverse order.
+void contract_many_in_flight(Communicator& comm, std::size_t n_elems);
+// Bad roots, peers and sizes fail their Work with RuntimeError (rethrown by wait, kept
+// by exception(), test() true), and the communicator keeps working afterwards.
+void contract_invalid_arguments(Communicator& comm);
+
+}  // namespace tandem
