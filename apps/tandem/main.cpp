@@ -17,6 +17,8 @@ int main(int argc, char** argv) {
 
   std::function<int()> run;
   tandem::cli::add_train_command(app, run);
+  tandem::cli::add_characterize_command(app, run);
+  tandem::cli::add_analyze_command(app, run);
 
   try {
     app.parse(argc, argv);

@@ -61,7 +61,7 @@ int run_train(const TrainFlags& flags, bool batch_given) {
                       train_summary_json(config, result, summary).dump(2) + "\n");
     if (config.record) {
       write_chrome_trace(result.timeline, (out / "trace.json").string(),
-                         {.other_data = train_config_json(config, result), .counters = {}});
+                         {.other_data = train_config_json(config, result)});
     }
     std::printf("wrote %s/{steps.csv,summary.json%s}\n", flags.out.c_str(),
                 config.record ? ",trace.json" : "");

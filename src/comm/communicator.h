@@ -9,6 +9,9 @@
 //   element is summed in rank order 0..n-1).
 // - A rank's communication spans go to the recorder set with set_recorder(), written
 //   only by the backend's communication thread.
+// - The backend fills OpInfo::kind and OpInfo::bytes from the operation itself (bytes:
+//   the whole array for reduce_scatter and allgather, as in nccl-tests); the caller's
+//   step, tag and name are kept.
 #pragma once
 
 #include <cstdint>

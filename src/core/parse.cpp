@@ -37,9 +37,15 @@ struct Unit {
 
 // Decimal (KB = 1e3) and binary (KiB = 1024) byte multiples.
 constexpr Unit kByteUnits[] = {
-    {"", 1},           {"B", 1},          {"KB", 1e3},
-    {"MB", 1e6},       {"GB", 1e9},       {"TB", 1e12},
-    {"KiB", 1024.0},   {"MiB", 1048576.0}, {"GiB", 1073741824.0},
+    {"", 1},
+    {"B", 1},
+    {"KB", 1e3},
+    {"MB", 1e6},
+    {"GB", 1e9},
+    {"TB", 1e12},
+    {"KiB", 1024.0},
+    {"MiB", 1048576.0},
+    {"GiB", 1073741824.0},
     {"TiB", 1099511627776.0},
 };
 
@@ -47,10 +53,9 @@ constexpr Unit kDurationUnits[] = {{"ns", 1}, {"us", 1e3}, {"ms", 1e6}, {"s", 1e
 
 // Per-second rates; a lowercase b counts bits.
 constexpr Unit kBandwidthUnits[] = {
-    {"B/s", 1},          {"KB/s", 1e3},           {"MB/s", 1e6},
-    {"GB/s", 1e9},       {"TB/s", 1e12},          {"KiB/s", 1024.0},
-    {"MiB/s", 1048576.0}, {"GiB/s", 1073741824.0}, {"b/s", 1.0 / 8},
-    {"Kb/s", 1e3 / 8},   {"Mb/s", 1e6 / 8},       {"Gb/s", 1e9 / 8},
+    {"B/s", 1},         {"KB/s", 1e3},     {"MB/s", 1e6},        {"GB/s", 1e9},
+    {"TB/s", 1e12},     {"KiB/s", 1024.0}, {"MiB/s", 1048576.0}, {"GiB/s", 1073741824.0},
+    {"b/s", 1.0 / 8},   {"Kb/s", 1e3 / 8}, {"Mb/s", 1e6 / 8},    {"Gb/s", 1e9 / 8},
     {"Tb/s", 1e12 / 8},
 };
 
@@ -73,8 +78,8 @@ double parse_quantity(std::string_view text, const Unit (&units)[N], std::string
   const Unit* unit = nullptr;
   if (split_number(t, &value, &suffix)) unit = find_unit(units, suffix);
   if (unit == nullptr) {
-    throw UsageError("expected " + std::string(kind) + " like " + std::string(example) +
-                     ", got " + quoted(text));
+    throw UsageError("expected " + std::string(kind) + " like " + std::string(example) + ", got " +
+                     quoted(text));
   }
   if (value < 0) throw UsageError(std::string(kind) + " must not be negative, got " + quoted(text));
   return value * unit->scale;

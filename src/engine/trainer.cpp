@@ -3,10 +3,8 @@
 #include <algorithm>
 #include <cstring>
 #include <exception>
-#include <mutex>
-#include <thread>
 
-#include "comm/local/local_comm.h"
+#include "engine/local_launch.h"
 #include "compute/cpu/blas.h"
 #include "core/clock.h"
 #include "core/error.h"
@@ -77,6 +75,16 @@ TrainResult train_rank(const TrainConfig& config, Communicator& comm, RankRecord
   const float grad_scale = 1.0f / static_cast<float>(config.accumulate);
   for (int step = 0; step < config.steps; ++step) {
     StepRecord record{.rank = rank, .step = step, .start_ns = now_ns()};
+    if (!config.compute) {
+      // Comm-only: the same units, launched in the same order, with no math between.
+      reducer.prepare(step);
+      for (int layer = model.layer_count() - 1; layer >= 0; --layer) reducer.mark_layer_ready(layer);
+      reducer.finish();
+      record.end_ns = now_ns();
+      result.steps.push_back(record);
+      if (rank == 0 && on_step) on_step(record);
+      continue;
+    }
     double loss_sum = 0;
     for (int micro = 0; micro < config.accumulate; ++micro) {
       const bool sync = micro + 1 == config.accumulate;
@@ -107,49 +115,28 @@ TrainResult train_rank(const TrainConfig& config, Communicator& comm, RankRecord
 TrainResult train_local(const TrainConfig& config, const StepCallback& on_step) {
   validate(config);
   set_blas_threads(config.blas_threads);
-  auto comms = make_local_communicators({.ranks = config.ranks, .link = config.link});
 
   // The plan is needed up front only to size the span buffers.
   const Model probe(config.model, 1, config.seed);
-  std::vector<GradParam> params;
-  for (const auto& p : probe.params()) params.push_back({p.layer, p.offset, p.numel});
-  const auto plan = plan_buckets(params, probe.flat_grads().size(), config.reducer.plan);
-  const std::size_t capacity = span_capacity(config, probe, plan.size());
-
-  std::vector<std::unique_ptr<RankRecorder>> recorders;
-  for (int r = 0; r < config.ranks; ++r) {
-    recorders.push_back(std::make_unique<RankRecorder>(r, capacity, config.record));
-    comms[r]->set_recorder(recorders[r].get());
-  }
+  const auto plan = plan_buckets(grad_params(probe), probe.flat_grads().size(), config.reducer.plan);
 
   std::vector<TrainResult> results(config.ranks);
-  std::exception_ptr first_error;
-  std::mutex error_mutex;
-  std::vector<std::thread> threads;
-  for (int r = 0; r < config.ranks; ++r) {
-    threads.emplace_back([&, r] {
-      try {
-        results[r] = train_rank(config, *comms[r], *recorders[r], on_step);
-      } catch (...) {
-        std::lock_guard lock(error_mutex);
-        if (!first_error) first_error = std::current_exception();
-      }
-    });
-  }
-  for (auto& t : threads) t.join();
-  // Communication threads end here; after this every span buffer is quiescent.
-  comms.clear();
-  if (first_error) std::rethrow_exception(first_error);
+  LocalRunTimeline run = run_local_ranks(
+      {.ranks = config.ranks,
+       .link = config.link,
+       .span_capacity_per_lane = span_capacity(config, probe, plan.size()),
+       .record = config.record},
+      [&](Communicator& comm, RankRecorder& recorder) {
+        results[comm.rank()] = train_rank(config, comm, recorder, on_step);
+      });
 
   TrainResult merged;
   merged.buckets = std::move(results[0].buckets);
   merged.final_params = std::move(results[0].final_params);
-  merged.timeline.ranks = config.ranks;
-  for (int r = 0; r < config.ranks; ++r) {
-    merged.steps.insert(merged.steps.end(), results[r].steps.begin(), results[r].steps.end());
-    auto spans = recorders[r]->collect();
-    merged.timeline.spans.insert(merged.timeline.spans.end(), spans.begin(), spans.end());
-    merged.spans_dropped += recorders[r]->dropped();
+  merged.timeline = std::move(run.timeline);
+  merged.spans_dropped = run.spans_dropped;
+  for (const auto& r : results) {
+    merged.steps.insert(merged.steps.end(), r.steps.begin(), r.steps.end());
   }
   std::sort(merged.steps.begin(), merged.steps.end(), [](const auto& a, const auto& b) {
     return std::tie(a.step, a.rank) < std::tie(b.step, b.rank);

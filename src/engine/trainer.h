@@ -33,6 +33,7 @@ struct TrainConfig {
   std::uint64_t seed = 1;
   int blas_threads = 1;  // per rank
   int data_batches = 8;  // distinct batches per rank's shard, cycled
+  bool compute = true;   // false: the comm-only scenario (same collectives, no math)
   bool record = true;    // the timeline; off only to measure its own cost
   bool verify = false;   // hash parameters after every step
 };

@@ -35,8 +35,8 @@ TEST(ParseBytes, DecimalAndBinaryUnits) {
 }
 
 TEST(ParseBytes, RejectsWithAMessageQuotingTheText) {
-  for (const char* bad : {"", "KiB", "12XB", "1.5", "0.3KB1", "-1KiB", "12kib", "1e400GB",
-                          "nanKB", "1.0001KiB"}) {
+  for (const char* bad :
+       {"", "KiB", "12XB", "1.5", "0.3KB1", "-1KiB", "12kib", "1e400GB", "nanKB", "1.0001KiB"}) {
     const std::string message = usage_error([&] { parse_bytes(bad); });
     EXPECT_NE(message.find(std::string("'") + bad + "'"), std::string::npos)
         << bad << " -> " << message;

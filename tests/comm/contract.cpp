@@ -26,8 +26,7 @@ float reduced_value(int ranks, std::size_t i, ReduceOp op) {
 }
 
 std::string where(const Communicator& comm, const std::string& what) {
-  return "rank " + std::to_string(comm.rank()) + " of " + std::to_string(comm.size()) + ", " +
-         what;
+  return "rank " + std::to_string(comm.rank()) + " of " + std::to_string(comm.size()) + ", " + what;
 }
 
 void fail(const Communicator& comm, const std::string& what, const std::string& detail) {
@@ -96,9 +95,9 @@ void contract_allreduce(Communicator& comm, std::size_t n_elems, ReduceOp op) {
   WorkPtr work = comm.allreduce(data, op, OpInfo{.step = 2, .tag = 5});
   wait_ok(comm, what, *work, SpanKind::kAllreduce, n_elems);
   if (work->info().step != 2 || work->info().tag != 5) fail(comm, what, "step/tag not kept");
-  check_values(comm, what, data,
-               [&](std::size_t i) { return reduced_value(comm.size(), i, op); },
-               tolerance_of(op));
+  check_values(
+      comm, what, data, [&](std::size_t i) { return reduced_value(comm.size(), i, op); },
+      tolerance_of(op));
 }
 
 void contract_reduce_scatter(Communicator& comm, std::size_t block_elems, ReduceOp op) {
@@ -111,9 +110,9 @@ void contract_reduce_scatter(Communicator& comm, std::size_t block_elems, Reduce
   WorkPtr work = comm.reduce_scatter(input, output, op);
   wait_ok(comm, what, *work, SpanKind::kReduceScatter, input.size());
   const std::size_t offset = static_cast<std::size_t>(rank) * block_elems;
-  check_values(comm, what, output,
-               [&](std::size_t i) { return reduced_value(comm.size(), offset + i, op); },
-               tolerance_of(op));
+  check_values(
+      comm, what, output, [&](std::size_t i) { return reduced_value(comm.size(), offset + i, op); },
+      tolerance_of(op));
 }
 
 void contract_allgather(Communicator& comm, std::size_t block_elems) {
@@ -208,7 +207,8 @@ void contract_many_in_flight(Communicator& comm, std::size_t n_elems) {
   for (std::size_t i = 0; i < n_elems; ++i) {
     sum[i] = average[i] = bcast[i] = input_value(rank, i);
   }
-  const std::vector<float> block(sum.begin(), sum.begin() + static_cast<std::ptrdiff_t>(block_elems));
+  const std::vector<float> block(sum.begin(),
+                                 sum.begin() + static_cast<std::ptrdiff_t>(block_elems));
   std::vector<WorkPtr> works;
   works.push_back(comm.allreduce(sum, ReduceOp::kSum));
   works.push_back(comm.broadcast(bcast, n - 1));
@@ -226,9 +226,10 @@ void contract_many_in_flight(Communicator& comm, std::size_t n_elems) {
   check_values(comm, what + " allgather", gathered, [&](std::size_t i) {
     return input_value(static_cast<int>(i / block_elems), i % block_elems);
   });
-  check_values(comm, what + " allreduce average", average,
-               [&](std::size_t i) { return reduced_value(n, i, ReduceOp::kAverage); },
-               tolerance_of(ReduceOp::kAverage));
+  check_values(
+      comm, what + " allreduce average", average,
+      [&](std::size_t i) { return reduced_value(n, i, ReduceOp::kAverage); },
+      tolerance_of(ReduceOp::kAverage));
 }
 
 void contract_invalid_arguments(Communicator& comm) {

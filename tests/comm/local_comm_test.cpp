@@ -160,9 +160,12 @@ TEST(LocalComm, LinkEmulationMakesCommSpansLastAtLeastTheWireTime) {
   comms[1]->set_recorder(&rec1);
   std::vector<float> a(1 << 18, 1.0f), b(1 << 18, 2.0f);  // 1 MiB each
   std::vector<WorkPtr> works = {
-      comms[0]->allreduce(a, ReduceOp::kSum), comms[1]->allreduce(b, ReduceOp::kSum),
-      comms[0]->barrier(),                    comms[1]->barrier(),
-      comms[0]->send(a, 1, 0),                comms[1]->recv(b, 0, 0),
+      comms[0]->allreduce(a, ReduceOp::kSum),
+      comms[1]->allreduce(b, ReduceOp::kSum),
+      comms[0]->barrier(),
+      comms[1]->barrier(),
+      comms[0]->send(a, 1, 0),
+      comms[1]->recv(b, 0, 0),
   };
   for (WorkPtr& w : works) w->wait();
   for (const RankRecorder* rec : {&rec0, &rec1}) {
@@ -195,8 +198,8 @@ TEST(LocalComm, RecordsOneCommSpanPerOperationWithItsInfo) {
   std::vector<WorkPtr> works;
   for (int r = 0; r < kRanks; ++r) {
     Communicator& c = *comms[r];
-    works.push_back(c.allreduce(data[r], ReduceOp::kSum,
-                                OpInfo{.step = 7, .tag = 3, .name = bucket_name}));
+    works.push_back(
+        c.allreduce(data[r], ReduceOp::kSum, OpInfo{.step = 7, .tag = 3, .name = bucket_name}));
     works.push_back(c.reduce_scatter(data[r], scattered[r], ReduceOp::kSum, OpInfo{.tag = 4}));
     works.push_back(c.allgather(data[r], gathered[r], OpInfo{.step = 1}));
     works.push_back(c.broadcast(data[r], 1));

@@ -51,8 +51,7 @@ TEST_P(LocalContract, AllreduceSum) {
 }
 
 TEST_P(LocalContract, AllreduceAverage) {
-  run_ranks(ranks(),
-            [&](Communicator& c) { contract_allreduce(c, elems(), ReduceOp::kAverage); });
+  run_ranks(ranks(), [&](Communicator& c) { contract_allreduce(c, elems(), ReduceOp::kAverage); });
 }
 
 TEST_P(LocalContract, ReduceScatter) {
@@ -84,14 +83,14 @@ TEST_P(LocalContract, ManyInFlight) {
   run_ranks(ranks(), [&](Communicator& c) { contract_many_in_flight(c, elems()); });
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    RanksAndSizes, LocalContract,
-    ::testing::Combine(::testing::Range(1, 9),
-                       ::testing::Values<std::size_t>(0, 1, 7, 4099, std::size_t{1} << 20)),
-    [](const auto& p) {
-      return std::to_string(std::get<0>(p.param)) + "ranks_" +
-             std::to_string(std::get<1>(p.param)) + "elems";
-    });
+INSTANTIATE_TEST_SUITE_P(RanksAndSizes, LocalContract,
+                         ::testing::Combine(::testing::Range(1, 9),
+                                            ::testing::Values<std::size_t>(0, 1, 7, 4099,
+                                                                           std::size_t{1} << 20)),
+                         [](const auto& p) {
+                           return std::to_string(std::get<0>(p.param)) + "ranks_" +
+                                  std::to_string(std::get<1>(p.param)) + "elems";
+                         });
 
 class LocalContractRanks : public ::testing::TestWithParam<int> {};
 

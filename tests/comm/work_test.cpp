@@ -13,9 +13,9 @@ namespace {
 using namespace std::chrono_literals;
 
 TEST(OpInfo, Describes) {
-  EXPECT_EQ((OpInfo{.kind = SpanKind::kAllreduce, .bytes = 25 << 20, .step = 7, .tag = 3})
-                .describe(),
-            "allreduce bucket 3 (25.0 MiB, step 7)");
+  EXPECT_EQ(
+      (OpInfo{.kind = SpanKind::kAllreduce, .bytes = 25 << 20, .step = 7, .tag = 3}).describe(),
+      "allreduce bucket 3 (25.0 MiB, step 7)");
   EXPECT_EQ(OpInfo{.kind = SpanKind::kBarrier}.describe(), "barrier");
   EXPECT_EQ((OpInfo{.kind = SpanKind::kSend, .bytes = 512}).describe(), "send (512 B)");
   EXPECT_EQ((OpInfo{.kind = SpanKind::kBroadcast, .step = 2}).describe(), "broadcast (step 2)");

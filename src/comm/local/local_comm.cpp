@@ -42,8 +42,10 @@ void reduce_block(const std::vector<const float*>& srcs, std::size_t offset, std
 
 // This rank's share [begin, end) of `count` elements split over n ranks.
 std::pair<std::size_t, std::size_t> slice_of(std::size_t count, int n, int rank) {
-  const std::size_t per_rank = (count + static_cast<std::size_t>(n) - 1) / static_cast<std::size_t>(n);
-  const std::size_t chunk = (per_rank + kSliceAlignFloats - 1) / kSliceAlignFloats * kSliceAlignFloats;
+  const std::size_t per_rank =
+      (count + static_cast<std::size_t>(n) - 1) / static_cast<std::size_t>(n);
+  const std::size_t chunk =
+      (per_rank + kSliceAlignFloats - 1) / kSliceAlignFloats * kSliceAlignFloats;
   const std::size_t begin = std::min(count, chunk * static_cast<std::size_t>(rank));
   return {begin, std::min(count, begin + chunk)};
 }
@@ -79,37 +81,56 @@ class LocalCommunicator final : public Communicator {
   std::string_view backend_name() const override { return "local"; }
 
   WorkPtr allreduce(std::span<float> data, ReduceOp op, OpInfo info) override {
-    return issue({.kind = SpanKind::kAllreduce, .input = data.data(), .input_count = data.size(),
-                  .output = data.data(), .output_count = data.size(), .op = op},
+    return issue({.kind = SpanKind::kAllreduce,
+                  .input = data.data(),
+                  .input_count = data.size(),
+                  .output = data.data(),
+                  .output_count = data.size(),
+                  .op = op},
                  info);
   }
   WorkPtr reduce_scatter(std::span<const float> input, std::span<float> output, ReduceOp op,
                          OpInfo info) override {
-    return issue({.kind = SpanKind::kReduceScatter, .input = input.data(),
-                  .input_count = input.size(), .output = output.data(),
-                  .output_count = output.size(), .op = op},
+    return issue({.kind = SpanKind::kReduceScatter,
+                  .input = input.data(),
+                  .input_count = input.size(),
+                  .output = output.data(),
+                  .output_count = output.size(),
+                  .op = op},
                  info);
   }
   WorkPtr allgather(std::span<const float> input, std::span<float> output, OpInfo info) override {
-    return issue({.kind = SpanKind::kAllgather, .input = input.data(),
-                  .input_count = input.size(), .output = output.data(),
+    return issue({.kind = SpanKind::kAllgather,
+                  .input = input.data(),
+                  .input_count = input.size(),
+                  .output = output.data(),
                   .output_count = output.size()},
                  info);
   }
   WorkPtr broadcast(std::span<float> data, int root, OpInfo info) override {
-    return issue({.kind = SpanKind::kBroadcast, .input = data.data(), .input_count = data.size(),
-                  .output = data.data(), .output_count = data.size(), .peer = root},
+    return issue({.kind = SpanKind::kBroadcast,
+                  .input = data.data(),
+                  .input_count = data.size(),
+                  .output = data.data(),
+                  .output_count = data.size(),
+                  .peer = root},
                  info);
   }
   WorkPtr barrier(OpInfo info) override { return issue({.kind = SpanKind::kBarrier}, info); }
   WorkPtr send(std::span<const float> data, int peer, int tag, OpInfo info) override {
-    return issue({.kind = SpanKind::kSend, .input = data.data(), .input_count = data.size(),
-                  .peer = peer, .tag = tag},
+    return issue({.kind = SpanKind::kSend,
+                  .input = data.data(),
+                  .input_count = data.size(),
+                  .peer = peer,
+                  .tag = tag},
                  info);
   }
   WorkPtr recv(std::span<float> data, int peer, int tag, OpInfo info) override {
-    return issue({.kind = SpanKind::kRecv, .output = data.data(), .output_count = data.size(),
-                  .peer = peer, .tag = tag},
+    return issue({.kind = SpanKind::kRecv,
+                  .output = data.data(),
+                  .output_count = data.size(),
+                  .peer = peer,
+                  .tag = tag},
                  info);
   }
 
@@ -244,8 +265,7 @@ class LocalCommunicator final : public Communicator {
     if (sender.input_count != receiver.output_count) {
       error = "size mismatch: rank " + std::to_string(sender.rank) + " sends " +
               std::to_string(sender.input_count) + " elements, rank " +
-              std::to_string(receiver.rank) + " receives " +
-              std::to_string(receiver.output_count);
+              std::to_string(receiver.rank) + " receives " + std::to_string(receiver.output_count);
     } else if (sender.input_count > 0) {
       std::memcpy(receiver.output, sender.input, sender.input_count * sizeof(float));
     }
@@ -271,8 +291,8 @@ class LocalCommunicator final : public Communicator {
     const std::int64_t wire_ns = world_->link().wire_time_ns(info.kind, info.bytes, size());
     if (wire_ns > 0) {
       // Emulation of an offloaded NIC still busy on the wire, not synchronization.
-      std::this_thread::sleep_until(std::chrono::steady_clock::time_point(
-          std::chrono::nanoseconds(data_end_ns + wire_ns)));
+      std::this_thread::sleep_until(
+          std::chrono::steady_clock::time_point(std::chrono::nanoseconds(data_end_ns + wire_ns)));
       end_ns = std::max(now_ns(), data_end_ns + wire_ns);
     }
     if (op.recorder != nullptr) {
@@ -292,8 +312,8 @@ class LocalCommunicator final : public Communicator {
   }
 
   void fail(const LocalOp& op, const std::string& reason) {
-    const std::string message = op.work->info().describe() + " on rank " +
-                                std::to_string(rank_) + ": " + reason;
+    const std::string message =
+        op.work->info().describe() + " on rank " + std::to_string(rank_) + ": " + reason;
     op.work->fail(std::make_exception_ptr(RuntimeError(message)), now_ns());
   }
 

@@ -66,8 +66,8 @@ std::string LocalWorld::validate() const {
   for (int r = 0; r < ranks_; ++r) {
     const LocalOp& op = *posts_[static_cast<std::size_t>(r)];
     if (op.kind != first.kind) {
-      return "collective mismatch: rank 0 issued " + std::string(to_string(first.kind)) +
-             " but " + rank_str(r) + " issued " + std::string(to_string(op.kind));
+      return "collective mismatch: rank 0 issued " + std::string(to_string(first.kind)) + " but " +
+             rank_str(r) + " issued " + std::string(to_string(op.kind));
     }
     if (op.op != first.op) {
       return "reduce op mismatch: rank 0 uses " + std::string(to_string(first.op)) + ", " +
@@ -78,22 +78,22 @@ std::string LocalWorld::validate() const {
         if (op.input_count != n * op.output_count) {
           return rank_str(r) + " passed " + std::to_string(op.input_count) +
                  " input elements for " + std::to_string(op.output_count) +
-                 " output elements (need size() * output = " +
-                 std::to_string(n * op.output_count) + ")";
+                 " output elements (need size() * output = " + std::to_string(n * op.output_count) +
+                 ")";
         }
         break;
       case SpanKind::kAllgather:
         if (op.output_count != n * op.input_count) {
           return rank_str(r) + " passed " + std::to_string(op.output_count) +
                  " output elements for " + std::to_string(op.input_count) +
-                 " input elements (need size() * input = " +
-                 std::to_string(n * op.input_count) + ")";
+                 " input elements (need size() * input = " + std::to_string(n * op.input_count) +
+                 ")";
         }
         break;
       case SpanKind::kBroadcast:
         if (op.peer < 0 || op.peer >= ranks_) {
-          return "root " + std::to_string(op.peer) + " out of range [0, " +
-                 std::to_string(ranks_) + ") on " + rank_str(r);
+          return "root " + std::to_string(op.peer) + " out of range [0, " + std::to_string(ranks_) +
+                 ") on " + rank_str(r);
         }
         if (op.peer != first.peer) {
           return "root mismatch: rank 0 uses root " + std::to_string(first.peer) + ", " +
@@ -104,8 +104,8 @@ std::string LocalWorld::validate() const {
         break;
     }
     if (op.output_count != first.output_count) {
-      return "size mismatch: rank 0 passed " + std::to_string(first.output_count) +
-             " elements, " + rank_str(r) + " passed " + std::to_string(op.output_count);
+      return "size mismatch: rank 0 passed " + std::to_string(first.output_count) + " elements, " +
+             rank_str(r) + " passed " + std::to_string(op.output_count);
     }
   }
   return {};

@@ -1,0 +1,108 @@
+// `tandem analyze`: the overlap metrics of PyTorch profiler (Kineto) traces, or of
+// tandem's own trace.json; a row per rank per iteration and a summary, and with --out
+// summary.json, iterations.csv and a merged trace.json (docs/ANALYZE.md).
+#include <cstdio>
+#include <filesystem>
+#include <optional>
+
+#include "commands.h"
+#include "core/files.h"
+#include "timeline/chrome_trace.h"
+#include "trace_import/analyze_report.h"
+#include "trace_import/trace_import.h"
+
+namespace tandem::cli {
+
+namespace {
+
+struct AnalyzeFlags {
+  std::vector<std::string> inputs;
+  std::vector<std::string> baseline;
+  std::string out;
+  ClassificationRules rules;
+  int warmup = 0;
+  bool quiet = false;
+};
+
+void print_inputs(const ImportResult& imported, const char* what) {
+  for (const TraceFileInfo& f : imported.files) {
+    std::printf("%s %s: %s", what, f.path.c_str(), f.format.c_str());
+    if (f.rank >= 0) std::printf(", rank %d (from %s)", f.rank, f.rank_source.c_str());
+    std::printf(", %zu compute / %zu comm / %zu memory spans, %zu ProfilerStep windows\n",
+                f.compute, f.comm, f.memory, f.step_windows);
+    if (f.ignored > 0) std::printf("  %zu GPU events matched no rule (ignored)\n", f.ignored);
+    if (f.outside_steps > 0) {
+      std::printf("  %zu spans outside every ProfilerStep window (not in any iteration)\n",
+                  f.outside_steps);
+    }
+  }
+}
+
+int run_analyze(const AnalyzeFlags& flags) {
+  const std::filesystem::path out = flags.out;
+  const std::vector<std::string> inputs = expand_trace_inputs(flags.inputs, "");
+  const std::vector<std::string> baseline_inputs =
+      flags.baseline.empty() ? std::vector<std::string>{}
+                             : expand_trace_inputs(flags.baseline, "--baseline");
+  if (!flags.out.empty()) prepare_output_dir(out, "--out");
+
+  const ImportResult run = import_traces(inputs, flags.rules);
+  print_inputs(run, "trace");
+  std::optional<ImportResult> baseline;
+  if (!baseline_inputs.empty()) {
+    baseline = import_traces(baseline_inputs, flags.rules);
+    print_inputs(*baseline, "baseline");
+  }
+
+  const AnalyzeResult result =
+      analyze_timeline(run.timeline, baseline ? &baseline->timeline : nullptr, flags.warmup);
+  if (!flags.quiet) std::fputs(format_iteration_table(result).c_str(), stdout);
+  std::fputs(format_analyze_summary(result).c_str(), stdout);
+
+  if (!flags.out.empty()) {
+    const nlohmann::json summary = analyze_summary_json(
+        result, run, baseline ? &*baseline : nullptr, flags.rules);
+    write_file_atomic(out / "summary.json", summary.dump(2) + "\n");
+    write_file_atomic(out / "iterations.csv", iterations_csv(result));
+    write_chrome_trace(run.timeline, (out / "trace.json").string(),
+                       {.other_data = {{"source", "tandem analyze"}, {"inputs", inputs}},
+                        .counters = {}});
+    // TODO(report): render report.html here once src/report/html offers a function that
+    // renders a results directory (as `tandem characterize` does).
+    std::printf("wrote %s/{summary.json,iterations.csv,trace.json}\n", flags.out.c_str());
+  }
+  return 0;
+}
+
+}  // namespace
+
+void add_analyze_command(CLI::App& app, std::function<int()>& run) {
+  auto flags = std::make_shared<AnalyzeFlags>();
+  CLI::App* cmd = app.add_subcommand(
+      "analyze", "Overlap metrics of PyTorch profiler (Kineto) traces, one file per rank "
+                 "(.json or .json.gz, or directories of them), or of a tandem trace.json");
+  cmd->add_option("traces", flags->inputs, "Trace files or directories (*.json, *.json.gz)")
+      ->required();
+  cmd->add_option("--baseline", flags->baseline,
+                  "Traces of the same job with communication off (compute-only): adds "
+                  "compute slowdown (eq. 1) and ideal iteration time (eq. 4)");
+  cmd->add_option("--out", flags->out,
+                  "Directory for summary.json, iterations.csv (a row per rank per iteration) "
+                  "and trace.json (all ranks merged, Chrome/Perfetto)");
+  cmd->add_option("--comm-regex", flags->rules.comm,
+                  "Kernel names that are communication (case-insensitive search)")
+      ->capture_default_str();
+  cmd->add_option("--memory-regex", flags->rules.memory,
+                  "Kernel names that are memory copies/fills (neither compute nor comm)")
+      ->capture_default_str();
+  cmd->add_option("--compute-regex", flags->rules.compute,
+                  "Kernel names that are compute (default: all others); unmatched kernels "
+                  "are ignored");
+  cmd->add_option("--warmup", flags->warmup, "Iterations left out at the start")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  cmd->add_flag("--quiet", flags->quiet, "No row per rank per iteration, only the summary");
+  cmd->callback([flags, &run] { run = [flags] { return run_analyze(*flags); }; });
+}
+
+}  // namespace tandem::cli

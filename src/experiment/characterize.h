@@ -1,0 +1,55 @@
+// The characterization methodology: run a workload's four scenarios, measure each from
+// its timeline, and derive what overlap buys and costs (DESIGN.md, "Metrics").
+#pragma once
+
+#include <functional>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "analysis/metrics.h"
+#include "experiment/workload.h"
+#include "power/power.h"
+
+namespace tandem {
+
+struct CharacterizeOptions {
+  int warmup = 2;       // iterations run and dropped from every scenario
+  int iterations = 25;  // measured iterations per scenario (the paper averaged 25 runs)
+  PowerSampler* power = nullptr;  // sampled around each scenario when available
+  std::function<void(Scenario)> on_scenario;  // called before each scenario starts
+};
+
+struct ScenarioRun {
+  Scenario scenario = Scenario::kOverlapped;
+  Timeline timeline;
+  std::vector<StepMetrics> steps;  // measured iterations only
+  std::vector<PowerSummary> power;
+  std::vector<PowerSample> power_samples;
+  std::int64_t wall_ns = 0;
+};
+
+struct Characterization {
+  std::string description;
+  nlohmann::json config;
+  std::vector<ScenarioRun> runs;  // in kAllScenarios order
+  ScenarioMetrics metrics;
+  int warmup = 0;
+  int iterations = 0;
+
+  const ScenarioRun& run(Scenario scenario) const;
+};
+
+Characterization characterize(Workload& workload, const CharacterizeOptions& options);
+
+// Everything but the timelines (schema in docs/CHARACTERIZE.md).
+nlohmann::json to_json(const Characterization& c);
+// The metrics table printed on the terminal.
+std::string format_metrics_table(const ScenarioMetrics& m);
+// Rows of iterations.csv for one configuration (no header).
+std::string iterations_csv_rows(const std::string& point_id, const Characterization& c);
+inline constexpr const char* kIterationsCsvHeader =
+    "point,scenario,step,ranks,e2e_ns,t_comp_ns,t_comm_ns,t_ovl_ns,t_wait_ns,t_exposed_comm_ns,"
+    "t_other_ns,bytes\n";
+
+}  // namespace tandem

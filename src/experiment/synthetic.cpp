@@ -1,0 +1,258 @@
+// Synthetic compute/communication phases whose timeline is known in advance: the oracle
+// of the metric suite (every metric can be computed by hand from the spec).
+#include <sys/prctl.h>
+
+#include <atomic>
+#include <condition_variable>
+#include <cstring>
+#include <deque>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "core/clock.h"
+#include "core/error.h"
+#include "core/parse.h"
+#include "engine/local_launch.h"
+#include "experiment/spec_parse.h"
+#include "experiment/workload.h"
+
+namespace tandem {
+
+SyntheticSpec SyntheticSpec::parse(std::string_view text) {
+  if (!text.starts_with("synthetic:")) {
+    throw UsageError("expected synthetic:compute=D,comm=D,chunks=N[,mode=sleep|busy], got '" +
+                     std::string(text) + "'");
+  }
+  const auto kv = parse_key_values(text.substr(10), "synthetic", "compute comm chunks mode");
+  SyntheticSpec spec;
+  if (!kv.count("compute") || !kv.count("comm")) {
+    throw UsageError("synthetic: compute= and comm= are required");
+  }
+  spec.compute_ns = parse_duration_ns(kv.at("compute"));
+  spec.comm_ns = parse_duration_ns(kv.at("comm"));
+  if (spec.compute_ns <= 0 || spec.comm_ns <= 0 || spec.compute_ns > 3'600'000'000'000 ||
+      spec.comm_ns > 3'600'000'000'000) {
+    throw UsageError("synthetic: compute and comm must be between 1 ns and 1 hour");
+  }
+  if (kv.count("chunks")) {
+    spec.chunks = static_cast<int>(parse_int(kv.at("chunks"), "synthetic chunks"));
+    if (spec.chunks < 1 || spec.chunks > 100000) throw UsageError("synthetic: chunks must be 1..100000");
+  }
+  if (kv.count("mode")) {
+    const std::string& mode = kv.at("mode");
+    if (mode != "sleep" && mode != "busy") {
+      throw UsageError("synthetic: mode must be sleep or busy, got '" + mode + "'");
+    }
+    spec.busy = mode == "busy";
+  }
+  return spec;
+}
+
+std::string SyntheticSpec::to_string() const {
+  return "synthetic:compute=" + format_duration_ns(static_cast<double>(compute_ns)) +
+         ",comm=" + format_duration_ns(static_cast<double>(comm_ns)) +
+         ",chunks=" + std::to_string(chunks) + ",mode=" + (busy ? "busy" : "sleep");
+}
+
+namespace {
+
+// Work of a fixed amount, calibrated (alone, once) to take a given time: arithmetic for
+// compute, memory copies for communication. Under contention it takes longer.
+class BusyWork {
+ public:
+  BusyWork() : src_(4 << 20, 1.0f), dst_(src_.size()) {
+    arith_per_ns_ = rate([this](std::int64_t n) { arithmetic(n); });
+    copy_per_ns_ = rate([this](std::int64_t n) { copy(n); });
+  }
+  void compute_for(std::int64_t ns) { arithmetic(static_cast<std::int64_t>(ns * arith_per_ns_)); }
+  void comm_for(std::int64_t ns) { copy(static_cast<std::int64_t>(ns * copy_per_ns_)); }
+
+ private:
+  template <typename F>
+  static double rate(F&& work) {
+    const std::int64_t units = 1 << 22;
+    work(units / 8);  // warm
+    double best = 0;
+    for (int i = 0; i < 3; ++i) {
+      const std::int64_t t0 = now_ns();
+      work(units);
+      best = std::max(best, static_cast<double>(units) / static_cast<double>(now_ns() - t0 + 1));
+    }
+    return best;
+  }
+  void arithmetic(std::int64_t n) {
+    float x = sink_.load(std::memory_order_relaxed);
+    for (std::int64_t i = 0; i < n; ++i) x = x * 0.999999f + 1e-7f;
+    sink_.store(x, std::memory_order_relaxed);
+  }
+  // One unit: one float copied.
+  void copy(std::int64_t n) {
+    while (n > 0) {
+      const std::size_t count = std::min<std::int64_t>(n, static_cast<std::int64_t>(src_.size()));
+      std::memcpy(dst_.data(), src_.data(), count * sizeof(float));
+      n -= static_cast<std::int64_t>(count);
+    }
+  }
+  std::vector<float> src_, dst_;
+  std::atomic<float> sink_{0};
+  double arith_per_ns_ = 0, copy_per_ns_ = 0;
+};
+
+// Sleeps one chunk of `ns`. A chunk that follows the previous one back to back (less
+// than 1 ms of wake-up lateness) ends at the previous deadline + ns, so lateness does not
+// add up over a phase; after a gap, the chunk starts now.
+void sleep_chunk(std::int64_t& deadline_ns, std::int64_t ns) {
+  // Linux lets a sleeper wake up to 50 us late by default (timer slack); a synthetic
+  // phase is only as exact as its wake-ups, so ask for 1 ns on this thread.
+  static thread_local const bool precise = ::prctl(PR_SET_TIMERSLACK, 1, 0, 0, 0) == 0;
+  (void)precise;
+  const std::int64_t now = now_ns();
+  deadline_ns = (now - deadline_ns < 1'000'000 ? deadline_ns : now) + ns;
+  std::this_thread::sleep_until(
+      std::chrono::steady_clock::time_point(std::chrono::nanoseconds(deadline_ns)));
+}
+
+// A rank's communication thread for synthetic chunks: runs them one after another in
+// issue order and records each as a comm span.
+class ChunkRunner {
+ public:
+  ChunkRunner(RankRecorder& recorder, BusyWork* busy) : recorder_(recorder), busy_(busy) {
+    thread_ = std::thread([this] { loop(); });
+  }
+  ~ChunkRunner() {
+    {
+      std::lock_guard lock(mutex_);
+      stopping_ = true;
+    }
+    cv_.notify_all();
+    thread_.join();
+  }
+  void submit(int step, int chunk, std::int64_t ns) {
+    {
+      std::lock_guard lock(mutex_);
+      queue_.push_back({step, chunk, ns});
+      ++pending_;
+    }
+    cv_.notify_all();
+  }
+  // Blocks until every submitted chunk has run; records the blocked time as a wait span.
+  void drain(int step) {
+    ScopedSpan span(recorder_, Lane::kWait, SpanKind::kWait, step);
+    std::unique_lock lock(mutex_);
+    cv_.wait(lock, [&] { return pending_ == 0; });
+  }
+
+ private:
+  struct Chunk {
+    int step, index;
+    std::int64_t ns;
+  };
+  void loop() {
+    std::unique_lock lock(mutex_);
+    for (;;) {
+      cv_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
+      if (queue_.empty()) return;
+      const Chunk chunk = queue_.front();
+      queue_.pop_front();
+      lock.unlock();
+      {
+        ScopedSpan span(recorder_, Lane::kComm, SpanKind::kOther, chunk.step, chunk.index);
+        if (busy_) {
+          busy_->comm_for(chunk.ns);
+        } else {
+          sleep_chunk(deadline_ns_, chunk.ns);
+        }
+      }
+      lock.lock();
+      --pending_;
+      cv_.notify_all();
+    }
+  }
+  RankRecorder& recorder_;
+  BusyWork* busy_;
+  std::int64_t deadline_ns_ = 0;  // comm thread only
+  std::mutex mutex_;
+  std::condition_variable cv_;
+  std::deque<Chunk> queue_;
+  int pending_ = 0;
+  bool stopping_ = false;
+  std::thread thread_;
+};
+
+class SyntheticWorkload final : public Workload {
+ public:
+  explicit SyntheticWorkload(const SyntheticSpec& spec) : spec_(spec) {}
+
+  std::string describe() const override {
+    return spec_.to_string() + ", " + std::to_string(spec_.ranks) + " ranks";
+  }
+  nlohmann::json config_json() const override {
+    return {{"workload", "synthetic"},
+            {"compute_ns", spec_.compute_ns},
+            {"comm_ns", spec_.comm_ns},
+            {"chunks", spec_.chunks},
+            {"mode", spec_.busy ? "busy" : "sleep"},
+            {"ranks", spec_.ranks}};
+  }
+
+  Timeline run(Scenario scenario, int steps) override {
+    if (spec_.busy && !busy_) busy_ = std::make_unique<BusyWork>();
+    const std::size_t capacity = static_cast<std::size_t>(steps) * (spec_.chunks + 4) + 64;
+    return run_local_ranks({.ranks = spec_.ranks, .span_capacity_per_lane = capacity},
+                           [&](Communicator&, RankRecorder& recorder) {
+                             ChunkRunner runner(recorder, busy_.get());
+                             for (int step = 0; step < steps; ++step) {
+                               iteration(scenario, step, recorder, runner);
+                             }
+                           })
+        .timeline;
+  }
+
+ private:
+  std::int64_t compute_chunk_ns(int i) const { return share(spec_.compute_ns, i); }
+  std::int64_t comm_chunk_ns(int i) const { return share(spec_.comm_ns, i); }
+  // Chunk i's part of `total`, so that the chunks add up to it exactly.
+  std::int64_t share(std::int64_t total, int i) const {
+    return total * (i + 1) / spec_.chunks - total * i / spec_.chunks;
+  }
+
+  void compute(int step, int chunk, RankRecorder& recorder, std::int64_t& deadline_ns) const {
+    ScopedSpan span(recorder, Lane::kCompute, SpanKind::kKernel, step, chunk);
+    if (busy_) {
+      busy_->compute_for(compute_chunk_ns(chunk));
+    } else {
+      sleep_chunk(deadline_ns, compute_chunk_ns(chunk));
+    }
+  }
+
+  void iteration(Scenario scenario, int step, RankRecorder& recorder, ChunkRunner& runner) const {
+    const int n = spec_.chunks;
+    const bool computes = scenario != Scenario::kCommOnly;
+    const bool communicates = scenario != Scenario::kComputeOnly;
+    std::int64_t deadline_ns = 0;
+    for (int i = 0; i < n && computes; ++i) {
+      compute(step, i, recorder, deadline_ns);
+      if (scenario == Scenario::kOverlapped) runner.submit(step, i, comm_chunk_ns(i));
+    }
+    if (scenario == Scenario::kSequential || scenario == Scenario::kCommOnly) {
+      for (int i = 0; i < n; ++i) runner.submit(step, i, comm_chunk_ns(i));
+    }
+    if (communicates) runner.drain(step);
+    if (computes) {
+      // Closes the iteration after communication, as an optimizer step would. No work.
+      ScopedSpan span(recorder, Lane::kCompute, SpanKind::kOptimizer, step);
+    }
+  }
+
+  SyntheticSpec spec_;
+  std::unique_ptr<BusyWork> busy_;
+};
+
+}  // namespace
+
+std::unique_ptr<Workload> make_synthetic_workload(const SyntheticSpec& spec) {
+  return std::make_unique<SyntheticWorkload>(spec);
+}
+
+}  // namespace tandem

@@ -1,0 +1,61 @@
+#include "core/error.h"
+#include "experiment/workload.h"
+#include "report/train_report.h"
+
+namespace tandem {
+
+std::string_view to_string(Scenario scenario) {
+  switch (scenario) {
+    case Scenario::kComputeOnly: return "compute-only";
+    case Scenario::kCommOnly: return "comm-only";
+    case Scenario::kSequential: return "sequential";
+    case Scenario::kOverlapped: return "overlapped";
+  }
+  return "?";
+}
+
+namespace {
+
+class TrainWorkload final : public Workload {
+ public:
+  explicit TrainWorkload(const TrainConfig& config) : config_(config) {
+    config_.record = true;
+    validate(config_);
+  }
+
+  std::string describe() const override {
+    return "train " + config_.model.text + ", " + std::to_string(config_.ranks) + " ranks, batch " +
+           std::to_string(config_.batch) + ", " + config_.reducer.plan.strategy.to_string();
+  }
+
+  nlohmann::json config_json() const override {
+    nlohmann::json j = train_config_json(config_, {});
+    j.erase("buckets");
+    j.erase("steps");
+    j["workload"] = "train";
+    return j;
+  }
+
+  Timeline run(Scenario scenario, int steps) override {
+    TrainConfig c = config_;
+    c.steps = steps;
+    switch (scenario) {
+      case Scenario::kComputeOnly: c.reducer.communicate = false; break;
+      case Scenario::kCommOnly: c.compute = false; break;
+      case Scenario::kSequential: c.reducer.defer = true; break;
+      case Scenario::kOverlapped: break;
+    }
+    return train_local(c).timeline;
+  }
+
+ private:
+  TrainConfig config_;
+};
+
+}  // namespace
+
+std::unique_ptr<Workload> make_train_workload(const TrainConfig& config) {
+  return std::make_unique<TrainWorkload>(config);
+}
+
+}  // namespace tandem

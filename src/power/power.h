@@ -1,0 +1,84 @@
+// Power and energy sampling. A PowerSource reads one kind of sensor (RAPL powercap for
+// CPUs here; NVML for NVIDIA GPUs later); a PowerSampler polls sources on a thread of its
+// own at a fixed interval and keeps the samples. No sensor means "unavailable", never 0.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <filesystem>
+#include <memory>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace tandem {
+
+struct PowerSample {
+  std::int64_t t_ns = 0;  // steady clock, the spans' clock
+  double watts = 0;
+  int source = 0;  // index into the sampler's sources
+};
+
+class PowerSource {
+ public:
+  virtual ~PowerSource() = default;
+  virtual std::string name() const = 0;  // "rapl package-0", "nvml gpu0"
+  // Cumulative energy in joules since an arbitrary origin (wrap-around handled by the
+  // source), read now.
+  virtual double energy_joules() = 0;
+};
+
+// RAPL zones under a powercap root (/sys/class/powercap, or a test fixture with the
+// same layout): every directory "intel-rapl:N" (package) and "intel-rapl:N:M"
+// (sub-zones such as dram) that has a readable energy_uj. Counters wrap at
+// max_energy_range_uj; each source unwraps its own.
+std::vector<std::unique_ptr<PowerSource>> discover_rapl(
+    const std::filesystem::path& root = "/sys/class/powercap");
+
+struct PowerSummary {
+  std::string source;
+  double average_watts = 0;
+  double peak_watts = 0;
+  double energy_joules = 0;  // over the measured interval
+  std::size_t samples = 0;
+  double interval_ms = 0;
+};
+void to_json(nlohmann::json& j, const PowerSummary& s);
+
+class PowerSampler {
+ public:
+  PowerSampler(std::vector<std::unique_ptr<PowerSource>> sources,
+               std::chrono::milliseconds interval);
+  ~PowerSampler();
+
+  bool available() const { return !sources_.empty(); }
+  const std::vector<std::unique_ptr<PowerSource>>& sources() const { return sources_; }
+  std::chrono::milliseconds interval() const { return interval_; }
+
+  // Begins a measured interval (clears samples, starts the polling thread).
+  void start();
+  // Ends it; returns one summary per source.
+  std::vector<PowerSummary> stop();
+  // One poll of every source now (the thread calls this; tests call it directly).
+  void sample_now();
+  std::vector<PowerSample> samples() const;
+
+ private:
+  std::vector<std::unique_ptr<PowerSource>> sources_;
+  std::chrono::milliseconds interval_;
+  mutable std::mutex mutex_;
+  std::condition_variable cv_;
+  bool running_ = false;
+  std::thread thread_;
+  std::vector<PowerSample> samples_;
+  std::vector<double> last_joules_;
+  std::vector<double> start_joules_;
+  std::int64_t last_t_ns_ = 0;
+  std::int64_t start_t_ns_ = 0;
+};
+
+}  // namespace tandem

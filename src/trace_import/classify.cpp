@@ -1,0 +1,91 @@
+#include "trace_import/classify.h"
+
+#include <algorithm>
+#include <cctype>
+
+#include "core/error.h"
+
+namespace tandem {
+namespace {
+
+constexpr std::uint8_t kUnknown = 0xff;
+
+std::regex compile(const std::string& pattern, const char* flag) {
+  try {
+    return std::regex(pattern, std::regex::ECMAScript | std::regex::icase |
+                                   std::regex::optimize);
+  } catch (const std::regex_error& error) {
+    throw UsageError(std::string(flag) + ": invalid regular expression '" + pattern +
+                     "': " + error.what());
+  }
+}
+
+// Lower case without separators, so "AllReduce", "all_reduce" and "allreduce" agree.
+std::string squash(std::string_view name) {
+  std::string out;
+  out.reserve(name.size());
+  for (char c : name) {
+    if (std::isalnum(static_cast<unsigned char>(c))) {
+      out += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+std::string_view to_string(EventRole role) {
+  switch (role) {
+    case EventRole::kCompute:
+      return "compute";
+    case EventRole::kComm:
+      return "comm";
+    case EventRole::kMemory:
+      return "memory";
+    case EventRole::kIgnored:
+      return "ignored";
+  }
+  return "unknown";
+}
+
+SpanKind guess_comm_kind(std::string_view name) {
+  const std::string s = squash(name);
+  // Longest names first: "reducescatter" contains "reduce", "sendrecv" both halves.
+  static const std::pair<const char*, SpanKind> kRules[] = {
+      {"allreduce", SpanKind::kAllreduce},         {"reducescatter", SpanKind::kReduceScatter},
+      {"allgather", SpanKind::kAllgather},         {"broadcast", SpanKind::kBroadcast},
+      {"barrier", SpanKind::kBarrier},             {"sendrecv", SpanKind::kOther},
+      {"send", SpanKind::kSend},                   {"recv", SpanKind::kRecv},
+  };
+  for (const auto& [needle, kind] : kRules) {
+    if (s.find(needle) != std::string::npos) return kind;
+  }
+  return SpanKind::kOther;
+}
+
+EventClassifier::EventClassifier(const ClassificationRules& rules)
+    : comm_(compile(rules.comm, "--comm-regex")),
+      memory_(compile(rules.memory, "--memory-regex")),
+      compute_(compile(rules.compute, "--compute-regex")),
+      any_compute_(rules.compute.empty()) {}
+
+EventRole EventClassifier::classify(NameId id, bool memory_category, const NameTable& names) {
+  const std::size_t slot = 2 * static_cast<std::size_t>(id) + (memory_category ? 1 : 0);
+  if (slot >= cache_.size()) cache_.resize(std::max(slot + 1, 2 * cache_.size()), kUnknown);
+  if (cache_[slot] == kUnknown) {
+    cache_[slot] = static_cast<std::uint8_t>(classify_uncached(names.name(id), memory_category));
+  }
+  return static_cast<EventRole>(cache_[slot]);
+}
+
+EventRole EventClassifier::classify_uncached(std::string_view name, bool memory_category) const {
+  const auto matches = [&](const std::regex& re) {
+    return std::regex_search(name.begin(), name.end(), re);
+  };
+  if (matches(comm_)) return EventRole::kComm;
+  if (memory_category || matches(memory_)) return EventRole::kMemory;
+  if (any_compute_ || matches(compute_)) return EventRole::kCompute;
+  return EventRole::kIgnored;
+}
+
+}  // namespace tandem

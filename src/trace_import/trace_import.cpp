@@ -1,0 +1,214 @@
+#include "trace_import/trace_import.h"
+
+#include <algorithm>
+#include <filesystem>
+
+#include "core/error.h"
+#include "timeline/chrome_trace.h"
+#include "trace_import/trace_reader.h"
+
+namespace tandem {
+namespace {
+
+namespace fs = std::filesystem;
+
+// ProfilerStep windows sorted by start, searched for the window holding a time point.
+class StepFinder {
+ public:
+  explicit StepFinder(std::vector<StepWindow> windows) : windows_(std::move(windows)) {
+    std::sort(windows_.begin(), windows_.end(),
+              [](const StepWindow& a, const StepWindow& b) { return a.start_ns < b.start_ns; });
+  }
+  bool empty() const { return windows_.empty(); }
+  // The step whose [start, end) holds t, -1 if none. Windows do not nest in practice; if
+  // they overlap, the latest-starting one wins.
+  std::int32_t step_at(std::int64_t t) const {
+    auto it = std::upper_bound(windows_.begin(), windows_.end(), t,
+                               [](std::int64_t v, const StepWindow& w) { return v < w.start_ns; });
+    if (it == windows_.begin()) return -1;
+    --it;
+    return t < it->end_ns ? it->step : -1;
+  }
+
+ private:
+  std::vector<StepWindow> windows_;
+};
+
+// Correlation id -> launch time, for attributing a kernel to the step that launched it.
+class LaunchIndex {
+ public:
+  explicit LaunchIndex(std::vector<Launch> launches) : launches_(std::move(launches)) {
+    std::sort(launches_.begin(), launches_.end(),
+              [](const Launch& a, const Launch& b) { return a.correlation < b.correlation; });
+  }
+  const Launch* find(std::int64_t correlation) const {
+    auto it = std::lower_bound(
+        launches_.begin(), launches_.end(), correlation,
+        [](const Launch& l, std::int64_t c) { return l.correlation < c; });
+    return it != launches_.end() && it->correlation == correlation ? &*it : nullptr;
+  }
+
+ private:
+  std::vector<Launch> launches_;
+};
+
+Span role_span(EventRole role, std::string_view name) {
+  Span s;
+  switch (role) {
+    case EventRole::kCompute:
+      s.lane = Lane::kCompute;
+      s.kind = SpanKind::kKernel;
+      break;
+    case EventRole::kComm:
+      s.lane = Lane::kComm;
+      s.kind = guess_comm_kind(name);
+      break;
+    case EventRole::kMemory:
+    case EventRole::kIgnored:
+      s.lane = Lane::kIdle;
+      s.kind = SpanKind::kMemory;
+      break;
+  }
+  return s;
+}
+
+}  // namespace
+
+TraceImporter::TraceImporter(const ClassificationRules& rules) : classifier_(rules) {}
+
+void TraceImporter::add_file(const std::string& path, int file_index) {
+  TraceBytes bytes(path);
+  add(bytes, path, file_index);
+}
+
+void TraceImporter::add_bytes(std::string_view data, const std::string& source, int file_index) {
+  TraceBytes bytes(data);
+  add(bytes, source, file_index);
+}
+
+void TraceImporter::add(TraceBytes& bytes, const std::string& source, int file_index) {
+  Timeline& timeline = result_.timeline;
+  NameTable& names = *timeline.names;
+  RawTrace raw = read_raw_trace(bytes, source, names);
+
+  TraceFileInfo info{.path = source, .bytes = raw.bytes_read, .trace_events = raw.trace_events,
+                     .step_windows = raw.steps.size()};
+  const auto claim_rank = [&](std::int32_t rank) {
+    if (static_cast<std::size_t>(rank) >= rank_owner_.size()) rank_owner_.resize(rank + 1);
+    std::string& owner = rank_owner_[rank];
+    if (!owner.empty() && owner != source) {
+      throw UsageError(source + ": rank " + std::to_string(rank) + " is also in " + owner +
+                       " (one trace per rank)");
+    }
+    owner = source;
+    timeline.ranks = std::max(timeline.ranks, rank + 1);
+  };
+
+  if (raw.tandem) {
+    // tandem's own trace: the meaning read_chrome_trace gives it.
+    info.format = "tandem";
+    info.rank_source = "trace (pid)";
+    for (const RawEvent& e : raw.events) {
+      const TraceCategory& cat = raw.categories[e.category];
+      if (!cat.tandem_kind) continue;
+      if (e.tid < 0 || e.tid >= kLaneCount || e.pid < 0 || e.pid > 1'000'000) {
+        throw UsageError(source + ": a span has pid " + std::to_string(e.pid) + ", tid " +
+                         std::to_string(e.tid) + ", which is not a tandem rank and lane");
+      }
+      Span s{.rank = static_cast<std::int32_t>(e.pid), .lane = static_cast<Lane>(e.tid),
+             .kind = cat.kind, .name = kNoName, .step = e.step, .tag = e.tag,
+             .start_ns = e.start_ns + raw.tandem_t0_ns, .end_ns = e.end_ns + raw.tandem_t0_ns,
+             .bytes = e.bytes, .flops = e.flops};
+      // A name equal to the generated label carries no information of its own.
+      if (names.name(e.name) != chrome_event_name(timeline, s)) s.name = e.name;
+      claim_rank(s.rank);
+      info.compute += s.lane == Lane::kCompute;
+      info.comm += s.lane == Lane::kComm;
+      timeline.spans.push_back(s);
+    }
+    if (raw.tandem_ranks > 0 && raw.tandem_ranks <= 1'000'000) {
+      for (std::int32_t r = 0; r < raw.tandem_ranks; ++r) claim_rank(r);
+    }
+    result_.files.push_back(std::move(info));
+    return;
+  }
+
+  info.format = "kineto";
+  info.rank = raw.distributed_rank ? static_cast<std::int32_t>(*raw.distributed_rank) : file_index;
+  info.rank_source = raw.distributed_rank ? "distributedInfo.rank" : "file order";
+  claim_rank(info.rank);
+  const std::int64_t base_ns = raw.base_time_ns.value_or(0);
+  const StepFinder steps(std::move(raw.steps));
+  const LaunchIndex launches(std::move(raw.launches));
+  timeline.spans.reserve(timeline.spans.size() + raw.events.size());
+  for (const RawEvent& e : raw.events) {
+    const TraceCategory& cat = raw.categories[e.category];
+    EventRole role;
+    if (cat.gpu) {
+      role = classifier_.classify(e.name, cat.memory, names);
+    } else if (names.name(e.name).starts_with("gloo:")) {
+      role = EventRole::kComm;
+    } else {
+      continue;  // a tandem span kind in a Kineto trace: not an event Kineto writes
+    }
+    if (role == EventRole::kIgnored) {
+      ++info.ignored;
+      continue;
+    }
+    Span s = role_span(role, names.name(e.name));
+    s.rank = info.rank;
+    s.name = e.name;
+    s.start_ns = e.start_ns + base_ns;
+    s.end_ns = e.end_ns + base_ns;
+    if (steps.empty()) {
+      s.step = 0;
+    } else {
+      const Launch* launch = cat.gpu && e.correlation >= 0 ? launches.find(e.correlation) : nullptr;
+      s.step = steps.step_at(launch != nullptr ? launch->start_ns : e.start_ns);
+    }
+    info.compute += role == EventRole::kCompute;
+    info.comm += role == EventRole::kComm;
+    info.memory += role == EventRole::kMemory;
+    info.outside_steps += s.step < 0;
+    timeline.spans.push_back(s);
+  }
+  result_.files.push_back(std::move(info));
+}
+
+ImportResult TraceImporter::finish() { return std::move(result_); }
+
+ImportResult import_traces(const std::vector<std::string>& paths,
+                           const ClassificationRules& rules) {
+  TraceImporter importer(rules);
+  for (std::size_t i = 0; i < paths.size(); ++i) importer.add_file(paths[i], static_cast<int>(i));
+  return importer.finish();
+}
+
+std::vector<std::string> expand_trace_inputs(const std::vector<std::string>& inputs,
+                                             std::string_view flag) {
+  std::vector<std::string> files;
+  const std::string prefix = flag.empty() ? "" : std::string(flag) + ": ";
+  for (const std::string& input : inputs) {
+    std::error_code ec;
+    const fs::file_status status = fs::status(input, ec);
+    if (ec || !fs::exists(status)) throw UsageError(prefix + input + ": no such file or directory");
+    if (!fs::is_directory(status)) {
+      files.push_back(input);
+      continue;
+    }
+    std::vector<std::string> found;
+    for (const fs::directory_entry& entry : fs::directory_iterator(input, ec)) {
+      const std::string name = entry.path().filename().string();
+      if (entry.is_regular_file() && (name.ends_with(".json") || name.ends_with(".json.gz"))) {
+        found.push_back(entry.path().string());
+      }
+    }
+    if (ec) throw UsageError(prefix + input + ": cannot list: " + ec.message());
+    if (found.empty()) throw UsageError(prefix + input + ": no *.json or *.json.gz traces in it");
+    std::sort(found.begin(), found.end());
+    files.insert(files.end(), found.begin(), found.end());
+  }
+  return files;
+}
+
+}  // namespace tandem

@@ -1,0 +1,81 @@
+// Profiler traces -> a tandem Timeline, so other people's training runs get the same
+// metrics and reports as tandem's own (docs/ANALYZE.md).
+//
+// Two input formats, told apart by content, plain or gzip:
+//   - PyTorch profiler (Kineto) Chrome traces, one file per rank. The rank is
+//     distributedInfo.rank, else the file's position in the input list.
+//   - tandem's own trace.json (otherData.tandem_trace): read back with the semantics of
+//     read_chrome_trace (pid = rank, tid = lane, cat = kind, args.step).
+//
+// Kineto events become spans (rank, lane, kind, name, step):
+//   compute kernels   -> Lane::kCompute, SpanKind::kKernel
+//   comm kernels      -> Lane::kComm, the collective guessed from the name, else kOther
+//   memcpy / memset   -> Lane::kIdle, SpanKind::kMemory: drawn in the trace, but neither
+//                        compute nor communication for the metrics
+//   gloo:* CPU ops    -> Lane::kComm (CPU-side collectives)
+// Step: the ProfilerStep#N window (CPU side) containing the launch of the kernel (found
+// through args.correlation), else the kernel's own start; -1 outside every window. A
+// file without ProfilerStep annotations is one iteration, step 0.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "timeline/recorder.h"
+#include "trace_import/classify.h"
+
+namespace tandem {
+
+struct TraceFileInfo {
+  std::string path;
+  std::string format;       // "kineto" or "tandem"
+  std::int32_t rank = -1;   // kineto: the rank its spans got; tandem: -1 (several)
+  std::string rank_source;  // "distributedInfo.rank", "file order", "trace (pid)"
+  std::uint64_t bytes = 0;  // bytes read (decompressed)
+  std::size_t trace_events = 0;
+  std::size_t compute = 0, comm = 0, memory = 0;  // spans by role
+  std::size_t ignored = 0;        // GPU events no rule classified (--compute-regex)
+  std::size_t outside_steps = 0;  // spans in no ProfilerStep window (step -1)
+  std::size_t step_windows = 0;   // ProfilerStep#N annotations
+};
+
+struct ImportResult {
+  Timeline timeline;
+  std::vector<TraceFileInfo> files;
+};
+
+class TraceImporter {
+ public:
+  // Throws UsageError for an invalid regular expression.
+  explicit TraceImporter(const ClassificationRules& rules = {});
+
+  // Adds one trace file. `file_index` (0-based position in the input list) is the rank of
+  // a Kineto trace without distributedInfo. Throws UsageError naming `path`.
+  void add_file(const std::string& path, int file_index);
+  // The same from bytes in memory; `source` names it in errors.
+  void add_bytes(std::string_view data, const std::string& source, int file_index);
+
+  // The result so far; throws UsageError if two inputs claim the same rank.
+  ImportResult finish();
+
+ private:
+  void add(class TraceBytes& bytes, const std::string& source, int file_index);
+
+  EventClassifier classifier_;
+  ImportResult result_;
+  std::vector<std::string> rank_owner_;  // rank -> the file that supplied it
+};
+
+// Convenience: every path in order (file_index = position).
+ImportResult import_traces(const std::vector<std::string>& paths,
+                           const ClassificationRules& rules = {});
+
+// Files and directories -> trace files: a directory contributes its *.json and *.json.gz
+// files sorted by name. Throws UsageError("<flag>: <path>: ...") for a missing path or a
+// directory without traces.
+std::vector<std::string> expand_trace_inputs(const std::vector<std::string>& inputs,
+                                             std::string_view flag);
+
+}  // namespace tandem

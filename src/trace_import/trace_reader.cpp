@@ -1,0 +1,500 @@
+#include "trace_import/trace_reader.h"
+
+#include <cmath>
+#include <limits>
+#include <nlohmann/json.hpp>
+
+#include "core/error.h"
+
+namespace tandem {
+namespace {
+
+using nlohmann::json;
+
+// Where the parser is: one frame per open object or array. kSkip covers every value the
+// reader does not use, however deep, so unknown content costs one byte of stack per level.
+enum class Frame : std::uint8_t { kTop, kEvents, kEvent, kArgs, kDistributed, kOtherData,
+                                  kTandem, kSkip };
+
+// The keys the reader uses; anything else is kNone and its value is skipped.
+enum class Field : std::uint8_t {
+  kNone, kTraceEvents, kDistributedInfo, kOtherData, kBaseTime,             // top level
+  kPh, kCat, kName, kPid, kTid, kTs, kDur, kArgs,                           // event
+  kCorrelation, kStep, kTag, kBytes, kFlops,                                // event args
+  kRank, kTandemTrace, kT0, kRanks,                                         // nested metadata
+};
+
+Field field_of(Frame frame, const std::string& key) {
+  switch (frame) {
+    case Frame::kTop:
+      if (key == "traceEvents") return Field::kTraceEvents;
+      if (key == "distributedInfo") return Field::kDistributedInfo;
+      if (key == "otherData") return Field::kOtherData;
+      if (key == "baseTimeNanoseconds") return Field::kBaseTime;
+      return Field::kNone;
+    case Frame::kEvent:
+      if (key.size() > 4) return Field::kNone;  // Kineto's many args-level keys, quickly
+      if (key == "ph") return Field::kPh;
+      if (key == "cat") return Field::kCat;
+      if (key == "name") return Field::kName;
+      if (key == "pid") return Field::kPid;
+      if (key == "tid") return Field::kTid;
+      if (key == "ts") return Field::kTs;
+      if (key == "dur") return Field::kDur;
+      if (key == "args") return Field::kArgs;
+      return Field::kNone;
+    case Frame::kArgs:
+      if (key == "correlation") return Field::kCorrelation;
+      if (key == "step") return Field::kStep;
+      if (key == "layer" || key == "bucket" || key == "tag") return Field::kTag;
+      if (key == "bytes") return Field::kBytes;
+      if (key == "flops") return Field::kFlops;
+      return Field::kNone;
+    case Frame::kDistributed:
+      return key == "rank" ? Field::kRank : Field::kNone;
+    case Frame::kOtherData:
+      return key == "tandem_trace" ? Field::kTandemTrace : Field::kNone;
+    case Frame::kTandem:
+      if (key == "t0_ns") return Field::kT0;
+      if (key == "ranks") return Field::kRanks;
+      return Field::kNone;
+    default:
+      return Field::kNone;
+  }
+}
+
+const char* field_name(Field f) {
+  switch (f) {
+    case Field::kTraceEvents: return "traceEvents";
+    case Field::kDistributedInfo: return "distributedInfo";
+    case Field::kOtherData: return "otherData";
+    case Field::kBaseTime: return "baseTimeNanoseconds";
+    case Field::kPh: return "ph";
+    case Field::kCat: return "cat";
+    case Field::kName: return "name";
+    case Field::kPid: return "pid";
+    case Field::kTid: return "tid";
+    case Field::kTs: return "ts";
+    case Field::kDur: return "dur";
+    case Field::kArgs: return "args";
+    case Field::kCorrelation: return "args.correlation";
+    case Field::kStep: return "args.step";
+    case Field::kTag: return "args.layer/bucket/tag";
+    case Field::kBytes: return "args.bytes";
+    case Field::kFlops: return "args.flops";
+    case Field::kRank: return "distributedInfo.rank";
+    case Field::kTandemTrace: return "otherData.tandem_trace";
+    case Field::kT0: return "tandem_trace.t0_ns";
+    case Field::kRanks: return "tandem_trace.ranks";
+    case Field::kNone: break;
+  }
+  return "?";
+}
+
+// One scalar as the SAX callbacks deliver it.
+struct Value {
+  enum Type : std::uint8_t { kInt, kFloat, kString, kOther } type = kOther;
+  std::int64_t i = 0;
+  double d = 0;
+  std::string_view text;  // the string, or a number's lexeme
+  bool is_number() const { return type == kInt || type == kFloat; }
+};
+
+// The event being read; reset at each '{' in traceEvents.
+struct EventFields {
+  std::string name, cat;  // reused buffers: no allocation per event once warm
+  bool complete = false;  // "ph":"X"
+  bool has_name = false, has_ts = false, has_dur = false;
+  RawEvent raw;
+  std::int64_t dur_ns = 0;
+  void reset() {
+    complete = has_name = has_ts = has_dur = false;
+    name.clear();
+    cat.clear();
+    raw = RawEvent{};
+    dur_ns = 0;
+  }
+};
+
+bool starts_with(std::string_view s, std::string_view prefix) { return s.starts_with(prefix); }
+
+class Handler : public nlohmann::json_sax<json> {
+ public:
+  Handler(TraceBytes& bytes, std::string_view source, NameTable& names, RawTrace& out)
+      : bytes_(bytes), source_(source), names_(names), out_(out) {
+    frames_.reserve(64);
+  }
+
+  bool saw_events() const { return saw_events_; }
+
+  // --- nlohmann::json_sax ---
+  bool null() override { return scalar(Value{}); }
+  bool boolean(bool) override { return scalar(Value{}); }
+  bool number_integer(number_integer_t v) override {
+    return scalar(Value{.type = Value::kInt, .i = v, .d = static_cast<double>(v), .text = {}});
+  }
+  bool number_unsigned(number_unsigned_t v) override {
+    if (v > static_cast<number_unsigned_t>(std::numeric_limits<std::int64_t>::max())) {
+      // Beyond int64: no field the reader uses can be that large.
+      return scalar(Value{.type = Value::kFloat, .i = 0, .d = static_cast<double>(v),
+                          .text = "1e99"});
+    }
+    return number_integer(static_cast<std::int64_t>(v));
+  }
+  bool number_float(number_float_t v, const string_t& text) override {
+    return scalar(Value{.type = Value::kFloat, .i = 0, .d = v, .text = text});
+  }
+  bool string(string_t& s) override {
+    return scalar(Value{.type = Value::kString, .i = 0, .d = 0, .text = s});
+  }
+  bool binary(binary_t&) override { return scalar(Value{}); }
+
+  bool key(string_t& k) override {
+    pending_ = field_of(frames_.back(), k);
+    return true;
+  }
+
+  bool start_object(std::size_t) override {
+    frames_.push_back(child_frame(/*is_object=*/true));
+    pending_ = Field::kNone;
+    if (frames_.back() == Frame::kEvent) event_.reset();
+    return true;
+  }
+  bool end_object() override {
+    const Frame done = frames_.back();
+    frames_.pop_back();
+    if (done == Frame::kEvent) finish_event();
+    return true;
+  }
+  bool start_array(std::size_t) override {
+    frames_.push_back(child_frame(/*is_object=*/false));
+    pending_ = Field::kNone;
+    return true;
+  }
+  bool end_array() override {
+    frames_.pop_back();
+    return true;
+  }
+
+  bool parse_error(std::size_t position, const std::string&,
+                   const nlohmann::detail::exception& error) override {
+    std::string what = error.what();
+    // The first token was the end of the input: nothing but whitespace.
+    if (!saw_anything_ && what.find("unexpected end of input") != std::string::npos) {
+      throw UsageError(std::string(source_) + ": empty file (not a trace)");
+    }
+    // nlohmann's message is "[json.exception...] parse error at line L, column C: what".
+    if (const auto at = what.find(": ", what.find("column")); at != std::string::npos) {
+      what = what.substr(at + 2);
+    }
+    throw UsageError(std::string(source_) + ": not valid JSON at byte " +
+                     std::to_string(position) + where_suffix() + ": " + what);
+  }
+
+  [[noreturn]] void fail(const std::string& what) const {
+    throw UsageError(std::string(source_) + ": " + what + " at byte " +
+                     std::to_string(bytes_.position()) + where_suffix());
+  }
+
+ private:
+  std::string where_suffix() const {
+    return bytes_.compressed() ? " (decompressed)" : "";
+  }
+
+  std::string event_label() const {
+    return "event " + std::to_string(out_.trace_events - 1);
+  }
+
+  Frame child_frame(bool is_object) {
+    saw_anything_ = true;
+    if (frames_.empty()) {
+      // The document itself: {"traceEvents": [...], ...} or the bare array form.
+      if (is_object) return Frame::kTop;
+      saw_events_ = true;
+      return Frame::kEvents;
+    }
+    const Frame parent = frames_.back();
+    const Field f = pending_;
+    switch (parent) {
+      case Frame::kTop:
+        if (f == Field::kTraceEvents) {
+          if (is_object) fail("\"traceEvents\" is an object, expected an array");
+          saw_events_ = true;
+          return Frame::kEvents;
+        }
+        if (f == Field::kDistributedInfo && is_object) return Frame::kDistributed;
+        if (f == Field::kOtherData && is_object) return Frame::kOtherData;
+        if (f == Field::kBaseTime) fail("\"baseTimeNanoseconds\" is not a number");
+        return Frame::kSkip;
+      case Frame::kEvents:
+        ++out_.trace_events;
+        if (!is_object) fail(event_label() + " is an array, expected an object");
+        return Frame::kEvent;
+      case Frame::kEvent:
+        if (f == Field::kArgs && is_object) return Frame::kArgs;
+        if (f == Field::kTs || f == Field::kDur || f == Field::kName || f == Field::kPh ||
+            f == Field::kCat) {
+          fail(event_label() + ": \"" + field_name(f) + "\" has the wrong type");
+        }
+        return Frame::kSkip;
+      case Frame::kOtherData:
+        if (f != Field::kTandemTrace || !is_object) return Frame::kSkip;
+        out_.tandem = true;
+        return Frame::kTandem;
+      case Frame::kDistributed:
+        if (f == Field::kRank) fail("\"distributedInfo.rank\" is not an integer");
+        return Frame::kSkip;
+      default:
+        return Frame::kSkip;
+    }
+  }
+
+  bool scalar(const Value& v) {
+    saw_anything_ = true;
+    if (frames_.empty()) fail("not a trace: the document is a single value");
+    const Field f = pending_;
+    pending_ = Field::kNone;
+    switch (frames_.back()) {
+      case Frame::kEvents:
+        ++out_.trace_events;
+        fail(event_label() + " is not an object");
+      case Frame::kEvent:
+        event_field(f, v);
+        break;
+      case Frame::kArgs:
+        arg_field(f, v);
+        break;
+      case Frame::kTop:
+        if (f == Field::kTraceEvents) fail("\"traceEvents\" is not an array");
+        if (f == Field::kBaseTime) {
+          if (v.type != Value::kInt || v.i < 0 || v.i > kMaxAbsTsUs * 1000) {
+            fail("\"baseTimeNanoseconds\" is not a non-negative integer in range");
+          }
+          out_.base_time_ns = v.i;
+        }
+        break;
+      case Frame::kDistributed:
+        if (f == Field::kRank) {
+          if (v.type != Value::kInt || v.i < 0 || v.i > 1'000'000) {
+            fail("\"distributedInfo.rank\" is not a rank (an integer 0..1000000)");
+          }
+          out_.distributed_rank = v.i;
+        }
+        break;
+      case Frame::kTandem:
+        if (f == Field::kT0 || f == Field::kRanks) {
+          if (v.type != Value::kInt) fail(std::string("\"") + field_name(f) + "\" is not an integer");
+          if (f == Field::kT0 && (v.i < -kMaxAbsTsUs * 1000 || v.i > kMaxAbsTsUs * 1000)) {
+            fail("\"tandem_trace.t0_ns\" out of range");
+          }
+          if (f == Field::kT0) out_.tandem_t0_ns = v.i;
+          if (f == Field::kRanks) out_.tandem_ranks = v.i;
+        }
+        break;
+      default:
+        break;
+    }
+    return true;
+  }
+
+  std::int64_t time_ns(Field f, const Value& v, std::int64_t max_abs_us) const {
+    if (!v.is_number()) fail(event_label() + ": \"" + field_name(f) + "\" is not a number");
+    std::optional<std::int64_t> ns;
+    if (v.type == Value::kInt) {
+      if (v.i >= -max_abs_us && v.i <= max_abs_us) ns = v.i * 1000;
+    } else if (std::fabs(v.d) <= static_cast<double>(max_abs_us)) {
+      ns = decimal_us_to_ns(v.text);
+      if (!ns) ns = std::llround(v.d * 1e3);  // exponent form: the double is all we have
+    }
+    if (!ns) {
+      fail(event_label() + ": \"" + field_name(f) + "\" out of range (" +
+           std::string(v.type == Value::kInt ? std::to_string(v.i) : std::string(v.text)) +
+           " us)");
+    }
+    return *ns;
+  }
+
+  void event_field(Field f, const Value& v) {
+    switch (f) {
+      case Field::kPh:
+      case Field::kCat:
+      case Field::kName:
+        if (v.type != Value::kString) {
+          fail(event_label() + ": \"" + field_name(f) + "\" is not a string");
+        }
+        if (f == Field::kPh) event_.complete = v.text == "X";
+        if (f == Field::kCat) event_.cat.assign(v.text);
+        if (f == Field::kName) {
+          event_.name.assign(v.text);
+          event_.has_name = true;
+        }
+        break;
+      case Field::kPid:
+        event_.raw.pid = v.type == Value::kInt ? v.i : -1;  // Kineto writes some as strings
+        break;
+      case Field::kTid:
+        event_.raw.tid = v.type == Value::kInt ? v.i : -1;
+        break;
+      case Field::kTs:
+        event_.raw.start_ns = time_ns(f, v, kMaxAbsTsUs);
+        event_.has_ts = true;
+        break;
+      case Field::kDur:
+        event_.dur_ns = time_ns(f, v, kMaxDurUs);
+        if (event_.dur_ns < 0) fail(event_label() + ": negative \"dur\"");
+        event_.has_dur = true;
+        break;
+      case Field::kArgs:
+        if (v.type != Value::kOther) fail(event_label() + ": \"args\" is not an object");
+        break;
+      default:
+        break;
+    }
+  }
+
+  std::int32_t small_int(Field f, const Value& v) const {
+    if (v.i < -1 || v.i > std::numeric_limits<std::int32_t>::max()) {
+      fail(event_label() + ": \"" + field_name(f) + "\" out of range");
+    }
+    return static_cast<std::int32_t>(v.i);
+  }
+
+  void arg_field(Field f, const Value& v) {
+    if (f == Field::kFlops) {
+      if (v.is_number() && std::isfinite(v.d)) event_.raw.flops = v.d;
+      return;
+    }
+    // Integer args with another type are someone else's convention: not ours to judge.
+    if (v.type != Value::kInt) return;
+    switch (f) {
+      case Field::kCorrelation:
+        event_.raw.correlation = v.i;
+        break;
+      case Field::kStep:
+        event_.raw.step = small_int(f, v);
+        break;
+      case Field::kTag:
+        event_.raw.tag = small_int(f, v);
+        break;
+      case Field::kBytes:
+        event_.raw.bytes = v.i;
+        break;
+      default:
+        break;
+    }
+  }
+
+  std::uint8_t category(const std::string& name) {
+    if (last_category_ < out_.categories.size() && out_.categories[last_category_].name == name) {
+      return last_category_;
+    }
+    for (std::size_t i = 0; i < out_.categories.size(); ++i) {
+      if (out_.categories[i].name == name) return last_category_ = static_cast<std::uint8_t>(i);
+    }
+    // A pathological file with hundreds of categories: the rest share one plain entry.
+    if (out_.categories.size() >= 255) return last_category_ = 255;
+    TraceCategory c{.name = name};
+    c.memory = name == "gpu_memcpy" || name == "gpu_memset";
+    c.gpu = c.memory || name == "kernel";
+    for (int k = 0; k <= static_cast<int>(SpanKind::kOther); ++k) {
+      if (to_string(static_cast<SpanKind>(k)) == name) {
+        c.tandem_kind = true;
+        c.kind = static_cast<SpanKind>(k);
+      }
+    }
+    out_.categories.push_back(std::move(c));
+    return last_category_ = static_cast<std::uint8_t>(out_.categories.size() - 1);
+  }
+
+  void finish_event() {
+    if (!event_.complete) return;  // metadata, instants, flows, counters
+    const bool step_window = starts_with(event_.name, "ProfilerStep#") &&
+                             event_.cat != "gpu_user_annotation";
+    std::uint8_t cat = category(event_.cat);
+    const bool plain = cat == 255;
+    const bool span = !plain && (out_.categories[cat].gpu || out_.categories[cat].tandem_kind ||
+                                 starts_with(event_.name, "gloo:"));
+    // Launches are CPU-side; GPU-side annotations can carry correlations too.
+    const bool launch = !span && event_.raw.correlation >= 0 && !starts_with(event_.cat, "gpu_");
+    if (!span && !launch && !step_window) return;
+    if (!event_.has_ts) fail(event_label() + ": missing \"ts\"");
+    if (launch) {
+      out_.launches.push_back({event_.raw.correlation, event_.raw.start_ns});
+      return;
+    }
+    if (!event_.has_dur) fail(event_label() + ": missing \"dur\"");
+    event_.raw.end_ns = event_.raw.start_ns + event_.dur_ns;
+    if (step_window) {
+      std::int64_t n = 0;
+      const std::string_view digits = std::string_view(event_.name).substr(13);
+      for (char c : digits) {
+        if (c < '0' || c > '9' || n > 100'000'000) return;  // not ProfilerStep#<number>
+        n = n * 10 + (c - '0');
+      }
+      if (!digits.empty()) {
+        out_.steps.push_back({static_cast<std::int32_t>(n), event_.raw.start_ns,
+                              event_.raw.end_ns});
+      }
+      return;
+    }
+    if (!event_.has_name) fail(event_label() + ": missing \"name\"");
+    event_.raw.category = cat;
+    event_.raw.name = names_.intern(event_.name);
+    out_.events.push_back(event_.raw);
+  }
+
+  TraceBytes& bytes_;
+  std::string_view source_;
+  NameTable& names_;
+  RawTrace& out_;
+  std::vector<Frame> frames_;
+  Field pending_ = Field::kNone;
+  EventFields event_;
+  std::uint8_t last_category_ = 0;
+  bool saw_events_ = false;
+  bool saw_anything_ = false;
+};
+
+}  // namespace
+
+std::optional<std::int64_t> decimal_us_to_ns(std::string_view text) {
+  std::size_t i = 0;
+  const bool negative = i < text.size() && text[i] == '-';
+  if (negative) ++i;
+  std::int64_t us = 0;
+  std::size_t int_digits = 0;
+  for (; i < text.size() && text[i] >= '0' && text[i] <= '9'; ++i, ++int_digits) {
+    if (int_digits >= 17) return std::nullopt;  // > 1e17 us: beyond any bound we accept
+    us = us * 10 + (text[i] - '0');
+  }
+  if (int_digits == 0) return std::nullopt;
+  std::int64_t frac_ns = 0;
+  bool round_up = false;
+  if (i < text.size() && text[i] == '.') {
+    ++i;
+    std::size_t frac_digits = 0;
+    for (; i < text.size() && text[i] >= '0' && text[i] <= '9'; ++i, ++frac_digits) {
+      if (frac_digits < 3) frac_ns = frac_ns * 10 + (text[i] - '0');
+      // The fourth decimal decides rounding to the nearest ns; later ones cannot change it.
+      if (frac_digits == 3) round_up = text[i] >= '5';
+    }
+    for (; frac_digits < 3; ++frac_digits) frac_ns *= 10;
+  }
+  if (i != text.size()) return std::nullopt;  // an exponent
+  if (us > kMaxAbsTsUs) return std::nullopt;
+  const std::int64_t ns = us * 1000 + frac_ns + (round_up ? 1 : 0);
+  return negative ? -ns : ns;
+}
+
+RawTrace read_raw_trace(TraceBytes& bytes, std::string_view source, NameTable& names) {
+  RawTrace out;
+  Handler handler(bytes, source, names, out);
+  std::istream in(&bytes);
+  // strict: trailing content after the document is an error too.
+  json::sax_parse(in, &handler, json::input_format_t::json, /*strict=*/true);
+  if (!handler.saw_events()) handler.fail("not a Chrome trace: no \"traceEvents\" array");
+  out.bytes_read = bytes.position();
+  return out;
+}
+
+}  // namespace tandem

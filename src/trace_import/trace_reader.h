@@ -1,0 +1,90 @@
+// Streaming reader of Chrome-trace JSON (PyTorch profiler / Kineto, or tandem's own
+// trace.json): one pass with nlohmann's SAX interface, keeping only the events an
+// overlap analysis can use. No document tree is built, so memory grows with the kept
+// events, not with the file.
+//
+// What is kept (everything else is skipped as it streams past):
+//   - complete events ("ph":"X") whose category is a GPU one (kernel, gpu_memcpy,
+//     gpu_memset) or one of tandem's span kinds, and CPU collectives named "gloo:*";
+//   - launches: other complete events that carry args.correlation (cudaLaunchKernel and
+//     friends), as (correlation, start) pairs, to find the step that launched a kernel;
+//   - ProfilerStep#N windows (CPU-side; the GPU copies, gpu_user_annotation, are not);
+//   - distributedInfo.rank, baseTimeNanoseconds and otherData.tandem_trace.
+// Which format the file is in is only known at its end (tandem writes otherData last),
+// so interpretation is left to trace_import.
+//
+// Errors: UsageError("<source>: <what> at byte <offset>") for anything malformed:
+// invalid JSON, a wrong type in a field the reader uses, a timestamp out of range.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "timeline/span.h"
+#include "trace_import/trace_bytes.h"
+
+namespace tandem {
+
+// Timestamps are bounded so that every sum the importer forms fits in int64 ns:
+// ts within ±3e15 us (beyond the year 2060 since the epoch), dur within [0, 1e12] us.
+inline constexpr std::int64_t kMaxAbsTsUs = 3'000'000'000'000'000;
+inline constexpr std::int64_t kMaxDurUs = 1'000'000'000'000;
+
+struct TraceCategory {
+  std::string name;
+  bool gpu = false;          // kernel, gpu_memcpy, gpu_memset
+  bool memory = false;       // gpu_memcpy, gpu_memset
+  bool tandem_kind = false;  // names a SpanKind (tandem's own traces)
+  SpanKind kind = SpanKind::kOther;
+};
+
+struct RawEvent {
+  std::int64_t start_ns = 0;  // ts as written, in ns (no base time added)
+  std::int64_t end_ns = 0;
+  std::int64_t pid = -1;  // -1: absent or not an integer
+  std::int64_t tid = -1;
+  std::int64_t correlation = -1;
+  std::int64_t bytes = 0;
+  double flops = 0;
+  NameId name = kNoName;
+  std::int32_t step = -1;  // args.step (tandem traces)
+  std::int32_t tag = -1;   // args.layer / args.bucket / args.tag (tandem traces)
+  std::uint8_t category = 0;
+};
+
+struct Launch {
+  std::int64_t correlation = 0;
+  std::int64_t start_ns = 0;
+};
+
+struct StepWindow {
+  std::int32_t step = 0;
+  std::int64_t start_ns = 0;
+  std::int64_t end_ns = 0;
+};
+
+struct RawTrace {
+  std::vector<TraceCategory> categories;
+  std::vector<RawEvent> events;
+  std::vector<Launch> launches;
+  std::vector<StepWindow> steps;
+  std::optional<std::int64_t> distributed_rank;
+  std::optional<std::int64_t> base_time_ns;
+  bool tandem = false;  // otherData.tandem_trace present
+  std::int64_t tandem_t0_ns = 0;
+  std::int64_t tandem_ranks = 0;
+  std::size_t trace_events = 0;  // entries of traceEvents, kept or not
+  std::uint64_t bytes_read = 0;
+};
+
+// Reads one trace; names of kept events are interned into `names`.
+RawTrace read_raw_trace(TraceBytes& bytes, std::string_view source, NameTable& names);
+
+// "12.3456" (microseconds, as JSON writes it) -> 12346 ns, exactly, rounding half away
+// from zero; nullopt for text that is not a plain decimal (exponents) or is out of range.
+std::optional<std::int64_t> decimal_us_to_ns(std::string_view text);
+
+}  // namespace tandem

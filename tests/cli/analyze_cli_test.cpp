@@ -1,0 +1,181 @@
+// `tandem analyze` as a user meets it: traces in, table and files out, one clear line
+// for bad input, and tandem's own trace giving back the metrics its run reported.
+#include <gtest/gtest.h>
+#include <zlib.h>
+
+#include <cmath>
+#include <nlohmann/json.hpp>
+#include <set>
+
+#include "cli/cli_support.h"
+#include "import/kineto_builder.h"
+
+namespace tandem::testing {
+namespace {
+
+namespace fs = std::filesystem;
+
+// Two steps per rank: compute [0,120) us, all-reduce [60,160) us, step windows 1000 us.
+std::string rank_trace(std::optional<int> rank, const std::string& kernel = "sm80_gemm") {
+  KinetoBuilder b(rank);
+  for (int step = 0; step < 2; ++step) {
+    const double t = 1000.0 * step;
+    b.profiler_step(step, t, 1000).kernel(kernel, t, 120);
+    b.kernel("ncclDevKernel_AllReduce_Sum_f32_RING_LL", t + 60, 100, 13);
+  }
+  return b.str();
+}
+
+// The line of `text` that contains `label` ("" if none).
+std::string line_of(const std::string& text, const std::string& label) {
+  const auto at = text.find(label);
+  if (at == std::string::npos) return "";
+  return text.substr(at, text.find('\n', at) - at);
+}
+
+void write_gzip(const fs::path& path, const std::string& text) {
+  gzFile gz = gzopen(path.c_str(), "wb");
+  ASSERT_NE(gz, nullptr);
+  gzwrite(gz, text.data(), static_cast<unsigned>(text.size()));
+  gzclose(gz);
+}
+
+TEST(AnalyzeCliTest, HelpExplainsEveryFlag) {
+  const CliResult r = run_tandem("analyze --help");
+  EXPECT_EQ(r.exit_code, 0);
+  for (const char* flag : {"--baseline", "--out", "--comm-regex", "--memory-regex",
+                           "--compute-regex", "--warmup"}) {
+    EXPECT_NE(r.out.find(flag), std::string::npos) << flag;
+  }
+}
+
+TEST(AnalyzeCliTest, DirectoryOfRankTracesGivesTableAndFiles) {
+  TempDir dir;
+  const fs::path traces = dir.path() / "traces";
+  fs::create_directories(traces);
+  std::ofstream(traces / "rank0.json") << rank_trace(0);
+  write_gzip(traces / "rank1.json.gz", rank_trace(1));
+  const fs::path out = dir.path() / "a";
+  const CliResult r = run_tandem("analyze " + traces.string() + " --out " + out.string());
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("rank 1 (from distributedInfo.rank)"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("hidden share of communication  60.0%"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("summary over 2 iterations"), std::string::npos) << r.out;
+
+  const auto summary = nlohmann::json::parse(slurp(out / "summary.json"));
+  EXPECT_EQ(summary["version"], 1);
+  EXPECT_EQ(summary["inputs"].size(), 2u);
+  EXPECT_DOUBLE_EQ(summary["overlap_ms"]["median"].get<double>(), 0.06);
+  EXPECT_EQ(count_lines(slurp(out / "iterations.csv")), 1 + 2 * 2);
+  const auto trace = nlohmann::json::parse(slurp(out / "trace.json"));
+  std::set<int> pids;
+  for (const auto& e : trace["traceEvents"]) {
+    if (e["ph"] == "X") pids.insert(e["pid"].get<int>());
+  }
+  EXPECT_EQ(pids, (std::set<int>{0, 1}));
+}
+
+TEST(AnalyzeCliTest, RankFromFileOrderIsSaid) {
+  TempDir dir;
+  std::ofstream(dir.path() / "x.json") << rank_trace(std::nullopt);
+  const CliResult r = run_tandem("analyze " + (dir.path() / "x.json").string());
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("rank 0 (from file order)"), std::string::npos) << r.out;
+}
+
+TEST(AnalyzeCliTest, BaselineAddsSlowdownAndIdealTime) {
+  TempDir dir;
+  std::ofstream(dir.path() / "run.json") << rank_trace(0);
+  KinetoBuilder b(0);
+  for (int step = 0; step < 2; ++step) b.profiler_step(step, 1000.0 * step, 1000).kernel("sm80_gemm", 1000.0 * step, 100);
+  std::ofstream(dir.path() / "iso.json") << b.str();
+  const CliResult r = run_tandem("analyze " + (dir.path() / "run.json").string() +
+                                 " --baseline " + (dir.path() / "iso.json").string());
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(line_of(r.out, "compute slowdown S (eq. 1)").find(" 20.0%"), std::string::npos)
+      << r.out;  // (120 - 100) / 100
+  EXPECT_NE(line_of(r.out, "ideal iteration time (eq. 4)").find(" 0.100 ms"), std::string::npos)
+      << r.out;  // 120 us - (120 - 100) us
+}
+
+// Round trip: tandem's own trace.json gives exactly the metrics `tandem train` reported:
+// the same spans at whole nanoseconds (ts/dur are written with every ns and parsed
+// exactly), through the same metric functions, so the tolerance is only for the
+// printing of doubles in JSON.
+TEST(AnalyzeCliTest, OwnTraceGivesTheMetricsTheRunReported) {
+  TempDir dir;
+  const fs::path run = dir.path() / "run";
+  const CliResult train = run_tandem("train --ranks 2 --model mlp:3x64 --batch 8 --steps 6 "
+                                     "--strategy layerwise --quiet --out " + run.string());
+  ASSERT_EQ(train.exit_code, 0) << train.err;
+  const fs::path out = dir.path() / "analysis";
+  const CliResult r = run_tandem("analyze " + (run / "trace.json").string() +
+                                 " --warmup 2 --out " + out.string());
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const auto reported = nlohmann::json::parse(slurp(run / "summary.json"));
+  const auto analyzed = nlohmann::json::parse(slurp(out / "summary.json"));
+  for (const char* key : {"compute_ms", "comm_ms", "overlap_ms", "exposed_comm_ms"}) {
+    for (const char* stat : {"median", "p10", "p90", "mean"}) {
+      const double a = reported[key][stat].get<double>();
+      const double b = analyzed[key][stat].get<double>();
+      EXPECT_NEAR(a, b, 1e-12 * std::max(1.0, std::fabs(a))) << key << " " << stat;
+    }
+  }
+  EXPECT_EQ(reported["hidden_share"].is_null(), analyzed["hidden_share"].is_null());
+  if (!reported["hidden_share"].is_null()) {
+    EXPECT_NEAR(reported["hidden_share"].get<double>(), analyzed["hidden_share"].get<double>(),
+                1e-12);
+  }
+  EXPECT_EQ(analyzed["measured_iterations"], reported["measured_steps"]);
+}
+
+TEST(AnalyzeCliTest, NamesWithMarkupSurviveEscaped) {
+  TempDir dir;
+  const std::string name = "<script>alert(\"x\")</script>&amp;";
+  std::ofstream(dir.path() / "r.json") << rank_trace(0, name);
+  const fs::path out = dir.path() / "a";
+  const CliResult r = run_tandem("analyze " + (dir.path() / "r.json").string() + " --out " +
+                                 out.string());
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const auto trace = nlohmann::json::parse(slurp(out / "trace.json"));  // still valid JSON
+  bool found = false;
+  for (const auto& e : trace["traceEvents"]) found = found || e.value("name", "") == name;
+  EXPECT_TRUE(found);
+}
+
+struct BadInput {
+  const char* what;
+  std::string file_content;  // written to bad.json; empty: use `args` alone
+  std::string args;
+  const char* expected;
+};
+
+TEST(AnalyzeCliTest, BadInputIsOneLineAndExitTwo) {
+  TempDir dir;
+  const std::string bad = (dir.path() / "bad.json").string();
+  const std::vector<BadInput> cases = {
+      {"missing file", "", (dir.path() / "nope.json").string(), "no such file"},
+      {"not JSON", "hello", bad, "bad.json: not valid JSON at byte"},
+      {"empty file", " ", bad, "bad.json: empty file"},
+      {"truncated", rank_trace(0).substr(0, 300), bad, "bad.json: not valid JSON at byte"},
+      {"wrong type", R"({"traceEvents":[{"ph":"X","cat":"kernel","name":"k","ts":"0","dur":1}]})",
+       bad, "bad.json: event 0: \"ts\" is not a number"},
+      {"absurd timestamp",
+       R"({"traceEvents":[{"ph":"X","cat":"kernel","name":"k","ts":1e19,"dur":1}]})", bad,
+       "bad.json: event 0: \"ts\" out of range"},
+      {"no kernels", R"({"traceEvents":[]})", bad, "nothing to analyze"},
+      {"bad regex", rank_trace(0), bad + " --comm-regex '('", "--comm-regex"},
+      {"empty dir", "", dir.path().string() + "/empty", "no *.json"},
+  };
+  fs::create_directories(dir.path() / "empty");
+  for (const BadInput& c : cases) {
+    if (!c.file_content.empty()) std::ofstream(bad) << c.file_content;
+    const CliResult r = run_tandem("analyze " + c.args);
+    EXPECT_EQ(r.exit_code, 2) << c.what << ": " << r.err;
+    EXPECT_EQ(count_lines(r.err), 1) << c.what << ": " << r.err;
+    EXPECT_NE(r.err.find(c.expected), std::string::npos) << c.what << ": " << r.err;
+  }
+}
+
+}  // namespace
+}  // namespace tandem::testing

@@ -1,0 +1,103 @@
+// The metric suite's oracle: synthetic phases in sleep mode have a timeline known in
+// advance, so every metric must come out within 1% of the value computed by hand.
+#include <gtest/gtest.h>
+
+#include "core/error.h"
+#include "experiment/characterize.h"
+
+namespace tandem {
+namespace {
+
+constexpr double kMs = 1e6;
+
+struct Expected {
+  double t_comp_iso, t_comm_iso, e2e_seq, t_comp_ovl, t_comm_ovl, t_ovl, e2e_ovl;  // ms
+  double slowdown, overlap_ratio, e2e_ideal, e2e_seq_model, hidden_share, benefit,
+      contention_loss, efficiency, exposed;
+};
+
+// Within 1% of the expected value; for an expected 0, within 1% of `scale`.
+void expect_near_1pct(const char* what, double got, double want, double scale) {
+  const double tolerance = 0.01 * (want != 0 ? std::abs(want) : scale);
+  EXPECT_NEAR(got, want, tolerance) << what;
+}
+
+void check(const Characterization& c, const Expected& e) {
+  const ScenarioMetrics& m = c.metrics;
+  const double base = e.t_comp_iso * kMs;
+  expect_near_1pct("T_comp_iso", m.t_comp_iso_ns.median, e.t_comp_iso * kMs, base);
+  expect_near_1pct("T_comm_iso", m.t_comm_iso_ns.median, e.t_comm_iso * kMs, base);
+  expect_near_1pct("E2E_seq", m.e2e_seq_ns.median, e.e2e_seq * kMs, base);
+  expect_near_1pct("T_comp_ovl", m.t_comp_ovl_ns.median, e.t_comp_ovl * kMs, base);
+  expect_near_1pct("T_comm_ovl", m.t_comm_ovl_ns.median, e.t_comm_ovl * kMs, base);
+  expect_near_1pct("T_ovl", m.t_ovl_ns.median, e.t_ovl * kMs, base);
+  expect_near_1pct("E2E_ovl", m.e2e_ovl_ns.median, e.e2e_ovl * kMs, base);
+  expect_near_1pct("S", m.compute_slowdown.median, e.slowdown, 1.0);
+  expect_near_1pct("R", m.overlap_ratio.median, e.overlap_ratio, 1.0);
+  expect_near_1pct("E2E_ideal", m.e2e_ideal_ns.median, e.e2e_ideal * kMs, base);
+  expect_near_1pct("E2E_seq_model", m.e2e_seq_model_ns.median, e.e2e_seq_model * kMs, base);
+  expect_near_1pct("hidden share", m.hidden_share.median, e.hidden_share, 1.0);
+  expect_near_1pct("overlap benefit", m.overlap_benefit_ns.median, e.benefit * kMs, base);
+  expect_near_1pct("contention loss", m.contention_loss_ns.median, e.contention_loss * kMs, base);
+  expect_near_1pct("overlap efficiency", m.overlap_efficiency.median, e.efficiency, 1.0);
+  expect_near_1pct("exposed comm", m.exposed_comm_ns.median, e.exposed * kMs, base);
+}
+
+Characterization run(std::string_view spec_text, int ranks) {
+  SyntheticSpec spec = SyntheticSpec::parse(spec_text);
+  spec.ranks = ranks;
+  auto workload = make_synthetic_workload(spec);
+  return characterize(*workload, {.warmup = 1, .iterations = 3});
+}
+
+TEST(SyntheticOracleTest, PartialOverlapCommShorterThanCompute) {
+  // 10 compute chunks of 20 ms; after chunk i, comm chunk i (10 ms) runs at once, so it
+  // ends before compute chunk i+1 does: chunks 0..8 hide fully, chunk 9 runs after
+  // compute, exposed. T_ovl = 9 x 10 = 90; E2E_ovl = 200 + 10; sequential = 200 + 100.
+  const Characterization c = run("synthetic:compute=200ms,comm=100ms,chunks=10", 2);
+  check(c, {.t_comp_iso = 200, .t_comm_iso = 100, .e2e_seq = 300, .t_comp_ovl = 200,
+            .t_comm_ovl = 100, .t_ovl = 90, .e2e_ovl = 210, .slowdown = 0,
+            .overlap_ratio = 0.45, .e2e_ideal = 210, .e2e_seq_model = 300,
+            .hidden_share = 0.9, .benefit = 90, .contention_loss = 0, .efficiency = 0.9,
+            .exposed = 10});
+}
+
+TEST(SyntheticOracleTest, CommLongerThanCompute) {
+  // 4 compute chunks of 25 ms, 4 comm chunks of 75 ms queued on one comm thread:
+  // comm 0 runs [25,100) under compute [0,100); comm 1..3 run [100,325) alone.
+  // T_ovl = 75; E2E_ovl = 325; sequential = 100 + 300 = 400.
+  const Characterization c = run("synthetic:compute=100ms,comm=300ms,chunks=4", 1);
+  check(c, {.t_comp_iso = 100, .t_comm_iso = 300, .e2e_seq = 400, .t_comp_ovl = 100,
+            .t_comm_ovl = 300, .t_ovl = 75, .e2e_ovl = 325, .slowdown = 0,
+            .overlap_ratio = 0.75, .e2e_ideal = 325, .e2e_seq_model = 400,
+            .hidden_share = 0.25, .benefit = 75, .contention_loss = 0, .efficiency = 0.75,
+            .exposed = 225});
+}
+
+TEST(SyntheticOracleTest, OneChunkCannotOverlap) {
+  // Communication starts only after the single compute chunk: nothing hides.
+  const Characterization c = run("synthetic:compute=60ms,comm=30ms,chunks=1", 1);
+  check(c, {.t_comp_iso = 60, .t_comm_iso = 30, .e2e_seq = 90, .t_comp_ovl = 60,
+            .t_comm_ovl = 30, .t_ovl = 0, .e2e_ovl = 90, .slowdown = 0, .overlap_ratio = 0,
+            .e2e_ideal = 90, .e2e_seq_model = 90, .hidden_share = 0, .benefit = 0,
+            .contention_loss = 0, .efficiency = 0, .exposed = 30});
+}
+
+TEST(SyntheticSpecTest, ParsesAndRejects) {
+  const SyntheticSpec s = SyntheticSpec::parse("synthetic:compute=350ms,comm=175ms,chunks=10");
+  EXPECT_EQ(s.compute_ns, 350'000'000);
+  EXPECT_EQ(s.comm_ns, 175'000'000);
+  EXPECT_EQ(s.chunks, 10);
+  EXPECT_FALSE(s.busy);
+  EXPECT_TRUE(SyntheticSpec::parse("synthetic:compute=1ms,comm=1ms,mode=busy").busy);
+  for (const char* bad : {"synthetic:compute=1ms", "synthetic:compute=1ms,comm=0ms",
+                          "synthetic:compute=1ms,comm=1ms,chunks=0",
+                          "synthetic:compute=1ms,comm=1ms,mode=fast",
+                          "synthetic:compute=1ms,comm=1ms,color=red", "compute=1ms,comm=1ms",
+                          "synthetic:compute=1ms,compute=2ms,comm=1ms"}) {
+    EXPECT_THROW(SyntheticSpec::parse(bad), UsageError) << bad;
+  }
+}
+
+}  // namespace
+}  // namespace tandem
