@@ -1,0 +1,109 @@
+// `tandem characterize` as a user meets it: results directory, sweep resume, bad input.
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "cli/cli_support.h"
+
+namespace tandem::testing {
+namespace {
+
+namespace fs = std::filesystem;
+
+const std::string kTiny =
+    "characterize --synthetic compute=4ms,comm=2ms,chunks=2 --ranks 1 --warmup 0 "
+    "--iterations 2 --no-progress ";
+
+TEST(CharacterizeCliTest, WritesSummaryIterationsAndTraces) {
+  TempDir dir;
+  const fs::path out = dir.path() / "r";
+  const CliResult r = run_tandem(kTiny + "--out " + out.string());
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("compute slowdown S (eq. 1)"), std::string::npos) << r.out;
+  const auto summary = nlohmann::json::parse(slurp(out / "summary.json"));
+  EXPECT_EQ(summary["version"], 1);
+  ASSERT_EQ(summary["points"].size(), 1u);
+  const auto& point = summary["points"][0];
+  for (const char* s : {"compute-only", "comm-only", "sequential", "overlapped"}) {
+    EXPECT_EQ(point["scenarios"][s]["steps"].size(), 2u) << s;
+    EXPECT_TRUE(fs::exists(out / "points" / "default" / (std::string(s) + ".trace.json"))) << s;
+  }
+  EXPECT_EQ(point["scenarios"]["overlapped"]["power"], "unavailable");
+  EXPECT_TRUE(point["metrics"].contains("compute_slowdown"));
+  // Header + 4 scenarios x 2 iterations.
+  EXPECT_EQ(count_lines(slurp(out / "iterations.csv")), 1 + 8);
+  EXPECT_TRUE(nlohmann::json::parse(slurp(out / "trace.json")).contains("traceEvents"));
+}
+
+std::vector<std::string> finished_lines(const std::string& out) {
+  std::vector<std::string> lines;
+  std::istringstream in(out);
+  for (std::string line; std::getline(in, line);) {
+    if (line.starts_with("[")) lines.push_back(line.substr(0, line.find(':')));
+  }
+  return lines;
+}
+
+TEST(CharacterizeCliTest, ResumeRunsExactlyTheConfigurationsNotDone) {
+  TempDir dir;
+  const fs::path out = dir.path() / "sweep";
+  const std::string sweep = kTiny + "--sweep chunks=1,2,3 --sweep ranks=1,2 --out " + out.string();
+  ASSERT_EQ(run_tandem(sweep).exit_code, 0);
+  const fs::path points = out / "points";
+  // An interrupted run: one point never started, one was cut before its result was
+  // committed (traces written, result.json not).
+  fs::remove_all(points / "chunks-2.ranks-1");
+  fs::remove(points / "chunks-3.ranks-2" / "result.json");
+  const std::string kept = slurp(points / "chunks-1.ranks-2" / "result.json");
+
+  // Without --resume the directory is refused, and nothing is touched.
+  const CliResult refused = run_tandem(sweep);
+  EXPECT_EQ(refused.exit_code, 2);
+  EXPECT_NE(refused.err.find("--resume"), std::string::npos) << refused.err;
+
+  const CliResult resumed = run_tandem(sweep + " --resume");
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.err;
+  EXPECT_NE(resumed.out.find("4 of 6 configurations already done"), std::string::npos)
+      << resumed.out;
+  EXPECT_EQ(finished_lines(resumed.out),
+            (std::vector<std::string>{"[3/6] chunks=2 ranks=1", "[6/6] chunks=3 ranks=2"}));
+  EXPECT_EQ(slurp(points / "chunks-1.ranks-2" / "result.json"), kept);
+  const auto summary = nlohmann::json::parse(slurp(out / "summary.json"));
+  ASSERT_EQ(summary["points"].size(), 6u);
+  EXPECT_EQ(summary["points"][2]["id"], "chunks-2.ranks-1");  // grid order kept
+  EXPECT_EQ(count_lines(slurp(out / "iterations.csv")), 1 + 6 * 8);
+}
+
+struct BadInput {
+  const char* args;
+  const char* names;
+};
+
+class CharacterizeBadInputTest : public ::testing::TestWithParam<BadInput> {};
+
+TEST_P(CharacterizeBadInputTest, OneLineExitTwo) {
+  TempDir dir;
+  const CliResult r =
+      run_tandem(std::string("characterize ") + GetParam().args + " --out " + (dir.path() / "o").string());
+  EXPECT_EQ(r.exit_code, 2) << r.out << r.err;
+  EXPECT_EQ(count_lines(r.err), 1) << r.err;
+  EXPECT_NE(r.err.find(GetParam().names), std::string::npos) << r.err;
+  EXPECT_FALSE(fs::exists(dir.path() / "o" / "summary.json"));
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Flags, CharacterizeBadInputTest,
+    ::testing::Values(BadInput{"--sweep colour=red,blue", "--sweep"},
+                      BadInput{"--sweep strategy=", "--sweep"},
+                      BadInput{"--sweep batch=1,,2", "--sweep"},
+                      BadInput{"--sweep batch=1,2 --sweep batch=3", "--sweep"},
+                      BadInput{"--sweep strategy=bucketed,ring", "--strategy"},
+                      BadInput{"--microbench gemm=0,allreduce=1MiB", "--microbench"},
+                      BadInput{"--microbench gemm=64,allreduce=1TiB", "--microbench"},
+                      BadInput{"--microbench gemm=64,allreduce=1MiB --sweep batch=1,2", "--sweep"},
+                      BadInput{"--synthetic compute=1ms", "--synthetic"},
+                      BadInput{"--iterations 0", "--iterations"}));
+
+}  // namespace
+}  // namespace tandem::testing
