@@ -12,6 +12,8 @@
 #include <fstream>
 #include <limits>
 #include <map>
+#include <optional>
+#include <utility>
 
 #include "core/error.h"
 
@@ -71,12 +73,63 @@ json metadata_event(const char* what, int pid, int tid, json args) {
   return e;
 }
 
+bool has_issue_time(const Span& s) {
+  return s.lane == Lane::kComm && s.issue_ns != 0 && s.issue_ns <= s.start_ns;
+}
+
+bool is_collective(SpanKind kind) {
+  switch (kind) {
+    case SpanKind::kAllreduce:
+    case SpanKind::kReduceScatter:
+    case SpanKind::kAllgather:
+    case SpanKind::kBroadcast:
+    case SpanKind::kBarrier:
+      return true;
+    default:
+      return false;
+  }
+}
+
+// Where a "bucket ready" arrow leaves the compute lane. Viewers bind a flow start to the
+// slice enclosing its timestamp, but a bucket usually becomes ready just after the
+// backward kernel that finished it, between slices. So: issue_ns itself when a compute
+// slice encloses it, else the last nanosecond of the compute slice that ended last before
+// it (the one whose gradients made the bucket ready). The exact issue time stays in the
+// comm event's args (queued_ns). nullopt: no compute ran before the issue (an initial
+// broadcast), so there is nothing to draw from.
+class FlowAnchors {
+ public:
+  explicit FlowAnchors(const Timeline& timeline) {
+    for (const Span& s : timeline.spans) {
+      if (s.lane == Lane::kCompute) by_rank_[s.rank].push_back({s.start_ns, s.end_ns});
+    }
+    for (auto& [rank, spans] : by_rank_) std::sort(spans.begin(), spans.end());
+  }
+
+  std::optional<std::int64_t> anchor(int rank, std::int64_t issue_ns) const {
+    const auto it = by_rank_.find(rank);
+    if (it == by_rank_.end()) return std::nullopt;
+    std::optional<std::int64_t> best_end;
+    // Spans are sorted by start; only those starting at or before issue_ns matter.
+    for (const auto& [start, end] : it->second) {
+      if (start > issue_ns) break;
+      if (end > issue_ns) return issue_ns;  // enclosed
+      if (!best_end || end > *best_end) best_end = std::max(start, end - 1);
+    }
+    return best_end;
+  }
+
+ private:
+  std::map<int, std::vector<std::pair<std::int64_t, std::int64_t>>> by_rank_;
+};
+
 json span_event(const Timeline& timeline, const Span& s, std::int64_t t0) {
   json args = json::object();
   if (s.step >= 0) args["step"] = s.step;
   if (s.tag >= 0) args[tag_key(s.lane)] = s.tag;
   if (s.bytes != 0) args["bytes"] = s.bytes;
   if (s.flops != 0) args["flops"] = s.flops;
+  if (has_issue_time(s)) args["queued_ns"] = s.start_ns - s.issue_ns;
   return json{{"ph", "X"},
               {"name", chrome_event_name(timeline, s)},
               {"cat", to_string(s.kind)},
@@ -106,6 +159,23 @@ void for_each_event(const Timeline& timeline, const ChromeTraceOptions& options,
     }
   }
   for (const Span& s : timeline.spans) emit(span_event(timeline, s, t0));
+  // Flow arrows "bucket ready" -> start of its collective (header comment).
+  const FlowAnchors anchors(timeline);
+  std::int64_t flow_id = 0;
+  for (const Span& s : timeline.spans) {
+    if (!has_issue_time(s) || !is_collective(s.kind)) continue;
+    const std::optional<std::int64_t> from = anchors.anchor(s.rank, s.issue_ns);
+    if (!from) continue;
+    ++flow_id;
+    auto flow = [&](const char* phase, Lane lane, std::int64_t t_ns) {
+      return json{{"ph", phase},     {"name", "bucket ready"},
+                  {"cat", "flow"},   {"id", flow_id},
+                  {"pid", s.rank},   {"tid", static_cast<int>(lane)},
+                  {"ts", to_us(t_ns, t0)}, {"bp", "e"}};
+    };
+    emit(flow("s", Lane::kCompute, *from));
+    emit(flow("f", Lane::kComm, s.start_ns));
+  }
   for (const CounterTrack& track : options.counters) {
     for (const CounterSample& sample : track.samples) {
       emit(json{{"ph", "C"},
@@ -270,7 +340,7 @@ Timeline parse_chrome_trace(const json& trace, std::string_view source) {
   for (std::size_t i = 0; i < events->size(); ++i) {
     const json& e = (*events)[i];
     if (!e.is_object()) malformed(source, i, "not an object");
-    if (string_field(e, "ph", source, i) != "X") continue;  // metadata, counters
+    if (string_field(e, "ph", source, i) != "X") continue;  // metadata, counters, flows
     Span s;
     s.rank = static_cast<std::int32_t>(int_field(e, "pid", source, i));
     const std::int64_t tid = int_field(e, "tid", source, i);
@@ -295,6 +365,8 @@ Timeline parse_chrome_trace(const json& trace, std::string_view source) {
       s.step = static_cast<std::int32_t>(optional_int(args, "step", -1, source, i));
       s.tag = static_cast<std::int32_t>(optional_int(args, tag_key(s.lane), -1, source, i));
       s.bytes = optional_int(args, "bytes", 0, source, i);
+      const std::int64_t queued_ns = optional_int(args, "queued_ns", -1, source, i);
+      if (queued_ns >= 0 && s.lane == Lane::kComm) s.issue_ns = s.start_ns - queued_ns;
       if (args.contains("flops")) {
         if (!args["flops"].is_number()) malformed(source, i, "non-numeric \"flops\"");
         s.flops = args["flops"].get<double>();

@@ -11,7 +11,14 @@
 // layer or bucket it is: "backward L3" (compute: layer), "allreduce B2" (comm: bucket),
 // "<kind> T<tag>" on other lanes. cat = the kind's name. args: step (when >= 0), the tag
 // as "layer" (compute) / "bucket" (comm) / "tag" (other lanes) when >= 0, and bytes and
-// flops when non-zero.
+// flops when non-zero, and for a comm span that knows when it was issued, queued_ns (start
+// minus issue time: how long the ready bucket waited for its collective to start).
+//
+// Flow arrows: every collective comm span with an issue time gets a flow ("bucket ready")
+// from the compute lane at the issue time ("ph":"s") to the start of the collective on the
+// comm lane ("ph":"f"); both bind to the enclosing slice ("bp":"e"). When no compute slice
+// encloses the issue time, the arrow leaves the last nanosecond of the compute slice that
+// ended last before it; with no compute before it at all, there is no arrow.
 //
 // Every string goes through nlohmann::json, which escapes it; invalid UTF-8 (possible in
 // imported names) is replaced by U+FFFD rather than failing the write.
@@ -60,7 +67,8 @@ void write_chrome_trace(const Timeline& timeline, const std::string& path,
 
 // Reads a trace written by write_chrome_trace back into a Timeline (pid -> rank,
 // tid -> lane, cat -> kind, args -> step/tag/bytes/flops; names that equal the generated
-// label come back as kNoName). Metadata and counter events are skipped. Accepts the
+// label come back as kNoName, args.queued_ns -> issue_ns). Metadata, counter and flow
+// events are skipped. Accepts the
 // object form {"traceEvents": [...]} and the bare array form. Throws UsageError naming
 // the file on unreadable or malformed input.
 Timeline read_chrome_trace(const std::string& path);

@@ -59,6 +59,9 @@ struct Span {
   std::int64_t start_ns = 0;
   std::int64_t end_ns = 0;
   std::int64_t bytes = 0;    // payload of a collective
+  // Comm spans: when the collective was issued (its bucket became ready), on the same
+  // clock; 0 = unknown. start_ns - issue_ns is how long it queued behind earlier work.
+  std::int64_t issue_ns = 0;
   double flops = 0;          // useful floating-point operations of a compute span
 
   std::int64_t duration_ns() const { return end_ns - start_ns; }

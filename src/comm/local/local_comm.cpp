@@ -139,6 +139,7 @@ class LocalCommunicator final : public Communicator {
   WorkPtr issue(LocalOp op, OpInfo info) {
     op.rank = rank_;
     op.recorder = recorder();
+    op.issue_ns = now_ns();
     // The operation itself is the truth about its kind and payload.
     info.kind = op.kind;
     info.bytes = payload_bytes(op);
@@ -305,6 +306,7 @@ class LocalCommunicator final : public Communicator {
       span.start_ns = start_ns;
       span.end_ns = end_ns;
       span.bytes = info.bytes;
+      span.issue_ns = op.issue_ns;
       op.recorder->record(span);
     }
     op.work->mark_started(start_ns);

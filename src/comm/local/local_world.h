@@ -41,6 +41,7 @@ struct LocalOp {
   int tag = 0;    // send/recv matching tag
   WorkPtr work{};
   RankRecorder* recorder = nullptr;  // captured at issue: set_recorder() precedes issuing
+  std::int64_t issue_ns = 0;         // when the caller issued it (Span::issue_ns)
 };
 
 // A point-to-point operation whose data has moved (or that failed), returned to the comm
