@@ -95,16 +95,26 @@ int main(int argc, char** argv) {
     one.blas_threads = 2;
     cases.push_back({"1 process, 2 BLAS threads, batch " + std::to_string(2 * batch), one});
   }
-  for (const char* s : {"sequential", "layerwise", "bucketed", "chunked:10"}) {
-    TrainConfig c = base;
-    c.reducer.plan.strategy = Strategy::parse(s);
-    cases.push_back({std::string("2 ranks ") + s, c});
-  }
-  for (const char* s : {"sequential", "layerwise", "bucketed", "chunked:10"}) {
-    TrainConfig c = base;
-    c.reducer.plan.strategy = Strategy::parse(s);
-    c.link = LinkModel::parse(link);
-    cases.push_back({std::string("2 ranks ") + s + " + link " + link, c});
+  // "bucketed 4MiB" caps buckets at 4 MiB: 25 MiB holds nearly all of an 8x1024 MLP in
+  // one bucket, which backward completes only at its very end.
+  struct StrategyCase {
+    const char* label;
+    const char* strategy;
+    std::int64_t cap_bytes;
+  };
+  const StrategyCase strategies[] = {{"sequential", "sequential", 25ll << 20},
+                                     {"layerwise", "layerwise", 25ll << 20},
+                                     {"bucketed", "bucketed", 25ll << 20},
+                                     {"bucketed 4MiB", "bucketed", 4ll << 20},
+                                     {"chunked:10", "chunked:10", 25ll << 20}};
+  for (bool emulated : {false, true}) {
+    for (const StrategyCase& sc : strategies) {
+      TrainConfig c = base;
+      c.reducer.plan.strategy = Strategy::parse(sc.strategy);
+      c.reducer.plan.bucket_cap_bytes = sc.cap_bytes;
+      if (emulated) c.link = LinkModel::parse(link);
+      cases.push_back({std::string("2 ranks ") + sc.label + (emulated ? " + link " + link : ""), c});
+    }
   }
   {
     TrainConfig c = base;
@@ -120,16 +130,17 @@ int main(int argc, char** argv) {
   for (int round = 0; round < rounds; ++round) {
     for (std::size_t i = 0; i < cases.size(); ++i) measure(cases[i], warmup, results[i]);
   }
+  // Indices: 0 one process; 1..5 strategies; 6..10 the same with the link; 11 no timeline.
   const double baseline = median(results[0].step_ms);
   const double bucketed = median(results[3].step_ms);
-  const double seq_link = median(results[5].step_ms);
+  const double seq_link = median(results[6].step_ms);
   std::printf("%-48s %10s %9s %9s %9s %9s %9s\n", "configuration", "step ms", "vs 1proc",
               "vs seq", "comp ms", "comm ms", "ovl ms");
   for (std::size_t i = 0; i < cases.size(); ++i) {
     const double t = median(results[i].step_ms);
-    const double seq = i >= 5 && i <= 8 ? seq_link : median(results[1].step_ms);
+    const double seq = i >= 6 && i <= 10 ? seq_link : median(results[1].step_ms);
     std::printf("%-48s %10.2f %9.3f %9.3f %9.2f %9.2f %9.2f\n", cases[i].name.c_str(), t,
-                t / baseline, i >= 1 && i <= 8 ? t / seq : 0.0, median(results[i].comp_ms),
+                t / baseline, i >= 1 && i <= 10 ? t / seq : 0.0, median(results[i].comp_ms),
                 median(results[i].comm_ms), median(results[i].ovl_ms));
   }
   std::printf("timeline cost: bucketed with timeline / without = %.4f\n",

@@ -98,6 +98,9 @@ std::string format_train_summary(const TrainConfig& config, const TrainResult& r
     add("  (--no-timeline: no compute/communication breakdown)\n");
   }
   add("  loss             %.4f -> %.4f\n", s.first_loss, s.last_loss);
+  if (!std::isfinite(s.last_loss)) {
+    add("  warning: the loss is not finite: training diverged (try a lower --lr)\n");
+  }
   if (result.spans_dropped > 0) {
     add("  warning: %zu spans dropped (span buffers full)\n", result.spans_dropped);
   }
@@ -110,8 +113,12 @@ nlohmann::json train_config_json(const TrainConfig& c, const TrainResult& result
     buckets.push_back({{"index", b.index}, {"bytes", b.bytes()}, {"params", b.params.size()}});
   }
   return {
-      {"backend", "local"},
+      {"backend", result.backend},
+      {"backend_details", result.backend_details},
       {"ranks", c.ranks},
+      {"hosts", result.hosts},
+      {"ranks_per_host", result.ranks_per_host > 0 ? result.ranks_per_host : c.ranks},
+      {"clock_uncertainty_ns", result.clock_uncertainty_ns},
       {"model", c.model.text},
       {"parameters", c.model.parameter_count()},
       {"batch_per_rank", c.batch},
