@@ -27,18 +27,21 @@ long generate(const std::string& path, std::uint64_t target_bytes) {
     std::perror(path.c_str());
     std::exit(1);
   }
-  std::fputs("{\"schemaVersion\": 1, \"deviceProperties\": [], \"distributedInfo\": "
-             "{\"backend\": \"nccl\", \"rank\": 0, \"world_size\": 8},\n\"traceEvents\": [\n",
-             f);
+  std::fputs(
+      "{\"schemaVersion\": 1, \"deviceProperties\": [], \"distributedInfo\": "
+      "{\"backend\": \"nccl\", \"rank\": 0, \"world_size\": 8},\n\"traceEvents\": [\n",
+      f);
   long kernels = 0;
   double t = 1.0;  // us
   double gpu = 5.0;
   int step = 0;
   double step_start = t;
   const char* cpu_ops[] = {"aten::linear", "aten::addmm", "aten::relu", "aten::add_"};
-  const char* gemm = "void cutlass::Kernel<cutlass_80_tensorop_s1688gemm_128x128_32x3_nn_align4>"
-                     "(cutlass_80_tensorop_s1688gemm_128x128_32x3_nn_align4::Params)";
-  const char* nccl = "ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevComm*, unsigned long, ncclWork*)";
+  const char* gemm =
+      "void cutlass::Kernel<cutlass_80_tensorop_s1688gemm_128x128_32x3_nn_align4>"
+      "(cutlass_80_tensorop_s1688gemm_128x128_32x3_nn_align4::Params)";
+  const char* nccl =
+      "ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevComm*, unsigned long, ncclWork*)";
   while (static_cast<std::uint64_t>(std::ftell(f)) < target_bytes) {
     const long corr = 1000 + kernels;
     std::fprintf(f,
@@ -62,10 +65,14 @@ long generate(const std::string& path, std::uint64_t target_bytes) {
                  "1.5, \"warps per SM\": 12.0, \"grid\": [108, 2, 1], \"block\": [128, 1, 1], "
                  "\"est. achieved occupancy %%\": 19}},\n",
                  copy ? "gpu_memcpy" : "kernel",
-                 copy ? "Memcpy DtoD (Device -> Device)" : comm ? nccl : gemm, comm ? 13 : 7,
-                 gpu, comm ? 40.0 : 11.5, kernels, comm ? 13 : 7, corr);
-    std::fputs("{\"ph\": \"s\", \"id\": 1, \"pid\": 4242, \"tid\": 4242, \"ts\": 3.0, "
-               "\"cat\": \"ac2g\", \"name\": \"ac2g\"},\n", f);
+                 copy   ? "Memcpy DtoD (Device -> Device)"
+                 : comm ? nccl
+                        : gemm,
+                 comm ? 13 : 7, gpu, comm ? 40.0 : 11.5, kernels, comm ? 13 : 7, corr);
+    std::fputs(
+        "{\"ph\": \"s\", \"id\": 1, \"pid\": 4242, \"tid\": 4242, \"ts\": 3.0, "
+        "\"cat\": \"ac2g\", \"name\": \"ac2g\"},\n",
+        f);
     t += 12.5;
     gpu = std::max(gpu + (comm ? 0.5 : 12.0), t + 3);
     if (++kernels % 1000 == 0) {
@@ -76,10 +83,11 @@ long generate(const std::string& path, std::uint64_t target_bytes) {
       step_start = t;
     }
   }
-  std::fputs("{\"ph\": \"M\", \"name\": \"process_name\", \"pid\": 0, \"args\": {\"name\": "
-             "\"gpu 0\"}}\n],\n\"displayTimeUnit\": \"ms\", \"baseTimeNanoseconds\": "
-             "1700000000000000000}\n",
-             f);
+  std::fputs(
+      "{\"ph\": \"M\", \"name\": \"process_name\", \"pid\": 0, \"args\": {\"name\": "
+      "\"gpu 0\"}}\n],\n\"displayTimeUnit\": \"ms\", \"baseTimeNanoseconds\": "
+      "1700000000000000000}\n",
+      f);
   std::fclose(f);
   return kernels;
 }
@@ -114,8 +122,8 @@ int main(int argc, char** argv) {
   getrusage(RUSAGE_SELF, &usage);
   const double peak_mb = static_cast<double>(usage.ru_maxrss) / 1024;  // ru_maxrss is KiB
   std::printf("file %.1f MB, JSON %.1f MB\n", file_mb, json_mb);
-  std::printf("import  %8.1f MB in %6.2f s  = %7.1f MB/s  (%zu spans, %zu trace events)\n",
-              json_mb, import_s, json_mb / import_s, imported.timeline.spans.size(),
+  std::printf("import  %8.1f MB in %6.2f s  = %7.1f MB/s  (%zu spans, %zu trace events)\n", json_mb,
+              import_s, json_mb / import_s, imported.timeline.spans.size(),
               imported.files[0].trace_events);
   std::printf("+metrics          %6.2f s  = %7.1f MB/s  (%zu iterations)\n", total_s,
               json_mb / total_s, metrics.size());

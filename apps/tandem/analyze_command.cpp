@@ -7,6 +7,7 @@
 
 #include "commands.h"
 #include "core/files.h"
+#include "experiment/characterize.h"
 #include "timeline/chrome_trace.h"
 #include "trace_import/analyze_report.h"
 #include "trace_import/trace_import.h"
@@ -58,15 +59,19 @@ int run_analyze(const AnalyzeFlags& flags) {
       analyze_timeline(run.timeline, baseline ? &baseline->timeline : nullptr, flags.warmup);
   if (!flags.quiet) std::fputs(format_iteration_table(result).c_str(), stdout);
   std::fputs(format_analyze_summary(result).c_str(), stdout);
+  // The same table `tandem characterize` prints; rows of scenarios a profile cannot
+  // contain (comm-only, sequential) read n/a.
+  std::printf("\nmetrics (as tandem characterize; the baseline is the compute-only scenario)\n");
+  std::fputs(format_metrics_table(result.scenario).c_str(), stdout);
 
   if (!flags.out.empty()) {
-    const nlohmann::json summary = analyze_summary_json(
-        result, run, baseline ? &*baseline : nullptr, flags.rules);
+    const nlohmann::json summary =
+        analyze_summary_json(result, run, baseline ? &*baseline : nullptr, flags.rules);
     write_file_atomic(out / "summary.json", summary.dump(2) + "\n");
     write_file_atomic(out / "iterations.csv", iterations_csv(result));
-    write_chrome_trace(run.timeline, (out / "trace.json").string(),
-                       {.other_data = {{"source", "tandem analyze"}, {"inputs", inputs}},
-                        .counters = {}});
+    write_chrome_trace(
+        run.timeline, (out / "trace.json").string(),
+        {.other_data = {{"source", "tandem analyze"}, {"inputs", inputs}}, .counters = {}});
     // TODO(report): render report.html here once src/report/html offers a function that
     // renders a results directory (as `tandem characterize` does).
     std::printf("wrote %s/{summary.json,iterations.csv,trace.json}\n", flags.out.c_str());
@@ -78,9 +83,10 @@ int run_analyze(const AnalyzeFlags& flags) {
 
 void add_analyze_command(CLI::App& app, std::function<int()>& run) {
   auto flags = std::make_shared<AnalyzeFlags>();
-  CLI::App* cmd = app.add_subcommand(
-      "analyze", "Overlap metrics of PyTorch profiler (Kineto) traces, one file per rank "
-                 "(.json or .json.gz, or directories of them), or of a tandem trace.json");
+  CLI::App* cmd =
+      app.add_subcommand("analyze",
+                         "Overlap metrics of PyTorch profiler (Kineto) traces, one file per rank "
+                         "(.json or .json.gz, or directories of them), or of a tandem trace.json");
   cmd->add_option("traces", flags->inputs, "Trace files or directories (*.json, *.json.gz)")
       ->required();
   cmd->add_option("--baseline", flags->baseline,

@@ -12,6 +12,7 @@
 #include "core/parse.h"
 #include "experiment/characterize.h"
 #include "experiment/sweep.h"
+#include "report/html/report.h"
 #include "report/machine.h"
 #include "timeline/chrome_trace.h"
 #include "workload_flags.h"
@@ -255,7 +256,9 @@ int run_characterize(CharacterizeFlags flags, bool batch_given) {
   }
   if (dir) {
     rebuild_outputs(*dir, ids, axes);
-    std::printf("wrote %s/{summary.json,iterations.csv,trace.json,points/}\n", flags.out.c_str());
+    html::write_report(dir->path());
+    std::printf("wrote %s/{summary.json,iterations.csv,trace.json,report.html,points/}\n",
+                flags.out.c_str());
   }
   return 0;
 }

@@ -11,5 +11,6 @@ namespace tandem::cli {
 void add_train_command(CLI::App& app, std::function<int()>& run);
 void add_characterize_command(CLI::App& app, std::function<int()>& run);
 void add_analyze_command(CLI::App& app, std::function<int()>& run);
+void add_report_command(CLI::App& app, std::function<int()>& run);
 
 }  // namespace tandem::cli

@@ -19,6 +19,7 @@ int main(int argc, char** argv) {
   tandem::cli::add_train_command(app, run);
   tandem::cli::add_characterize_command(app, run);
   tandem::cli::add_analyze_command(app, run);
+  tandem::cli::add_report_command(app, run);
 
   try {
     app.parse(argc, argv);

@@ -1,12 +1,17 @@
-// `tandem train`: data-parallel training on in-process ranks, a line per step and a
-// summary; with --out, steps.csv, trace.json and summary.json.
+// `tandem train`: data-parallel training, a line per step and a summary; with --out,
+// steps.csv, trace.json and summary.json. Ranks are threads of this process (`local`)
+// or the processes of an MPI job (`mpi`: rank 0 prints and writes for the whole job).
 #include <cstdio>
 #include <filesystem>
 
+#include "comm/backend_registry.h"
 #include "commands.h"
 #include "compute/cpu/blas.h"
+#include "core/error.h"
 #include "core/files.h"
 #include "core/parse.h"
+#include "engine/process_launch.h"
+#include "report/html/report.h"
 #include "report/train_report.h"
 #include "timeline/chrome_trace.h"
 #include "workload_flags.h"
@@ -20,13 +25,16 @@ struct TrainFlags {
   std::string out;
   int warmup = 2;
   bool quiet = false;
+  std::string backend = "auto";
+  std::string mpi_allreduce = "native";
+  double mpi_poll_us = 0;
 };
 
-void print_header(const TrainConfig& c) {
-  std::printf("tandem train: %d ranks (local backend, threads of one process), model %s "
-              "(%lld parameters), batch %d per rank",
-              c.ranks, c.model.text.c_str(), static_cast<long long>(c.model.parameter_count()),
-              c.batch);
+// `where` says what the ranks are, e.g. "local backend, threads of one process".
+void print_header(const TrainConfig& c, const std::string& where) {
+  std::printf("tandem train: %d ranks (%s), model %s (%lld parameters), batch %d per rank",
+              c.ranks, where.c_str(), c.model.text.c_str(),
+              static_cast<long long>(c.model.parameter_count()), c.batch);
   if (c.accumulate > 1) std::printf(" x %d micro-batches", c.accumulate);
   std::printf("\n  strategy %s, bucket cap %s (first %s), link %s\n",
               c.reducer.plan.strategy.to_string().c_str(),
@@ -35,23 +43,87 @@ void print_header(const TrainConfig& c) {
               c.link.enabled() ? c.link.describe().c_str() : "shared memory (not emulated)");
 }
 
-int run_train(const TrainFlags& flags, bool batch_given) {
+StepCallback step_printer(const TrainFlags& flags, int steps) {
+  return [quiet = flags.quiet, steps](const StepRecord& r) {
+    if (quiet) return;
+    std::printf("step %4d/%d  loss %.4f  %8.2f ms  (rank 0)\n", r.step + 1, steps, r.loss,
+                static_cast<double>(r.end_ns - r.start_ns) / 1e6);
+    std::fflush(stdout);
+  };
+}
+
+int write_outputs(const TrainFlags& flags, const TrainConfig& config, const TrainResult& result);
+
+int run_train_local(const TrainFlags& flags, bool batch_given) {
   const TrainConfig config = to_train_config(flags.workload, batch_given);
   const std::filesystem::path out = flags.out;
   if (!flags.out.empty()) prepare_output_dir(out, "--out");
 
-  print_header(config);
+  print_header(config, "local backend, threads of one process");
   set_blas_threads(config.blas_threads);
   std::printf("  BLAS: %s per rank\n", blas_description().c_str());
   std::fflush(stdout);
 
-  const TrainResult result = train_local(config, [&](const StepRecord& r) {
-    if (flags.quiet) return;
-    std::printf("step %4d/%d  loss %.4f  %8.2f ms  (rank 0)\n", r.step + 1, config.steps, r.loss,
-                static_cast<double>(r.end_ns - r.start_ns) / 1e6);
-    std::fflush(stdout);
-  });
+  const TrainResult result = train_local(config, step_printer(flags, config.steps));
+  return write_outputs(flags, config, result);
+}
 
+// One rank per process (mpi): every process runs this; rank 0 prints and writes. After
+// the communicator exists, any failure on any rank ends the whole job (abort_job_after):
+// a rank that left quietly would leave its peers waiting in a collective.
+int run_train_process(const TrainFlags& flags, bool batch_given, bool ranks_given,
+                      const std::string& backend) {
+  TrainConfig config = to_train_config(flags.workload, batch_given);
+  if (config.link.enabled()) {
+    throw UsageError("--link: link emulation is for the local backend; under " + backend +
+                     " the real interconnect is measured");
+  }
+  if (launched_world().rank == 0 && !flags.out.empty()) prepare_output_dir(flags.out, "--out");
+  const ProcessBackendOptions options{
+      .timeout_ns = config.reducer.timeout_ns,
+      .allreduce_algorithm = flags.mpi_allreduce,
+      .poll_sleep_ns = static_cast<std::int64_t>(flags.mpi_poll_us * 1e3)};
+  const std::unique_ptr<ProcessCommunicator> comm = find_process_backend(backend)(options);
+  if (ranks_given && flags.workload.ranks != comm->size()) {
+    throw UsageError("--ranks " + std::to_string(flags.workload.ranks) + " does not match the " +
+                     std::to_string(comm->size()) + " processes of this " + backend +
+                     " job (each process is one rank: set the count with mpirun -np or srun -n, "
+                     "and leave --ranks out)");
+  }
+  config.ranks = comm->size();
+  validate(config);
+  const bool leader = comm->rank() == 0;
+
+  TrainResult result;
+  try {
+    set_blas_threads(config.blas_threads);
+    if (leader) {
+      print_header(config, backend + " backend, " + std::to_string(comm->size()) +
+                               " processes on " + std::to_string(comm->hosts()) + " host(s), " +
+                               std::to_string(comm->ranks_on_host()) + " on rank 0's host " +
+                               comm->host_name());
+      std::printf("  %s\n  BLAS: %s per rank\n", comm->describe().c_str(),
+                  blas_description().c_str());
+      std::fflush(stdout);
+    }
+    result = train_process(config, *comm, step_printer(flags, config.steps));
+  } catch (const std::exception& e) {
+    abort_job_after(*comm, e);
+  }
+  if (!leader) return 0;
+  std::printf("  clocks aligned to rank 0 within +-%s (ping-pong, half the best round trip)\n",
+              format_duration_ns(static_cast<double>(result.clock_uncertainty_ns)).c_str());
+  return write_outputs(flags, config, result);
+}
+
+int run_train(const TrainFlags& flags, bool batch_given, bool ranks_given) {
+  const std::string backend = resolve_backend(flags.backend);
+  if (backend == "local") return run_train_local(flags, batch_given);
+  return run_train_process(flags, batch_given, ranks_given, backend);
+}
+
+int write_outputs(const TrainFlags& flags, const TrainConfig& config, const TrainResult& result) {
+  const std::filesystem::path out = flags.out;
   const TrainSummary summary = summarize_training(config, result, flags.warmup);
   std::fputs(format_train_summary(config, result, summary).c_str(), stdout);
 
@@ -63,7 +135,8 @@ int run_train(const TrainFlags& flags, bool batch_given) {
       write_chrome_trace(result.timeline, (out / "trace.json").string(),
                          {.other_data = train_config_json(config, result)});
     }
-    std::printf("wrote %s/{steps.csv,summary.json%s}\n", flags.out.c_str(),
+    html::write_report(out);
+    std::printf("wrote %s/{steps.csv,summary.json%s,report.html}\n", flags.out.c_str(),
                 config.record ? ",trace.json" : "");
   }
   return 0;
@@ -74,8 +147,8 @@ int run_train(const TrainFlags& flags, bool batch_given) {
 void add_train_command(CLI::App& app, std::function<int()>& run) {
   auto flags = std::make_shared<TrainFlags>();
   CLI::App* cmd = app.add_subcommand(
-      "train", "Train a model data-parallel on in-process ranks, overlapping gradient "
-               "all-reduce with backward");
+      "train", "Train a model data-parallel (in-process ranks, or one rank per process "
+               "under mpirun/srun), overlapping gradient all-reduce with backward");
   add_workload_flags(*cmd, flags->workload);
   cmd->add_option("--out", flags->out,
                   "Directory for steps.csv (a row per rank per step), trace.json "
@@ -84,9 +157,26 @@ void add_train_command(CLI::App& app, std::function<int()>& run) {
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
   cmd->add_flag("--quiet", flags->quiet, "No line per step, only the summary");
+  cmd->add_option("--backend", flags->backend,
+                  "Communicator: local (ranks are threads of this process), mpi (each process "
+                  "of an mpirun/srun job is one rank), or auto (mpi when launched by one with "
+                  "more than one process, else local)")
+      ->check(CLI::IsMember({"auto", "local", "mpi"}))
+      ->capture_default_str();
+  cmd->add_option("--mpi-allreduce", flags->mpi_allreduce,
+                  "mpi allreduce algorithm: native (the library's MPI_Iallreduce) or ring "
+                  "(segmented ring over point-to-point; see docs/MPI.md)")
+      ->check(CLI::IsMember({"native", "ring"}))
+      ->capture_default_str();
+  cmd->add_option("--mpi-poll-us", flags->mpi_poll_us,
+                  "mpi progress thread: microseconds to sleep between fruitless polls "
+                  "(0: yield the core instead)")
+      ->check(CLI::Range(0.0, 1e6))
+      ->capture_default_str();
   cmd->callback([flags, cmd, &run] {
     const bool batch_given = cmd->count("--batch") > 0;
-    run = [flags, batch_given] { return run_train(*flags, batch_given); };
+    const bool ranks_given = cmd->count("--ranks") > 0;
+    run = [flags, batch_given, ranks_given] { return run_train(*flags, batch_given, ranks_given); };
   });
 }
 

@@ -1,6 +1,7 @@
 #include "engine/trainer.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 #include <exception>
 
@@ -8,6 +9,7 @@
 #include "compute/cpu/blas.h"
 #include "core/clock.h"
 #include "core/error.h"
+#include "core/parse.h"
 
 namespace tandem {
 
@@ -54,7 +56,40 @@ std::size_t span_capacity(const TrainConfig& config, const Model& model, std::si
              (per_micro * config.accumulate + buckets + 4) + 64;
 }
 
+// Waits for a Work the training loop cannot go on without, at most `timeout_ns`.
+void wait_within(Communicator& comm, Work& work, std::int64_t timeout_ns) {
+  const std::int64_t start = now_ns();
+  if (!work.wait_for(std::chrono::nanoseconds(timeout_ns))) {
+    throw TimeoutError("rank " + std::to_string(comm.rank()) + ": " + work.info().describe() +
+                       " not complete after " +
+                       format_duration_ns(static_cast<double>(now_ns() - start)));
+  }
+}
+
+// --verify: every rank's parameter hash, gathered as four 16-bit pieces (exact in fp32),
+// must equal rank 0's. The collective carries no step, so metrics leave it out.
+void verify_identical(Communicator& comm, std::uint64_t hash, int step, std::int64_t timeout_ns) {
+  std::vector<float> mine(4);
+  for (int i = 0; i < 4; ++i) mine[i] = static_cast<float>((hash >> (16 * i)) & 0xffff);
+  std::vector<float> all(4 * static_cast<std::size_t>(comm.size()));
+  WorkPtr work = comm.allgather(mine, all);
+  wait_within(comm, *work, timeout_ns);
+  work->wait();
+  for (int r = 1; r < comm.size(); ++r) {
+    if (!std::equal(all.begin(), all.begin() + 4, all.begin() + 4 * r)) {
+      throw RuntimeError("--verify: after step " + std::to_string(step) + " rank " +
+                         std::to_string(r) + " holds different parameters than rank 0");
+    }
+  }
+}
+
 }  // namespace
+
+std::size_t train_span_capacity(const TrainConfig& config) {
+  const Model probe(config.model, 1, config.seed);
+  const auto plan = plan_buckets(grad_params(probe), probe.flat_grads().size(), config.reducer.plan);
+  return span_capacity(config, probe, plan.size());
+}
 
 TrainResult train_rank(const TrainConfig& config, Communicator& comm, RankRecorder& recorder,
                        const StepCallback& on_step) {
@@ -67,7 +102,9 @@ TrainResult train_rank(const TrainConfig& config, Communicator& comm, RankRecord
 
   // Every rank starts from rank 0's parameters, as DDP does.
   if (comm.size() > 1) {
-    comm.broadcast(model.flat_params(), 0, {.kind = SpanKind::kBroadcast})->wait();
+    WorkPtr work = comm.broadcast(model.flat_params(), 0, {.kind = SpanKind::kBroadcast});
+    wait_within(comm, *work, config.reducer.timeout_ns);
+    work->wait();
   }
 
   TrainResult result;
@@ -102,7 +139,10 @@ TrainResult train_rank(const TrainConfig& config, Communicator& comm, RankRecord
     }
     record.end_ns = now_ns();
     record.loss = static_cast<float>(loss_sum / config.accumulate);
-    if (config.verify) record.param_hash = hash_floats(model.flat_params());
+    if (config.verify) {
+      record.param_hash = hash_floats(model.flat_params());
+      if (comm.size() > 1) verify_identical(comm, record.param_hash, step, config.reducer.timeout_ns);
+    }
     result.steps.push_back(record);
     if (rank == 0 && on_step) on_step(record);
   }

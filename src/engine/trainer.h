@@ -35,7 +35,7 @@ struct TrainConfig {
   int data_batches = 8;  // distinct batches per rank's shard, cycled
   bool compute = true;   // false: the comm-only scenario (same collectives, no math)
   bool record = true;    // the timeline; off only to measure its own cost
-  bool verify = false;   // hash parameters after every step
+  bool verify = false;   // hash parameters after every step and compare across ranks
 };
 
 // One rank's step, as printed and written to steps.csv.
@@ -55,6 +55,13 @@ struct TrainResult {
   std::vector<float> final_params; // rank 0's
   std::size_t spans_dropped = 0;
   std::string blas;                // BLAS in use, threads included
+  // The communicator backend and, for process backends (mpi), the job's shape and how
+  // well the ranks' clocks were aligned to rank 0's (process_launch.h).
+  std::string backend = "local";
+  std::string backend_details;
+  int hosts = 1;
+  int ranks_per_host = 0;                 // 0: all ranks are threads of one process
+  std::int64_t clock_uncertainty_ns = 0;  // largest over ranks; 0 for one process
 };
 
 // Called on rank 0's thread after each step with that rank's record.
@@ -68,6 +75,9 @@ TrainResult train_rank(const TrainConfig& config, Communicator& comm, RankRecord
 TrainResult train_local(const TrainConfig& config, const StepCallback& on_step = {});
 
 std::uint64_t hash_floats(std::span<const float> values);
+
+// Spans each lane of a rank's recorder must hold for a whole run of `config`.
+std::size_t train_span_capacity(const TrainConfig& config);
 
 // Throws UsageError naming the flag for impossible configurations.
 void validate(const TrainConfig& config);

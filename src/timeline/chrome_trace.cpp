@@ -109,14 +109,15 @@ class FlowAnchors {
   std::optional<std::int64_t> anchor(int rank, std::int64_t issue_ns) const {
     const auto it = by_rank_.find(rank);
     if (it == by_rank_.end()) return std::nullopt;
-    std::optional<std::int64_t> best_end;
-    // Spans are sorted by start; only those starting at or before issue_ns matter.
-    for (const auto& [start, end] : it->second) {
-      if (start > issue_ns) break;
-      if (end > issue_ns) return issue_ns;  // enclosed
-      if (!best_end || end > *best_end) best_end = std::max(start, end - 1);
+    const std::pair<std::int64_t, std::int64_t>* last_ended = nullptr;
+    // Sorted by start: only the spans starting at or before issue_ns matter.
+    for (const auto& span : it->second) {
+      if (span.first > issue_ns) break;
+      if (span.second > issue_ns) return issue_ns;  // enclosed
+      if (last_ended == nullptr || span.second >= last_ended->second) last_ended = &span;
     }
-    return best_end;
+    if (last_ended == nullptr) return std::nullopt;
+    return std::max(last_ended->first, last_ended->second - 1);
   }
 
  private:

@@ -68,9 +68,8 @@ void write_chrome_trace(const Timeline& timeline, const std::string& path,
 // Reads a trace written by write_chrome_trace back into a Timeline (pid -> rank,
 // tid -> lane, cat -> kind, args -> step/tag/bytes/flops; names that equal the generated
 // label come back as kNoName, args.queued_ns -> issue_ns). Metadata, counter and flow
-// events are skipped. Accepts the
-// object form {"traceEvents": [...]} and the bare array form. Throws UsageError naming
-// the file on unreadable or malformed input.
+// events are skipped. Accepts the object form {"traceEvents": [...]} and the bare array
+// form. Throws UsageError naming the file on unreadable or malformed input.
 Timeline read_chrome_trace(const std::string& path);
 // The same from an already parsed document; `source` names it in errors.
 Timeline parse_chrome_trace(const nlohmann::json& trace, std::string_view source);

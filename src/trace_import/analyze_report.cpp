@@ -70,9 +70,9 @@ AnalyzeResult analyze_timeline(const Timeline& run, const Timeline* baseline, st
   r.warmup = warmup;
   r.steps = measured_steps(run, warmup);
   if (r.steps.empty()) {
-    throw UsageError("nothing to analyze: no iteration with GPU kernels" +
-                     std::string(warmup > 0 ? " left after --warmup " + std::to_string(warmup)
-                                            : ""));
+    throw UsageError(
+        "nothing to analyze: no iteration with GPU kernels" +
+        std::string(warmup > 0 ? " left after --warmup " + std::to_string(warmup) : ""));
   }
   std::set<std::int32_t> measured;
   for (const StepMetrics& s : r.steps) measured.insert(s.step);
@@ -112,13 +112,13 @@ std::string format_iteration_table(const AnalyzeResult& result) {
     const IterationBreakdown b = breakdown(m);
     const double e2e = static_cast<double>(m.e2e_ns);
     const auto pct = [&](std::int64_t part) { return e2e > 0 ? 100.0 * part / e2e : 0.0; };
-    std::snprintf(row, sizeof row,
-                  "%4d %6d %11.3f %11.3f %9.3f %11.3f %11.3f %9.3f %7s %7s  %3.0f/%.0f/%.0f/%.0f %%\n",
-                  m.rank, m.step, e2e / 1e6, m.t_comp_ns / 1e6, m.t_comm_ns / 1e6,
-                  m.t_ovl_ns / 1e6, m.t_exposed_comm_ns / 1e6, m.t_other_ns / 1e6,
-                  percent(b.hidden_share).c_str(), percent(b.overlap_ratio).c_str(),
-                  pct(b.compute_only_ns), pct(b.overlapped_ns), pct(b.exposed_comm_ns),
-                  pct(b.idle_ns));
+    std::snprintf(
+        row, sizeof row,
+        "%4d %6d %11.3f %11.3f %9.3f %11.3f %11.3f %9.3f %7s %7s  %3.0f/%.0f/%.0f/%.0f %%\n",
+        m.rank, m.step, e2e / 1e6, m.t_comp_ns / 1e6, m.t_comm_ns / 1e6, m.t_ovl_ns / 1e6,
+        m.t_exposed_comm_ns / 1e6, m.t_other_ns / 1e6, percent(b.hidden_share).c_str(),
+        percent(b.overlap_ratio).c_str(), pct(b.compute_only_ns), pct(b.overlapped_ns),
+        pct(b.exposed_comm_ns), pct(b.idle_ns));
     text += row;
   }
   return text;
@@ -163,13 +163,12 @@ std::string iterations_csv(const AnalyzeResult& result) {
   const auto num = [](double v) { return std::isnan(v) ? std::string() : std::to_string(v); };
   for (const IterationMetrics& m : result.iterations) {
     const IterationBreakdown b = breakdown(m);
-    std::snprintf(row, sizeof row, "%d,%d,%lld,%lld,%lld,%lld,%lld,%lld,%lld,%lld,%lld,%s,%s,%d,%d\n",
-                  m.rank, m.step, static_cast<long long>(m.start_ns),
-                  static_cast<long long>(m.e2e_ns), static_cast<long long>(m.t_comp_ns),
-                  static_cast<long long>(m.t_comm_ns), static_cast<long long>(m.t_ovl_ns),
-                  static_cast<long long>(m.t_exposed_comm_ns),
-                  static_cast<long long>(m.t_other_ns),
-                  static_cast<long long>(m.t_comm_outside_ns),
+    std::snprintf(row, sizeof row,
+                  "%d,%d,%lld,%lld,%lld,%lld,%lld,%lld,%lld,%lld,%lld,%s,%s,%d,%d\n", m.rank,
+                  m.step, static_cast<long long>(m.start_ns), static_cast<long long>(m.e2e_ns),
+                  static_cast<long long>(m.t_comp_ns), static_cast<long long>(m.t_comm_ns),
+                  static_cast<long long>(m.t_ovl_ns), static_cast<long long>(m.t_exposed_comm_ns),
+                  static_cast<long long>(m.t_other_ns), static_cast<long long>(m.t_comm_outside_ns),
                   static_cast<long long>(b.compute_only_ns), num(b.hidden_share).c_str(),
                   num(b.overlap_ratio).c_str(), m.compute_spans, m.comm_spans);
     csv += row;
@@ -218,9 +217,10 @@ nlohmann::json analyze_summary_json(const AnalyzeResult& r, const ImportResult& 
       {"inputs", files_json(run)},
       {"baseline_inputs", baseline != nullptr ? files_json(*baseline) : nlohmann::json(nullptr)},
       {"classification",
-       {{"comm_regex", rules.comm}, {"memory_regex", rules.memory},
-        {"compute_regex", rules.compute.empty() ? nlohmann::json(nullptr)
-                                                : nlohmann::json(rules.compute)}}},
+       {{"comm_regex", rules.comm},
+        {"memory_regex", rules.memory},
+        {"compute_regex",
+         rules.compute.empty() ? nlohmann::json(nullptr) : nlohmann::json(rules.compute)}}},
       {"warmup", r.warmup},
       {"measured_iterations", r.steps.size()},
       {"hidden_share", number_or_null(r.hidden_share)},
@@ -230,7 +230,7 @@ nlohmann::json analyze_summary_json(const AnalyzeResult& r, const ImportResult& 
       {"overlap_ms", r.overlap_ms},
       {"exposed_comm_ms", r.exposed_comm_ms},
       {"idle_ms", r.idle_ms},
-      {"scenario", r.scenario},
+      {"metrics", r.scenario},  // ScenarioMetrics, the key tandem characterize uses
       {"steps", r.steps},
       {"baseline_steps", r.baseline_steps},
       {"iterations", breakdowns},

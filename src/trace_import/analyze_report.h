@@ -16,22 +16,22 @@ namespace tandem {
 // breakdown add up to e2e exactly (the identity in metrics.h):
 //   compute_only + overlapped + exposed_comm + idle = e2e.
 struct IterationBreakdown {
-  std::int64_t compute_only_ns = 0;  // |∪compute| − t_ovl: computing, not communicating
-  std::int64_t overlapped_ns = 0;    // t_ovl: computing while communicating
-  std::int64_t exposed_comm_ns = 0;  // communicating, not computing
-  std::int64_t idle_ns = 0;          // t_other: neither (memory copies, CPU gaps)
-  double hidden_share = kUndefined;  // t_ovl / t_comm (HTA)
-  double overlap_ratio = kUndefined; // t_ovl / t_comp (eq. 2)
+  std::int64_t compute_only_ns = 0;   // |∪compute| − t_ovl: computing, not communicating
+  std::int64_t overlapped_ns = 0;     // t_ovl: computing while communicating
+  std::int64_t exposed_comm_ns = 0;   // communicating, not computing
+  std::int64_t idle_ns = 0;           // t_other: neither (memory copies, CPU gaps)
+  double hidden_share = kUndefined;   // t_ovl / t_comm (HTA)
+  double overlap_ratio = kUndefined;  // t_ovl / t_comp (eq. 2)
 };
 IterationBreakdown breakdown(const IterationMetrics& m);
 
 struct AnalyzeResult {
-  std::size_t warmup = 0;                   // iterations (steps) dropped at the start
-  std::vector<IterationMetrics> iterations; // measured, per rank per step
-  std::vector<StepMetrics> steps;           // measured, across ranks
-  std::vector<StepMetrics> baseline_steps;  // measured baseline steps (empty: none)
+  std::size_t warmup = 0;                    // iterations (steps) dropped at the start
+  std::vector<IterationMetrics> iterations;  // measured, per rank per step
+  std::vector<StepMetrics> steps;            // measured, across ranks
+  std::vector<StepMetrics> baseline_steps;   // measured baseline steps (empty: none)
   bool has_baseline = false;
-  ScenarioMetrics scenario;  // compute-only = baseline, overlapped = the analyzed run
+  ScenarioMetrics scenario;          // compute-only = baseline, overlapped = the analyzed run
   double hidden_share = kUndefined;  // Σ T_ovl / Σ T_comm over measured steps (HTA)
   // Per step, ms: E2E (slowest rank), the rest the mean over ranks.
   Summary e2e_ms, compute_ms, comm_ms, overlap_ms, exposed_comm_ms, idle_ms;
@@ -45,7 +45,6 @@ std::string format_analyze_summary(const AnalyzeResult& result);
 // A row per rank per measured iteration.
 std::string iterations_csv(const AnalyzeResult& result);
 nlohmann::json analyze_summary_json(const AnalyzeResult& result, const ImportResult& run,
-                                    const ImportResult* baseline,
-                                    const ClassificationRules& rules);
+                                    const ImportResult* baseline, const ClassificationRules& rules);
 
 }  // namespace tandem

@@ -12,8 +12,7 @@ constexpr std::uint8_t kUnknown = 0xff;
 
 std::regex compile(const std::string& pattern, const char* flag) {
   try {
-    return std::regex(pattern, std::regex::ECMAScript | std::regex::icase |
-                                   std::regex::optimize);
+    return std::regex(pattern, std::regex::ECMAScript | std::regex::icase | std::regex::optimize);
   } catch (const std::regex_error& error) {
     throw UsageError(std::string(flag) + ": invalid regular expression '" + pattern +
                      "': " + error.what());
@@ -52,10 +51,10 @@ SpanKind guess_comm_kind(std::string_view name) {
   const std::string s = squash(name);
   // Longest names first: "reducescatter" contains "reduce", "sendrecv" both halves.
   static const std::pair<const char*, SpanKind> kRules[] = {
-      {"allreduce", SpanKind::kAllreduce},         {"reducescatter", SpanKind::kReduceScatter},
-      {"allgather", SpanKind::kAllgather},         {"broadcast", SpanKind::kBroadcast},
-      {"barrier", SpanKind::kBarrier},             {"sendrecv", SpanKind::kOther},
-      {"send", SpanKind::kSend},                   {"recv", SpanKind::kRecv},
+      {"allreduce", SpanKind::kAllreduce}, {"reducescatter", SpanKind::kReduceScatter},
+      {"allgather", SpanKind::kAllgather}, {"broadcast", SpanKind::kBroadcast},
+      {"barrier", SpanKind::kBarrier},     {"sendrecv", SpanKind::kOther},
+      {"send", SpanKind::kSend},           {"recv", SpanKind::kRecv},
   };
   for (const auto& [needle, kind] : kRules) {
     if (s.find(needle) != std::string::npos) return kind;

@@ -42,9 +42,8 @@ class LaunchIndex {
               [](const Launch& a, const Launch& b) { return a.correlation < b.correlation; });
   }
   const Launch* find(std::int64_t correlation) const {
-    auto it = std::lower_bound(
-        launches_.begin(), launches_.end(), correlation,
-        [](const Launch& l, std::int64_t c) { return l.correlation < c; });
+    auto it = std::lower_bound(launches_.begin(), launches_.end(), correlation,
+                               [](const Launch& l, std::int64_t c) { return l.correlation < c; });
     return it != launches_.end() && it->correlation == correlation ? &*it : nullptr;
   }
 
@@ -91,7 +90,9 @@ void TraceImporter::add(TraceBytes& bytes, const std::string& source, int file_i
   NameTable& names = *timeline.names;
   RawTrace raw = read_raw_trace(bytes, source, names);
 
-  TraceFileInfo info{.path = source, .bytes = raw.bytes_read, .trace_events = raw.trace_events,
+  TraceFileInfo info{.path = source,
+                     .bytes = raw.bytes_read,
+                     .trace_events = raw.trace_events,
                      .step_windows = raw.steps.size()};
   const auto claim_rank = [&](std::int32_t rank) {
     if (static_cast<std::size_t>(rank) >= rank_owner_.size()) rank_owner_.resize(rank + 1);
@@ -115,10 +116,17 @@ void TraceImporter::add(TraceBytes& bytes, const std::string& source, int file_i
         throw UsageError(source + ": a span has pid " + std::to_string(e.pid) + ", tid " +
                          std::to_string(e.tid) + ", which is not a tandem rank and lane");
       }
-      Span s{.rank = static_cast<std::int32_t>(e.pid), .lane = static_cast<Lane>(e.tid),
-             .kind = cat.kind, .name = kNoName, .step = e.step, .tag = e.tag,
-             .start_ns = e.start_ns + raw.tandem_t0_ns, .end_ns = e.end_ns + raw.tandem_t0_ns,
-             .bytes = e.bytes, .flops = e.flops};
+      Span s{.rank = static_cast<std::int32_t>(e.pid),
+             .lane = static_cast<Lane>(e.tid),
+             .kind = cat.kind,
+             .name = kNoName,
+             .step = e.step,
+             .tag = e.tag,
+             .start_ns = e.start_ns + raw.tandem_t0_ns,
+             .end_ns = e.end_ns + raw.tandem_t0_ns,
+             .bytes = e.bytes,
+             .flops = e.flops};
+      if (e.queued_ns >= 0 && s.lane == Lane::kComm) s.issue_ns = s.start_ns - e.queued_ns;
       // A name equal to the generated label carries no information of its own.
       if (names.name(e.name) != chrome_event_name(timeline, s)) s.name = e.name;
       claim_rank(s.rank);

@@ -36,9 +36,9 @@ struct TraceFileInfo {
   std::uint64_t bytes = 0;  // bytes read (decompressed)
   std::size_t trace_events = 0;
   std::size_t compute = 0, comm = 0, memory = 0;  // spans by role
-  std::size_t ignored = 0;        // GPU events no rule classified (--compute-regex)
-  std::size_t outside_steps = 0;  // spans in no ProfilerStep window (step -1)
-  std::size_t step_windows = 0;   // ProfilerStep#N annotations
+  std::size_t ignored = 0;                        // GPU events no rule classified (--compute-regex)
+  std::size_t outside_steps = 0;                  // spans in no ProfilerStep window (step -1)
+  std::size_t step_windows = 0;                   // ProfilerStep#N annotations
 };
 
 struct ImportResult {

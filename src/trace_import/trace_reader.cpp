@@ -14,15 +14,42 @@ using namespace std::string_view_literals;
 
 // Where the parser is: one frame per open object or array. kSkip covers every value the
 // reader does not use, however deep, so unknown content costs one byte of stack per level.
-enum class Frame : std::uint8_t { kTop, kEvents, kEvent, kArgs, kDistributed, kOtherData,
-                                  kTandem, kSkip };
+enum class Frame : std::uint8_t {
+  kTop,
+  kEvents,
+  kEvent,
+  kArgs,
+  kDistributed,
+  kOtherData,
+  kTandem,
+  kSkip
+};
 
 // The keys the reader uses; anything else is kNone and its value is skipped.
 enum class Field : std::uint8_t {
-  kNone, kTraceEvents, kDistributedInfo, kOtherData, kBaseTime,             // top level
-  kPh, kCat, kName, kPid, kTid, kTs, kDur, kArgs,                           // event
-  kCorrelation, kStep, kTag, kBytes, kFlops,                                // event args
-  kRank, kTandemTrace, kT0, kRanks,                                         // nested metadata
+  kNone,
+  kTraceEvents,
+  kDistributedInfo,
+  kOtherData,
+  kBaseTime,  // top level
+  kPh,
+  kCat,
+  kName,
+  kPid,
+  kTid,
+  kTs,
+  kDur,
+  kArgs,  // event
+  kCorrelation,
+  kStep,
+  kTag,
+  kBytes,
+  kFlops,
+  kQueued,  // event args
+  kRank,
+  kTandemTrace,
+  kT0,
+  kRanks,  // nested metadata
 };
 
 // string_view comparisons check the length before the bytes; std::string == "literal"
@@ -52,6 +79,7 @@ Field field_of(Frame frame, std::string_view key) {
       if (key == "layer"sv || key == "bucket"sv || key == "tag"sv) return Field::kTag;
       if (key == "bytes"sv) return Field::kBytes;
       if (key == "flops"sv) return Field::kFlops;
+      if (key == "queued_ns"sv) return Field::kQueued;
       return Field::kNone;
     case Frame::kDistributed:
       return key == "rank"sv ? Field::kRank : Field::kNone;
@@ -68,28 +96,52 @@ Field field_of(Frame frame, std::string_view key) {
 
 const char* field_name(Field f) {
   switch (f) {
-    case Field::kTraceEvents: return "traceEvents";
-    case Field::kDistributedInfo: return "distributedInfo";
-    case Field::kOtherData: return "otherData";
-    case Field::kBaseTime: return "baseTimeNanoseconds";
-    case Field::kPh: return "ph";
-    case Field::kCat: return "cat";
-    case Field::kName: return "name";
-    case Field::kPid: return "pid";
-    case Field::kTid: return "tid";
-    case Field::kTs: return "ts";
-    case Field::kDur: return "dur";
-    case Field::kArgs: return "args";
-    case Field::kCorrelation: return "args.correlation";
-    case Field::kStep: return "args.step";
-    case Field::kTag: return "args.layer/bucket/tag";
-    case Field::kBytes: return "args.bytes";
-    case Field::kFlops: return "args.flops";
-    case Field::kRank: return "distributedInfo.rank";
-    case Field::kTandemTrace: return "otherData.tandem_trace";
-    case Field::kT0: return "tandem_trace.t0_ns";
-    case Field::kRanks: return "tandem_trace.ranks";
-    case Field::kNone: break;
+    case Field::kTraceEvents:
+      return "traceEvents";
+    case Field::kDistributedInfo:
+      return "distributedInfo";
+    case Field::kOtherData:
+      return "otherData";
+    case Field::kBaseTime:
+      return "baseTimeNanoseconds";
+    case Field::kPh:
+      return "ph";
+    case Field::kCat:
+      return "cat";
+    case Field::kName:
+      return "name";
+    case Field::kPid:
+      return "pid";
+    case Field::kTid:
+      return "tid";
+    case Field::kTs:
+      return "ts";
+    case Field::kDur:
+      return "dur";
+    case Field::kArgs:
+      return "args";
+    case Field::kCorrelation:
+      return "args.correlation";
+    case Field::kStep:
+      return "args.step";
+    case Field::kTag:
+      return "args.layer/bucket/tag";
+    case Field::kBytes:
+      return "args.bytes";
+    case Field::kFlops:
+      return "args.flops";
+    case Field::kQueued:
+      return "args.queued_ns";
+    case Field::kRank:
+      return "distributedInfo.rank";
+    case Field::kTandemTrace:
+      return "otherData.tandem_trace";
+    case Field::kT0:
+      return "tandem_trace.t0_ns";
+    case Field::kRanks:
+      return "tandem_trace.ranks";
+    case Field::kNone:
+      break;
   }
   return "?";
 }
@@ -139,8 +191,8 @@ class Handler : public nlohmann::json_sax<json> {
   bool number_unsigned(number_unsigned_t v) override {
     if (v > static_cast<number_unsigned_t>(std::numeric_limits<std::int64_t>::max())) {
       // Beyond int64: no field the reader uses can be that large.
-      return scalar(Value{.type = Value::kFloat, .i = 0, .d = static_cast<double>(v),
-                          .text = "1e99"});
+      return scalar(
+          Value{.type = Value::kFloat, .i = 0, .d = static_cast<double>(v), .text = "1e99"});
     }
     return number_integer(static_cast<std::int64_t>(v));
   }
@@ -190,8 +242,8 @@ class Handler : public nlohmann::json_sax<json> {
     if (const auto at = what.find(": ", what.find("column")); at != std::string::npos) {
       what = what.substr(at + 2);
     }
-    throw UsageError(std::string(source_) + ": not valid JSON at byte " +
-                     std::to_string(position) + where_suffix() + ": " + what);
+    throw UsageError(std::string(source_) + ": not valid JSON at byte " + std::to_string(position) +
+                     where_suffix() + ": " + what);
   }
 
   [[noreturn]] void fail(const std::string& what) const {
@@ -200,13 +252,9 @@ class Handler : public nlohmann::json_sax<json> {
   }
 
  private:
-  std::string where_suffix() const {
-    return bytes_.compressed() ? " (decompressed)" : "";
-  }
+  std::string where_suffix() const { return bytes_.compressed() ? " (decompressed)" : ""; }
 
-  std::string event_label() const {
-    return "event " + std::to_string(out_.trace_events - 1);
-  }
+  std::string event_label() const { return "event " + std::to_string(out_.trace_events - 1); }
 
   Frame child_frame(bool is_object) {
     saw_anything_ = true;
@@ -286,7 +334,8 @@ class Handler : public nlohmann::json_sax<json> {
         break;
       case Frame::kTandem:
         if (f == Field::kT0 || f == Field::kRanks) {
-          if (v.type != Value::kInt) fail(std::string("\"") + field_name(f) + "\" is not an integer");
+          if (v.type != Value::kInt)
+            fail(std::string("\"") + field_name(f) + "\" is not an integer");
           if (f == Field::kT0 && (v.i < -kMaxAbsTsUs * 1000 || v.i > kMaxAbsTsUs * 1000)) {
             fail("\"tandem_trace.t0_ns\" out of range");
           }
@@ -311,8 +360,7 @@ class Handler : public nlohmann::json_sax<json> {
     }
     if (!ns) {
       fail(event_label() + ": \"" + field_name(f) + "\" out of range (" +
-           std::string(v.type == Value::kInt ? std::to_string(v.i) : std::string(v.text)) +
-           " us)");
+           std::string(v.type == Value::kInt ? std::to_string(v.i) : std::string(v.text)) + " us)");
     }
     return *ns;
   }
@@ -382,6 +430,9 @@ class Handler : public nlohmann::json_sax<json> {
       case Field::kBytes:
         event_.raw.bytes = v.i;
         break;
+      case Field::kQueued:
+        if (v.i >= 0 && v.i <= kMaxDurUs * 1000) event_.raw.queued_ns = v.i;
+        break;
       default:
         break;
     }
@@ -435,8 +486,8 @@ class Handler : public nlohmann::json_sax<json> {
         n = n * 10 + (c - '0');
       }
       if (!digits.empty()) {
-        out_.steps.push_back({static_cast<std::int32_t>(n), event_.raw.start_ns,
-                              event_.raw.end_ns});
+        out_.steps.push_back(
+            {static_cast<std::int32_t>(n), event_.raw.start_ns, event_.raw.end_ns});
       }
       return;
     }

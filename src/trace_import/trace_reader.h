@@ -48,6 +48,7 @@ struct RawEvent {
   std::int64_t tid = -1;
   std::int64_t correlation = -1;
   std::int64_t bytes = 0;
+  std::int64_t queued_ns = -1;  // args.queued_ns (tandem comm spans), -1: absent
   double flops = 0;
   NameId name = kNoName;
   std::int32_t step = -1;  // args.step (tandem traces)

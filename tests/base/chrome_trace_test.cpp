@@ -261,5 +261,54 @@ TEST_F(ChromeTraceTest, ReadsTheBareArrayForm) {
   EXPECT_EQ(t.spans[0].name, kNoName);  // the generated label carries no own name
 }
 
+// Bucket-ready arrows: one s/f pair per collective that knows its issue time, leaving the
+// compute slice that encloses the issue time (or that ended last before it).
+TEST_F(ChromeTraceTest, FlowArrowsJoinBucketReadyToItsCollective) {
+  Timeline t;
+  t.ranks = 2;
+  const Span bwd3 = make(0, Lane::kCompute, SpanKind::kBackward, 1000, 2000, 0, 3);
+  const Span bwd2 = make(0, Lane::kCompute, SpanKind::kBackward, 2000, 3000, 0, 2);
+  Span after_slice = make(0, Lane::kComm, SpanKind::kAllreduce, 3500, 4000, 0, 0);
+  after_slice.issue_ns = 3100;  // between slices: the arrow leaves bwd2's last ns
+  Span inside_slice = make(0, Lane::kComm, SpanKind::kAllreduce, 2600, 2900, 0, 1);
+  inside_slice.issue_ns = 2500;  // enclosed by bwd2
+  Span no_issue = make(0, Lane::kComm, SpanKind::kAllreduce, 4100, 4200, 0, 2);
+  Span before_compute = make(1, Lane::kComm, SpanKind::kBroadcast, 100, 200, -1);
+  before_compute.issue_ns = 50;  // rank 1 has no compute at all: no arrow
+  t.spans = {bwd3, bwd2, after_slice, inside_slice, no_issue, before_compute};
+  const fs::path path = dir_ / "flows.json";
+  write_chrome_trace(t, path.string());
+  const json trace = read_json(path);
+
+  std::map<std::int64_t, std::vector<json>> flows;  // id -> its events
+  for (const json& e : trace["traceEvents"]) {
+    if (e["ph"] == "s" || e["ph"] == "f") flows[e["id"].get<std::int64_t>()].push_back(e);
+  }
+  ASSERT_EQ(flows.size(), 2u);
+  std::map<double, double> from_to_us;  // flow start ts -> flow end ts
+  for (const auto& [id, events] : flows) {
+    ASSERT_EQ(events.size(), 2u) << id;
+    EXPECT_EQ(events[0]["ph"], "s");
+    EXPECT_EQ(events[1]["ph"], "f");
+    for (const json& e : events) {
+      EXPECT_EQ(e["bp"], "e");
+      EXPECT_EQ(e["pid"], 0);
+      EXPECT_EQ(e["name"], "bucket ready");
+    }
+    EXPECT_EQ(events[0]["tid"], static_cast<int>(Lane::kCompute));
+    EXPECT_EQ(events[1]["tid"], static_cast<int>(Lane::kComm));
+    from_to_us[events[0]["ts"].get<double>()] = events[1]["ts"].get<double>();
+  }
+  // t0 = 100 ns (the earliest span); times below are (ns - 100) / 1000 us.
+  EXPECT_EQ(from_to_us, (std::map<double, double>{{2.4, 2.5}, {2.899, 3.4}}));
+
+  // The reader skips the flow events and restores each issue time from queued_ns.
+  const Timeline back = read_chrome_trace(path.string());
+  ASSERT_EQ(back.spans.size(), t.spans.size());
+  for (std::size_t i = 0; i < t.spans.size(); ++i) {
+    EXPECT_EQ(back.spans[i].issue_ns, t.spans[i].issue_ns) << i;
+  }
+}
+
 }  // namespace
 }  // namespace tandem

@@ -43,8 +43,8 @@ void write_gzip(const fs::path& path, const std::string& text) {
 TEST(AnalyzeCliTest, HelpExplainsEveryFlag) {
   const CliResult r = run_tandem("analyze --help");
   EXPECT_EQ(r.exit_code, 0);
-  for (const char* flag : {"--baseline", "--out", "--comm-regex", "--memory-regex",
-                           "--compute-regex", "--warmup"}) {
+  for (const char* flag :
+       {"--baseline", "--out", "--comm-regex", "--memory-regex", "--compute-regex", "--warmup"}) {
     EXPECT_NE(r.out.find(flag), std::string::npos) << flag;
   }
 }
@@ -87,15 +87,18 @@ TEST(AnalyzeCliTest, BaselineAddsSlowdownAndIdealTime) {
   TempDir dir;
   std::ofstream(dir.path() / "run.json") << rank_trace(0);
   KinetoBuilder b(0);
-  for (int step = 0; step < 2; ++step) b.profiler_step(step, 1000.0 * step, 1000).kernel("sm80_gemm", 1000.0 * step, 100);
+  for (int step = 0; step < 2; ++step)
+    b.profiler_step(step, 1000.0 * step, 1000).kernel("sm80_gemm", 1000.0 * step, 100);
   std::ofstream(dir.path() / "iso.json") << b.str();
-  const CliResult r = run_tandem("analyze " + (dir.path() / "run.json").string() +
-                                 " --baseline " + (dir.path() / "iso.json").string());
+  const CliResult r = run_tandem("analyze " + (dir.path() / "run.json").string() + " --baseline " +
+                                 (dir.path() / "iso.json").string());
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_NE(line_of(r.out, "compute slowdown S (eq. 1)").find(" 20.0%"), std::string::npos)
       << r.out;  // (120 - 100) / 100
   EXPECT_NE(line_of(r.out, "ideal iteration time (eq. 4)").find(" 0.100 ms"), std::string::npos)
       << r.out;  // 120 us - (120 - 100) us
+  // tandem characterize's table, with the same numbers.
+  EXPECT_NE(line_of(r.out, "E2E_ideal (eq. 4)").find("0.100 ms"), std::string::npos) << r.out;
 }
 
 // Round trip: tandem's own trace.json gives exactly the metrics `tandem train` reported:
@@ -105,12 +108,14 @@ TEST(AnalyzeCliTest, BaselineAddsSlowdownAndIdealTime) {
 TEST(AnalyzeCliTest, OwnTraceGivesTheMetricsTheRunReported) {
   TempDir dir;
   const fs::path run = dir.path() / "run";
-  const CliResult train = run_tandem("train --ranks 2 --model mlp:3x64 --batch 8 --steps 6 "
-                                     "--strategy layerwise --quiet --out " + run.string());
+  const CliResult train = run_tandem(
+      "train --ranks 2 --model mlp:3x64 --batch 8 --steps 6 "
+      "--strategy layerwise --quiet --out " +
+      run.string());
   ASSERT_EQ(train.exit_code, 0) << train.err;
   const fs::path out = dir.path() / "analysis";
-  const CliResult r = run_tandem("analyze " + (run / "trace.json").string() +
-                                 " --warmup 2 --out " + out.string());
+  const CliResult r =
+      run_tandem("analyze " + (run / "trace.json").string() + " --warmup 2 --out " + out.string());
   ASSERT_EQ(r.exit_code, 0) << r.err;
   const auto reported = nlohmann::json::parse(slurp(run / "summary.json"));
   const auto analyzed = nlohmann::json::parse(slurp(out / "summary.json"));
@@ -134,8 +139,8 @@ TEST(AnalyzeCliTest, NamesWithMarkupSurviveEscaped) {
   const std::string name = "<script>alert(\"x\")</script>&amp;";
   std::ofstream(dir.path() / "r.json") << rank_trace(0, name);
   const fs::path out = dir.path() / "a";
-  const CliResult r = run_tandem("analyze " + (dir.path() / "r.json").string() + " --out " +
-                                 out.string());
+  const CliResult r =
+      run_tandem("analyze " + (dir.path() / "r.json").string() + " --out " + out.string());
   ASSERT_EQ(r.exit_code, 0) << r.err;
   const auto trace = nlohmann::json::parse(slurp(out / "trace.json"));  // still valid JSON
   bool found = false;

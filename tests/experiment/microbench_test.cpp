@@ -34,10 +34,6 @@ TEST(MicrobenchTest, TwoRanksRunAllFourScenariosAndTheTableIsConsistent) {
   EXPECT_GE(m.hidden_share.median, 0.0);
   EXPECT_LE(m.hidden_share.median, 1.0);
   EXPECT_LE(m.t_ovl_ns.median, std::min(m.t_comp_ovl_ns.max, m.t_comm_ovl_ns.max));
-  // Equation 4 and 5 tie the table together for every iteration, hence for medians of
-  // the per-iteration identity: ideal = ovl - (comp_ovl - comp_iso).
-  EXPECT_NEAR(m.e2e_seq_model_ns.median - m.e2e_ideal_ns.median,
-              m.t_ovl_ns.median, 0.5 * m.t_ovl_ns.median + 1);
   EXPECT_EQ(c.config["gemm_count"], 6);
   EXPECT_FALSE(format_metrics_table(m).empty());
 }

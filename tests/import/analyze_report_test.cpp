@@ -1,10 +1,11 @@
 // analyze_timeline and its outputs: the breakdown adds up, warm-up drops whole
 // iterations, a compute-only baseline gives slowdown (eq. 1) and ideal time (eq. 4).
+#include "trace_import/analyze_report.h"
+
 #include <gtest/gtest.h>
 
 #include "import/import_support.h"
 #include "import/kineto_builder.h"
-#include "trace_import/analyze_report.h"
 
 namespace tandem::testing {
 namespace {
@@ -49,8 +50,8 @@ TEST(AnalyzeReportTest, SummaryAcrossRanksAndWarmup) {
   const ImportResult run = importer.finish();
   const AnalyzeResult a = analyze_timeline(run.timeline, nullptr, 1);
   ASSERT_EQ(a.steps.size(), 2u);
-  EXPECT_EQ(a.steps[0].step, 1);         // step 0 was warm-up
-  EXPECT_EQ(a.iterations.size(), 4u);    // 2 ranks x 2 measured steps
+  EXPECT_EQ(a.steps[0].step, 1);          // step 0 was warm-up
+  EXPECT_EQ(a.iterations.size(), 4u);     // 2 ranks x 2 measured steps
   EXPECT_DOUBLE_EQ(a.hidden_share, 0.6);  // 60 / 100
   EXPECT_DOUBLE_EQ(a.e2e_ms.median, 0.12);
   EXPECT_DOUBLE_EQ(a.scenario.overlap_ratio.median, 0.5);  // 60 / 120
@@ -71,7 +72,8 @@ TEST(AnalyzeReportTest, BaselineGivesSlowdownAndIdealTime) {
   const ImportResult run = import_text(three_steps(0));
   // Compute-only: the same compute, 100 us instead of 120.
   KinetoBuilder b(0);
-  for (int step = 0; step < 3; ++step) b.profiler_step(step, 1000.0 * step, 1000).kernel(kGemm, 1000.0 * step, 100);
+  for (int step = 0; step < 3; ++step)
+    b.profiler_step(step, 1000.0 * step, 1000).kernel(kGemm, 1000.0 * step, 100);
   const ImportResult baseline = import_text(b.str());
   const AnalyzeResult a = analyze_timeline(run.timeline, &baseline.timeline, 0);
   ASSERT_TRUE(a.has_baseline);

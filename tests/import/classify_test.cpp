@@ -1,9 +1,10 @@
 // The classification rules: defaults for NCCL/RCCL/HCCL names and Kineto's memory
 // operations, overrides, and the collective guessed from a name.
+#include "trace_import/classify.h"
+
 #include <gtest/gtest.h>
 
 #include "core/error.h"
-#include "trace_import/classify.h"
 
 namespace tandem {
 namespace {
@@ -18,8 +19,7 @@ TEST(ClassifyTest, DefaultRules) {
   EventClassifier c{ClassificationRules{}};
   EXPECT_EQ(classify(c, names, "ncclKernel_AllReduce_RING_LL_Sum_float(ncclWorkElem)"),
             EventRole::kComm);
-  EXPECT_EQ(classify(c, names, "ncclDevKernel_AllGather_RING_LL(ncclDevComm*)"),
-            EventRole::kComm);
+  EXPECT_EQ(classify(c, names, "ncclDevKernel_AllGather_RING_LL(ncclDevComm*)"), EventRole::kComm);
   EXPECT_EQ(classify(c, names, "void ncclDevKernel_ReduceScatter_Sum_bf16_RING_LL()"),
             EventRole::kComm);
   EXPECT_EQ(classify(c, names, "HcclAllReduce"), EventRole::kComm);
@@ -63,8 +63,7 @@ TEST(ClassifyTest, InvalidRegexNamesTheFlag) {
 
 TEST(ClassifyTest, CollectiveGuessedFromName) {
   EXPECT_EQ(guess_comm_kind("ncclDevKernel_AllReduce_Sum_f32_RING_LL"), SpanKind::kAllreduce);
-  EXPECT_EQ(guess_comm_kind("ncclKernel_ReduceScatter_RING_LL_Sum_half"),
-            SpanKind::kReduceScatter);
+  EXPECT_EQ(guess_comm_kind("ncclKernel_ReduceScatter_RING_LL_Sum_half"), SpanKind::kReduceScatter);
   EXPECT_EQ(guess_comm_kind("ncclDevKernel_AllGather_RING_LL"), SpanKind::kAllgather);
   EXPECT_EQ(guess_comm_kind("ncclKernel_Broadcast_RING_LL"), SpanKind::kBroadcast);
   EXPECT_EQ(guess_comm_kind("ncclDevKernel_SendRecv"), SpanKind::kOther);

@@ -16,7 +16,9 @@ namespace {
 std::string mutate(const std::string& seed, std::mt19937_64& rng) {
   std::string s = seed;
   static constexpr char kSignificant[] = "{}[]\":,.-0123456789eE\\ \x00\xff";
-  const auto pick = [&](std::size_t n) { return std::uniform_int_distribution<std::size_t>(0, n - 1)(rng); };
+  const auto pick = [&](std::size_t n) {
+    return std::uniform_int_distribution<std::size_t>(0, n - 1)(rng);
+  };
   const int edits = 1 + static_cast<int>(pick(4));
   for (int e = 0; e < edits && !s.empty(); ++e) {
     switch (pick(5)) {
@@ -45,10 +47,26 @@ std::string mutate(const std::string& seed, std::mt19937_64& rng) {
 TEST(ImportFuzzTest, CorruptedTracesImportOrFailCleanly) {
   Timeline own;
   own.ranks = 1;
-  own.spans = {{.rank = 0, .lane = Lane::kCompute, .kind = SpanKind::kForward, .name = kNoName,
-                .step = 0, .tag = 1, .start_ns = 10, .end_ns = 20, .bytes = 0, .flops = 0},
-               {.rank = 0, .lane = Lane::kComm, .kind = SpanKind::kAllreduce, .name = kNoName,
-                .step = 0, .tag = 0, .start_ns = 15, .end_ns = 30, .bytes = 64, .flops = 0}};
+  own.spans = {{.rank = 0,
+                .lane = Lane::kCompute,
+                .kind = SpanKind::kForward,
+                .name = kNoName,
+                .step = 0,
+                .tag = 1,
+                .start_ns = 10,
+                .end_ns = 20,
+                .bytes = 0,
+                .flops = 0},
+               {.rank = 0,
+                .lane = Lane::kComm,
+                .kind = SpanKind::kAllreduce,
+                .name = kNoName,
+                .step = 0,
+                .tag = 0,
+                .start_ns = 15,
+                .end_ns = 30,
+                .bytes = 64,
+                .flops = 0}};
   const std::vector<std::string> seeds = {
       KinetoBuilder(1)
           .profiler_step(1, 0, 100)

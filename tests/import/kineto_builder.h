@@ -13,44 +13,77 @@ class KinetoBuilder {
  public:
   explicit KinetoBuilder(std::optional<int> rank = std::nullopt) : rank_(rank) {
     // Metadata and a flow event, as Kineto writes before the spans.
-    events_.push_back({{"ph", "M"}, {"name", "process_name"}, {"pid", 0},
-                       {"args", {{"name", "python"}}}});
-    events_.push_back({{"ph", "s"}, {"cat", "ac2g"}, {"name", "ac2g"}, {"id", 1}, {"pid", 1},
-                       {"tid", 1}, {"ts", 0}});
+    events_.push_back(
+        {{"ph", "M"}, {"name", "process_name"}, {"pid", 0}, {"args", {{"name", "python"}}}});
+    events_.push_back({{"ph", "s"},
+                       {"cat", "ac2g"},
+                       {"name", "ac2g"},
+                       {"id", 1},
+                       {"pid", 1},
+                       {"tid", 1},
+                       {"ts", 0}});
   }
 
   // A GPU kernel (cat "kernel") on `stream`; correlation < 0 leaves it out.
   KinetoBuilder& kernel(const std::string& name, double ts, double dur, int stream = 7,
                         long correlation = -1) {
-    nlohmann::json args = {{"device", 0}, {"stream", stream}, {"grid", {1, 2, 3}},
-                           {"block", {128, 1, 1}}, {"est. achieved occupancy %", 50}};
+    nlohmann::json args = {{"device", 0},
+                           {"stream", stream},
+                           {"grid", {1, 2, 3}},
+                           {"block", {128, 1, 1}},
+                           {"est. achieved occupancy %", 50}};
     if (correlation >= 0) args["correlation"] = correlation;
-    events_.push_back({{"ph", "X"}, {"cat", "kernel"}, {"name", name}, {"pid", 0},
-                       {"tid", stream}, {"ts", ts}, {"dur", dur}, {"args", args}});
+    events_.push_back({{"ph", "X"},
+                       {"cat", "kernel"},
+                       {"name", name},
+                       {"pid", 0},
+                       {"tid", stream},
+                       {"ts", ts},
+                       {"dur", dur},
+                       {"args", args}});
     return *this;
   }
   KinetoBuilder& memcpy(double ts, double dur) {
-    events_.push_back({{"ph", "X"}, {"cat", "gpu_memcpy"},
-                       {"name", "Memcpy HtoD (Pageable -> Device)"}, {"pid", 0}, {"tid", 7},
-                       {"ts", ts}, {"dur", dur}, {"args", {{"stream", 7}}}});
+    events_.push_back({{"ph", "X"},
+                       {"cat", "gpu_memcpy"},
+                       {"name", "Memcpy HtoD (Pageable -> Device)"},
+                       {"pid", 0},
+                       {"tid", 7},
+                       {"ts", ts},
+                       {"dur", dur},
+                       {"args", {{"stream", 7}}}});
     return *this;
   }
   // A CPU-side cudaLaunchKernel carrying `correlation`.
   KinetoBuilder& launch(double ts, long correlation) {
-    events_.push_back({{"ph", "X"}, {"cat", "cuda_runtime"}, {"name", "cudaLaunchKernel"},
-                       {"pid", 100}, {"tid", 100}, {"ts", ts}, {"dur", 1},
+    events_.push_back({{"ph", "X"},
+                       {"cat", "cuda_runtime"},
+                       {"name", "cudaLaunchKernel"},
+                       {"pid", 100},
+                       {"tid", 100},
+                       {"ts", ts},
+                       {"dur", 1},
                        {"args", {{"correlation", correlation}, {"cbid", 211}}}});
     return *this;
   }
   KinetoBuilder& profiler_step(int step, double ts, double dur) {
-    events_.push_back({{"ph", "X"}, {"cat", "user_annotation"},
-                       {"name", "ProfilerStep#" + std::to_string(step)}, {"pid", 100},
-                       {"tid", 100}, {"ts", ts}, {"dur", dur}});
+    events_.push_back({{"ph", "X"},
+                       {"cat", "user_annotation"},
+                       {"name", "ProfilerStep#" + std::to_string(step)},
+                       {"pid", 100},
+                       {"tid", 100},
+                       {"ts", ts},
+                       {"dur", dur}});
     return *this;
   }
   KinetoBuilder& cpu_op(const std::string& name, double ts, double dur) {
-    events_.push_back({{"ph", "X"}, {"cat", "cpu_op"}, {"name", name}, {"pid", 100},
-                       {"tid", 100}, {"ts", ts}, {"dur", dur},
+    events_.push_back({{"ph", "X"},
+                       {"cat", "cpu_op"},
+                       {"name", name},
+                       {"pid", 100},
+                       {"tid", 100},
+                       {"ts", ts},
+                       {"dur", dur},
                        {"args", {{"External id", 3}, {"Input Dims", {{1, 2}, {3}}}}}});
     return *this;
   }

@@ -57,8 +57,8 @@ TEST(KinetoImportTest, CommunicationLongerThanCompute) {
   const IterationMetrics m = iteration(r.timeline, 0, 0);
   EXPECT_EQ(m.e2e_ns, us(200));
   EXPECT_EQ(m.t_comm_ns, us(190));
-  EXPECT_EQ(m.t_ovl_ns, us(40));           // [10,40) + [190,200)
-  EXPECT_EQ(m.t_exposed_comm_ns, us(150)); // [40,190)
+  EXPECT_EQ(m.t_ovl_ns, us(40));            // [10,40) + [190,200)
+  EXPECT_EQ(m.t_exposed_comm_ns, us(150));  // [40,190)
   EXPECT_EQ(m.t_other_ns, 0);
 }
 
@@ -72,8 +72,8 @@ TEST(KinetoImportTest, SeveralComputeStreamsSumTimeButUniteOverlap) {
                                  .str());
   const IterationMetrics m = iteration(r.timeline, 0, 0);
   EXPECT_EQ(m.e2e_ns, us(210));
-  EXPECT_EQ(m.t_comp_ns, us(220));  // a sum: concurrent kernels count twice
-  EXPECT_EQ(m.t_ovl_ns, us(40));    // [120,150) + [190,200)
+  EXPECT_EQ(m.t_comp_ns, us(220));         // a sum: concurrent kernels count twice
+  EXPECT_EQ(m.t_ovl_ns, us(40));           // [120,150) + [190,200)
   EXPECT_EQ(m.t_exposed_comm_ns, us(40));  // [150,190)
   EXPECT_EQ(m.t_other_ns, 0);
 }
@@ -208,8 +208,7 @@ TEST(KinetoImportTest, ClassificationCanBeOverridden) {
                                 .kernel("my_fused_allreduce", 10, 10)
                                 .kernel("elementwise_add", 20, 10)
                                 .str();
-  const auto r = import_text(trace, {.comm = "allreduce", .memory = "^memcpy",
-                                     .compute = "gemm"});
+  const auto r = import_text(trace, {.comm = "allreduce", .memory = "^memcpy", .compute = "gemm"});
   ASSERT_EQ(r.timeline.spans.size(), 2u);
   EXPECT_EQ(r.timeline.spans[1].lane, Lane::kComm);
   EXPECT_EQ(r.files[0].ignored, 1u);  // elementwise_add matched no rule

@@ -31,8 +31,7 @@ struct Case {
 };
 
 std::string kernel_with(const std::string& fields) {
-  return R"({"traceEvents":[{"ph":"X","cat":"kernel","name":"k","pid":0,"tid":7,)" + fields +
-         "}]}";
+  return R"({"traceEvents":[{"ph":"X","cat":"kernel","name":"k","pid":0,"tid":7,)" + fields + "}]}";
 }
 
 TEST(MalformedTraceTest, EveryKindOfBadInputIsOneClearError) {

@@ -13,15 +13,48 @@ Timeline sample_timeline() {
   const NameId custom = t.names->intern("my <fused> kernel");
   const std::int64_t base = 1'700'000'000'123'456'789;  // steady clocks start anywhere
   t.spans = {
-      {.rank = 0, .lane = Lane::kCompute, .kind = SpanKind::kBackward, .name = kNoName,
-       .step = 0, .tag = 3, .start_ns = base, .end_ns = base + 1501, .bytes = 0, .flops = 2e9},
-      {.rank = 0, .lane = Lane::kComm, .kind = SpanKind::kAllreduce, .name = kNoName, .step = 0,
-       .tag = 1, .start_ns = base + 700, .end_ns = base + 3001, .bytes = 4096, .flops = 0},
-      {.rank = 1, .lane = Lane::kWait, .kind = SpanKind::kWait, .name = kNoName, .step = 1,
-       .tag = -1, .start_ns = base + 5, .end_ns = base + 9, .bytes = 0, .flops = 0},
-      {.rank = 1, .lane = Lane::kCompute, .kind = SpanKind::kForward, .name = custom, .step = 1,
-       .tag = 0, .start_ns = base + 1, .end_ns = base + 2, .bytes = 0, .flops = 0},
+      {.rank = 0,
+       .lane = Lane::kCompute,
+       .kind = SpanKind::kBackward,
+       .name = kNoName,
+       .step = 0,
+       .tag = 3,
+       .start_ns = base,
+       .end_ns = base + 1501,
+       .bytes = 0,
+       .flops = 2e9},
+      {.rank = 0,
+       .lane = Lane::kComm,
+       .kind = SpanKind::kAllreduce,
+       .name = kNoName,
+       .step = 0,
+       .tag = 1,
+       .start_ns = base + 700,
+       .end_ns = base + 3001,
+       .bytes = 4096,
+       .flops = 0},
+      {.rank = 1,
+       .lane = Lane::kWait,
+       .kind = SpanKind::kWait,
+       .name = kNoName,
+       .step = 1,
+       .tag = -1,
+       .start_ns = base + 5,
+       .end_ns = base + 9,
+       .bytes = 0,
+       .flops = 0},
+      {.rank = 1,
+       .lane = Lane::kCompute,
+       .kind = SpanKind::kForward,
+       .name = custom,
+       .step = 1,
+       .tag = 0,
+       .start_ns = base + 1,
+       .end_ns = base + 2,
+       .bytes = 0,
+       .flops = 0},
   };
+  t.spans[1].issue_ns = base + 500;  // the all-reduce queued 200 ns behind earlier work
   return t;
 }
 
@@ -44,6 +77,7 @@ TEST(TandemTraceImportTest, SpansComeBackExactly) {
     EXPECT_EQ(a.end_ns, b.end_ns) << i;
     EXPECT_EQ(a.bytes, b.bytes) << i;
     EXPECT_EQ(a.flops, b.flops) << i;
+    EXPECT_EQ(a.issue_ns, b.issue_ns) << i;
     EXPECT_EQ(original.name_of(a), r.timeline.name_of(b)) << i;
     // Generated labels ("backward L3") come back as no name, as read_chrome_trace does.
     EXPECT_EQ(a.name == kNoName, b.name == kNoName) << i;

@@ -1,0 +1,31 @@
+// Internal to the report: the pieces report.cpp, characterize_page.cpp and train_page.cpp
+// share.
+#pragma once
+
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "report/html/charts.h"
+#include "report/html/report.h"
+#include "report/html/results.h"
+#include "timeline/recorder.h"
+
+namespace tandem::html {
+
+// The Gantt input for one step of a timeline: the first `max_ranks` ranks, their compute,
+// comm and wait spans of that step, and each rank's overlapped intervals.
+// `ranks_total` receives how many ranks the timeline has spans for.
+GanttInput gantt_for_step(const Timeline& timeline, int step, int max_ranks,
+                          const std::string& label, int& ranks_total);
+// ∪compute ∩ ∪comm per rank, united over ranks (the power chart's shading).
+IntervalSet overlap_any_rank(const Timeline& timeline);
+// "ranks 0-7 of 32 drawn" style note, or "" when every rank is drawn.
+std::string ranks_note(const GanttInput& gantt, int ranks_total);
+
+std::string config_table(const nlohmann::json& config);
+std::string machine_table(const nlohmann::json& machine, const std::string& created);
+
+std::string characterize_body(const Results& results, const ReportOptions& options);
+std::string train_body(const Results& results, const ReportOptions& options);
+
+}  // namespace tandem::html

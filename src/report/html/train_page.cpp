@@ -1,0 +1,153 @@
+// The page of a `tandem train --out` directory: one configuration, no baselines, so the
+// timeline, the per-step breakdown and the run's statistics.
+#include <algorithm>
+#include <cmath>
+#include <optional>
+
+#include "analysis/metrics.h"
+#include "core/error.h"
+#include "report/html/page.h"
+#include "report/html/sections.h"
+
+namespace tandem::html {
+
+namespace {
+
+using nlohmann::json;
+
+constexpr std::size_t kMaxStepRows = 40;
+
+std::string ms_cell(double ms) {
+  if (!std::isfinite(ms)) return "n/a";
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.3f ms", ms);
+  return buf;
+}
+
+// The measured steps (warm-up dropped, as summary.json did) and the chosen one.
+int choose_step(const std::vector<StepMetrics>& measured, const std::vector<StepMetrics>& all,
+                const ReportOptions& options) {
+  if (options.iteration) {
+    for (const StepMetrics& s : all) {
+      if (s.step == *options.iteration) return s.step;
+    }
+    throw UsageError("--iteration " + std::to_string(*options.iteration) +
+                     ": no such iteration in trace.json (steps " +
+                     (all.empty() ? std::string("none")
+                                  : std::to_string(all.front().step) + ".." +
+                                        std::to_string(all.back().step)) +
+                     ")");
+  }
+  const std::vector<StepMetrics>& pool = measured.empty() ? all : measured;
+  if (pool.empty()) return -1;
+  std::vector<StepMetrics> sorted = pool;
+  std::sort(sorted.begin(), sorted.end(), [](const StepMetrics& a, const StepMetrics& b) {
+    return a.e2e_ns < b.e2e_ns || (a.e2e_ns == b.e2e_ns && a.step < b.step);
+  });
+  return sorted[(sorted.size() - 1) / 2].step;
+}
+
+}  // namespace
+
+std::string train_body(const Results& r, const ReportOptions& options) {
+  const json& s = r.summary;
+  const json& config = s["config"];
+  const auto trace = load_trace(r.dir / "trace.json");
+
+  std::string body = "<h1>tandem train: " +
+                     escape(config.value("model", std::string("?")) + ", " +
+                            std::to_string(config.value("ranks", 0)) + " ranks, " +
+                            config.value("strategy", std::string("?"))) +
+                     "</h1>";
+  body += "<p class=\"sub\">" +
+          escape(std::to_string(s.value("measured_steps", 0)) + " measured steps of " +
+                 std::to_string(config.value("steps", 0)) + " · created " +
+                 s.value("created", std::string("not recorded")) + " · " + r.dir.string()) +
+          "</p>";
+  auto med = [&](const char* key) { return ms_cell(stat_of(s, key).median); };
+  const double hidden = s.contains("hidden_share") && s["hidden_share"].is_number()
+                            ? s["hidden_share"].get<double>()
+                            : NAN;
+  body += cards({{"step time (median)", med("step_ms")},
+                 {"compute per step", med("compute_ms")},
+                 {"communication per step", med("comm_ms")},
+                 {"waiting per step", med("wait_ms")},
+                 {"overlapped per step", med("overlap_ms")},
+                 {"hidden share of comm", format_percent(hidden)}});
+
+  std::string timeline_html;
+  std::string breakdown_html;
+  if (!trace) {
+    timeline_html = note("no trace.json in this directory (the run had its timeline off)");
+  } else {
+    const std::vector<StepMetrics> all = compute_step_metrics(trace->timeline);
+    const int warmup = std::max(0, config.value("steps", 0) - s.value("measured_steps", 0));
+    const std::vector<StepMetrics> measured = drop_warmup(all, static_cast<std::size_t>(warmup));
+    const int step = choose_step(measured, all, options);
+    int total = 0;
+    const GanttInput g = gantt_for_step(trace->timeline, step, options.max_ranks,
+                                        "training step " + std::to_string(step), total);
+    if (g.ranks.empty()) {
+      timeline_html = note("trace.json has no spans of a training step");
+    } else {
+      std::string caption = "Step " + std::to_string(step) +
+                            (options.iteration ? "" : " (the median measured step)") +
+                            ": hover a bar for its name, duration and bytes.";
+      const std::string ranks = ranks_note(g, total);
+      if (!ranks.empty()) caption += " " + ranks + ".";
+      timeline_html = figure(gantt_chart(g), caption);
+    }
+    std::vector<StackRow> rows;
+    for (const StepMetrics& m : measured) {
+      if (rows.size() == kMaxStepRows) break;
+      rows.push_back({"step " + std::to_string(m.step), {m.t_comp_ns, m.t_exposed_comm_ns, m.t_ovl_ns}});
+    }
+    breakdown_html =
+        figure(stacked_bar_chart({{"compute", "f-comp"},
+                                  {"exposed communication", "f-exposed"},
+                                  {"hidden communication", "f-hidden"}},
+                                 rows, "time per step, mean over ranks (ms)", 1e6,
+                                 "compute, exposed and hidden communication per step"),
+               measured.size() > kMaxStepRows
+                   ? "The first " + std::to_string(kMaxStepRows) + " of " +
+                         std::to_string(measured.size()) + " measured steps."
+                   : "");
+  }
+  body += section("timeline", "Timeline of one step",
+                  "Per rank: compute, communication and waiting on it. Hatching marks time "
+                  "when compute and communication ran at once; a tick on the comm lane is "
+                  "when a bucket became ready, the dotted lead how long it waited for its "
+                  "collective.",
+                  timeline_html);
+  if (!breakdown_html.empty()) {
+    body += section("breakdown", "Where each step goes",
+                    "Per measured step: compute, the communication left exposed, and the "
+                    "communication hidden behind compute.",
+                    breakdown_html);
+  }
+  std::vector<std::vector<std::string>> rows;
+  for (const auto& [key, label] : std::vector<std::pair<const char*, const char*>>{
+           {"step_ms", "step time (slowest rank)"},
+           {"compute_ms", "compute"},
+           {"comm_ms", "communication"},
+           {"wait_ms", "waiting on communication"},
+           {"overlap_ms", "overlapped (T_ovl)"},
+           {"exposed_comm_ms", "exposed communication"}}) {
+    const Stat st = stat_of(s, key);
+    rows.push_back({label, ms_cell(st.median), ms_cell(st.p10), ms_cell(st.p90), ms_cell(st.mean)});
+  }
+  body += section("metrics", "Statistics per step",
+                  "Over the measured steps (warm-up dropped); compute, communication and "
+                  "overlap are means over ranks.",
+                  table({"quantity", "median", "p10", "p90", "mean"}, rows));
+  body += section("power", "Power", "",
+                  note("power: unavailable for tandem train runs (sampled by tandem "
+                       "characterize where a sensor exists)."));
+  body += section("config", "Configuration", "", config_table(config));
+  body += section("machine", "Machine", "",
+                  s.contains("machine") ? machine_table(s["machine"], s.value("created", std::string()))
+                                        : note("not recorded by this run"));
+  return body;
+}
+
+}  // namespace tandem::html
