@@ -36,6 +36,36 @@ TEST(CharacterizeCliTest, WritesSummaryIterationsAndTraces) {
   EXPECT_TRUE(nlohmann::json::parse(slurp(out / "trace.json")).contains("traceEvents"));
 }
 
+TEST(CharacterizeCliTest, TrainWorkloadScenariosDoWhatTheySay) {
+  TempDir dir;
+  const fs::path out = dir.path() / "t";
+  const CliResult r = run_tandem(
+      "characterize --model mlp:3x32 --batch 4 --ranks 2 --strategy layerwise --warmup 0 "
+      "--iterations 2 --no-progress --out " + out.string());
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const auto point = nlohmann::json::parse(slurp(out / "summary.json"))["points"][0];
+  EXPECT_EQ(point["config"]["strategy"], "layerwise");
+  for (const auto& step : point["scenarios"]["compute-only"]["steps"]) {
+    EXPECT_GT(step["t_comp_ns"].get<double>(), 0);
+    EXPECT_EQ(step["t_comm_ns"].get<double>(), 0);
+  }
+  for (const auto& step : point["scenarios"]["comm-only"]["steps"]) {
+    EXPECT_EQ(step["t_comp_ns"].get<double>(), 0);
+    EXPECT_GT(step["t_comm_ns"].get<double>(), 0);
+  }
+  for (const auto& step : point["scenarios"]["sequential"]["steps"]) {
+    EXPECT_EQ(step["t_ovl_ns"].get<double>(), 0);  // nothing launched during backward
+    EXPECT_GT(step["t_comm_ns"].get<double>(), 0);
+  }
+  // 3 layers: 3 all-reduces of every rank's gradient per step in every scenario with comm.
+  const double gradient_bytes = 4.0 * (3 * 32 * 32 + 2 * 32 + 32 * 16 - 32 * 32 + 16);
+  for (const char* s : {"comm-only", "sequential", "overlapped"}) {
+    for (const auto& step : point["scenarios"][s]["steps"]) {
+      EXPECT_EQ(step["bytes"].get<double>(), gradient_bytes) << s;
+    }
+  }
+}
+
 std::vector<std::string> finished_lines(const std::string& out) {
   std::vector<std::string> lines;
   std::istringstream in(out);
