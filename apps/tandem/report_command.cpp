@@ -31,8 +31,9 @@ int run_report(const ReportFlags& flags) {
 void add_report_command(CLI::App& app, std::function<int()>& run) {
   auto flags = std::make_shared<ReportFlags>();
   CLI::App* cmd = app.add_subcommand(
-      "report", "Build report.html (Gantt charts, E2E and breakdown bars, slowdown, scaling, "
-                "power, metrics) from a results directory; works offline");
+      "report",
+      "Build report.html (Gantt charts, E2E and breakdown bars, slowdown, scaling, "
+      "power, metrics) from a results directory; works offline");
   cmd->add_option("dir", flags->dir, "Results directory of tandem characterize/train --out")
       ->required();
   cmd->add_option("--point", flags->point,

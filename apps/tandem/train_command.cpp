@@ -26,7 +26,7 @@ struct TrainFlags {
   int warmup = 2;
   bool quiet = false;
   std::string backend = "auto";
-  std::string mpi_allreduce = "native";
+  std::string mpi_allreduce = "auto";
   double mpi_poll_us = 0;
 };
 
@@ -164,9 +164,10 @@ void add_train_command(CLI::App& app, std::function<int()>& run) {
       ->check(CLI::IsMember({"auto", "local", "mpi"}))
       ->capture_default_str();
   cmd->add_option("--mpi-allreduce", flags->mpi_allreduce,
-                  "mpi allreduce algorithm: native (the library's MPI_Iallreduce) or ring "
-                  "(segmented ring over point-to-point; see docs/MPI.md)")
-      ->check(CLI::IsMember({"native", "ring"}))
+                  "mpi allreduce algorithm: native (the library's MPI_Iallreduce), ring "
+                  "(segmented ring over point-to-point), or auto (native below 256 KiB, ring "
+                  "from there); see docs/MPI.md")
+      ->check(CLI::IsMember({"auto", "native", "ring"}))
       ->capture_default_str();
   cmd->add_option("--mpi-poll-us", flags->mpi_poll_us,
                   "mpi progress thread: microseconds to sleep between fruitless polls "

@@ -30,7 +30,7 @@ struct ClockOffset {
 struct ProcessBackendOptions {
   // Bound on the backend's own blocking steps (clock ping-pong, gathers).
   std::int64_t timeout_ns = 300'000'000'000;
-  // Allreduce algorithm, backend-specific ("native", "ring" for mpi); empty: default.
+  // Allreduce algorithm, backend-specific ("auto", "native", "ring" for mpi); empty: default.
   std::string allreduce_algorithm;
   // The communication thread's idle poll: 0 yields the core between polls; > 0 sleeps
   // that long once polling has found nothing for a while (see docs/MPI.md).

@@ -99,18 +99,17 @@ class BusyWork {
   double arith_per_ns_ = 0, copy_per_ns_ = 0;
 };
 
-// Sleeps one chunk of `ns`. A chunk that follows the previous one back to back (less
-// than 1 ms of wake-up lateness) ends at the previous deadline + ns, so lateness does not
-// add up over a phase; after a gap, the chunk starts now.
-void sleep_chunk(std::int64_t& deadline_ns, std::int64_t ns) {
+// Sleeps until `end_ns` on the steady clock. A sleep-mode phase follows an ideal
+// schedule computed from deadlines, never from wake-up times, so a late wake-up (a
+// preempted vCPU can be milliseconds late) shortens the next chunk instead of shifting
+// every chunk after it.
+void sleep_until_ns(std::int64_t end_ns) {
   // Linux lets a sleeper wake up to 50 us late by default (timer slack); a synthetic
   // phase is only as exact as its wake-ups, so ask for 1 ns on this thread.
   static thread_local const bool precise = ::prctl(PR_SET_TIMERSLACK, 1, 0, 0, 0) == 0;
   (void)precise;
-  const std::int64_t now = now_ns();
-  deadline_ns = (now - deadline_ns < 1'000'000 ? deadline_ns : now) + ns;
   std::this_thread::sleep_until(
-      std::chrono::steady_clock::time_point(std::chrono::nanoseconds(deadline_ns)));
+      std::chrono::steady_clock::time_point(std::chrono::nanoseconds(end_ns)));
 }
 
 // A rank's communication thread for synthetic chunks: runs them one after another in
@@ -128,10 +127,13 @@ class ChunkRunner {
     cv_.notify_all();
     thread_.join();
   }
-  void submit(int step, int chunk, std::int64_t ns) {
+  // Queues chunk `chunk` of `ns`, ready on the ideal schedule at `ready_ns`. In sleep
+  // mode a chunk ready before the previous one ends follows it back to back on the
+  // ideal schedule; one ready later starts when this thread picks it up.
+  void submit(int step, int chunk, std::int64_t ns, std::int64_t ready_ns) {
     {
       std::lock_guard lock(mutex_);
-      queue_.push_back({step, chunk, ns});
+      queue_.push_back({step, chunk, ns, ready_ns});
       ++pending_;
     }
     cv_.notify_all();
@@ -146,7 +148,7 @@ class ChunkRunner {
  private:
   struct Chunk {
     int step, index;
-    std::int64_t ns;
+    std::int64_t ns, ready_ns;
   };
   void loop() {
     std::unique_lock lock(mutex_);
@@ -161,7 +163,9 @@ class ChunkRunner {
         if (busy_) {
           busy_->comm_for(chunk.ns);
         } else {
-          sleep_chunk(deadline_ns_, chunk.ns);
+          deadline_ns_ =
+              (chunk.ready_ns <= deadline_ns_ ? deadline_ns_ : now_ns()) + chunk.ns;
+          sleep_until_ns(deadline_ns_);
         }
       }
       lock.lock();
@@ -171,7 +175,7 @@ class ChunkRunner {
   }
   RankRecorder& recorder_;
   BusyWork* busy_;
-  std::int64_t deadline_ns_ = 0;  // comm thread only
+  std::int64_t deadline_ns_ = 0;  // ideal end of the last chunk; comm thread only
   std::mutex mutex_;
   std::condition_variable cv_;
   std::deque<Chunk> queue_;
@@ -217,12 +221,15 @@ class SyntheticWorkload final : public Workload {
     return total * (i + 1) / spec_.chunks - total * i / spec_.chunks;
   }
 
+  // Runs compute chunk `chunk`; `deadline_ns` is the ideal end of the previous one and
+  // becomes this one's.
   void compute(int step, int chunk, RankRecorder& recorder, std::int64_t& deadline_ns) const {
     ScopedSpan span(recorder, Lane::kCompute, SpanKind::kKernel, step, chunk);
+    deadline_ns += compute_chunk_ns(chunk);
     if (busy_) {
       busy_->compute_for(compute_chunk_ns(chunk));
     } else {
-      sleep_chunk(deadline_ns, compute_chunk_ns(chunk));
+      sleep_until_ns(deadline_ns);
     }
   }
 
@@ -230,13 +237,16 @@ class SyntheticWorkload final : public Workload {
     const int n = spec_.chunks;
     const bool computes = scenario != Scenario::kCommOnly;
     const bool communicates = scenario != Scenario::kComputeOnly;
-    std::int64_t deadline_ns = 0;
+    // The ideal schedule starts now; in busy mode only the order matters.
+    std::int64_t deadline_ns = now_ns();
     for (int i = 0; i < n && computes; ++i) {
       compute(step, i, recorder, deadline_ns);
-      if (scenario == Scenario::kOverlapped) runner.submit(step, i, comm_chunk_ns(i));
+      if (scenario == Scenario::kOverlapped) {
+        runner.submit(step, i, comm_chunk_ns(i), deadline_ns);
+      }
     }
     if (scenario == Scenario::kSequential || scenario == Scenario::kCommOnly) {
-      for (int i = 0; i < n; ++i) runner.submit(step, i, comm_chunk_ns(i));
+      for (int i = 0; i < n; ++i) runner.submit(step, i, comm_chunk_ns(i), deadline_ns);
     }
     if (communicates) runner.drain(step);
     if (computes) {

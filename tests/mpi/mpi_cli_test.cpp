@@ -92,7 +92,9 @@ void expect_same_losses_as_local(const std::string& mpi_flags) {
   EXPECT_EQ(summary["config"]["ranks"], 2);
 }
 
-TEST(MpiTrain, LossTrajectoryMatchesLocalNativeAllreduce) { expect_same_losses_as_local(""); }
+TEST(MpiTrain, LossTrajectoryMatchesLocalNativeAllreduce) {
+  expect_same_losses_as_local(" --mpi-allreduce native");
+}
 
 TEST(MpiTrain, LossTrajectoryMatchesLocalRingAllreduce) {
   expect_same_losses_as_local(" --mpi-allreduce ring");

@@ -1,6 +1,6 @@
 // Runs the Communicator contract (contract.h) on the `mpi` backend. This program is one
 // rank: ctest runs it under mpirun -np 2 and -np 4 (tests/CMakeLists.txt), once per
-// allreduce algorithm (--allreduce=native|ring).
+// allreduce algorithm (--allreduce=auto|native|ring).
 //
 // Every rank runs the same cases in the same order. After each case the ranks agree on
 // whether any of them failed (an allreduce of failure flags), so one rank's failure fails
@@ -171,7 +171,7 @@ class FailurePrinter : public ::testing::EmptyTestEventListener {
 
 int main(int argc, char** argv) {
   ::testing::InitGoogleTest(&argc, argv);
-  std::string algorithm = "native";
+  std::string algorithm = "auto";
   for (int i = 1; i < argc; ++i) {
     if (std::strncmp(argv[i], "--allreduce=", 12) == 0) algorithm = argv[i] + 12;
   }

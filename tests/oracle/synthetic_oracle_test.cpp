@@ -47,19 +47,20 @@ Characterization run(std::string_view spec_text, int ranks) {
   SyntheticSpec spec = SyntheticSpec::parse(spec_text);
   spec.ranks = ranks;
   auto workload = make_synthetic_workload(spec);
-  return characterize(*workload, {.warmup = 1, .iterations = 3});
+  return characterize(*workload, {.warmup = 1, .iterations = 5});
 }
 
 TEST(SyntheticOracleTest, PartialOverlapCommShorterThanCompute) {
-  // 10 compute chunks of 20 ms; after chunk i, comm chunk i (10 ms) runs at once, so it
-  // ends before compute chunk i+1 does: chunks 0..8 hide fully, chunk 9 runs after
-  // compute, exposed. T_ovl = 9 x 10 = 90; E2E_ovl = 200 + 10; sequential = 200 + 100.
-  const Characterization c = run("synthetic:compute=200ms,comm=100ms,chunks=10", 2);
-  check(c, {.t_comp_iso = 200, .t_comm_iso = 100, .e2e_seq = 300, .t_comp_ovl = 200,
-            .t_comm_ovl = 100, .t_ovl = 90, .e2e_ovl = 210, .slowdown = 0,
-            .overlap_ratio = 0.45, .e2e_ideal = 210, .e2e_seq_model = 300,
-            .hidden_share = 0.9, .benefit = 90, .contention_loss = 0, .efficiency = 0.9,
-            .exposed = 10});
+  // 5 compute chunks of 80 ms; after chunk i, comm chunk i (40 ms) runs at once, so it
+  // ends before compute chunk i+1 does: chunks 0..3 hide fully, chunk 4 runs after
+  // compute, exposed. T_ovl = 4 x 40 = 160; E2E_ovl = 400 + 40; sequential = 400 + 200.
+  // Chunks are long because every wake-up after a gap is ~0.1 ms late on a VM.
+  const Characterization c = run("synthetic:compute=400ms,comm=200ms,chunks=5", 2);
+  check(c, {.t_comp_iso = 400, .t_comm_iso = 200, .e2e_seq = 600, .t_comp_ovl = 400,
+            .t_comm_ovl = 200, .t_ovl = 160, .e2e_ovl = 440, .slowdown = 0,
+            .overlap_ratio = 0.4, .e2e_ideal = 440, .e2e_seq_model = 600,
+            .hidden_share = 0.8, .benefit = 160, .contention_loss = 0, .efficiency = 0.8,
+            .exposed = 40});
 }
 
 TEST(SyntheticOracleTest, CommLongerThanCompute) {
@@ -76,11 +77,11 @@ TEST(SyntheticOracleTest, CommLongerThanCompute) {
 
 TEST(SyntheticOracleTest, OneChunkCannotOverlap) {
   // Communication starts only after the single compute chunk: nothing hides.
-  const Characterization c = run("synthetic:compute=60ms,comm=30ms,chunks=1", 1);
-  check(c, {.t_comp_iso = 60, .t_comm_iso = 30, .e2e_seq = 90, .t_comp_ovl = 60,
-            .t_comm_ovl = 30, .t_ovl = 0, .e2e_ovl = 90, .slowdown = 0, .overlap_ratio = 0,
-            .e2e_ideal = 90, .e2e_seq_model = 90, .hidden_share = 0, .benefit = 0,
-            .contention_loss = 0, .efficiency = 0, .exposed = 30});
+  const Characterization c = run("synthetic:compute=200ms,comm=100ms,chunks=1", 1);
+  check(c, {.t_comp_iso = 200, .t_comm_iso = 100, .e2e_seq = 300, .t_comp_ovl = 200,
+            .t_comm_ovl = 100, .t_ovl = 0, .e2e_ovl = 300, .slowdown = 0, .overlap_ratio = 0,
+            .e2e_ideal = 300, .e2e_seq_model = 300, .hidden_share = 0, .benefit = 0,
+            .contention_loss = 0, .efficiency = 0, .exposed = 100});
 }
 
 TEST(SyntheticSpecTest, ParsesAndRejects) {

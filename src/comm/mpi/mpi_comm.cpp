@@ -48,7 +48,12 @@ const char* thread_level_name(int level) {
   }
 }
 
-enum class Algorithm : std::uint8_t { kNative, kRing };
+enum class Algorithm : std::uint8_t { kAuto, kNative, kRing };
+
+// auto: the ring from this size on. Measured on Open MPI 4.1 shared memory (docs/MPI.md,
+// docs/PERFORMANCE.md): below it MPI_Iallreduce's latency wins, above it the ring's
+// bandwidth does, by up to 2x at 64 MiB.
+constexpr std::int64_t kAutoRingBytes = 256 << 10;
 
 // Polling (Note [progress polling] below): a few immediate re-polls, then a yield per
 // poll; with a sleep configured, sleeps once this many polls found nothing.
@@ -178,7 +183,15 @@ class MpiCommunicator final : public ProcessCommunicator {
                            ? "sleep " + format_duration_ns(static_cast<double>(poll_sleep_ns_))
                            : std::string("yield");
     return library_ + ", " + thread_level_name(thread_level_) + ", allreduce " +
-           (algorithm_ == Algorithm::kRing ? "ring" : "native") + ", idle poll " + poll;
+           algorithm_name() + ", idle poll " + poll;
+  }
+  std::string algorithm_name() const {
+    switch (algorithm_) {
+      case Algorithm::kAuto: return "auto (ring from " + format_bytes(kAutoRingBytes) + ")";
+      case Algorithm::kNative: return "native";
+      case Algorithm::kRing: return "ring";
+    }
+    return "?";
   }
   int hosts() const override { return hosts_; }
   int ranks_on_host() const override { return ranks_on_host_; }
@@ -408,7 +421,8 @@ class MpiCommunicator final : public ProcessCommunicator {
     const auto out_count = static_cast<int>(op.output_count);
     switch (op.kind) {
       case SpanKind::kAllreduce:
-        if (algorithm_ == Algorithm::kRing) {
+        if (algorithm_ == Algorithm::kRing ||
+            (algorithm_ == Algorithm::kAuto && op.work->info().bytes >= kAutoRingBytes)) {
           // One ring at a time (mpi_ring.h): later ones wait in issue order.
           p.ring_waiting = ring_busy_;
           if (!ring_busy_) start_ring(p);
@@ -693,12 +707,14 @@ class MpiCommunicator final : public ProcessCommunicator {
 }  // namespace
 
 std::unique_ptr<ProcessCommunicator> make_mpi_communicator(const ProcessBackendOptions& options) {
-  Algorithm algorithm = Algorithm::kNative;
+  Algorithm algorithm = Algorithm::kAuto;
   if (options.allreduce_algorithm == "ring") {
     algorithm = Algorithm::kRing;
-  } else if (!options.allreduce_algorithm.empty() && options.allreduce_algorithm != "native") {
+  } else if (options.allreduce_algorithm == "native") {
+    algorithm = Algorithm::kNative;
+  } else if (!options.allreduce_algorithm.empty() && options.allreduce_algorithm != "auto") {
     throw UsageError("--mpi-allreduce: unknown algorithm '" + options.allreduce_algorithm +
-                     "' (expected native or ring)");
+                     "' (expected auto, native or ring)");
   }
   if (options.timeout_ns <= 0) throw UsageError("--timeout must be > 0");
   return std::make_unique<MpiCommunicator>(options, algorithm);

@@ -11,9 +11,10 @@
 // several in flight, and polls them with MPI_Test; a Work starts when posted and ends
 // when its test succeeds.
 //
-// Allreduce algorithms: "native" (the library's MPI_Iallreduce) or "ring" (a segmented
-// ring over point-to-point messages, docs/MPI.md "Algorithms"). Average is a sum divided
-// by size() on the communication thread.
+// Allreduce algorithms: "native" (the library's MPI_Iallreduce), "ring" (a segmented
+// ring over point-to-point messages, docs/MPI.md "Algorithms"), or "auto" (the default:
+// native below 256 KiB, ring from there). Average is a sum divided by size() on the
+// communication thread.
 //
 // MPI can be initialized once per process: a second communicator after the first was
 // destroyed is a RuntimeError.

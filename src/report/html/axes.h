@@ -35,7 +35,7 @@ void y_axis(Svg& svg, const LinearScale& scale, const std::vector<double>& ticks
 
 // One legend entry per (class, label), laid out left to right from (x, y).
 struct LegendEntry {
-  std::string cls;    // swatch class: a fill class, or "line ..." for a line series
+  std::string cls;  // swatch class: a fill class, or "line ..." for a line series
   std::string label;
 };
 void legend(Svg& svg, double x, double y, const std::vector<LegendEntry>& entries);

@@ -19,8 +19,7 @@ using nlohmann::json;
 // Bar charts draw at most this many configurations; the sweep table lists them all.
 constexpr std::size_t kMaxBarRows = 40;
 constexpr std::size_t kMaxLineSeries = 6;
-constexpr const char* kGanttScenarios[] = {"overlapped", "sequential", "compute-only",
-                                           "comm-only"};
+constexpr const char* kGanttScenarios[] = {"overlapped", "sequential", "compute-only", "comm-only"};
 
 struct MetricRow {
   const char* label;
@@ -53,9 +52,13 @@ std::string cell(double v, MetricRow::Unit unit) {
   if (!std::isfinite(v)) return "n/a";
   char buf[40];
   switch (unit) {
-    case MetricRow::kMs: return format_ms(v);
-    case MetricRow::kPercent: return format_percent(v);
-    case MetricRow::kRatio: std::snprintf(buf, sizeof buf, "%.3f", v); return buf;
+    case MetricRow::kMs:
+      return format_ms(v);
+    case MetricRow::kPercent:
+      return format_percent(v);
+    case MetricRow::kRatio:
+      std::snprintf(buf, sizeof buf, "%.3f", v);
+      return buf;
   }
   return "n/a";
 }
@@ -110,10 +113,11 @@ const PointResult& chosen_point(const Results& r, const ReportOptions& options) 
     if (p.id == options.point) return p;
   }
   std::string ids;
-  for (std::size_t i = 0; i < r.points.size() && i < 8; ++i) ids += (i ? ", " : "") + r.points[i].id;
+  for (std::size_t i = 0; i < r.points.size() && i < 8; ++i)
+    ids += (i ? ", " : "") + r.points[i].id;
   if (r.points.size() > 8) ids += ", ...";
-  throw UsageError("--point " + options.point + ": no such configuration in " +
-                   r.dir.string() + " (have: " + ids + ")");
+  throw UsageError("--point " + options.point + ": no such configuration in " + r.dir.string() +
+                   " (have: " + ids + ")");
 }
 
 std::string timelines(const Results& r, const PointResult& p, int step,
@@ -128,9 +132,9 @@ std::string timelines(const Results& r, const PointResult& p, int step,
       continue;
     }
     int total = 0;
-    const GanttInput g = gantt_for_step(trace->timeline, step, options.max_ranks,
-                                        std::string(scenario) + " iteration " +
-                                            std::to_string(step), total);
+    const GanttInput g =
+        gantt_for_step(trace->timeline, step, options.max_ranks,
+                       std::string(scenario) + " iteration " + std::to_string(step), total);
     if (g.ranks.empty()) {
       out += note("iteration " + std::to_string(step) + " is not in " + path.string());
       continue;
@@ -174,32 +178,32 @@ std::string e2e_and_breakdown(const Results& r) {
                     {stat_of(m, "t_comp_ovl_ns").median, stat_of(m, "exposed_comm_ns").median,
                      stat_of(m, "t_ovl_ns").median}});
   }
-  std::string out = section(
-      "e2e", "Iteration time: sequential, overlapped, ideal",
-      "Median iteration time (E2E) per configuration; whiskers span p10 to p90. Sequential "
-      "runs all communication after the backward pass; overlapped is the measured overlap "
-      "strategy; ideal is overlapped minus the compute slowdown (equation 4): what overlap "
-      "would give without contention. Shorter is better.",
-      figure(grouped_bar_chart({{"E2E sequential (measured)", "f-seq"},
-                                {"E2E overlapped (measured)", "f-ovl"},
-                                {"E2E ideal (eq. 4)", "f-ideal"}},
-                               groups, "iteration time (ms)", 1e6,
-                               "iteration time per configuration"),
-             "") +
-          (cap_note.empty() ? "" : note(cap_note)));
-  out += section(
-      "breakdown", "Where the overlapped iteration goes",
-      "Per configuration (medians): compute time under overlap, the communication left "
-      "exposed (not hidden behind compute), and the communication hidden behind compute. "
-      "Compute + exposed is roughly the overlapped iteration; adding the hidden part gives "
-      "what the same work costs with nothing overlapped.",
-      figure(stacked_bar_chart({{"compute (T_comp_ovl)", "f-comp"},
-                                {"exposed communication", "f-exposed"},
-                                {"hidden communication (T_ovl)", "f-hidden"}},
-                               rows, "time per iteration (ms)", 1e6,
-                               "compute, exposed and hidden communication"),
-             "") +
-          (cap_note.empty() ? "" : note(cap_note)));
+  std::string out =
+      section("e2e", "Iteration time: sequential, overlapped, ideal",
+              "Median iteration time (E2E) per configuration; whiskers span p10 to p90. Sequential "
+              "runs all communication after the backward pass; overlapped is the measured overlap "
+              "strategy; ideal is overlapped minus the compute slowdown (equation 4): what overlap "
+              "would give without contention. Shorter is better.",
+              figure(grouped_bar_chart({{"E2E sequential (measured)", "f-seq"},
+                                        {"E2E overlapped (measured)", "f-ovl"},
+                                        {"E2E ideal (eq. 4)", "f-ideal"}},
+                                       groups, "iteration time (ms)", 1e6,
+                                       "iteration time per configuration"),
+                     "") +
+                  (cap_note.empty() ? "" : note(cap_note)));
+  out +=
+      section("breakdown", "Where the overlapped iteration goes",
+              "Per configuration (medians): compute time under overlap, the communication left "
+              "exposed (not hidden behind compute), and the communication hidden behind compute. "
+              "Compute + exposed is roughly the overlapped iteration; adding the hidden part gives "
+              "what the same work costs with nothing overlapped.",
+              figure(stacked_bar_chart({{"compute (T_comp_ovl)", "f-comp"},
+                                        {"exposed communication", "f-exposed"},
+                                        {"hidden communication (T_ovl)", "f-hidden"}},
+                                       rows, "time per iteration (ms)", 1e6,
+                                       "compute, exposed and hidden communication"),
+                     "") +
+                  (cap_note.empty() ? "" : note(cap_note)));
   return out;
 }
 
@@ -207,8 +211,8 @@ std::string slowdown_scatter(const Results& r) {
   std::vector<ScatterPoint> pts;
   for (const PointResult& p : r.points) {
     const json& m = metrics_of(p);
-    pts.push_back({stat_of(m, "overlap_ratio").median, stat_of(m, "compute_slowdown").median,
-                   p.label});
+    pts.push_back(
+        {stat_of(m, "overlap_ratio").median, stat_of(m, "compute_slowdown").median, p.label});
   }
   return section("slowdown", "Compute slowdown against overlap ratio",
                  "One dot per configuration (medians). Overlap ratio R is the share of compute "
@@ -250,8 +254,8 @@ std::string others_label(const PointResult& p, const std::string& axis) {
   const json& params = p.json.value("params", json::object());
   for (const auto& [key, value] : params.items()) {
     if (key == axis || (axis == "chunks" && key == "strategy")) continue;
-    label += (label.empty() ? "" : " ") + key + "=" + (value.is_string() ? value.get<std::string>()
-                                                                         : value.dump());
+    label += (label.empty() ? "" : " ") + key + "=" +
+             (value.is_string() ? value.get<std::string>() : value.dump());
   }
   return label;
 }
@@ -270,10 +274,9 @@ std::string scaling_chart(const Results& r, const std::string& axis, const std::
   std::string caption;
   if (by_others.size() == 1) {
     const auto& pts = by_others.begin()->second;
-    const std::pair<const char*, Series> kSeries[] = {
-        {"e2e_seq_ns", {"E2E sequential", "l-seq"}},
-        {"e2e_ovl_ns", {"E2E overlapped", "l-ovl"}},
-        {"e2e_ideal_ns", {"E2E ideal", "l-ideal"}}};
+    const std::pair<const char*, Series> kSeries[] = {{"e2e_seq_ns", {"E2E sequential", "l-seq"}},
+                                                      {"e2e_ovl_ns", {"E2E overlapped", "l-ovl"}},
+                                                      {"e2e_ideal_ns", {"E2E ideal", "l-ideal"}}};
     for (const auto& [key, series] : kSeries) {
       LineSeries l{.series = series, .points = {}};
       for (const PointResult* p : pts) {
@@ -305,8 +308,9 @@ std::string scaling(const Results& r) {
   std::string content = scaling_chart(r, "chunks", "chunk count") +
                         scaling_chart(r, "bucket-mb", "bucket size cap (MiB)");
   if (content.empty()) {
-    content = note("No sweep over chunk count (--sweep chunks=... or strategy=chunked:N) or "
-                   "bucket size (--sweep bucket-mb=...) in these results.");
+    content = note(
+        "No sweep over chunk count (--sweep chunks=... or strategy=chunked:N) or "
+        "bucket size (--sweep bucket-mb=...) in these results.");
   }
   return section("scaling", "Scaling with chunk count and bucket size",
                  "Median iteration time as the gradient is cut finer: more chunks or smaller "
@@ -328,7 +332,8 @@ std::string power(const Results& r, const PointResult& p) {
       std::snprintf(energy, sizeof energy, "%.3f", s.value("energy_per_iteration_joules", NAN));
       rows.push_back({scenario, s.value("source", std::string("?")), avg, peak, energy});
     }
-    const auto trace = load_trace(r.dir / "points" / p.id / (std::string(scenario) + ".trace.json"));
+    const auto trace =
+        load_trace(r.dir / "points" / p.id / (std::string(scenario) + ".trace.json"));
     if (!trace || trace->power.empty()) continue;
     std::int64_t t0 = INT64_MAX, t1 = INT64_MIN;
     for (const Span& s : trace->timeline.spans) {
@@ -351,8 +356,8 @@ std::string power(const Results& r, const PointResult& p) {
                    note("power: unavailable on this machine (no readable RAPL zone or GPU "
                         "sensor when these results were measured)."));
   }
-  content += table({"scenario", "source", "average (W)", "peak (W)", "energy per iteration (J)"},
-                   rows);
+  content +=
+      table({"scenario", "source", "average (W)", "peak (W)", "energy per iteration (J)"}, rows);
   return section("power", "Power over time",
                  "Sampled power per source during each scenario of the detailed "
                  "configuration; hatched bands are times when some rank computed and "
@@ -381,15 +386,21 @@ std::string metrics_tables(const Results& r, const PointResult& chosen) {
       };
       auto pct = [&](const char* key) { return cell(stat_of(m, key).median, MetricRow::kPercent); };
       if (&p == &chosen) highlight = static_cast<int>(sweep.size());
-      sweep.push_back({p.label, ms("e2e_ovl_ns"), ms("e2e_seq_ns"), ms("e2e_ideal_ns"),
-                       pct("compute_slowdown"), pct("overlap_ratio"), pct("hidden_share"),
+      auto median_ms = [&](const char* key) {
+        return cell(stat_of(m, key).median, MetricRow::kMs);
+      };
+      sweep.push_back({p.label, ms("e2e_ovl_ns"), median_ms("e2e_seq_ns"),
+                       median_ms("e2e_ideal_ns"), pct("compute_slowdown"), pct("overlap_ratio"),
+                       pct("hidden_share"),
                        cell(stat_of(m, "overlap_benefit_ns").median, MetricRow::kMs)});
     }
-    out += "<h3>All configurations (median [p10–p90])</h3><div class=\"scroll\">" +
-           table({"configuration", "E2E overlapped", "E2E sequential", "E2E ideal", "slowdown S",
-                  "overlap ratio R", "hidden share", "overlap benefit"},
-                 sweep, highlight) +
-           "</div>";
+    out +=
+        "<h3>All configurations (medians; E2E overlapped also [p10–p90])</h3>"
+        "<div class=\"scroll\">" +
+        table({"configuration", "E2E overlapped", "E2E sequential", "E2E ideal", "slowdown S",
+               "overlap ratio R", "hidden share", "overlap benefit"},
+              sweep, highlight) +
+        "</div>";
   }
   return section("metrics", "Metrics",
                  "Medians with p10/p90 over the measured iterations (warm-up dropped); "
@@ -407,20 +418,21 @@ std::string characterize_body(const Results& r, const ReportOptions& options) {
   const int warmup = chosen.json.value("warmup", 0);
   const int iterations = chosen.json.value("iterations", 0);
 
-  std::string body = "<h1>tandem characterize: " + escape(chosen.json.value("description", chosen.id)) +
-                     "</h1>";
-  body += "<p class=\"sub\">" +
-          escape(std::to_string(r.points.size()) + " configuration" +
-                 (r.points.size() == 1 ? "" : "s") + " · 4 scenarios each · " +
-                 std::to_string(warmup) + " warm-up + " + std::to_string(iterations) +
-                 " measured iterations · created " + r.summary.value("created", std::string("?")) +
-                 " · " + r.dir.string()) +
-          "</p>";
-  body += "<nav><a href=\"#timeline\">timelines</a><a href=\"#e2e\">E2E</a><a "
-          "href=\"#breakdown\">breakdown</a><a href=\"#slowdown\">slowdown</a><a "
-          "href=\"#scaling\">scaling</a><a href=\"#power\">power</a><a "
-          "href=\"#metrics\">metrics</a><a href=\"#config\">configuration</a><a "
-          "href=\"#machine\">machine</a></nav>";
+  std::string body =
+      "<h1>tandem characterize: " + escape(chosen.json.value("description", chosen.id)) + "</h1>";
+  body +=
+      "<p class=\"sub\">" +
+      escape(std::to_string(r.points.size()) + " configuration" +
+             (r.points.size() == 1 ? "" : "s") + " · 4 scenarios each · " + std::to_string(warmup) +
+             " warm-up + " + std::to_string(iterations) + " measured iterations · created " +
+             r.summary.value("created", std::string("?")) + " · " + r.dir.string()) +
+      "</p>";
+  body +=
+      "<nav><a href=\"#timeline\">timelines</a><a href=\"#e2e\">E2E</a><a "
+      "href=\"#breakdown\">breakdown</a><a href=\"#slowdown\">slowdown</a><a "
+      "href=\"#scaling\">scaling</a><a href=\"#power\">power</a><a "
+      "href=\"#metrics\">metrics</a><a href=\"#config\">configuration</a><a "
+      "href=\"#machine\">machine</a></nav>";
   body += cards({{"E2E overlapped (median)", format_ms(stat_of(m, "e2e_ovl_ns").median)},
                  {"E2E sequential (median)", format_ms(stat_of(m, "e2e_seq_ns").median)},
                  {"E2E ideal (median)", format_ms(stat_of(m, "e2e_ideal_ns").median)},
@@ -430,16 +442,17 @@ std::string characterize_body(const Results& r, const ReportOptions& options) {
   if (r.points.size() > 1) {
     body += note("Cards, timelines and power are for the configuration " + chosen.label +
                  " (choose another with tandem report --point ID); the charts below compare "
-                 "all " + std::to_string(r.points.size()) + ".");
+                 "all " +
+                 std::to_string(r.points.size()) + ".");
   }
-  body += section("timeline", "Timelines of one iteration",
-                  "Per rank: compute, communication and waiting on it, for iteration " +
-                      std::to_string(step) +
-                      (options.iteration ? "" : " (the overlapped run's median iteration)") +
-                      " of each scenario. Hatching marks time when compute and communication "
-                      "ran at once; a tick on the comm lane is when a bucket became ready, the "
-                      "dotted lead how long it waited for its collective.",
-                  step < 0 ? note("no measured iteration recorded") : timelines(r, chosen, step, options));
+  body += section(
+      "timeline", "Timelines of one iteration",
+      "Per rank: compute, communication and waiting on it, for iteration " + std::to_string(step) +
+          (options.iteration ? "" : " (the overlapped run's median iteration)") +
+          " of each scenario. Hatching marks time when compute and communication "
+          "ran at once; a tick on the comm lane is when a bucket became ready, the "
+          "dotted lead how long it waited for its collective.",
+      step < 0 ? note("no measured iteration recorded") : timelines(r, chosen, step, options));
   body += e2e_and_breakdown(r);
   body += slowdown_scatter(r);
   body += scaling(r);

@@ -33,7 +33,7 @@ struct GanttRank {
 };
 
 struct GanttInput {
-  std::string label;  // accessible name
+  std::string label;       // accessible name
   std::int64_t t0_ns = 0;  // the axis origin (iteration start)
   std::int64_t t1_ns = 0;
   std::vector<GanttRank> ranks;  // the ranks to draw (already capped by the caller)
@@ -68,8 +68,7 @@ struct StackRow {
   std::vector<double> parts;  // one per series, >= 0
 };
 std::string stacked_bar_chart(const std::vector<Series>& series, const std::vector<StackRow>& rows,
-                              std::string_view x_title, double unit_scale,
-                              std::string_view label);
+                              std::string_view x_title, double unit_scale, std::string_view label);
 
 // ---- Scatter -------------------------------------------------------------------
 
@@ -101,9 +100,9 @@ std::string power_chart(const std::vector<PowerTrack>& tracks, const IntervalSet
                         std::int64_t t0_ns, std::int64_t t1_ns, std::string_view label);
 
 // Human units for tooltips and tables.
-std::string format_ms(double ns);         // "12.345 ms", "n/a" for NaN
-std::string format_us(double ns);         // "321.5 µs"
-std::string format_percent(double frac);  // "42.1%", "n/a"
+std::string format_ms(double ns);                    // "12.345 ms", "n/a" for NaN
+std::string format_us(double ns);                    // "321.5 µs"
+std::string format_percent(double frac);             // "42.1%", "n/a"
 std::string format_bytes_exact(std::int64_t bytes);  // "805,952 B (787.1 KiB)"
 
 }  // namespace tandem::html

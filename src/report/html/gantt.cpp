@@ -10,9 +10,9 @@ namespace tandem::html {
 namespace {
 
 constexpr double kWidth = 1100;
-constexpr double kLeft = 112;   // rank and lane labels
+constexpr double kLeft = 112;  // rank and lane labels
 constexpr double kRight = 16;
-constexpr double kTop = 30;     // legend
+constexpr double kTop = 30;  // legend
 constexpr double kLaneH = 13;
 constexpr double kLaneGap = 2;
 constexpr double kRankGap = 12;
@@ -49,9 +49,7 @@ std::string gantt_chart(const GanttInput& in) {
   const double max_ms = span_ns / 1e6;
   const std::vector<double> ticks = nice_ticks(0, max_ms, 8);
   const LinearScale x{.d0 = 0, .d1 = max_ms, .r0 = kLeft, .r1 = kWidth - kRight};
-  auto px = [&](std::int64_t t_ns) {
-    return x(static_cast<double>(t_ns - in.t0_ns) / 1e6);
-  };
+  auto px = [&](std::int64_t t_ns) { return x(static_cast<double>(t_ns - in.t0_ns) / 1e6); };
 
   // Backgrounds and labels first, then the grid, then the spans on top of both.
   double y = kTop;

@@ -48,6 +48,7 @@ svg text{font-family:system-ui,"DejaVu Sans",sans-serif;fill:var(--ink)}
 .lane-bg{fill:#f5f5f5}
 .f-comp{fill:#0072B2}
 .f-comm{fill:#E69F00}
+.gantt .f-comp,.gantt .f-comm{stroke:#fff;stroke-width:.4}
 .f-wait{fill:url(#p-wait)}
 .f-ovl{fill:#0072B2}
 .f-seq{fill:url(#p-seq)}
@@ -140,8 +141,8 @@ std::string table(const std::vector<std::string>& header,
 std::string cards(const std::vector<std::pair<std::string, std::string>>& items) {
   std::string out = "<div class=\"cards\">";
   for (const auto& [label, value] : items) {
-    out += "<div class=\"card\"><b>" + escape(value) + "</b><span>" + escape(label) +
-           "</span></div>";
+    out +=
+        "<div class=\"card\"><b>" + escape(value) + "</b><span>" + escape(label) + "</span></div>";
   }
   return out + "</div>";
 }

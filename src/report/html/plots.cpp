@@ -35,13 +35,9 @@ double finite_or(double v, double fallback) { return std::isfinite(v) ? v : fall
 
 }  // namespace
 
-std::string format_ms(double ns) {
-  return std::isfinite(ns) ? fmt(ns / 1e6, "%.3f ms") : "n/a";
-}
+std::string format_ms(double ns) { return std::isfinite(ns) ? fmt(ns / 1e6, "%.3f ms") : "n/a"; }
 
-std::string format_us(double ns) {
-  return std::isfinite(ns) ? fmt(ns / 1e3, "%.1f µs") : "n/a";
-}
+std::string format_us(double ns) { return std::isfinite(ns) ? fmt(ns / 1e3, "%.1f µs") : "n/a"; }
 
 std::string format_percent(double frac) {
   return std::isfinite(frac) ? fmt(100 * frac, "%.1f%%") : "n/a";
@@ -69,8 +65,7 @@ std::string grouped_bar_chart(const std::vector<Series>& series,
                               double unit_scale, std::string_view label) {
   constexpr double kTop = 34, kBarH = 10, kBarGap = 2, kGroupGap = 12, kBottom = 46;
   const double group_h = static_cast<double>(series.size()) * (kBarH + kBarGap) - kBarGap;
-  const double height =
-      kTop + static_cast<double>(groups.size()) * (group_h + kGroupGap) + kBottom;
+  const double height = kTop + static_cast<double>(groups.size()) * (group_h + kGroupGap) + kBottom;
   Svg svg(kWidth, height, "chart bars", label);
   std::vector<LegendEntry> entries;
   for (const Series& s : series) entries.push_back({s.cls, s.name});
@@ -116,8 +111,7 @@ std::string grouped_bar_chart(const std::vector<Series>& series,
 }
 
 std::string stacked_bar_chart(const std::vector<Series>& series, const std::vector<StackRow>& rows,
-                              std::string_view x_title, double unit_scale,
-                              std::string_view label) {
+                              std::string_view x_title, double unit_scale, std::string_view label) {
   constexpr double kTop = 34, kBarH = 16, kGap = 8, kBottom = 46;
   const double height = kTop + static_cast<double>(rows.size()) * (kBarH + kGap) + kBottom;
   Svg svg(kWidth, height, "chart stacked", label);
@@ -163,9 +157,13 @@ std::string scatter_chart(const std::vector<ScatterPoint>& points, std::string_v
     y_max = std::max(y_max, 100 * p.y);
   }
   const double x_top = nice_max(std::max(x_max, 1e-3));
-  const std::vector<double> y_ticks = nice_ticks(y_min, std::max(y_max, y_min + 1e-3), 6);
-  const double y_lo = std::min(y_min, y_ticks.empty() ? y_min : y_ticks.front());
-  const double y_hi = std::max(y_max, y_ticks.empty() ? y_max : y_ticks.back());
+  // Widen the range to whole tick steps so no dot sits on the frame.
+  y_max = std::max(y_max, y_min + 1e-3);
+  const std::vector<double> rough = nice_ticks(y_min, y_max, 6);
+  const double step = rough.size() > 1 ? rough[1] - rough[0] : 1;
+  const double y_lo = std::floor(y_min / step - 1e-9) * step;
+  const double y_hi = std::ceil(y_max / step + 1e-9) * step;
+  const std::vector<double> y_ticks = nice_ticks(y_lo, y_hi, 6);
   const LinearScale x{.d0 = 0, .d1 = x_top, .r0 = kL, .r1 = kW - kR};
   const LinearScale y{.d0 = y_lo, .d1 = y_hi, .r0 = kH - kB, .r1 = kT};
   x_axis(svg, x, nice_ticks(0, x_top, 8), kH - kB, kT, x_title);
@@ -175,9 +173,9 @@ std::string scatter_chart(const std::vector<ScatterPoint>& points, std::string_v
   for (const ScatterPoint& p : points) {
     if (!std::isfinite(p.x) || !std::isfinite(p.y)) continue;
     const double px = x(100 * p.x), py = y(100 * p.y);
-    svg.circle(px, py, 4.5, "pt",
-               p.label + ": overlap ratio " + format_percent(p.x) + ", slowdown " +
-                   format_percent(p.y));
+    svg.circle(
+        px, py, 4.5, "pt",
+        p.label + ": overlap ratio " + format_percent(p.x) + ", slowdown " + format_percent(p.y));
     if (label_points) svg.text(px + 7, py - 5, short_label(p.label), "pt-label");
   }
   return svg.str();
@@ -218,9 +216,9 @@ std::string line_chart(const std::vector<LineSeries>& lines, std::string_view x_
     for (const auto& [px, py] : pts) screen.push_back({x(px), y(py)});
     svg.polyline(screen, "line " + l.series.cls);
     for (std::size_t i = 0; i < pts.size(); ++i) {
-      svg.circle(screen[i].first, screen[i].second, 3.5, "mk " + l.series.cls,
-                 l.series.name + " at " + fmt(pts[i].first, "%g") + ": " +
-                     fmt(pts[i].second, "%.3f"));
+      svg.circle(
+          screen[i].first, screen[i].second, 3.5, "mk " + l.series.cls,
+          l.series.name + " at " + fmt(pts[i].first, "%g") + ": " + fmt(pts[i].second, "%.3f"));
     }
   }
   return svg.str();

@@ -93,8 +93,8 @@ std::string config_table(const nlohmann::json& config) {
 std::string machine_table(const nlohmann::json& machine, const std::string& created) {
   std::vector<std::vector<std::string>> rows;
   static const std::pair<const char*, const char*> kFields[] = {
-      {"cpu", "CPU"},       {"cores", "cores"},         {"memory_gib", "memory (GiB)"},
-      {"gpu", "GPU"},       {"blas", "BLAS"},           {"compiler", "compiler"},
+      {"cpu", "CPU"},       {"cores", "cores"},  {"memory_gib", "memory (GiB)"},
+      {"gpu", "GPU"},       {"blas", "BLAS"},    {"compiler", "compiler"},
       {"kernel", "kernel"}, {"hostname", "host"}};
   std::set<std::string> shown;
   if (machine.is_object()) {
@@ -119,8 +119,8 @@ std::string machine_table(const nlohmann::json& machine, const std::string& crea
 
 std::string render_report(const std::filesystem::path& results_dir, const ReportOptions& options) {
   const Results results = load_results(results_dir);
-  const std::string title = results.kind == ResultsKind::kTrain ? "tandem train report"
-                                                                : "tandem characterize report";
+  const std::string title =
+      results.kind == ResultsKind::kTrain ? "tandem train report" : "tandem characterize report";
   const std::string body = results.kind == ResultsKind::kTrain
                                ? train_body(results, options)
                                : characterize_body(results, options);
@@ -128,8 +128,7 @@ std::string render_report(const std::filesystem::path& results_dir, const Report
 }
 
 std::filesystem::path write_report(const std::filesystem::path& results_dir,
-                                   const ReportOptions& options,
-                                   const std::filesystem::path& out) {
+                                   const ReportOptions& options, const std::filesystem::path& out) {
   const std::filesystem::path path = out.empty() ? results_dir / "report.html" : out;
   write_file_atomic(path, render_report(results_dir, options));
   return path;

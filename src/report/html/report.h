@@ -11,9 +11,9 @@
 namespace tandem::html {
 
 struct ReportOptions {
-  std::string point;               // the configuration drawn in detail; empty: the first
-  std::optional<int> iteration;    // the iteration in the Gantt charts; none: the median one
-  int max_ranks = 8;               // ranks drawn per Gantt chart (the rest are noted)
+  std::string point;             // the configuration drawn in detail; empty: the first
+  std::optional<int> iteration;  // the iteration in the Gantt charts; none: the median one
+  int max_ranks = 8;             // ranks drawn per Gantt chart (the rest are noted)
 };
 
 // Reads DIR (a `tandem characterize --out` or `tandem train --out` directory) and returns

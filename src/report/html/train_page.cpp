@@ -31,12 +31,12 @@ int choose_step(const std::vector<StepMetrics>& measured, const std::vector<Step
     for (const StepMetrics& s : all) {
       if (s.step == *options.iteration) return s.step;
     }
-    throw UsageError("--iteration " + std::to_string(*options.iteration) +
-                     ": no such iteration in trace.json (steps " +
-                     (all.empty() ? std::string("none")
-                                  : std::to_string(all.front().step) + ".." +
-                                        std::to_string(all.back().step)) +
-                     ")");
+    throw UsageError(
+        "--iteration " + std::to_string(*options.iteration) +
+        ": no such iteration in trace.json (steps " +
+        (all.empty() ? std::string("none")
+                     : std::to_string(all.front().step) + ".." + std::to_string(all.back().step)) +
+        ")");
   }
   const std::vector<StepMetrics>& pool = measured.empty() ? all : measured;
   if (pool.empty()) return -1;
@@ -100,18 +100,18 @@ std::string train_body(const Results& r, const ReportOptions& options) {
     std::vector<StackRow> rows;
     for (const StepMetrics& m : measured) {
       if (rows.size() == kMaxStepRows) break;
-      rows.push_back({"step " + std::to_string(m.step), {m.t_comp_ns, m.t_exposed_comm_ns, m.t_ovl_ns}});
+      rows.push_back(
+          {"step " + std::to_string(m.step), {m.t_comp_ns, m.t_exposed_comm_ns, m.t_ovl_ns}});
     }
-    breakdown_html =
-        figure(stacked_bar_chart({{"compute", "f-comp"},
-                                  {"exposed communication", "f-exposed"},
-                                  {"hidden communication", "f-hidden"}},
-                                 rows, "time per step, mean over ranks (ms)", 1e6,
-                                 "compute, exposed and hidden communication per step"),
-               measured.size() > kMaxStepRows
-                   ? "The first " + std::to_string(kMaxStepRows) + " of " +
-                         std::to_string(measured.size()) + " measured steps."
-                   : "");
+    breakdown_html = figure(stacked_bar_chart({{"compute", "f-comp"},
+                                               {"exposed communication", "f-exposed"},
+                                               {"hidden communication", "f-hidden"}},
+                                              rows, "time per step, mean over ranks (ms)", 1e6,
+                                              "compute, exposed and hidden communication per step"),
+                            measured.size() > kMaxStepRows
+                                ? "The first " + std::to_string(kMaxStepRows) + " of " +
+                                      std::to_string(measured.size()) + " measured steps."
+                                : "");
   }
   body += section("timeline", "Timeline of one step",
                   "Per rank: compute, communication and waiting on it. Hatching marks time "
@@ -144,9 +144,10 @@ std::string train_body(const Results& r, const ReportOptions& options) {
                   note("power: unavailable for tandem train runs (sampled by tandem "
                        "characterize where a sensor exists)."));
   body += section("config", "Configuration", "", config_table(config));
-  body += section("machine", "Machine", "",
-                  s.contains("machine") ? machine_table(s["machine"], s.value("created", std::string()))
-                                        : note("not recorded by this run"));
+  body +=
+      section("machine", "Machine", "",
+              s.contains("machine") ? machine_table(s["machine"], s.value("created", std::string()))
+                                    : note("not recorded by this run"));
   return body;
 }
 
