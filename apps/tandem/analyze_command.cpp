@@ -8,6 +8,7 @@
 #include "commands.h"
 #include "core/files.h"
 #include "experiment/characterize.h"
+#include "report/html/report.h"
 #include "timeline/chrome_trace.h"
 #include "trace_import/analyze_report.h"
 #include "trace_import/trace_import.h"
@@ -72,9 +73,9 @@ int run_analyze(const AnalyzeFlags& flags) {
     write_chrome_trace(
         run.timeline, (out / "trace.json").string(),
         {.other_data = {{"source", "tandem analyze"}, {"inputs", inputs}}, .counters = {}});
-    // TODO(report): render report.html here once src/report/html offers a function that
-    // renders a results directory (as `tandem characterize` does).
-    std::printf("wrote %s/{summary.json,iterations.csv,trace.json}\n", flags.out.c_str());
+    html::write_report(out);
+    std::printf("wrote %s/{summary.json,iterations.csv,trace.json,report.html}\n",
+                flags.out.c_str());
   }
   return 0;
 }
@@ -93,8 +94,8 @@ void add_analyze_command(CLI::App& app, std::function<int()>& run) {
                   "Traces of the same job with communication off (compute-only): adds "
                   "compute slowdown (eq. 1) and ideal iteration time (eq. 4)");
   cmd->add_option("--out", flags->out,
-                  "Directory for summary.json, iterations.csv (a row per rank per iteration) "
-                  "and trace.json (all ranks merged, Chrome/Perfetto)");
+                  "Directory for summary.json, iterations.csv (a row per rank per iteration), "
+                  "trace.json (all ranks merged, Chrome/Perfetto) and report.html");
   cmd->add_option("--comm-regex", flags->rules.comm,
                   "Kernel names that are communication (case-insensitive search)")
       ->capture_default_str();

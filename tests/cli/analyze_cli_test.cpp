@@ -73,6 +73,19 @@ TEST(AnalyzeCliTest, DirectoryOfRankTracesGivesTableAndFiles) {
     if (e["ph"] == "X") pids.insert(e["pid"].get<int>());
   }
   EXPECT_EQ(pids, (std::set<int>{0, 1}));
+
+  // The same report as tandem characterize's: a Gantt chart of both ranks, the
+  // per-iteration breakdown and the metrics; `tandem report` rebuilds it identically.
+  const std::string html = slurp(out / "report.html");
+  for (const char* part : {"Timeline of one iteration", "Where each iteration goes",
+                           "ncclDevKernel_AllReduce", "rank 0", "rank 1", "hidden share"}) {
+    EXPECT_NE(html.find(part), std::string::npos) << part;
+  }
+  EXPECT_EQ(html.find("no analysed iteration"), std::string::npos);
+  fs::remove(out / "report.html");
+  const CliResult rebuilt = run_tandem("report " + out.string());
+  ASSERT_EQ(rebuilt.exit_code, 0) << rebuilt.err;
+  EXPECT_EQ(slurp(out / "report.html"), html);
 }
 
 TEST(AnalyzeCliTest, RankFromFileOrderIsSaid) {
@@ -146,6 +159,9 @@ TEST(AnalyzeCliTest, NamesWithMarkupSurviveEscaped) {
   bool found = false;
   for (const auto& e : trace["traceEvents"]) found = found || e.value("name", "") == name;
   EXPECT_TRUE(found);
+  const std::string html = slurp(out / "report.html");
+  EXPECT_EQ(html.find("<script>alert"), std::string::npos);
+  EXPECT_NE(html.find("&lt;script&gt;alert("), std::string::npos);
 }
 
 struct BadInput {

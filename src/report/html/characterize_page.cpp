@@ -366,14 +366,7 @@ std::string power(const Results& r, const PointResult& p) {
 }
 
 std::string metrics_tables(const Results& r, const PointResult& chosen) {
-  std::vector<std::vector<std::string>> rows;
-  for (const MetricRow& row : kMetricRows) {
-    const Stat s = stat_of(metrics_of(chosen), row.key);
-    rows.push_back({row.label, cell(s.median, row.unit), cell(s.p10, row.unit),
-                    cell(s.p90, row.unit), cell(s.mean, row.unit)});
-  }
-  std::string out = "<h3>" + escape(chosen.label) + "</h3>" +
-                    table({"metric", "median", "p10", "p90", "mean"}, rows);
+  std::string out = "<h3>" + escape(chosen.label) + "</h3>" + metric_rows_table(metrics_of(chosen));
   if (r.points.size() > 1) {
     std::vector<std::vector<std::string>> sweep;
     int highlight = -1;
@@ -410,6 +403,16 @@ std::string metrics_tables(const Results& r, const PointResult& chosen) {
 }
 
 }  // namespace
+
+std::string metric_rows_table(const nlohmann::json& metrics) {
+  std::vector<std::vector<std::string>> rows;
+  for (const MetricRow& row : kMetricRows) {
+    const Stat s = stat_of(metrics, row.key);
+    rows.push_back({row.label, cell(s.median, row.unit), cell(s.p10, row.unit),
+                    cell(s.p90, row.unit), cell(s.mean, row.unit)});
+  }
+  return table({"metric", "median", "p10", "p90", "mean"}, rows);
+}
 
 std::string characterize_body(const Results& r, const ReportOptions& options) {
   const PointResult& chosen = chosen_point(r, options);

@@ -119,11 +119,21 @@ std::string machine_table(const nlohmann::json& machine, const std::string& crea
 
 std::string render_report(const std::filesystem::path& results_dir, const ReportOptions& options) {
   const Results results = load_results(results_dir);
-  const std::string title =
-      results.kind == ResultsKind::kTrain ? "tandem train report" : "tandem characterize report";
-  const std::string body = results.kind == ResultsKind::kTrain
-                               ? train_body(results, options)
-                               : characterize_body(results, options);
+  std::string title, body;
+  switch (results.kind) {
+    case ResultsKind::kTrain:
+      title = "tandem train report";
+      body = train_body(results, options);
+      break;
+    case ResultsKind::kAnalyze:
+      title = "tandem analyze report";
+      body = analyze_body(results, options);
+      break;
+    case ResultsKind::kCharacterize:
+      title = "tandem characterize report";
+      body = characterize_body(results, options);
+      break;
+  }
   return page(title + " — " + results_dir.filename().string(), body);
 }
 

@@ -93,15 +93,25 @@ Results load_results(const fs::path& dir) {
                      " is not supported (this tandem reads version " +
                      std::to_string(kSupportedVersion) + ")");
   }
-  if (s.contains("points")) {
+  if (s.value("command", std::string()) == "analyze") {
+    out.kind = ResultsKind::kAnalyze;
+    for (const char* key : {"steps", "iterations", "inputs"}) {
+      if (!s.contains(key) || !s[key].is_array()) {
+        throw UsageError(path.string() + ": analyze summary without a \"" + key + "\" array");
+      }
+    }
+    if (!s.contains("metrics") || !s["metrics"].is_object()) {
+      throw UsageError(path.string() + ": analyze summary without a \"metrics\" object");
+    }
+  } else if (s.contains("points")) {
     out.kind = ResultsKind::kCharacterize;
     validate_points(path, s, out);
   } else if (s.contains("config") && s["config"].is_object()) {
     out.kind = ResultsKind::kTrain;
   } else {
     throw UsageError(path.string() +
-                     ": neither a characterize summary (\"points\") nor a train summary "
-                     "(\"config\")");
+                     ": neither a characterize summary (\"points\"), a train summary "
+                     "(\"config\") nor an analyze summary (\"command\": \"analyze\")");
   }
   return out;
 }

@@ -1,6 +1,7 @@
 // Reading a results directory back for the report: the layout of
 // `tandem characterize --out DIR` (summary.json with "points", points/<id>/*.trace.json)
-// or of `tandem train --out DIR` (summary.json with "config", trace.json). Everything is
+// or of `tandem train --out DIR` (summary.json with "config", trace.json), or of
+// `tandem analyze --out DIR` (summary.json with "command": "analyze", trace.json). Everything is
 // validated here so that a missing or damaged directory is one UsageError naming the
 // file, never a crash or a half-drawn page.
 #pragma once
@@ -17,7 +18,7 @@
 
 namespace tandem::html {
 
-enum class ResultsKind { kCharacterize, kTrain };
+enum class ResultsKind { kCharacterize, kTrain, kAnalyze };
 
 struct PointResult {
   std::string id;

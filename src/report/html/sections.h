@@ -1,5 +1,5 @@
-// Internal to the report: the pieces report.cpp, characterize_page.cpp and train_page.cpp
-// share.
+// Internal to the report: the pieces report.cpp and the page kinds (characterize_page.cpp,
+// train_page.cpp, analyze_page.cpp) share.
 #pragma once
 
 #include <nlohmann/json.hpp>
@@ -25,7 +25,12 @@ std::string ranks_note(const GanttInput& gantt, int ranks_total);
 std::string config_table(const nlohmann::json& config);
 std::string machine_table(const nlohmann::json& machine, const std::string& created);
 
+// The metrics of one configuration (ScenarioMetrics as JSON) in the terminal table's rows:
+// median, p10, p90, mean.
+std::string metric_rows_table(const nlohmann::json& metrics);
+
 std::string characterize_body(const Results& results, const ReportOptions& options);
 std::string train_body(const Results& results, const ReportOptions& options);
+std::string analyze_body(const Results& results, const ReportOptions& options);
 
 }  // namespace tandem::html
