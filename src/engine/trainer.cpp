@@ -141,7 +141,11 @@ TrainResult train_rank(const TrainConfig& config, Communicator& comm, RankRecord
     record.loss = static_cast<float>(loss_sum / config.accumulate);
     if (config.verify) {
       record.param_hash = hash_floats(model.flat_params());
-      if (comm.size() > 1) verify_identical(comm, record.param_hash, step, config.reducer.timeout_ns);
+      // Without communication (the compute-only scenario) replicas differ by design and
+      // nothing may be sent, so only the hash is kept.
+      if (comm.size() > 1 && config.reducer.communicate) {
+        verify_identical(comm, record.param_hash, step, config.reducer.timeout_ns);
+      }
     }
     result.steps.push_back(record);
     if (rank == 0 && on_step) on_step(record);
