@@ -1,5 +1,5 @@
 // Power and energy sampling. A PowerSource reads one kind of sensor (RAPL powercap for
-// CPUs here; NVML for NVIDIA GPUs later); a PowerSampler polls sources on a thread of its
+// CPUs, power/nvml.h for NVIDIA GPUs); a PowerSampler polls sources on a thread of its
 // own at a fixed interval and keeps the samples. No sensor means "unavailable", never 0.
 #pragma once
 
@@ -21,6 +21,15 @@ struct PowerSample {
   std::int64_t t_ns = 0;  // steady clock, the spans' clock
   double watts = 0;
   int source = 0;  // index into the sampler's sources
+  // Read with the energy where the source has them (GPUs: NVML); absent elsewhere.
+  std::optional<double> sm_clock_mhz;
+  std::optional<double> temperature_c;
+};
+
+// Readings besides energy that some sources have.
+struct PowerGauges {
+  std::optional<double> sm_clock_mhz;
+  std::optional<double> temperature_c;
 };
 
 class PowerSource {
@@ -30,6 +39,8 @@ class PowerSource {
   // Cumulative energy in joules since an arbitrary origin (wrap-around handled by the
   // source), read now.
   virtual double energy_joules() = 0;
+  // The source's other readings now; none by default (RAPL has none).
+  virtual PowerGauges gauges() { return {}; }
 };
 
 // RAPL zones under a powercap root (/sys/class/powercap, or a test fixture with the
@@ -46,6 +57,9 @@ struct PowerSummary {
   double energy_joules = 0;  // over the measured interval
   std::size_t samples = 0;
   double interval_ms = 0;
+  // Over the samples, where the source reads them (written to JSON only then).
+  std::optional<double> average_sm_clock_mhz;
+  std::optional<double> peak_temperature_c;
 };
 void to_json(nlohmann::json& j, const PowerSummary& s);
 

@@ -11,6 +11,8 @@ void to_json(nlohmann::json& j, const PowerSummary& s) {
        {"energy_joules", s.energy_joules},
        {"samples", s.samples},
        {"interval_ms", s.interval_ms}};
+  if (s.average_sm_clock_mhz) j["average_sm_clock_mhz"] = *s.average_sm_clock_mhz;
+  if (s.peak_temperature_c) j["peak_temperature_c"] = *s.peak_temperature_c;
 }
 
 PowerSampler::PowerSampler(std::vector<std::unique_ptr<PowerSource>> sources,
@@ -52,7 +54,12 @@ void PowerSampler::sample_now() {
   if (dt_s <= 0) return;
   for (std::size_t i = 0; i < sources_.size(); ++i) {
     const double joules = sources_[i]->energy_joules();
-    samples_.push_back({t, (joules - last_joules_[i]) / dt_s, static_cast<int>(i)});
+    const PowerGauges g = sources_[i]->gauges();
+    samples_.push_back({.t_ns = t,
+                        .watts = (joules - last_joules_[i]) / dt_s,
+                        .source = static_cast<int>(i),
+                        .sm_clock_mhz = g.sm_clock_mhz,
+                        .temperature_c = g.temperature_c});
     last_joules_[i] = joules;
   }
   last_t_ns_ = t;
@@ -73,11 +80,22 @@ std::vector<PowerSummary> PowerSampler::stop() {
     PowerSummary s{.source = sources_[i]->name(), .interval_ms = static_cast<double>(interval_.count())};
     s.energy_joules = last_joules_[i] - start_joules_[i];
     s.average_watts = seconds > 0 ? s.energy_joules / seconds : 0;
+    double clock_sum = 0;
+    std::size_t clock_samples = 0;
     for (const auto& sample : samples_) {
       if (sample.source != static_cast<int>(i)) continue;
       s.peak_watts = std::max(s.peak_watts, sample.watts);
       ++s.samples;
+      if (sample.sm_clock_mhz) {
+        clock_sum += *sample.sm_clock_mhz;
+        ++clock_samples;
+      }
+      if (sample.temperature_c) {
+        s.peak_temperature_c = std::max(s.peak_temperature_c.value_or(*sample.temperature_c),
+                                        *sample.temperature_c);
+      }
     }
+    if (clock_samples > 0) s.average_sm_clock_mhz = clock_sum / static_cast<double>(clock_samples);
     out.push_back(s);
   }
   return out;

@@ -34,6 +34,7 @@ std::size_t element_size(DeviceDtype dtype);
 class DeviceWork : public Work {
  public:
   using Work::Work;
+  virtual ~DeviceWork() = default;
   // Recorded on the communication stream after the collective; owned by the Work.
   virtual cudaEvent_t done_event() const = 0;
 };

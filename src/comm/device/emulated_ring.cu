@@ -1,0 +1,264 @@
+// The emulated ring (emulated_ring.h): rank 0's side of a ring all-reduce over P peers,
+// on one GPU, with reduce-copy kernels on the communication stream.
+//
+// Note [emulated ring]: in a ring all-reduce of S bytes over P ranks, each rank runs
+// P-1 reduce-scatter steps (receive a chunk of S/P, add its own, pass it on) and P-1
+// allgather steps (receive a finished chunk, keep it, pass it on). Rank 0 at
+// reduce-scatter step k receives chunk c = (-k-1) mod P, summed over k+1 ranks; at
+// allgather step k it receives the finished chunk (-k) mod P. With every peer holding
+// the same data d, those messages are (k+1)·d[c] and P·d[c]. The emulation keeps P-1
+// chunk-sized inbox buffers (the peers' side of the links) and runs one kernel per step:
+// it consumes the inbox of this step (reduce: own[c] += inbox; copy: own[c] = inbox) and
+// writes the inbox of the next step the way the left neighbour would have, computed from
+// this rank's own copy of that chunk scaled to the neighbour's partial sum. Per element
+// and step that is two reads and one write for the rank's own work plus one read and one
+// write standing in for the neighbour's send: a real ring's local HBM traffic (the peer
+// writes the inbox over the link), plus one read.
+#include "comm/device/emulated_ring.h"
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <algorithm>
+#include <string>
+#include <vector>
+
+#include "comm/device/device_progress.h"
+#include "core/error.h"
+
+namespace tandem {
+
+namespace {
+
+constexpr int kThreads = 512;
+
+__device__ __forceinline__ float to_float(float v) { return v; }
+__device__ __forceinline__ float to_float(__half v) { return __half2float(v); }
+__device__ __forceinline__ float to_float(__nv_bfloat16 v) { return __bfloat162float(v); }
+template <typename T>
+__device__ __forceinline__ T from_float(float v);
+template <>
+__device__ __forceinline__ float from_float<float>(float v) { return v; }
+template <>
+__device__ __forceinline__ __half from_float<__half>(float v) { return __float2half_rn(v); }
+template <>
+__device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float v) {
+  return __float2bfloat16_rn(v);
+}
+
+// One ring step (Note [emulated ring]). Element i of both ranges belongs to one thread,
+// which reads inbox[i] before it writes outbox[i]: inbox and outbox may be the same
+// buffer (P = 2). The name starts with tandem_emulated_ring: kernel timing
+// (timeline/gpu/kernel_timer.h) classifies it as communication by that prefix.
+template <typename T>
+__global__ void tandem_emulated_ring_reduce_copy(T* own, const T* inbox, T* outbox,
+                                                 std::size_t recv_offset, std::size_t recv_count,
+                                                 int reduce, float recv_scale,
+                                                 std::size_t next_offset, std::size_t next_count,
+                                                 float next_factor) {
+  const std::size_t n = recv_count > next_count ? recv_count : next_count;
+  const std::size_t stride = static_cast<std::size_t>(gridDim.x) * blockDim.x;
+  for (std::size_t i = static_cast<std::size_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
+       i += stride) {
+    if (i < recv_count) {
+      const float in = to_float(inbox[i]);
+      const float v = reduce ? (to_float(own[recv_offset + i]) + in) * recv_scale : in;
+      own[recv_offset + i] = from_float<T>(v);
+    }
+    if (i < next_count) outbox[i] = from_float<T>(to_float(own[next_offset + i]) * next_factor);
+  }
+}
+
+// Chunk c of count elements over p chunks: [begin, begin + size).
+struct Chunk {
+  std::size_t begin = 0;
+  std::size_t size = 0;
+};
+Chunk chunk_of(std::size_t count, int p, int c) {
+  const auto pp = static_cast<std::size_t>(p);
+  const auto cc = static_cast<std::size_t>(c);
+  const std::size_t begin = count * cc / pp;
+  return {begin, count * (cc + 1) / pp - begin};
+}
+
+// One kernel of the schedule: the chunk it receives and how.
+struct RingStep {
+  int chunk = 0;
+  bool reduce = false;
+  int inbound_multiple = 0;  // the message: inbound_multiple x d[chunk] (before scaling)
+  bool last_reduce = false;  // the chunk is finished here (average scales it)
+};
+
+std::vector<RingStep> ring_schedule(int p) {
+  std::vector<RingStep> steps;
+  for (int k = 0; k + 1 < p; ++k) {
+    steps.push_back({.chunk = ((-k - 1) % p + p) % p, .reduce = true, .inbound_multiple = k + 1,
+                     .last_reduce = k + 2 == p});
+  }
+  for (int k = 0; k + 1 < p; ++k) {
+    steps.push_back({.chunk = ((-k) % p + p) % p, .reduce = false, .inbound_multiple = p});
+  }
+  return steps;
+}
+
+class EmulatedRing final : public DeviceCommunicator {
+ public:
+  EmulatedRing(const DeviceCommOptions& options, int device)
+      : device_(device),
+        peers_(options.emulated_peers),
+        blocks_(options.emulated_blocks > 0 ? options.emulated_blocks : kEmulatedDefaultBlocks) {
+    check_cuda_status(cudaSetDevice(device_), "cudaSetDevice");
+    check_cuda_status(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking),
+                      "cudaStreamCreateWithFlags (emulated ring stream)");
+    try {
+      progress_ = std::make_unique<DeviceProgress>(DeviceProgressOptions{
+          .rank = 0,
+          .device = device_,
+          .backend = "emulated ring",
+          .timeout = options.timeout,
+      });
+    } catch (...) {
+      cudaStreamDestroy(stream_);
+      throw;
+    }
+  }
+
+  ~EmulatedRing() override {
+    progress_.reset();  // waits for what is in flight
+    cudaSetDevice(device_);
+    if (inbox_ != nullptr) cudaFreeAsync(inbox_, stream_);
+    cudaStreamSynchronize(stream_);
+    cudaStreamDestroy(stream_);
+  }
+
+  int rank() const override { return 0; }
+  int size() const override { return 1; }
+  int device() const override { return device_; }
+  std::string_view backend_name() const override { return "emulated"; }
+  bool emulated() const override { return true; }
+  std::string describe() const override {
+    return "emulated ring all-reduce: rank 0's side of a ring of " + std::to_string(peers_) +
+           " peers on 1 GPU (device " + std::to_string(device_) + "), " +
+           std::to_string(blocks_) + " blocks x " + std::to_string(kThreads) +
+           " threads per reduce-copy kernel, " + std::to_string(2 * (peers_ - 1)) +
+           " steps; no real interconnect (emulated)";
+  }
+  cudaStream_t stream() const override { return stream_; }
+
+  DeviceWorkPtr allreduce(void* data, std::size_t count, DeviceDtype dtype, ReduceOp op,
+                          cudaEvent_t ready, OpInfo info) override {
+    if (const std::string broken = progress_->broken(); !broken.empty()) {
+      throw RuntimeError("emulated ring is unusable after an earlier failure: " + broken);
+    }
+    info.kind = SpanKind::kAllreduce;
+    info.bytes = static_cast<std::int64_t>(count * element_size(dtype));
+    check_cuda_status(cudaSetDevice(device_), "cudaSetDevice");
+    auto work = std::make_shared<CudaDeviceWork>(info);
+    if (ready != nullptr) {
+      check_cuda_status(cudaStreamWaitEvent(stream_, ready, 0), "cudaStreamWaitEvent (ready)");
+    }
+    check_cuda_status(cudaEventRecord(work->start_event(), stream_),
+                      "cudaEventRecord (allreduce start)");
+    switch (dtype) {
+      case DeviceDtype::kFloat32: run_ring(static_cast<float*>(data), count, op); break;
+      case DeviceDtype::kFloat16: run_ring(static_cast<__half*>(data), count, op); break;
+      case DeviceDtype::kBfloat16: run_ring(static_cast<__nv_bfloat16*>(data), count, op); break;
+    }
+    check_cuda_status(cudaEventRecord(work->done_event(), stream_),
+                      "cudaEventRecord (allreduce done)");
+    progress_->watch(work, recorder());
+    return work;
+  }
+
+  // The kernels of one stream already run in issue order; nothing to group.
+  void group_start() override {}
+  void group_end() override {}
+
+ private:
+  // Inboxes for P-1 peers of one chunk each, grown on the stream (stream-ordered
+  // allocation: the old buffers are freed after the kernels that use them).
+  void ensure_inbox(std::size_t bytes) {
+    if (bytes <= inbox_bytes_) return;
+    if (inbox_ != nullptr) {
+      check_cuda_status(cudaFreeAsync(inbox_, stream_), "cudaFreeAsync (emulated ring inbox)");
+      inbox_ = nullptr;
+      inbox_bytes_ = 0;
+    }
+    check_cuda_status(cudaMallocAsync(&inbox_, bytes, stream_),
+                      ("cudaMallocAsync of " + std::to_string(bytes) +
+                       " bytes (emulated ring inbox)").c_str());
+    inbox_bytes_ = bytes;
+  }
+
+  template <typename T>
+  void run_ring(T* data, std::size_t count, ReduceOp op) {
+    const int p = peers_;
+    if (p < 2 || count == 0) return;  // a ring of one: the data is the result
+    const std::size_t chunk_elems = (count + static_cast<std::size_t>(p) - 1) / static_cast<std::size_t>(p);
+    const std::size_t slot_bytes = chunk_elems * sizeof(T);
+    ensure_inbox(slot_bytes * static_cast<std::size_t>(p - 1));
+    auto* inbox_base = static_cast<T*>(inbox_);
+    auto slot = [&](int s) { return inbox_base + static_cast<std::size_t>(s % (p - 1)) * chunk_elems; };
+
+    const bool average = op == ReduceOp::kAverage;
+    const float target = average ? 1.0f : static_cast<float>(p);  // final value / d
+    std::vector<float> multiple(static_cast<std::size_t>(p), 1.0f);  // own[c] = multiple[c] x d[c]
+    const std::vector<RingStep> steps = ring_schedule(p);
+    auto inbound_factor = [&](const RingStep& s) {
+      const float value = s.reduce ? static_cast<float>(s.inbound_multiple) : target;
+      return value / multiple[static_cast<std::size_t>(s.chunk)];
+    };
+
+    // The left neighbour's first message, then one kernel per step.
+    const Chunk first = chunk_of(count, p, steps[0].chunk);
+    launch(data, slot(0), slot(0), Chunk{}, false, 1.0f, first, inbound_factor(steps[0]));
+    for (std::size_t j = 0; j < steps.size(); ++j) {
+      const RingStep& s = steps[j];
+      const Chunk recv = chunk_of(count, p, s.chunk);
+      Chunk next{};
+      float next_factor = 1.0f;
+      if (j + 1 < steps.size()) {
+        next = chunk_of(count, p, steps[j + 1].chunk);
+        next_factor = inbound_factor(steps[j + 1]);
+      }
+      const float scale = s.last_reduce && average ? 1.0f / static_cast<float>(p) : 1.0f;
+      launch(data, slot(static_cast<int>(j)), slot(static_cast<int>(j) + 1), recv, s.reduce, scale,
+             next, next_factor);
+      auto& m = multiple[static_cast<std::size_t>(s.chunk)];
+      m = s.reduce ? (s.last_reduce ? target : static_cast<float>(s.inbound_multiple + 1)) : target;
+    }
+  }
+
+  template <typename T>
+  void launch(T* own, const T* inbox, T* outbox, Chunk recv, bool reduce, float recv_scale, Chunk next,
+              float next_factor) {
+    tandem_emulated_ring_reduce_copy<T><<<blocks_, kThreads, 0, stream_>>>(
+        own, inbox, outbox, recv.begin, recv.size, reduce ? 1 : 0, recv_scale, next.begin,
+        next.size, next_factor);
+    check_cuda_status(cudaGetLastError(), "launch of tandem_emulated_ring_reduce_copy");
+  }
+
+  const int device_;
+  const int peers_;
+  const int blocks_;
+  cudaStream_t stream_ = nullptr;
+  void* inbox_ = nullptr;  // (peers - 1) chunk slots; only the issuing thread touches it
+  std::size_t inbox_bytes_ = 0;
+  std::unique_ptr<DeviceProgress> progress_;
+};
+
+}  // namespace
+
+std::unique_ptr<DeviceCommunicator> make_emulated_ring(const DeviceCommOptions& options, int device) {
+  if (options.emulated_peers < 1 || options.emulated_peers > 1024) {
+    throw UsageError("--emulated-peers: must be 1..1024, got " +
+                     std::to_string(options.emulated_peers));
+  }
+  if (options.emulated_blocks < 0 || options.emulated_blocks > 65535) {
+    throw UsageError("--emulated-blocks: must be 0 (default) or 1..65535, got " +
+                     std::to_string(options.emulated_blocks));
+  }
+  return std::make_unique<EmulatedRing>(options, device);
+}
+
+}  // namespace tandem

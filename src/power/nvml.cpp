@@ -1,0 +1,183 @@
+// NVML power source (nvml.h), through dlopen and a handful of function pointers.
+#include "power/nvml.h"
+
+#include <dlfcn.h>
+
+#include <utility>
+
+#include "core/clock.h"
+
+namespace tandem {
+
+namespace {
+
+// The few NVML declarations tandem needs, from NVML's public API (nvml.h is not
+// required at build time). Return codes: 0 is NVML_SUCCESS.
+using NvmlReturn = int;
+using NvmlDevice = struct NvmlDeviceOpaque*;
+constexpr NvmlReturn kNvmlSuccess = 0;
+constexpr int kNvmlClockSm = 1;           // NVML_CLOCK_SM
+constexpr int kNvmlTemperatureGpu = 0;    // NVML_TEMPERATURE_GPU
+
+struct NvmlApi {
+  NvmlReturn (*init)() = nullptr;                                   // nvmlInit_v2
+  NvmlReturn (*shutdown)() = nullptr;                               // nvmlShutdown
+  const char* (*error_string)(NvmlReturn) = nullptr;                // nvmlErrorString
+  NvmlReturn (*device_count)(unsigned int*) = nullptr;              // nvmlDeviceGetCount_v2
+  NvmlReturn (*handle_by_index)(unsigned int, NvmlDevice*) = nullptr;  // ..._v2
+  NvmlReturn (*name)(NvmlDevice, char*, unsigned int) = nullptr;    // nvmlDeviceGetName
+  NvmlReturn (*total_energy)(NvmlDevice, unsigned long long*) = nullptr;  // mJ
+  NvmlReturn (*power_usage)(NvmlDevice, unsigned int*) = nullptr;   // mW
+  NvmlReturn (*clock_info)(NvmlDevice, int, unsigned int*) = nullptr;     // MHz
+  NvmlReturn (*temperature)(NvmlDevice, int, unsigned int*) = nullptr;    // degrees C
+};
+
+// The loaded library, initialized; shut down and closed with the last source.
+class NvmlLibrary {
+ public:
+  NvmlLibrary(void* handle, NvmlApi api) : handle_(handle), api_(api) {}
+  ~NvmlLibrary() {
+    api_.shutdown();
+    dlclose(handle_);
+  }
+  NvmlLibrary(const NvmlLibrary&) = delete;
+  NvmlLibrary& operator=(const NvmlLibrary&) = delete;
+  const NvmlApi& api() const { return api_; }
+  std::string error(NvmlReturn r) const {
+    const char* text = api_.error_string != nullptr ? api_.error_string(r) : nullptr;
+    return text != nullptr ? text : "NVML error " + std::to_string(r);
+  }
+
+ private:
+  void* handle_;
+  NvmlApi api_;
+};
+
+class NvmlSource final : public PowerSource {
+ public:
+  NvmlSource(std::shared_ptr<NvmlLibrary> lib, NvmlDevice device, std::string name, bool counter)
+      : lib_(std::move(lib)), device_(device), name_(std::move(name)), counter_(counter) {}
+
+  std::string name() const override { return name_; }
+
+  double energy_joules() override {
+    const NvmlApi& api = lib_->api();
+    if (counter_) {
+      unsigned long long mj = 0;
+      // A failed read adds nothing (as RAPL's does).
+      if (api.total_energy(device_, &mj) == kNvmlSuccess) {
+        if (!origin_mj_) origin_mj_ = mj;
+        last_joules_ = static_cast<double>(mj - *origin_mj_) / 1e3;
+      }
+      return last_joules_;
+    }
+    // No counter: trapezoids of the power readings over time.
+    unsigned int mw = 0;
+    const std::int64_t t = now_ns();
+    if (api.power_usage(device_, &mw) != kNvmlSuccess) return last_joules_;
+    const double watts = mw / 1e3;
+    if (last_t_ns_ != 0) {
+      last_joules_ += (watts + last_watts_) / 2 * static_cast<double>(t - last_t_ns_) / 1e9;
+    }
+    last_t_ns_ = t;
+    last_watts_ = watts;
+    return last_joules_;
+  }
+
+  PowerGauges gauges() override {
+    const NvmlApi& api = lib_->api();
+    PowerGauges g;
+    unsigned int value = 0;
+    if (api.clock_info(device_, kNvmlClockSm, &value) == kNvmlSuccess) g.sm_clock_mhz = value;
+    if (api.temperature(device_, kNvmlTemperatureGpu, &value) == kNvmlSuccess) g.temperature_c = value;
+    return g;
+  }
+
+ private:
+  std::shared_ptr<NvmlLibrary> lib_;
+  NvmlDevice device_;
+  std::string name_;
+  bool counter_;
+  std::optional<unsigned long long> origin_mj_;
+  double last_joules_ = 0;
+  std::int64_t last_t_ns_ = 0;
+  double last_watts_ = 0;
+};
+
+template <typename F>
+bool load(void* handle, const char* symbol, F& fn) {
+  fn = reinterpret_cast<F>(dlsym(handle, symbol));
+  return fn != nullptr;
+}
+
+}  // namespace
+
+NvmlDiscovery discover_nvml(const std::string& library) {
+  NvmlDiscovery out;
+  void* handle = dlopen(library.c_str(), RTLD_NOW | RTLD_LOCAL);
+  if (handle == nullptr) {
+    out.status = library + " not found (no NVIDIA driver)";
+    return out;
+  }
+  NvmlApi api;
+  const char* missing = nullptr;
+  for (auto [symbol, ok] : {std::pair{"nvmlInit_v2", load(handle, "nvmlInit_v2", api.init)},
+                            {"nvmlShutdown", load(handle, "nvmlShutdown", api.shutdown)},
+                            {"nvmlErrorString", load(handle, "nvmlErrorString", api.error_string)},
+                            {"nvmlDeviceGetCount_v2", load(handle, "nvmlDeviceGetCount_v2", api.device_count)},
+                            {"nvmlDeviceGetHandleByIndex_v2",
+                             load(handle, "nvmlDeviceGetHandleByIndex_v2", api.handle_by_index)},
+                            {"nvmlDeviceGetName", load(handle, "nvmlDeviceGetName", api.name)},
+                            {"nvmlDeviceGetTotalEnergyConsumption",
+                             load(handle, "nvmlDeviceGetTotalEnergyConsumption", api.total_energy)},
+                            {"nvmlDeviceGetPowerUsage", load(handle, "nvmlDeviceGetPowerUsage", api.power_usage)},
+                            {"nvmlDeviceGetClockInfo", load(handle, "nvmlDeviceGetClockInfo", api.clock_info)},
+                            {"nvmlDeviceGetTemperature",
+                             load(handle, "nvmlDeviceGetTemperature", api.temperature)}}) {
+    if (!ok && missing == nullptr) missing = symbol;
+  }
+  if (missing != nullptr) {
+    dlclose(handle);
+    out.status = library + " lacks " + missing;
+    return out;
+  }
+  if (const NvmlReturn r = api.init(); r != kNvmlSuccess) {
+    const char* text = api.error_string(r);
+    out.status = std::string("nvmlInit_v2 failed: ") + (text != nullptr ? text : "?");
+    dlclose(handle);
+    return out;
+  }
+  auto lib = std::make_shared<NvmlLibrary>(handle, api);
+  unsigned int count = 0;
+  if (const NvmlReturn r = api.device_count(&count); r != kNvmlSuccess) {
+    out.status = "nvmlDeviceGetCount_v2 failed: " + lib->error(r);
+    return out;
+  }
+  std::string skipped;
+  for (unsigned int i = 0; i < count; ++i) {
+    NvmlDevice device = nullptr;
+    if (const NvmlReturn r = api.handle_by_index(i, &device); r != kNvmlSuccess) {
+      skipped += " gpu" + std::to_string(i) + ": " + lib->error(r) + ";";
+      continue;
+    }
+    char name[96] = {};
+    if (api.name(device, name, sizeof name) != kNvmlSuccess) name[0] = '\0';
+    unsigned long long mj = 0;
+    unsigned int mw = 0;
+    const bool counter = api.total_energy(device, &mj) == kNvmlSuccess;
+    if (!counter && api.power_usage(device, &mw) != kNvmlSuccess) {
+      skipped += " gpu" + std::to_string(i) + ": no energy counter and no power reading;";
+      continue;
+    }
+    std::string label = "nvml gpu" + std::to_string(i);
+    if (name[0] != '\0') label += std::string(" (") + name + ")";
+    if (!counter) label += " [power integrated]";
+    out.sources.push_back(std::make_unique<NvmlSource>(lib, device, label, counter));
+  }
+  out.status = std::to_string(out.sources.size()) + " GPU(s)";
+  if (!skipped.empty()) out.status += ", skipped:" + skipped;
+  if (count == 0) out.status = "NVML sees no GPU";
+  return out;
+}
+
+}  // namespace tandem

@@ -1,0 +1,340 @@
+// KernelTimer (kernel_timer.h): CUPTI activity records, or CUDA events.
+#include "timeline/gpu/kernel_timer.h"
+
+#include <cupti.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <cstdlib>
+#include <mutex>
+
+#include "core/clock.h"
+#include "core/error.h"
+
+namespace tandem {
+
+namespace {
+
+void check_cuda(cudaError_t status, const char* call) {
+  if (status != cudaSuccess) {
+    throw RuntimeError(std::string(call) + " failed: " + cudaGetErrorName(status) + ": " +
+                       cudaGetErrorString(status));
+  }
+}
+
+std::string cupti_text(CUptiResult result) {
+  const char* text = nullptr;
+  if (cuptiGetResultString(result, &text) != CUPTI_SUCCESS || text == nullptr) {
+    return "CUPTI error " + std::to_string(static_cast<int>(result));
+  }
+  return text;
+}
+
+void check_cupti(CUptiResult result, const char* call) {
+  if (result != CUPTI_SUCCESS) throw RuntimeError(std::string(call) + " failed: " + cupti_text(result));
+}
+
+// One kernel as CUPTI reported it (CUPTI's clock).
+struct KernelRecord {
+  std::uint64_t start = 0;
+  std::uint64_t end = 0;
+  std::uint32_t device = 0;
+  std::string name;
+};
+
+// Note [CUPTI buffers]: CUPTI calls the two callbacks from its own threads with no user
+// pointer, so the collected records live in one process-wide sink, guarded by a mutex;
+// g_cupti_owner says which KernelTimer (if any) owns the activity API now.
+constexpr std::size_t kBufferBytes = 8 << 20;
+constexpr std::size_t kBufferAlign = 8;
+std::mutex g_sink_mutex;
+std::vector<KernelRecord> g_sink;
+std::atomic<std::uint64_t> g_dropped{0};
+std::atomic<const void*> g_cupti_owner{nullptr};
+bool g_callbacks_registered = false;  // under g_sink_mutex
+
+void CUPTIAPI buffer_requested(uint8_t** buffer, size_t* size, size_t* max_records) {
+  *buffer = static_cast<uint8_t*>(std::aligned_alloc(kBufferAlign, kBufferBytes));
+  *size = *buffer != nullptr ? kBufferBytes : 0;
+  *max_records = 0;  // as many as fit
+}
+
+void CUPTIAPI buffer_completed(CUcontext, uint32_t, uint8_t* buffer, size_t, size_t valid) {
+  std::vector<KernelRecord> records;
+  CUpti_Activity* record = nullptr;
+  while (cuptiActivityGetNextRecord(buffer, valid, &record) == CUPTI_SUCCESS) {
+    if (record->kind != CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL &&
+        record->kind != CUPTI_ACTIVITY_KIND_KERNEL) {
+      continue;
+    }
+    const auto* k = reinterpret_cast<const CUpti_ActivityKernel10*>(record);
+    records.push_back({.start = k->start,
+                       .end = k->end,
+                       .device = k->deviceId,
+                       .name = k->name != nullptr ? k->name : "?"});
+  }
+  std::free(buffer);
+  std::lock_guard lock(g_sink_mutex);
+  g_sink.insert(g_sink.end(), records.begin(), records.end());
+}
+
+// host_ns - cupti_ns, from the tightest of a few bracketing reads.
+std::int64_t cupti_offset_ns() {
+  std::int64_t best_width = INT64_MAX;
+  std::int64_t best_offset = 0;
+  for (int i = 0; i < 8; ++i) {
+    std::uint64_t gpu = 0;
+    const std::int64_t before = now_ns();
+    check_cupti(cuptiGetTimestamp(&gpu), "cuptiGetTimestamp");
+    const std::int64_t after = now_ns();
+    if (after - before < best_width) {
+      best_width = after - before;
+      best_offset = before + (after - before) / 2 - static_cast<std::int64_t>(gpu);
+    }
+  }
+  return best_offset;
+}
+
+}  // namespace
+
+struct KernelTimer::State {
+  int device = 0;
+  // CUPTI mode.
+  std::int64_t offset_start_ns = 0;
+  std::int64_t start_host_ns = 0;
+  bool collecting = false;
+  // Events mode (and steps in both modes): events created on demand, kept for reuse.
+  struct Mark {
+    cudaEvent_t begin = nullptr;
+    cudaEvent_t end = nullptr;
+    Lane lane = Lane::kCompute;
+    SpanKind kind = SpanKind::kKernel;
+    std::int32_t tag = -1;
+    double flops = 0;
+    bool marker = false;  // zero length, made in both modes
+  };
+  std::vector<Mark> regions;
+  std::size_t regions_used = 0;
+  std::vector<std::pair<cudaEvent_t, std::int32_t>> steps;
+  std::size_t steps_used = 0;
+  cudaEvent_t anchor = nullptr;  // events mode: the clock anchor
+  std::int64_t anchor_host_ns = 0;
+
+  ~State() {
+    for (auto& r : regions) {
+      cudaEventDestroy(r.begin);
+      cudaEventDestroy(r.end);
+    }
+    for (auto& s : steps) cudaEventDestroy(s.first);
+    if (anchor != nullptr) cudaEventDestroy(anchor);
+  }
+
+  cudaEvent_t make_event() {
+    cudaEvent_t e = nullptr;
+    check_cuda(cudaEventCreate(&e), "cudaEventCreate (kernel timer)");
+    return e;
+  }
+
+  // Events mode: the host time when the GPU passed `e` (see comm/device Note [event
+  // clock]; here the anchor is taken at start(), on the legacy default stream after a
+  // device synchronization).
+  std::int64_t host_ns(cudaEvent_t e) const {
+    float ms = 0;
+    check_cuda(cudaEventElapsedTime(&ms, anchor, e), "cudaEventElapsedTime (kernel timer)");
+    return anchor_host_ns + std::llround(static_cast<double>(ms) * 1e6);
+  }
+};
+
+bool KernelTimer::is_comm_kernel(const std::string& name) {
+  return name.find("ncclKernel_") != std::string::npos ||
+         name.find("ncclDevKernel_") != std::string::npos ||
+         name.find("tandem_emulated_ring") != std::string::npos;
+}
+
+KernelTimer::KernelTimer(KernelTimerOptions options) : state_(std::make_unique<State>()) {
+  state_->device = options.device;
+  check_cuda(cudaSetDevice(options.device), "cudaSetDevice (kernel timer)");
+  if (!options.prefer_cupti) {
+    fallback_reason_ = "CUPTI not requested";
+    return;
+  }
+  const void* expected = nullptr;
+  if (!g_cupti_owner.compare_exchange_strong(expected, this)) {
+    fallback_reason_ = "another kernel timer holds CUPTI's activity API";
+    return;
+  }
+  {
+    std::lock_guard lock(g_sink_mutex);
+    if (!g_callbacks_registered) {
+      const CUptiResult r = cuptiActivityRegisterCallbacks(buffer_requested, buffer_completed);
+      if (r != CUPTI_SUCCESS) {
+        fallback_reason_ = "cuptiActivityRegisterCallbacks: " + cupti_text(r);
+        g_cupti_owner.store(nullptr);
+        return;
+      }
+      g_callbacks_registered = true;
+    }
+  }
+  std::uint64_t t = 0;
+  const CUptiResult r = cuptiGetTimestamp(&t);
+  if (r != CUPTI_SUCCESS) {
+    fallback_reason_ = "cuptiGetTimestamp: " + cupti_text(r);
+    g_cupti_owner.store(nullptr);
+    return;
+  }
+  source_ = KernelTimingSource::kCupti;
+}
+
+KernelTimer::~KernelTimer() {
+  if (source_ == KernelTimingSource::kCupti) {
+    if (state_->collecting) {
+      cuptiActivityDisable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL);
+      cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
+    }
+    g_cupti_owner.store(nullptr);
+  }
+}
+
+std::string KernelTimer::source_name() const {
+  if (source_ == KernelTimingSource::kCupti) return "cupti (activity records)";
+  return "cuda events (CUPTI unavailable: " + fallback_reason_ + ")";
+}
+
+void KernelTimer::start() {
+  State& s = *state_;
+  check_cuda(cudaSetDevice(s.device), "cudaSetDevice (kernel timer)");
+  check_cuda(cudaDeviceSynchronize(), "cudaDeviceSynchronize (kernel timer start)");
+  s.regions_used = 0;
+  s.steps_used = 0;
+  if (s.anchor == nullptr) s.anchor = s.make_event();
+  check_cuda(cudaEventRecord(s.anchor, nullptr), "cudaEventRecord (kernel timer anchor)");
+  check_cuda(cudaEventSynchronize(s.anchor), "cudaEventSynchronize (kernel timer anchor)");
+  s.anchor_host_ns = now_ns();
+  if (source_ != KernelTimingSource::kCupti) return;
+  // Records of an earlier run still in CUPTI's buffers belong to nobody: drop them.
+  check_cupti(cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED), "cuptiActivityFlushAll");
+  {
+    std::lock_guard lock(g_sink_mutex);
+    g_sink.clear();
+  }
+  s.offset_start_ns = cupti_offset_ns();
+  s.start_host_ns = now_ns();
+  check_cupti(cuptiActivityEnable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL),
+              "cuptiActivityEnable(CONCURRENT_KERNEL)");
+  s.collecting = true;
+}
+
+void KernelTimer::mark_step(cudaStream_t stream, std::int32_t step) {
+  State& s = *state_;
+  if (s.steps_used == s.steps.size()) s.steps.emplace_back(s.make_event(), 0);
+  auto& mark = s.steps[s.steps_used++];
+  mark.second = step;
+  check_cuda(cudaEventRecord(mark.first, stream), "cudaEventRecord (step mark)");
+}
+
+void KernelTimer::marker(cudaStream_t stream, Lane lane, SpanKind kind) {
+  add_region(stream, lane, kind, -1, 0, /*marker=*/true);
+}
+
+KernelTimer::Region KernelTimer::begin(cudaStream_t stream, Lane lane, SpanKind kind,
+                                       std::int32_t tag, double flops) {
+  if (source_ == KernelTimingSource::kCupti) return {};
+  return add_region(stream, lane, kind, tag, flops, false);
+}
+
+KernelTimer::Region KernelTimer::add_region(cudaStream_t stream, Lane lane, SpanKind kind,
+                                            std::int32_t tag, double flops, bool marker) {
+  State& s = *state_;
+  if (s.regions_used == s.regions.size()) {
+    State::Mark m;
+    m.begin = s.make_event();
+    try {
+      m.end = s.make_event();
+    } catch (...) {
+      cudaEventDestroy(m.begin);
+      throw;
+    }
+    s.regions.push_back(m);
+  }
+  State::Mark& m = s.regions[s.regions_used];
+  m.lane = lane;
+  m.kind = kind;
+  m.tag = tag;
+  m.flops = flops;
+  m.marker = marker;
+  check_cuda(cudaEventRecord(m.begin, stream), "cudaEventRecord (region begin)");
+  return {s.regions_used++};
+}
+
+void KernelTimer::end(cudaStream_t stream, Region region) {
+  if (source_ == KernelTimingSource::kCupti) return;
+  State& s = *state_;
+  if (region.index >= s.regions_used) throw RuntimeError("KernelTimer::end of a region never begun");
+  check_cuda(cudaEventRecord(s.regions[region.index].end, stream), "cudaEventRecord (region end)");
+}
+
+std::vector<Span> KernelTimer::stop(NameTable* names) {
+  State& s = *state_;
+  check_cuda(cudaSetDevice(s.device), "cudaSetDevice (kernel timer)");
+  check_cuda(cudaDeviceSynchronize(), "cudaDeviceSynchronize (kernel timer stop)");
+  std::vector<Span> spans;
+  if (source_ == KernelTimingSource::kCupti && s.collecting) {
+    check_cupti(cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED), "cuptiActivityFlushAll");
+    check_cupti(cuptiActivityDisable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL),
+                "cuptiActivityDisable(CONCURRENT_KERNEL)");
+    s.collecting = false;
+    const std::int64_t offset_stop = cupti_offset_ns();
+    const std::int64_t stop_host = now_ns();
+    std::vector<KernelRecord> records;
+    {
+      std::lock_guard lock(g_sink_mutex);
+      records.swap(g_sink);
+    }
+    // The offset, interpolated linearly in host time between start() and stop().
+    auto to_host = [&](std::uint64_t t) {
+      const auto raw = static_cast<std::int64_t>(t) + s.offset_start_ns;
+      const double span_ns = static_cast<double>(std::max<std::int64_t>(1, stop_host - s.start_host_ns));
+      const double f = std::clamp(static_cast<double>(raw - s.start_host_ns) / span_ns, 0.0, 1.0);
+      return raw + std::llround(f * static_cast<double>(offset_stop - s.offset_start_ns));
+    };
+    for (const KernelRecord& r : records) {
+      if (r.end < r.start || static_cast<int>(r.device) != s.device) continue;
+      Span span;
+      const bool comm = is_comm_kernel(r.name);
+      span.lane = comm ? Lane::kComm : Lane::kCompute;
+      span.kind = comm ? SpanKind::kAllreduce : SpanKind::kKernel;
+      span.start_ns = to_host(r.start);
+      span.end_ns = to_host(r.end);
+      if (names != nullptr) span.name = names->intern(r.name);
+      spans.push_back(span);
+    }
+  }
+  // Regions (events mode; CUPTI mode has markers only).
+  for (std::size_t i = 0; i < s.regions_used; ++i) {
+    const State::Mark& m = s.regions[i];
+    Span span;
+    span.lane = m.lane;
+    span.kind = m.kind;
+    span.tag = m.tag;
+    span.flops = m.flops;
+    span.start_ns = s.host_ns(m.begin);
+    span.end_ns = m.marker ? span.start_ns : s.host_ns(m.end);
+    spans.push_back(span);
+  }
+  // Steps from the marks.
+  std::vector<std::pair<std::int64_t, std::int32_t>> marks;
+  for (std::size_t i = 0; i < s.steps_used; ++i) {
+    marks.emplace_back(s.host_ns(s.steps[i].first), s.steps[i].second);
+  }
+  std::sort(marks.begin(), marks.end());
+  for (Span& span : spans) {
+    auto it = std::upper_bound(marks.begin(), marks.end(), std::make_pair(span.start_ns, INT32_MAX));
+    span.step = it == marks.begin() ? -1 : std::prev(it)->second;
+  }
+  std::sort(spans.begin(), spans.end(),
+            [](const Span& a, const Span& b) { return a.start_ns < b.start_ns; });
+  return spans;
+}
+
+}  // namespace tandem
