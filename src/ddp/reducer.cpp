@@ -121,20 +121,9 @@ Reducer::Reducer(std::vector<GradParam> params, std::span<float> flat_grads, Com
       comm_(comm),
       recorder_(recorder),
       options_(options),
-      buckets_(plan_buckets(params_, flat_grads.size(), options.plan)) {
-  int layers = 0;
-  for (const auto& p : params_) layers = std::max(layers, p.layer + 1);
-  layer_params_.resize(layers);
-  for (std::size_t i = 0; i < params_.size(); ++i) {
-    layer_params_[params_[i].layer].push_back(static_cast<int>(i));
-  }
-  param_buckets_.resize(params_.size());
-  for (const auto& bucket : buckets_) {
-    for (int p : bucket.params) param_buckets_[p].push_back(bucket.index);
-  }
-  pending_.resize(buckets_.size());
-  works_.resize(buckets_.size());
-}
+      buckets_(plan_buckets(params_, flat_grads.size(), options.plan)),
+      schedule_(params_, buckets_),
+      works_(buckets_.size()) {}
 
 bool Reducer::overlaps() const {
   return options_.communicate && !options_.defer &&
@@ -143,25 +132,14 @@ bool Reducer::overlaps() const {
 
 void Reducer::prepare(int step) {
   step_ = step;
-  next_launch_ = 0;
-  for (const auto& bucket : buckets_) {
-    pending_[bucket.index] = static_cast<int>(bucket.params.size());
-    works_[bucket.index].reset();
-  }
+  schedule_.reset();
+  for (auto& work : works_) work.reset();
 }
 
 void Reducer::mark_layer_ready(int layer) {
-  TANDEM_CHECK(layer >= 0 && layer < static_cast<int>(layer_params_.size()));
-  for (int p : layer_params_[layer]) {
-    for (int b : param_buckets_[p]) --pending_[b];
-  }
-  if (overlaps()) launch_ready();
-}
-
-void Reducer::launch_ready() {
-  while (next_launch_ < buckets_.size() && pending_[next_launch_] == 0) {
-    launch(buckets_[next_launch_++]);
-  }
+  schedule_.mark_layer_ready(layer);
+  if (!overlaps()) return;
+  for (int b = schedule_.take_ready(); b >= 0; b = schedule_.take_ready()) launch(buckets_[b]);
 }
 
 void Reducer::launch(Bucket& bucket) {
@@ -174,7 +152,7 @@ void Reducer::launch(Bucket& bucket) {
 
 void Reducer::finish() {
   // Whatever backward did not launch (all of it when deferred) goes now, in order.
-  while (next_launch_ < buckets_.size()) launch(buckets_[next_launch_++]);
+  for (int b = schedule_.take_next(); b >= 0; b = schedule_.take_next()) launch(buckets_[b]);
   for (auto& work : works_) {
     if (!work) continue;
     if (!work->test()) {

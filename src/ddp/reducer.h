@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "comm/communicator.h"
+#include "ddp/launch_schedule.h"
 #include "timeline/recorder.h"
 
 namespace tandem {
@@ -95,11 +96,10 @@ class Reducer {
 
   std::int64_t bytes_per_sync() const;
   // Units launched so far in this step (plan order): what overlap has started.
-  std::size_t launched() const { return next_launch_; }
+  std::size_t launched() const { return schedule_.taken(); }
 
  private:
   void launch(Bucket& bucket);
-  void launch_ready();
 
   std::vector<GradParam> params_;
   std::span<float> flat_grads_;
@@ -107,11 +107,8 @@ class Reducer {
   RankRecorder& recorder_;
   ReducerOptions options_;
   std::vector<Bucket> buckets_;
-  std::vector<std::vector<int>> layer_params_;  // layer -> parameter indices
-  std::vector<std::vector<int>> param_buckets_;  // locator: parameter -> units
-  std::vector<int> pending_;                     // per unit: parameters not yet ready
-  std::vector<WorkPtr> works_;                   // per unit, this step
-  std::size_t next_launch_ = 0;
+  LaunchSchedule schedule_;     // pending counts and plan order
+  std::vector<WorkPtr> works_;  // per unit, this step
   int step_ = -1;
 };
 
