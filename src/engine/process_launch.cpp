@@ -57,13 +57,21 @@ std::int64_t to_rank0_clock(std::int64_t t_ns, const ClockOffset& before, const 
 TrainResult train_process(const TrainConfig& config, ProcessCommunicator& comm,
                           const StepCallback& on_step) {
   validate(config);
-  TANDEM_CHECK_EQ(config.ranks, comm.size());
   set_blas_threads(config.blas_threads);
-  RankRecorder recorder(comm.rank(), train_span_capacity(config), config.record);
+  return train_process_with(config, comm, train_span_capacity(config),
+                            [&](RankRecorder& recorder) {
+                              return train_rank(config, comm, recorder, on_step);
+                            });
+}
+
+TrainResult train_process_with(const TrainConfig& config, ProcessCommunicator& comm,
+                               std::size_t span_capacity, const RankTraining& train) {
+  TANDEM_CHECK_EQ(config.ranks, comm.size());
+  RankRecorder recorder(comm.rank(), span_capacity, config.record);
   comm.set_recorder(&recorder);
 
   const std::vector<ClockOffset> before = comm.estimate_clock_offsets(kClockRounds);
-  TrainResult mine = train_rank(config, comm, recorder, on_step);
+  TrainResult mine = train(recorder);
   const std::vector<ClockOffset> after = comm.estimate_clock_offsets(kClockRounds);
   // Every operation has completed (the estimate ran after them): the comm lane is quiet.
 
@@ -77,11 +85,14 @@ TrainResult train_process(const TrainConfig& config, ProcessCommunicator& comm,
   TrainResult result;
   result.buckets = std::move(mine.buckets);
   result.final_params = std::move(mine.final_params);
-  result.blas = blas_description();
+  result.blas = mine.blas.empty() ? blas_description() : std::move(mine.blas);
   result.backend = std::string(comm.backend_name());
   result.backend_details = comm.describe();
   result.hosts = comm.hosts();
   result.ranks_per_host = comm.ranks_on_host();
+  result.device = std::move(mine.device);
+  result.device_details = std::move(mine.device_details);
+  result.timing_source = std::move(mine.timing_source);
   if (comm.rank() != 0) {
     result.steps = std::move(mine.steps);
     return result;

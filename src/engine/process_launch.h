@@ -8,6 +8,8 @@
 // largest half round trip is reported as the uncertainty.
 #pragma once
 
+#include <functional>
+
 #include "comm/backend_registry.h"
 #include "engine/trainer.h"
 
@@ -18,6 +20,14 @@ namespace tandem {
 // own steps. config.ranks must equal comm.size().
 TrainResult train_process(const TrainConfig& config, ProcessCommunicator& comm,
                           const StepCallback& on_step = {});
+
+// What train_process runs between the clock estimates: this rank's training, recording
+// into `recorder` (train_rank for the CPU; the CUDA trainer passes its own).
+using RankTraining = std::function<TrainResult(RankRecorder& recorder)>;
+// train_process with the rank's training given; the recorder holds span_capacity spans
+// per lane. The result's device fields come from what `train` returned.
+TrainResult train_process_with(const TrainConfig& config, ProcessCommunicator& comm,
+                               std::size_t span_capacity, const RankTraining& train);
 
 // Moves rank-local times onto rank 0's clock: t - offset, the offset interpolated
 // between `before` and `after` by t (extrapolated flat outside them).

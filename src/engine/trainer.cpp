@@ -33,6 +33,20 @@ void validate(const TrainConfig& config) {
     throw UsageError("--threads must be 1..1024");
   }
   if (config.reducer.plan.bucket_cap_bytes <= 0) throw UsageError("--bucket-mb must be > 0");
+  if (config.device == Device::kCpu && config.precision != Precision::kFp32) {
+    throw UsageError("--precision " + std::string(to_string(config.precision)) +
+                     ": the cpu device computes in fp32 only (use --device cuda)");
+  }
+  if (config.device != Device::kCpu && config.link.enabled()) {
+    throw UsageError("--link: link emulation is for the cpu device's local backend; with "
+                     "--device " + std::string(to_string(config.device)) +
+                     " the real interconnect is measured");
+  }
+  if (config.device_comm != "auto" && config.device_comm != "nccl" &&
+      config.device_comm != "emulated") {
+    throw UsageError("--device-comm must be auto, nccl or emulated (got '" + config.device_comm +
+                     "')");
+  }
   // Activations: about 4 arrays of batch x widest layer per Linear layer.
   const double activation_bytes = 4.0 * config.batch * std::max(config.model.width, config.model.input) *
                                   config.model.depth * sizeof(float);
@@ -66,8 +80,10 @@ void wait_within(Communicator& comm, Work& work, std::int64_t timeout_ns) {
   }
 }
 
-// --verify: every rank's parameter hash, gathered as four 16-bit pieces (exact in fp32),
-// must equal rank 0's. The collective carries no step, so metrics leave it out.
+}  // namespace
+
+// The hash travels as four 16-bit pieces (exact in fp32). The collective carries no
+// step, so metrics leave it out.
 void verify_identical(Communicator& comm, std::uint64_t hash, int step, std::int64_t timeout_ns) {
   std::vector<float> mine(4);
   for (int i = 0; i < 4; ++i) mine[i] = static_cast<float>((hash >> (16 * i)) & 0xffff);
@@ -82,8 +98,6 @@ void verify_identical(Communicator& comm, std::uint64_t hash, int step, std::int
     }
   }
 }
-
-}  // namespace
 
 std::size_t train_span_capacity(const TrainConfig& config) {
   const Model probe(config.model, 1, config.seed);

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "comm/communicator.h"
+#include "compute/precision.h"
 #include "ddp/reducer.h"
 #include "model/model.h"
 #include "timeline/recorder.h"
@@ -36,6 +37,10 @@ struct TrainConfig {
   bool compute = true;   // false: the comm-only scenario (same collectives, no math)
   bool record = true;    // the timeline; off only to measure its own cost
   bool verify = false;   // hash parameters after every step and compare across ranks
+  // Where the math runs (engine/device_trainer.h for the devices besides the CPU).
+  Device device = Device::kCpu;
+  Precision precision = Precision::kFp32;  // GEMM precision; the CPU computes in fp32 only
+  std::string device_comm = "auto";        // device communicator: auto, nccl or emulated
 };
 
 // One rank's step, as printed and written to steps.csv.
@@ -62,6 +67,11 @@ struct TrainResult {
   int hosts = 1;
   int ranks_per_host = 0;                 // 0: all ranks are threads of one process
   std::int64_t clock_uncertainty_ns = 0;  // largest over ranks; 0 for one process
+  // Where compute ran and how its spans were timed: "host-clock" (spans taken on the
+  // training thread around each kernel call) or "cuda-events" (engine/cuda_trainer.h).
+  std::string device = "cpu";
+  std::string device_details;  // the GPU(s), for --device cuda
+  std::string timing_source = "host-clock";
 };
 
 // Called on rank 0's thread after each step with that rank's record.
@@ -75,6 +85,10 @@ TrainResult train_rank(const TrainConfig& config, Communicator& comm, RankRecord
 TrainResult train_local(const TrainConfig& config, const StepCallback& on_step = {});
 
 std::uint64_t hash_floats(std::span<const float> values);
+
+// --verify: every rank's parameter hash must equal rank 0's; collective over `comm`.
+// Throws RuntimeError naming the first rank that differs, TimeoutError past timeout_ns.
+void verify_identical(Communicator& comm, std::uint64_t hash, int step, std::int64_t timeout_ns);
 
 // Spans each lane of a rank's recorder must hold for a whole run of `config`.
 std::size_t train_span_capacity(const TrainConfig& config);

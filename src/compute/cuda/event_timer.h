@@ -1,0 +1,61 @@
+// Compute spans timed by CUDA events, placed on the host's steady clock (core/clock.h) so
+// they line up with the communicator's comm spans and the step records.
+//
+// At the start of each step the timer records an anchor event on the idle stream and
+// notes the host time (the midpoint of record and completion: the stream is idle, so
+// the two are microseconds apart). begin()/end() record a pair of timing events around
+// the work they enclose; flush(), after the stream has passed them, turns each pair into
+// a Span at anchor_host + (event - anchor). Timing source in outputs: "cuda-events".
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+#include <vector>
+
+#include "compute/cuda/device_buffer.h"
+#include "timeline/recorder.h"
+
+namespace tandem::cuda {
+
+class EventTimer {
+ public:
+  // enabled=false: every call is a no-op (the --no-timeline run records nothing).
+  explicit EventTimer(bool enabled = true);
+
+  bool enabled() const { return enabled_; }
+  // Host-synchronizes on the anchor: call when the stream is idle (after the previous
+  // step's synchronization), so the wait is only the anchor's own latency.
+  void start_step(cudaStream_t stream);
+  // Opens a span on `stream` (events are created on first use and reused every step).
+  void begin(cudaStream_t stream, Lane lane, SpanKind kind, int step, int tag = -1,
+             double flops = 0);
+  // Closes the most recently opened span that is still open.
+  void end(cudaStream_t stream);
+  // Once the stream has passed every event of this step (after a synchronization):
+  // records the spans into `recorder`, forgets them, and returns the latest end time
+  // (the anchor's host time when there were none).
+  std::int64_t flush(RankRecorder& recorder);
+  // The anchor's host time for the current step.
+  std::int64_t anchor_ns() const { return anchor_host_ns_; }
+
+ private:
+  struct Pending {
+    Span span;
+    std::size_t begin_event = 0;
+    std::size_t end_event = 0;
+    bool closed = false;
+  };
+  std::size_t next_event(cudaStream_t stream);
+  std::int64_t host_ns(std::size_t event) const;
+
+  bool enabled_;
+  Event anchor_{Event::Timing::kOn};
+  std::int64_t anchor_host_ns_ = 0;
+  std::vector<Event> events_;
+  std::size_t used_ = 0;  // events recorded this step
+  std::vector<Pending> pending_;
+  std::vector<std::size_t> open_;  // indices into pending_, innermost last
+};
+
+}  // namespace tandem::cuda
