@@ -1,6 +1,7 @@
 // `tandem train`: data-parallel training, a line per step and a summary; with --out,
 // steps.csv, trace.json and summary.json. Ranks are threads of this process (`local`)
-// or the processes of an MPI job (`mpi`: rank 0 prints and writes for the whole job).
+// or the processes of an MPI job (`mpi`: rank 0 prints and writes for the whole job);
+// the math on the CPU or, with --device cuda, on one GPU per rank (docs/GPU.md).
 #include <cstdio>
 #include <filesystem>
 
@@ -10,6 +11,7 @@
 #include "core/error.h"
 #include "core/files.h"
 #include "core/parse.h"
+#include "engine/device_trainer.h"
 #include "engine/process_launch.h"
 #include "report/html/report.h"
 #include "report/train_report.h"
@@ -36,11 +38,15 @@ void print_header(const TrainConfig& c, const std::string& where) {
               c.ranks, where.c_str(), c.model.text.c_str(),
               static_cast<long long>(c.model.parameter_count()), c.batch);
   if (c.accumulate > 1) std::printf(" x %d micro-batches", c.accumulate);
-  std::printf("\n  strategy %s, bucket cap %s (first %s), link %s\n",
+  std::printf("\n  strategy %s, bucket cap %s (first %s)",
               c.reducer.plan.strategy.to_string().c_str(),
               format_bytes(static_cast<double>(c.reducer.plan.bucket_cap_bytes)).c_str(),
-              format_bytes(static_cast<double>(c.reducer.plan.first_bucket_cap_bytes)).c_str(),
-              c.link.enabled() ? c.link.describe().c_str() : "shared memory (not emulated)");
+              format_bytes(static_cast<double>(c.reducer.plan.first_bucket_cap_bytes)).c_str());
+  if (c.device == Device::kCpu) {
+    std::printf(", link %s",
+                c.link.enabled() ? c.link.describe().c_str() : "shared memory (not emulated)");
+  }
+  std::printf("\n");
 }
 
 StepCallback step_printer(const TrainFlags& flags, int steps) {
@@ -54,17 +60,32 @@ StepCallback step_printer(const TrainFlags& flags, int steps) {
 
 int write_outputs(const TrainFlags& flags, const TrainConfig& config, const TrainResult& result);
 
+// After a device run: what it ran on, how its gradients moved and how it was timed.
+void print_device_lines(const TrainResult& result) {
+  std::printf("  ran on %s\n  all-reduce: %s (%s)\n  %s; compute spans timed by %s\n",
+              result.device_details.c_str(), result.backend.c_str(),
+              result.backend_details.c_str(), result.blas.c_str(), result.timing_source.c_str());
+}
+
 int run_train_local(const TrainFlags& flags, bool batch_given) {
   const TrainConfig config = to_train_config(flags.workload, batch_given);
   const std::filesystem::path out = flags.out;
   if (!flags.out.empty()) prepare_output_dir(out, "--out");
 
-  print_header(config, "local backend, threads of one process");
-  set_blas_threads(config.blas_threads);
-  std::printf("  BLAS: %s per rank\n", blas_description().c_str());
+  if (config.device == Device::kCpu) {
+    print_header(config, "local backend, threads of one process");
+    set_blas_threads(config.blas_threads);
+    std::printf("  BLAS: %s per rank\n", blas_description().c_str());
+  } else {
+    print_header(config, "threads of one process, one GPU each");
+    std::printf("  device %s, %s GEMMs, fp32 master weights and gradients\n",
+                std::string(to_string(config.device)).c_str(),
+                std::string(to_string(config.precision)).c_str());
+  }
   std::fflush(stdout);
 
-  const TrainResult result = train_local(config, step_printer(flags, config.steps));
+  const TrainResult result = train_local_on_device(config, step_printer(flags, config.steps));
+  if (config.device != Device::kCpu) print_device_lines(result);
   return write_outputs(flags, config, result);
 }
 
@@ -102,15 +123,22 @@ int run_train_process(const TrainFlags& flags, bool batch_given, bool ranks_give
                                " processes on " + std::to_string(comm->hosts()) + " host(s), " +
                                std::to_string(comm->ranks_on_host()) + " on rank 0's host " +
                                comm->host_name());
-      std::printf("  %s\n  BLAS: %s per rank\n", comm->describe().c_str(),
-                  blas_description().c_str());
+      std::printf("  %s\n", comm->describe().c_str());
+      if (config.device == Device::kCpu) {
+        std::printf("  BLAS: %s per rank\n", blas_description().c_str());
+      } else {
+        std::printf("  device %s, %s GEMMs, fp32 master weights and gradients\n",
+                    std::string(to_string(config.device)).c_str(),
+                    std::string(to_string(config.precision)).c_str());
+      }
       std::fflush(stdout);
     }
-    result = train_process(config, *comm, step_printer(flags, config.steps));
+    result = train_process_on_device(config, *comm, step_printer(flags, config.steps));
   } catch (const std::exception& e) {
     abort_job_after(*comm, e);
   }
   if (!leader) return 0;
+  if (config.device != Device::kCpu) print_device_lines(result);
   std::printf("  clocks aligned to rank 0 within +-%s (ping-pong, half the best round trip)\n",
               format_duration_ns(static_cast<double>(result.clock_uncertainty_ns)).c_str());
   return write_outputs(flags, config, result);

@@ -1,6 +1,7 @@
 #include "workload_flags.h"
 
 #include "core/error.h"
+#include "engine/device_trainer.h"
 
 namespace tandem::cli {
 
@@ -70,6 +71,21 @@ void add_workload_flags(CLI::App& app, WorkloadFlags& f) {
   app.add_flag("--no-timeline", f.no_timeline,
                "Record no spans (measures the timeline's own cost; no trace, fewer metrics)");
   app.add_flag("--verify", f.verify, "Check after every step that all ranks hold identical parameters");
+  app.add_option("--device", f.device,
+                 "Where the math runs: cpu (OpenBLAS, fp32) or cuda (one GPU per rank: rank r "
+                 "on device r, or device rank % GPUs under mpirun; cuBLAS plus tandem's "
+                 "kernels, spans timed with CUDA events; see docs/GPU.md)")
+      ->capture_default_str();
+  app.add_option("--precision", f.precision,
+                 "GEMM precision with --device cuda: fp32, tf32 (tensor cores, fp32 storage), "
+                 "fp16 or bf16 (cast GEMM inputs, fp32 accumulation); master weights, "
+                 "gradients and all-reduce stay fp32. The cpu device takes fp32 only")
+      ->capture_default_str();
+  app.add_option("--device-comm", f.device_comm,
+                 "Gradient all-reduce between GPUs with --device cuda: nccl, emulated (a "
+                 "ring emulated on one GPU, for one rank), or auto (nccl with several ranks, "
+                 "emulated with one)")
+      ->capture_default_str();
 }
 
 TrainConfig to_train_config(const WorkloadFlags& f, bool batch_given) {
@@ -91,7 +107,11 @@ TrainConfig to_train_config(const WorkloadFlags& f, bool batch_given) {
   c.blas_threads = f.threads;
   c.record = !f.no_timeline;
   c.verify = f.verify;
+  c.device = for_flag("--device", [&] { return parse_device(f.device); });
+  c.precision = for_flag("--precision", [&] { return parse_precision(f.precision); });
+  c.device_comm = f.device_comm;
   validate(c);
+  check_device_available(c);
   return c;
 }
 

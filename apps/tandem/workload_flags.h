@@ -27,6 +27,9 @@ struct WorkloadFlags {
   double timeout_s = 300;
   bool no_timeline = false;
   bool verify = false;
+  std::string device = "cpu";
+  std::string precision = "fp32";
+  std::string device_comm = "auto";
 };
 
 void add_workload_flags(CLI::App& app, WorkloadFlags& flags);

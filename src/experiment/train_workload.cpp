@@ -1,4 +1,5 @@
 #include "core/error.h"
+#include "engine/device_trainer.h"
 #include "experiment/workload.h"
 #include "report/train_report.h"
 
@@ -24,8 +25,14 @@ class TrainWorkload final : public Workload {
   }
 
   std::string describe() const override {
-    return "train " + config_.model.text + ", " + std::to_string(config_.ranks) + " ranks, batch " +
-           std::to_string(config_.batch) + ", " + config_.reducer.plan.strategy.to_string();
+    std::string text = "train " + config_.model.text + ", " + std::to_string(config_.ranks) +
+                       " ranks, batch " + std::to_string(config_.batch) + ", " +
+                       config_.reducer.plan.strategy.to_string();
+    if (config_.device != Device::kCpu) {
+      text += ", " + std::string(to_string(config_.device)) + " " +
+              std::string(to_string(config_.precision));
+    }
+    return text;
   }
 
   nlohmann::json config_json() const override {
@@ -45,7 +52,7 @@ class TrainWorkload final : public Workload {
       case Scenario::kSequential: c.reducer.defer = true; break;
       case Scenario::kOverlapped: break;
     }
-    return train_local(c).timeline;
+    return train_local_on_device(c).timeline;
   }
 
  private:

@@ -16,7 +16,7 @@ TEST(TrainCliTest, HelpExplainsEveryFlag) {
   EXPECT_EQ(r.exit_code, 0);
   for (const char* flag : {"--ranks", "--model", "--batch", "--steps", "--lr", "--strategy",
                            "--bucket-mb", "--accumulate", "--link", "--seed", "--threads",
-                           "--out"}) {
+                           "--out", "--device", "--precision", "--device-comm"}) {
     EXPECT_NE(r.out.find(flag), std::string::npos) << flag;
   }
 }
@@ -87,7 +87,24 @@ INSTANTIATE_TEST_SUITE_P(
                       BadInput{"--link fast", "--link"}, BadInput{"--link 10GB/s,-5us", "--link"},
                       BadInput{"--accumulate 0", "--accumulate"},
                       BadInput{"--threads 0", "--threads"}, BadInput{"--lr -1", "--lr"},
-                      BadInput{"--steps 0", "--steps"}));
+                      BadInput{"--steps 0", "--steps"},
+                      BadInput{"--precision bf16", "--precision"},
+                      BadInput{"--precision fp16 --device cpu", "--precision"},
+                      BadInput{"--precision fp64", "--precision"},
+                      BadInput{"--device tpu", "--device"},
+                      BadInput{"--device-comm gloo", "--device-comm"}));
+
+// --device cuda where it cannot run (a build without CUDA, or no GPU: this machine's
+// case in CI) is one line naming --device and exit 2; where a GPU is present it trains.
+TEST(TrainCliTest, CudaDeviceWithoutAGpuIsOneLineAndExitTwo) {
+  const CliResult r = run_tandem("train --device cuda --ranks 1 --model mlp:2x16 --batch 4 "
+                                 "--steps 1 --quiet");
+  if (r.exit_code == 0) GTEST_SKIP() << "a CUDA device is present: the run trained";
+  EXPECT_EQ(r.exit_code, 2) << r.out << r.err;
+  EXPECT_EQ(count_lines(r.err), 1) << r.err;
+  EXPECT_NE(r.err.find("--device cuda"), std::string::npos) << r.err;
+  EXPECT_EQ(r.out, "") << "nothing may be printed before the error";
+}
 
 TEST(TrainCliTest, UnwritableOutIsOneLineAndExitTwo) {
   // A path under a regular file cannot be created, even by root.
