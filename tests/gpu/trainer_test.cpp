@@ -82,7 +82,7 @@ TEST(CudaTrainerTest, StrategiesAndAccumulationAgree) {
     const TrainResult r = train_local_cuda(small_run(strategy));
     const double diff = l2_rel_diff(r.final_params, reference.final_params);
     std::printf("%s vs sequential: %.3g\n", strategy, diff);
-    EXPECT_LE(diff, 1e-6) << strategy;
+    EXPECT_LE(diff, 1e-5) << strategy;
   }
   // Accumulation: 2 micro-batches per step on the GPU as on the CPU.
   TrainConfig gpu_config = small_run("bucketed");
