@@ -12,12 +12,6 @@
 target_link_libraries(tandem_app_lib PUBLIC ${CMAKE_DL_LIBS})
 
 if(TANDEM_HAVE_CUDA)
-  # CMake before 3.26 does not know that nvcc 12 and later take -std=c++20, and refuses
-  # CUDA_STANDARD 20 at generate time; tell it (this directory's CUDA targets).
-  if(NOT DEFINED CMAKE_CUDA20_STANDARD_COMPILE_OPTION OR CMAKE_CUDA20_STANDARD_COMPILE_OPTION STREQUAL "")
-    set(CMAKE_CUDA20_STANDARD_COMPILE_OPTION "-std=c++20")
-    set(CMAKE_CUDA20_EXTENSION_COMPILE_OPTION "-std=c++20")
-  endif()
   find_path(NCCL_INCLUDE_DIR NAMES nccl.h
             HINTS ${CUDAToolkit_INCLUDE_DIRS} ${CUDAToolkit_LIBRARY_ROOT}/include
                   /usr/local/cuda/include ENV NCCL_HOME PATH_SUFFIXES include)

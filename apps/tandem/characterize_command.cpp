@@ -7,11 +7,14 @@
 
 #include "commands.h"
 #include "compute/cpu/blas.h"
+#include "compute/precision.h"
 #include "core/error.h"
 #include "core/files.h"
 #include "core/parse.h"
 #include "experiment/characterize.h"
+#include "experiment/gpu/gpu_microbench.h"
 #include "experiment/sweep.h"
+#include "power/nvml.h"
 #include "report/html/report.h"
 #include "report/machine.h"
 #include "timeline/chrome_trace.h"
@@ -36,6 +39,15 @@ struct CharacterizeFlags {
   std::string powercap_root = "/sys/class/powercap";
   bool no_progress = false;
   int synthetic_chunks = 0;  // set by --sweep chunks=... over --synthetic's own
+  // --device cuda --microbench: the device communicator and kernel timing (the
+  // --device, --precision and --device-comm flags are the workload's).
+  int emulated_peers = 8;
+  int emulated_blocks = 0;
+  int nccl_min_ctas = 0;
+  int nccl_max_ctas = 0;
+  std::string kernel_timing = "cupti";
+  bool ranks_given = false;
+  bool precision_given = false;
 };
 
 // Applies one sweep value to the flags of the workload kind in use.
@@ -47,6 +59,7 @@ void apply(const std::string& key, const std::string& value, CharacterizeFlags& 
   if (key == "ranks") {
     w.ranks = number("--sweep ranks");
     if (w.ranks < 1 || w.ranks > 1024) throw UsageError("--sweep ranks: must be 1..1024");
+    f.ranks_given = true;
   } else if (key == "threads") {
     w.threads = number("--sweep threads");
     if (w.threads < 1 || w.threads > 1024) throw UsageError("--sweep threads: must be 1..1024");
@@ -76,7 +89,39 @@ void apply(const std::string& key, const std::string& value, CharacterizeFlags& 
   }
 }
 
+// --device cuda --microbench: ranks are this process's GPUs (all of them unless --ranks
+// says otherwise; one GPU runs the emulated ring).
+std::unique_ptr<Workload> make_gpu_microbench(const CharacterizeFlags& f) {
+  GpuMicrobenchSpec spec{.bench = MicrobenchSpec::parse(f.microbench)};
+  spec.bench.ranks = f.ranks_given ? f.workload.ranks : std::max(1, cuda_device_count());
+  if (!f.workload.link.empty()) throw UsageError("--link: not with --device cuda");
+  spec.precision = f.precision_given ? f.workload.precision : "bf16";
+  try {
+    (void)parse_precision(spec.precision);
+  } catch (const UsageError& e) {
+    throw UsageError(std::string("--precision: ") + e.what());
+  }
+  spec.comm_backend = f.workload.device_comm;
+  spec.emulated_peers = f.emulated_peers;
+  spec.emulated_blocks = f.emulated_blocks;
+  spec.nccl_min_ctas = f.nccl_min_ctas;
+  spec.nccl_max_ctas = f.nccl_max_ctas;
+  spec.timeout_s = f.workload.timeout_s;
+  spec.prefer_cupti = f.kernel_timing == "cupti";
+  return make_gpu_microbench_workload(spec);
+}
+
 std::unique_ptr<Workload> make_workload(const CharacterizeFlags& f, bool batch_given) {
+  Device device = Device::kCpu;
+  try {
+    device = parse_device(f.workload.device);
+  } catch (const UsageError& e) {
+    throw UsageError(std::string("--device: ") + e.what());
+  }
+  if (device == Device::kCuda && !f.synthetic.empty()) {
+    throw UsageError("--synthetic: runs on the CPU only (drop --device cuda)");
+  }
+  if (device == Device::kCuda && !f.microbench.empty()) return make_gpu_microbench(f);
   if (!f.microbench.empty()) {
     MicrobenchSpec spec = MicrobenchSpec::parse(f.microbench);
     spec.ranks = f.workload.ranks;
@@ -213,13 +258,21 @@ int run_characterize(CharacterizeFlags flags, bool batch_given) {
   if (!flags.out.empty()) dir.emplace(flags.out, flags.resume);
 
   set_blas_threads(flags.workload.threads);
-  PowerSampler power(discover_rapl(flags.powercap_root),
-                     std::chrono::milliseconds(flags.power_interval_ms));
+  // Power: RAPL zones always; NVML's GPUs with --device cuda (docs/GPU.md, "Power").
+  std::vector<std::unique_ptr<PowerSource>> sources = discover_rapl(flags.powercap_root);
+  std::string power_line = sources.empty() ? "RAPL unavailable (no readable zone)"
+                                           : std::to_string(sources.size()) + " RAPL zone(s)";
+  if (flags.workload.device == "cuda") {
+    NvmlDiscovery nvml = discover_nvml();
+    power_line += nvml.sources.empty() ? ", NVML unavailable (" + nvml.status + ")"
+                                       : ", NVML " + nvml.status;
+    for (auto& s : nvml.sources) sources.push_back(std::move(s));
+  }
+  PowerSampler power(std::move(sources), std::chrono::milliseconds(flags.power_interval_ms));
   std::printf("tandem characterize: %zu configuration%s x 4 scenarios, %d warm-up + %d measured "
               "iterations each; power: %s\n",
               grid.size(), grid.size() == 1 ? "" : "s", flags.warmup, flags.iterations,
-              power.available() ? (std::to_string(power.sources().size()) + " RAPL zone(s)").c_str()
-                                : "unavailable (no readable RAPL zone)");
+              power_line.c_str());
   if (dir && !dir->finished().empty()) {
     std::printf("resuming %s: %zu of %zu configurations already done\n", flags.out.c_str(),
                 dir->finished().size(), grid.size());
@@ -299,8 +352,32 @@ void add_characterize_command(CLI::App& app, std::function<int()>& run) {
                   "Where RAPL zones are read (a directory laid out like /sys/class/powercap)")
       ->capture_default_str();
   cmd->add_flag("--no-progress", flags->no_progress, "No progress bar on a terminal");
+  cmd->add_option("--emulated-peers", flags->emulated_peers,
+                  "--device cuda on one GPU: ring size the emulated all-reduce mimics")
+      ->check(CLI::Range(1, 1024))
+      ->capture_default_str();
+  cmd->add_option("--emulated-blocks", flags->emulated_blocks,
+                  "--device cuda on one GPU: CUDA blocks of the emulated ring's kernels (0: 16, "
+                  "about NCCL's channel count)")
+      ->check(CLI::Range(0, 65535))
+      ->capture_default_str();
+  cmd->add_option("--nccl-min-ctas", flags->nccl_min_ctas,
+                  "--device cuda with NCCL: minCTAs of the communicator (0: NCCL's default)")
+      ->check(CLI::Range(0, 64))
+      ->capture_default_str();
+  cmd->add_option("--nccl-max-ctas", flags->nccl_max_ctas,
+                  "--device cuda with NCCL: maxCTAs of the communicator (0: NCCL's default)")
+      ->check(CLI::Range(0, 64))
+      ->capture_default_str();
+  cmd->add_option("--kernel-timing", flags->kernel_timing,
+                  "--device cuda: kernel spans from cupti activity records (falls back to "
+                  "events when CUPTI cannot start) or from CUDA events around each GEMM")
+      ->check(CLI::IsMember({"cupti", "events"}))
+      ->capture_default_str();
   cmd->callback([flags, cmd, &run] {
     const bool batch_given = cmd->count("--batch") > 0;
+    flags->ranks_given = cmd->count("--ranks") > 0;
+    flags->precision_given = cmd->count("--precision") > 0;
     run = [flags, batch_given] { return run_characterize(*flags, batch_given); };
   });
 }

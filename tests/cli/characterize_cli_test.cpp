@@ -133,7 +133,36 @@ INSTANTIATE_TEST_SUITE_P(
                       BadInput{"--microbench gemm=64,allreduce=1TiB", "--microbench"},
                       BadInput{"--microbench gemm=64,allreduce=1MiB --sweep batch=1,2", "--sweep"},
                       BadInput{"--synthetic compute=1ms", "--synthetic"},
-                      BadInput{"--iterations 0", "--iterations"}));
+                      BadInput{"--iterations 0", "--iterations"},
+                      BadInput{"--device tpu --microbench gemm=64,allreduce=1MiB", "--device"},
+                      BadInput{"--device cuda --synthetic compute=1ms,comm=1ms,chunks=1",
+                               "--synthetic"},
+                      BadInput{"--device cuda --microbench gemm=64,allreduce=1MiB --link 1GB/s,1us",
+                               "--link"},
+                      BadInput{"--device cuda --microbench gemm=64,allreduce=1MiB --precision fp8",
+                               "--precision"}));
+
+// Without a GPU (or without CUDA in the build) --device cuda is one clear line; with one,
+// the microbenchmark runs and says which all-reduce it used.
+TEST(CharacterizeCliTest, GpuMicrobenchRunsOrSaysWhyNot) {
+  TempDir dir;
+  const CliResult r = run_tandem(
+      "characterize --device cuda --microbench gemm=256,allreduce=4MiB --warmup 1 --iterations 2 "
+      "--no-progress --out " + (dir.path() / "g").string());
+  if (r.exit_code == 2) {
+    EXPECT_EQ(count_lines(r.err), 1) << r.err;
+    EXPECT_NE(r.err.find("--device cuda"), std::string::npos) << r.err;
+    return;
+  }
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  const auto summary = nlohmann::json::parse(slurp(dir.path() / "g" / "summary.json"));
+  const auto& config = summary["points"][0]["config"];
+  EXPECT_EQ(config["device"], "cuda");
+  EXPECT_TRUE(config["backend"] == "emulated" || config["backend"] == "nccl") << config;
+  EXPECT_EQ(config["emulated"], config["backend"] == "emulated");
+  EXPECT_FALSE(config["kernel_timing"].empty());
+  EXPECT_NE(r.out.find("NVML"), std::string::npos) << r.out;
+}
 
 }  // namespace
 }  // namespace tandem::testing
