@@ -31,6 +31,22 @@ int visible_devices() {
   return count;
 }
 
+// The factories set devices while they build communicators; the caller's current device
+// is put back when they return.
+class CurrentDeviceRestorer {
+ public:
+  CurrentDeviceRestorer() { ok_ = cudaGetDevice(&device_) == cudaSuccess; }
+  ~CurrentDeviceRestorer() {
+    if (ok_) cudaSetDevice(device_);
+  }
+  CurrentDeviceRestorer(const CurrentDeviceRestorer&) = delete;
+  CurrentDeviceRestorer& operator=(const CurrentDeviceRestorer&) = delete;
+
+ private:
+  int device_ = 0;
+  bool ok_ = false;
+};
+
 std::string resolve(const DeviceCommOptions& options, int ranks) {
   const std::string& b = options.backend;
   if (b == "auto" || b.empty()) return ranks > 1 ? "nccl" : "emulated";
@@ -46,6 +62,7 @@ std::vector<std::unique_ptr<DeviceCommunicator>> make_local_device_communicators
   if (ranks < 1) throw UsageError("--ranks: must be >= 1");
   const std::string backend = resolve(options, ranks);
   const int devices = visible_devices();
+  const CurrentDeviceRestorer restore;
   std::vector<std::unique_ptr<DeviceCommunicator>> out;
   if (backend == "emulated") {
     if (ranks != 1) {
@@ -69,6 +86,7 @@ std::unique_ptr<DeviceCommunicator> make_process_device_communicator(
   const std::string backend = resolve(options, host.size());
   const int devices = visible_devices();
   const int device = host.rank() % devices;
+  const CurrentDeviceRestorer restore;
   if (backend == "emulated") {
     if (host.size() != 1) {
       throw UsageError("--backend emulated: one real rank on one GPU, but this job has " +

@@ -108,6 +108,12 @@ class EmulatedRing final : public DeviceCommunicator {
         peers_(options.emulated_peers),
         blocks_(options.emulated_blocks > 0 ? options.emulated_blocks : kEmulatedDefaultBlocks) {
     check_cuda_status(cudaSetDevice(device_), "cudaSetDevice");
+    int pools = 0;
+    if (cudaDeviceGetAttribute(&pools, cudaDevAttrMemoryPoolsSupported, device_) != cudaSuccess) {
+      (void)cudaGetLastError();
+      pools = 0;
+    }
+    stream_ordered_alloc_ = pools != 0;
     check_cuda_status(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking),
                       "cudaStreamCreateWithFlags (emulated ring stream)");
     try {
@@ -126,8 +132,8 @@ class EmulatedRing final : public DeviceCommunicator {
   ~EmulatedRing() override {
     progress_.reset();  // waits for what is in flight
     cudaSetDevice(device_);
-    if (inbox_ != nullptr) cudaFreeAsync(inbox_, stream_);
     cudaStreamSynchronize(stream_);
+    if (inbox_ != nullptr) cudaFree(inbox_);
     cudaStreamDestroy(stream_);
   }
 
@@ -175,18 +181,26 @@ class EmulatedRing final : public DeviceCommunicator {
   void group_end() override {}
 
  private:
-  // Inboxes for P-1 peers of one chunk each, grown on the stream (stream-ordered
-  // allocation: the old buffers are freed after the kernels that use them).
+  // Inboxes for P-1 peers of one chunk each, grown when a larger all-reduce comes:
+  // stream-ordered where the device has memory pools (the old buffers are freed after
+  // the kernels that use them, the host does not wait), else after a stream sync.
   void ensure_inbox(std::size_t bytes) {
     if (bytes <= inbox_bytes_) return;
     if (inbox_ != nullptr) {
-      check_cuda_status(cudaFreeAsync(inbox_, stream_), "cudaFreeAsync (emulated ring inbox)");
+      if (stream_ordered_alloc_) {
+        check_cuda_status(cudaFreeAsync(inbox_, stream_), "cudaFreeAsync (emulated ring inbox)");
+      } else {
+        check_cuda_status(cudaStreamSynchronize(stream_), "cudaStreamSynchronize (emulated ring)");
+        check_cuda_status(cudaFree(inbox_), "cudaFree (emulated ring inbox)");
+      }
       inbox_ = nullptr;
       inbox_bytes_ = 0;
     }
-    check_cuda_status(cudaMallocAsync(&inbox_, bytes, stream_),
-                      ("cudaMallocAsync of " + std::to_string(bytes) +
-                       " bytes (emulated ring inbox)").c_str());
+    const std::string what = std::string(stream_ordered_alloc_ ? "cudaMallocAsync" : "cudaMalloc") +
+                             " of " + std::to_string(bytes) + " bytes (emulated ring inbox)";
+    check_cuda_status(stream_ordered_alloc_ ? cudaMallocAsync(&inbox_, bytes, stream_)
+                                            : cudaMalloc(&inbox_, bytes),
+                      what.c_str());
     inbox_bytes_ = bytes;
   }
 
@@ -242,6 +256,7 @@ class EmulatedRing final : public DeviceCommunicator {
   const int peers_;
   const int blocks_;
   cudaStream_t stream_ = nullptr;
+  bool stream_ordered_alloc_ = false;
   void* inbox_ = nullptr;  // (peers - 1) chunk slots; only the issuing thread touches it
   std::size_t inbox_bytes_ = 0;
   std::unique_ptr<DeviceProgress> progress_;
