@@ -23,7 +23,8 @@ if(TANDEM_HAVE_CUDA)
   set(device_comm_sources
       ${CMAKE_CURRENT_SOURCE_DIR}/comm/device/device_backends.cpp
       ${CMAKE_CURRENT_SOURCE_DIR}/comm/device/device_progress.cpp
-      ${CMAKE_CURRENT_SOURCE_DIR}/comm/device/emulated_ring.cu)
+      ${CMAKE_CURRENT_SOURCE_DIR}/comm/device/emulated_ring.cu
+      ${CMAKE_CURRENT_SOURCE_DIR}/comm/device/emulated_ring_plan.cpp)
   if(NCCL_INCLUDE_DIR AND NCCL_LIBRARY)
     list(APPEND device_comm_sources ${CMAKE_CURRENT_SOURCE_DIR}/comm/nccl/nccl_comm.cpp)
   else()

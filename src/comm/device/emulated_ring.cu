@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "comm/device/device_progress.h"
+#include "comm/device/emulated_ring_plan.h"
 #include "core/error.h"
 
 namespace tandem {
@@ -67,38 +68,6 @@ __global__ void tandem_emulated_ring_reduce_copy(T* own, const T* inbox, T* outb
     }
     if (i < next_count) outbox[i] = from_float<T>(to_float(own[next_offset + i]) * next_factor);
   }
-}
-
-// Chunk c of count elements over p chunks: [begin, begin + size).
-struct Chunk {
-  std::size_t begin = 0;
-  std::size_t size = 0;
-};
-Chunk chunk_of(std::size_t count, int p, int c) {
-  const auto pp = static_cast<std::size_t>(p);
-  const auto cc = static_cast<std::size_t>(c);
-  const std::size_t begin = count * cc / pp;
-  return {begin, count * (cc + 1) / pp - begin};
-}
-
-// One kernel of the schedule: the chunk it receives and how.
-struct RingStep {
-  int chunk = 0;
-  bool reduce = false;
-  int inbound_multiple = 0;  // the message: inbound_multiple x d[chunk] (before scaling)
-  bool last_reduce = false;  // the chunk is finished here (average scales it)
-};
-
-std::vector<RingStep> ring_schedule(int p) {
-  std::vector<RingStep> steps;
-  for (int k = 0; k + 1 < p; ++k) {
-    steps.push_back({.chunk = ((-k - 1) % p + p) % p, .reduce = true, .inbound_multiple = k + 1,
-                     .last_reduce = k + 2 == p});
-  }
-  for (int k = 0; k + 1 < p; ++k) {
-    steps.push_back({.chunk = ((-k) % p + p) % p, .reduce = false, .inbound_multiple = p});
-  }
-  return steps;
 }
 
 class EmulatedRing final : public DeviceCommunicator {
@@ -206,50 +175,19 @@ class EmulatedRing final : public DeviceCommunicator {
 
   template <typename T>
   void run_ring(T* data, std::size_t count, ReduceOp op) {
-    const int p = peers_;
-    if (p < 2 || count == 0) return;  // a ring of one: the data is the result
-    const std::size_t chunk_elems = (count + static_cast<std::size_t>(p) - 1) / static_cast<std::size_t>(p);
-    const std::size_t slot_bytes = chunk_elems * sizeof(T);
-    ensure_inbox(slot_bytes * static_cast<std::size_t>(p - 1));
-    auto* inbox_base = static_cast<T*>(inbox_);
-    auto slot = [&](int s) { return inbox_base + static_cast<std::size_t>(s % (p - 1)) * chunk_elems; };
-
-    const bool average = op == ReduceOp::kAverage;
-    const float target = average ? 1.0f : static_cast<float>(p);  // final value / d
-    std::vector<float> multiple(static_cast<std::size_t>(p), 1.0f);  // own[c] = multiple[c] x d[c]
-    const std::vector<RingStep> steps = ring_schedule(p);
-    auto inbound_factor = [&](const RingStep& s) {
-      const float value = s.reduce ? static_cast<float>(s.inbound_multiple) : target;
-      return value / multiple[static_cast<std::size_t>(s.chunk)];
-    };
-
-    // The left neighbour's first message, then one kernel per step.
-    const Chunk first = chunk_of(count, p, steps[0].chunk);
-    launch(data, slot(0), slot(0), Chunk{}, false, 1.0f, first, inbound_factor(steps[0]));
-    for (std::size_t j = 0; j < steps.size(); ++j) {
-      const RingStep& s = steps[j];
-      const Chunk recv = chunk_of(count, p, s.chunk);
-      Chunk next{};
-      float next_factor = 1.0f;
-      if (j + 1 < steps.size()) {
-        next = chunk_of(count, p, steps[j + 1].chunk);
-        next_factor = inbound_factor(steps[j + 1]);
-      }
-      const float scale = s.last_reduce && average ? 1.0f / static_cast<float>(p) : 1.0f;
-      launch(data, slot(static_cast<int>(j)), slot(static_cast<int>(j) + 1), recv, s.reduce, scale,
-             next, next_factor);
-      auto& m = multiple[static_cast<std::size_t>(s.chunk)];
-      m = s.reduce ? (s.last_reduce ? target : static_cast<float>(s.inbound_multiple + 1)) : target;
+    const std::vector<RingLaunch> plan =
+        emulated_ring_plan(count, peers_, op == ReduceOp::kAverage);
+    if (plan.empty()) return;  // a ring of one (or nothing to reduce): the data is the result
+    const std::size_t slot_elems = ring_slot_elems(count, peers_);
+    ensure_inbox(slot_elems * sizeof(T) * static_cast<std::size_t>(peers_ - 1));
+    auto* slots = static_cast<T*>(inbox_);
+    for (const RingLaunch& l : plan) {
+      tandem_emulated_ring_reduce_copy<T><<<blocks_, kThreads, 0, stream_>>>(
+          data, slots + static_cast<std::size_t>(l.inbox_slot) * slot_elems,
+          slots + static_cast<std::size_t>(l.outbox_slot) * slot_elems, l.recv.begin, l.recv.size,
+          l.reduce ? 1 : 0, l.recv_scale, l.next.begin, l.next.size, l.next_factor);
+      check_cuda_status(cudaGetLastError(), "launch of tandem_emulated_ring_reduce_copy");
     }
-  }
-
-  template <typename T>
-  void launch(T* own, const T* inbox, T* outbox, Chunk recv, bool reduce, float recv_scale, Chunk next,
-              float next_factor) {
-    tandem_emulated_ring_reduce_copy<T><<<blocks_, kThreads, 0, stream_>>>(
-        own, inbox, outbox, recv.begin, recv.size, reduce ? 1 : 0, recv_scale, next.begin,
-        next.size, next_factor);
-    check_cuda_status(cudaGetLastError(), "launch of tandem_emulated_ring_reduce_copy");
   }
 
   const int device_;
