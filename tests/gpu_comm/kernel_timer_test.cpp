@@ -60,5 +60,17 @@ TEST(CudaKernelTimerTest, CuptiOrItsFallbackTimesAGemm) {
   time_one_gemm(true);
 }
 
+TEST(CudaKernelTimerTest, SecondTimerOnOneDeviceUsesEvents) {
+  TANDEM_SKIP_WITHOUT_GPU();
+  KernelTimer first({.device = 0});
+  KernelTimer second({.device = 0});
+  if (first.source() != KernelTimingSource::kCupti) {
+    GTEST_SKIP() << "CUPTI unavailable here: " << first.source_name();
+  }
+  EXPECT_EQ(second.source(), KernelTimingSource::kEvents);
+  EXPECT_NE(second.source_name().find("another kernel timer"), std::string::npos)
+      << second.source_name();
+}
+
 }  // namespace
 }  // namespace tandem

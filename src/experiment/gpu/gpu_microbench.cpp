@@ -118,10 +118,9 @@ class GpuMicrobench final : public Workload {
         r->compute.synchronize();  // `ones` is reused
       }
       r->compute.synchronize();
-      // CUPTI's activity API is one per process: the first rank's timer takes it, the
-      // others time with events and say so.
-      r->timer = std::make_unique<KernelTimer>(KernelTimerOptions{
-          .device = r->device, .prefer_cupti = spec.prefer_cupti && ranks_.empty()});
+      // One timer per rank's device; they share CUPTI's activity API.
+      r->timer = std::make_unique<KernelTimer>(
+          KernelTimerOptions{.device = r->device, .prefer_cupti = spec.prefer_cupti});
       ranks_.push_back(std::move(r));
     }
   }

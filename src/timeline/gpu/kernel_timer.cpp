@@ -43,16 +43,32 @@ struct KernelRecord {
   std::string name;
 };
 
-// Note [CUPTI buffers]: CUPTI calls the two callbacks from its own threads with no user
-// pointer, so the collected records live in one process-wide sink, guarded by a mutex;
-// g_cupti_owner says which KernelTimer (if any) owns the activity API now.
+// Note [CUPTI buffers]: CUPTI's activity API is process-wide and calls the two buffer
+// callbacks with no user pointer (from its own threads, or from the thread that flushes),
+// so every kernel record of every device goes to one sink under g_sink_mutex. Timers
+// share the API, one per device: the first start() enables the kernel activity, the last
+// stop() disables it, and each stop() takes its own device's records out of the sink.
+// g_state_mutex guards the sharing (never held while flushing, which runs the callbacks).
 constexpr std::size_t kBufferBytes = 8 << 20;
 constexpr std::size_t kBufferAlign = 8;
 std::mutex g_sink_mutex;
 std::vector<KernelRecord> g_sink;
-std::atomic<std::uint64_t> g_dropped{0};
-std::atomic<const void*> g_cupti_owner{nullptr};
-bool g_callbacks_registered = false;  // under g_sink_mutex
+std::mutex g_state_mutex;
+bool g_callbacks_registered = false;  // under g_state_mutex
+int g_collecting = 0;                 // timers between start() and stop(), under g_state_mutex
+std::vector<int> g_devices;           // devices with a CUPTI timer, under g_state_mutex
+
+// Takes the records of `device` out of the sink.
+std::vector<KernelRecord> take_records(int device) {
+  std::vector<KernelRecord> mine;
+  std::lock_guard lock(g_sink_mutex);
+  std::erase_if(g_sink, [&](KernelRecord& r) {
+    if (static_cast<int>(r.device) != device) return false;
+    mine.push_back(std::move(r));
+    return true;
+  });
+  return mine;
+}
 
 void CUPTIAPI buffer_requested(uint8_t** buffer, size_t* size, size_t* max_records) {
   *buffer = static_cast<uint8_t*>(std::aligned_alloc(kBufferAlign, kBufferBytes));
@@ -159,41 +175,45 @@ KernelTimer::KernelTimer(KernelTimerOptions options) : state_(std::make_unique<S
     fallback_reason_ = "CUPTI not requested";
     return;
   }
-  const void* expected = nullptr;
-  if (!g_cupti_owner.compare_exchange_strong(expected, this)) {
-    fallback_reason_ = "another kernel timer holds CUPTI's activity API";
+  std::lock_guard lock(g_state_mutex);
+  if (std::find(g_devices.begin(), g_devices.end(), options.device) != g_devices.end()) {
+    fallback_reason_ = "another kernel timer uses CUPTI on device " + std::to_string(options.device);
     return;
   }
-  {
-    std::lock_guard lock(g_sink_mutex);
-    if (!g_callbacks_registered) {
-      const CUptiResult r = cuptiActivityRegisterCallbacks(buffer_requested, buffer_completed);
-      if (r != CUPTI_SUCCESS) {
-        fallback_reason_ = "cuptiActivityRegisterCallbacks: " + cupti_text(r);
-        g_cupti_owner.store(nullptr);
-        return;
-      }
-      g_callbacks_registered = true;
+  if (!g_callbacks_registered) {
+    const CUptiResult r = cuptiActivityRegisterCallbacks(buffer_requested, buffer_completed);
+    if (r != CUPTI_SUCCESS) {
+      fallback_reason_ = "cuptiActivityRegisterCallbacks: " + cupti_text(r);
+      return;
     }
+    g_callbacks_registered = true;
   }
   std::uint64_t t = 0;
-  const CUptiResult r = cuptiGetTimestamp(&t);
-  if (r != CUPTI_SUCCESS) {
+  if (const CUptiResult r = cuptiGetTimestamp(&t); r != CUPTI_SUCCESS) {
     fallback_reason_ = "cuptiGetTimestamp: " + cupti_text(r);
-    g_cupti_owner.store(nullptr);
     return;
   }
+  g_devices.push_back(options.device);
   source_ = KernelTimingSource::kCupti;
 }
 
-KernelTimer::~KernelTimer() {
-  if (source_ == KernelTimingSource::kCupti) {
-    if (state_->collecting) {
-      cuptiActivityDisable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL);
-      cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
-    }
-    g_cupti_owner.store(nullptr);
+// Leaves the shared activity API (Note [CUPTI buffers]): the last collector disables it.
+void KernelTimer::stop_collecting() {
+  if (!state_->collecting) return;
+  state_->collecting = false;
+  std::lock_guard lock(g_state_mutex);
+  if (--g_collecting == 0) {
+    cuptiActivityDisable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL);
+    std::lock_guard sink(g_sink_mutex);
+    g_sink.clear();  // nobody collects: records still arriving belong to nobody
   }
+}
+
+KernelTimer::~KernelTimer() {
+  if (source_ != KernelTimingSource::kCupti) return;
+  stop_collecting();
+  std::lock_guard lock(g_state_mutex);
+  std::erase(g_devices, state_->device);
 }
 
 std::string KernelTimer::source_name() const {
@@ -212,16 +232,18 @@ void KernelTimer::start() {
   check_cuda(cudaEventSynchronize(s.anchor), "cudaEventSynchronize (kernel timer anchor)");
   s.anchor_host_ns = now_ns();
   if (source_ != KernelTimingSource::kCupti) return;
-  // Records of an earlier run still in CUPTI's buffers belong to nobody: drop them.
+  stop_collecting();  // a start() after a start(): begin afresh
+  // This device's records of an earlier run still in CUPTI's buffers belong to nobody.
   check_cupti(cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED), "cuptiActivityFlushAll");
-  {
-    std::lock_guard lock(g_sink_mutex);
-    g_sink.clear();
-  }
+  (void)take_records(s.device);
   s.offset_start_ns = cupti_offset_ns();
   s.start_host_ns = now_ns();
-  check_cupti(cuptiActivityEnable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL),
-              "cuptiActivityEnable(CONCURRENT_KERNEL)");
+  std::lock_guard lock(g_state_mutex);
+  if (g_collecting == 0) {
+    check_cupti(cuptiActivityEnable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL),
+                "cuptiActivityEnable(CONCURRENT_KERNEL)");
+  }
+  ++g_collecting;
   s.collecting = true;
 }
 
@@ -281,16 +303,10 @@ std::vector<Span> KernelTimer::stop(NameTable* names) {
   std::vector<Span> spans;
   if (source_ == KernelTimingSource::kCupti && s.collecting) {
     check_cupti(cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED), "cuptiActivityFlushAll");
-    check_cupti(cuptiActivityDisable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL),
-                "cuptiActivityDisable(CONCURRENT_KERNEL)");
-    s.collecting = false;
+    const std::vector<KernelRecord> records = take_records(s.device);
+    stop_collecting();
     const std::int64_t offset_stop = cupti_offset_ns();
     const std::int64_t stop_host = now_ns();
-    std::vector<KernelRecord> records;
-    {
-      std::lock_guard lock(g_sink_mutex);
-      records.swap(g_sink);
-    }
     // The offset, interpolated linearly in host time between start() and stop().
     auto to_host = [&](std::uint64_t t) {
       const auto raw = static_cast<std::int64_t>(t) + s.offset_start_ns;
@@ -299,7 +315,7 @@ std::vector<Span> KernelTimer::stop(NameTable* names) {
       return raw + std::llround(f * static_cast<double>(offset_stop - s.offset_start_ns));
     };
     for (const KernelRecord& r : records) {
-      if (r.end < r.start || static_cast<int>(r.device) != s.device) continue;
+      if (r.end < r.start) continue;
       Span span;
       const bool comm = is_comm_kernel(r.name);
       span.lane = comm ? Lane::kComm : Lane::kCompute;

@@ -19,8 +19,9 @@
 // Steps: mark_step() records an event on a stream at the start of a step; at stop() every
 // span gets the step of the last mark at or before its start.
 //
-// CUPTI's activity API is global to the process: one KernelTimer may use it at a time
-// (a second one falls back to events and says so).
+// CUPTI's activity API is global to the process; timers of different devices share it
+// (rank threads of one process, one GPU each); a second timer on the same device falls
+// back to events and says so.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -78,6 +79,7 @@ class KernelTimer {
  private:
   Region add_region(cudaStream_t stream, Lane lane, SpanKind kind, std::int32_t tag,
                     double flops, bool marker);
+  void stop_collecting();
 
   struct State;
   std::unique_ptr<State> state_;
