@@ -170,13 +170,27 @@ class GpuMicrobench final : public Workload {
     double comm_kernel_ms = 0;
     on_every_rank([&](std::size_t r) {
       GpuRank& g = *ranks_[r];
+      std::vector<DeviceWorkPtr> works;
+      // Whatever happens, no collective may still write into this run's recorder after
+      // it: wait for every one issued (each ends by the timeout at worst), then detach.
+      struct Detach {
+        GpuRank& g;
+        std::vector<DeviceWorkPtr>& works;
+        ~Detach() {
+          for (const DeviceWorkPtr& w : works) {
+            try {
+              w->wait();
+            } catch (...) {  // the error, if any, is already on its way out of run()
+            }
+          }
+          g.comm->set_recorder(nullptr);
+        }
+      } detach{g, works};
       g.comm->set_recorder(recorders[r].get());
       g.timer->start();
-      std::vector<DeviceWorkPtr> works;
       for (int step = 0; step < steps; ++step) iteration(g, scenario, step, works);
       std::vector<Span> spans = g.timer->stop(timeline.names.get());
       for (const DeviceWorkPtr& w : works) w->wait();  // rethrows a failed collective
-      g.comm->set_recorder(nullptr);
       // Comm spans come from the communicator (with bytes and bucket); CUPTI's view of
       // the same kernels is kept only as a total, in config_json.
       double ms = 0;
