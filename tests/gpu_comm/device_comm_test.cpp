@@ -180,6 +180,48 @@ TEST(NcclCommTest, OneRankAllreduce) {
   cudaStreamDestroy(producer);
 }
 
+TEST(NcclCommTest, TwoRanksInOneProcessSumAndAverage) {
+  TANDEM_SKIP_WITHOUT_GPU();
+  int devices = 0;
+  ASSERT_EQ(cudaGetDeviceCount(&devices), cudaSuccess);
+  if (devices < 2) GTEST_SKIP() << "needs 2 GPUs, " << devices << " visible";
+  std::vector<std::unique_ptr<DeviceCommunicator>> comms;
+  try {
+    comms = make_local_device_communicators({.backend = "nccl"}, 2);
+  } catch (const UsageError& e) {
+    GTEST_SKIP() << "no nccl backend in this build: " << e.what();
+  }
+  ASSERT_EQ(comms.size(), 2u);
+  const std::size_t n = 100003;
+  std::vector<std::vector<float>> results(2);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < 2; ++r) {
+    threads.emplace_back([&, r] {
+      DeviceCommunicator& comm = *comms[static_cast<std::size_t>(r)];
+      ASSERT_EQ(cudaSetDevice(comm.device()), cudaSuccess);
+      EXPECT_EQ(comm.rank(), r);
+      EXPECT_EQ(comm.size(), 2);
+      std::vector<float> data(n);
+      for (std::size_t i = 0; i < n; ++i) data[i] = static_cast<float>((i % 7) + 10 * r);
+      DeviceArray buffer(n * 4);
+      ASSERT_EQ(cudaMemcpy(buffer.ptr, data.data(), n * 4, cudaMemcpyHostToDevice), cudaSuccess);
+      comm.allreduce(buffer.ptr, n, DeviceDtype::kFloat32, ReduceOp::kSum, nullptr)->wait();
+      comm.allreduce(buffer.ptr, n, DeviceDtype::kFloat32, ReduceOp::kAverage, nullptr)->wait();
+      ASSERT_EQ(cudaStreamSynchronize(comm.stream()), cudaSuccess);
+      results[static_cast<std::size_t>(r)].resize(n);
+      ASSERT_EQ(cudaMemcpy(results[static_cast<std::size_t>(r)].data(), buffer.ptr, n * 4,
+                           cudaMemcpyDeviceToHost),
+                cudaSuccess);
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (std::size_t i = 0; i < n; ++i) {
+    const float sum = static_cast<float>(2 * (i % 7) + 10);  // rank 0 + rank 1
+    ASSERT_EQ(results[0][i], sum) << i;  // the average of two equal sums
+    ASSERT_EQ(results[1][i], sum) << i;
+  }
+}
+
 // Holds a stream at a host function until released (or 10 s, so a failing test cannot
 // hang): whatever is enqueued behind it waits.
 struct StreamBlocker {
