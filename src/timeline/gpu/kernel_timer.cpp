@@ -344,8 +344,12 @@ std::vector<Span> KernelTimer::stop(NameTable* names) {
     marks.emplace_back(s.host_ns(s.steps[i].first), s.steps[i].second);
   }
   std::sort(marks.begin(), marks.end());
+  // By the span's midpoint: CUPTI's times and the marks' (events) may differ by the few
+  // microseconds of the anchors' wake-up, which must not move a kernel that starts right
+  // after a mark into the step before.
   for (Span& span : spans) {
-    auto it = std::upper_bound(marks.begin(), marks.end(), std::make_pair(span.start_ns, INT32_MAX));
+    const std::int64_t mid = span.start_ns + span.duration_ns() / 2;
+    auto it = std::upper_bound(marks.begin(), marks.end(), std::make_pair(mid, INT32_MAX));
     span.step = it == marks.begin() ? -1 : std::prev(it)->second;
   }
   std::sort(spans.begin(), spans.end(),

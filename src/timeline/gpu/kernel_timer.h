@@ -17,7 +17,8 @@
 // marker() makes one in both modes.
 //
 // Steps: mark_step() records an event on a stream at the start of a step; at stop() every
-// span gets the step of the last mark at or before its start.
+// span gets the step of the last mark at or before its midpoint (CUPTI's clock and the
+// events' agree within the anchors' few microseconds, not exactly).
 //
 // CUPTI's activity API is global to the process; timers of different devices share it
 // (rank threads of one process, one GPU each); a second timer on the same device falls
