@@ -233,18 +233,25 @@ void KernelTimer::start() {
   s.anchor_host_ns = now_ns();
   if (source_ != KernelTimingSource::kCupti) return;
   stop_collecting();  // a start() after a start(): begin afresh
-  // This device's records of an earlier run still in CUPTI's buffers belong to nobody.
-  check_cupti(cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED), "cuptiActivityFlushAll");
+  // This device's records of an earlier run still in CUPTI's buffers belong to nobody
+  // (best effort: before the first enable there is nothing to flush).
+  (void)cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
   (void)take_records(s.device);
-  s.offset_start_ns = cupti_offset_ns();
-  s.start_host_ns = now_ns();
   std::lock_guard lock(g_state_mutex);
   if (g_collecting == 0) {
-    check_cupti(cuptiActivityEnable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL),
-                "cuptiActivityEnable(CONCURRENT_KERNEL)");
+    if (const CUptiResult r = cuptiActivityEnable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL);
+        r != CUPTI_SUCCESS) {
+      // Nothing collected yet: time this run (and later ones) with events instead.
+      fallback_reason_ = "cuptiActivityEnable(CONCURRENT_KERNEL): " + cupti_text(r);
+      source_ = KernelTimingSource::kEvents;
+      std::erase(g_devices, s.device);
+      return;
+    }
   }
   ++g_collecting;
   s.collecting = true;
+  s.offset_start_ns = cupti_offset_ns();
+  s.start_host_ns = now_ns();
 }
 
 void KernelTimer::mark_step(cudaStream_t stream, std::int32_t step) {
