@@ -236,13 +236,14 @@ class LocalCommunicator final : public Communicator {
         const std::size_t m = mine.input_count;
         for (std::size_t k = 0; k < ops.size(); ++k) {
           float* dst = mine.output + k * m;
-          if (dst != ops[k]->input) std::memcpy(dst, ops[k]->input, m * sizeof(float));
+          if (m > 0 && dst != ops[k]->input) std::memcpy(dst, ops[k]->input, m * sizeof(float));
         }
         break;
       }
       case SpanKind::kBroadcast: {
         const LocalOp& root = *ops[static_cast<std::size_t>(mine.peer)];
-        if (rank_ != mine.peer) {
+        // An empty span may carry a null pointer, which memcpy must never see.
+        if (rank_ != mine.peer && mine.output_count > 0) {
           std::memcpy(mine.output, root.input, mine.output_count * sizeof(float));
         }
         break;
