@@ -180,7 +180,7 @@ void add_train_command(CLI::App& app, std::function<int()>& run) {
   add_workload_flags(*cmd, flags->workload);
   cmd->add_option("--out", flags->out,
                   "Directory for steps.csv (a row per rank per step), trace.json "
-                  "(Chrome/Perfetto) and summary.json");
+                  "(Chrome/Perfetto), summary.json and report.html");
   cmd->add_option("--warmup", flags->warmup, "Steps left out of the summary statistics")
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
