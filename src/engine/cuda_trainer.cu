@@ -246,7 +246,7 @@ TrainResult train_local_cuda(const TrainConfig& config, const StepCallback& on_s
   merged.backend_details = comms[0]->describe();
 
   // One thread per rank, as run_local_ranks: the first failure is rethrown after every
-  // thread is joined, and a failed rank's communicator is destroyed at once so that its
+  // thread is joined, and a failed rank's communicator is aborted at once so that its
   // peers' collectives fail instead of waiting for it.
   std::vector<TrainResult> results(config.ranks);
   std::exception_ptr first_error;
@@ -261,12 +261,13 @@ TrainResult train_local_cuda(const TrainConfig& config, const StepCallback& on_s
           std::lock_guard lock(error_mutex);
           if (!first_error) first_error = std::current_exception();
         }
-        comms[r].reset();
+        comms[r]->abort();
       }
     });
   }
   for (auto& t : threads) t.join();
-  comms.clear();  // progress threads end: every span buffer is quiescent after this
+  // Progress threads end: every span buffer is quiescent after this.
+  destroy_device_communicators(comms);
   if (first_error) std::rethrow_exception(first_error);
 
   merged.timeline.ranks = config.ranks;
@@ -313,9 +314,18 @@ TrainResult train_process_cuda(const TrainConfig& config, ProcessCommunicator& h
   TrainResult result =
       train_process_with(config, host, train_span_capacity(config), [&](RankRecorder& recorder) {
         comm->set_recorder(&recorder);
-        TrainResult mine = train_rank_cuda(config, *comm, recorder, on_step, &host);
-        comm->set_recorder(nullptr);
-        return mine;
+        try {
+          TrainResult mine = train_rank_cuda(config, *comm, recorder, on_step, &host);
+          comm->set_recorder(nullptr);
+          return mine;
+        } catch (...) {
+          // `recorder` dies with this frame while collectives may still be in flight:
+          // end them and join the progress thread before anything can record into it.
+          comm->abort();
+          comm->begin_shutdown();
+          comm->set_recorder(nullptr);
+          throw;
+        }
       });
   result.backend = std::string(comm->backend_name());
   result.backend_details = comm->describe() + "; host communicator: " + host.describe();

@@ -97,4 +97,16 @@ std::unique_ptr<DeviceCommunicator> make_process_device_communicator(
   return make_nccl_process(options, host, device);
 }
 
+void destroy_device_communicators(std::vector<std::unique_ptr<DeviceCommunicator>>& comms) {
+  for (auto& comm : comms) {
+    if (!comm) continue;
+    try {
+      comm->begin_shutdown();
+    } catch (const std::exception&) {
+      comm->abort();  // the destructor then skips finalize
+    }
+  }
+  comms.clear();
+}
+
 }  // namespace tandem

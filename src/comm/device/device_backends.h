@@ -28,6 +28,10 @@ struct DeviceCommOptions {
 std::vector<std::unique_ptr<DeviceCommunicator>> make_local_device_communicators(
     const DeviceCommOptions& options, int ranks);
 
+// Destroys in-process ranks' communicators: begin_shutdown() on every one first, so that
+// NCCL's node-wide finalize can complete, then the destructors.
+void destroy_device_communicators(std::vector<std::unique_ptr<DeviceCommunicator>>& comms);
+
 // Across processes (mpirun, srun): this process's rank of `host` (the mpi backend), on
 // device host.rank() % visible devices; the NCCL unique id travels over `host`.
 std::unique_ptr<DeviceCommunicator> make_process_device_communicator(

@@ -62,6 +62,15 @@ class DeviceCommunicator {
   virtual void group_start() = 0;
   virtual void group_end() = 0;
 
+  // Starts a clean shutdown that the destructor completes. NCCL's finalize completes only
+  // once every rank of a node has started it, so a thread that owns several ranks'
+  // communicators calls this on all of them before destroying any
+  // (destroy_device_communicators in device_backends.h).
+  virtual void begin_shutdown() {}
+  // Ends the communicator now, failing what is pending, so that the peers' collectives
+  // fail instead of waiting for this rank (a rank that failed). Destruction stays safe.
+  virtual void abort() {}
+
   // Where this rank's comm spans go (may be null). Set before issuing.
   void set_recorder(RankRecorder* recorder) { recorder_ = recorder; }
 

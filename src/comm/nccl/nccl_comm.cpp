@@ -104,20 +104,40 @@ class NcclCommunicator final : public DeviceCommunicator {
   }
 
   ~NcclCommunicator() override {
-    progress_.reset();  // everything issued has completed, failed or timed out
-    cudaSetDevice(device_);
-    if (!aborted_.load()) {
-      // A clean shutdown; if a peer is gone, finalize cannot finish: abort instead.
-      try {
-        check_nccl(ncclCommFinalize(comm_), "ncclCommFinalize", comm_);
+    // A clean shutdown; if a peer is gone, finalize cannot finish: abort instead.
+    try {
+      begin_shutdown();
+      std::lock_guard lock(comm_mutex_);
+      if (!aborted_.load()) {
         wait_until_ready(comm_, "ncclCommFinalize", options_.timeout);
         ncclCommDestroy(comm_);
-      } catch (const std::exception&) {
-        ncclCommAbort(comm_);
+        aborted_ = true;  // comm_ is gone
       }
+    } catch (const std::exception&) {
+      abort();
     }
     cudaStreamSynchronize(stream_);
     cudaStreamDestroy(stream_);
+  }
+
+  // Finalize completes only once every rank of the node has called it; with non-blocking
+  // communicators the call returns at once, so one thread owning several ranks calls this
+  // on all of them before destroying any (destroy_device_communicators).
+  void begin_shutdown() override {
+    if (finalizing_) return;
+    finalizing_ = true;
+    progress_.reset();  // everything issued has completed, failed or timed out
+    cudaSetDevice(device_);
+    std::lock_guard lock(comm_mutex_);
+    if (!aborted_.load()) check_nccl(ncclCommFinalize(comm_), "ncclCommFinalize", comm_);
+  }
+
+  // Ends the communicator now (a timeout, or a rank that failed): pending kernels end and
+  // the peers' collectives fail instead of waiting for this rank.
+  void abort() override {
+    std::lock_guard lock(comm_mutex_);
+    if (aborted_.exchange(true)) return;
+    ncclCommAbort(comm_);
   }
 
   int rank() const override { return rank_; }
@@ -150,6 +170,7 @@ class NcclCommunicator final : public DeviceCommunicator {
                       "cudaEventRecord (allreduce start)");
     {
       std::lock_guard lock(comm_mutex_);
+      throw_if_aborted();  // abort() frees comm_ between the check above and here
       check_nccl(ncclAllReduce(data, data, count, nccl_type(dtype),
                                op == ReduceOp::kAverage ? ncclAvg : ncclSum, comm_, stream_),
                  "ncclAllReduce of " + info.describe() + " on rank " + std::to_string(rank_), comm_);
@@ -173,6 +194,7 @@ class NcclCommunicator final : public DeviceCommunicator {
     if (group_depth_ == 0) throw RuntimeError("nccl: group_end() without group_start()");
     {
       std::lock_guard lock(comm_mutex_);
+      throw_if_aborted();
       check_nccl(ncclGroupEnd(), "ncclGroupEnd on rank " + std::to_string(rank_), comm_);
     }
     if (--group_depth_ > 0) return;
@@ -188,7 +210,7 @@ class NcclCommunicator final : public DeviceCommunicator {
   // ncclInProgress; the done event must follow the kernel on the stream.
   void finish_launch(const std::string& what) {
     std::lock_guard lock(comm_mutex_);
-    if (aborted_.load()) throw RuntimeError("nccl communicator of rank " + std::to_string(rank_) + " was aborted");
+    throw_if_aborted();
     wait_until_ready(comm_, what + " on rank " + std::to_string(rank_), options_.timeout);
   }
 
@@ -208,11 +230,11 @@ class NcclCommunicator final : public DeviceCommunicator {
     return "NCCL asynchronous error: " + nccl_text(state, comm_);
   }
 
-  // Progress thread, on timeout: kernels stuck waiting for a peer are ended.
-  void abort() {
-    std::lock_guard lock(comm_mutex_);
-    if (aborted_.exchange(true)) return;
-    check_nccl(ncclCommAbort(comm_), "ncclCommAbort");
+  // With comm_mutex_ held.
+  void throw_if_aborted() const {
+    if (aborted_.load()) {
+      throw RuntimeError("nccl communicator of rank " + std::to_string(rank_) + " was aborted");
+    }
   }
 
   ncclComm_t comm_;
@@ -222,7 +244,8 @@ class NcclCommunicator final : public DeviceCommunicator {
   const DeviceCommOptions options_;
   cudaStream_t stream_ = nullptr;
   std::mutex comm_mutex_;  // NCCL calls on comm_ from the issuing and progress threads
-  std::atomic<bool> aborted_{false};
+  std::atomic<bool> aborted_{false};  // comm_ aborted or destroyed: never call NCCL on it
+  bool finalizing_ = false;           // owner thread only
   int group_depth_ = 0;                  // issuing thread only
   std::vector<CudaDeviceWorkPtr> grouped_;  // issued inside the open group
   std::unique_ptr<DeviceProgress> progress_;
@@ -274,7 +297,8 @@ std::vector<std::unique_ptr<DeviceCommunicator>> make_nccl_local(const DeviceCom
       out.push_back(std::make_unique<NcclCommunicator>(c, r, ranks, r, options));
     } catch (...) {
       c = nullptr;  // the constructor aborted it
-      out.clear();  // ranks made so far: destroyed (their finalize will fail and abort)
+      for (auto& made : out) made->abort();  // finalize would wait for the missing rank
+      out.clear();
       abort_all();
       throw;
     }

@@ -151,7 +151,12 @@ __global__ void softmax_ce_forward_kernel(float* probs, float* row_loss, const f
 
   const float inv = 1.0f / sum;
   for (int c = static_cast<int>(threadIdx.x); c < C; c += blockDim.x) p[c] *= inv;
-  if (threadIdx.x == 0) row_loss[row] = logf(sum) + max - z[targets[row]];
+  // max - z[t] first, in double as the CPU does: with large logits, adding log(sum) to
+  // max before subtracting z[t] would cancel to ulp(max).
+  if (threadIdx.x == 0) {
+    row_loss[row] = static_cast<float>(static_cast<double>(logf(sum)) +
+                                       (static_cast<double>(max) - static_cast<double>(z[targets[row]])));
+  }
 }
 
 // One block of kThreads threads.

@@ -125,6 +125,13 @@ class GpuMicrobench final : public Workload {
     }
   }
 
+  ~GpuMicrobench() override {
+    ranks_.clear();
+    destroy_device_communicators(comms_);  // every rank starts NCCL's finalize first
+  }
+  GpuMicrobench(const GpuMicrobench&) = delete;
+  GpuMicrobench& operator=(const GpuMicrobench&) = delete;
+
   std::string describe() const override {
     const DeviceCommunicator& comm = *comms_.front();
     return "gpu microbench " + spec_.bench.to_string() + " (" + std::to_string(gemm_count_) + " " +

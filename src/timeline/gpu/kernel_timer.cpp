@@ -112,6 +112,21 @@ std::int64_t cupti_offset_ns() {
   return best_offset;
 }
 
+// A forced flush hands back records of kernels still running, with unknown (0) times,
+// and never delivers them again: every device that has a timer finishes its work first,
+// not only this one. Leaves `current` as the current device.
+void synchronize_timed_devices(int current) {
+  std::vector<int> devices;
+  {
+    std::lock_guard lock(g_state_mutex);
+    devices = g_devices;
+  }
+  for (int device : devices) {
+    check_cuda(cudaSetDevice(device), "cudaSetDevice (kernel timer flush)");
+    check_cuda(cudaDeviceSynchronize(), "cudaDeviceSynchronize (kernel timer flush)");
+  }
+  check_cuda(cudaSetDevice(current), "cudaSetDevice (kernel timer)");
+}
 }  // namespace
 
 struct KernelTimer::State {
@@ -235,6 +250,7 @@ void KernelTimer::start() {
   stop_collecting();  // a start() after a start(): begin afresh
   // This device's records of an earlier run still in CUPTI's buffers belong to nobody
   // (best effort: before the first enable there is nothing to flush).
+  synchronize_timed_devices(s.device);
   (void)cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
   (void)take_records(s.device);
   std::lock_guard lock(g_state_mutex);
@@ -309,6 +325,7 @@ std::vector<Span> KernelTimer::stop(NameTable* names) {
   check_cuda(cudaDeviceSynchronize(), "cudaDeviceSynchronize (kernel timer stop)");
   std::vector<Span> spans;
   if (source_ == KernelTimingSource::kCupti && s.collecting) {
+    synchronize_timed_devices(s.device);
     check_cupti(cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED), "cuptiActivityFlushAll");
     const std::vector<KernelRecord> records = take_records(s.device);
     stop_collecting();
@@ -322,7 +339,7 @@ std::vector<Span> KernelTimer::stop(NameTable* names) {
       return raw + std::llround(f * static_cast<double>(offset_stop - s.offset_start_ns));
     };
     for (const KernelRecord& r : records) {
-      if (r.end < r.start) continue;
+      if (r.start == 0 || r.end == 0 || r.end < r.start) continue;  // incomplete record
       Span span;
       const bool comm = is_comm_kernel(r.name);
       span.lane = comm ? Lane::kComm : Lane::kCompute;
