@@ -65,8 +65,8 @@ void bench_gemm(const Args& args) {
   // Small nonzero values (0x3c00 halves are 1.0 in fp16; as fp32 bits, tiny numbers).
   TANDEM_CUDA_CHECK(cudaMemsetAsync(a.data(), 0x3c, a.bytes(), stream.get()));
   TANDEM_CUDA_CHECK(cudaMemsetAsync(b.data(), 0x3c, b.bytes(), stream.get()));
-  std::printf("\nGEMM %d x %d x %d (%s), median of %d\n", n, n, n, cuda::cublas_description().c_str(),
-              args.iters);
+  std::printf("\nGEMM %d x %d x %d (%s), median of %d\n", n, n, n,
+              cuda::cublas_description().c_str(), args.iters);
   std::printf("  %-6s %12s %12s\n", "prec", "ms", "TFLOP/s");
   for (Precision p : {Precision::kFp32, Precision::kTf32, Precision::kFp16, Precision::kBf16}) {
     const double ms = time_ms(stream.get(), args.iters, [&] {
@@ -89,10 +89,11 @@ void bench_memory(const Args& args) {
   });
   // A copy reads and writes every byte: HBM traffic is twice the size.
   const double copy_hbm = 2.0 * static_cast<double>(src.bytes()) / (copy_ms * 1e-3) / 1e9;
-  std::printf("\ncudaMemcpy device-to-device of %s: %.3f ms, %.1f GB/s copied, %.1f GB/s HBM "
-              "(read + write)\n",
-              format_bytes(static_cast<double>(src.bytes())).c_str(), copy_ms,
-              static_cast<double>(src.bytes()) / (copy_ms * 1e-3) / 1e9, copy_hbm);
+  std::printf(
+      "\ncudaMemcpy device-to-device of %s: %.3f ms, %.1f GB/s copied, %.1f GB/s HBM "
+      "(read + write)\n",
+      format_bytes(static_cast<double>(src.bytes())).c_str(), copy_ms,
+      static_cast<double>(src.bytes()) / (copy_ms * 1e-3) / 1e9, copy_hbm);
   result("memcpy_d2d_hbm_GBps", copy_hbm, "GB/s");
 
   // The emulated ring (docs/GPU.md "Emulated ring"): bytes each step moves in HBM:
@@ -111,7 +112,8 @@ void bench_memory(const Args& args) {
       // Enqueued back to back (the host does not wait in between, as a trainer would not).
       DeviceWorkPtr last;
       const double ms = time_ms(comm.stream(), args.iters, [&] {
-        last = comm.allreduce(src.data(), count, DeviceDtype::kFloat32, ReduceOp::kAverage, nullptr);
+        last =
+            comm.allreduce(src.data(), count, DeviceDtype::kFloat32, ReduceOp::kAverage, nullptr);
       });
       last->wait();
       const double s = static_cast<double>(src.bytes());
@@ -124,7 +126,8 @@ void bench_memory(const Args& args) {
                   100 * hbm / copy_hbm);
       if (blocks == 0) {
         result("emulated_p" + std::to_string(peers) + "_busbw_GBps", busbw, "GB/s");
-        result("emulated_p" + std::to_string(peers) + "_hbm_vs_memcpy_pct", 100 * hbm / copy_hbm, "%");
+        result("emulated_p" + std::to_string(peers) + "_hbm_vs_memcpy_pct", 100 * hbm / copy_hbm,
+               "%");
       }
     }
   }
@@ -146,7 +149,8 @@ int run(int argc, char** argv) {
       throw UsageError("unknown flag " + flag + " (expected --gemm-n, --bytes, --iters)");
     }
   }
-  if (args.gemm_n < 1 || args.bytes < 4 || args.iters < 1) throw UsageError("sizes must be positive");
+  if (args.gemm_n < 1 || args.bytes < 4 || args.iters < 1)
+    throw UsageError("sizes must be positive");
   int devices = 0;
   if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) {
     throw UsageError("no CUDA device");

@@ -90,7 +90,8 @@ double time_job(MPI_Comm comm, const Options& o, Op&& op) {
 double local_time_ns(int ranks, std::int64_t bytes, const Options& o) {
   auto comms = make_local_communicators({.ranks = ranks});
   const auto count = static_cast<std::size_t>(bytes) / sizeof(float);
-  std::vector<std::vector<float>> buffers(static_cast<std::size_t>(ranks), std::vector<float>(count, 1.0f));
+  std::vector<std::vector<float>> buffers(static_cast<std::size_t>(ranks),
+                                          std::vector<float>(count, 1.0f));
   std::vector<double> times;
   std::vector<WorkPtr> works(static_cast<std::size_t>(ranks));
   for (int it = 0; it < o.warmup + o.iters; ++it) {
@@ -120,7 +121,8 @@ int run(const Options& o) {
     const auto count = static_cast<std::size_t>(bytes) / sizeof(float);
     std::span<float> buffer(data.data(), count);
     const double raw = time_job(world, o, [&] {
-      MPI_Allreduce(MPI_IN_PLACE, buffer.data(), static_cast<int>(count), MPI_FLOAT, MPI_SUM, world);
+      MPI_Allreduce(MPI_IN_PLACE, buffer.data(), static_cast<int>(count), MPI_FLOAT, MPI_SUM,
+                    world);
     });
     const double raw_nb = time_job(world, o, [&] {
       MPI_Request request;
@@ -128,7 +130,8 @@ int run(const Options& o) {
                      world, &request);
       MPI_Wait(&request, MPI_STATUS_IGNORE);
     });
-    const double tandem = time_job(world, o, [&] { comm->allreduce(buffer, ReduceOp::kSum)->wait(); });
+    const double tandem =
+        time_job(world, o, [&] { comm->allreduce(buffer, ReduceOp::kSum)->wait(); });
     double local = 0;
     if (leader) local = local_time_ns(n, bytes, o);
     // The others sleep rather than spin in a barrier while rank 0 measures local; the
@@ -143,8 +146,7 @@ int run(const Options& o) {
       const auto bus = [&](double t_ns) { return static_cast<double>(bytes) / t_ns * factor; };
       std::printf("%12lld %10.1f %10.1f %10.1f %8.1f%% %10.1f %11.3f %11.3f %11.3f\n",
                   static_cast<long long>(bytes), raw / 1e3, raw_nb / 1e3, tandem / 1e3,
-                  100 * (tandem / raw - 1),
-                  local / 1e3, bus(raw), bus(tandem), bus(local));
+                  100 * (tandem / raw - 1), local / 1e3, bus(raw), bus(tandem), bus(local));
       std::fflush(stdout);
     }
   }

@@ -190,18 +190,20 @@ std::string one_line_result(const Characterization& c) {
 void write_point_traces(const ResultsDir& dir, const std::string& id, const Characterization& c) {
   const fs::path pdir = dir.point_dir(id);
   for (const auto& run : c.runs) {
-    ChromeTraceOptions options{.other_data = {{"scenario", to_string(run.scenario)},
-                                              {"config", c.config}}};
+    ChromeTraceOptions options{
+        .other_data = {{"scenario", to_string(run.scenario)}, {"config", c.config}}};
     if (!run.power_samples.empty()) {
       for (std::size_t s = 0; s < run.power.size(); ++s) {
         CounterTrack track{.name = "power " + run.power[s].source, .series = "watts"};
         for (const auto& sample : run.power_samples) {
-          if (sample.source == static_cast<int>(s)) track.samples.push_back({sample.t_ns, sample.watts});
+          if (sample.source == static_cast<int>(s))
+            track.samples.push_back({sample.t_ns, sample.watts});
         }
         options.counters.push_back(std::move(track));
       }
     }
-    write_chrome_trace(run.timeline, (pdir / (std::string(to_string(run.scenario)) + ".trace.json")).string(),
+    write_chrome_trace(run.timeline,
+                       (pdir / (std::string(to_string(run.scenario)) + ".trace.json")).string(),
                        options);
   }
 }
@@ -264,15 +266,15 @@ int run_characterize(CharacterizeFlags flags, bool batch_given) {
                                            : std::to_string(sources.size()) + " RAPL zone(s)";
   if (flags.workload.device == "cuda") {
     NvmlDiscovery nvml = discover_nvml();
-    power_line += nvml.sources.empty() ? ", NVML unavailable (" + nvml.status + ")"
-                                       : ", NVML " + nvml.status;
+    power_line +=
+        nvml.sources.empty() ? ", NVML unavailable (" + nvml.status + ")" : ", NVML " + nvml.status;
     for (auto& s : nvml.sources) sources.push_back(std::move(s));
   }
   PowerSampler power(std::move(sources), std::chrono::milliseconds(flags.power_interval_ms));
-  std::printf("tandem characterize: %zu configuration%s x 4 scenarios, %d warm-up + %d measured "
-              "iterations each; power: %s\n",
-              grid.size(), grid.size() == 1 ? "" : "s", flags.warmup, flags.iterations,
-              power_line.c_str());
+  std::printf(
+      "tandem characterize: %zu configuration%s x 4 scenarios, %d warm-up + %d measured "
+      "iterations each; power: %s\n",
+      grid.size(), grid.size() == 1 ? "" : "s", flags.warmup, flags.iterations, power_line.c_str());
   if (dir && !dir->finished().empty()) {
     std::printf("resuming %s: %zu of %zu configurations already done\n", flags.out.c_str(),
                 dir->finished().size(), grid.size());

@@ -34,8 +34,8 @@ struct TrainFlags {
 
 // `where` says what the ranks are, e.g. "local backend, threads of one process".
 void print_header(const TrainConfig& c, const std::string& where) {
-  std::printf("tandem train: %d ranks (%s), model %s (%lld parameters), batch %d per rank",
-              c.ranks, where.c_str(), c.model.text.c_str(),
+  std::printf("tandem train: %d ranks (%s), model %s (%lld parameters), batch %d per rank", c.ranks,
+              where.c_str(), c.model.text.c_str(),
               static_cast<long long>(c.model.parameter_count()), c.batch);
   if (c.accumulate > 1) std::printf(" x %d micro-batches", c.accumulate);
   std::printf("\n  strategy %s, bucket cap %s (first %s)",
@@ -63,8 +63,8 @@ int write_outputs(const TrainFlags& flags, const TrainConfig& config, const Trai
 // After a device run: what it ran on, how its gradients moved and how it was timed.
 void print_device_lines(const TrainResult& result) {
   std::printf("  ran on %s\n  all-reduce: %s (%s)\n  %s; compute spans timed by %s\n",
-              result.device_details.c_str(), result.backend.c_str(),
-              result.backend_details.c_str(), result.blas.c_str(), result.timing_source.c_str());
+              result.device_details.c_str(), result.backend.c_str(), result.backend_details.c_str(),
+              result.blas.c_str(), result.timing_source.c_str());
 }
 
 int run_train_local(const TrainFlags& flags, bool batch_given) {
@@ -174,9 +174,10 @@ int write_outputs(const TrainFlags& flags, const TrainConfig& config, const Trai
 
 void add_train_command(CLI::App& app, std::function<int()>& run) {
   auto flags = std::make_shared<TrainFlags>();
-  CLI::App* cmd = app.add_subcommand(
-      "train", "Train a model data-parallel (in-process ranks, or one rank per process "
-               "under mpirun/srun), overlapping gradient all-reduce with backward");
+  CLI::App* cmd =
+      app.add_subcommand("train",
+                         "Train a model data-parallel (in-process ranks, or one rank per process "
+                         "under mpirun/srun), overlapping gradient all-reduce with backward");
   add_workload_flags(*cmd, flags->workload);
   cmd->add_option("--out", flags->out,
                   "Directory for steps.csv (a row per rank per step), trace.json "

@@ -70,7 +70,8 @@ void add_workload_flags(CLI::App& app, WorkloadFlags& f) {
       ->capture_default_str();
   app.add_flag("--no-timeline", f.no_timeline,
                "Record no spans (measures the timeline's own cost; no trace, fewer metrics)");
-  app.add_flag("--verify", f.verify, "Check after every step that all ranks hold identical parameters");
+  app.add_flag("--verify", f.verify,
+               "Check after every step that all ranks hold identical parameters");
   app.add_option("--device", f.device,
                  "Where the math runs: cpu (OpenBLAS, fp32) or cuda (one GPU per rank: rank r "
                  "on device r, or device rank % GPUs under mpirun; cuBLAS plus tandem's "

@@ -26,10 +26,14 @@ Strategy Strategy::parse(std::string_view text) {
 
 std::string Strategy::to_string() const {
   switch (kind) {
-    case StrategyKind::kSequential: return "sequential";
-    case StrategyKind::kLayerwise: return "layerwise";
-    case StrategyKind::kBucketed: return "bucketed";
-    case StrategyKind::kChunked: return "chunked:" + std::to_string(chunks);
+    case StrategyKind::kSequential:
+      return "sequential";
+    case StrategyKind::kLayerwise:
+      return "layerwise";
+    case StrategyKind::kBucketed:
+      return "bucketed";
+    case StrategyKind::kChunked:
+      return "chunked:" + std::to_string(chunks);
   }
   return "?";
 }
@@ -106,10 +110,13 @@ std::vector<Bucket> plan_buckets(const std::vector<GradParam>& params, std::size
     throw UsageError("bucket cap must be positive");
   }
   switch (options.strategy.kind) {
-    case StrategyKind::kLayerwise: return plan_grouped(params, options, /*by_layer=*/true);
+    case StrategyKind::kLayerwise:
+      return plan_grouped(params, options, /*by_layer=*/true);
     case StrategyKind::kSequential:
-    case StrategyKind::kBucketed: return plan_grouped(params, options, /*by_layer=*/false);
-    case StrategyKind::kChunked: return plan_chunked(params, flat_numel, options.strategy.chunks);
+    case StrategyKind::kBucketed:
+      return plan_grouped(params, options, /*by_layer=*/false);
+    case StrategyKind::kChunked:
+      return plan_chunked(params, flat_numel, options.strategy.chunks);
   }
   return {};
 }
@@ -144,10 +151,10 @@ void Reducer::mark_layer_ready(int layer) {
 
 void Reducer::launch(Bucket& bucket) {
   if (!options_.communicate || bucket.end == bucket.begin) return;
-  OpInfo info{.kind = SpanKind::kAllreduce, .bytes = bucket.bytes(), .step = step_,
-              .tag = bucket.index};
-  works_[bucket.index] = comm_.allreduce(flat_grads_.subspan(bucket.begin, bucket.end - bucket.begin),
-                                         ReduceOp::kAverage, info);
+  OpInfo info{
+      .kind = SpanKind::kAllreduce, .bytes = bucket.bytes(), .step = step_, .tag = bucket.index};
+  works_[bucket.index] = comm_.allreduce(
+      flat_grads_.subspan(bucket.begin, bucket.end - bucket.begin), ReduceOp::kAverage, info);
 }
 
 void Reducer::finish() {
@@ -156,11 +163,14 @@ void Reducer::finish() {
   for (auto& work : works_) {
     if (!work) continue;
     if (!work->test()) {
-      Span wait{.lane = Lane::kWait, .kind = SpanKind::kWait, .step = step_,
-                .tag = work->info().tag, .start_ns = now_ns()};
+      Span wait{.lane = Lane::kWait,
+                .kind = SpanKind::kWait,
+                .step = step_,
+                .tag = work->info().tag,
+                .start_ns = now_ns()};
       if (!work->wait_for(std::chrono::nanoseconds(options_.timeout_ns))) {
-        throw TimeoutError("rank " + std::to_string(comm_.rank()) + ": " +
-                           work->info().describe() + " not complete after " +
+        throw TimeoutError("rank " + std::to_string(comm_.rank()) + ": " + work->info().describe() +
+                           " not complete after " +
                            format_duration_ns(static_cast<double>(now_ns() - wait.start_ns)));
       }
       wait.end_ns = now_ns();

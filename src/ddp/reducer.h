@@ -58,8 +58,8 @@ struct Bucket {
 
 struct BucketPlanOptions {
   Strategy strategy;
-  std::int64_t bucket_cap_bytes = 25ll << 20;        // c10d's default
-  std::int64_t first_bucket_cap_bytes = 1ll << 20;   // small first bucket: start early
+  std::int64_t bucket_cap_bytes = 25ll << 20;       // c10d's default
+  std::int64_t first_bucket_cap_bytes = 1ll << 20;  // small first bucket: start early
 };
 
 // Builds the units for a strategy over parameters given in forward registration
@@ -69,8 +69,8 @@ std::vector<Bucket> plan_buckets(const std::vector<GradParam>& params, std::size
 
 struct ReducerOptions {
   BucketPlanOptions plan;
-  bool communicate = true;    // false: the compute-only scenario (nothing is sent)
-  bool defer = false;         // launch only in finish(): the sequential scenario
+  bool communicate = true;                    // false: the compute-only scenario (nothing is sent)
+  bool defer = false;                         // launch only in finish(): the sequential scenario
   std::int64_t timeout_ns = 300'000'000'000;  // per wait; a late collective throws
 };
 

@@ -2,8 +2,8 @@
 #include "engine/process_launch.h"
 
 #include <algorithm>
-#include <cstdlib>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <type_traits>
 
@@ -42,7 +42,8 @@ std::vector<T> take(std::string_view& in) {
 
 }  // namespace
 
-std::int64_t to_rank0_clock(std::int64_t t_ns, const ClockOffset& before, const ClockOffset& after) {
+std::int64_t to_rank0_clock(std::int64_t t_ns, const ClockOffset& before,
+                            const ClockOffset& after) {
   // at_ns is on rank 0's clock; t_ns on this rank's, which differs by about the offset.
   const double a = static_cast<double>(before.at_ns + before.offset_ns);
   const double b = static_cast<double>(after.at_ns + after.offset_ns);
@@ -58,10 +59,9 @@ TrainResult train_process(const TrainConfig& config, ProcessCommunicator& comm,
                           const StepCallback& on_step) {
   validate(config);
   set_blas_threads(config.blas_threads);
-  return train_process_with(config, comm, train_span_capacity(config),
-                            [&](RankRecorder& recorder) {
-                              return train_rank(config, comm, recorder, on_step);
-                            });
+  return train_process_with(config, comm, train_span_capacity(config), [&](RankRecorder& recorder) {
+    return train_rank(config, comm, recorder, on_step);
+  });
 }
 
 TrainResult train_process_with(const TrainConfig& config, ProcessCommunicator& comm,

@@ -5,11 +5,11 @@
 #include <cstring>
 #include <exception>
 
-#include "engine/local_launch.h"
 #include "compute/cpu/blas.h"
 #include "core/clock.h"
 #include "core/error.h"
 #include "core/parse.h"
+#include "engine/local_launch.h"
 
 namespace tandem {
 
@@ -38,9 +38,10 @@ void validate(const TrainConfig& config) {
                      ": the cpu device computes in fp32 only (use --device cuda)");
   }
   if (config.device != Device::kCpu && config.link.enabled()) {
-    throw UsageError("--link: link emulation is for the cpu device's local backend; with "
-                     "--device " + std::string(to_string(config.device)) +
-                     " the real interconnect is measured");
+    throw UsageError(
+        "--link: link emulation is for the cpu device's local backend; with "
+        "--device " +
+        std::string(to_string(config.device)) + " the real interconnect is measured");
   }
   if (config.device_comm != "auto" && config.device_comm != "nccl" &&
       config.device_comm != "emulated") {
@@ -48,7 +49,8 @@ void validate(const TrainConfig& config) {
                      "')");
   }
   // Activations: about 4 arrays of batch x widest layer per Linear layer.
-  const double activation_bytes = 4.0 * config.batch * std::max(config.model.width, config.model.input) *
+  const double activation_bytes = 4.0 * config.batch *
+                                  std::max(config.model.width, config.model.input) *
                                   config.model.depth * sizeof(float);
   if (activation_bytes * config.ranks > 16e9) {
     throw UsageError("--batch " + std::to_string(config.batch) + " with --model " +
@@ -66,8 +68,8 @@ std::vector<GradParam> grad_params(const Model& model) {
 
 std::size_t span_capacity(const TrainConfig& config, const Model& model, std::size_t buckets) {
   const std::size_t per_micro = 2 * static_cast<std::size_t>(model.layer_count()) + 4;
-  return static_cast<std::size_t>(config.steps) *
-             (per_micro * config.accumulate + buckets + 4) + 64;
+  return static_cast<std::size_t>(config.steps) * (per_micro * config.accumulate + buckets + 4) +
+         64;
 }
 
 // Waits for a Work the training loop cannot go on without, at most `timeout_ns`.
@@ -101,7 +103,8 @@ void verify_identical(Communicator& comm, std::uint64_t hash, int step, std::int
 
 std::size_t train_span_capacity(const TrainConfig& config) {
   const Model probe(config.model, 1, config.seed);
-  const auto plan = plan_buckets(grad_params(probe), probe.flat_grads().size(), config.reducer.plan);
+  const auto plan =
+      plan_buckets(grad_params(probe), probe.flat_grads().size(), config.reducer.plan);
   return span_capacity(config, probe, plan.size());
 }
 
@@ -109,8 +112,8 @@ TrainResult train_rank(const TrainConfig& config, Communicator& comm, RankRecord
                        const StepCallback& on_step) {
   const int rank = comm.rank();
   Model model(config.model, config.batch, config.seed);
-  SyntheticDataset data(config.model.input, config.model.classes, config.batch,
-                        config.data_batches, config.seed, rank);
+  SyntheticDataset data(config.model.input, config.model.classes, config.batch, config.data_batches,
+                        config.seed, rank);
   Sgd sgd(config.sgd, model.flat_params().size());
   Reducer reducer(grad_params(model), model.flat_grads(), comm, recorder, config.reducer);
 
@@ -129,7 +132,8 @@ TrainResult train_rank(const TrainConfig& config, Communicator& comm, RankRecord
     if (!config.compute) {
       // Comm-only: the same units, launched in the same order, with no math between.
       reducer.prepare(step);
-      for (int layer = model.layer_count() - 1; layer >= 0; --layer) reducer.mark_layer_ready(layer);
+      for (int layer = model.layer_count() - 1; layer >= 0; --layer)
+        reducer.mark_layer_ready(layer);
       reducer.finish();
       record.end_ns = now_ns();
       result.steps.push_back(record);
@@ -176,17 +180,18 @@ TrainResult train_local(const TrainConfig& config, const StepCallback& on_step) 
 
   // The plan is needed up front only to size the span buffers.
   const Model probe(config.model, 1, config.seed);
-  const auto plan = plan_buckets(grad_params(probe), probe.flat_grads().size(), config.reducer.plan);
+  const auto plan =
+      plan_buckets(grad_params(probe), probe.flat_grads().size(), config.reducer.plan);
 
   std::vector<TrainResult> results(config.ranks);
-  LocalRunTimeline run = run_local_ranks(
-      {.ranks = config.ranks,
-       .link = config.link,
-       .span_capacity_per_lane = span_capacity(config, probe, plan.size()),
-       .record = config.record},
-      [&](Communicator& comm, RankRecorder& recorder) {
-        results[comm.rank()] = train_rank(config, comm, recorder, on_step);
-      });
+  LocalRunTimeline run =
+      run_local_ranks({.ranks = config.ranks,
+                       .link = config.link,
+                       .span_capacity_per_lane = span_capacity(config, probe, plan.size()),
+                       .record = config.record},
+                      [&](Communicator& comm, RankRecorder& recorder) {
+                        results[comm.rank()] = train_rank(config, comm, recorder, on_step);
+                      });
 
   TrainResult merged;
   merged.buckets = std::move(results[0].buckets);

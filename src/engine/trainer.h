@@ -25,9 +25,9 @@ namespace tandem {
 struct TrainConfig {
   ModelSpec model;
   int ranks = 2;
-  int batch = 64;       // per rank, as in DDP
+  int batch = 64;  // per rank, as in DDP
   int steps = 50;
-  int accumulate = 1;   // micro-batches per synchronization
+  int accumulate = 1;  // micro-batches per synchronization
   SgdOptions sgd{};
   ReducerOptions reducer{};
   LinkModel link{};
@@ -47,19 +47,19 @@ struct TrainConfig {
 struct StepRecord {
   int rank = 0;
   int step = 0;
-  float loss = 0;           // mean over the step's micro-batches
-  std::int64_t start_ns = 0;  // first forward
-  std::int64_t end_ns = 0;    // optimizer done
+  float loss = 0;                // mean over the step's micro-batches
+  std::int64_t start_ns = 0;     // first forward
+  std::int64_t end_ns = 0;       // optimizer done
   std::uint64_t param_hash = 0;  // with verify: FNV-1a of the parameters' bits
 };
 
 struct TrainResult {
-  std::vector<StepRecord> steps;   // every rank's, sorted by (step, rank)
+  std::vector<StepRecord> steps;  // every rank's, sorted by (step, rank)
   Timeline timeline;
-  std::vector<Bucket> buckets;     // the plan every rank used
-  std::vector<float> final_params; // rank 0's
+  std::vector<Bucket> buckets;      // the plan every rank used
+  std::vector<float> final_params;  // rank 0's
   std::size_t spans_dropped = 0;
-  std::string blas;                // BLAS in use, threads included
+  std::string blas;  // BLAS in use, threads included
   // The communicator backend and, for process backends (mpi), the job's shape and how
   // well the ranks' clocks were aligned to rank 0's (process_launch.h).
   std::string backend = "local";

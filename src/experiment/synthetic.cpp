@@ -37,7 +37,8 @@ SyntheticSpec SyntheticSpec::parse(std::string_view text) {
   }
   if (kv.count("chunks")) {
     spec.chunks = static_cast<int>(parse_int(kv.at("chunks"), "synthetic chunks"));
-    if (spec.chunks < 1 || spec.chunks > 100000) throw UsageError("synthetic: chunks must be 1..100000");
+    if (spec.chunks < 1 || spec.chunks > 100000)
+      throw UsageError("synthetic: chunks must be 1..100000");
   }
   if (kv.count("mode")) {
     const std::string& mode = kv.at("mode");
@@ -163,8 +164,7 @@ class ChunkRunner {
         if (busy_) {
           busy_->comm_for(chunk.ns);
         } else {
-          deadline_ns_ =
-              (chunk.ready_ns <= deadline_ns_ ? deadline_ns_ : now_ns()) + chunk.ns;
+          deadline_ns_ = (chunk.ready_ns <= deadline_ns_ ? deadline_ns_ : now_ns()) + chunk.ns;
           sleep_until_ns(deadline_ns_);
         }
       }

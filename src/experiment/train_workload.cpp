@@ -7,10 +7,14 @@ namespace tandem {
 
 std::string_view to_string(Scenario scenario) {
   switch (scenario) {
-    case Scenario::kComputeOnly: return "compute-only";
-    case Scenario::kCommOnly: return "comm-only";
-    case Scenario::kSequential: return "sequential";
-    case Scenario::kOverlapped: return "overlapped";
+    case Scenario::kComputeOnly:
+      return "compute-only";
+    case Scenario::kCommOnly:
+      return "comm-only";
+    case Scenario::kSequential:
+      return "sequential";
+    case Scenario::kOverlapped:
+      return "overlapped";
   }
   return "?";
 }
@@ -47,10 +51,17 @@ class TrainWorkload final : public Workload {
     TrainConfig c = config_;
     c.steps = steps;
     switch (scenario) {
-      case Scenario::kComputeOnly: c.reducer.communicate = false; break;
-      case Scenario::kCommOnly: c.compute = false; break;
-      case Scenario::kSequential: c.reducer.defer = true; break;
-      case Scenario::kOverlapped: break;
+      case Scenario::kComputeOnly:
+        c.reducer.communicate = false;
+        break;
+      case Scenario::kCommOnly:
+        c.compute = false;
+        break;
+      case Scenario::kSequential:
+        c.reducer.defer = true;
+        break;
+      case Scenario::kOverlapped:
+        break;
     }
     return train_local_on_device(c).timeline;
   }

@@ -16,18 +16,18 @@ namespace {
 using NvmlReturn = int;
 using NvmlDevice = struct NvmlDeviceOpaque*;
 constexpr NvmlReturn kNvmlSuccess = 0;
-constexpr int kNvmlClockSm = 1;           // NVML_CLOCK_SM
-constexpr int kNvmlTemperatureGpu = 0;    // NVML_TEMPERATURE_GPU
+constexpr int kNvmlClockSm = 1;         // NVML_CLOCK_SM
+constexpr int kNvmlTemperatureGpu = 0;  // NVML_TEMPERATURE_GPU
 
 struct NvmlApi {
-  NvmlReturn (*init)() = nullptr;                                   // nvmlInit_v2
-  NvmlReturn (*shutdown)() = nullptr;                               // nvmlShutdown
-  const char* (*error_string)(NvmlReturn) = nullptr;                // nvmlErrorString
-  NvmlReturn (*device_count)(unsigned int*) = nullptr;              // nvmlDeviceGetCount_v2
-  NvmlReturn (*handle_by_index)(unsigned int, NvmlDevice*) = nullptr;  // ..._v2
-  NvmlReturn (*name)(NvmlDevice, char*, unsigned int) = nullptr;    // nvmlDeviceGetName
+  NvmlReturn (*init)() = nullptr;                                         // nvmlInit_v2
+  NvmlReturn (*shutdown)() = nullptr;                                     // nvmlShutdown
+  const char* (*error_string)(NvmlReturn) = nullptr;                      // nvmlErrorString
+  NvmlReturn (*device_count)(unsigned int*) = nullptr;                    // nvmlDeviceGetCount_v2
+  NvmlReturn (*handle_by_index)(unsigned int, NvmlDevice*) = nullptr;     // ..._v2
+  NvmlReturn (*name)(NvmlDevice, char*, unsigned int) = nullptr;          // nvmlDeviceGetName
   NvmlReturn (*total_energy)(NvmlDevice, unsigned long long*) = nullptr;  // mJ
-  NvmlReturn (*power_usage)(NvmlDevice, unsigned int*) = nullptr;   // mW
+  NvmlReturn (*power_usage)(NvmlDevice, unsigned int*) = nullptr;         // mW
   NvmlReturn (*clock_info)(NvmlDevice, int, unsigned int*) = nullptr;     // MHz
   NvmlReturn (*temperature)(NvmlDevice, int, unsigned int*) = nullptr;    // degrees C
 };
@@ -89,7 +89,8 @@ class NvmlSource final : public PowerSource {
     PowerGauges g;
     unsigned int value = 0;
     if (api.clock_info(device_, kNvmlClockSm, &value) == kNvmlSuccess) g.sm_clock_mhz = value;
-    if (api.temperature(device_, kNvmlTemperatureGpu, &value) == kNvmlSuccess) g.temperature_c = value;
+    if (api.temperature(device_, kNvmlTemperatureGpu, &value) == kNvmlSuccess)
+      g.temperature_c = value;
     return g;
   }
 
@@ -121,19 +122,19 @@ NvmlDiscovery discover_nvml(const std::string& library) {
   }
   NvmlApi api;
   const char* missing = nullptr;
-  for (auto [symbol, ok] : {std::pair{"nvmlInit_v2", load(handle, "nvmlInit_v2", api.init)},
-                            {"nvmlShutdown", load(handle, "nvmlShutdown", api.shutdown)},
-                            {"nvmlErrorString", load(handle, "nvmlErrorString", api.error_string)},
-                            {"nvmlDeviceGetCount_v2", load(handle, "nvmlDeviceGetCount_v2", api.device_count)},
-                            {"nvmlDeviceGetHandleByIndex_v2",
-                             load(handle, "nvmlDeviceGetHandleByIndex_v2", api.handle_by_index)},
-                            {"nvmlDeviceGetName", load(handle, "nvmlDeviceGetName", api.name)},
-                            {"nvmlDeviceGetTotalEnergyConsumption",
-                             load(handle, "nvmlDeviceGetTotalEnergyConsumption", api.total_energy)},
-                            {"nvmlDeviceGetPowerUsage", load(handle, "nvmlDeviceGetPowerUsage", api.power_usage)},
-                            {"nvmlDeviceGetClockInfo", load(handle, "nvmlDeviceGetClockInfo", api.clock_info)},
-                            {"nvmlDeviceGetTemperature",
-                             load(handle, "nvmlDeviceGetTemperature", api.temperature)}}) {
+  for (auto [symbol, ok] :
+       {std::pair{"nvmlInit_v2", load(handle, "nvmlInit_v2", api.init)},
+        {"nvmlShutdown", load(handle, "nvmlShutdown", api.shutdown)},
+        {"nvmlErrorString", load(handle, "nvmlErrorString", api.error_string)},
+        {"nvmlDeviceGetCount_v2", load(handle, "nvmlDeviceGetCount_v2", api.device_count)},
+        {"nvmlDeviceGetHandleByIndex_v2",
+         load(handle, "nvmlDeviceGetHandleByIndex_v2", api.handle_by_index)},
+        {"nvmlDeviceGetName", load(handle, "nvmlDeviceGetName", api.name)},
+        {"nvmlDeviceGetTotalEnergyConsumption",
+         load(handle, "nvmlDeviceGetTotalEnergyConsumption", api.total_energy)},
+        {"nvmlDeviceGetPowerUsage", load(handle, "nvmlDeviceGetPowerUsage", api.power_usage)},
+        {"nvmlDeviceGetClockInfo", load(handle, "nvmlDeviceGetClockInfo", api.clock_info)},
+        {"nvmlDeviceGetTemperature", load(handle, "nvmlDeviceGetTemperature", api.temperature)}}) {
     if (!ok && missing == nullptr) missing = symbol;
   }
   if (missing != nullptr) {

@@ -1,16 +1,13 @@
-#include "core/clock.h"
 #include "analysis/statistics.h"
+#include "core/clock.h"
 #include "power/power.h"
 
 namespace tandem {
 
 void to_json(nlohmann::json& j, const PowerSummary& s) {
-  j = {{"source", s.source},
-       {"average_watts", s.average_watts},
-       {"peak_watts", s.peak_watts},
-       {"energy_joules", s.energy_joules},
-       {"samples", s.samples},
-       {"interval_ms", s.interval_ms}};
+  j = {{"source", s.source},         {"average_watts", s.average_watts},
+       {"peak_watts", s.peak_watts}, {"energy_joules", s.energy_joules},
+       {"samples", s.samples},       {"interval_ms", s.interval_ms}};
   if (s.average_sm_clock_mhz) j["average_sm_clock_mhz"] = *s.average_sm_clock_mhz;
   if (s.peak_temperature_c) j["peak_temperature_c"] = *s.peak_temperature_c;
 }
@@ -77,7 +74,8 @@ std::vector<PowerSummary> PowerSampler::stop() {
   std::vector<PowerSummary> out;
   const double seconds = static_cast<double>(last_t_ns_ - start_t_ns_) / 1e9;
   for (std::size_t i = 0; i < sources_.size(); ++i) {
-    PowerSummary s{.source = sources_[i]->name(), .interval_ms = static_cast<double>(interval_.count())};
+    PowerSummary s{.source = sources_[i]->name(),
+                   .interval_ms = static_cast<double>(interval_.count())};
     s.energy_joules = last_joules_[i] - start_joules_[i];
     s.average_watts = seconds > 0 ? s.energy_joules / seconds : 0;
     double clock_sum = 0;
@@ -91,8 +89,8 @@ std::vector<PowerSummary> PowerSampler::stop() {
         ++clock_samples;
       }
       if (sample.temperature_c) {
-        s.peak_temperature_c = std::max(s.peak_temperature_c.value_or(*sample.temperature_c),
-                                        *sample.temperature_c);
+        s.peak_temperature_c =
+            std::max(s.peak_temperature_c.value_or(*sample.temperature_c), *sample.temperature_c);
       }
     }
     if (clock_samples > 0) s.average_sm_clock_mhz = clock_sum / static_cast<double>(clock_samples);

@@ -26,8 +26,7 @@ std::string ms(const Summary& s) {
 
 }  // namespace
 
-TrainSummary summarize_training(const TrainConfig& config, const TrainResult& result,
-                                int warmup) {
+TrainSummary summarize_training(const TrainConfig& config, const TrainResult& result, int warmup) {
   TrainSummary out;
   const std::size_t skip = std::min<std::size_t>(warmup, config.steps - 1);
 
@@ -46,7 +45,8 @@ TrainSummary summarize_training(const TrainConfig& config, const TrainResult& re
   }
   out.measured_steps = measured.size();
   out.step_ms = summarize(measured);
-  const double global_samples = static_cast<double>(config.batch) * config.accumulate * config.ranks;
+  const double global_samples =
+      static_cast<double>(config.batch) * config.accumulate * config.ranks;
   out.samples_per_s = global_samples / (out.step_ms.median / 1e3);
   if (!loss.empty()) {
     out.first_loss = static_cast<float>(loss.begin()->second.first / loss.begin()->second.second);
@@ -172,8 +172,8 @@ std::string steps_csv(const TrainResult& result) {
   std::string csv = "step,rank,loss,start_ns,end_ns,step_ms,param_hash\n";
   char row[192];
   for (const auto& r : result.steps) {
-    std::snprintf(row, sizeof row, "%d,%d,%.6f,%lld,%lld,%.4f,%016llx\n", r.step, r.rank,
-                  r.loss, static_cast<long long>(r.start_ns), static_cast<long long>(r.end_ns),
+    std::snprintf(row, sizeof row, "%d,%d,%.6f,%lld,%lld,%.4f,%016llx\n", r.step, r.rank, r.loss,
+                  static_cast<long long>(r.start_ns), static_cast<long long>(r.end_ns),
                   static_cast<double>(r.end_ns - r.start_ns) / 1e6,
                   static_cast<unsigned long long>(r.param_hash));
     csv += row;

@@ -41,7 +41,8 @@ TEST(CharacterizeCliTest, TrainWorkloadScenariosDoWhatTheySay) {
   const fs::path out = dir.path() / "t";
   const CliResult r = run_tandem(
       "characterize --model mlp:3x32 --batch 4 --ranks 2 --strategy layerwise --warmup 0 "
-      "--iterations 2 --no-progress --out " + out.string());
+      "--iterations 2 --no-progress --out " +
+      out.string());
   ASSERT_EQ(r.exit_code, 0) << r.err;
   const auto point = nlohmann::json::parse(slurp(out / "summary.json"))["points"][0];
   EXPECT_EQ(point["config"]["strategy"], "layerwise");
@@ -114,8 +115,8 @@ class CharacterizeBadInputTest : public ::testing::TestWithParam<BadInput> {};
 
 TEST_P(CharacterizeBadInputTest, OneLineExitTwo) {
   TempDir dir;
-  const CliResult r =
-      run_tandem(std::string("characterize ") + GetParam().args + " --out " + (dir.path() / "o").string());
+  const CliResult r = run_tandem(std::string("characterize ") + GetParam().args + " --out " +
+                                 (dir.path() / "o").string());
   EXPECT_EQ(r.exit_code, 2) << r.out << r.err;
   EXPECT_EQ(count_lines(r.err), 1) << r.err;
   EXPECT_NE(r.err.find(GetParam().names), std::string::npos) << r.err;
@@ -124,23 +125,21 @@ TEST_P(CharacterizeBadInputTest, OneLineExitTwo) {
 
 INSTANTIATE_TEST_SUITE_P(
     Flags, CharacterizeBadInputTest,
-    ::testing::Values(BadInput{"--sweep colour=red,blue", "--sweep"},
-                      BadInput{"--sweep strategy=", "--sweep"},
-                      BadInput{"--sweep batch=1,,2", "--sweep"},
-                      BadInput{"--sweep batch=1,2 --sweep batch=3", "--sweep"},
-                      BadInput{"--sweep strategy=bucketed,ring", "--strategy"},
-                      BadInput{"--microbench gemm=0,allreduce=1MiB", "--microbench"},
-                      BadInput{"--microbench gemm=64,allreduce=1TiB", "--microbench"},
-                      BadInput{"--microbench gemm=64,allreduce=1MiB --sweep batch=1,2", "--sweep"},
-                      BadInput{"--synthetic compute=1ms", "--synthetic"},
-                      BadInput{"--iterations 0", "--iterations"},
-                      BadInput{"--device tpu --microbench gemm=64,allreduce=1MiB", "--device"},
-                      BadInput{"--device cuda --synthetic compute=1ms,comm=1ms,chunks=1",
-                               "--synthetic"},
-                      BadInput{"--device cuda --microbench gemm=64,allreduce=1MiB --link 1GB/s,1us",
-                               "--link"},
-                      BadInput{"--device cuda --microbench gemm=64,allreduce=1MiB --precision fp8",
-                               "--precision"}));
+    ::testing::Values(
+        BadInput{"--sweep colour=red,blue", "--sweep"}, BadInput{"--sweep strategy=", "--sweep"},
+        BadInput{"--sweep batch=1,,2", "--sweep"},
+        BadInput{"--sweep batch=1,2 --sweep batch=3", "--sweep"},
+        BadInput{"--sweep strategy=bucketed,ring", "--strategy"},
+        BadInput{"--microbench gemm=0,allreduce=1MiB", "--microbench"},
+        BadInput{"--microbench gemm=64,allreduce=1TiB", "--microbench"},
+        BadInput{"--microbench gemm=64,allreduce=1MiB --sweep batch=1,2", "--sweep"},
+        BadInput{"--synthetic compute=1ms", "--synthetic"},
+        BadInput{"--iterations 0", "--iterations"},
+        BadInput{"--device tpu --microbench gemm=64,allreduce=1MiB", "--device"},
+        BadInput{"--device cuda --synthetic compute=1ms,comm=1ms,chunks=1", "--synthetic"},
+        BadInput{"--device cuda --microbench gemm=64,allreduce=1MiB --link 1GB/s,1us", "--link"},
+        BadInput{"--device cuda --microbench gemm=64,allreduce=1MiB --precision fp8",
+                 "--precision"}));
 
 // Without a GPU (or without CUDA in the build) --device cuda is one clear line; with one,
 // the microbenchmark runs and says which all-reduce it used.
@@ -148,7 +147,8 @@ TEST(CharacterizeCliTest, GpuMicrobenchRunsOrSaysWhyNot) {
   TempDir dir;
   const CliResult r = run_tandem(
       "characterize --device cuda --microbench gemm=256,allreduce=4MiB --warmup 1 --iterations 2 "
-      "--no-progress --out " + (dir.path() / "g").string());
+      "--no-progress --out " +
+      (dir.path() / "g").string());
   if (r.exit_code == 2) {
     EXPECT_EQ(count_lines(r.err), 1) << r.err;
     EXPECT_NE(r.err.find("--device cuda"), std::string::npos) << r.err;

@@ -15,8 +15,8 @@ TEST(TrainCliTest, HelpExplainsEveryFlag) {
   const CliResult r = run_tandem("train --help");
   EXPECT_EQ(r.exit_code, 0);
   for (const char* flag : {"--ranks", "--model", "--batch", "--steps", "--lr", "--strategy",
-                           "--bucket-mb", "--accumulate", "--link", "--seed", "--threads",
-                           "--out", "--device", "--precision", "--device-comm"}) {
+                           "--bucket-mb", "--accumulate", "--link", "--seed", "--threads", "--out",
+                           "--device", "--precision", "--device-comm"}) {
     EXPECT_NE(r.out.find(flag), std::string::npos) << flag;
   }
 }
@@ -24,8 +24,10 @@ TEST(TrainCliTest, HelpExplainsEveryFlag) {
 TEST(TrainCliTest, WritesStepsTraceAndSummary) {
   TempDir dir;
   const fs::path out = dir.path() / "run";
-  const CliResult r = run_tandem("train --ranks 2 --model mlp:3x64 --batch 8 --steps 4 "
-                                 "--strategy layerwise --out " + out.string());
+  const CliResult r = run_tandem(
+      "train --ranks 2 --model mlp:3x64 --batch 8 --steps 4 "
+      "--strategy layerwise --out " +
+      out.string());
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_NE(r.out.find("step    4/4"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("hidden share of communication"), std::string::npos);
@@ -50,8 +52,9 @@ TEST(TrainCliTest, WritesStepsTraceAndSummary) {
 }
 
 TEST(TrainCliTest, LinkEmulationIsReportedAsEmulated) {
-  const CliResult r = run_tandem("train --ranks 2 --model mlp:2x32 --batch 4 --steps 2 "
-                                 "--link 10GB/s,5us --quiet");
+  const CliResult r = run_tandem(
+      "train --ranks 2 --model mlp:2x32 --batch 4 --steps 2 "
+      "--link 10GB/s,5us --quiet");
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_NE(r.out.find("emulated"), std::string::npos) << r.out;
 }
@@ -78,27 +81,25 @@ TEST_P(TrainBadInputTest, OneLineNamingTheFlagExitTwoNoFiles) {
 
 INSTANTIATE_TEST_SUITE_P(
     Flags, TrainBadInputTest,
-    ::testing::Values(BadInput{"--ranks 0", "--ranks"}, BadInput{"--batch -1", "--batch"},
-                      BadInput{"--batch abc", "--batch"}, BadInput{"--model foo", "--model"},
-                      BadInput{"--model mlp:0x8", "--model"},
-                      BadInput{"--strategy ring", "--strategy"},
-                      BadInput{"--strategy chunked:0", "--strategy"},
-                      BadInput{"--bucket-mb 0", "--bucket-mb"},
-                      BadInput{"--link fast", "--link"}, BadInput{"--link 10GB/s,-5us", "--link"},
-                      BadInput{"--accumulate 0", "--accumulate"},
-                      BadInput{"--threads 0", "--threads"}, BadInput{"--lr -1", "--lr"},
-                      BadInput{"--steps 0", "--steps"},
-                      BadInput{"--precision bf16", "--precision"},
-                      BadInput{"--precision fp16 --device cpu", "--precision"},
-                      BadInput{"--precision fp64", "--precision"},
-                      BadInput{"--device tpu", "--device"},
-                      BadInput{"--device-comm gloo", "--device-comm"}));
+    ::testing::Values(
+        BadInput{"--ranks 0", "--ranks"}, BadInput{"--batch -1", "--batch"},
+        BadInput{"--batch abc", "--batch"}, BadInput{"--model foo", "--model"},
+        BadInput{"--model mlp:0x8", "--model"}, BadInput{"--strategy ring", "--strategy"},
+        BadInput{"--strategy chunked:0", "--strategy"}, BadInput{"--bucket-mb 0", "--bucket-mb"},
+        BadInput{"--link fast", "--link"}, BadInput{"--link 10GB/s,-5us", "--link"},
+        BadInput{"--accumulate 0", "--accumulate"}, BadInput{"--threads 0", "--threads"},
+        BadInput{"--lr -1", "--lr"}, BadInput{"--steps 0", "--steps"},
+        BadInput{"--precision bf16", "--precision"},
+        BadInput{"--precision fp16 --device cpu", "--precision"},
+        BadInput{"--precision fp64", "--precision"}, BadInput{"--device tpu", "--device"},
+        BadInput{"--device-comm gloo", "--device-comm"}));
 
 // --device cuda where it cannot run (a build without CUDA, or no GPU: this machine's
 // case in CI) is one line naming --device and exit 2; where a GPU is present it trains.
 TEST(TrainCliTest, CudaDeviceWithoutAGpuIsOneLineAndExitTwo) {
-  const CliResult r = run_tandem("train --device cuda --ranks 1 --model mlp:2x16 --batch 4 "
-                                 "--steps 1 --quiet");
+  const CliResult r = run_tandem(
+      "train --device cuda --ranks 1 --model mlp:2x16 --batch 4 "
+      "--steps 1 --quiet");
   if (r.exit_code == 0) GTEST_SKIP() << "a CUDA device is present: the run trained";
   EXPECT_EQ(r.exit_code, 2) << r.out << r.err;
   EXPECT_EQ(count_lines(r.err), 1) << r.err;
@@ -108,7 +109,8 @@ TEST(TrainCliTest, CudaDeviceWithoutAGpuIsOneLineAndExitTwo) {
 
 TEST(TrainCliTest, UnwritableOutIsOneLineAndExitTwo) {
   // A path under a regular file cannot be created, even by root.
-  const CliResult r = run_tandem("train --model mlp:2x16 --batch 4 --steps 1 --out /etc/passwd/run");
+  const CliResult r =
+      run_tandem("train --model mlp:2x16 --batch 4 --steps 1 --out /etc/passwd/run");
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_EQ(count_lines(r.err), 1) << r.err;
   EXPECT_NE(r.err.find("--out"), std::string::npos) << r.err;

@@ -1,9 +1,10 @@
 // The process-backend registry and backend selection from the launcher's environment.
+#include "comm/backend_registry.h"
+
 #include <gtest/gtest.h>
 
 #include <cstdlib>
 
-#include "comm/backend_registry.h"
 #include "core/error.h"
 
 namespace tandem {
@@ -12,16 +13,24 @@ namespace {
 // Sets launcher variables for one test and removes them afterwards.
 class LauncherEnv : public ::testing::Test {
  protected:
-  static constexpr const char* kVars[] = {"OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_RANK",
-                                          "PMI_SIZE", "PMI_RANK", "PMIX_SIZE", "PMIX_RANK",
-                                          "SLURM_STEP_NUM_TASKS", "SLURM_PROCID", "SLURM_NTASKS"};
+  static constexpr const char* kVars[] = {"OMPI_COMM_WORLD_SIZE",
+                                          "OMPI_COMM_WORLD_RANK",
+                                          "PMI_SIZE",
+                                          "PMI_RANK",
+                                          "PMIX_SIZE",
+                                          "PMIX_RANK",
+                                          "SLURM_STEP_NUM_TASKS",
+                                          "SLURM_PROCID",
+                                          "SLURM_NTASKS"};
   void SetUp() override {
     for (const char* v : kVars) unsetenv(v);
   }
   void TearDown() override { SetUp(); }
 };
 
-std::unique_ptr<ProcessCommunicator> no_communicator(const ProcessBackendOptions&) { return nullptr; }
+std::unique_ptr<ProcessCommunicator> no_communicator(const ProcessBackendOptions&) {
+  return nullptr;
+}
 
 TEST_F(LauncherEnv, NoLauncherMeansOneProcessAndLocal) {
   EXPECT_EQ(launched_world().size, 1);

@@ -1,7 +1,7 @@
 // Clock alignment of process ranks onto rank 0's clock.
-#include <gtest/gtest.h>
-
 #include "engine/process_launch.h"
+
+#include <gtest/gtest.h>
 
 namespace tandem {
 namespace {

@@ -1,12 +1,12 @@
 // End-to-end properties of data-parallel training on the local backend: replicas stay
 // identical, every overlap strategy computes exactly what the sequential one does, and
 // the model learns.
+#include "engine/trainer.h"
+
 #include <gtest/gtest.h>
 
 #include <cstring>
 #include <map>
-
-#include "engine/trainer.h"
 
 namespace tandem {
 namespace {
@@ -36,8 +36,8 @@ TEST(TrainerTest, AllRanksHoldIdenticalParametersAfterEveryStep) {
     for (const StepRecord& r : result.steps) {
       auto [it, inserted] = hash_of_step.emplace(r.step, r.param_hash);
       if (!inserted) {
-        EXPECT_EQ(it->second, r.param_hash) << strategy << ": rank " << r.rank
-                                            << " differs at step " << r.step;
+        EXPECT_EQ(it->second, r.param_hash)
+            << strategy << ": rank " << r.rank << " differs at step " << r.step;
       }
     }
   }
@@ -108,7 +108,8 @@ TEST(TrainerTest, TimelineHasEveryLayerOnEveryRank) {
       EXPECT_GE((count[{rank, step, SpanKind::kForward}]), 4);
       EXPECT_EQ((count[{rank, step, SpanKind::kBackward}]), 4 + 1);  // layers + loss
       EXPECT_EQ((count[{rank, step, SpanKind::kOptimizer}]), 1);
-      EXPECT_EQ((count[{rank, step, SpanKind::kAllreduce}]), static_cast<int>(result.buckets.size()));
+      EXPECT_EQ((count[{rank, step, SpanKind::kAllreduce}]),
+                static_cast<int>(result.buckets.size()));
     }
   }
   EXPECT_EQ(result.spans_dropped, 0u);

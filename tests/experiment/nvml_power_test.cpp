@@ -52,7 +52,7 @@ TEST(NvmlPowerTest, SamplerSummarizesClockAndTemperature) {
   sources.push_back(std::make_unique<GaugedSource>());
   PowerSampler sampler(std::move(sources), std::chrono::hours(1));
   sampler.start();
-  sampler.sample_now();  // gauges read 1: 1100 MHz, 41 C
+  sampler.sample_now();                 // gauges read 1: 1100 MHz, 41 C
   const auto summary = sampler.stop();  // gauges read 2: 1200 MHz, 42 C
   ASSERT_EQ(summary.size(), 1u);
   ASSERT_TRUE(summary[0].average_sm_clock_mhz.has_value());

@@ -60,13 +60,15 @@ std::vector<float> emulated_allreduce(const std::vector<float>& data, int peers,
   }
   DeviceArray buffer(host.size());
   if (n > 0) {
-    EXPECT_EQ(cudaMemcpy(buffer.ptr, host.data(), host.size(), cudaMemcpyHostToDevice), cudaSuccess);
+    EXPECT_EQ(cudaMemcpy(buffer.ptr, host.data(), host.size(), cudaMemcpyHostToDevice),
+              cudaSuccess);
   }
   DeviceWorkPtr work = comm.allreduce(buffer.ptr, n, dtype, op, nullptr, {.step = 1, .tag = 2});
   work->wait();
   EXPECT_EQ(cudaStreamSynchronize(comm.stream()), cudaSuccess);
   if (n > 0) {
-    EXPECT_EQ(cudaMemcpy(host.data(), buffer.ptr, host.size(), cudaMemcpyDeviceToHost), cudaSuccess);
+    EXPECT_EQ(cudaMemcpy(host.data(), buffer.ptr, host.size(), cudaMemcpyDeviceToHost),
+              cudaSuccess);
   }
   std::vector<float> out(n);
   for (std::size_t i = 0; i < n; ++i) {
@@ -84,8 +86,8 @@ std::vector<float> emulated_allreduce(const std::vector<float>& data, int peers,
 TEST(GpuCommTest, EmulatedRingMatchesCpuReference) {
   TANDEM_SKIP_WITHOUT_GPU();
   for (int peers : {1, 2, 3, 4, 8}) {
-    for (std::size_t n : {std::size_t{0}, std::size_t{1}, std::size_t{7}, std::size_t{1000},
-                          std::size_t{123457}}) {
+    for (std::size_t n :
+         {std::size_t{0}, std::size_t{1}, std::size_t{7}, std::size_t{1000}, std::size_t{123457}}) {
       for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kAverage}) {
         for (DeviceDtype dtype : {DeviceDtype::kFloat32, DeviceDtype::kBfloat16}) {
           const std::vector<float> data = small_integers(n);
@@ -94,7 +96,8 @@ TEST(GpuCommTest, EmulatedRingMatchesCpuReference) {
           std::size_t wrong = 0;
           double worst = 0;
           for (std::size_t i = 0; i < n; ++i) {
-            const double want = op == ReduceOp::kSum ? static_cast<double>(data[i]) * peers : data[i];
+            const double want =
+                op == ReduceOp::kSum ? static_cast<double>(data[i]) * peers : data[i];
             const double diff = std::abs(got[i] - want);
             worst = std::max(worst, diff);
             if (diff > 1e-5 * std::max(1.0, std::abs(want))) ++wrong;
@@ -167,8 +170,8 @@ TEST(NcclCommTest, OneRankAllreduce) {
   // Grouped: both launch at group_end.
   comm.group_start();
   DeviceWorkPtr a = comm.allreduce(buffer.ptr, 100, DeviceDtype::kFloat32, ReduceOp::kSum, nullptr);
-  DeviceWorkPtr b = comm.allreduce(static_cast<float*>(buffer.ptr) + 100, 100, DeviceDtype::kFloat32,
-                                   ReduceOp::kSum, nullptr);
+  DeviceWorkPtr b = comm.allreduce(static_cast<float*>(buffer.ptr) + 100, 100,
+                                   DeviceDtype::kFloat32, ReduceOp::kSum, nullptr);
   comm.group_end();
   a->wait();
   b->wait();
@@ -217,7 +220,7 @@ TEST(NcclCommTest, TwoRanksInOneProcessSumAndAverage) {
   for (auto& t : threads) t.join();
   for (std::size_t i = 0; i < n; ++i) {
     const float sum = static_cast<float>(2 * (i % 7) + 10);  // rank 0 + rank 1
-    ASSERT_EQ(results[0][i], sum) << i;  // the average of two equal sums
+    ASSERT_EQ(results[0][i], sum) << i;                      // the average of two equal sums
     ASSERT_EQ(results[1][i], sum) << i;
   }
 }

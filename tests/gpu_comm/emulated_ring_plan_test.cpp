@@ -1,11 +1,11 @@
 // The emulated ring's schedule replayed on the CPU, element by element as the kernel does
 // it, against the reference (peers ranks holding the same data): runs without a GPU.
+#include "comm/device/emulated_ring_plan.h"
+
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <vector>
-
-#include "comm/device/emulated_ring_plan.h"
 
 namespace tandem {
 namespace {
@@ -21,7 +21,8 @@ std::vector<float> replay(std::vector<float> own, int peers, bool average) {
     EXPECT_LE(l.recv.begin + l.recv.size, own.size());
     EXPECT_LE(l.next.begin + l.next.size, own.size());
     // The ranges a kernel reads and writes in `own` must not overlap (threads race there).
-    EXPECT_TRUE(l.recv.size == 0 || l.next.size == 0 || l.recv.begin + l.recv.size <= l.next.begin ||
+    EXPECT_TRUE(l.recv.size == 0 || l.next.size == 0 ||
+                l.recv.begin + l.recv.size <= l.next.begin ||
                 l.next.begin + l.next.size <= l.recv.begin);
     float* inbox = slots.data() + static_cast<std::size_t>(l.inbox_slot) * slot_elems;
     float* outbox = slots.data() + static_cast<std::size_t>(l.outbox_slot) * slot_elems;
@@ -38,8 +39,8 @@ std::vector<float> replay(std::vector<float> own, int peers, bool average) {
 
 TEST(GpuCommTest, EmulatedRingPlanGivesTheRingResult) {
   for (int peers : {1, 2, 3, 4, 5, 8, 16}) {
-    for (std::size_t n : {std::size_t{0}, std::size_t{1}, std::size_t{3}, std::size_t{17},
-                          std::size_t{1000}}) {
+    for (std::size_t n :
+         {std::size_t{0}, std::size_t{1}, std::size_t{3}, std::size_t{17}, std::size_t{1000}}) {
       for (bool average : {false, true}) {
         std::vector<float> data(n);
         for (std::size_t i = 0; i < n; ++i) data[i] = 0.37f * static_cast<float>(i % 11) - 1.5f;
@@ -49,7 +50,8 @@ TEST(GpuCommTest, EmulatedRingPlanGivesTheRingResult) {
           const double want = average ? data[i] : static_cast<double>(data[i]) * peers;
           worst = std::max(worst, std::abs(got[i] - want) / std::max(1.0, std::abs(want)));
         }
-        EXPECT_LT(worst, 1e-6) << "peers " << peers << ", n " << n << (average ? ", average" : ", sum");
+        EXPECT_LT(worst, 1e-6) << "peers " << peers << ", n " << n
+                               << (average ? ", average" : ", sum");
       }
     }
   }

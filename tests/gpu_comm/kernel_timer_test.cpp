@@ -1,11 +1,12 @@
 // KernelTimer: kernel classification (no GPU needed), and spans from CUPTI and from
 // events around a cuBLAS GEMM (skipped without a device).
+#include "timeline/gpu/kernel_timer.h"
+
 #include <gtest/gtest.h>
 
 #include "compute/cuda/device_buffer.h"
 #include "compute/cuda/gemm.h"
 #include "gpu/gpu_support.h"
-#include "timeline/gpu/kernel_timer.h"
 #include "timeline/recorder.h"
 
 namespace tandem {
@@ -13,9 +14,12 @@ namespace {
 
 TEST(CudaKernelTimerTest, ClassifiesCommKernelsByName) {
   EXPECT_TRUE(KernelTimer::is_comm_kernel("ncclKernel_AllReduce_RING_LL_Sum_float"));
-  EXPECT_TRUE(KernelTimer::is_comm_kernel("_Z30ncclDevKernel_AllReduce_Sum_f32_RING_LL24ncclDevKernelArgsStorageILm4096EE"));
-  EXPECT_TRUE(KernelTimer::is_comm_kernel("_ZN6tandem12_GLOBAL__N_132tandem_emulated_ring_reduce_copyIfEEvPT_PKS2_S3_mmifmmf"));
-  EXPECT_FALSE(KernelTimer::is_comm_kernel("sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x256x64"));
+  EXPECT_TRUE(KernelTimer::is_comm_kernel(
+      "_Z30ncclDevKernel_AllReduce_Sum_f32_RING_LL24ncclDevKernelArgsStorageILm4096EE"));
+  EXPECT_TRUE(KernelTimer::is_comm_kernel(
+      "_ZN6tandem12_GLOBAL__N_132tandem_emulated_ring_reduce_copyIfEEvPT_PKS2_S3_mmifmmf"));
+  EXPECT_FALSE(
+      KernelTimer::is_comm_kernel("sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x256x64"));
   EXPECT_FALSE(KernelTimer::is_comm_kernel("ampere_sgemm_128x64_nn"));
 }
 
@@ -30,7 +34,8 @@ void time_one_gemm(bool prefer_cupti) {
   KernelTimer timer({.device = 0, .prefer_cupti = prefer_cupti});
   timer.start();
   timer.mark_step(stream.get(), 4);
-  const auto region = timer.begin(stream.get(), Lane::kCompute, SpanKind::kKernel, 0, 2.0 * n * n * n);
+  const auto region =
+      timer.begin(stream.get(), Lane::kCompute, SpanKind::kKernel, 0, 2.0 * n * n * n);
   cuda::gemm(blas, Precision::kFp32, false, false, n, n, n, 1.0f, a.data(), n, b.data(), n, 0.0f,
              c.data(), n);
   timer.end(stream.get(), region);
@@ -44,7 +49,8 @@ void time_one_gemm(bool prefer_cupti) {
     EXPECT_EQ(s.step, 4);
     EXPECT_LE(s.start_ns, s.end_ns);
     if (s.kind == SpanKind::kOptimizer) marker = true;
-    if (s.kind == SpanKind::kKernel && s.lane == Lane::kCompute && s.end_ns > s.start_ns) kernel = true;
+    if (s.kind == SpanKind::kKernel && s.lane == Lane::kCompute && s.end_ns > s.start_ns)
+      kernel = true;
   }
   EXPECT_TRUE(kernel);
   EXPECT_TRUE(marker);

@@ -28,7 +28,9 @@ CliResult run_command(const std::string& command) {
   return r;
 }
 
-std::string mpirun(int ranks) { return std::string(TANDEM_MPIRUN) + " " + std::to_string(ranks) + " "; }
+std::string mpirun(int ranks) {
+  return std::string(TANDEM_MPIRUN) + " " + std::to_string(ranks) + " ";
+}
 
 struct StepRow {
   float loss = 0;
@@ -62,8 +64,9 @@ void expect_same_losses_as_local(const std::string& mpi_flags) {
   const CliResult mpi = run_command(mpirun(2) + TANDEM_BINARY + " train --backend mpi --verify" +
                                     kWorkload + mpi_flags + " --out " + mpi_out.string());
   ASSERT_EQ(mpi.exit_code, 0) << mpi.err << mpi.out;
-  const CliResult local = run_command(std::string(TANDEM_BINARY) + " train --backend local --ranks 2" +
-                                      kWorkload + " --out " + local_out.string());
+  const CliResult local =
+      run_command(std::string(TANDEM_BINARY) + " train --backend local --ranks 2" + kWorkload +
+                  " --out " + local_out.string());
   ASSERT_EQ(local.exit_code, 0) << local.err;
   const auto a = read_steps(mpi_out / "steps.csv");
   const auto b = read_steps(local_out / "steps.csv");
@@ -72,7 +75,8 @@ void expect_same_losses_as_local(const std::string& mpi_flags) {
   for (const auto& [key, row] : a) {
     const float want = b.at(key).loss;
     EXPECT_LE(std::fabs(row.loss - want), 1e-5f * std::fabs(want))
-        << "step " << key.first << " rank " << key.second << ": mpi " << row.loss << ", local " << want;
+        << "step " << key.first << " rank " << key.second << ": mpi " << row.loss << ", local "
+        << want;
     // --verify compared them in the run already; the hashes written must agree too.
     EXPECT_EQ(row.param_hash, a.at({key.first, 0}).param_hash) << "step " << key.first;
     EXPECT_NE(row.param_hash, "0000000000000000");
@@ -112,7 +116,8 @@ TEST(MpiTrain, AutoBackendPicksMpiUnderMpirunAndLocalOtherwise) {
 }
 
 TEST(MpiTrain, RanksThatDisagreeWithTheJobAreAUsageError) {
-  const CliResult r = run_command(mpirun(2) + TANDEM_BINARY + " train --backend mpi --ranks 3" + kWorkload);
+  const CliResult r =
+      run_command(mpirun(2) + TANDEM_BINARY + " train --backend mpi --ranks 3" + kWorkload);
   EXPECT_NE(r.exit_code, 0);
   EXPECT_NE(r.err.find("--ranks 3 does not match the 2 processes"), std::string::npos) << r.err;
 }
@@ -122,11 +127,13 @@ TEST(MpiTimeout, ASkippedCollectiveStopsEveryRankWithOneLineEach) {
   EXPECT_NE(r.exit_code, 0) << r.err;
   EXPECT_EQ(r.err.find("which it must not"), std::string::npos) << r.err;
   // Rank 0 waited in its reducer: the line names rank, collective, bucket, bytes, time.
-  const std::string rank0 = "tandem: rank 0: allreduce bucket 0 (3.9 KiB, step 7) not complete after ";
+  const std::string rank0 =
+      "tandem: rank 0: allreduce bucket 0 (3.9 KiB, step 7) not complete after ";
   const std::size_t at = r.err.find(rank0);
   ASSERT_NE(at, std::string::npos) << r.err;
   EXPECT_EQ(r.err.find(rank0, at + 1), std::string::npos) << "more than one line for rank 0";
-  const std::string rest = r.err.substr(at + rank0.size(), r.err.find('\n', at) - at - rank0.size());
+  const std::string rest =
+      r.err.substr(at + rank0.size(), r.err.find('\n', at) - at - rank0.size());
   EXPECT_TRUE(rest.ends_with(" s")) << "elapsed time missing: " << rest;
 }
 

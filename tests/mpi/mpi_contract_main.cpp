@@ -116,7 +116,8 @@ TEST(MpiWork, RecordsCommSpans) {
     work->wait();
     c.set_recorder(nullptr);
     const std::vector<Span> spans = recorder.collect();
-    if (spans.size() != 1) throw ContractFailure("expected 1 span, got " + std::to_string(spans.size()));
+    if (spans.size() != 1)
+      throw ContractFailure("expected 1 span, got " + std::to_string(spans.size()));
     const Span& s = spans[0];
     if (s.lane != Lane::kComm || s.kind != SpanKind::kAllreduce || s.step != 3 || s.tag != 4 ||
         s.bytes != 4000 || s.rank != c.rank()) {
@@ -140,14 +141,16 @@ TEST(MpiProcess, ClockOffsetsAndGather) {
     for (const ClockOffset& o : offsets) {
       if (o.uncertainty_ns < 0) throw ContractFailure("negative uncertainty");
     }
-    const std::string mine(static_cast<std::size_t>(g_comm->rank()) * 3, static_cast<char>('a' + g_comm->rank()));
+    const std::string mine(static_cast<std::size_t>(g_comm->rank()) * 3,
+                           static_cast<char>('a' + g_comm->rank()));
     const auto all = g_comm->gather_bytes(mine, g_comm->size() - 1);
     if (g_comm->rank() != g_comm->size() - 1) {
       if (!all.empty()) throw ContractFailure("gather result on a non-root rank");
       return;
     }
     for (int r = 0; r < g_comm->size(); ++r) {
-      if (all[static_cast<std::size_t>(r)] != std::string(static_cast<std::size_t>(r) * 3, static_cast<char>('a' + r))) {
+      if (all[static_cast<std::size_t>(r)] !=
+          std::string(static_cast<std::size_t>(r) * 3, static_cast<char>('a' + r))) {
         throw ContractFailure("gathered bytes of rank " + std::to_string(r) + " differ");
       }
     }
@@ -177,8 +180,8 @@ int main(int argc, char** argv) {
   }
   std::unique_ptr<tandem::ProcessCommunicator> comm;
   try {
-    comm = tandem::make_mpi_communicator({.timeout_ns = 120'000'000'000,
-                                          .allreduce_algorithm = algorithm});
+    comm = tandem::make_mpi_communicator(
+        {.timeout_ns = 120'000'000'000, .allreduce_algorithm = algorithm});
   } catch (const std::exception& e) {
     std::fprintf(stderr, "mpi contract: %s\n", e.what());
     return 1;

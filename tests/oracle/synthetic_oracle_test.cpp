@@ -12,8 +12,8 @@ constexpr double kMs = 1e6;
 
 struct Expected {
   double t_comp_iso, t_comm_iso, e2e_seq, t_comp_ovl, t_comm_ovl, t_ovl, e2e_ovl;  // ms
-  double slowdown, overlap_ratio, e2e_ideal, e2e_seq_model, hidden_share, benefit,
-      contention_loss, efficiency, exposed;
+  double slowdown, overlap_ratio, e2e_ideal, e2e_seq_model, hidden_share, benefit, contention_loss,
+      efficiency, exposed;
 };
 
 // Within 1% of the expected value; for an expected 0, within 1% of `scale`.
@@ -56,10 +56,21 @@ TEST(SyntheticOracleTest, PartialOverlapCommShorterThanCompute) {
   // compute, exposed. T_ovl = 4 x 40 = 160; E2E_ovl = 400 + 40; sequential = 400 + 200.
   // Chunks are long because every wake-up after a gap is ~0.1 ms late on a VM.
   const Characterization c = run("synthetic:compute=400ms,comm=200ms,chunks=5", 2);
-  check(c, {.t_comp_iso = 400, .t_comm_iso = 200, .e2e_seq = 600, .t_comp_ovl = 400,
-            .t_comm_ovl = 200, .t_ovl = 160, .e2e_ovl = 440, .slowdown = 0,
-            .overlap_ratio = 0.4, .e2e_ideal = 440, .e2e_seq_model = 600,
-            .hidden_share = 0.8, .benefit = 160, .contention_loss = 0, .efficiency = 0.8,
+  check(c, {.t_comp_iso = 400,
+            .t_comm_iso = 200,
+            .e2e_seq = 600,
+            .t_comp_ovl = 400,
+            .t_comm_ovl = 200,
+            .t_ovl = 160,
+            .e2e_ovl = 440,
+            .slowdown = 0,
+            .overlap_ratio = 0.4,
+            .e2e_ideal = 440,
+            .e2e_seq_model = 600,
+            .hidden_share = 0.8,
+            .benefit = 160,
+            .contention_loss = 0,
+            .efficiency = 0.8,
             .exposed = 40});
 }
 
@@ -68,20 +79,43 @@ TEST(SyntheticOracleTest, CommLongerThanCompute) {
   // comm 0 runs [25,100) under compute [0,100); comm 1..3 run [100,325) alone.
   // T_ovl = 75; E2E_ovl = 325; sequential = 100 + 300 = 400.
   const Characterization c = run("synthetic:compute=100ms,comm=300ms,chunks=4", 1);
-  check(c, {.t_comp_iso = 100, .t_comm_iso = 300, .e2e_seq = 400, .t_comp_ovl = 100,
-            .t_comm_ovl = 300, .t_ovl = 75, .e2e_ovl = 325, .slowdown = 0,
-            .overlap_ratio = 0.75, .e2e_ideal = 325, .e2e_seq_model = 400,
-            .hidden_share = 0.25, .benefit = 75, .contention_loss = 0, .efficiency = 0.75,
+  check(c, {.t_comp_iso = 100,
+            .t_comm_iso = 300,
+            .e2e_seq = 400,
+            .t_comp_ovl = 100,
+            .t_comm_ovl = 300,
+            .t_ovl = 75,
+            .e2e_ovl = 325,
+            .slowdown = 0,
+            .overlap_ratio = 0.75,
+            .e2e_ideal = 325,
+            .e2e_seq_model = 400,
+            .hidden_share = 0.25,
+            .benefit = 75,
+            .contention_loss = 0,
+            .efficiency = 0.75,
             .exposed = 225});
 }
 
 TEST(SyntheticOracleTest, OneChunkCannotOverlap) {
   // Communication starts only after the single compute chunk: nothing hides.
   const Characterization c = run("synthetic:compute=200ms,comm=100ms,chunks=1", 1);
-  check(c, {.t_comp_iso = 200, .t_comm_iso = 100, .e2e_seq = 300, .t_comp_ovl = 200,
-            .t_comm_ovl = 100, .t_ovl = 0, .e2e_ovl = 300, .slowdown = 0, .overlap_ratio = 0,
-            .e2e_ideal = 300, .e2e_seq_model = 300, .hidden_share = 0, .benefit = 0,
-            .contention_loss = 0, .efficiency = 0, .exposed = 100});
+  check(c, {.t_comp_iso = 200,
+            .t_comm_iso = 100,
+            .e2e_seq = 300,
+            .t_comp_ovl = 200,
+            .t_comm_ovl = 100,
+            .t_ovl = 0,
+            .e2e_ovl = 300,
+            .slowdown = 0,
+            .overlap_ratio = 0,
+            .e2e_ideal = 300,
+            .e2e_seq_model = 300,
+            .hidden_share = 0,
+            .benefit = 0,
+            .contention_loss = 0,
+            .efficiency = 0,
+            .exposed = 100});
 }
 
 TEST(SyntheticSpecTest, ParsesAndRejects) {
@@ -91,11 +125,11 @@ TEST(SyntheticSpecTest, ParsesAndRejects) {
   EXPECT_EQ(s.chunks, 10);
   EXPECT_FALSE(s.busy);
   EXPECT_TRUE(SyntheticSpec::parse("synthetic:compute=1ms,comm=1ms,mode=busy").busy);
-  for (const char* bad : {"synthetic:compute=1ms", "synthetic:compute=1ms,comm=0ms",
-                          "synthetic:compute=1ms,comm=1ms,chunks=0",
-                          "synthetic:compute=1ms,comm=1ms,mode=fast",
-                          "synthetic:compute=1ms,comm=1ms,color=red", "compute=1ms,comm=1ms",
-                          "synthetic:compute=1ms,compute=2ms,comm=1ms"}) {
+  for (const char* bad :
+       {"synthetic:compute=1ms", "synthetic:compute=1ms,comm=0ms",
+        "synthetic:compute=1ms,comm=1ms,chunks=0", "synthetic:compute=1ms,comm=1ms,mode=fast",
+        "synthetic:compute=1ms,comm=1ms,color=red", "compute=1ms,comm=1ms",
+        "synthetic:compute=1ms,compute=2ms,comm=1ms"}) {
     EXPECT_THROW(SyntheticSpec::parse(bad), UsageError) << bad;
   }
 }

@@ -10,9 +10,12 @@ namespace tandem {
 
 std::size_t element_size(DeviceDtype dtype) {
   switch (dtype) {
-    case DeviceDtype::kFloat32: return 4;
-    case DeviceDtype::kFloat16: return 2;
-    case DeviceDtype::kBfloat16: return 2;
+    case DeviceDtype::kFloat32:
+      return 4;
+    case DeviceDtype::kFloat16:
+      return 2;
+    case DeviceDtype::kBfloat16:
+      return 2;
   }
   return 4;
 }
@@ -66,16 +69,20 @@ std::vector<std::unique_ptr<DeviceCommunicator>> make_local_device_communicators
   std::vector<std::unique_ptr<DeviceCommunicator>> out;
   if (backend == "emulated") {
     if (ranks != 1) {
-      throw UsageError("--backend emulated: one real rank on one GPU (it emulates its peers; "
-                       "set their number with --emulated-peers), got --ranks " +
-                       std::to_string(ranks));
+      throw UsageError(
+          "--backend emulated: one real rank on one GPU (it emulates its peers; "
+          "set their number with --emulated-peers), got --ranks " +
+          std::to_string(ranks));
     }
     out.push_back(make_emulated_ring(options, 0));
     return out;
   }
   if (ranks > devices) {
-    throw UsageError("--ranks " + std::to_string(ranks) + " with --backend nccl needs a GPU per "
-                     "rank, but " + std::to_string(devices) + " CUDA device(s) are visible (on "
+    throw UsageError("--ranks " + std::to_string(ranks) +
+                     " with --backend nccl needs a GPU per "
+                     "rank, but " +
+                     std::to_string(devices) +
+                     " CUDA device(s) are visible (on "
                      "one GPU use --ranks 1, which emulates a ring)");
   }
   return make_nccl_local(options, ranks);

@@ -15,9 +15,9 @@ struct DeviceCommOptions {
   // "nccl", "emulated", or "auto": nccl where there is more than one rank with a GPU
   // each, emulated on a single GPU.
   std::string backend = "auto";
-  int emulated_peers = 2;    // ring size the emulation mimics (its buffers and steps)
-  int emulated_blocks = 0;   // CUDA blocks of the emulated reduce-copy kernels; 0: default
-  int nccl_min_ctas = 0;     // NCCL's CTA limits (ncclConfig_t); 0: NCCL's default
+  int emulated_peers = 2;   // ring size the emulation mimics (its buffers and steps)
+  int emulated_blocks = 0;  // CUDA blocks of the emulated reduce-copy kernels; 0: default
+  int nccl_min_ctas = 0;    // NCCL's CTA limits (ncclConfig_t); 0: NCCL's default
   int nccl_max_ctas = 0;
   std::chrono::seconds timeout{300};
 };

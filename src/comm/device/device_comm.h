@@ -46,7 +46,7 @@ class DeviceCommunicator {
 
   virtual int rank() const = 0;
   virtual int size() const = 0;
-  virtual int device() const = 0;                 // CUDA ordinal this rank uses
+  virtual int device() const = 0;                     // CUDA ordinal this rank uses
   virtual std::string_view backend_name() const = 0;  // "nccl", "emulated-ring"
   // True when no real peer exists (the single-GPU emulation): every output says so.
   virtual bool emulated() const = 0;
@@ -55,8 +55,8 @@ class DeviceCommunicator {
   virtual cudaStream_t stream() const = 0;
 
   // data := op over ranks of data (count elements of dtype, in place).
-  virtual DeviceWorkPtr allreduce(void* data, std::size_t count, DeviceDtype dtype,
-                                  ReduceOp op, cudaEvent_t ready, OpInfo info = {}) = 0;
+  virtual DeviceWorkPtr allreduce(void* data, std::size_t count, DeviceDtype dtype, ReduceOp op,
+                                  cudaEvent_t ready, OpInfo info = {}) = 0;
   // Collectives issued between group_start() and group_end() launch together (an NCCL
   // group); each still returns its own DeviceWork.
   virtual void group_start() = 0;

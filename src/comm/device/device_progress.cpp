@@ -136,8 +136,9 @@ void DeviceProgress::run() {
     }
     if (set != cudaSuccess) {
       fail_all("rank " + std::to_string(options_.rank) + ": cudaSetDevice(" +
-               std::to_string(options_.device) + ") failed on the " + options_.backend +
-               " progress thread: " + cudaGetErrorString(set), false);
+                   std::to_string(options_.device) + ") failed on the " + options_.backend +
+                   " progress thread: " + cudaGetErrorString(set),
+               false);
       continue;
     }
     if (!poll_once()) std::this_thread::sleep_for(kPollSleep);
@@ -163,7 +164,8 @@ bool DeviceProgress::poll_once() {
       const std::string error = options_.health();
       if (!error.empty()) {
         fail_all("rank " + std::to_string(options_.rank) + ": " + front.work->info().describe() +
-                 " failed: " + error, false);
+                     " failed: " + error,
+                 false);
         return true;
       }
     }
@@ -192,8 +194,9 @@ bool DeviceProgress::poll_once() {
     }
     if (status != cudaSuccess) {
       fail_all("rank " + std::to_string(options_.rank) + ": " + front.work->info().describe() +
-               " failed: cudaEventQuery: " + cudaGetErrorName(status) + ": " +
-               cudaGetErrorString(status), false);
+                   " failed: cudaEventQuery: " + cudaGetErrorName(status) + ": " +
+                   cudaGetErrorString(status),
+               false);
       return true;
     }
     {
@@ -215,9 +218,9 @@ void DeviceProgress::complete(const Pending& p) {
     start = clock_.to_host_ns(p.work->start_event());
     end = clock_.to_host_ns(p.work->done_event());
   } catch (const std::exception& e) {
-    p.work->fail(std::make_exception_ptr(RuntimeError(
-                     "rank " + std::to_string(options_.rank) + ": " + info.describe() +
-                     ": reading its CUDA event times: " + e.what())),
+    p.work->fail(std::make_exception_ptr(
+                     RuntimeError("rank " + std::to_string(options_.rank) + ": " + info.describe() +
+                                  ": reading its CUDA event times: " + e.what())),
                  now_ns());
     return;
   }
@@ -247,10 +250,10 @@ void DeviceProgress::fail_all(const std::string& first_message, bool timed_out) 
   const std::int64_t t = now_ns();
   bool first = true;
   for (const Pending& p : failed) {
-    const std::string message =
-        first ? first_message
-              : "rank " + std::to_string(options_.rank) + ": " + p.work->info().describe() +
-                    " abandoned after an earlier failure: " + first_message;
+    const std::string message = first ? first_message
+                                      : "rank " + std::to_string(options_.rank) + ": " +
+                                            p.work->info().describe() +
+                                            " abandoned after an earlier failure: " + first_message;
     p.work->fail(first && timed_out ? std::make_exception_ptr(TimeoutError(message))
                                     : std::make_exception_ptr(RuntimeError(message)),
                  t);

@@ -14,8 +14,6 @@
 // and step that is two reads and one write for the rank's own work plus one read and one
 // write standing in for the neighbour's send: a real ring's local HBM traffic (the peer
 // writes the inbox over the link), plus one read.
-#include "comm/device/emulated_ring.h"
-
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -24,6 +22,7 @@
 #include <vector>
 
 #include "comm/device/device_progress.h"
+#include "comm/device/emulated_ring.h"
 #include "comm/device/emulated_ring_plan.h"
 #include "core/error.h"
 
@@ -39,9 +38,13 @@ __device__ __forceinline__ float to_float(__nv_bfloat16 v) { return __bfloat162f
 template <typename T>
 __device__ __forceinline__ T from_float(float v);
 template <>
-__device__ __forceinline__ float from_float<float>(float v) { return v; }
+__device__ __forceinline__ float from_float<float>(float v) {
+  return v;
+}
 template <>
-__device__ __forceinline__ __half from_float<__half>(float v) { return __float2half_rn(v); }
+__device__ __forceinline__ __half from_float<__half>(float v) {
+  return __float2half_rn(v);
+}
 template <>
 __device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float v) {
   return __float2bfloat16_rn(v);
@@ -113,10 +116,9 @@ class EmulatedRing final : public DeviceCommunicator {
   bool emulated() const override { return true; }
   std::string describe() const override {
     return "emulated ring all-reduce: rank 0's side of a ring of " + std::to_string(peers_) +
-           " peers on 1 GPU (device " + std::to_string(device_) + "), " +
-           std::to_string(blocks_) + " blocks x " + std::to_string(kThreads) +
-           " threads per reduce-copy kernel, " + std::to_string(2 * (peers_ - 1)) +
-           " steps; no real interconnect (emulated)";
+           " peers on 1 GPU (device " + std::to_string(device_) + "), " + std::to_string(blocks_) +
+           " blocks x " + std::to_string(kThreads) + " threads per reduce-copy kernel, " +
+           std::to_string(2 * (peers_ - 1)) + " steps; no real interconnect (emulated)";
   }
   cudaStream_t stream() const override { return stream_; }
 
@@ -135,9 +137,15 @@ class EmulatedRing final : public DeviceCommunicator {
     check_cuda_status(cudaEventRecord(work->start_event(), stream_),
                       "cudaEventRecord (allreduce start)");
     switch (dtype) {
-      case DeviceDtype::kFloat32: run_ring(static_cast<float*>(data), count, op); break;
-      case DeviceDtype::kFloat16: run_ring(static_cast<__half*>(data), count, op); break;
-      case DeviceDtype::kBfloat16: run_ring(static_cast<__nv_bfloat16*>(data), count, op); break;
+      case DeviceDtype::kFloat32:
+        run_ring(static_cast<float*>(data), count, op);
+        break;
+      case DeviceDtype::kFloat16:
+        run_ring(static_cast<__half*>(data), count, op);
+        break;
+      case DeviceDtype::kBfloat16:
+        run_ring(static_cast<__nv_bfloat16*>(data), count, op);
+        break;
     }
     check_cuda_status(cudaEventRecord(work->done_event(), stream_),
                       "cudaEventRecord (allreduce done)");
@@ -202,7 +210,8 @@ class EmulatedRing final : public DeviceCommunicator {
 
 }  // namespace
 
-std::unique_ptr<DeviceCommunicator> make_emulated_ring(const DeviceCommOptions& options, int device) {
+std::unique_ptr<DeviceCommunicator> make_emulated_ring(const DeviceCommOptions& options,
+                                                       int device) {
   if (options.emulated_peers < 1 || options.emulated_peers > 1024) {
     throw UsageError("--emulated-peers: must be 1..1024, got " +
                      std::to_string(options.emulated_peers));

@@ -17,7 +17,8 @@ namespace tandem {
 
 // Rank 0 of 1 on CUDA device `device`. Throws UsageError for bad options, RuntimeError
 // when CUDA fails.
-std::unique_ptr<DeviceCommunicator> make_emulated_ring(const DeviceCommOptions& options, int device);
+std::unique_ptr<DeviceCommunicator> make_emulated_ring(const DeviceCommOptions& options,
+                                                       int device);
 
 // Default number of blocks of the reduce-copy kernels: about NCCL's channel count for an
 // all-reduce within one node (each channel is one CTA).

@@ -30,7 +30,9 @@ struct RingStep {
 std::vector<RingStep> ring_steps(int p) {
   std::vector<RingStep> steps;
   for (int k = 0; k + 1 < p; ++k) {
-    steps.push_back({.chunk = ((-k - 1) % p + p) % p, .reduce = true, .inbound_multiple = k + 1,
+    steps.push_back({.chunk = ((-k - 1) % p + p) % p,
+                     .reduce = true,
+                     .inbound_multiple = k + 1,
                      .last_reduce = k + 2 == p});
   }
   for (int k = 0; k + 1 < p; ++k) steps.push_back({.chunk = ((-k) % p + p) % p, .reduce = false});

@@ -40,11 +40,16 @@ void check_mpi(int code, const char* what) {
 
 const char* thread_level_name(int level) {
   switch (level) {
-    case MPI_THREAD_SINGLE: return "MPI_THREAD_SINGLE";
-    case MPI_THREAD_FUNNELED: return "MPI_THREAD_FUNNELED";
-    case MPI_THREAD_SERIALIZED: return "MPI_THREAD_SERIALIZED";
-    case MPI_THREAD_MULTIPLE: return "MPI_THREAD_MULTIPLE";
-    default: return "unknown";
+    case MPI_THREAD_SINGLE:
+      return "MPI_THREAD_SINGLE";
+    case MPI_THREAD_FUNNELED:
+      return "MPI_THREAD_FUNNELED";
+    case MPI_THREAD_SERIALIZED:
+      return "MPI_THREAD_SERIALIZED";
+    case MPI_THREAD_MULTIPLE:
+      return "MPI_THREAD_MULTIPLE";
+    default:
+      return "unknown";
   }
 }
 
@@ -182,14 +187,17 @@ class MpiCommunicator final : public ProcessCommunicator {
     std::string poll = poll_sleep_ns_ > 0
                            ? "sleep " + format_duration_ns(static_cast<double>(poll_sleep_ns_))
                            : std::string("yield");
-    return library_ + ", " + thread_level_name(thread_level_) + ", allreduce " +
-           algorithm_name() + ", idle poll " + poll;
+    return library_ + ", " + thread_level_name(thread_level_) + ", allreduce " + algorithm_name() +
+           ", idle poll " + poll;
   }
   std::string algorithm_name() const {
     switch (algorithm_) {
-      case Algorithm::kAuto: return "auto (ring from " + format_bytes(kAutoRingBytes) + ")";
-      case Algorithm::kNative: return "native";
-      case Algorithm::kRing: return "ring";
+      case Algorithm::kAuto:
+        return "auto (ring from " + format_bytes(kAutoRingBytes) + ")";
+      case Algorithm::kNative:
+        return "native";
+      case Algorithm::kRing:
+        return "ring";
     }
     return "?";
   }
@@ -252,7 +260,8 @@ class MpiCommunicator final : public ProcessCommunicator {
     MPI_Comm_dup(MPI_COMM_WORLD, &comm_);
     MPI_Comm_dup(MPI_COMM_WORLD, &task_comm_);
     MPI_Comm_dup(MPI_COMM_WORLD, &ring_comm_);
-    for (MPI_Comm c : {comm_, task_comm_, ring_comm_}) MPI_Comm_set_errhandler(c, MPI_ERRORS_RETURN);
+    for (MPI_Comm c : {comm_, task_comm_, ring_comm_})
+      MPI_Comm_set_errhandler(c, MPI_ERRORS_RETURN);
     MPI_Comm_rank(comm_, &rank_);
     MPI_Comm_size(comm_, &size_);
     int* tag_ub = nullptr;
@@ -377,20 +386,19 @@ class MpiCommunicator final : public ProcessCommunicator {
     switch (op.kind) {
       case SpanKind::kReduceScatter:
         if (op.input_count != n * op.output_count) {
-          throw RuntimeError("rank " + std::to_string(rank_) + " passed " +
-                             std::to_string(op.input_count) + " input elements for " +
-                             std::to_string(op.output_count) +
-                             " output elements (need size() * output = " +
-                             std::to_string(n * op.output_count) + ")");
+          throw RuntimeError(
+              "rank " + std::to_string(rank_) + " passed " + std::to_string(op.input_count) +
+              " input elements for " + std::to_string(op.output_count) +
+              " output elements (need size() * output = " + std::to_string(n * op.output_count) +
+              ")");
         }
         break;
       case SpanKind::kAllgather:
         if (op.output_count != n * op.input_count) {
-          throw RuntimeError("rank " + std::to_string(rank_) + " passed " +
-                             std::to_string(op.output_count) + " output elements for " +
-                             std::to_string(op.input_count) +
-                             " input elements (need size() * input = " +
-                             std::to_string(n * op.input_count) + ")");
+          throw RuntimeError(
+              "rank " + std::to_string(rank_) + " passed " + std::to_string(op.output_count) +
+              " output elements for " + std::to_string(op.input_count) +
+              " input elements (need size() * input = " + std::to_string(n * op.input_count) + ")");
         }
         break;
       case SpanKind::kBroadcast:
@@ -439,9 +447,10 @@ class MpiCommunicator final : public ProcessCommunicator {
         return;
       case SpanKind::kAllgather: {
         // MPI forbids aliased buffers: my block already in place is MPI_IN_PLACE.
-        const bool in_place = op.input == op.output + static_cast<std::size_t>(rank_) * op.input_count;
-        check_mpi(MPI_Iallgather(in_place ? MPI_IN_PLACE : op.input, in_count, MPI_FLOAT,
-                                 op.output, in_count, MPI_FLOAT, comm_, &p.request),
+        const bool in_place =
+            op.input == op.output + static_cast<std::size_t>(rank_) * op.input_count;
+        check_mpi(MPI_Iallgather(in_place ? MPI_IN_PLACE : op.input, in_count, MPI_FLOAT, op.output,
+                                 in_count, MPI_FLOAT, comm_, &p.request),
                   "MPI_Iallgather");
         return;
       }
@@ -466,9 +475,9 @@ class MpiCommunicator final : public ProcessCommunicator {
   }
 
   void start_ring(Posted& p) {
-    p.ring = std::make_unique<RingAllreduce>(
-        ring_comm_, std::span<float>(p.op.output, p.op.output_count), kRingSegmentElems,
-        ring_scratch_);
+    p.ring = std::make_unique<RingAllreduce>(ring_comm_,
+                                             std::span<float>(p.op.output, p.op.output_count),
+                                             kRingSegmentElems, ring_scratch_);
     p.ring_waiting = false;
     p.start_ns = now_ns();
     ring_busy_ = true;
@@ -605,10 +614,12 @@ class MpiCommunicator final : public ProcessCommunicator {
     MPI_Request request;
     if (rank_ != 0) {
       for (int round = 0; round < rounds; ++round) {
-        check_mpi(MPI_Irecv(message, 1, MPI_INT64_T, 0, 0, task_comm_, &request), "clock MPI_Irecv");
+        check_mpi(MPI_Irecv(message, 1, MPI_INT64_T, 0, 0, task_comm_, &request),
+                  "clock MPI_Irecv");
         wait_request(request, "clock ping from rank 0");
         message[0] = now_ns();
-        check_mpi(MPI_Isend(message, 1, MPI_INT64_T, 0, 1, task_comm_, &request), "clock MPI_Isend");
+        check_mpi(MPI_Isend(message, 1, MPI_INT64_T, 0, 1, task_comm_, &request),
+                  "clock MPI_Isend");
         wait_request(request, "clock pong to rank 0");
       }
       return offsets;
@@ -622,9 +633,11 @@ class MpiCommunicator final : public ProcessCommunicator {
         std::int64_t reply = 0;
         message[0] = now_ns();
         const std::int64_t t0 = message[0];
-        check_mpi(MPI_Isend(message, 1, MPI_INT64_T, peer, 0, task_comm_, &request), "clock MPI_Isend");
+        check_mpi(MPI_Isend(message, 1, MPI_INT64_T, peer, 0, task_comm_, &request),
+                  "clock MPI_Isend");
         wait_request(request, "clock ping");
-        check_mpi(MPI_Irecv(&reply, 1, MPI_INT64_T, peer, 1, task_comm_, &request), "clock MPI_Irecv");
+        check_mpi(MPI_Irecv(&reply, 1, MPI_INT64_T, peer, 1, task_comm_, &request),
+                  "clock MPI_Irecv");
         wait_request(request, "clock pong");
         const std::int64_t t1 = now_ns();
         if (t1 - t0 < best_rtt) {
@@ -645,8 +658,9 @@ class MpiCommunicator final : public ProcessCommunicator {
     int my_size = static_cast<int>(mine.size());
     std::vector<int> sizes(static_cast<std::size_t>(size_));
     MPI_Request request;
-    check_mpi(MPI_Igather(&my_size, 1, MPI_INT, sizes.data(), 1, MPI_INT, root, task_comm_, &request),
-              "MPI_Igather");
+    check_mpi(
+        MPI_Igather(&my_size, 1, MPI_INT, sizes.data(), 1, MPI_INT, root, task_comm_, &request),
+        "MPI_Igather");
     wait_request(request, "gather of sizes");
     std::vector<int> displs(static_cast<std::size_t>(size_));
     std::vector<char> buffer;
@@ -659,15 +673,16 @@ class MpiCommunicator final : public ProcessCommunicator {
       }
       buffer.resize(static_cast<std::size_t>(total));
     }
-    check_mpi(MPI_Igatherv(mine.data(), my_size, MPI_BYTE, buffer.data(), sizes.data(), displs.data(),
-                           MPI_BYTE, root, task_comm_, &request),
+    check_mpi(MPI_Igatherv(mine.data(), my_size, MPI_BYTE, buffer.data(), sizes.data(),
+                           displs.data(), MPI_BYTE, root, task_comm_, &request),
               "MPI_Igatherv");
     wait_request(request, "gather of bytes");
     std::vector<std::string> all;
     if (rank_ == root) {
       for (int r = 0; r < size_; ++r) {
         const auto begin = static_cast<std::size_t>(displs[static_cast<std::size_t>(r)]);
-        all.emplace_back(buffer.data() + begin, static_cast<std::size_t>(sizes[static_cast<std::size_t>(r)]));
+        all.emplace_back(buffer.data() + begin,
+                         static_cast<std::size_t>(sizes[static_cast<std::size_t>(r)]));
       }
     }
     return all;

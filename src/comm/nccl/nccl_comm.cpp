@@ -56,9 +56,12 @@ void wait_until_ready(ncclComm_t comm, const std::string& what, std::chrono::nan
 
 ncclDataType_t nccl_type(DeviceDtype dtype) {
   switch (dtype) {
-    case DeviceDtype::kFloat32: return ncclFloat32;
-    case DeviceDtype::kFloat16: return ncclFloat16;
-    case DeviceDtype::kBfloat16: return ncclBfloat16;
+    case DeviceDtype::kFloat32:
+      return ncclFloat32;
+    case DeviceDtype::kFloat16:
+      return ncclFloat16;
+    case DeviceDtype::kBfloat16:
+      return ncclBfloat16;
   }
   return ncclFloat32;
 }
@@ -82,7 +85,8 @@ std::string nccl_version() {
 class NcclCommunicator final : public DeviceCommunicator {
  public:
   // Takes ownership of `comm`, initialized (ready) for `rank` of `size` on `device`.
-  NcclCommunicator(ncclComm_t comm, int rank, int size, int device, const DeviceCommOptions& options)
+  NcclCommunicator(ncclComm_t comm, int rank, int size, int device,
+                   const DeviceCommOptions& options)
       : comm_(comm), rank_(rank), size_(size), device_(device), options_(options) {
     try {
       check_cuda_status(cudaSetDevice(device_), "cudaSetDevice");
@@ -147,9 +151,11 @@ class NcclCommunicator final : public DeviceCommunicator {
   bool emulated() const override { return false; }
   std::string describe() const override {
     auto limit = [](int v) { return v > 0 ? std::to_string(v) : std::string("default"); };
-    return nccl_version() + ", " + std::to_string(size_) + " ranks (one GPU each; this rank on "
-           "device " + std::to_string(device_) + "), CTAs min " + limit(options_.nccl_min_ctas) +
-           " max " + limit(options_.nccl_max_ctas) + ", non-blocking communicator";
+    return nccl_version() + ", " + std::to_string(size_) +
+           " ranks (one GPU each; this rank on "
+           "device " +
+           std::to_string(device_) + "), CTAs min " + limit(options_.nccl_min_ctas) + " max " +
+           limit(options_.nccl_max_ctas) + ", non-blocking communicator";
   }
   cudaStream_t stream() const override { return stream_; }
 
@@ -173,7 +179,8 @@ class NcclCommunicator final : public DeviceCommunicator {
       throw_if_aborted();  // abort() frees comm_ between the check above and here
       check_nccl(ncclAllReduce(data, data, count, nccl_type(dtype),
                                op == ReduceOp::kAverage ? ncclAvg : ncclSum, comm_, stream_),
-                 "ncclAllReduce of " + info.describe() + " on rank " + std::to_string(rank_), comm_);
+                 "ncclAllReduce of " + info.describe() + " on rank " + std::to_string(rank_),
+                 comm_);
     }
     if (group_depth_ > 0) {
       // Launched at ncclGroupEnd: the done event goes after it (group_end()).
@@ -243,10 +250,10 @@ class NcclCommunicator final : public DeviceCommunicator {
   const int device_;
   const DeviceCommOptions options_;
   cudaStream_t stream_ = nullptr;
-  std::mutex comm_mutex_;  // NCCL calls on comm_ from the issuing and progress threads
+  std::mutex comm_mutex_;             // NCCL calls on comm_ from the issuing and progress threads
   std::atomic<bool> aborted_{false};  // comm_ aborted or destroyed: never call NCCL on it
   bool finalizing_ = false;           // owner thread only
-  int group_depth_ = 0;                  // issuing thread only
+  int group_depth_ = 0;               // issuing thread only
   std::vector<CudaDeviceWorkPtr> grouped_;  // issued inside the open group
   std::unique_ptr<DeviceProgress> progress_;
 };
@@ -274,7 +281,8 @@ std::vector<std::unique_ptr<DeviceCommunicator>> make_nccl_local(const DeviceCom
     if (set != cudaSuccess || (result != ncclSuccess && result != ncclInProgress)) {
       ncclGroupEnd();
       abort_all();
-      if (set != cudaSuccess) check_cuda_status(set, ("cudaSetDevice(" + std::to_string(r) + ")").c_str());
+      if (set != cudaSuccess)
+        check_cuda_status(set, ("cudaSetDevice(" + std::to_string(r) + ")").c_str());
       check_nccl(result, "ncclCommInitRankConfig (rank " + std::to_string(r) + " of " +
                              std::to_string(ranks) + ")");
     }
@@ -296,7 +304,7 @@ std::vector<std::unique_ptr<DeviceCommunicator>> make_nccl_local(const DeviceCom
     try {
       out.push_back(std::make_unique<NcclCommunicator>(c, r, ranks, r, options));
     } catch (...) {
-      c = nullptr;  // the constructor aborted it
+      c = nullptr;                           // the constructor aborted it
       for (auto& made : out) made->abort();  // finalize would wait for the missing rank
       out.clear();
       abort_all();
@@ -322,7 +330,8 @@ std::unique_ptr<DeviceCommunicator> make_nccl_process(const DeviceCommOptions& o
   for (std::size_t i = 0; i < wire.size(); ++i) {
     id.internal[i] = static_cast<char>(static_cast<unsigned char>(wire[i]));
   }
-  check_cuda_status(cudaSetDevice(device), ("cudaSetDevice(" + std::to_string(device) + ")").c_str());
+  check_cuda_status(cudaSetDevice(device),
+                    ("cudaSetDevice(" + std::to_string(device) + ")").c_str());
   ncclConfig_t config = make_config(options);
   ncclComm_t comm = nullptr;
   const std::string what = "ncclCommInitRankConfig (rank " + std::to_string(host.rank()) + " of " +

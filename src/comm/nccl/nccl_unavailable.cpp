@@ -16,7 +16,8 @@ std::vector<std::unique_ptr<DeviceCommunicator>> make_nccl_local(const DeviceCom
   no_nccl();
 }
 
-std::unique_ptr<DeviceCommunicator> make_nccl_process(const DeviceCommOptions&, Communicator&, int) {
+std::unique_ptr<DeviceCommunicator> make_nccl_process(const DeviceCommOptions&, Communicator&,
+                                                      int) {
   no_nccl();
 }
 

@@ -154,8 +154,9 @@ __global__ void softmax_ce_forward_kernel(float* probs, float* row_loss, const f
   // max - z[t] first, in double as the CPU does: with large logits, adding log(sum) to
   // max before subtracting z[t] would cancel to ulp(max).
   if (threadIdx.x == 0) {
-    row_loss[row] = static_cast<float>(static_cast<double>(logf(sum)) +
-                                       (static_cast<double>(max) - static_cast<double>(z[targets[row]])));
+    row_loss[row] =
+        static_cast<float>(static_cast<double>(logf(sum)) +
+                           (static_cast<double>(max) - static_cast<double>(z[targets[row]])));
   }
 }
 

@@ -165,7 +165,8 @@ class GpuMicrobench final : public Workload {
   }
 
   Timeline run(Scenario scenario, int steps) override {
-    if (gemm_count_ == 0) gemm_count_ = spec_.bench.gemm_count > 0 ? spec_.bench.gemm_count : calibrate();
+    if (gemm_count_ == 0)
+      gemm_count_ = spec_.bench.gemm_count > 0 ? spec_.bench.gemm_count : calibrate();
     Timeline timeline;
     timeline.ranks = static_cast<int>(ranks_.size());
     const std::size_t capacity = static_cast<std::size_t>(steps) * 4 + 64;
@@ -244,9 +245,10 @@ class GpuMicrobench final : public Workload {
     const int n = spec_.bench.gemm_n;
     const double flops = 2.0 * n * n * n;
     for (int i = 0; i < count; ++i) {
-      const auto region = g.timer->begin(g.compute.get(), Lane::kCompute, SpanKind::kKernel, i, flops);
-      cuda::gemm(g.blas, precision_, false, false, n, n, n, 1.0f, g.a.data(), n, g.b.data(), n, 0.0f,
-                 g.c.data(), n);
+      const auto region =
+          g.timer->begin(g.compute.get(), Lane::kCompute, SpanKind::kKernel, i, flops);
+      cuda::gemm(g.blas, precision_, false, false, n, n, n, 1.0f, g.a.data(), n, g.b.data(), n,
+                 0.0f, g.c.data(), n);
       g.timer->end(g.compute.get(), region);
     }
   }
@@ -254,8 +256,8 @@ class GpuMicrobench final : public Workload {
   // Enqueues the all-reduce behind what the compute stream holds now.
   DeviceWorkPtr allreduce(GpuRank& g, int step) const {
     TANDEM_CUDA_CHECK(cudaEventRecord(g.ready.get(), g.compute.get()));
-    return g.comm->allreduce(g.grad.data(), g.grad.size(), DeviceDtype::kFloat32, ReduceOp::kAverage,
-                             g.ready.get(), {.step = step, .tag = 0});
+    return g.comm->allreduce(g.grad.data(), g.grad.size(), DeviceDtype::kFloat32,
+                             ReduceOp::kAverage, g.ready.get(), {.step = step, .tag = 0});
   }
 
   // The compute stream waits for the all-reduce, then marks the iteration's end on the
@@ -310,8 +312,8 @@ class GpuMicrobench final : public Workload {
         TANDEM_CUDA_CHECK(cudaEventElapsedTime(&gemm_ms, t0.get(), t1.get()));
         TANDEM_CUDA_CHECK(cudaEventElapsedTime(&allreduce_ms, t1.get(), t2.get()));
       }
-      counts[r] = std::clamp(static_cast<int>(std::ceil(allreduce_ms / std::max(gemm_ms, 1e-3f))), 1,
-                             100000);
+      counts[r] = std::clamp(static_cast<int>(std::ceil(allreduce_ms / std::max(gemm_ms, 1e-3f))),
+                             1, 100000);
     });
     return counts.front();
   }

@@ -17,7 +17,7 @@
 namespace tandem {
 
 struct GpuMicrobenchSpec {
-  MicrobenchSpec bench;         // gemm_n, gemm_count (0: calibrated), allreduce_bytes, ranks
+  MicrobenchSpec bench;            // gemm_n, gemm_count (0: calibrated), allreduce_bytes, ranks
   std::string precision = "bf16";  // GEMM inputs: fp32, tf32, fp16, bf16 (fp32 accumulate)
   // The device communicator (comm/device/device_backends.h's DeviceCommOptions, kept free
   // of CUDA headers here so that CPU-only builds compile the CLI).

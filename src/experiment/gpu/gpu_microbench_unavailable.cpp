@@ -5,8 +5,9 @@
 namespace tandem {
 
 std::unique_ptr<Workload> make_gpu_microbench_workload(const GpuMicrobenchSpec&) {
-  throw UsageError("--device cuda: this build of tandem has no CUDA (configure with the CUDA "
-                   "toolkit installed, or -DTANDEM_CUDA=ON to insist)");
+  throw UsageError(
+      "--device cuda: this build of tandem has no CUDA (configure with the CUDA "
+      "toolkit installed, or -DTANDEM_CUDA=ON to insist)");
 }
 
 int cuda_device_count() { return 0; }

@@ -139,8 +139,8 @@ std::string inputs_table(const json& inputs) {
                     count("step_windows")});
   }
   return "<div class=\"scroll\">" +
-         table({"file", "format", "rank", "rank from", "compute", "comm", "memory",
-                "unmatched", "ProfilerStep windows"},
+         table({"file", "format", "rank", "rank from", "compute", "comm", "memory", "unmatched",
+                "ProfilerStep windows"},
                rows) +
          "</div>";
 }
@@ -155,11 +155,11 @@ std::string analyze_body(const Results& r, const ReportOptions& options) {
   int ranks = 0;
   for (const json& st : steps) ranks = std::max(ranks, st.value("ranks", 0));
 
-  std::string body = "<h1>tandem analyze: " +
-                     escape(std::to_string(inputs.size()) + " trace file" +
-                            (inputs.size() == 1 ? "" : "s") + ", " + std::to_string(ranks) +
-                            " rank" + (ranks == 1 ? "" : "s")) +
-                     "</h1>";
+  std::string body =
+      "<h1>tandem analyze: " +
+      escape(std::to_string(inputs.size()) + " trace file" + (inputs.size() == 1 ? "" : "s") +
+             ", " + std::to_string(ranks) + " rank" + (ranks == 1 ? "" : "s")) +
+      "</h1>";
   body += "<p class=\"sub\">" +
           escape(std::to_string(steps.size()) + " iterations analysed after " +
                  json(s.value("warmup", 0)).dump() + " warm-up · " +

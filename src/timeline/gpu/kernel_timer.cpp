@@ -32,7 +32,8 @@ std::string cupti_text(CUptiResult result) {
 }
 
 void check_cupti(CUptiResult result, const char* call) {
-  if (result != CUPTI_SUCCESS) throw RuntimeError(std::string(call) + " failed: " + cupti_text(result));
+  if (result != CUPTI_SUCCESS)
+    throw RuntimeError(std::string(call) + " failed: " + cupti_text(result));
 }
 
 // One kernel as CUPTI reported it (CUPTI's clock).
@@ -192,7 +193,8 @@ KernelTimer::KernelTimer(KernelTimerOptions options) : state_(std::make_unique<S
   }
   std::lock_guard lock(g_state_mutex);
   if (std::find(g_devices.begin(), g_devices.end(), options.device) != g_devices.end()) {
-    fallback_reason_ = "another kernel timer uses CUPTI on device " + std::to_string(options.device);
+    fallback_reason_ =
+        "another kernel timer uses CUPTI on device " + std::to_string(options.device);
     return;
   }
   if (!g_callbacks_registered) {
@@ -315,7 +317,8 @@ KernelTimer::Region KernelTimer::add_region(cudaStream_t stream, Lane lane, Span
 void KernelTimer::end(cudaStream_t stream, Region region) {
   if (source_ == KernelTimingSource::kCupti) return;
   State& s = *state_;
-  if (region.index >= s.regions_used) throw RuntimeError("KernelTimer::end of a region never begun");
+  if (region.index >= s.regions_used)
+    throw RuntimeError("KernelTimer::end of a region never begun");
   check_cuda(cudaEventRecord(s.regions[region.index].end, stream), "cudaEventRecord (region end)");
 }
 
@@ -334,7 +337,8 @@ std::vector<Span> KernelTimer::stop(NameTable* names) {
     // The offset, interpolated linearly in host time between start() and stop().
     auto to_host = [&](std::uint64_t t) {
       const auto raw = static_cast<std::int64_t>(t) + s.offset_start_ns;
-      const double span_ns = static_cast<double>(std::max<std::int64_t>(1, stop_host - s.start_host_ns));
+      const double span_ns =
+          static_cast<double>(std::max<std::int64_t>(1, stop_host - s.start_host_ns));
       const double f = std::clamp(static_cast<double>(raw - s.start_host_ns) / span_ns, 0.0, 1.0);
       return raw + std::llround(f * static_cast<double>(offset_stop - s.offset_start_ns));
     };

@@ -78,8 +78,8 @@ class KernelTimer {
   static bool is_comm_kernel(const std::string& name);
 
  private:
-  Region add_region(cudaStream_t stream, Lane lane, SpanKind kind, std::int32_t tag,
-                    double flops, bool marker);
+  Region add_region(cudaStream_t stream, Lane lane, SpanKind kind, std::int32_t tag, double flops,
+                    bool marker);
   void stop_collecting();
 
   struct State;
