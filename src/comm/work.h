@@ -27,6 +27,19 @@ struct OpInfo {
   NameId name = kNoName;
 
   std::string describe() const;  // "allreduce bucket 3 (25.0 MiB, step 7)"
+  // The comm-lane span of this operation over [start_ns, end_ns).
+  Span comm_span(std::int64_t start_ns, std::int64_t end_ns) const {
+    Span span;
+    span.lane = Lane::kComm;
+    span.kind = kind;
+    span.name = name;
+    span.step = step;
+    span.tag = tag;
+    span.start_ns = start_ns;
+    span.end_ns = end_ns;
+    span.bytes = bytes;
+    return span;
+  }
 };
 
 class Work {

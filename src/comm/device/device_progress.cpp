@@ -225,16 +225,7 @@ void DeviceProgress::complete(const Pending& p) {
     return;
   }
   if (p.recorder != nullptr) {
-    Span span;
-    span.lane = Lane::kComm;
-    span.kind = info.kind;
-    span.name = info.name;
-    span.step = info.step;
-    span.tag = info.tag;
-    span.start_ns = start;
-    span.end_ns = end;
-    span.bytes = info.bytes;
-    p.recorder->record(span);
+    p.recorder->record(info.comm_span(start, end));
   }
   p.work->mark_started(start);
   p.work->finish(end);

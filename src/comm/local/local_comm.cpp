@@ -298,15 +298,7 @@ class LocalCommunicator final : public Communicator {
       end_ns = std::max(now_ns(), data_end_ns + wire_ns);
     }
     if (op.recorder != nullptr) {
-      Span span;
-      span.lane = Lane::kComm;
-      span.kind = info.kind;
-      span.name = info.name;
-      span.step = info.step;
-      span.tag = info.tag;
-      span.start_ns = start_ns;
-      span.end_ns = end_ns;
-      span.bytes = info.bytes;
+      Span span = info.comm_span(start_ns, end_ns);
       span.issue_ns = op.issue_ns;
       op.recorder->record(span);
     }

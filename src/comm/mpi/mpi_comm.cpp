@@ -545,16 +545,7 @@ class MpiCommunicator final : public ProcessCommunicator {
     const std::int64_t end = now_ns();
     const OpInfo& info = op.work->info();
     if (op.recorder != nullptr) {
-      Span span;
-      span.lane = Lane::kComm;
-      span.kind = info.kind;
-      span.name = info.name;
-      span.step = info.step;
-      span.tag = info.tag;
-      span.start_ns = p.start_ns;
-      span.end_ns = end;
-      span.bytes = info.bytes;
-      op.recorder->record(span);
+      op.recorder->record(info.comm_span(p.start_ns, end));
     }
     op.work->mark_started(p.start_ns);
     op.work->finish(end);
