@@ -1,6 +1,7 @@
-// The process-backend registry and the launcher's view of the job.
+// The backend registry and the launcher's view of the job.
 #include "comm/backend_registry.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <map>
 #include <mutex>
@@ -13,7 +14,7 @@ namespace {
 
 struct Registry {
   std::mutex mutex;
-  std::map<std::string, ProcessBackendFactory, std::less<>> factories;
+  std::map<std::string, Backend, std::less<>> backends;
 };
 
 // Function-local: static initializers of other libraries may register before main().
@@ -33,28 +34,59 @@ int env_int(const char* name) {
   }
 }
 
+std::string known_names() {
+  std::string text;
+  for (const std::string& name : backend_names()) text += (text.empty() ? "" : ", ") + name;
+  return text.empty() ? "none" : text;
+}
+
 }  // namespace
 
-bool register_process_backend(std::string_view name, ProcessBackendFactory factory) {
+bool register_backend(Backend backend) {
   Registry& r = registry();
   std::lock_guard<std::mutex> lock(r.mutex);
-  r.factories[std::string(name)] = factory;
+  const std::string name = backend.name;
+  r.backends[name] = std::move(backend);
   return true;
 }
 
-ProcessBackendFactory find_process_backend(std::string_view name) {
+const Backend* find_backend(std::string_view name) {
   Registry& r = registry();
   std::lock_guard<std::mutex> lock(r.mutex);
-  const auto it = r.factories.find(name);
-  return it == r.factories.end() ? nullptr : it->second;
+  const auto it = r.backends.find(name);
+  // Entries are never removed, and std::map nodes do not move: the pointer stays valid.
+  return it == r.backends.end() ? nullptr : &it->second;
 }
 
-std::vector<std::string> process_backend_names() {
+std::vector<std::string> backend_names() {
   Registry& r = registry();
   std::lock_guard<std::mutex> lock(r.mutex);
   std::vector<std::string> names;
-  for (const auto& [name, factory] : r.factories) names.push_back(name);
+  for (const auto& [name, backend] : r.backends) names.push_back(name);
   return names;
+}
+
+const Backend& require_backend(std::string_view name, std::string_view flag) {
+  const Backend* backend = find_backend(name);
+  const std::string prefix = std::string(flag) + " " + std::string(name) + ": ";
+  if (backend == nullptr) {
+    if (name == "mpi") {
+      throw UsageError(prefix +
+                       "this tandem was built without MPI (install libopenmpi-dev and rebuild; "
+                       "CMake said so at configure time)");
+    }
+    if (name == "nccl" || name == "emulated") {
+      throw UsageError(prefix + "this tandem was built without " +
+                       (name == "nccl" ? "NCCL" : "the CUDA toolkit") + " (see docs/GPU.md)");
+    }
+    throw UsageError(prefix + "unknown backend (this tandem has " + known_names() + ")");
+  }
+  if (backend->unavailable != nullptr) {
+    if (const std::string why = backend->unavailable(); !why.empty()) {
+      throw UsageError(prefix + why);
+    }
+  }
+  return *backend;
 }
 
 LaunchedWorld launched_world() {
@@ -76,17 +108,21 @@ LaunchedWorld launched_world() {
   return {};
 }
 
+std::string failure_line(int rank, std::string what) {
+  std::replace(what.begin(), what.end(), '\n', ' ');
+  const std::string me = "rank " + std::to_string(rank);
+  if (what.find(me) != std::string::npos) return "tandem: " + what;
+  return "tandem: " + me + ": " + what;
+}
+
 std::string resolve_backend(std::string_view requested) {
   std::string name(requested);
   if (name == "auto") name = launched_world().size > 1 ? "mpi" : "local";
-  if (name == "local") return name;
-  if (find_process_backend(name) != nullptr) return name;
-  if (name == "mpi") {
-    throw UsageError(
-        "--backend mpi: this tandem was built without MPI (install libopenmpi-dev and "
-        "rebuild; CMake said so at configure time)");
+  if (name != "local" && name != "mpi") {
+    throw UsageError("--backend: unknown backend '" + name + "' (expected auto, local or mpi)");
   }
-  throw UsageError("--backend: unknown backend '" + name + "' (expected auto, local or mpi)");
+  require_backend(name, "--backend");
+  return name;
 }
 
 }  // namespace tandem

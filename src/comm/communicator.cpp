@@ -1,11 +1,5 @@
-// ReduceOp names and the alpha-beta link model used for wire-time emulation.
+// ReduceOp names.
 #include "comm/communicator.h"
-
-#include <cmath>
-#include <cstdio>
-
-#include "core/error.h"
-#include "core/parse.h"
 
 namespace tandem {
 
@@ -17,74 +11,6 @@ std::string_view to_string(ReduceOp op) {
       return "average";
   }
   return "unknown";
-}
-
-LinkModel LinkModel::parse(std::string_view text) {
-  const std::string usage =
-      "expected BANDWIDTH,LATENCY like 25GB/s,5us, got '" + std::string(text) + "'";
-  const std::vector<std::string> parts = split(text, ',');
-  if (parts.size() != 2) throw UsageError(usage);
-  LinkModel link;
-  bool have_bandwidth = false;
-  bool have_latency = false;
-  for (const std::string& raw : parts) {
-    const std::string part = trim(raw);
-    // A rate ends in "/s"; anything else must be the latency.
-    const bool is_rate = part.size() > 2 && part.ends_with("/s");
-    try {
-      if (is_rate && !have_bandwidth) {
-        link.bandwidth_Bps = parse_bandwidth_Bps(part);
-        have_bandwidth = true;
-      } else if (!is_rate && !have_latency) {
-        link.latency_ns = parse_duration_ns(part);
-        have_latency = true;
-      } else {
-        throw UsageError("both parts are " + std::string(is_rate ? "bandwidths" : "latencies"));
-      }
-    } catch (const UsageError& e) {
-      throw UsageError(usage + " (" + e.what() + ")");
-    }
-  }
-  return link;
-}
-
-std::string LinkModel::describe() const {
-  if (!enabled()) return "none";
-  char buf[64];
-  if (bandwidth_Bps >= 1e9) {
-    std::snprintf(buf, sizeof buf, "%.1f GB/s", bandwidth_Bps / 1e9);
-  } else {
-    std::snprintf(buf, sizeof buf, "%.1f MB/s", bandwidth_Bps / 1e6);
-  }
-  return std::string(buf) + ", " + format_duration_ns(static_cast<double>(latency_ns)) +
-         " (emulated)";
-}
-
-std::int64_t LinkModel::wire_time_ns(SpanKind kind, std::int64_t bytes, int n) const {
-  if (!enabled()) return 0;
-  const double alpha = static_cast<double>(latency_ns);
-  const double ns_per_byte = 1e9 / bandwidth_Bps;
-  // One message of `message_bytes`, repeated `steps` times (ring schedule).
-  auto steps_of = [&](double steps, double message_bytes) {
-    return static_cast<std::int64_t>(std::llround(steps * (alpha + message_bytes * ns_per_byte)));
-  };
-  const double chunk = n > 0 ? static_cast<double>(bytes) / n : 0;
-  switch (kind) {
-    case SpanKind::kSend:
-    case SpanKind::kRecv:
-      return steps_of(1, static_cast<double>(bytes));
-    case SpanKind::kAllreduce:
-      return n > 1 ? steps_of(2.0 * (n - 1), chunk) : 0;
-    case SpanKind::kReduceScatter:
-    case SpanKind::kAllgather:
-      return n > 1 ? steps_of(n - 1, chunk) : 0;
-    case SpanKind::kBroadcast:
-      return n > 1 ? steps_of(1, static_cast<double>(bytes)) : 0;
-    case SpanKind::kBarrier:
-      return n > 1 ? steps_of(2.0 * (n - 1), 0) : 0;
-    default:
-      return steps_of(1, static_cast<double>(bytes));
-  }
 }
 
 }  // namespace tandem

@@ -1,31 +1,49 @@
-// The Communicator contract that every backend (local threads, MPI, NCCL) implements.
+// The Communicator contract that every backend (local threads, MPI processes, NCCL and
+// the emulated ring on GPUs) implements: one set of collectives over host or device
+// buffers, each returning a Work (comm/work.h) with c10d's meaning of completion.
 //
 // Rules every backend keeps:
 // - Every operation is asynchronous: it returns a Work at once and runs later, in issue
 //   order, off the calling thread. Buffers must stay alive and untouched until the Work
-//   completes.
-// - All ranks issue the same collectives in the same order (as MPI requires).
+//   completes (for device memory: until the bound stream has waited on it).
+// - All ranks issue the same collectives in the same order (as MPI requires); point to
+//   point operations match by (peer, tag) in issue order.
 // - fp32 only. Sum is deterministic where the backend can promise it (local: each
-//   element is summed in rank order 0..n-1).
+//   element is summed in rank order 0..n-1, so reduce_scatter equals the matching
+//   block of allreduce bit for bit).
+// - Buffers live in memory() : host memory, or the memory of CUDA device device().
+//   Device backends order their work after everything enqueued on the bound stream at
+//   issue time, and Work::wait() makes that stream wait (bind_stream).
 // - A rank's communication spans go to the recorder set with set_recorder(), written
 //   only by the backend's communication thread.
 // - The backend fills OpInfo::kind and OpInfo::bytes from the operation itself (bytes:
 //   the whole array for reduce_scatter and allgather, as in nccl-tests); the caller's
 //   step, tag and name are kept.
+// - abort() ends what can end: later operations fail at once, and peers waiting for this
+//   rank fail instead of waiting forever; drain() returns once no operation touches a
+//   caller's buffer any more. A rank that fails calls both before its buffers die.
 #pragma once
 
 #include <cstdint>
 #include <memory>
 #include <span>
+#include <string>
 #include <string_view>
 
 #include "comm/work.h"
 #include "timeline/recorder.h"
 
+// cudaStream_t without the CUDA headers: the core names the type, device backends use it.
+struct CUstream_st;
+
 namespace tandem {
+
+using ComputeStream = CUstream_st*;
 
 enum class ReduceOp : std::uint8_t { kSum, kAverage };
 std::string_view to_string(ReduceOp op);
+
+enum class MemoryKind : std::uint8_t { kHost, kDevice };
 
 class Communicator {
  public:
@@ -33,14 +51,22 @@ class Communicator {
 
   virtual int rank() const = 0;
   virtual int size() const = 0;
-  virtual std::string_view backend_name() const = 0;
+  virtual std::string_view backend_name() const = 0;  // "local", "mpi", "nccl", "emulated"
+  // One line for reports: library, version, algorithm, limits.
+  virtual std::string describe() const = 0;
+  // Where the buffers live; device(): the CUDA ordinal for kDevice, -1 for host memory.
+  virtual MemoryKind memory() const { return MemoryKind::kHost; }
+  virtual int device() const { return -1; }
+  // True when no real peer exists (the single-GPU emulation): every output says so.
+  virtual bool emulated() const { return false; }
 
   // data := op over ranks of data.
   virtual WorkPtr allreduce(std::span<float> data, ReduceOp op, OpInfo info = {}) = 0;
   // input has size()*output.size() elements; rank r receives block r of the reduction.
   virtual WorkPtr reduce_scatter(std::span<const float> input, std::span<float> output,
                                  ReduceOp op, OpInfo info = {}) = 0;
-  // output has size()*input.size() elements; block r is rank r's input.
+  // output has size()*input.size() elements; block r is rank r's input. The input may be
+  // this rank's own block of the output (in place).
   virtual WorkPtr allgather(std::span<const float> input, std::span<float> output,
                             OpInfo info = {}) = 0;
   // data := root's data.
@@ -48,9 +74,27 @@ class Communicator {
   // Completes once every rank has issued it.
   virtual WorkPtr barrier(OpInfo info = {}) = 0;
   // Point to point; a send matches the recv of the same tag from this rank at `peer`,
-  // in issue order.
+  // in issue order. Tags are >= 0.
   virtual WorkPtr send(std::span<const float> data, int peer, int tag, OpInfo info = {}) = 0;
   virtual WorkPtr recv(std::span<float> data, int peer, int tag, OpInfo info = {}) = 0;
+
+  // Operations issued between group_start() and group_end() start together (an NCCL
+  // group: a send and a recv of one exchange cannot deadlock each other). Each still
+  // returns its own Work. Host backends start every operation as issued anyway.
+  virtual void group_start() {}
+  virtual void group_end() {}
+
+  // Device backends: the stream whose work precedes later operations and that
+  // Work::wait() makes wait. Host backends ignore it. Set before issuing.
+  virtual void bind_stream(ComputeStream stream) { (void)stream; }
+
+  // See the header comment. `reason` ends up in the errors of what fails.
+  virtual void abort(const std::string& reason) = 0;
+  virtual void drain() = 0;
+  // Starts a clean shutdown that the destructor completes. NCCL's finalize completes only
+  // once every rank of a node has started it, so whoever owns several ranks calls this on
+  // every one before destroying any (launchers do).
+  virtual void begin_shutdown() {}
 
   // Where this rank's comm spans go (may be null: none recorded). Set before issuing.
   void set_recorder(RankRecorder* recorder) { recorder_ = recorder; }
@@ -60,22 +104,6 @@ class Communicator {
 
  private:
   RankRecorder* recorder_ = nullptr;
-};
-
-// Link emulation: alpha-beta wire time added after the real data movement, to mimic a
-// slower interconnect than shared memory. Always reported as emulated.
-struct LinkModel {
-  double bandwidth_Bps = 0;    // beta^-1
-  std::int64_t latency_ns = 0;  // alpha
-  bool enabled() const { return bandwidth_Bps > 0; }
-
-  // Parses "25GB/s,5us" (either part may come first); throws UsageError.
-  static LinkModel parse(std::string_view text);
-  std::string describe() const;  // "25.0 GB/s, 5 us (emulated)"
-  // Wire time of one operation on n ranks, as a ring algorithm would spend it:
-  // allreduce 2(n-1) steps of bytes/n, reduce_scatter/allgather n-1 steps of bytes/n
-  // (bytes = the whole array), broadcast and send/recv one message, barrier 2(n-1) alphas.
-  std::int64_t wire_time_ns(SpanKind kind, std::int64_t bytes, int n) const;
 };
 
 }  // namespace tandem

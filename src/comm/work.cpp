@@ -3,6 +3,7 @@
 
 #include <utility>
 
+#include "core/clock.h"
 #include "core/error.h"
 #include "core/parse.h"
 
@@ -18,10 +19,38 @@ std::string OpInfo::describe() const {
   return text;
 }
 
+Span OpInfo::comm_span(std::int64_t start_ns, std::int64_t end_ns) const {
+  return Span{.lane = Lane::kComm,
+              .kind = kind,
+              .name = name,
+              .step = step,
+              .tag = tag,
+              .start_ns = start_ns,
+              .end_ns = end_ns,
+              .bytes = bytes};
+}
+
+Work::Work(OpInfo info, int rank, std::chrono::nanoseconds timeout)
+    : info_(info), rank_(rank), timeout_(timeout) {}
+
+std::exception_ptr Work::timeout_error(std::int64_t elapsed_ns) const {
+  return std::make_exception_ptr(TimeoutError(
+      "rank " + std::to_string(rank_) + ": " + info_.describe() + " not complete after " +
+      format_duration_ns(static_cast<double>(elapsed_ns))));
+}
+
 void Work::wait() {
-  std::unique_lock<std::mutex> lock(mutex_);
-  done_cv_.wait(lock, [this] { return done_; });
-  if (error_) std::rethrow_exception(error_);
+  if (!stream_wait_) {
+    synchronize();
+    return;
+  }
+  if (const std::exception_ptr error = exception()) std::rethrow_exception(error);
+  stream_wait_();
+}
+
+void Work::synchronize() {
+  const std::int64_t start = now_ns();
+  if (!wait_for(timeout_)) std::rethrow_exception(timeout_error(now_ns() - start));
 }
 
 bool Work::wait_for(std::chrono::nanoseconds timeout) {

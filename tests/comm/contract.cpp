@@ -252,4 +252,36 @@ void contract_invalid_arguments(Communicator& comm) {
                [&](std::size_t) { return static_cast<float>(n); });
 }
 
+void contract_timeout_names_operation(Communicator& comm) {
+  const int n = comm.size();
+  std::vector<float> data(5, 1.0f);
+  // Nobody ever sends with this tag.
+  WorkPtr recv = comm.recv(data, (comm.rank() + 1) % n, 12345, {.step = 3});
+  try {
+    recv->synchronize();
+    fail(comm, "recv without a sender", "completed");
+  } catch (const TimeoutError& e) {
+    const std::string what = e.what();
+    const std::string expected = "rank " + std::to_string(comm.rank()) + ": recv (20 B, step 3)";
+    if (what.find(expected) == std::string::npos ||
+        what.find("not complete after") == std::string::npos) {
+      fail(comm, "recv without a sender", "timeout message '" + what + "' does not start with '" +
+                                              expected + " not complete after'");
+    }
+  }
+  bool ended = false;
+  try {
+    ended = recv->wait_for(std::chrono::seconds(60));
+  } catch (const RuntimeError&) {
+    ended = true;
+  }
+  if (!ended) fail(comm, "recv without a sender", "still in flight a minute after its timeout");
+  if (recv->exception() == nullptr) fail(comm, "recv without a sender", "ended without an error");
+  // Still usable.
+  WorkPtr work = comm.allreduce(data, ReduceOp::kSum);
+  wait_ok(comm, "allreduce after a timeout", *work, SpanKind::kAllreduce, data.size());
+  check_values(comm, "allreduce after a timeout", data,
+               [&](std::size_t) { return static_cast<float>(n); });
+}
+
 }  // namespace tandem

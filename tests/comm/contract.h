@@ -37,5 +37,10 @@ void contract_many_in_flight(Communicator& comm, std::size_t n_elems);
 // Bad roots, peers and sizes fail their Work with RuntimeError (rethrown by wait, kept
 // by exception(), test() true), and the communicator keeps working afterwards.
 void contract_invalid_arguments(Communicator& comm);
+// A receive whose sender never arrives: waiting throws TimeoutError within the
+// communicator's timeout (keep it short), naming the rank and the operation, and the
+// backend then withdraws it, so its Work ends failed instead of hanging. The
+// communicator stays usable.
+void contract_timeout_names_operation(Communicator& comm);
 
 }  // namespace tandem

@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include "comm/communicator.h"
+#include "comm/link_model.h"
 #include "core/error.h"
 
 namespace tandem {

@@ -17,8 +17,9 @@ namespace {
 // Runs rank_main on every rank, each on its own thread, and rethrows the first failure.
 // A failing rank destroys its communicator, which aborts the world, so peers blocked on
 // it fail too instead of hanging.
-void run_ranks(int ranks, const std::function<void(Communicator&)>& rank_main) {
-  auto comms = make_local_communicators(LocalOptions{.ranks = ranks});
+void run_ranks(int ranks, const std::function<void(Communicator&)>& rank_main,
+               std::chrono::nanoseconds timeout = std::chrono::seconds(300)) {
+  auto comms = make_local_communicators(LocalOptions{.ranks = ranks, .timeout = timeout});
   std::mutex mutex;
   std::exception_ptr first_error;
   std::vector<std::thread> threads;
@@ -97,6 +98,10 @@ class LocalContractRanks : public ::testing::TestWithParam<int> {};
 TEST_P(LocalContractRanks, Barrier) { run_ranks(GetParam(), contract_barrier); }
 
 TEST_P(LocalContractRanks, InvalidArguments) { run_ranks(GetParam(), contract_invalid_arguments); }
+
+TEST_P(LocalContractRanks, TimeoutNamesTheOperation) {
+  run_ranks(GetParam(), contract_timeout_names_operation, std::chrono::milliseconds(100));
+}
 
 INSTANTIATE_TEST_SUITE_P(Ranks, LocalContractRanks, ::testing::Range(1, 9));
 

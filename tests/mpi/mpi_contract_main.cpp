@@ -8,6 +8,7 @@
 // Only rank 0 prints gtest's progress; every rank prints its own failures.
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <memory>
@@ -82,6 +83,12 @@ INSTANTIATE_TEST_SUITE_P(Sizes, MpiContract,
 TEST(MpiContractRanks, Barrier) { run_case(contract_barrier); }
 
 TEST(MpiContractRanks, InvalidArguments) { run_case(contract_invalid_arguments); }
+
+// Run by its own ctest entry with --timeout=1 (every other case keeps the default).
+TEST(MpiContractRanks, TimeoutNamesTheOperation) {
+  if (g_comm->timeout() > std::chrono::seconds(5)) GTEST_SKIP() << "needs --timeout=1";
+  run_case(contract_timeout_names_operation);
+}
 
 // Work::wait_for gives up without cancelling, and the operation still completes later.
 // Rank 0's receive cannot complete before rank 1 sends, and rank 1 sends only after a
@@ -175,13 +182,16 @@ class FailurePrinter : public ::testing::EmptyTestEventListener {
 int main(int argc, char** argv) {
   ::testing::InitGoogleTest(&argc, argv);
   std::string algorithm = "auto";
+  double timeout_s = 120;
   for (int i = 1; i < argc; ++i) {
     if (std::strncmp(argv[i], "--allreduce=", 12) == 0) algorithm = argv[i] + 12;
+    if (std::strncmp(argv[i], "--timeout=", 10) == 0) timeout_s = std::atof(argv[i] + 10);
   }
   std::unique_ptr<tandem::ProcessCommunicator> comm;
   try {
     comm = tandem::make_mpi_communicator(
-        {.timeout_ns = 120'000'000'000, .allreduce_algorithm = algorithm});
+        {.timeout = std::chrono::nanoseconds(static_cast<std::int64_t>(timeout_s * 1e9)),
+         .allreduce_algorithm = algorithm});
   } catch (const std::exception& e) {
     std::fprintf(stderr, "mpi contract: %s\n", e.what());
     return 1;

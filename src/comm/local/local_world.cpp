@@ -1,8 +1,9 @@
-// Rendezvous, mailbox and abort for the ranks of one `local` world.
+// Rendezvous, mailbox and abort for the ranks of one `local` world (local_world.h).
 #include "comm/local/local_world.h"
 
-#include <utility>
+#include <cstring>
 
+#include "comm/local/local_comm.h"
 #include "core/clock.h"
 #include "core/error.h"
 
@@ -14,149 +15,177 @@ std::string rank_str(int rank) { return "rank " + std::to_string(rank); }
 }  // namespace
 
 LocalWorld::LocalWorld(int ranks, LinkModel link)
-    : ranks_(ranks), link_(link), posts_(static_cast<std::size_t>(ranks), nullptr) {
-  for (int r = 0; r < ranks; ++r) queues_.push_back(std::make_unique<RankQueue>());
+    : ranks_(ranks), link_(link), members_(static_cast<std::size_t>(ranks), nullptr) {}
+
+void LocalWorld::join(int rank, LocalCommunicator* member) {
+  std::lock_guard lock(mutex_);
+  members_[static_cast<std::size_t>(rank)] = member;
 }
 
-// Arrives at the current rendezvous generation and blocks until every rank has arrived
-// (lock held throughout). Throws RuntimeError if abortable and the world aborts first; the
-// arrival is withdrawn then, so no rank can pass this generation without us.
-//
-// Note [no spinning]: waiters block on the condition variable at once. Spinning first was
-// measured (bench/allreduce_bench, 2 cores): it made small allreduces slower (31 us at
-// 200 pauses and 1 ms at 20000, against 29 us without), because with more threads than
-// cores the spinner takes the core its peer needs; it would also steal cycles from the
-// compute that tandem overlaps with communication, which is what it measures.
-void LocalWorld::wait_until_passed(std::unique_lock<std::mutex>& lock, bool abortable) {
-  const std::uint64_t generation = generation_;
-  if (++arrived_ == ranks_) {
-    arrived_ = 0;
-    if (abortable) group_error_ = validate();
-    ++generation_;
-    cv_.notify_all();
-    return;
-  }
-  cv_.wait(lock, [&] { return generation_ != generation || (abortable && aborted()); });
-  if (generation_ == generation) {
-    --arrived_;
-    throw RuntimeError(kAbortedReason);
+void LocalWorld::leave(int rank) {
+  std::lock_guard lock(mutex_);
+  members_[static_cast<std::size_t>(rank)] = nullptr;
+}
+
+void LocalWorld::wake_all() {
+  for (LocalCommunicator* member : members_) {
+    if (member != nullptr) member->wake_from_world();
   }
 }
 
-CollectiveGroup LocalWorld::join(int rank, const LocalOp& op) {
-  std::unique_lock<std::mutex> lock(mutex_);
-  if (aborted()) throw RuntimeError(kAbortedReason);
-  posts_[static_cast<std::size_t>(rank)] = &op;
-  wait_until_passed(lock, /*abortable=*/true);
-  // The pointers stay valid until this rank calls leave(): no rank can finish its op
-  // before every rank has left.
-  return CollectiveGroup{posts_, group_error_};
+void LocalWorld::post(std::uint64_t seq, const LocalPost* post) {
+  std::lock_guard lock(mutex_);
+  Group& group = groups_[seq];
+  if (group.posts.empty()) group.posts.assign(static_cast<std::size_t>(ranks_), nullptr);
+  TANDEM_CHECK(group.posts[static_cast<std::size_t>(post->rank)] == nullptr);
+  group.posts[static_cast<std::size_t>(post->rank)] = post;
+  if (++group.posted == ranks_) {
+    group.error = validate(group);
+    group.start_ns = now_ns();
+    wake_all();
+  }
 }
 
-void LocalWorld::leave() {
-  std::unique_lock<std::mutex> lock(mutex_);
-  wait_until_passed(lock, /*abortable=*/false);
+LocalWorld::GroupView LocalWorld::view(std::uint64_t seq) {
+  std::lock_guard lock(mutex_);
+  const Group& group = groups_.at(seq);
+  GroupView view;
+  view.formed = group.posted == ranks_;
+  if (!view.formed) return view;
+  view.posts = group.posts;
+  view.error = group.error;
+  view.start_ns = group.start_ns;
+  view.all_moved = group.moved == ranks_;
+  view.data_end_ns = group.data_end_ns;
+  return view;
+}
+
+void LocalWorld::moved(std::uint64_t seq) {
+  std::lock_guard lock(mutex_);
+  Group& group = groups_.at(seq);
+  if (++group.moved == ranks_) {
+    group.data_end_ns = now_ns();
+    wake_all();
+  }
+}
+
+void LocalWorld::release(std::uint64_t seq) {
+  std::lock_guard lock(mutex_);
+  const auto it = groups_.find(seq);
+  if (it != groups_.end() && ++it->second.released == ranks_) groups_.erase(it);
+}
+
+bool LocalWorld::withdraw(std::uint64_t seq, int rank) {
+  std::lock_guard lock(mutex_);
+  const auto it = groups_.find(seq);
+  if (it == groups_.end()) return true;
+  Group& group = it->second;
+  if (group.posted == ranks_) return false;
+  const auto r = static_cast<std::size_t>(rank);
+  if (group.posts[r] != nullptr) {
+    group.posts[r] = nullptr;
+    --group.posted;
+  }
+  if (group.posted == 0) groups_.erase(it);
+  return true;
 }
 
 // Checks that all ranks issued the same collective with consistent arguments. Runs on
 // the last rank to arrive, under mutex_; every rank then reports the same error.
-std::string LocalWorld::validate() const {
-  const LocalOp& first = *posts_[0];
-  const auto n = static_cast<std::size_t>(ranks_);
+std::string LocalWorld::validate(const Group& group) const {
+  const LocalPost& first = *group.posts[0];
   for (int r = 0; r < ranks_; ++r) {
-    const LocalOp& op = *posts_[static_cast<std::size_t>(r)];
-    if (op.kind != first.kind) {
+    const LocalPost& p = *group.posts[static_cast<std::size_t>(r)];
+    if (p.kind != first.kind) {
       return "collective mismatch: rank 0 issued " + std::string(to_string(first.kind)) + " but " +
-             rank_str(r) + " issued " + std::string(to_string(op.kind));
+             rank_str(r) + " issued " + std::string(to_string(p.kind));
     }
-    if (op.op != first.op) {
-      return "reduce op mismatch: rank 0 uses " + std::string(to_string(first.op)) + ", " +
-             rank_str(r) + " uses " + std::string(to_string(op.op));
+    if (p.reduce != first.reduce) {
+      return "reduce op mismatch: rank 0 uses " + std::string(to_string(first.reduce)) + ", " +
+             rank_str(r) + " uses " + std::string(to_string(p.reduce));
     }
-    switch (op.kind) {
-      case SpanKind::kReduceScatter:
-        if (op.input_count != n * op.output_count) {
-          return rank_str(r) + " passed " + std::to_string(op.input_count) +
-                 " input elements for " + std::to_string(op.output_count) +
-                 " output elements (need size() * output = " + std::to_string(n * op.output_count) +
-                 ")";
-        }
-        break;
-      case SpanKind::kAllgather:
-        if (op.output_count != n * op.input_count) {
-          return rank_str(r) + " passed " + std::to_string(op.output_count) +
-                 " output elements for " + std::to_string(op.input_count) +
-                 " input elements (need size() * input = " + std::to_string(n * op.input_count) +
-                 ")";
-        }
-        break;
-      case SpanKind::kBroadcast:
-        if (op.peer < 0 || op.peer >= ranks_) {
-          return "root " + std::to_string(op.peer) + " out of range [0, " + std::to_string(ranks_) +
-                 ") on " + rank_str(r);
-        }
-        if (op.peer != first.peer) {
-          return "root mismatch: rank 0 uses root " + std::to_string(first.peer) + ", " +
-                 rank_str(r) + " uses " + std::to_string(op.peer);
-        }
-        break;
-      default:
-        break;
+    if (p.kind == SpanKind::kBroadcast && p.peer != first.peer) {
+      return "root mismatch: rank 0 uses root " + std::to_string(first.peer) + ", " + rank_str(r) +
+             " uses " + std::to_string(p.peer);
     }
-    if (op.output_count != first.output_count) {
-      return "size mismatch: rank 0 passed " + std::to_string(first.output_count) + " elements, " +
-             rank_str(r) + " passed " + std::to_string(op.output_count);
+    if (p.output_count != first.output_count) {
+      return "size mismatch: rank 0 passed " + std::to_string(first.output_count) +
+             " elements, " + rank_str(r) + " passed " + std::to_string(p.output_count);
     }
   }
   return {};
 }
 
-std::optional<LocalOp> LocalWorld::match_or_park(const LocalOp& op) {
-  const bool is_send = op.kind == SpanKind::kSend;
-  const auto key = is_send ? std::make_tuple(op.rank, op.peer, op.tag)
-                           : std::make_tuple(op.peer, op.rank, op.tag);
-  std::lock_guard<std::mutex> lock(mailbox_mutex_);
-  if (aborted()) throw RuntimeError(kAbortedReason);
-  Channel& channel = channels_[key];
-  std::deque<LocalOp>& partners = is_send ? channel.recvs : channel.sends;
-  if (!partners.empty()) {
-    LocalOp partner = std::move(partners.front());
-    partners.pop_front();
-    return partner;
-  }
-  (is_send ? channel.sends : channel.recvs).push_back(op);
-  RankQueue& queue = this->queue(op.rank);
-  std::lock_guard<std::mutex> queue_lock(queue.mutex);
-  ++queue.unmatched;
-  return std::nullopt;
-}
-
-void LocalWorld::hand_back(MatchedOp matched) {
-  RankQueue& queue = this->queue(matched.op.rank);
+void LocalWorld::match(P2p* mine) {
+  const bool is_send = mine->post.kind == SpanKind::kSend;
+  const LocalPost& p = mine->post;
+  const auto key = is_send ? std::make_tuple(p.rank, p.peer, p.tag)
+                           : std::make_tuple(p.peer, p.rank, p.tag);
+  P2p* partner = nullptr;
   {
-    std::lock_guard<std::mutex> lock(queue.mutex);
-    queue.matched.push_back(std::move(matched));
-    --queue.unmatched;
-  }
-  queue.cv.notify_all();
-}
-
-void LocalWorld::abort() {
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    aborted_.store(true, std::memory_order_release);
-  }
-  cv_.notify_all();
-  // Parked p2p ops will never be matched now: fail them on their own ranks' threads.
-  std::lock_guard<std::mutex> lock(mailbox_mutex_);
-  const std::int64_t now = now_ns();
-  for (auto& [key, channel] : channels_) {
-    for (auto* parked : {&channel.sends, &channel.recvs}) {
-      for (LocalOp& op : *parked) hand_back(MatchedOp{std::move(op), now, now, kAbortedReason});
-      parked->clear();
+    std::lock_guard lock(mutex_);
+    std::deque<P2p*>& waiting = is_send ? recvs_[key] : sends_[key];
+    if (waiting.empty()) {
+      (is_send ? sends_ : recvs_)[key].push_back(mine);
+      return;
     }
+    partner = waiting.front();
+    waiting.pop_front();
+    partner->state = P2pState::kCopying;
+    mine->state = P2pState::kCopying;
   }
-  channels_.clear();
+  // Outside the lock: a large copy must not stall every other rank's rendezvous.
+  P2p& sender = is_send ? *mine : *partner;
+  P2p& receiver = is_send ? *partner : *mine;
+  std::string error;
+  const std::int64_t start = now_ns();
+  if (sender.post.input_count != receiver.post.output_count) {
+    error = "size mismatch: rank " + std::to_string(sender.post.rank) + " sends " +
+            std::to_string(sender.post.input_count) + " elements, rank " +
+            std::to_string(receiver.post.rank) + " receives " +
+            std::to_string(receiver.post.output_count);
+  } else if (sender.post.input_count > 0) {
+    std::memcpy(receiver.post.output, sender.post.input,
+                sender.post.input_count * sizeof(float));
+  }
+  const std::int64_t end = now_ns();
+  std::lock_guard lock(mutex_);
+  for (P2p* side : {&sender, &receiver}) {
+    side->state = P2pState::kDone;
+    side->start_ns = start;
+    side->data_end_ns = end;
+    side->error = error;
+  }
+  LocalCommunicator* other = members_[static_cast<std::size_t>(partner->post.rank)];
+  if (other != nullptr) other->wake_from_world();
+}
+
+LocalWorld::P2p LocalWorld::snapshot(const P2p* mine) {
+  std::lock_guard lock(mutex_);
+  return *mine;
+}
+
+bool LocalWorld::withdraw(P2p* mine) {
+  std::lock_guard lock(mutex_);
+  if (mine->state == P2pState::kCopying) return false;
+  if (mine->state == P2pState::kDone) return true;
+  const LocalPost& p = mine->post;
+  const bool is_send = p.kind == SpanKind::kSend;
+  const auto key = is_send ? std::make_tuple(p.rank, p.peer, p.tag)
+                           : std::make_tuple(p.peer, p.rank, p.tag);
+  std::deque<P2p*>& parked = (is_send ? sends_ : recvs_)[key];
+  std::erase(parked, mine);
+  return true;
+}
+
+void LocalWorld::abort(const std::string& reason) {
+  if (aborted_.exchange(true)) return;
+  // Under the lock, so no member leaves (and dies) meanwhile. A member's abort() calls
+  // back into this function, which returns at once now, and takes no world lock.
+  std::lock_guard lock(mutex_);
+  for (LocalCommunicator* member : members_) {
+    if (member != nullptr) member->abort(reason);
+  }
 }
 
 }  // namespace tandem

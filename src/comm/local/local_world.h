@@ -1,72 +1,47 @@
 // Internal to the `local` backend: what the ranks of one world share.
 //
-// - A two-phase collective rendezvous (join, then leave) counted by generation. Between
-//   the phases every rank may read and write every other rank's buffers; leave() returns
-//   only once all ranks are done with them, so no buffer is released while another rank
-//   still touches it.
-// - A point-to-point mailbox keyed by (src, dst, tag): an operation waits there until
-//   its partner is issued, and whichever side comes second moves the data.
-// - Per-rank queues feeding each rank's communication thread.
-// - An abort flag: it ends every wait that depends on another rank (join, the mailbox)
-//   and fails those operations; waits that only need running ranks (leave) still finish.
+// - Collectives meet by sequence number: the k-th collective each rank starts belongs to
+//   group k. A group forms once every rank has posted to it; from then on every rank may
+//   read and write every other rank's buffers, and each rank's communication thread
+//   moves its own share of the data. A group is complete once every share has moved;
+//   only then may any rank's operation complete, so no buffer is released while another
+//   rank still touches it.
+// - A point-to-point mailbox keyed by (src, dst, tag): an operation parks there until its
+//   partner is started, and whichever side comes second copies the data.
+// - Abort: posts to groups that have not formed and parked point-to-point operations can
+//   be withdrawn (they fail); formed groups run to their end, which needs only the
+//   ranks' communication threads.
+// Every call is made from a rank's communication thread, except abort().
 #pragma once
 
 #include <atomic>
-#include <condition_variable>
 #include <cstdint>
 #include <deque>
 #include <map>
-#include <memory>
 #include <mutex>
-#include <optional>
 #include <string>
 #include <tuple>
 #include <vector>
 
-#include "comm/communicator.h"
+#include "comm/link_model.h"
+#include "comm/progress_communicator.h"
 
 namespace tandem {
 
-// One issued operation, handed from the issuing thread to the rank's comm thread.
-// For allreduce and broadcast, input and output are the same buffer.
-struct LocalOp {
+class LocalCommunicator;
+
+// One rank's part of an operation, as its peers see it. Lives in the Op's state until
+// the operation has left the world.
+struct LocalPost {
   SpanKind kind = SpanKind::kOther;
-  int rank = 0;  // the issuing rank
+  int rank = 0;
   const float* input = nullptr;
   std::size_t input_count = 0;
   float* output = nullptr;
   std::size_t output_count = 0;
-  ReduceOp op = ReduceOp::kSum;
-  int peer = -1;  // broadcast: root; send/recv: the other rank
-  int tag = 0;    // send/recv matching tag
-  WorkPtr work{};
-  RankRecorder* recorder = nullptr;  // captured at issue: set_recorder() precedes issuing
-  std::int64_t issue_ns = 0;         // when the caller issued it (Span::issue_ns)
-};
-
-// A point-to-point operation whose data has moved (or that failed), returned to the comm
-// thread of the rank that issued it so that thread records its span and completes it.
-struct MatchedOp {
-  LocalOp op;
-  std::int64_t start_ns = 0;
-  std::int64_t data_end_ns = 0;
-  std::string error;  // empty: success
-};
-
-// Work waiting for one rank's comm thread. Guarded by `mutex`.
-struct RankQueue {
-  std::mutex mutex;
-  std::condition_variable cv;
-  std::deque<LocalOp> ops;
-  std::deque<MatchedOp> matched;
-  int unmatched = 0;  // p2p ops of this rank parked in the mailbox
-  bool stopping = false;
-};
-
-// The contributions of all ranks to one collective, in rank order.
-struct CollectiveGroup {
-  std::vector<const LocalOp*> ops;
-  std::string error;  // the same on every rank; empty when the group is consistent
+  ReduceOp reduce = ReduceOp::kSum;
+  int peer = -1;
+  int tag = 0;
 };
 
 class LocalWorld {
@@ -75,55 +50,69 @@ class LocalWorld {
 
   int size() const { return ranks_; }
   const LinkModel& link() const { return link_; }
-  RankQueue& queue(int rank) { return *queues_[static_cast<std::size_t>(rank)]; }
 
-  // Phase 1 of a collective: publishes `op` (which must stay alive until leave()) and
-  // waits for every rank. Throws RuntimeError if the world aborts first. Every rank that
-  // returns must call leave(), also when the group carries an error.
-  CollectiveGroup join(int rank, const LocalOp& op);
-  // Phase 2: waits until every rank has called leave(). Not abortable: every rank that
-  // passed join() gets here without help from any user thread.
-  void leave();
+  void join(int rank, LocalCommunicator* member);
+  void leave(int rank);
 
-  // A send or recv: returns its partner, removed from the mailbox, if that was issued
-  // already; otherwise parks `op` until the partner arrives. Throws RuntimeError once
-  // the world is aborted.
-  std::optional<LocalOp> match_or_park(const LocalOp& op);
-  // Hands a matched (or failed) parked op back to its rank's comm thread.
-  void hand_back(MatchedOp matched);
+  // ---- collectives ----
+  // Posts `post` as this rank's part of group `seq`; wakes every rank once it forms.
+  void post(std::uint64_t seq, const LocalPost* post);
+  // What a rank may do with group `seq` now.
+  struct GroupView {
+    bool formed = false;
+    std::vector<const LocalPost*> posts;  // in rank order, once formed
+    std::string error;                    // the same on every rank; empty when consistent
+    std::int64_t start_ns = 0;            // when it formed
+    bool all_moved = false;
+    std::int64_t data_end_ns = 0;  // when the last share moved
+  };
+  GroupView view(std::uint64_t seq);
+  // This rank's share has moved; wakes every rank once all have.
+  void moved(std::uint64_t seq);
+  // This rank is done with group `seq` (all shares moved; it will not look again).
+  void release(std::uint64_t seq);
+  // Takes this rank's post back if the group has not formed; false if it has.
+  bool withdraw(std::uint64_t seq, int rank);
 
-  // Ends every wait on other ranks and fails what waits there; idempotent.
-  void abort();
-  bool aborted() const { return aborted_.load(std::memory_order_acquire); }
+  // ---- point to point ----
+  enum class P2pState : std::uint8_t { kParked, kCopying, kDone };
+  struct P2p {
+    LocalPost post;
+    P2pState state = P2pState::kParked;
+    std::int64_t start_ns = 0;
+    std::int64_t data_end_ns = 0;
+    std::string error;
+  };
+  // Parks `mine` or, if its partner waits already, copies the data between them.
+  void match(P2p* mine);
+  // Under the world's lock: this operation's state.
+  P2p snapshot(const P2p* mine);
+  // Takes a parked operation back; false while its data is being copied.
+  bool withdraw(P2p* mine);
+
+  // Aborts every member (Communicator::abort) once; idempotent.
+  void abort(const std::string& reason);
 
  private:
-  void wait_until_passed(std::unique_lock<std::mutex>& lock, bool abortable);
-  std::string validate() const;
+  struct Group {
+    std::vector<const LocalPost*> posts;
+    int posted = 0;
+    int moved = 0;
+    int released = 0;
+    std::string error;
+    std::int64_t start_ns = 0;
+    std::int64_t data_end_ns = 0;
+  };
+  std::string validate(const Group& group) const;
+  void wake_all();  // with mutex_ held
 
   const int ranks_;
   const LinkModel link_;
-  std::vector<std::unique_ptr<RankQueue>> queues_;
-  std::atomic<bool> aborted_{false};
-
-  // Rendezvous, all under mutex_ (posts_ and group_error_ are also read without it between
-  // join() and leave(), when no rank can write them).
   std::mutex mutex_;
-  std::condition_variable cv_;
-  int arrived_ = 0;
-  std::uint64_t generation_ = 0;
-  std::vector<const LocalOp*> posts_;
-  std::string group_error_;
-
-  // Mailbox. Per key, at most one of the two queues is non-empty.
-  struct Channel {
-    std::deque<LocalOp> sends;
-    std::deque<LocalOp> recvs;
-  };
-  std::mutex mailbox_mutex_;  // taken before any RankQueue::mutex, never after
-  std::map<std::tuple<int, int, int>, Channel> channels_;  // (src, dst, tag)
+  std::vector<LocalCommunicator*> members_;
+  std::map<std::uint64_t, Group> groups_;
+  std::map<std::tuple<int, int, int>, std::deque<P2p*>> sends_, recvs_;  // (src, dst, tag)
+  std::atomic<bool> aborted_{false};
 };
-
-inline constexpr const char* kAbortedReason =
-    "aborted (a communicator of this world was destroyed)";
 
 }  // namespace tandem

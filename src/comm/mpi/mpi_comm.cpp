@@ -1,6 +1,6 @@
-// The `mpi` backend: a communication thread per process owns every MPI call between
-// initialization and finalization, posts the non-blocking operation of each Work in issue
-// order and polls them (see mpi_comm.h).
+// The `mpi` backend: a ProgressCommunicator whose communication thread owns every MPI
+// call between initialization and finalization, posts the non-blocking operation of each
+// Work in issue order and polls them (see mpi_comm.h).
 #include "comm/mpi/mpi_comm.h"
 
 #include <mpi.h>
@@ -9,13 +9,8 @@
 #include <algorithm>
 #include <atomic>
 #include <climits>
-#include <condition_variable>
 #include <cstdio>
 #include <cstring>
-#include <deque>
-#include <functional>
-#include <mutex>
-#include <optional>
 #include <thread>
 #include <utility>
 
@@ -69,126 +64,60 @@ constexpr std::size_t kRingSegmentElems = (256 << 10) / sizeof(float);  // 256 K
 // MPI may be initialized once per process.
 std::atomic<bool> g_mpi_used{false};
 
-// One issued operation, from the issuing thread to the communication thread.
-// For allreduce and broadcast, input and output are the same buffer.
-struct MpiOp {
-  SpanKind kind = SpanKind::kOther;
-  const float* input = nullptr;
-  std::size_t input_count = 0;
-  float* output = nullptr;
-  std::size_t output_count = 0;
-  ReduceOp op = ReduceOp::kSum;
-  int peer = -1;  // broadcast: root; send/recv: the other rank
-  int tag = 0;
-  WorkPtr work{};
-  RankRecorder* recorder = nullptr;
-  std::function<void()> task{};  // set: run on the comm thread once nothing is in flight
+
+// What MPI initialization learns, before the communicator (and its skeleton) exists.
+struct MpiState {
+  bool owns_mpi = false;
+  int thread_level = MPI_THREAD_SINGLE;
+  MPI_Comm comm = MPI_COMM_NULL;       // user operations
+  MPI_Comm task_comm = MPI_COMM_NULL;  // the backend's own tasks (clock, gathers)
+  MPI_Comm ring_comm = MPI_COMM_NULL;  // ring allreduce messages
+  int rank = 0;
+  int size = 1;
+  int tag_ub = 32767;
+  int hosts = 1;
+  int ranks_on_host = 1;
+  int local_rank = 0;
+  std::string host_name;
+  std::string library;
 };
 
-// An operation the communication thread has posted and polls.
-struct Posted {
-  MpiOp op;
-  std::int64_t start_ns = 0;
+MpiState init_mpi();
+
+// An operation's MPI side.
+struct MpiOpState final : OpState {
   MPI_Request request = MPI_REQUEST_NULL;
   std::unique_ptr<RingAllreduce> ring{};  // ring allreduce: progressed instead of tested
   bool ring_waiting = false;              // queued behind the ring that runs now
 };
 
-std::int64_t payload_bytes(const MpiOp& op) {
-  const std::size_t count = op.kind == SpanKind::kReduceScatter || op.kind == SpanKind::kSend
-                                ? op.input_count
-                                : op.output_count;
-  return static_cast<std::int64_t>(count * sizeof(float));
-}
-
 class MpiCommunicator final : public ProcessCommunicator {
  public:
-  MpiCommunicator(const ProcessBackendOptions& options, Algorithm algorithm)
-      : timeout_ns_(options.timeout_ns),
+  MpiCommunicator(const BackendOptions& options, Algorithm algorithm, MpiState state)
+      : ProcessCommunicator({.rank = state.rank, .size = state.size, .timeout = options.timeout}),
         poll_sleep_ns_(options.poll_sleep_ns < 0 ? 0 : options.poll_sleep_ns),
-        algorithm_(algorithm) {
-    init_mpi();
-    thread_ = std::thread([this] { run(); });
+        algorithm_(algorithm),
+        m_(std::move(state)) {
+    start_thread();
   }
 
   ~MpiCommunicator() override {
-    {
-      std::lock_guard<std::mutex> lock(mutex_);
-      stopping_ = true;
-    }
-    cv_.notify_all();
-    thread_.join();
+    stop_thread();
     // The communication thread has ended: this thread may call MPI again.
-    MPI_Comm_free(&ring_comm_);
-    MPI_Comm_free(&task_comm_);
-    MPI_Comm_free(&comm_);
-    if (owns_mpi_) MPI_Finalize();
+    MPI_Comm_free(&m_.ring_comm);
+    MPI_Comm_free(&m_.task_comm);
+    MPI_Comm_free(&m_.comm);
+    if (m_.owns_mpi) MPI_Finalize();
   }
 
-  int rank() const override { return rank_; }
-  int size() const override { return size_; }
   std::string_view backend_name() const override { return "mpi"; }
-
-  WorkPtr allreduce(std::span<float> data, ReduceOp op, OpInfo info) override {
-    return issue({.kind = SpanKind::kAllreduce,
-                  .input = data.data(),
-                  .input_count = data.size(),
-                  .output = data.data(),
-                  .output_count = data.size(),
-                  .op = op},
-                 info);
-  }
-  WorkPtr reduce_scatter(std::span<const float> input, std::span<float> output, ReduceOp op,
-                         OpInfo info) override {
-    return issue({.kind = SpanKind::kReduceScatter,
-                  .input = input.data(),
-                  .input_count = input.size(),
-                  .output = output.data(),
-                  .output_count = output.size(),
-                  .op = op},
-                 info);
-  }
-  WorkPtr allgather(std::span<const float> input, std::span<float> output, OpInfo info) override {
-    return issue({.kind = SpanKind::kAllgather,
-                  .input = input.data(),
-                  .input_count = input.size(),
-                  .output = output.data(),
-                  .output_count = output.size()},
-                 info);
-  }
-  WorkPtr broadcast(std::span<float> data, int root, OpInfo info) override {
-    return issue({.kind = SpanKind::kBroadcast,
-                  .input = data.data(),
-                  .input_count = data.size(),
-                  .output = data.data(),
-                  .output_count = data.size(),
-                  .peer = root},
-                 info);
-  }
-  WorkPtr barrier(OpInfo info) override { return issue({.kind = SpanKind::kBarrier}, info); }
-  WorkPtr send(std::span<const float> data, int peer, int tag, OpInfo info) override {
-    return issue({.kind = SpanKind::kSend,
-                  .input = data.data(),
-                  .input_count = data.size(),
-                  .peer = peer,
-                  .tag = tag},
-                 info);
-  }
-  WorkPtr recv(std::span<float> data, int peer, int tag, OpInfo info) override {
-    return issue({.kind = SpanKind::kRecv,
-                  .output = data.data(),
-                  .output_count = data.size(),
-                  .peer = peer,
-                  .tag = tag},
-                 info);
-  }
 
   std::string describe() const override {
     std::string poll = poll_sleep_ns_ > 0
                            ? "sleep " + format_duration_ns(static_cast<double>(poll_sleep_ns_))
                            : std::string("yield");
-    return library_ + ", " + thread_level_name(thread_level_) + ", allreduce " + algorithm_name() +
-           ", idle poll " + poll;
+    return m_.library + ", " + thread_level_name(m_.thread_level) + ", allreduce " +
+           algorithm_name() + ", idle poll " + poll;
   }
   std::string algorithm_name() const {
     switch (algorithm_) {
@@ -201,149 +130,205 @@ class MpiCommunicator final : public ProcessCommunicator {
     }
     return "?";
   }
-  int hosts() const override { return hosts_; }
-  int ranks_on_host() const override { return ranks_on_host_; }
-  std::string host_name() const override { return host_name_; }
+  int hosts() const override { return m_.hosts; }
+  int ranks_on_host() const override { return m_.ranks_on_host; }
+  int local_rank() const override { return m_.local_rank; }
+  std::string host_name() const override { return m_.host_name; }
 
   std::vector<ClockOffset> estimate_clock_offsets(int rounds) override {
     std::vector<ClockOffset> offsets;
-    run_task({.kind = SpanKind::kOther}, [&] { offsets = ping_pong(std::max(1, rounds)); });
+    run_task([&] { offsets = ping_pong(std::max(1, rounds)); });
     return offsets;
   }
 
   std::vector<std::string> gather_bytes(std::string_view mine, int root) override {
     std::vector<std::string> all;
-    run_task({.kind = SpanKind::kOther}, [&] { all = gather(mine, root); });
+    run_task([&] { all = gather(mine, root); });
     return all;
+  }
+
+  std::string broadcast_bytes(std::string_view mine, int root) override {
+    std::string out;
+    run_task([&] { out = broadcast_string(mine, root); });
+    return out;
   }
 
   [[noreturn]] void abort_job(int exit_code) override {
     std::fflush(stdout);
     std::fflush(stderr);
-    if (thread_level_ == MPI_THREAD_MULTIPLE) MPI_Abort(MPI_COMM_WORLD, exit_code);
+    if (m_.thread_level == MPI_THREAD_MULTIPLE) MPI_Abort(MPI_COMM_WORLD, exit_code);
     // SERIALIZED: only the communication thread may call MPI now; it aborts at its next
     // poll. If it is stuck outside MPI for long, leave without MPI's help.
-    {
-      std::lock_guard<std::mutex> lock(mutex_);
-      abort_code_ = exit_code;
-    }
-    cv_.notify_all();
+    abort_code_.store(exit_code);
+    wake();
     std::this_thread::sleep_for(std::chrono::seconds(30));
     std::_Exit(exit_code);
   }
 
+  // After abort(): operations MPI cannot withdraw would keep the caller's buffers in use,
+  // so a drain with any of them in flight ends the job (printing the abort's reason) on
+  // the communication thread instead of waiting. Without abort, drain waits.
+  void drain() override {
+    if (!abort_reason().empty()) {
+      end_job_if_busy_.store(true);
+      wake();
+    }
+    ProgressCommunicator::drain();
+  }
+
+ protected:
+  void start(Op& op) override {
+    check_job_abort();
+    validate(op);
+    auto state = std::make_unique<MpiOpState>();
+    MpiOpState& st = *state;
+    op.state = std::move(state);
+    const auto in_count = static_cast<int>(op.input_count);
+    const auto out_count = static_cast<int>(op.output_count);
+    switch (op.kind) {
+      case SpanKind::kAllreduce:
+        if (algorithm_ == Algorithm::kRing ||
+            (algorithm_ == Algorithm::kAuto && op.work->info().bytes >= kAutoRingBytes)) {
+          // One ring at a time (mpi_ring.h): later ones wait in issue order.
+          st.ring_waiting = true;
+          if (!ring_busy_) start_ring(op, st);
+          return;
+        }
+        check_mpi(MPI_Iallreduce(MPI_IN_PLACE, op.output, out_count, MPI_FLOAT, MPI_SUM, m_.comm,
+                                 &st.request),
+                  "MPI_Iallreduce");
+        return;
+      case SpanKind::kReduceScatter:
+        check_mpi(MPI_Ireduce_scatter_block(op.input, op.output, out_count, MPI_FLOAT, MPI_SUM,
+                                            m_.comm, &st.request),
+                  "MPI_Ireduce_scatter_block");
+        return;
+      case SpanKind::kAllgather: {
+        // MPI forbids aliased buffers: my block already in place is MPI_IN_PLACE.
+        const bool in_place =
+            op.input == op.output + static_cast<std::size_t>(rank()) * op.input_count;
+        check_mpi(MPI_Iallgather(in_place ? MPI_IN_PLACE : op.input, in_count, MPI_FLOAT,
+                                 op.output, in_count, MPI_FLOAT, m_.comm, &st.request),
+                  "MPI_Iallgather");
+        return;
+      }
+      case SpanKind::kBroadcast:
+        check_mpi(MPI_Ibcast(op.output, out_count, MPI_FLOAT, op.peer, m_.comm, &st.request),
+                  "MPI_Ibcast");
+        return;
+      case SpanKind::kBarrier:
+        check_mpi(MPI_Ibarrier(m_.comm, &st.request), "MPI_Ibarrier");
+        return;
+      case SpanKind::kSend:
+        check_mpi(MPI_Isend(op.input, in_count, MPI_FLOAT, op.peer, op.tag, m_.comm, &st.request),
+                  "MPI_Isend");
+        return;
+      case SpanKind::kRecv:
+        check_mpi(
+            MPI_Irecv(op.output, out_count, MPI_FLOAT, op.peer, op.tag, m_.comm, &st.request),
+            "MPI_Irecv");
+        return;
+      default:
+        throw RuntimeError("unsupported operation");
+    }
+  }
+
+  bool test(Op& op) override {
+    check_job_abort();
+    auto& st = static_cast<MpiOpState&>(*op.state);
+    bool done = false;
+    if (st.ring_waiting) {
+      if (!ring_busy_) start_ring(op, st);
+      return false;
+    }
+    try {
+      if (st.ring) {
+        done = st.ring->progress();
+      } else {
+        int flag = 0;
+        check_mpi(MPI_Test(&st.request, &flag, MPI_STATUS_IGNORE), "MPI_Test");
+        done = flag != 0;
+      }
+    } catch (...) {
+      if (st.ring) ring_busy_ = false;
+      throw;
+    }
+    if (!done) return false;
+    if (st.ring) ring_busy_ = false;
+    // Average is a sum divided here.
+    if (op.reduce == ReduceOp::kAverage &&
+        (op.kind == SpanKind::kAllreduce || op.kind == SpanKind::kReduceScatter)) {
+      const auto n = static_cast<float>(size());
+      for (std::size_t i = 0; i < op.output_count; ++i) op.output[i] /= n;
+    }
+    return true;
+  }
+
+  // A ring that has not started is MPI's to forget, and a receive can be cancelled
+  // (MPI_Cancel); other posted requests run on.
+  bool cancel(Op& op) override {
+    if (!op.state) return true;
+    auto& st = static_cast<MpiOpState&>(*op.state);
+    if (st.ring_waiting) return true;
+    if (op.kind != SpanKind::kRecv || st.request == MPI_REQUEST_NULL) return false;
+    if (MPI_Cancel(&st.request) != MPI_SUCCESS) return false;
+    // A cancelled receive completes at once (or it had matched: then it is complete).
+    MPI_Wait(&st.request, MPI_STATUS_IGNORE);
+    return true;
+  }
+
+  void idle(std::size_t in_flight, int idle_polls) override {
+    check_job_abort();
+    if (in_flight > 0 && end_job_if_busy_.load()) end_job_in_flight();
+    if (in_flight == 0) {
+      wait_for_wake(0);
+      return;
+    }
+    back_off(idle_polls);
+  }
+
  private:
-  // Constructing thread, before the communication thread exists.
-  void init_mpi() {
-    if (g_mpi_used.exchange(true)) {
-      throw RuntimeError("mpi backend: MPI can be initialized once per process, and it was");
-    }
-    int initialized = 0;
-    MPI_Initialized(&initialized);
-    if (initialized) {
-      MPI_Query_thread(&thread_level_);
-    } else {
-      check_mpi(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_MULTIPLE, &thread_level_),
-                "MPI_Init_thread");
-      owns_mpi_ = true;
-    }
-    if (thread_level_ < MPI_THREAD_SERIALIZED) {
-      const std::string level = thread_level_name(thread_level_);
-      if (owns_mpi_) MPI_Finalize();
-      throw RuntimeError(
-          "mpi backend: the MPI library provides only " + level +
-          "; tandem's communication thread needs MPI_THREAD_SERIALIZED or better (ask your "
-          "MPI for thread support, e.g. Open MPI built with --enable-mpi-thread-multiple)");
-    }
-    // Private communicators: user operations, backend tasks and ring messages never
-    // match each other. Errors come back as codes and become failed Works.
-    MPI_Comm_dup(MPI_COMM_WORLD, &comm_);
-    MPI_Comm_dup(MPI_COMM_WORLD, &task_comm_);
-    MPI_Comm_dup(MPI_COMM_WORLD, &ring_comm_);
-    for (MPI_Comm c : {comm_, task_comm_, ring_comm_})
-      MPI_Comm_set_errhandler(c, MPI_ERRORS_RETURN);
-    MPI_Comm_rank(comm_, &rank_);
-    MPI_Comm_size(comm_, &size_);
-    int* tag_ub = nullptr;
-    int found = 0;
-    MPI_Comm_get_attr(MPI_COMM_WORLD, MPI_TAG_UB, &tag_ub, &found);
-    if (found && tag_ub != nullptr) tag_ub_ = *tag_ub;
-
-    char name[MPI_MAX_PROCESSOR_NAME];
-    int length = 0;
-    MPI_Get_processor_name(name, &length);
-    host_name_.assign(name, static_cast<std::size_t>(length));
-    MPI_Comm host_comm;
-    MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &host_comm);
-    int host_rank = 0;
-    MPI_Comm_size(host_comm, &ranks_on_host_);
-    MPI_Comm_rank(host_comm, &host_rank);
-    MPI_Comm_free(&host_comm);
-    int leader = host_rank == 0 ? 1 : 0;
-    MPI_Allreduce(&leader, &hosts_, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
-
-    char version[MPI_MAX_LIBRARY_VERSION_STRING];
-    MPI_Get_library_version(version, &length);
-    library_.assign(version, static_cast<std::size_t>(length));
-    library_ = library_.substr(0, library_.find_first_of(",\n"));
+  void check_job_abort() {
+    const int code = abort_code_.load();
+    if (code >= 0) MPI_Abort(MPI_COMM_WORLD, code);
   }
 
-  // Caller's thread: wraps the op in a Work and queues it; never calls MPI.
-  WorkPtr issue(MpiOp op, OpInfo info) {
-    op.recorder = recorder();
-    info.kind = op.kind;
-    info.bytes = payload_bytes(op);
-    op.work = std::make_shared<Work>(info);
-    WorkPtr work = op.work;
-    {
-      std::lock_guard<std::mutex> lock(mutex_);
-      queue_.push_back(std::move(op));
+  // See drain(): one line naming why, then the whole job ends.
+  [[noreturn]] void end_job_in_flight() {
+    const Op* op = oldest_in_flight();
+    std::string reason = abort_reason();
+    if (reason.starts_with("aborted: ")) reason = reason.substr(9);
+    std::fprintf(stderr, "%s\n", failure_line(rank(), reason).c_str());
+    if (op != nullptr && reason.find("in flight") != std::string::npos) {
+      std::fprintf(stderr, "tandem: rank %d: %s was still in flight after %s\n", rank(),
+                   op->work->info().describe().c_str(),
+                   format_duration_ns(static_cast<double>(now_ns() - op->issue_ns)).c_str());
     }
-    cv_.notify_all();
-    return work;
+    std::fflush(stderr);
+    MPI_Abort(MPI_COMM_WORLD, 1);
+    std::_Exit(1);
   }
 
-  // Runs `body` on the communication thread after everything issued before it has
-  // completed, and waits for it; rethrows what it threw.
-  void run_task(MpiOp op, std::function<void()> body) {
-    op.task = std::move(body);
-    WorkPtr work = issue(std::move(op), OpInfo{});
-    work->wait();
+  void validate(const Op& op) const {
+    const auto too_big = [](std::size_t count) {
+      return count > static_cast<std::size_t>(INT_MAX);
+    };
+    if (too_big(op.input_count) || too_big(op.output_count)) {
+      throw RuntimeError("more than INT_MAX elements in one MPI operation");
+    }
+    if ((op.kind == SpanKind::kSend || op.kind == SpanKind::kRecv) && op.tag > m_.tag_ub) {
+      throw RuntimeError("tag " + std::to_string(op.tag) + " out of MPI's range [0, " +
+                         std::to_string(m_.tag_ub) + "]");
+    }
   }
 
-  // ---- the communication thread ----
-
-  void run() {
-    int idle_polls = 0;
-    for (;;) {
-      std::deque<MpiOp> fresh;
-      {
-        std::unique_lock<std::mutex> lock(mutex_);
-        if (posted_.empty()) {
-          cv_.wait(lock, [this] { return !queue_.empty() || stopping_ || abort_code_ >= 0; });
-        }
-        if (abort_code_ >= 0) MPI_Abort(MPI_COMM_WORLD, abort_code_);
-        if (stopping_ && queue_.empty() && posted_.empty()) return;
-        if (stopping_ && queue_.empty()) {
-          // The owner is destroying us with operations still in flight: give them the
-          // timeout, as a waiter would, then end the job rather than hang in finalize.
-          if (stop_deadline_ns_ == 0) stop_deadline_ns_ = now_ns() + timeout_ns_;
-          if (now_ns() > stop_deadline_ns_) abort_in_flight();
-        }
-        fresh.swap(queue_);
-      }
-      for (MpiOp& op : fresh) {
-        if (op.task) {
-          drain();
-          run_task_here(op);
-        } else {
-          post(std::move(op));
-        }
-      }
-      const bool completed = poll();
-      idle_polls = completed || !fresh.empty() ? 0 : idle_polls + 1;
-      if (!posted_.empty()) back_off(idle_polls);
-    }
+  void start_ring(Op& op, MpiOpState& st) {
+    st.ring = std::make_unique<RingAllreduce>(
+        m_.ring_comm, std::span<float>(op.output, op.output_count), kRingSegmentElems,
+        ring_scratch_);
+    st.ring_waiting = false;
+    op.start_ns = now_ns();
+    ring_busy_ = true;
   }
 
   // Note [progress polling]: MPI moves a non-blocking operation's data only inside MPI
@@ -362,233 +347,17 @@ class MpiCommunicator final : public ProcessCommunicator {
     }
   }
 
-  // Validates and posts one operation, or fails its Work at once.
-  void post(MpiOp op) {
-    Posted p{.op = std::move(op), .start_ns = now_ns()};
-    try {
-      validate(p.op);
-      start(p);
-    } catch (const std::exception& e) {
-      fail(p.op, e.what());
-      return;
-    }
-    posted_.push_back(std::move(p));
-  }
-
-  void validate(const MpiOp& op) const {
-    const auto n = static_cast<std::size_t>(size_);
-    const auto too_big = [](std::size_t count) {
-      return count > static_cast<std::size_t>(INT_MAX);
-    };
-    if (too_big(op.input_count) || too_big(op.output_count)) {
-      throw RuntimeError("more than INT_MAX elements in one MPI operation");
-    }
-    switch (op.kind) {
-      case SpanKind::kReduceScatter:
-        if (op.input_count != n * op.output_count) {
-          throw RuntimeError(
-              "rank " + std::to_string(rank_) + " passed " + std::to_string(op.input_count) +
-              " input elements for " + std::to_string(op.output_count) +
-              " output elements (need size() * output = " + std::to_string(n * op.output_count) +
-              ")");
-        }
-        break;
-      case SpanKind::kAllgather:
-        if (op.output_count != n * op.input_count) {
-          throw RuntimeError(
-              "rank " + std::to_string(rank_) + " passed " + std::to_string(op.output_count) +
-              " output elements for " + std::to_string(op.input_count) +
-              " input elements (need size() * input = " + std::to_string(n * op.input_count) + ")");
-        }
-        break;
-      case SpanKind::kBroadcast:
-        if (op.peer < 0 || op.peer >= size_) {
-          throw RuntimeError("root " + std::to_string(op.peer) + " out of range [0, " +
-                             std::to_string(size_) + ")");
-        }
-        break;
-      case SpanKind::kSend:
-      case SpanKind::kRecv:
-        if (op.peer < 0 || op.peer >= size_) {
-          throw RuntimeError("peer " + std::to_string(op.peer) + " out of range [0, " +
-                             std::to_string(size_) + ")");
-        }
-        if (op.tag < 0 || op.tag > tag_ub_) {
-          throw RuntimeError("tag " + std::to_string(op.tag) + " out of MPI's range [0, " +
-                             std::to_string(tag_ub_) + "]");
-        }
-        break;
-      default:
-        break;
-    }
-  }
-
-  void start(Posted& p) {
-    MpiOp& op = p.op;
-    const auto in_count = static_cast<int>(op.input_count);
-    const auto out_count = static_cast<int>(op.output_count);
-    switch (op.kind) {
-      case SpanKind::kAllreduce:
-        if (algorithm_ == Algorithm::kRing ||
-            (algorithm_ == Algorithm::kAuto && op.work->info().bytes >= kAutoRingBytes)) {
-          // One ring at a time (mpi_ring.h): later ones wait in issue order.
-          p.ring_waiting = ring_busy_;
-          if (!ring_busy_) start_ring(p);
-          return;
-        }
-        check_mpi(MPI_Iallreduce(MPI_IN_PLACE, op.output, out_count, MPI_FLOAT, MPI_SUM, comm_,
-                                 &p.request),
-                  "MPI_Iallreduce");
-        return;
-      case SpanKind::kReduceScatter:
-        check_mpi(MPI_Ireduce_scatter_block(op.input, op.output, out_count, MPI_FLOAT, MPI_SUM,
-                                            comm_, &p.request),
-                  "MPI_Ireduce_scatter_block");
-        return;
-      case SpanKind::kAllgather: {
-        // MPI forbids aliased buffers: my block already in place is MPI_IN_PLACE.
-        const bool in_place =
-            op.input == op.output + static_cast<std::size_t>(rank_) * op.input_count;
-        check_mpi(MPI_Iallgather(in_place ? MPI_IN_PLACE : op.input, in_count, MPI_FLOAT, op.output,
-                                 in_count, MPI_FLOAT, comm_, &p.request),
-                  "MPI_Iallgather");
-        return;
-      }
-      case SpanKind::kBroadcast:
-        check_mpi(MPI_Ibcast(op.output, out_count, MPI_FLOAT, op.peer, comm_, &p.request),
-                  "MPI_Ibcast");
-        return;
-      case SpanKind::kBarrier:
-        check_mpi(MPI_Ibarrier(comm_, &p.request), "MPI_Ibarrier");
-        return;
-      case SpanKind::kSend:
-        check_mpi(MPI_Isend(op.input, in_count, MPI_FLOAT, op.peer, op.tag, comm_, &p.request),
-                  "MPI_Isend");
-        return;
-      case SpanKind::kRecv:
-        check_mpi(MPI_Irecv(op.output, out_count, MPI_FLOAT, op.peer, op.tag, comm_, &p.request),
-                  "MPI_Irecv");
-        return;
-      default:
-        throw RuntimeError("unsupported operation");
-    }
-  }
-
-  void start_ring(Posted& p) {
-    p.ring = std::make_unique<RingAllreduce>(ring_comm_,
-                                             std::span<float>(p.op.output, p.op.output_count),
-                                             kRingSegmentElems, ring_scratch_);
-    p.ring_waiting = false;
-    p.start_ns = now_ns();
-    ring_busy_ = true;
-  }
-
-  // Tests everything in flight once; completes what finished. True if anything did.
-  bool poll() {
-    bool completed = false;
-    for (auto it = posted_.begin(); it != posted_.end();) {
-      Posted& p = *it;
-      bool done = false;
-      try {
-        done = test(p);
-      } catch (const std::exception& e) {
-        if (p.ring) ring_busy_ = false;
-        fail(p.op, e.what());
-        it = posted_.erase(it);
-        completed = true;
-        continue;
-      }
-      if (!done) {
-        ++it;
-        continue;
-      }
-      if (p.ring) ring_busy_ = false;
-      complete(p);
-      it = posted_.erase(it);
-      completed = true;
-    }
-    if (completed && !ring_busy_) {
-      for (Posted& p : posted_) {
-        if (p.ring_waiting) {
-          start_ring(p);
-          break;
-        }
-      }
-    }
-    return completed;
-  }
-
-  bool test(Posted& p) {
-    if (p.ring_waiting) return false;
-    if (p.ring) return p.ring->progress();
-    int done = 0;
-    check_mpi(MPI_Test(&p.request, &done, MPI_STATUS_IGNORE), "MPI_Test");
-    return done != 0;
-  }
-
-  void drain() {
-    int idle_polls = 0;
-    while (!posted_.empty()) {
-      idle_polls = poll() ? 0 : idle_polls + 1;
-      back_off(idle_polls);
-    }
-  }
-
-  // Average is a sum divided here; then the span, then the Work (so a waiter sees both).
-  void complete(Posted& p) {
-    const MpiOp& op = p.op;
-    if (op.op == ReduceOp::kAverage &&
-        (op.kind == SpanKind::kAllreduce || op.kind == SpanKind::kReduceScatter)) {
-      const auto n = static_cast<float>(size_);
-      for (std::size_t i = 0; i < op.output_count; ++i) op.output[i] /= n;
-    }
-    const std::int64_t end = now_ns();
-    const OpInfo& info = op.work->info();
-    if (op.recorder != nullptr) {
-      op.recorder->record(info.comm_span(p.start_ns, end));
-    }
-    op.work->mark_started(p.start_ns);
-    op.work->finish(end);
-  }
-
-  void fail(const MpiOp& op, const std::string& reason) {
-    const std::string message =
-        op.work->info().describe() + " on rank " + std::to_string(rank_) + ": " + reason;
-    op.work->fail(std::make_exception_ptr(RuntimeError(message)), now_ns());
-  }
-
-  void run_task_here(MpiOp& op) {
-    try {
-      op.task();
-      op.work->finish(now_ns());
-    } catch (...) {
-      op.work->fail(std::current_exception(), now_ns());
-    }
-  }
-
-  [[noreturn]] void abort_in_flight() {
-    const Posted& p = posted_.front();
-    std::fprintf(stderr,
-                 "tandem: rank %d: communicator destroyed while %s was still in flight after "
-                 "%s; aborting the job\n",
-                 rank_, p.op.work->info().describe().c_str(),
-                 format_duration_ns(static_cast<double>(now_ns() - p.start_ns)).c_str());
-    std::fflush(stderr);
-    MPI_Abort(MPI_COMM_WORLD, 1);
-    std::_Exit(1);
-  }
-
-  // Tasks: blocking steps of the backend itself, on task_comm_, bounded by the timeout.
+  // Tasks: blocking steps of the backend itself, on m_.task_comm, bounded by the timeout.
   void wait_request(MPI_Request& request, const char* what) {
-    const std::int64_t deadline = now_ns() + timeout_ns_;
+    const std::int64_t deadline = now_ns() + timeout().count();
     int idle_polls = 0;
     for (;;) {
       int done = 0;
       check_mpi(MPI_Test(&request, &done, MPI_STATUS_IGNORE), what);
       if (done) return;
       if (now_ns() > deadline) {
-        throw TimeoutError("rank " + std::to_string(rank_) + ": " + what + " not complete after " +
-                           format_duration_ns(static_cast<double>(timeout_ns_)));
+        throw TimeoutError("rank " + std::to_string(rank()) + ": " + what + " not complete after " +
+                           format_duration_ns(static_cast<double>(timeout().count())));
       }
       back_off(++idle_polls);
     }
@@ -603,31 +372,31 @@ class MpiCommunicator final : public ProcessCommunicator {
     std::vector<ClockOffset> offsets;
     std::int64_t message[2] = {0, 0};
     MPI_Request request;
-    if (rank_ != 0) {
+    if (rank() != 0) {
       for (int round = 0; round < rounds; ++round) {
-        check_mpi(MPI_Irecv(message, 1, MPI_INT64_T, 0, 0, task_comm_, &request),
+        check_mpi(MPI_Irecv(message, 1, MPI_INT64_T, 0, 0, m_.task_comm, &request),
                   "clock MPI_Irecv");
         wait_request(request, "clock ping from rank 0");
         message[0] = now_ns();
-        check_mpi(MPI_Isend(message, 1, MPI_INT64_T, 0, 1, task_comm_, &request),
+        check_mpi(MPI_Isend(message, 1, MPI_INT64_T, 0, 1, m_.task_comm, &request),
                   "clock MPI_Isend");
         wait_request(request, "clock pong to rank 0");
       }
       return offsets;
     }
-    offsets.resize(static_cast<std::size_t>(size_));
+    offsets.resize(static_cast<std::size_t>(size()));
     offsets[0].at_ns = now_ns();
-    for (int peer = 1; peer < size_; ++peer) {
+    for (int peer = 1; peer < size(); ++peer) {
       std::int64_t best_rtt = INT64_MAX;
       ClockOffset& best = offsets[static_cast<std::size_t>(peer)];
       for (int round = 0; round < rounds; ++round) {
         std::int64_t reply = 0;
         message[0] = now_ns();
         const std::int64_t t0 = message[0];
-        check_mpi(MPI_Isend(message, 1, MPI_INT64_T, peer, 0, task_comm_, &request),
+        check_mpi(MPI_Isend(message, 1, MPI_INT64_T, peer, 0, m_.task_comm, &request),
                   "clock MPI_Isend");
         wait_request(request, "clock ping");
-        check_mpi(MPI_Irecv(&reply, 1, MPI_INT64_T, peer, 1, task_comm_, &request),
+        check_mpi(MPI_Irecv(&reply, 1, MPI_INT64_T, peer, 1, m_.task_comm, &request),
                   "clock MPI_Irecv");
         wait_request(request, "clock pong");
         const std::int64_t t1 = now_ns();
@@ -647,17 +416,17 @@ class MpiCommunicator final : public ProcessCommunicator {
       throw RuntimeError("gather of more than 2 GiB from one rank");
     }
     int my_size = static_cast<int>(mine.size());
-    std::vector<int> sizes(static_cast<std::size_t>(size_));
+    std::vector<int> sizes(static_cast<std::size_t>(size()));
     MPI_Request request;
     check_mpi(
-        MPI_Igather(&my_size, 1, MPI_INT, sizes.data(), 1, MPI_INT, root, task_comm_, &request),
+        MPI_Igather(&my_size, 1, MPI_INT, sizes.data(), 1, MPI_INT, root, m_.task_comm, &request),
         "MPI_Igather");
     wait_request(request, "gather of sizes");
-    std::vector<int> displs(static_cast<std::size_t>(size_));
+    std::vector<int> displs(static_cast<std::size_t>(size()));
     std::vector<char> buffer;
-    if (rank_ == root) {
+    if (rank() == root) {
       long long total = 0;
-      for (int r = 0; r < size_; ++r) {
+      for (int r = 0; r < size(); ++r) {
         displs[static_cast<std::size_t>(r)] = static_cast<int>(total);
         total += sizes[static_cast<std::size_t>(r)];
         if (total > INT_MAX) throw RuntimeError("gather of more than 2 GiB in all");
@@ -665,12 +434,12 @@ class MpiCommunicator final : public ProcessCommunicator {
       buffer.resize(static_cast<std::size_t>(total));
     }
     check_mpi(MPI_Igatherv(mine.data(), my_size, MPI_BYTE, buffer.data(), sizes.data(),
-                           displs.data(), MPI_BYTE, root, task_comm_, &request),
+                           displs.data(), MPI_BYTE, root, m_.task_comm, &request),
               "MPI_Igatherv");
     wait_request(request, "gather of bytes");
     std::vector<std::string> all;
-    if (rank_ == root) {
-      for (int r = 0; r < size_; ++r) {
+    if (rank() == root) {
+      for (int r = 0; r < size(); ++r) {
         const auto begin = static_cast<std::size_t>(displs[static_cast<std::size_t>(r)]);
         all.emplace_back(buffer.data() + begin,
                          static_cast<std::size_t>(sizes[static_cast<std::size_t>(r)]));
@@ -679,40 +448,92 @@ class MpiCommunicator final : public ProcessCommunicator {
     return all;
   }
 
-  const std::int64_t timeout_ns_;
+
+  std::string broadcast_string(std::string_view mine, int root) {
+    if (mine.size() > static_cast<std::size_t>(INT_MAX)) {
+      throw RuntimeError("broadcast of more than 2 GiB");
+    }
+    int length = static_cast<int>(mine.size());
+    MPI_Request request;
+    check_mpi(MPI_Ibcast(&length, 1, MPI_INT, root, m_.task_comm, &request), "MPI_Ibcast");
+    wait_request(request, "broadcast of a length");
+    std::string out = rank() == root ? std::string(mine) : std::string(static_cast<std::size_t>(length), '\0');
+    check_mpi(MPI_Ibcast(out.data(), length, MPI_BYTE, root, m_.task_comm, &request),
+              "MPI_Ibcast");
+    wait_request(request, "broadcast of bytes");
+    return out;
+  }
+
   const std::int64_t poll_sleep_ns_;
   const Algorithm algorithm_;
-  bool owns_mpi_ = false;
-  int thread_level_ = MPI_THREAD_SINGLE;
-  MPI_Comm comm_ = MPI_COMM_NULL;
-  MPI_Comm task_comm_ = MPI_COMM_NULL;
-  MPI_Comm ring_comm_ = MPI_COMM_NULL;
-  int rank_ = 0;
-  int size_ = 1;
-  int tag_ub_ = 32767;
-  int hosts_ = 1;
-  int ranks_on_host_ = 1;
-  std::string host_name_;
-  std::string library_;
-
-  // Issuing threads -> communication thread, under mutex_.
-  std::mutex mutex_;
-  std::condition_variable cv_;
-  std::deque<MpiOp> queue_;
-  bool stopping_ = false;
-  int abort_code_ = -1;
+  MpiState m_;
+  std::atomic<int> abort_code_{-1};
+  std::atomic<bool> end_job_if_busy_{false};
 
   // Communication thread only.
-  std::deque<Posted> posted_;
   bool ring_busy_ = false;
   std::vector<float> ring_scratch_;
-  std::int64_t stop_deadline_ns_ = 0;
-  std::thread thread_;
 };
+
+// Constructing thread, before the communication thread exists.
+MpiState init_mpi() {
+  MpiState m;
+  if (g_mpi_used.exchange(true)) {
+    throw RuntimeError("mpi backend: MPI can be initialized once per process, and it was");
+  }
+  int initialized = 0;
+  MPI_Initialized(&initialized);
+  if (initialized) {
+    MPI_Query_thread(&m.thread_level);
+  } else {
+    check_mpi(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_MULTIPLE, &m.thread_level),
+              "MPI_Init_thread");
+    m.owns_mpi = true;
+  }
+  if (m.thread_level < MPI_THREAD_SERIALIZED) {
+    const std::string level = thread_level_name(m.thread_level);
+    if (m.owns_mpi) MPI_Finalize();
+    throw RuntimeError(
+        "mpi backend: the MPI library provides only " + level +
+        "; tandem's communication thread needs MPI_THREAD_SERIALIZED or better (ask your "
+        "MPI for thread support, e.g. Open MPI built with --enable-mpi-thread-multiple)");
+  }
+  // Private communicators: user operations, backend tasks and ring messages never
+  // match each other. Errors come back as codes and become failed Works.
+  MPI_Comm_dup(MPI_COMM_WORLD, &m.comm);
+  MPI_Comm_dup(MPI_COMM_WORLD, &m.task_comm);
+  MPI_Comm_dup(MPI_COMM_WORLD, &m.ring_comm);
+  for (MPI_Comm c : {m.comm, m.task_comm, m.ring_comm})
+    MPI_Comm_set_errhandler(c, MPI_ERRORS_RETURN);
+  MPI_Comm_rank(m.comm, &m.rank);
+  MPI_Comm_size(m.comm, &m.size);
+  int* tag_ub = nullptr;
+  int found = 0;
+  MPI_Comm_get_attr(MPI_COMM_WORLD, MPI_TAG_UB, &tag_ub, &found);
+  if (found && tag_ub != nullptr) m.tag_ub = *tag_ub;
+
+  char name[MPI_MAX_PROCESSOR_NAME];
+  int length = 0;
+  MPI_Get_processor_name(name, &length);
+  m.host_name.assign(name, static_cast<std::size_t>(length));
+  MPI_Comm host_comm;
+  MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, m.rank, MPI_INFO_NULL, &host_comm);
+  MPI_Comm_size(host_comm, &m.ranks_on_host);
+  MPI_Comm_rank(host_comm, &m.local_rank);
+  MPI_Comm_free(&host_comm);
+  int leader = m.local_rank == 0 ? 1 : 0;
+  MPI_Allreduce(&leader, &m.hosts, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+
+  char version[MPI_MAX_LIBRARY_VERSION_STRING];
+  MPI_Get_library_version(version, &length);
+  m.library.assign(version, static_cast<std::size_t>(length));
+  m.library = m.library.substr(0, m.library.find_first_of(",\n"));
+  return m;
+}
 
 }  // namespace
 
-std::unique_ptr<ProcessCommunicator> make_mpi_communicator(const ProcessBackendOptions& options) {
+std::unique_ptr<ProcessCommunicator> make_mpi_communicator(const BackendOptions& options) {
   Algorithm algorithm = Algorithm::kAuto;
   if (options.allreduce_algorithm == "ring") {
     algorithm = Algorithm::kRing;
@@ -722,8 +543,8 @@ std::unique_ptr<ProcessCommunicator> make_mpi_communicator(const ProcessBackendO
     throw UsageError("--mpi-allreduce: unknown algorithm '" + options.allreduce_algorithm +
                      "' (expected auto, native or ring)");
   }
-  if (options.timeout_ns <= 0) throw UsageError("--timeout must be > 0");
-  return std::make_unique<MpiCommunicator>(options, algorithm);
+  if (options.timeout.count() <= 0) throw UsageError("--timeout must be > 0");
+  return std::make_unique<MpiCommunicator>(options, algorithm, init_mpi());
 }
 
 }  // namespace tandem

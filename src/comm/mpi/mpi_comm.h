@@ -26,6 +26,6 @@
 
 namespace tandem {
 
-std::unique_ptr<ProcessCommunicator> make_mpi_communicator(const ProcessBackendOptions& options);
+std::unique_ptr<ProcessCommunicator> make_mpi_communicator(const BackendOptions& options);
 
 }  // namespace tandem
