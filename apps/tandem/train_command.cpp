@@ -11,8 +11,8 @@
 #include "core/error.h"
 #include "core/files.h"
 #include "core/parse.h"
-#include "engine/device_trainer.h"
-#include "engine/process_launch.h"
+#include "engine/launch.h"
+#include "engine/trainer.h"
 #include "report/html/report.h"
 #include "report/train_report.h"
 #include "timeline/chrome_trace.h"
@@ -67,87 +67,59 @@ void print_device_lines(const TrainResult& result) {
               result.blas.c_str(), result.timing_source.c_str());
 }
 
-int run_train_local(const TrainFlags& flags, bool batch_given) {
-  const TrainConfig config = to_train_config(flags.workload, batch_given);
-  const std::filesystem::path out = flags.out;
-  if (!flags.out.empty()) prepare_output_dir(out, "--out");
-
-  if (config.device == Device::kCpu) {
-    print_header(config, "local backend, threads of one process");
-    set_blas_threads(config.blas_threads);
-    std::printf("  BLAS: %s per rank\n", blas_description().c_str());
-  } else {
-    print_header(config, "threads of one process, one GPU each");
-    std::printf("  device %s, %s GEMMs, fp32 master weights and gradients\n",
-                std::string(to_string(config.device)).c_str(),
-                std::string(to_string(config.precision)).c_str());
-  }
-  std::fflush(stdout);
-
-  const TrainResult result = train_local_on_device(config, step_printer(flags, config.steps));
-  if (config.device != Device::kCpu) print_device_lines(result);
-  return write_outputs(flags, config, result);
-}
-
-// One rank per process (mpi): every process runs this; rank 0 prints and writes. After
-// the communicator exists, any failure on any rank ends the whole job (abort_job_after):
-// a rank that left quietly would leave its peers waiting in a collective.
-int run_train_process(const TrainFlags& flags, bool batch_given, bool ranks_given,
-                      const std::string& backend) {
+// One path for every backend and device: ranks are threads of this process (local) or
+// the processes of a launcher's job (mpi: every process runs this and rank 0 prints and
+// writes; once the job exists, a failure on any rank ends the whole job, engine/launch.h).
+int run_train(const TrainFlags& flags, bool batch_given, bool ranks_given) {
+  const std::string backend = resolve_backend(flags.backend);
   TrainConfig config = to_train_config(flags.workload, batch_given);
-  if (config.link.enabled()) {
+  if (backend != "local" && config.link.enabled()) {
     throw UsageError("--link: link emulation is for the local backend; under " + backend +
                      " the real interconnect is measured");
   }
-  if (launched_world().rank == 0 && !flags.out.empty()) prepare_output_dir(flags.out, "--out");
-  const ProcessBackendOptions options{
-      .timeout_ns = config.reducer.timeout_ns,
-      .allreduce_algorithm = flags.mpi_allreduce,
-      .poll_sleep_ns = static_cast<std::int64_t>(flags.mpi_poll_us * 1e3)};
-  const std::unique_ptr<ProcessCommunicator> comm = find_process_backend(backend)(options);
-  if (ranks_given && flags.workload.ranks != comm->size()) {
-    throw UsageError("--ranks " + std::to_string(flags.workload.ranks) + " does not match the " +
-                     std::to_string(comm->size()) + " processes of this " + backend +
-                     " job (each process is one rank: set the count with mpirun -np or srun -n, "
-                     "and leave --ranks out)");
-  }
-  config.ranks = comm->size();
-  validate(config);
-  const bool leader = comm->rank() == 0;
-
-  TrainResult result;
-  try {
-    set_blas_threads(config.blas_threads);
-    if (leader) {
-      print_header(config, backend + " backend, " + std::to_string(comm->size()) +
-                               " processes on " + std::to_string(comm->hosts()) + " host(s), " +
-                               std::to_string(comm->ranks_on_host()) + " on rank 0's host " +
-                               comm->host_name());
-      std::printf("  %s\n", comm->describe().c_str());
-      if (config.device == Device::kCpu) {
-        std::printf("  BLAS: %s per rank\n", blas_description().c_str());
-      } else {
-        std::printf("  device %s, %s GEMMs, fp32 master weights and gradients\n",
-                    std::string(to_string(config.device)).c_str(),
-                    std::string(to_string(config.precision)).c_str());
-      }
-      std::fflush(stdout);
+  const bool leader_process = backend == "local" || launched_world().rank == 0;
+  if (leader_process && !flags.out.empty()) prepare_output_dir(flags.out, "--out");
+  Job job(backend, {.timeout = std::chrono::nanoseconds(config.timeout_ns),
+                    .allreduce_algorithm = flags.mpi_allreduce,
+                    .poll_sleep_ns = static_cast<std::int64_t>(flags.mpi_poll_us * 1e3)});
+  std::string where;
+  if (ProcessCommunicator* comm = job.process()) {
+    if (ranks_given && flags.workload.ranks != comm->size()) {
+      throw UsageError("--ranks " + std::to_string(flags.workload.ranks) + " does not match the " +
+                       std::to_string(comm->size()) + " processes of this " + backend +
+                       " job (each process is one rank: set the count with mpirun -np or srun "
+                       "-n, and leave --ranks out)");
     }
-    result = train_process_on_device(config, *comm, step_printer(flags, config.steps));
-  } catch (const std::exception& e) {
-    abort_job_after(*comm, e);
+    config.ranks = comm->size();
+    where = backend + " backend, " + std::to_string(comm->size()) + " processes on " +
+            std::to_string(comm->hosts()) + " host(s), " + std::to_string(comm->ranks_on_host()) +
+            " on rank 0's host " + comm->host_name();
+  } else {
+    where = config.device == Device::kCpu ? "local backend, threads of one process"
+                                          : "threads of one process, one GPU each";
   }
-  if (!leader) return 0;
+  validate(config);
+  if (job.leader()) {
+    print_header(config, where);
+    if (job.process() != nullptr) std::printf("  %s\n", job.process()->describe().c_str());
+    if (config.device == Device::kCpu) {
+      set_blas_threads(config.blas_threads);
+      std::printf("  BLAS: %s per rank\n", blas_description().c_str());
+    } else {
+      std::printf("  device %s, %s GEMMs, fp32 master weights and gradients\n",
+                  std::string(to_string(config.device)).c_str(),
+                  std::string(to_string(config.precision)).c_str());
+    }
+    std::fflush(stdout);
+  }
+  const TrainResult result = train(config, job, step_printer(flags, config.steps));
+  if (!job.leader()) return 0;
   if (config.device != Device::kCpu) print_device_lines(result);
-  std::printf("  clocks aligned to rank 0 within +-%s (ping-pong, half the best round trip)\n",
-              format_duration_ns(static_cast<double>(result.clock_uncertainty_ns)).c_str());
+  if (job.process() != nullptr) {
+    std::printf("  clocks aligned to rank 0 within +-%s (ping-pong, half the best round trip)\n",
+                format_duration_ns(static_cast<double>(result.clock_uncertainty_ns)).c_str());
+  }
   return write_outputs(flags, config, result);
-}
-
-int run_train(const TrainFlags& flags, bool batch_given, bool ranks_given) {
-  const std::string backend = resolve_backend(flags.backend);
-  if (backend == "local") return run_train_local(flags, batch_given);
-  return run_train_process(flags, batch_given, ranks_given, backend);
 }
 
 int write_outputs(const TrainFlags& flags, const TrainConfig& config, const TrainResult& result) {

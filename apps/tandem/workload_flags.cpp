@@ -1,7 +1,7 @@
 #include "workload_flags.h"
 
 #include "core/error.h"
-#include "engine/device_trainer.h"
+#include "model/rank_model.h"
 
 namespace tandem::cli {
 
@@ -102,7 +102,7 @@ TrainConfig to_train_config(const WorkloadFlags& f, bool batch_given) {
   c.reducer.plan.first_bucket_cap_bytes = static_cast<std::int64_t>(f.first_bucket_mb * (1 << 20));
   if (c.reducer.plan.bucket_cap_bytes < 4) throw UsageError("--bucket-mb: too small");
   if (c.reducer.plan.first_bucket_cap_bytes < 4) throw UsageError("--first-bucket-mb: too small");
-  c.reducer.timeout_ns = static_cast<std::int64_t>(f.timeout_s * 1e9);
+  c.timeout_ns = static_cast<std::int64_t>(f.timeout_s * 1e9);
   if (!f.link.empty()) c.link = for_flag("--link", [&] { return LinkModel::parse(f.link); });
   c.seed = f.seed;
   c.blas_threads = f.threads;
@@ -112,7 +112,7 @@ TrainConfig to_train_config(const WorkloadFlags& f, bool batch_given) {
   c.precision = for_flag("--precision", [&] { return parse_precision(f.precision); });
   c.device_comm = f.device_comm;
   validate(c);
-  check_device_available(c);
+  check_device_available(c.device);
   return c;
 }
 

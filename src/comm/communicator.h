@@ -31,14 +31,10 @@
 #include <string_view>
 
 #include "comm/work.h"
+#include "core/stream.h"
 #include "timeline/recorder.h"
 
-// cudaStream_t without the CUDA headers: the core names the type, device backends use it.
-struct CUstream_st;
-
 namespace tandem {
-
-using ComputeStream = CUstream_st*;
 
 enum class ReduceOp : std::uint8_t { kSum, kAverage };
 std::string_view to_string(ReduceOp op);

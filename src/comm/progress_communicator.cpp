@@ -12,6 +12,8 @@ namespace tandem {
 
 namespace {
 
+constexpr std::string_view kAbortedPrefix = "aborted: ";
+
 std::int64_t payload_bytes(const Op& op) {
   const std::size_t count = op.kind == SpanKind::kReduceScatter || op.kind == SpanKind::kSend
                                 ? op.input_count
@@ -238,7 +240,7 @@ void ProgressCommunicator::abort(const std::string& reason) {
   {
     std::lock_guard lock(mutex_);
     if (!abort_reason_.empty()) return;
-    abort_reason_ = "aborted: " + reason;
+    abort_reason_ = std::string(kAbortedPrefix) + reason;
   }
   on_abort(reason);
   wake();
@@ -415,8 +417,10 @@ void ProgressCommunicator::complete(Op& op) {
 }
 
 void ProgressCommunicator::fail(Op& op, const std::string& reason) {
-  op.work->fail(std::make_exception_ptr(RuntimeError(op.work->info().describe() + " on rank " +
-                                                     std::to_string(rank()) + ": " + reason)),
+  std::string message = op.work->info().describe() + " on rank " + std::to_string(rank()) + ": " + reason;
+  op.work->fail(reason.starts_with(kAbortedPrefix)
+                    ? std::make_exception_ptr(AbortedError(std::move(message)))
+                    : std::make_exception_ptr(RuntimeError(std::move(message))),
                 now_ns());
 }
 
@@ -426,6 +430,8 @@ void ProgressCommunicator::fail(Op& op, std::exception_ptr error) {
   try {
     std::rethrow_exception(error);
   } catch (const TimeoutError&) {
+    op.work->fail(error, now_ns());
+  } catch (const AbortedError&) {
     op.work->fail(error, now_ns());
   } catch (const std::exception& e) {
     fail(op, std::string(e.what()));

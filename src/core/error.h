@@ -4,6 +4,7 @@
 //   Thrown anywhere; the CLI turns it into one line on stderr and exit code 2.
 // - RuntimeError: something failed at run time that the caller may handle
 //   (a collective timed out, a peer failed). Stored on Work handles and rethrown.
+//   TimeoutError and AbortedError say which of the two it was.
 // - TANDEM_CHECK: a broken internal invariant. Prints both sides and aborts; never
 //   used for user input.
 #pragma once
@@ -26,6 +27,13 @@ class RuntimeError : public std::runtime_error {
 };
 
 class TimeoutError : public RuntimeError {
+ public:
+  using RuntimeError::RuntimeError;
+};
+
+// An operation failed only because its communicator was aborted (another rank, or this
+// one, failed first): the first failure that is not one of these is the cause.
+class AbortedError : public RuntimeError {
  public:
   using RuntimeError::RuntimeError;
 };

@@ -9,11 +9,11 @@ namespace tandem {
 
 LaunchSchedule::LaunchSchedule(const std::vector<GradParam>& params,
                                const std::vector<Bucket>& buckets) {
-  int layers = 0;
-  for (const auto& p : params) layers = std::max(layers, p.layer + 1);
-  layer_params_.resize(layers);
+  int units = 0;
+  for (const auto& p : params) units = std::max(units, p.unit + 1);
+  unit_params_of_.resize(static_cast<std::size_t>(units));
   for (std::size_t i = 0; i < params.size(); ++i) {
-    layer_params_[params[i].layer].push_back(static_cast<int>(i));
+    unit_params_of_[static_cast<std::size_t>(params[i].unit)].push_back(static_cast<int>(i));
   }
   param_units_.resize(params.size());
   unit_params_.resize(buckets.size());
@@ -30,9 +30,9 @@ void LaunchSchedule::reset() {
   next_ = 0;
 }
 
-void LaunchSchedule::mark_layer_ready(int layer) {
-  TANDEM_CHECK(layer >= 0 && layer < static_cast<int>(layer_params_.size()));
-  for (int p : layer_params_[layer]) {
+void LaunchSchedule::mark_unit_ready(int unit) {
+  TANDEM_CHECK(unit >= 0 && unit < static_cast<int>(unit_params_of_.size()));
+  for (int p : unit_params_of_[static_cast<std::size_t>(unit)]) {
     for (int b : param_units_[p]) --pending_[b];
   }
 }

@@ -1,7 +1,7 @@
 // When the units of a bucket plan may launch: a pending count per unit and a locator
 // from each parameter to the units it touches (c10d's vocabulary), with units handed out
 // strictly in plan order, so every rank issues the same collectives in the same order.
-// Shared by the CPU Reducer and the CUDA trainer; it moves no data and knows no backend.
+// It moves no data and knows no backend.
 #pragma once
 
 #include <cstddef>
@@ -18,8 +18,8 @@ class LaunchSchedule {
 
   // A new synchronizing backward: every unit waits for all of its parameters again.
   void reset();
-  // Layer's parameter gradients are final.
-  void mark_layer_ready(int layer);
+  // The unit's parameter gradients are final.
+  void mark_unit_ready(int unit);
   // The next unit in plan order if all its parameters are ready, else -1. Each unit is
   // handed out once per reset().
   int take_ready();
@@ -30,7 +30,7 @@ class LaunchSchedule {
   std::size_t taken() const { return next_; }
 
  private:
-  std::vector<std::vector<int>> layer_params_;  // layer -> parameter indices
+  std::vector<std::vector<int>> unit_params_of_;  // unit -> parameter indices
   std::vector<std::vector<int>> param_units_;   // locator: parameter -> units
   std::vector<int> unit_params_;                // per unit: its parameter count
   std::vector<int> pending_;                    // per unit: parameters not yet ready

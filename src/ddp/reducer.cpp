@@ -66,7 +66,7 @@ std::vector<Bucket> plan_grouped(const std::vector<GradParam>& params,
     const GradParam& param = params[p];
     const std::int64_t bytes = static_cast<std::int64_t>(param.numel * sizeof(float));
     if (!open.params.empty()) {
-      const bool new_layer = params[open.params.back()].layer != param.layer;
+      const bool new_layer = params[open.params.back()].unit != param.unit;
       const std::int64_t cap =
           buckets.empty() ? options.first_bucket_cap_bytes : options.bucket_cap_bytes;
       const bool full = open.bytes() + bytes > cap;
@@ -121,69 +121,101 @@ std::vector<Bucket> plan_buckets(const std::vector<GradParam>& params, std::size
   return {};
 }
 
-Reducer::Reducer(std::vector<GradParam> params, std::span<float> flat_grads, Communicator& comm,
-                 RankRecorder& recorder, const ReducerOptions& options)
-    : params_(std::move(params)),
-      flat_grads_(flat_grads),
-      comm_(comm),
-      recorder_(recorder),
+std::vector<GradParam> grad_params(const ModelLayout& layout) {
+  std::vector<GradParam> out;
+  for (const ParamInfo& p : layout.params()) out.push_back({p.unit, p.offset, p.numel});
+  return out;
+}
+
+std::vector<Bucket> plan_buckets(const ModelLayout& layout, const BucketPlanOptions& options) {
+  return plan_buckets(grad_params(layout), layout.numel(), options);
+}
+
+std::string_view to_string(CommMode mode) {
+  switch (mode) {
+    case CommMode::kOverlapped:
+      return "overlapped";
+    case CommMode::kSequential:
+      return "sequential";
+    case CommMode::kOff:
+      return "off";
+  }
+  return "?";
+}
+
+Reducer::Reducer(Communicator& comm, RankModel& model, const ReducerOptions& options)
+    : comm_(comm),
+      model_(model),
+      grads_(model.grads()),
       options_(options),
-      buckets_(plan_buckets(params_, flat_grads.size(), options.plan)),
+      params_(grad_params(model.layout())),
+      buckets_(plan_buckets(params_, grads_.size(), options.plan)),
       schedule_(params_, buckets_),
       works_(buckets_.size()) {}
 
 bool Reducer::overlaps() const {
-  return options_.communicate && !options_.defer &&
+  return options_.mode == CommMode::kOverlapped &&
          options_.plan.strategy.kind != StrategyKind::kSequential;
 }
 
-void Reducer::prepare(int step) {
+void Reducer::begin_step(int step) {
   step_ = step;
   schedule_.reset();
   for (auto& work : works_) work.reset();
 }
 
-void Reducer::mark_layer_ready(int layer) {
-  schedule_.mark_layer_ready(layer);
+void Reducer::after_backward(int unit, bool last_micro_batch) {
+  if (!last_micro_batch) return;  // accumulation: synchronize only the last micro-batch
+  schedule_.mark_unit_ready(unit);
   if (!overlaps()) return;
   for (int b = schedule_.take_ready(); b >= 0; b = schedule_.take_ready()) launch(buckets_[b]);
 }
 
-void Reducer::launch(Bucket& bucket) {
-  if (!options_.communicate || bucket.end == bucket.begin) return;
-  OpInfo info{
+void Reducer::launch(const Bucket& bucket) {
+  if (options_.mode == CommMode::kOff || bucket.end == bucket.begin) return;
+  const OpInfo info{
       .kind = SpanKind::kAllreduce, .bytes = bucket.bytes(), .step = step_, .tag = bucket.index};
-  works_[bucket.index] = comm_.allreduce(
-      flat_grads_.subspan(bucket.begin, bucket.end - bucket.begin), ReduceOp::kAverage, info);
+  works_[static_cast<std::size_t>(bucket.index)] = comm_.allreduce(
+      grads_.subspan(bucket.begin, bucket.end - bucket.begin), ReduceOp::kAverage, info);
 }
 
-void Reducer::finish() {
+void Reducer::before_optimizer() {
   // Whatever backward did not launch (all of it when deferred) goes now, in order.
   for (int b = schedule_.take_next(); b >= 0; b = schedule_.take_next()) launch(buckets_[b]);
-  for (auto& work : works_) {
+  for (const WorkPtr& work : works_) {
     if (!work) continue;
-    if (!work->test()) {
-      Span wait{.lane = Lane::kWait,
-                .kind = SpanKind::kWait,
-                .step = step_,
-                .tag = work->info().tag,
-                .start_ns = now_ns()};
-      if (!work->wait_for(std::chrono::nanoseconds(options_.timeout_ns))) {
-        throw TimeoutError("rank " + std::to_string(comm_.rank()) + ": " + work->info().describe() +
-                           " not complete after " +
-                           format_duration_ns(static_cast<double>(now_ns() - wait.start_ns)));
-      }
-      wait.end_ns = now_ns();
-      recorder_.record(wait);
+    // On the host a finished collective costs no wait; on a device the stream must be
+    // told to wait whatever the host knows.
+    if (comm_.memory() == MemoryKind::kHost && work->test()) {
+      work->wait();  // rethrows a stored error
+      continue;
     }
-    work->wait();  // rethrows a stored error
+    model_.begin_span(Lane::kWait, SpanKind::kWait, work->info().tag);
+    try {
+      work->wait();
+    } catch (...) {
+      model_.end_span();
+      throw;
+    }
+    model_.end_span();
+  }
+}
+
+void Reducer::end_step() {
+  for (WorkPtr& work : works_) {
+    if (work) work->synchronize();
     work.reset();
   }
 }
 
-std::int64_t Reducer::bytes_per_sync() const {
-  if (!options_.communicate) return 0;
-  return static_cast<std::int64_t>(flat_grads_.size() * sizeof(float));
+std::int64_t Reducer::bytes_per_step() const {
+  if (options_.mode == CommMode::kOff) return 0;
+  return static_cast<std::int64_t>(grads_.size() * sizeof(float));
+}
+
+std::string Reducer::describe() const {
+  return options_.plan.strategy.to_string() + ", " + std::to_string(buckets_.size()) +
+         (buckets_.size() == 1 ? " bucket" : " buckets");
 }
 
 }  // namespace tandem

@@ -1,6 +1,9 @@
-// The gradient reducer: decides which ranges of the flat gradient are all-reduced
-// together (the plan) and launches each range's all-reduce as soon as backward has
-// produced all of its gradients, so communication overlaps the rest of backward.
+// DDP's gradient reducer, the first GradSync strategy (ddp/grad_sync.h): decides which
+// ranges of the flat gradient are all-reduced together (the plan) and launches each
+// range's all-reduce as soon as backward has produced all of its gradients, so
+// communication overlaps the rest of backward. The same code runs on every device: on a
+// GPU the collectives are ordered after the compute stream's work and waiting makes the
+// stream wait (comm/work.h).
 //
 // Vocabulary (after PyTorch c10d's Reducer):
 // - the flat gradient is laid out in reverse registration order (Model), so every
@@ -17,8 +20,9 @@
 #include <vector>
 
 #include "comm/communicator.h"
+#include "ddp/grad_sync.h"
 #include "ddp/launch_schedule.h"
-#include "timeline/recorder.h"
+#include "model/rank_model.h"
 
 namespace tandem {
 
@@ -38,10 +42,10 @@ struct Strategy {
   std::string to_string() const;
 };
 
-// One parameter as the reducer sees it: where its gradient lies and which layer
+// One parameter as the reducer sees it: where its gradient lies and which unit
 // produces it.
 struct GradParam {
-  int layer = 0;
+  int unit = 0;
   std::size_t offset = 0;  // into the flat gradient
   std::size_t numel = 0;
 };
@@ -66,46 +70,50 @@ struct BucketPlanOptions {
 // order. Deterministic: every rank builds the same plan from the same model.
 std::vector<Bucket> plan_buckets(const std::vector<GradParam>& params, std::size_t flat_numel,
                                  const BucketPlanOptions& options);
+// The parameters of a model layout as the reducer sees them.
+std::vector<GradParam> grad_params(const ModelLayout& layout);
+// The plan of `options` over `layout`.
+std::vector<Bucket> plan_buckets(const ModelLayout& layout, const BucketPlanOptions& options);
 
 struct ReducerOptions {
   BucketPlanOptions plan;
-  bool communicate = true;                    // false: the compute-only scenario (nothing is sent)
-  bool defer = false;                         // launch only in finish(): the sequential scenario
-  std::int64_t timeout_ns = 300'000'000'000;  // per wait; a late collective throws
+  // kOff: the compute-only scenario (nothing is sent); kSequential: launch only before
+  // the optimizer, after backward (the sequential scenario).
+  CommMode mode = CommMode::kOverlapped;
 };
 
-class Reducer {
+class Reducer final : public GradSync {
  public:
-  Reducer(std::vector<GradParam> params, std::span<float> flat_grads, Communicator& comm,
-          RankRecorder& recorder, const ReducerOptions& options);
+  // Reduces model.grads() over `comm` (bound to the model's stream on a device). Wait
+  // spans are timed by the model (RankModel::begin_span).
+  Reducer(Communicator& comm, RankModel& model, const ReducerOptions& options);
 
   const std::vector<Bucket>& buckets() const { return buckets_; }
   const ReducerOptions& options() const { return options_; }
   // Overlap happens only when the strategy launches during backward.
   bool overlaps() const;
-
-  // Starts a synchronizing backward for `step`: every pending count is reset.
-  void prepare(int step);
-  // Backward's callback: layer's parameter gradients are final. Launches every unit,
-  // in plan order, whose parameters are all ready.
-  void mark_layer_ready(int layer);
-  // Launches what is left, waits for every unit (recording wait spans), and leaves
-  // the averaged gradient in flat_grads. Throws TimeoutError naming the collective
-  // if one does not complete within the timeout.
-  void finish();
-
-  std::int64_t bytes_per_sync() const;
   // Units launched so far in this step (plan order): what overlap has started.
   std::size_t launched() const { return schedule_.taken(); }
 
- private:
-  void launch(Bucket& bucket);
+  // GradSync: every pending count is reset; a unit's gradients are final (launches every
+  // bucket, in plan order, whose parameters are all ready); what is left is launched and
+  // every bucket waited for, the averaged gradient left in grads() (wait spans, one per
+  // bucket that was not done); the host waits for every collective of the step.
+  void begin_step(int step) override;
+  void after_backward(int unit, bool last_micro_batch) override;
+  void before_optimizer() override;
+  void end_step() override;
+  std::int64_t bytes_per_step() const override;
+  std::string describe() const override;
 
-  std::vector<GradParam> params_;
-  std::span<float> flat_grads_;
+ private:
+  void launch(const Bucket& bucket);
+
   Communicator& comm_;
-  RankRecorder& recorder_;
+  RankModel& model_;
+  std::span<float> grads_;
   ReducerOptions options_;
+  std::vector<GradParam> params_;
   std::vector<Bucket> buckets_;
   LaunchSchedule schedule_;     // pending counts and plan order
   std::vector<WorkPtr> works_;  // per unit, this step

@@ -1,17 +1,19 @@
+// The rank loop (trainer.h) and the training run around it.
 #include "engine/trainer.h"
 
 #include <algorithm>
-#include <chrono>
 #include <cstring>
 #include <exception>
+#include <tuple>
 
 #include "compute/cpu/blas.h"
-#include "core/clock.h"
+#include "core/bytes.h"
 #include "core/error.h"
 #include "core/parse.h"
-#include "engine/local_launch.h"
 
 namespace tandem {
+
+static_assert(std::is_trivially_copyable_v<StepRecord>);
 
 std::uint64_t hash_floats(std::span<const float> values) {
   std::uint64_t h = 1469598103934665603ull;
@@ -32,6 +34,7 @@ void validate(const TrainConfig& config) {
   if (config.blas_threads < 1 || config.blas_threads > 1024) {
     throw UsageError("--threads must be 1..1024");
   }
+  if (config.timeout_ns <= 0) throw UsageError("--timeout must be > 0");
   if (config.reducer.plan.bucket_cap_bytes <= 0) throw UsageError("--bucket-mb must be > 0");
   if (config.device == Device::kCpu && config.precision != Precision::kFp32) {
     throw UsageError("--precision " + std::string(to_string(config.precision)) +
@@ -43,11 +46,7 @@ void validate(const TrainConfig& config) {
         "--device " +
         std::string(to_string(config.device)) + " the real interconnect is measured");
   }
-  if (config.device_comm != "auto" && config.device_comm != "nccl" &&
-      config.device_comm != "emulated") {
-    throw UsageError("--device-comm must be auto, nccl or emulated (got '" + config.device_comm +
-                     "')");
-  }
+  (void)resolve_device_comm(config.device_comm, config.ranks);  // names --device-comm
   // Activations: about 4 arrays of batch x widest layer per Linear layer.
   const double activation_bytes = 4.0 * config.batch *
                                   std::max(config.model.width, config.model.input) *
@@ -58,41 +57,20 @@ void validate(const TrainConfig& config) {
   }
 }
 
-namespace {
-
-std::vector<GradParam> grad_params(const Model& model) {
-  std::vector<GradParam> out;
-  for (const auto& p : model.params()) out.push_back({p.layer, p.offset, p.numel});
-  return out;
-}
-
-std::size_t span_capacity(const TrainConfig& config, const Model& model, std::size_t buckets) {
-  const std::size_t per_micro = 2 * static_cast<std::size_t>(model.layer_count()) + 4;
-  return static_cast<std::size_t>(config.steps) * (per_micro * config.accumulate + buckets + 4) +
-         64;
-}
-
-// Waits for a Work the training loop cannot go on without, at most `timeout_ns`.
-void wait_within(Communicator& comm, Work& work, std::int64_t timeout_ns) {
-  const std::int64_t start = now_ns();
-  if (!work.wait_for(std::chrono::nanoseconds(timeout_ns))) {
-    throw TimeoutError("rank " + std::to_string(comm.rank()) + ": " + work.info().describe() +
-                       " not complete after " +
-                       format_duration_ns(static_cast<double>(now_ns() - start)));
-  }
-}
-
-}  // namespace
-
 // The hash travels as four 16-bit pieces (exact in fp32). The collective carries no
 // step, so metrics leave it out.
-void verify_identical(Communicator& comm, std::uint64_t hash, int step, std::int64_t timeout_ns) {
+void verify_identical(Communicator& comm, std::uint64_t hash, int step) {
   std::vector<float> mine(4);
-  for (int i = 0; i < 4; ++i) mine[i] = static_cast<float>((hash >> (16 * i)) & 0xffff);
   std::vector<float> all(4 * static_cast<std::size_t>(comm.size()));
-  WorkPtr work = comm.allgather(mine, all);
-  wait_within(comm, *work, timeout_ns);
-  work->wait();
+  for (int i = 0; i < 4; ++i) mine[static_cast<std::size_t>(i)] = static_cast<float>((hash >> (16 * i)) & 0xffff);
+  try {
+    comm.allgather(mine, all)->synchronize();
+  } catch (const std::exception& e) {
+    // `mine` and `all` die with this frame: end the collective first.
+    comm.abort(e.what());
+    comm.drain();
+    throw;
+  }
   for (int r = 1; r < comm.size(); ++r) {
     if (!std::equal(all.begin(), all.begin() + 4, all.begin() + 4 * r)) {
       throw RuntimeError("--verify: after step " + std::to_string(step) + " rank " +
@@ -102,110 +80,178 @@ void verify_identical(Communicator& comm, std::uint64_t hash, int step, std::int
 }
 
 std::size_t train_span_capacity(const TrainConfig& config) {
-  const Model probe(config.model, 1, config.seed);
-  const auto plan =
-      plan_buckets(grad_params(probe), probe.flat_grads().size(), config.reducer.plan);
-  return span_capacity(config, probe, plan.size());
+  const ModelLayout layout(config.model);
+  const std::size_t buckets = plan_buckets(layout, config.reducer.plan).size();
+  const std::size_t per_micro = 2 * static_cast<std::size_t>(layout.units()) + 4;
+  return static_cast<std::size_t>(config.steps) *
+             (per_micro * static_cast<std::size_t>(config.accumulate) + buckets + 4) +
+         64;
 }
 
-TrainResult train_rank(const TrainConfig& config, Communicator& comm, RankRecorder& recorder,
-                       const StepCallback& on_step) {
-  const int rank = comm.rank();
-  Model model(config.model, config.batch, config.seed);
-  SyntheticDataset data(config.model.input, config.model.classes, config.batch, config.data_batches,
-                        config.seed, rank);
-  Sgd sgd(config.sgd, model.flat_params().size());
-  Reducer reducer(grad_params(model), model.flat_grads(), comm, recorder, config.reducer);
+BackendOptions train_backend_options(const TrainConfig& config) {
+  return {.ranks = config.ranks,
+          .timeout = std::chrono::nanoseconds(config.timeout_ns),
+          .link = config.link};
+}
 
-  // Every rank starts from rank 0's parameters, as DDP does.
-  if (comm.size() > 1) {
-    WorkPtr work = comm.broadcast(model.flat_params(), 0, {.kind = SpanKind::kBroadcast});
-    wait_within(comm, *work, config.reducer.timeout_ns);
-    work->wait();
+RunSpec train_run_spec(const TrainConfig& config) {
+  return {.ranks = config.ranks,
+          .device = config.device,
+          .device_comm = config.device_comm,
+          .comm = train_backend_options(config),
+          .span_capacity_per_lane = train_span_capacity(config),
+          .record = config.record};
+}
+
+namespace {
+
+ModelConfig model_config(const TrainConfig& config, const RankEnv& env) {
+  return {.spec = config.model,
+          .batch = config.batch,
+          .data_batches = config.data_batches,
+          .seed = config.seed,
+          .sgd = config.sgd,
+          .device = config.device,
+          .precision = config.precision,
+          .rank = env.comm.rank(),
+          .ordinal = env.ordinal};
+}
+
+// One step of the rank loop (see trainer.h).
+StepRecord run_step(const TrainConfig& config, int step, RankModel& model, GradSync& sync,
+                    int rank) {
+  StepRecord record{.rank = rank, .step = step};
+  record.start_ns = model.begin_step(step);
+  sync.begin_step(step);
+  const int units = model.units();
+  for (int micro = 0; micro < config.accumulate; ++micro) {
+    const bool last = micro + 1 == config.accumulate;
+    if (config.compute) model.set_micro_batch(step * config.accumulate + micro);
+    for (int u = 0; u < units; ++u) {
+      sync.before_forward(u);
+      if (config.compute) model.forward_unit(u);
+    }
+    if (config.compute) {
+      model.forward_loss();
+      model.backward_loss();
+    }
+    for (int u = units - 1; u >= 0; --u) {
+      if (config.compute) model.backward_unit(u);
+      sync.after_backward(u, last);
+    }
   }
+  sync.before_optimizer();
+  if (config.compute) {
+    model.begin_span(Lane::kCompute, SpanKind::kOptimizer);
+    model.optimizer_step(1.0f / static_cast<float>(config.accumulate));
+    model.zero_grad();
+    model.end_span();
+  }
+  sync.after_optimizer();
+  sync.end_step();
+  const RankModel::StepEnd end = model.end_step();
+  record.end_ns = end.end_ns;
+  if (config.compute) record.loss = static_cast<float>(end.loss_sum / config.accumulate);
+  return record;
+}
+
+// Ends what this rank has in flight on `comm` before the caller's buffers die.
+void end_in_flight(Communicator& comm, const std::string& why) {
+  comm.abort(why);
+  comm.drain();
+}
+
+}  // namespace
+
+std::string train_rank(const TrainConfig& config, RankEnv& env, const StepCallback& on_step) {
+  Communicator& comm = env.comm;
+  const int rank = comm.rank();
+  std::unique_ptr<RankModel> model = make_rank_model(model_config(config, env), env.recorder);
+  comm.bind_stream(model->stream());
+  Reducer reducer(comm, *model, config.reducer);
+
+  std::vector<StepRecord> steps;
+  std::vector<float> final_params;
+  // Note [one owner of shutdown]: the model's buffers, which collectives read and write,
+  // outlive this block; a failure ends this rank's collectives (abort, then drain) before
+  // they die, so no communication thread touches freed memory. The launcher then aborts
+  // the peers with the same error.
+  try {
+    // Every rank starts from rank 0's parameters, as DDP does.
+    if (comm.size() > 1) {
+      comm.broadcast(model->params(), 0, {.kind = SpanKind::kBroadcast})->synchronize();
+    }
+    for (int step = 0; step < config.steps; ++step) {
+      StepRecord record = run_step(config, step, *model, reducer, rank);
+      if (config.verify) {
+        record.param_hash = hash_floats(model->download_params());
+        // Without communication (the compute-only scenario) replicas differ by design and
+        // nothing may be sent, so only the hash is kept.
+        if (env.control.size() > 1 && config.reducer.mode != CommMode::kOff) {
+          verify_identical(env.control, record.param_hash, step);
+        }
+      }
+      steps.push_back(record);
+      if (rank == 0 && on_step) on_step(record);
+    }
+    if (rank == 0) final_params = model->download_params();
+  } catch (const std::exception& e) {
+    end_in_flight(comm, e.what());
+    if (&env.control != &comm) end_in_flight(env.control, e.what());
+    throw;
+  }
+
+  ByteWriter out;
+  out.put_vector(steps);
+  out.put_vector(final_params);
+  out.put_string(model->describe());
+  out.put_string(model->device_details());
+  out.put_string(model->timing_source());
+  return out.take();
+}
+
+TrainResult train(const TrainConfig& config, Job& job, const StepCallback& on_step) {
+  validate(config);
+  if (config.device == Device::kCpu) set_blas_threads(config.blas_threads);
+  const RunResult run = job.run(train_run_spec(config), [&](RankEnv& env) {
+    return train_rank(config, env, on_step);
+  });
 
   TrainResult result;
-  result.buckets = reducer.buckets();
-  const float grad_scale = 1.0f / static_cast<float>(config.accumulate);
-  for (int step = 0; step < config.steps; ++step) {
-    StepRecord record{.rank = rank, .step = step, .start_ns = now_ns()};
-    if (!config.compute) {
-      // Comm-only: the same units, launched in the same order, with no math between.
-      reducer.prepare(step);
-      for (int layer = model.layer_count() - 1; layer >= 0; --layer)
-        reducer.mark_layer_ready(layer);
-      reducer.finish();
-      record.end_ns = now_ns();
-      result.steps.push_back(record);
-      if (rank == 0 && on_step) on_step(record);
-      continue;
+  result.leader = run.leader;
+  result.buckets = plan_buckets(ModelLayout(config.model), config.reducer.plan);
+  result.timeline = run.timeline;
+  result.spans_dropped = run.spans_dropped;
+  result.backend = run.backend;
+  result.backend_details = run.backend_details;
+  result.hosts = run.hosts;
+  result.ranks_per_host = run.ranks_per_host;
+  result.clock_uncertainty_ns = run.clock_uncertainty_ns;
+  result.device = std::string(to_string(config.device));
+  for (std::size_t r = 0; r < run.payloads.size(); ++r) {
+    ByteReader in(run.payloads[r]);
+    const std::vector<StepRecord> steps = in.get_vector<StepRecord>();
+    result.steps.insert(result.steps.end(), steps.begin(), steps.end());
+    std::vector<float> params = in.get_vector<float>();
+    std::string blas = in.get_string();
+    std::string device_details = in.get_string();
+    std::string timing = in.get_string();
+    if (r == 0) {
+      result.final_params = std::move(params);
+      result.blas = std::move(blas);
+      result.device_details = std::move(device_details);
+      result.timing_source = std::move(timing);
     }
-    double loss_sum = 0;
-    for (int micro = 0; micro < config.accumulate; ++micro) {
-      const bool sync = micro + 1 == config.accumulate;
-      if (sync) reducer.prepare(step);
-      loss_sum += model.forward(data.batch(step * config.accumulate + micro), recorder, step);
-      model.backward(recorder, step, [&](int layer) {
-        if (sync) reducer.mark_layer_ready(layer);
-      });
-    }
-    reducer.finish();
-    {
-      ScopedSpan span(recorder, Lane::kCompute, SpanKind::kOptimizer, step);
-      sgd.step(model.flat_params(), model.flat_grads(), grad_scale);
-      model.zero_grad();
-    }
-    record.end_ns = now_ns();
-    record.loss = static_cast<float>(loss_sum / config.accumulate);
-    if (config.verify) {
-      record.param_hash = hash_floats(model.flat_params());
-      // Without communication (the compute-only scenario) replicas differ by design and
-      // nothing may be sent, so only the hash is kept.
-      if (comm.size() > 1 && config.reducer.communicate) {
-        verify_identical(comm, record.param_hash, step, config.reducer.timeout_ns);
-      }
-    }
-    result.steps.push_back(record);
-    if (rank == 0 && on_step) on_step(record);
   }
-  if (rank == 0) {
-    result.final_params.assign(model.flat_params().begin(), model.flat_params().end());
-  }
+  std::sort(result.steps.begin(), result.steps.end(), [](const auto& a, const auto& b) {
+    return std::tie(a.step, a.rank) < std::tie(b.step, b.rank);
+  });
   return result;
 }
 
 TrainResult train_local(const TrainConfig& config, const StepCallback& on_step) {
-  validate(config);
-  set_blas_threads(config.blas_threads);
-
-  // The plan is needed up front only to size the span buffers.
-  const Model probe(config.model, 1, config.seed);
-  const auto plan =
-      plan_buckets(grad_params(probe), probe.flat_grads().size(), config.reducer.plan);
-
-  std::vector<TrainResult> results(config.ranks);
-  LocalRunTimeline run =
-      run_local_ranks({.ranks = config.ranks,
-                       .link = config.link,
-                       .span_capacity_per_lane = span_capacity(config, probe, plan.size()),
-                       .record = config.record},
-                      [&](Communicator& comm, RankRecorder& recorder) {
-                        results[comm.rank()] = train_rank(config, comm, recorder, on_step);
-                      });
-
-  TrainResult merged;
-  merged.buckets = std::move(results[0].buckets);
-  merged.final_params = std::move(results[0].final_params);
-  merged.timeline = std::move(run.timeline);
-  merged.spans_dropped = run.spans_dropped;
-  for (const auto& r : results) {
-    merged.steps.insert(merged.steps.end(), r.steps.begin(), r.steps.end());
-  }
-  std::sort(merged.steps.begin(), merged.steps.end(), [](const auto& a, const auto& b) {
-    return std::tie(a.step, a.rank) < std::tie(b.step, b.rank);
-  });
-  merged.blas = blas_description();
-  return merged;
+  Job job("local", train_backend_options(config));
+  return train(config, job, on_step);
 }
 
 }  // namespace tandem

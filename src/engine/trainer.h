@@ -1,12 +1,15 @@
-// Data-parallel training of one rank, and the launcher that runs every rank of the
-// local backend as a thread of this process.
+// Data-parallel training: one rank loop for every device and backend.
 //
-// One step (iteration) on one rank:
-//   for each of `accumulate` micro-batches: forward, backward (the reducer launches
-//   each unit's all-reduce as backward completes its gradients; only on the last
-//   micro-batch), then: wait for communication (wait spans), SGD, zero the gradients.
+// One step (iteration) on one rank, as train_rank runs it over a RankModel
+// (model/rank_model.h) and a GradSync strategy (ddp/grad_sync.h):
+//   begin_step; for each of `accumulate` micro-batches: forward unit by unit, loss,
+//   backward unit by unit (the strategy's hooks before each unit's forward and after
+//   each unit's backward); before_optimizer (DDP: the rest of the all-reduces, and the
+//   waits); SGD and zero-grad; after_optimizer; end_step (the host waits for the step's
+//   collectives, then for the device).
 // The same loop serves every scenario of `tandem characterize`: communication off
-// (compute-only) or deferred to after backward (sequential).
+// (compute-only), deferred to after backward (sequential), or without compute (comm-only:
+// the same hooks in the same order with no math between them).
 #pragma once
 
 #include <cstdint>
@@ -14,10 +17,11 @@
 #include <string>
 #include <vector>
 
-#include "comm/communicator.h"
+#include "comm/link_model.h"
 #include "compute/precision.h"
 #include "ddp/reducer.h"
-#include "model/model.h"
+#include "engine/launch.h"
+#include "model/rank_model.h"
 #include "timeline/recorder.h"
 
 namespace tandem {
@@ -29,18 +33,19 @@ struct TrainConfig {
   int steps = 50;
   int accumulate = 1;  // micro-batches per synchronization
   SgdOptions sgd{};
-  ReducerOptions reducer{};
+  ReducerOptions reducer{};  // the bucket plan and the scenario's CommMode
   LinkModel link{};
+  std::int64_t timeout_ns = 300'000'000'000;  // a collective not done by then fails the run
   std::uint64_t seed = 1;
   int blas_threads = 1;  // per rank
   int data_batches = 8;  // distinct batches per rank's shard, cycled
   bool compute = true;   // false: the comm-only scenario (same collectives, no math)
   bool record = true;    // the timeline; off only to measure its own cost
   bool verify = false;   // hash parameters after every step and compare across ranks
-  // Where the math runs (engine/device_trainer.h for the devices besides the CPU).
+  // Where the math runs; devices besides the CPU register in model/rank_model.h.
   Device device = Device::kCpu;
   Precision precision = Precision::kFp32;  // GEMM precision; the CPU computes in fp32 only
-  std::string device_comm = "auto";        // device communicator: auto, nccl or emulated
+  std::string device_comm = "auto";        // device collectives: auto, nccl or emulated
 };
 
 // One rank's step, as printed and written to steps.csv.
@@ -59,36 +64,46 @@ struct TrainResult {
   std::vector<Bucket> buckets;      // the plan every rank used
   std::vector<float> final_params;  // rank 0's
   std::size_t spans_dropped = 0;
-  std::string blas;  // BLAS in use, threads included
-  // The communicator backend and, for process backends (mpi), the job's shape and how
-  // well the ranks' clocks were aligned to rank 0's (process_launch.h).
+  std::string blas;  // BLAS in use (threads included), or cuBLAS and the GEMM precision
+  // The communicator backend and, for process jobs (mpi), the job's shape and how well
+  // the ranks' clocks were aligned to rank 0's (engine/launch.h).
   std::string backend = "local";
   std::string backend_details;
   int hosts = 1;
   int ranks_per_host = 0;                 // 0: all ranks are threads of one process
   std::int64_t clock_uncertainty_ns = 0;  // largest over ranks; 0 for one process
   // Where compute ran and how its spans were timed: "host-clock" (spans taken on the
-  // training thread around each kernel call) or "cuda-events" (engine/cuda_trainer.h).
+  // training thread around each kernel call) or "cuda-events".
   std::string device = "cpu";
   std::string device_details;  // the GPU(s), for --device cuda
   std::string timing_source = "host-clock";
+  bool leader = true;  // false on the other processes of a job: only their own steps
 };
 
 // Called on rank 0's thread after each step with that rank's record.
 using StepCallback = std::function<void(const StepRecord&)>;
 
-// Trains one rank over `comm` (any backend). Spans go to `recorder`.
-TrainResult train_rank(const TrainConfig& config, Communicator& comm, RankRecorder& recorder,
-                       const StepCallback& on_step);
-
-// Runs config.ranks ranks as threads over the local backend and merges their results.
+// Trains every rank of `job` (threads of this process, or this process's rank of a
+// launcher's job). config.ranks must equal the job's size for process jobs. On the
+// leader the result holds every rank's steps and spans; elsewhere (leader false) only
+// the run's description.
+TrainResult train(const TrainConfig& config, Job& job, const StepCallback& on_step = {});
+// train() on a job of threads of this process (the local backend).
 TrainResult train_local(const TrainConfig& config, const StepCallback& on_step = {});
+
+// The rank loop on one rank of a run; returns the rank's results encoded for the leader.
+std::string train_rank(const TrainConfig& config, RankEnv& env, const StepCallback& on_step);
+
+// The RunSpec of a training run of `config`.
+RunSpec train_run_spec(const TrainConfig& config);
+// The BackendOptions of `config` (timeout, link).
+BackendOptions train_backend_options(const TrainConfig& config);
 
 std::uint64_t hash_floats(std::span<const float> values);
 
-// --verify: every rank's parameter hash must equal rank 0's; collective over `comm`.
-// Throws RuntimeError naming the first rank that differs, TimeoutError past timeout_ns.
-void verify_identical(Communicator& comm, std::uint64_t hash, int step, std::int64_t timeout_ns);
+// --verify: every rank's parameter hash must equal rank 0's; collective over `comm` (host
+// memory). Throws RuntimeError naming the first rank that differs.
+void verify_identical(Communicator& comm, std::uint64_t hash, int step);
 
 // Spans each lane of a rank's recorder must hold for a whole run of `config`.
 std::size_t train_span_capacity(const TrainConfig& config);

@@ -28,7 +28,12 @@ Characterization characterize(Workload& workload, const CharacterizeOptions& opt
     const bool sample_power = options.power && options.power->available();
     if (sample_power) options.power->start();
     const std::int64_t t0 = now_ns();
-    run.timeline = workload.run(scenario, steps);
+    if (options.job != nullptr) {
+      run.timeline = workload.run(*options.job, scenario, steps);
+    } else {
+      Job local("local", {});
+      run.timeline = workload.run(local, scenario, steps);
+    }
     run.wall_ns = now_ns() - t0;
     if (sample_power) {
       run.power = options.power->stop();

@@ -17,6 +17,7 @@ struct CharacterizeOptions {
   int warmup = 2;       // iterations run and dropped from every scenario
   int iterations = 25;  // measured iterations per scenario (the paper averaged 25 runs)
   PowerSampler* power = nullptr;  // sampled around each scenario when available
+  Job* job = nullptr;             // where the ranks run; null: threads of this process
   std::function<void(Scenario)> on_scenario;  // called before each scenario starts
 };
 

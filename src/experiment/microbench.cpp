@@ -7,7 +7,6 @@
 #include "core/clock.h"
 #include "core/error.h"
 #include "core/parse.h"
-#include "engine/local_launch.h"
 #include "experiment/spec_parse.h"
 #include "experiment/workload.h"
 
@@ -70,24 +69,26 @@ class MicrobenchWorkload final : public Workload {
             {"gemm_count_calibrated", spec_.gemm_count == 0},
             {"allreduce_bytes", spec_.allreduce_bytes},
             {"ranks", spec_.ranks},
-            {"backend", "local"},
             {"blas_threads_per_rank", spec_.blas_threads},
             {"link", spec_.link.enabled() ? nlohmann::json(spec_.link.describe()) : nullptr},
             {"link_emulated", spec_.link.enabled()}};
   }
 
-  Timeline run(Scenario scenario, int steps) override {
+  Timeline run(Job& job, Scenario scenario, int steps) override {
     set_blas_threads(spec_.blas_threads);
-    if (gemm_count_ == 0) gemm_count_ = spec_.gemm_count > 0 ? spec_.gemm_count : calibrate();
+    if (gemm_count_ == 0) gemm_count_ = spec_.gemm_count > 0 ? spec_.gemm_count : calibrate(job);
     const std::size_t capacity = static_cast<std::size_t>(steps) * (gemm_count_ + 4) + 64;
-    return run_local_ranks({.ranks = spec_.ranks, .link = spec_.link,
-                            .span_capacity_per_lane = capacity},
-                           [&](Communicator& comm, RankRecorder& recorder) {
-                             Buffers b(spec_);
-                             for (int step = 0; step < steps; ++step) {
-                               iteration(scenario, step, comm, recorder, b);
-                             }
-                           })
+    return job
+        .run(run_spec(capacity, true),
+             [&](RankEnv& env) {
+               Buffers b(spec_);
+               guarded(env.comm, [&] {
+                 for (int step = 0; step < steps; ++step) {
+                   iteration(scenario, step, env.comm, env.recorder, b);
+                 }
+               });
+               return std::string();
+             })
         .timeline;
   }
 
@@ -154,13 +155,35 @@ class MicrobenchWorkload final : public Workload {
     }
   }
 
+  RunSpec run_spec(std::size_t capacity, bool record) const {
+    return {.ranks = spec_.ranks,
+            .comm = {.link = spec_.link},
+            .span_capacity_per_lane = capacity,
+            .record = record};
+  }
+
+  // Runs `body` over buffers that `comm`'s collectives use: a failure ends this rank's
+  // collectives before the buffers die (engine/trainer.cpp, Note [one owner of shutdown]).
+  template <typename Body>
+  static void guarded(Communicator& comm, const Body& body) {
+    try {
+      body();
+    } catch (const std::exception& e) {
+      comm.abort(e.what());
+      comm.drain();
+      throw;
+    }
+  }
+
   // Enough sgemm calls to cover one all-reduce, each timed alone; rank 0's answer is
   // broadcast so that every rank runs the same loop.
-  int calibrate() const {
+  int calibrate(Job& job) const {
     int count = 1;
-    run_local_ranks({.ranks = spec_.ranks, .link = spec_.link, .record = false},
-                    [&](Communicator& comm, RankRecorder&) {
+    job.run(run_spec(64, false), [&](RankEnv& env) {
+                      Communicator& comm = env.comm;
                       Buffers b(spec_);
+                      std::vector<float> ratio(1);
+                      guarded(comm, [&] {
                       auto median_ns = [](std::vector<std::int64_t> v) {
                         std::sort(v.begin(), v.end());
                         return static_cast<double>(v[v.size() / 2]);
@@ -178,10 +201,15 @@ class MicrobenchWorkload final : public Workload {
                           allreduce_ns.push_back(t2 - t1);
                         }
                       }
-                      std::vector<float> ratio{static_cast<float>(
-                          std::ceil(median_ns(allreduce_ns) / std::max(1.0, median_ns(gemm_ns))))};
+                      ratio[0] = static_cast<float>(
+                          std::ceil(median_ns(allreduce_ns) / std::max(1.0, median_ns(gemm_ns))));
                       comm.broadcast(ratio, 0)->wait();
-                      if (comm.rank() == 0) count = std::clamp(static_cast<int>(ratio[0]), 1, 100000);
+                      });
+                      // Every process of a job gets the same answer from rank 0.
+                      if (comm.rank() == 0 || !job.in_process()) {
+                        count = std::clamp(static_cast<int>(ratio[0]), 1, 100000);
+                      }
+                      return std::string();
                     });
     return count;
   }

@@ -13,7 +13,6 @@
 #include "core/clock.h"
 #include "core/error.h"
 #include "core/parse.h"
-#include "engine/local_launch.h"
 #include "experiment/spec_parse.h"
 #include "experiment/workload.h"
 
@@ -200,16 +199,18 @@ class SyntheticWorkload final : public Workload {
             {"ranks", spec_.ranks}};
   }
 
-  Timeline run(Scenario scenario, int steps) override {
+  Timeline run(Job& job, Scenario scenario, int steps) override {
     if (spec_.busy && !busy_) busy_ = std::make_unique<BusyWork>();
     const std::size_t capacity = static_cast<std::size_t>(steps) * (spec_.chunks + 4) + 64;
-    return run_local_ranks({.ranks = spec_.ranks, .span_capacity_per_lane = capacity},
-                           [&](Communicator&, RankRecorder& recorder) {
-                             ChunkRunner runner(recorder, busy_.get());
-                             for (int step = 0; step < steps; ++step) {
-                               iteration(scenario, step, recorder, runner);
-                             }
-                           })
+    return job
+        .run({.ranks = spec_.ranks, .span_capacity_per_lane = capacity},
+             [&](RankEnv& env) {
+               ChunkRunner runner(env.recorder, busy_.get());
+               for (int step = 0; step < steps; ++step) {
+                 iteration(scenario, step, env.recorder, runner);
+               }
+               return std::string();
+             })
         .timeline;
   }
 

@@ -1,5 +1,4 @@
 #include "core/error.h"
-#include "engine/device_trainer.h"
 #include "experiment/workload.h"
 #include "report/train_report.h"
 
@@ -47,23 +46,23 @@ class TrainWorkload final : public Workload {
     return j;
   }
 
-  Timeline run(Scenario scenario, int steps) override {
+  Timeline run(Job& job, Scenario scenario, int steps) override {
     TrainConfig c = config_;
     c.steps = steps;
     switch (scenario) {
       case Scenario::kComputeOnly:
-        c.reducer.communicate = false;
+        c.reducer.mode = CommMode::kOff;
         break;
       case Scenario::kCommOnly:
         c.compute = false;
         break;
       case Scenario::kSequential:
-        c.reducer.defer = true;
+        c.reducer.mode = CommMode::kSequential;
         break;
       case Scenario::kOverlapped:
         break;
     }
-    return train_local_on_device(c).timeline;
+    return train(c, job).timeline;
   }
 
  private:

@@ -5,7 +5,8 @@
 //   sequential    compute finishes, then all communication
 //   overlapped    the workload's overlap strategy
 // Three kinds exist: a training configuration, the GEMM + all-reduce microbenchmark,
-// and a synthetic one whose ground truth is known (the metric suite's oracle).
+// and a synthetic one whose ground truth is known (the metric suite's oracle). Every kind
+// runs on any Job (engine/launch.h): threads of one process or the ranks of an mpirun job.
 #pragma once
 
 #include <array>
@@ -14,6 +15,7 @@
 #include <string>
 #include <string_view>
 
+#include "engine/launch.h"
 #include "engine/trainer.h"
 #include "timeline/recorder.h"
 
@@ -31,8 +33,10 @@ class Workload {
   virtual std::string describe() const = 0;
   // The configuration, for summary.json.
   virtual nlohmann::json config_json() const = 0;
-  // Runs `steps` iterations (steps 0..steps-1) of one scenario on every rank.
-  virtual Timeline run(Scenario scenario, int steps) = 0;
+  // Runs `steps` iterations (steps 0..steps-1) of one scenario on every rank of `job`
+  // (threads of this process, or the processes of a launcher's job: every process calls
+  // it, and only the leader's timeline holds the spans).
+  virtual Timeline run(Job& job, Scenario scenario, int steps) = 0;
 };
 
 // A `tandem train` configuration; its steps, model and strategy are the workload's.
@@ -44,7 +48,7 @@ struct MicrobenchSpec {
   int gemm_n = 0;
   int gemm_count = 0;  // sgemm calls per iteration; 0: calibrated to match the all-reduce
   std::int64_t allreduce_bytes = 0;
-  int ranks = 2;
+  int ranks = 2;  // in-process jobs; a process job has its own count
   int blas_threads = 1;
   LinkModel link{};
 
@@ -65,7 +69,7 @@ struct SyntheticSpec {
   std::int64_t comm_ns = 0;
   int chunks = 1;
   bool busy = false;
-  int ranks = 1;
+  int ranks = 1;  // in-process jobs; a process job has its own count
 
   // "synthetic:compute=350ms,comm=175ms,chunks=10[,mode=sleep|busy]"; UsageError.
   static SyntheticSpec parse(std::string_view text);

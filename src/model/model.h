@@ -1,16 +1,12 @@
 // A feed-forward model with explicit forward and backward passes on the CPU (fp32,
-// CBLAS sgemm), built from a spec string.
-//
-// Storage: all parameters live in one flat array and all gradients in another, laid
-// out in *reverse* registration order (last layer first). That is the order in which
-// backward produces gradients, so every gradient-reduction strategy (a bucket, a layer,
-// a chunk) is a contiguous range of the flat gradient and is all-reduced in place.
+// CBLAS sgemm), built from a spec string, over the flat layout of layout.h.
 //
 // Gradient rule (as in llm.c): parameter gradients accumulate with +=, activation
 // gradients are overwritten. zero_grad() clears the flat gradient.
 //
-// Within one layer's range the weight comes first, then the bias:
-//   [fc{D-1}.weight, fc{D-1}.bias, ..., fc0.weight, fc0.bias]
+// The engine drives it unit by unit (a unit is one Linear layer with the activation that
+// follows it): set_input, forward_unit(0..D-1), forward_loss, backward_loss,
+// backward_unit(D-1..0). forward()/backward() run whole passes the same way.
 //
 // Spans (Lane::kCompute, all with the caller's step):
 //   forward:  SpanKind::kForward, tag = L for Linear layer L (activation included),
@@ -30,40 +26,10 @@
 #include <string_view>
 #include <vector>
 
+#include "model/layout.h"
 #include "timeline/recorder.h"
 
 namespace tandem {
-
-enum class Activation : std::uint8_t { kNone, kReLU, kGELU };
-
-// "mlp:DxW": D Linear layers (+bias); the first D-1 are W->W followed by the
-// activation, the last W->classes. Input width W.
-// "linear:IxO": one Linear I->O without bias (y = x.W).
-// "course": the course-report baseline, linear:512x512 with a batch of 1024.
-// A ",gelu" (or ",relu", the default) suffix picks the mlp activation. For linear and
-// course, width == input (there is no hidden layer) and activation is kNone.
-// Limits: dimensions <= 65536, depth <= 1024, parameter_count() <= 2^31.
-struct ModelSpec {
-  std::string text;  // as given
-  int depth = 1;
-  int input = 0;     // input features
-  int width = 0;     // hidden width
-  int classes = 0;   // output features
-  bool bias = true;
-  Activation activation = Activation::kReLU;
-  int default_batch = 0;  // a preset's batch (0: none)
-
-  // Throws UsageError naming the spec on bad input.
-  static ModelSpec parse(std::string_view text, int classes = 16);
-  std::int64_t parameter_count() const;
-};
-
-struct ParamInfo {
-  std::string name;         // "fc3.weight"
-  int layer = 0;            // index of the Linear layer that owns it (forward order)
-  std::size_t numel = 0;
-  std::size_t offset = 0;   // into flat_params() / flat_grads()
-};
 
 struct Batch {
   std::span<const float> x;        // [rows, input]
@@ -82,11 +48,12 @@ class Model {
   Model(Model&&) noexcept;
   Model& operator=(Model&&) noexcept;
 
-  const ModelSpec& spec() const { return spec_; }
-  int layer_count() const;  // Linear layers
+  const ModelSpec& spec() const { return layout_.spec(); }
+  const ModelLayout& layout() const { return layout_; }
+  int layer_count() const { return layout_.units(); }  // Linear layers (units)
   int max_batch() const;
-  // Forward registration order; offsets follow the reverse layout described above.
-  const std::vector<ParamInfo>& params() const { return params_; }
+  // Forward registration order; offsets follow the reverse layout of layout.h.
+  const std::vector<ParamInfo>& params() const { return layout_.params(); }
   std::span<float> flat_params() { return params_flat_; }
   std::span<const float> flat_params() const { return params_flat_; }
   std::span<float> flat_grads() { return grads_flat_; }
@@ -96,6 +63,18 @@ class Model {
   std::size_t layer_grad_begin(int layer) const;
   std::size_t layer_grad_end(int layer) const;
 
+  // ---- unit by unit ----
+  // Copies the batch in: 1 <= batch.rows <= max_batch, labels in [0, classes).
+  void set_input(const Batch& batch);
+  // Linear layer `layer` and the activation after it; layers in order from 0.
+  void forward_unit(int layer, RankRecorder& recorder, int step);
+  // Softmax cross-entropy of the last layer's output: the mean loss over rows.
+  float forward_loss(RankRecorder& recorder, int step);
+  // The loss gradient; then backward_unit for layers last..0, in that order.
+  void backward_loss(RankRecorder& recorder, int step);
+  void backward_unit(int layer, RankRecorder& recorder, int step);
+
+  // ---- whole passes ----
   // Forward + softmax cross-entropy (mean over rows). Records one compute span per
   // Linear layer (activation included) and one for the loss into `recorder`.
   // 1 <= batch.rows <= max_batch, labels in [0, classes). The batch is copied, so it
@@ -111,17 +90,16 @@ class Model {
                 const std::function<void(int layer)>& on_layer_ready);
 
   // FLOPs of one forward (backward is about twice that) for `rows` rows.
-  double forward_flops(int rows) const;
+  double forward_flops(int rows) const { return layout_.forward_flops(rows); }
 
   // For tests: the last forward's logits [rows, classes].
   std::span<const float> logits() const;
 
  private:
   struct Impl;
-  ModelSpec spec_;
+  ModelLayout layout_;
   std::vector<float> params_flat_;
   std::vector<float> grads_flat_;
-  std::vector<ParamInfo> params_;
   std::unique_ptr<Impl> impl_;
 };
 

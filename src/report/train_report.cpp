@@ -65,7 +65,7 @@ TrainSummary summarize_training(const TrainConfig& config, const TrainResult& re
     comm += s.t_comm_ns;
   }
   out.hidden_share = comm > 0 ? ovl / comm : std::nan("");
-  out.bytes_per_step = config.ranks > 1 && config.reducer.communicate
+  out.bytes_per_step = config.ranks > 1 && config.reducer.mode != CommMode::kOff
                            ? static_cast<std::int64_t>(config.model.parameter_count() * 4)
                            : 0;
   return out;

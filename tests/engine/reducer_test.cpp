@@ -124,70 +124,110 @@ TEST(BucketPlanTest, ChunkedCutsEqualChunksAndListsOverlappingParameters) {
 }
 
 // The launch rule, observed on a real one-rank communicator.
+// A 3-unit mlp (8 -> 8 -> 8 -> 8 classes): 72 floats per unit, unit 2 first in the flat
+// gradient, as layered_params({{64, 8}, {64, 8}, {64, 8}}) lays it out.
 class ReducerLaunchTest : public ::testing::Test {
  protected:
   void SetUp() override {
     comms_ = make_local_communicators({.ranks = 1});
     comms_[0]->set_recorder(&recorder_);
-    params_ = layered_params({{64, 8}, {64, 8}, {64, 8}}, &total_);
-    grads_.assign(total_, 1.0f);
+    ModelConfig config{.spec = ModelSpec::parse("mlp:3x8", 8), .batch = 2};
+    model_ = make_rank_model(config, recorder_);
+    std::fill(model_->grads().begin(), model_->grads().end(), 1.0f);
   }
-  Reducer make(std::string_view strategy, bool defer = false) {
+  Reducer make(std::string_view strategy, CommMode mode = CommMode::kOverlapped) {
     ReducerOptions options;
     options.plan.strategy = Strategy::parse(strategy);
-    options.defer = defer;
-    return Reducer(params_, grads_, *comms_[0], recorder_, options);
+    options.mode = mode;
+    return Reducer(*comms_[0], *model_, options);
   }
   std::vector<std::unique_ptr<Communicator>> comms_;
   RankRecorder recorder_{0, 64};
-  std::vector<GradParam> params_;
-  std::vector<float> grads_;
-  std::size_t total_ = 0;
+  std::unique_ptr<RankModel> model_;
 };
+
+TEST_F(ReducerLaunchTest, TheModelsLayoutIsTheOneTheseTestsAssume) {
+  std::size_t total = 0;
+  const auto params = layered_params({{64, 8}, {64, 8}, {64, 8}}, &total);
+  const auto actual = grad_params(model_->layout());
+  ASSERT_EQ(actual.size(), params.size());
+  for (std::size_t i = 0; i < params.size(); ++i) {
+    EXPECT_EQ(actual[i].unit, params[i].unit);
+    EXPECT_EQ(actual[i].offset, params[i].offset);
+    EXPECT_EQ(actual[i].numel, params[i].numel);
+  }
+}
 
 TEST_F(ReducerLaunchTest, LayerwiseLaunchesEachLayerAsItsGradientsAreReady) {
   Reducer reducer = make("layerwise");
-  reducer.prepare(0);
+  reducer.begin_step(0);
   EXPECT_EQ(reducer.launched(), 0u);
-  reducer.mark_layer_ready(2);
+  reducer.after_backward(2, true);
   EXPECT_EQ(reducer.launched(), 1u);
-  reducer.mark_layer_ready(1);
+  reducer.after_backward(1, true);
   EXPECT_EQ(reducer.launched(), 2u);
-  reducer.mark_layer_ready(0);
+  reducer.after_backward(0, true);
   EXPECT_EQ(reducer.launched(), 3u);
-  reducer.finish();
-  for (float g : grads_) EXPECT_EQ(g, 1.0f);  // average over one rank
+  reducer.before_optimizer();
+  reducer.end_step();
+  for (float g : model_->grads()) EXPECT_EQ(g, 1.0f);  // average over one rank
+}
+
+TEST_F(ReducerLaunchTest, OnlyTheLastMicroBatchSynchronizes) {
+  Reducer reducer = make("layerwise");
+  reducer.begin_step(0);
+  for (int u = 2; u >= 0; --u) reducer.after_backward(u, false);
+  EXPECT_EQ(reducer.launched(), 0u);
+  for (int u = 2; u >= 0; --u) reducer.after_backward(u, true);
+  EXPECT_EQ(reducer.launched(), 3u);
+  reducer.before_optimizer();
+  reducer.end_step();
 }
 
 TEST_F(ReducerLaunchTest, ChunkWaitsForEveryParameterItOverlaps) {
-  Reducer reducer = make("chunked:2");  // 216 floats: [0,108) spans layers 2 and 1
-  reducer.prepare(0);
-  reducer.mark_layer_ready(2);
+  Reducer reducer = make("chunked:2");  // 216 floats: [0,108) spans units 2 and 1
+  reducer.begin_step(0);
+  reducer.after_backward(2, true);
   EXPECT_EQ(reducer.launched(), 0u);
-  reducer.mark_layer_ready(1);
+  reducer.after_backward(1, true);
   EXPECT_EQ(reducer.launched(), 1u);
-  reducer.mark_layer_ready(0);
+  reducer.after_backward(0, true);
   EXPECT_EQ(reducer.launched(), 2u);
-  reducer.finish();
+  reducer.before_optimizer();
+  reducer.end_step();
 }
 
 TEST_F(ReducerLaunchTest, SequentialAndDeferredLaunchNothingDuringBackward) {
-  for (auto [strategy, defer] : {std::pair{"sequential", false}, std::pair{"layerwise", true}}) {
-    Reducer reducer = make(strategy, defer);
+  for (auto [strategy, mode] : {std::pair{"sequential", CommMode::kOverlapped},
+                                std::pair{"layerwise", CommMode::kSequential}}) {
+    Reducer reducer = make(strategy, mode);
     EXPECT_FALSE(reducer.overlaps());
-    reducer.prepare(0);
-    for (int l = 2; l >= 0; --l) reducer.mark_layer_ready(l);
+    reducer.begin_step(0);
+    for (int u = 2; u >= 0; --u) reducer.after_backward(u, true);
     EXPECT_EQ(reducer.launched(), 0u) << strategy;
-    reducer.finish();
+    reducer.before_optimizer();
+    reducer.end_step();
     EXPECT_EQ(reducer.launched(), reducer.buckets().size());
   }
 }
 
+TEST_F(ReducerLaunchTest, CommOffSendsNothing) {
+  Reducer reducer = make("layerwise", CommMode::kOff);
+  EXPECT_EQ(reducer.bytes_per_step(), 0);
+  reducer.begin_step(0);
+  for (int u = 2; u >= 0; --u) reducer.after_backward(u, true);
+  reducer.before_optimizer();
+  reducer.end_step();
+  comms_.clear();  // joins the communication thread
+  EXPECT_EQ(recorder_.lane(Lane::kComm).size(), 0u);
+}
+
 TEST_F(ReducerLaunchTest, RecordsCommSpansForEveryUnit) {
   Reducer reducer = make("layerwise");
-  reducer.prepare(7);
-  for (int l = 2; l >= 0; --l) reducer.mark_layer_ready(l);
-  reducer.finish();
+  reducer.begin_step(7);
+  for (int u = 2; u >= 0; --u) reducer.after_backward(u, true);
+  reducer.before_optimizer();
+  reducer.end_step();
   comms_.clear();  // joins the communication thread
   const SpanBuffer& comm = recorder_.lane(Lane::kComm);
   ASSERT_EQ(comm.size(), 3u);

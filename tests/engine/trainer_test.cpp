@@ -88,7 +88,7 @@ TEST(TrainerTest, AccumulationSynchronizesOnlyOnTheLastMicroBatch) {
 
 TEST(TrainerTest, ComputeOnlyScenarioSendsNothing) {
   TrainConfig c = small_config("bucketed", 2, 2);
-  c.reducer.communicate = false;
+  c.reducer.mode = CommMode::kOff;
   c.verify = true;  // replicas differ by design: verify must neither send nor fail
   const TrainResult result = train_local(c);
   EXPECT_NE(result.steps.front().param_hash, 0u);

@@ -42,7 +42,8 @@ TEST(MicrobenchTest, CalibratesAGemmCountWhenNoneIsGiven) {
   MicrobenchSpec spec = MicrobenchSpec::parse("gemm=64,allreduce=1MiB");
   spec.ranks = 2;
   auto workload = make_microbench_workload(spec);
-  const Timeline t = workload->run(Scenario::kComputeOnly, 1);
+  Job job("local", {});
+  const Timeline t = workload->run(job, Scenario::kComputeOnly, 1);
   const int count = workload->config_json()["gemm_count"];
   EXPECT_GE(count, 1);
   std::size_t kernels = 0;

@@ -61,7 +61,7 @@ TEST_P(GradientTest, EveryParameterMatchesFiniteDifferences) {
   std::string worst;
   int checked = 0;
   for (const ParamInfo& p : model.params()) {
-    auto& values = p.name.ends_with(".weight") ? ref.layers[p.layer].w : ref.layers[p.layer].b;
+    auto& values = p.name.ends_with(".weight") ? ref.layers[p.unit].w : ref.layers[p.unit].b;
     ASSERT_EQ(values.size(), p.numel);
     for (std::size_t i = 0; i < p.numel; ++i) {
       const double saved = values[i];

@@ -25,7 +25,7 @@ TEST(LayoutTest, ParamsAreInForwardOrderAndStoredInReverse) {
   ASSERT_EQ(params.size(), names.size());
   for (std::size_t i = 0; i < params.size(); ++i) {
     EXPECT_EQ(params[i].name, names[i]);
-    EXPECT_EQ(params[i].layer, static_cast<int>(i / 2));
+    EXPECT_EQ(params[i].unit, static_cast<int>(i / 2));
   }
   // Last layer first; within a layer, weight then bias.
   EXPECT_EQ(params[4].offset, 0u);
@@ -50,8 +50,8 @@ TEST(LayoutTest, LayerRangesAreContiguousReversedAndCoverEverything) {
     }
     EXPECT_EQ(model.layer_grad_end(0), model.flat_grads().size());
     for (const ParamInfo& p : model.params()) {
-      EXPECT_GE(p.offset, model.layer_grad_begin(p.layer));
-      EXPECT_LE(p.offset + p.numel, model.layer_grad_end(p.layer));
+      EXPECT_GE(p.offset, model.layer_grad_begin(p.unit));
+      EXPECT_LE(p.offset + p.numel, model.layer_grad_end(p.unit));
     }
     std::size_t total = 0;
     for (const ParamInfo& p : model.params()) total += p.numel;
@@ -147,7 +147,7 @@ TEST(InitTest, SameSeedSameParametersAndKaimingBounds) {
       for (float v : values) EXPECT_EQ(v, 0.0f);
       continue;
     }
-    const double gain = p.layer < 2 ? std::sqrt(2.0) : 1.0;
+    const double gain = p.unit < 2 ? std::sqrt(2.0) : 1.0;
     const double bound = gain * std::sqrt(3.0 / 64);
     double sum_sq = 0;
     for (float v : values) {

@@ -39,7 +39,7 @@ inline RefModel reference_of(const Model& model) {
   }
   const auto flat = model.flat_params();
   for (const ParamInfo& p : model.params()) {
-    auto& dst = p.name.ends_with(".weight") ? ref.layers[p.layer].w : ref.layers[p.layer].b;
+    auto& dst = p.name.ends_with(".weight") ? ref.layers[p.unit].w : ref.layers[p.unit].b;
     dst.assign(flat.begin() + p.offset, flat.begin() + p.offset + p.numel);
   }
   return ref;

@@ -1,5 +1,5 @@
 // Clock alignment of process ranks onto rank 0's clock.
-#include "engine/process_launch.h"
+#include "engine/launch.h"
 
 #include <gtest/gtest.h>
 

@@ -1,0 +1,110 @@
+// One rank's replica of a model on its device: the compute interface the engine's rank
+// loop drives (engine/trainer.h), implemented by the CPU model (here) and the CUDA model
+// (model/cuda/cuda_model.h), so one loop serves every device.
+//
+// A step, as the loop calls it:
+//   begin_step(step)
+//   for each micro-batch: set_micro_batch(i); forward_unit(u) for u = 0..units-1;
+//     forward_loss(); backward_loss(); backward_unit(u) for u = units-1..0
+//   optimizer_step(scale); zero_grad()
+//   end_step()  -> the step's loss sum and end time
+// Device models only enqueue work on stream() until end_step(), which is the step's one
+// host synchronization; the CPU model computes as it is called. Both record their
+// compute spans (kinds, tags and flops as model.h lists them) on the spans' clock, and
+// begin_span()/end_span() time the engine's own intervals (waits, the optimizer) the same
+// way: on a GPU a wait span is how long the compute stream stood still.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "compute/precision.h"
+#include "core/stream.h"
+#include "model/layout.h"
+#include "model/model.h"
+#include "timeline/recorder.h"
+
+namespace tandem {
+
+struct ModelConfig {
+  ModelSpec spec;
+  int batch = 64;        // rows per micro-batch
+  int data_batches = 8;  // distinct batches in the rank's shard, cycled
+  std::uint64_t seed = 1;
+  SgdOptions sgd{};
+  Device device = Device::kCpu;
+  Precision precision = Precision::kFp32;
+  int rank = 0;    // which shard of the data
+  int ordinal = -1;  // the device's ordinal (-1: the CPU)
+};
+
+class RankModel {
+ public:
+  virtual ~RankModel() = default;
+
+  virtual const ModelLayout& layout() const = 0;
+  int units() const { return layout().units(); }
+  // The flat arrays (layout.h) in the model's memory: device pointers on a GPU.
+  virtual std::span<float> params() = 0;
+  virtual std::span<float> grads() = 0;
+  // Where device work is enqueued (collectives are ordered after it); null on the CPU.
+  virtual ComputeStream stream() const { return nullptr; }
+
+  // Starts `step`; returns its start time on the spans' clock.
+  virtual std::int64_t begin_step(int step) = 0;
+  // The shard's batch `index` (mod data_batches) is the input of what follows.
+  virtual void set_micro_batch(int index) = 0;
+  virtual void forward_unit(int unit) = 0;
+  // Adds the micro-batch's mean loss to the step's sum.
+  virtual void forward_loss() = 0;
+  virtual void backward_loss() = 0;
+  // Parameter gradients of `unit` accumulate (+=) into grads().
+  virtual void backward_unit(int unit) = 0;
+  // SGD on every parameter with the gradient scaled by grad_scale.
+  virtual void optimizer_step(float grad_scale) = 0;
+  virtual void zero_grad() = 0;
+  // An interval of the engine's own (tag -1: none) on this model's clock; nest freely.
+  virtual void begin_span(Lane lane, SpanKind kind, int tag = -1) = 0;
+  virtual void end_span() = 0;
+
+  struct StepEnd {
+    double loss_sum = 0;  // over the step's micro-batches
+    std::int64_t end_ns = 0;
+  };
+  // Ends the step: waits for the device, records its spans, reads the loss back.
+  virtual StepEnd end_step() = 0;
+
+  // A host copy of the parameters (synchronizes a device).
+  virtual std::vector<float> download_params() = 0;
+  // One line for reports: the BLAS (threads) or cuBLAS and the GEMM precision.
+  virtual std::string describe() const = 0;
+  // The device, for reports ("" on the CPU).
+  virtual std::string device_details() const { return {}; }
+  // How compute spans are timed: "host-clock" or "cuda-events".
+  virtual std::string timing_source() const = 0;
+};
+
+// The CPU model (always built in) or a registered device's. Spans go to `recorder`.
+// Throws UsageError when the device cannot run here (check_device_available).
+std::unique_ptr<RankModel> make_rank_model(const ModelConfig& config, RankRecorder& recorder);
+
+// Devices besides the CPU live in targets that build only with their toolkit
+// (model/cuda for --device cuda) and register here at start-up, so the engine and the CLI
+// pick a device without including its headers.
+struct DeviceModels {
+  // "" when the device can run here; else one line saying why not (no device, no driver).
+  std::string (*unavailable)() = nullptr;
+  std::unique_ptr<RankModel> (*make)(const ModelConfig& config, RankRecorder& recorder) = nullptr;
+  // How many devices this machine has (the ranks of an in-process job use 0..n-1).
+  int (*count)() = nullptr;
+};
+bool register_device_models(Device device, DeviceModels models);
+const DeviceModels* find_device_models(Device device);
+// Throws UsageError naming --device when `device` cannot run in this program on this
+// machine (not built in, or no device present). The CPU always can.
+void check_device_available(Device device);
+
+}  // namespace tandem
