@@ -5,9 +5,9 @@
 #include <filesystem>
 #include <optional>
 
+#include "analysis/metric_catalogue.h"
 #include "commands.h"
 #include "core/files.h"
-#include "experiment/characterize.h"
 #include "report/html/report.h"
 #include "timeline/chrome_trace.h"
 #include "trace_import/analyze_report.h"

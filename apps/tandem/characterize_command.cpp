@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <filesystem>
 
+#include "analysis/metric_catalogue.h"
 #include "commands.h"
 #include "compute/cpu/blas.h"
 #include "compute/precision.h"

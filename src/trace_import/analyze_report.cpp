@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <set>
 
+#include "analysis/metric_catalogue.h"
 #include "core/error.h"
 
 namespace tandem {
@@ -50,6 +51,14 @@ std::string share_line(const char* label, const Summary& s) {
                   100 * s.median, 100 * s.p10, 100 * s.p90);
   }
   return buf;
+}
+
+// A scenario metric in the summary's layout, labelled as in the metrics table.
+std::string metric_line(const ScenarioMetrics& m, Summary ScenarioMetrics::*field) {
+  const MetricDef& def = metric_def(field);
+  const std::string label(def.label);
+  if (def.unit == MetricUnit::kFraction) return share_line(label.c_str(), m.*field);
+  return ms_line(label.c_str(), m.*field, 1e-6);
 }
 
 }  // namespace
@@ -141,15 +150,16 @@ std::string format_analyze_summary(const AnalyzeResult& r) {
   text += ms_line("idle (neither)", r.idle_ms);
   text += "  hidden share of communication  " + percent(r.hidden_share) +
           "  (sum T_ovl / sum T_comm, HTA)\n";
-  text += share_line("overlap ratio R (eq. 2)", r.scenario.overlap_ratio);
+  text += metric_line(r.scenario, &ScenarioMetrics::overlap_ratio);
   if (r.has_baseline) {
     char line[160];
     std::snprintf(line, sizeof line, "  baseline (%zu iterations, compute-only):\n",
                   r.baseline_steps.size());
     text += line;
-    text += ms_line("compute T_comp_iso", r.scenario.t_comp_iso_ns, 1e-6);
-    text += share_line("compute slowdown S (eq. 1)", r.scenario.compute_slowdown);
-    text += ms_line("ideal iteration time (eq. 4)", r.scenario.e2e_ideal_ns, 1e-6);
+    for (auto field : {&ScenarioMetrics::t_comp_iso_ns, &ScenarioMetrics::compute_slowdown,
+                       &ScenarioMetrics::e2e_ideal_ns}) {
+      text += metric_line(r.scenario, field);
+    }
   }
   return text;
 }

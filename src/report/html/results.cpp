@@ -3,6 +3,7 @@
 
 #include <map>
 
+#include "analysis/metric_catalogue.h"
 #include "core/error.h"
 #include "core/files.h"
 #include "experiment/sweep.h"
@@ -128,6 +129,10 @@ Stat stat_of(const json& summaries, const std::string& key) {
   st.p90 = get("p90");
   st.mean = get("mean");
   return st;
+}
+
+Stat stat_of(const json& metrics, Summary ScenarioMetrics::*field) {
+  return stat_of(metrics, std::string(metric_def(field).key));
 }
 
 std::optional<LoadedTrace> load_trace(const fs::path& path) {

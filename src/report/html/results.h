@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "analysis/metrics.h"
 #include "report/html/charts.h"
 #include "timeline/recorder.h"
 
@@ -42,6 +43,8 @@ struct Stat {
   double median = NAN, p10 = NAN, p90 = NAN, mean = NAN;
 };
 Stat stat_of(const nlohmann::json& summaries, const std::string& key);
+// The same for a scenario metric, found under its catalogue key.
+Stat stat_of(const nlohmann::json& metrics, Summary ScenarioMetrics::*field);
 
 // A trace file: its spans and its counter tracks (power, in watts, absolute ns).
 struct LoadedTrace {
