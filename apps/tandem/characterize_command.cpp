@@ -16,8 +16,7 @@
 #include "experiment/gpu/gpu_microbench.h"
 #include "experiment/sweep.h"
 #include "power/nvml.h"
-#include "report/html/report.h"
-#include "report/machine.h"
+#include "report/results_dir.h"
 #include "timeline/chrome_trace.h"
 #include "workload_flags.h"
 
@@ -188,8 +187,8 @@ std::string one_line_result(const Characterization& c) {
   return buf;
 }
 
-void write_point_traces(const ResultsDir& dir, const std::string& id, const Characterization& c) {
-  const fs::path pdir = dir.point_dir(id);
+void write_point_traces(const ResultsWriter& dir, const std::string& id,
+                        const Characterization& c) {
   for (const auto& run : c.runs) {
     ChromeTraceOptions options{
         .other_data = {{"scenario", to_string(run.scenario)}, {"config", c.config}}};
@@ -203,14 +202,14 @@ void write_point_traces(const ResultsDir& dir, const std::string& id, const Char
         options.counters.push_back(std::move(track));
       }
     }
-    write_chrome_trace(run.timeline,
-                       (pdir / (std::string(to_string(run.scenario)) + ".trace.json")).string(),
-                       options);
+    dir.write_trace(
+        fs::path("points") / id / (std::string(to_string(run.scenario)) + ".trace.json"),
+        run.timeline, options);
   }
 }
 
 // summary.json, iterations.csv and trace.json from every finished point, in grid order.
-void rebuild_outputs(const ResultsDir& dir, const std::vector<std::string>& ids,
+void rebuild_outputs(const ResultsWriter& dir, const std::vector<std::string>& ids,
                      const std::vector<SweepAxis>& axes) {
   nlohmann::json axes_json = nlohmann::json::array();
   for (const auto& a : axes) axes_json.push_back({{"key", a.key}, {"values", a.values}});
@@ -221,25 +220,18 @@ void rebuild_outputs(const ResultsDir& dir, const std::vector<std::string>& ids,
     p.erase("iterations_csv");
     points.push_back(std::move(p));
   }
-  const nlohmann::json summary = {{"version", 1},
-                                  {"tool", "tandem characterize"},
-                                  {"created", utc_timestamp()},
-                                  {"machine", machine_json()},
-                                  {"sweep", axes_json},
-                                  {"points_total", ids.size()},
-                                  {"points", points}};
-  write_file_atomic(dir.path() / "summary.json", summary.dump(1) + "\n");
-  write_file_atomic(dir.path() / "iterations.csv", csv);
+  dir.write_summary({{"sweep", axes_json}, {"points_total", ids.size()}, {"points", points}});
+  dir.write("iterations.csv", csv);
   for (const auto& id : ids) {
     const fs::path trace = dir.path() / "points" / id / "overlapped.trace.json";
-    if (dir.finished().count(id) && fs::exists(trace)) {
-      write_file_atomic(dir.path() / "trace.json", read_file(trace));
+    if (dir.finished_points().count(id) && fs::exists(trace)) {
+      dir.write("trace.json", read_file(trace));
       break;
     }
   }
 }
 
-int run_characterize(CharacterizeFlags flags, bool batch_given) {
+int run_characterize(CharacterizeFlags flags, bool batch_given, const CommandLine& argv) {
   if (!flags.microbench.empty() && !flags.synthetic.empty()) {
     throw UsageError("--microbench and --synthetic: choose one workload");
   }
@@ -257,8 +249,8 @@ int run_characterize(CharacterizeFlags flags, bool batch_given) {
     for (const auto& [key, value] : point) apply(key, value, f, given);
     workloads.push_back(make_workload(f, given));
   }
-  std::optional<ResultsDir> dir;
-  if (!flags.out.empty()) dir.emplace(flags.out, flags.resume);
+  std::optional<ResultsWriter> dir;
+  if (!flags.out.empty()) dir.emplace(flags.out, ResultsCommand::kCharacterize, argv, flags.resume);
 
   set_blas_threads(flags.workload.threads);
   // Power: RAPL zones always; NVML's GPUs with --device cuda (docs/GPU.md, "Power").
@@ -276,16 +268,16 @@ int run_characterize(CharacterizeFlags flags, bool batch_given) {
       "tandem characterize: %zu configuration%s x 4 scenarios, %d warm-up + %d measured "
       "iterations each; power: %s\n",
       grid.size(), grid.size() == 1 ? "" : "s", flags.warmup, flags.iterations, power_line.c_str());
-  if (dir && !dir->finished().empty()) {
+  if (dir && !dir->finished_points().empty()) {
     std::printf("resuming %s: %zu of %zu configurations already done\n", flags.out.c_str(),
-                dir->finished().size(), grid.size());
+                dir->finished_points().size(), grid.size());
   }
   std::fflush(stdout);
 
   Progress progress(grid.size(), !flags.no_progress);
   std::optional<Characterization> last;
   for (std::size_t i = 0; i < grid.size(); ++i) {
-    if (dir && dir->finished().count(ids[i])) continue;
+    if (dir && dir->finished_points().count(ids[i])) continue;
     const std::string label = describe(grid[i]);
     Characterization c = characterize(
         *workloads[i], {.warmup = flags.warmup,
@@ -312,7 +304,7 @@ int run_characterize(CharacterizeFlags flags, bool batch_given) {
   }
   if (dir) {
     rebuild_outputs(*dir, ids, axes);
-    html::write_report(dir->path());
+    dir->write_report();
     std::printf("wrote %s/{summary.json,iterations.csv,trace.json,report.html,points/}\n",
                 flags.out.c_str());
   }
@@ -321,7 +313,7 @@ int run_characterize(CharacterizeFlags flags, bool batch_given) {
 
 }  // namespace
 
-void add_characterize_command(CLI::App& app, std::function<int()>& run) {
+void add_characterize_command(CLI::App& app, RunCommand& run) {
   auto flags = std::make_shared<CharacterizeFlags>();
   CLI::App* cmd = app.add_subcommand(
       "characterize",
@@ -381,7 +373,9 @@ void add_characterize_command(CLI::App& app, std::function<int()>& run) {
     const bool batch_given = cmd->count("--batch") > 0;
     flags->ranks_given = cmd->count("--ranks") > 0;
     flags->precision_given = cmd->count("--precision") > 0;
-    run = [flags, batch_given] { return run_characterize(*flags, batch_given); };
+    run = [flags, batch_given](const CommandLine& argv) {
+      return run_characterize(*flags, batch_given, argv);
+    };
   });
 }
 

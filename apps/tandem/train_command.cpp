@@ -3,19 +3,17 @@
 // or the processes of an MPI job (`mpi`: rank 0 prints and writes for the whole job);
 // the math on the CPU or, with --device cuda, on one GPU per rank (docs/GPU.md).
 #include <cstdio>
-#include <filesystem>
+#include <optional>
 
 #include "comm/backend_registry.h"
 #include "commands.h"
 #include "compute/cpu/blas.h"
 #include "core/error.h"
-#include "core/files.h"
 #include "core/parse.h"
 #include "engine/device_trainer.h"
 #include "engine/process_launch.h"
-#include "report/html/report.h"
+#include "report/results_dir.h"
 #include "report/train_report.h"
-#include "timeline/chrome_trace.h"
 #include "workload_flags.h"
 
 namespace tandem::cli {
@@ -58,7 +56,14 @@ StepCallback step_printer(const TrainFlags& flags, int steps) {
   };
 }
 
-int write_outputs(const TrainFlags& flags, const TrainConfig& config, const TrainResult& result);
+// `out` is null without --out, and on every rank but 0 of a process job.
+int write_outputs(const TrainConfig& config, const TrainResult& result, int warmup,
+                  const ResultsWriter* out);
+
+std::optional<ResultsWriter> open_results(const TrainFlags& flags, const CommandLine& argv) {
+  if (flags.out.empty()) return std::nullopt;
+  return std::optional<ResultsWriter>(std::in_place, flags.out, ResultsCommand::kTrain, argv);
+}
 
 // After a device run: what it ran on, how its gradients moved and how it was timed.
 void print_device_lines(const TrainResult& result) {
@@ -67,10 +72,9 @@ void print_device_lines(const TrainResult& result) {
               result.blas.c_str(), result.timing_source.c_str());
 }
 
-int run_train_local(const TrainFlags& flags, bool batch_given) {
+int run_train_local(const TrainFlags& flags, bool batch_given, const CommandLine& argv) {
   const TrainConfig config = to_train_config(flags.workload, batch_given);
-  const std::filesystem::path out = flags.out;
-  if (!flags.out.empty()) prepare_output_dir(out, "--out");
+  const std::optional<ResultsWriter> out = open_results(flags, argv);
 
   if (config.device == Device::kCpu) {
     print_header(config, "local backend, threads of one process");
@@ -86,20 +90,21 @@ int run_train_local(const TrainFlags& flags, bool batch_given) {
 
   const TrainResult result = train_local_on_device(config, step_printer(flags, config.steps));
   if (config.device != Device::kCpu) print_device_lines(result);
-  return write_outputs(flags, config, result);
+  return write_outputs(config, result, flags.warmup, out ? &*out : nullptr);
 }
 
 // One rank per process (mpi): every process runs this; rank 0 prints and writes. After
 // the communicator exists, any failure on any rank ends the whole job (abort_job_after):
 // a rank that left quietly would leave its peers waiting in a collective.
 int run_train_process(const TrainFlags& flags, bool batch_given, bool ranks_given,
-                      const std::string& backend) {
+                      const std::string& backend, const CommandLine& argv) {
   TrainConfig config = to_train_config(flags.workload, batch_given);
   if (config.link.enabled()) {
     throw UsageError("--link: link emulation is for the local backend; under " + backend +
                      " the real interconnect is measured");
   }
-  if (launched_world().rank == 0 && !flags.out.empty()) prepare_output_dir(flags.out, "--out");
+  const std::optional<ResultsWriter> out =
+      launched_world().rank == 0 ? open_results(flags, argv) : std::nullopt;
   const ProcessBackendOptions options{
       .timeout_ns = config.reducer.timeout_ns,
       .allreduce_algorithm = flags.mpi_allreduce,
@@ -141,30 +146,30 @@ int run_train_process(const TrainFlags& flags, bool batch_given, bool ranks_give
   if (config.device != Device::kCpu) print_device_lines(result);
   std::printf("  clocks aligned to rank 0 within +-%s (ping-pong, half the best round trip)\n",
               format_duration_ns(static_cast<double>(result.clock_uncertainty_ns)).c_str());
-  return write_outputs(flags, config, result);
+  return write_outputs(config, result, flags.warmup, out ? &*out : nullptr);
 }
 
-int run_train(const TrainFlags& flags, bool batch_given, bool ranks_given) {
+int run_train(const TrainFlags& flags, bool batch_given, bool ranks_given,
+              const CommandLine& argv) {
   const std::string backend = resolve_backend(flags.backend);
-  if (backend == "local") return run_train_local(flags, batch_given);
-  return run_train_process(flags, batch_given, ranks_given, backend);
+  if (backend == "local") return run_train_local(flags, batch_given, argv);
+  return run_train_process(flags, batch_given, ranks_given, backend, argv);
 }
 
-int write_outputs(const TrainFlags& flags, const TrainConfig& config, const TrainResult& result) {
-  const std::filesystem::path out = flags.out;
-  const TrainSummary summary = summarize_training(config, result, flags.warmup);
+int write_outputs(const TrainConfig& config, const TrainResult& result, int warmup,
+                  const ResultsWriter* out) {
+  const TrainSummary summary = summarize_training(config, result, warmup);
   std::fputs(format_train_summary(config, result, summary).c_str(), stdout);
 
-  if (!flags.out.empty()) {
-    write_file_atomic(out / "steps.csv", steps_csv(result));
-    write_file_atomic(out / "summary.json",
-                      train_summary_json(config, result, summary).dump(2) + "\n");
+  if (out != nullptr) {
+    out->write("steps.csv", steps_csv(result));
+    out->write_summary(train_summary_body(config, result, summary));
     if (config.record) {
-      write_chrome_trace(result.timeline, (out / "trace.json").string(),
-                         {.other_data = train_config_json(config, result)});
+      out->write_trace("trace.json", result.timeline,
+                       {.other_data = train_config_json(config, result)});
     }
-    html::write_report(out);
-    std::printf("wrote %s/{steps.csv,summary.json%s,report.html}\n", flags.out.c_str(),
+    out->write_report();
+    std::printf("wrote %s/{steps.csv,summary.json%s,report.html}\n", out->path().c_str(),
                 config.record ? ",trace.json" : "");
   }
   return 0;
@@ -172,7 +177,7 @@ int write_outputs(const TrainFlags& flags, const TrainConfig& config, const Trai
 
 }  // namespace
 
-void add_train_command(CLI::App& app, std::function<int()>& run) {
+void add_train_command(CLI::App& app, RunCommand& run) {
   auto flags = std::make_shared<TrainFlags>();
   CLI::App* cmd =
       app.add_subcommand("train",
@@ -206,7 +211,9 @@ void add_train_command(CLI::App& app, std::function<int()>& run) {
   cmd->callback([flags, cmd, &run] {
     const bool batch_given = cmd->count("--batch") > 0;
     const bool ranks_given = cmd->count("--ranks") > 0;
-    run = [flags, batch_given, ranks_given] { return run_train(*flags, batch_given, ranks_given); };
+    run = [flags, batch_given, ranks_given](const CommandLine& argv) {
+      return run_train(*flags, batch_given, ranks_given, argv);
+    };
   });
 }
 

@@ -63,7 +63,10 @@ TEST(AnalyzeCliTest, DirectoryOfRankTracesGivesTableAndFiles) {
   EXPECT_NE(r.out.find("summary over 2 iterations"), std::string::npos) << r.out;
 
   const auto summary = nlohmann::json::parse(slurp(out / "summary.json"));
-  EXPECT_EQ(summary["version"], 1);
+  EXPECT_EQ(summary["schema"], 2);
+  EXPECT_EQ(summary["tool"], "tandem");
+  EXPECT_EQ(summary["command"], "analyze");
+  EXPECT_EQ(summary["argv"][1], "analyze");
   EXPECT_EQ(summary["inputs"].size(), 2u);
   EXPECT_DOUBLE_EQ(summary["overlap_ms"]["median"].get<double>(), 0.06);
   EXPECT_EQ(count_lines(slurp(out / "iterations.csv")), 1 + 2 * 2);
