@@ -108,6 +108,7 @@ TEST(CharacterizeCliTest, ResumeRunsExactlyTheConfigurationsNotDone) {
   const auto summary = nlohmann::json::parse(slurp(out / "summary.json"));
   ASSERT_EQ(summary["points"].size(), 6u);
   EXPECT_EQ(summary["points"][2]["id"], "chunks-2.ranks-1");  // grid order kept
+  EXPECT_EQ(summary["argv"].back(), "--resume");              // the header names the last run
   EXPECT_EQ(count_lines(slurp(out / "iterations.csv")), 1 + 6 * 8);
 }
 
