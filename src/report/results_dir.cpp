@@ -49,8 +49,9 @@ fs::path ResultsWriter::resolve(const fs::path& relative) const {
   const fs::path path = dir_ / relative;
   std::error_code ec;
   fs::create_directories(path.parent_path(), ec);
-  if (ec)
+  if (ec) {
     throw UsageError("--out: cannot create '" + path.parent_path().string() + "': " + ec.message());
+  }
   return path;
 }
 
