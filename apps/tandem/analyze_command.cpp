@@ -2,14 +2,12 @@
 // tandem's own trace.json; a row per rank per iteration and a summary, and with --out
 // summary.json, iterations.csv and a merged trace.json (docs/ANALYZE.md).
 #include <cstdio>
-#include <filesystem>
 #include <optional>
 
+#include "analysis/metric_catalogue.h"
 #include "commands.h"
-#include "core/files.h"
-#include "experiment/characterize.h"
-#include "report/html/report.h"
-#include "timeline/chrome_trace.h"
+#include "report/analyze_summary.h"
+#include "report/results_dir.h"
 #include "trace_import/analyze_report.h"
 #include "trace_import/trace_import.h"
 
@@ -40,13 +38,13 @@ void print_inputs(const ImportResult& imported, const char* what) {
   }
 }
 
-int run_analyze(const AnalyzeFlags& flags) {
-  const std::filesystem::path out = flags.out;
+int run_analyze(const AnalyzeFlags& flags, const CommandLine& argv) {
   const std::vector<std::string> inputs = expand_trace_inputs(flags.inputs, "");
   const std::vector<std::string> baseline_inputs =
       flags.baseline.empty() ? std::vector<std::string>{}
                              : expand_trace_inputs(flags.baseline, "--baseline");
-  if (!flags.out.empty()) prepare_output_dir(out, "--out");
+  std::optional<ResultsWriter> out;
+  if (!flags.out.empty()) out.emplace(flags.out, ResultsCommand::kAnalyze, argv);
 
   const ImportResult run = import_traces(inputs, flags.rules);
   print_inputs(run, "trace");
@@ -65,24 +63,23 @@ int run_analyze(const AnalyzeFlags& flags) {
   std::printf("\nmetrics (as tandem characterize; the baseline is the compute-only scenario)\n");
   std::fputs(format_metrics_table(result.scenario).c_str(), stdout);
 
-  if (!flags.out.empty()) {
-    const nlohmann::json summary =
-        analyze_summary_json(result, run, baseline ? &*baseline : nullptr, flags.rules);
-    write_file_atomic(out / "summary.json", summary.dump(2) + "\n");
-    write_file_atomic(out / "iterations.csv", iterations_csv(result));
-    write_chrome_trace(
-        run.timeline, (out / "trace.json").string(),
+  if (out) {
+    out->write_summary(
+        analyze_summary_body(result, run, baseline ? &*baseline : nullptr, flags.rules));
+    out->write("iterations.csv", iterations_csv(result));
+    out->write_trace(
+        "trace.json", run.timeline,
         {.other_data = {{"source", "tandem analyze"}, {"inputs", inputs}}, .counters = {}});
-    html::write_report(out);
+    out->write_report();
     std::printf("wrote %s/{summary.json,iterations.csv,trace.json,report.html}\n",
-                flags.out.c_str());
+                out->path().c_str());
   }
   return 0;
 }
 
 }  // namespace
 
-void add_analyze_command(CLI::App& app, std::function<int()>& run) {
+void add_analyze_command(CLI::App& app, RunCommand& run) {
   auto flags = std::make_shared<AnalyzeFlags>();
   CLI::App* cmd =
       app.add_subcommand("analyze",
@@ -109,7 +106,9 @@ void add_analyze_command(CLI::App& app, std::function<int()>& run) {
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
   cmd->add_flag("--quiet", flags->quiet, "No row per rank per iteration, only the summary");
-  cmd->callback([flags, &run] { run = [flags] { return run_analyze(*flags); }; });
+  cmd->callback([flags, &run] {
+    run = [flags](const CommandLine& argv) { return run_analyze(*flags, argv); };
+  });
 }
 
 }  // namespace tandem::cli

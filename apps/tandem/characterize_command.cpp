@@ -1,30 +1,28 @@
-// `tandem characterize`: the four scenarios of a workload (or of every point of a
-// sweep), the metrics table, and the results directory.
+// `tandem characterize`: flags, the workload of every sweep point, and the terminal
+// (header, progress, the metrics table). The sweep itself is experiment/sweep_runner.h.
 #include <unistd.h>
 
 #include <cstdio>
-#include <filesystem>
+#include <optional>
+#include <utility>
 
+#include "analysis/metric_catalogue.h"
 #include "commands.h"
 #include "compute/cpu/blas.h"
 #include "compute/precision.h"
 #include "core/error.h"
-#include "core/files.h"
 #include "core/parse.h"
 #include "experiment/characterize.h"
 #include "experiment/gpu/gpu_microbench.h"
 #include "experiment/sweep.h"
+#include "experiment/sweep_runner.h"
 #include "power/nvml.h"
-#include "report/html/report.h"
-#include "report/machine.h"
-#include "timeline/chrome_trace.h"
+#include "report/results_dir.h"
 #include "workload_flags.h"
 
 namespace tandem::cli {
 
 namespace {
-
-namespace fs = std::filesystem;
 
 struct CharacterizeFlags {
   WorkloadFlags workload;
@@ -151,167 +149,115 @@ std::unique_ptr<Workload> make_workload(const CharacterizeFlags& f, bool batch_g
   return make_train_workload(to_train_config(f.workload, batch_given));
 }
 
-class Progress {
+// The terminal side of a sweep: a progress bar on a terminal, a line per finished point.
+class TerminalProgress : public SweepObserver {
  public:
-  Progress(std::size_t total, bool enabled) : total_(total), tty_(enabled && ::isatty(1)) {}
-  void update(std::size_t done, const std::string& point, Scenario scenario) {
-    if (tty_) {
-      const int width = 24;
-      const int filled = static_cast<int>(width * done / std::max<std::size_t>(1, total_));
-      std::printf("\r\033[K[%s%s] %zu/%zu %s: %s", std::string(filled, '#').c_str(),
-                  std::string(width - filled, '.').c_str(), done, total_, point.c_str(),
-                  std::string(to_string(scenario)).c_str());
+  TerminalProgress(std::string out, bool enabled)
+      : out_(std::move(out)), tty_(enabled && ::isatty(1)) {}
+
+  void sweep_started(std::size_t total, std::size_t finished) override {
+    total_ = total;
+    if (finished > 0) {
+      std::printf("resuming %s: %zu of %zu configurations already done\n", out_.c_str(), finished,
+                  total);
       std::fflush(stdout);
     }
   }
-  void finish_point(std::size_t done, const std::string& point, const std::string& result) {
+  void scenario_started(std::size_t index, const SweepPoint& point, Scenario scenario) override {
+    if (!tty_) return;
+    const int width = 24;
+    const int filled = static_cast<int>(width * index / std::max<std::size_t>(1, total_));
+    std::printf("\r\033[K[%s%s] %zu/%zu %s: %s", std::string(filled, '#').c_str(),
+                std::string(width - filled, '.').c_str(), index, total_, describe(point).c_str(),
+                std::string(to_string(scenario)).c_str());
+    std::fflush(stdout);
+  }
+  void point_finished(std::size_t index, const SweepPoint& point,
+                      const Characterization& c) override {
     if (tty_) std::printf("\r\033[K");
-    std::printf("[%zu/%zu] %s: %s\n", done, total_, point.c_str(), result.c_str());
+    std::printf("[%zu/%zu] %s: %s\n", index + 1, total_, describe(point).c_str(),
+                one_line_result(c).c_str());
     std::fflush(stdout);
   }
 
  private:
-  std::size_t total_;
+  static std::string one_line_result(const Characterization& c) {
+    char buf[200];
+    const auto& m = c.metrics;
+    std::snprintf(buf, sizeof buf,
+                  "E2E ovl %.2f ms, seq %.2f ms, ideal %.2f ms; slowdown %.1f%%, overlap ratio "
+                  "%.1f%%, hidden comm %.1f%%",
+                  m.e2e_ovl_ns.median / 1e6, m.e2e_seq_ns.median / 1e6, m.e2e_ideal_ns.median / 1e6,
+                  100 * m.compute_slowdown.median, 100 * m.overlap_ratio.median,
+                  100 * m.hidden_share.median);
+    return buf;
+  }
+
+  std::string out_;
   bool tty_;
+  std::size_t total_ = 0;
 };
 
-std::string one_line_result(const Characterization& c) {
-  char buf[200];
-  const auto& m = c.metrics;
-  std::snprintf(buf, sizeof buf,
-                "E2E ovl %.2f ms, seq %.2f ms, ideal %.2f ms; slowdown %.1f%%, overlap ratio "
-                "%.1f%%, hidden comm %.1f%%",
-                m.e2e_ovl_ns.median / 1e6, m.e2e_seq_ns.median / 1e6, m.e2e_ideal_ns.median / 1e6,
-                100 * m.compute_slowdown.median, 100 * m.overlap_ratio.median,
-                100 * m.hidden_share.median);
-  return buf;
-}
-
-void write_point_traces(const ResultsDir& dir, const std::string& id, const Characterization& c) {
-  const fs::path pdir = dir.point_dir(id);
-  for (const auto& run : c.runs) {
-    ChromeTraceOptions options{
-        .other_data = {{"scenario", to_string(run.scenario)}, {"config", c.config}}};
-    if (!run.power_samples.empty()) {
-      for (std::size_t s = 0; s < run.power.size(); ++s) {
-        CounterTrack track{.name = "power " + run.power[s].source, .series = "watts"};
-        for (const auto& sample : run.power_samples) {
-          if (sample.source == static_cast<int>(s))
-            track.samples.push_back({sample.t_ns, sample.watts});
-        }
-        options.counters.push_back(std::move(track));
-      }
-    }
-    write_chrome_trace(run.timeline,
-                       (pdir / (std::string(to_string(run.scenario)) + ".trace.json")).string(),
-                       options);
-  }
-}
-
-// summary.json, iterations.csv and trace.json from every finished point, in grid order.
-void rebuild_outputs(const ResultsDir& dir, const std::vector<std::string>& ids,
-                     const std::vector<SweepAxis>& axes) {
-  nlohmann::json axes_json = nlohmann::json::array();
-  for (const auto& a : axes) axes_json.push_back({{"key", a.key}, {"values", a.values}});
-  std::string csv = kIterationsCsvHeader;
-  nlohmann::json points = nlohmann::json::array();
-  for (nlohmann::json& p : dir.load_points(ids)) {
-    csv += p["iterations_csv"].get<std::string>();
-    p.erase("iterations_csv");
-    points.push_back(std::move(p));
-  }
-  const nlohmann::json summary = {{"version", 1},
-                                  {"tool", "tandem characterize"},
-                                  {"created", utc_timestamp()},
-                                  {"machine", machine_json()},
-                                  {"sweep", axes_json},
-                                  {"points_total", ids.size()},
-                                  {"points", points}};
-  write_file_atomic(dir.path() / "summary.json", summary.dump(1) + "\n");
-  write_file_atomic(dir.path() / "iterations.csv", csv);
-  for (const auto& id : ids) {
-    const fs::path trace = dir.path() / "points" / id / "overlapped.trace.json";
-    if (dir.finished().count(id) && fs::exists(trace)) {
-      write_file_atomic(dir.path() / "trace.json", read_file(trace));
-      break;
-    }
-  }
-}
-
-int run_characterize(CharacterizeFlags flags, bool batch_given) {
-  if (!flags.microbench.empty() && !flags.synthetic.empty()) {
-    throw UsageError("--microbench and --synthetic: choose one workload");
-  }
-  std::vector<SweepAxis> axes;
-  for (const auto& s : flags.sweeps) axes.push_back(parse_sweep(s));
-  const std::vector<SweepPoint> grid = expand_grid(axes);
-  std::vector<std::string> ids;
-  for (const auto& p : grid) ids.push_back(point_id(p));
-
-  // Every point's workload is built (and so validated) before anything runs.
-  std::vector<std::unique_ptr<Workload>> workloads;
-  for (const auto& point : grid) {
-    CharacterizeFlags f = flags;
-    bool given = batch_given;
-    for (const auto& [key, value] : point) apply(key, value, f, given);
-    workloads.push_back(make_workload(f, given));
-  }
-  std::optional<ResultsDir> dir;
-  if (!flags.out.empty()) dir.emplace(flags.out, flags.resume);
-
-  set_blas_threads(flags.workload.threads);
-  // Power: RAPL zones always; NVML's GPUs with --device cuda (docs/GPU.md, "Power").
+// Power: RAPL zones always; NVML's GPUs with --device cuda (docs/GPU.md, "Power"). Returns
+// the sources and the header's line about them.
+std::pair<std::vector<std::unique_ptr<PowerSource>>, std::string> power_sources(
+    const CharacterizeFlags& flags) {
   std::vector<std::unique_ptr<PowerSource>> sources = discover_rapl(flags.powercap_root);
-  std::string power_line = sources.empty() ? "RAPL unavailable (no readable zone)"
-                                           : std::to_string(sources.size()) + " RAPL zone(s)";
+  std::string line = sources.empty() ? "RAPL unavailable (no readable zone)"
+                                     : std::to_string(sources.size()) + " RAPL zone(s)";
   if (flags.workload.device == "cuda") {
     NvmlDiscovery nvml = discover_nvml();
-    power_line +=
+    line +=
         nvml.sources.empty() ? ", NVML unavailable (" + nvml.status + ")" : ", NVML " + nvml.status;
     for (auto& s : nvml.sources) sources.push_back(std::move(s));
   }
+  return {std::move(sources), line};
+}
+
+int run_characterize(CharacterizeFlags flags, bool batch_given, const CommandLine& argv) {
+  if (!flags.microbench.empty() && !flags.synthetic.empty()) {
+    throw UsageError("--microbench and --synthetic: choose one workload");
+  }
+  SweepOptions options{.axes = {},
+                       .finished = {},
+                       .warmup = flags.warmup,
+                       .iterations = flags.iterations,
+                       .power = nullptr};
+  for (const auto& s : flags.sweeps) options.axes.push_back(parse_sweep(s));
+
+  // Every point's workload is built (and so validated) before anything runs.
+  std::vector<SweepItem> jobs;
+  for (SweepPoint& point : expand_grid(options.axes)) {
+    CharacterizeFlags f = flags;
+    bool given = batch_given;
+    for (const auto& [key, value] : point) apply(key, value, f, given);
+    std::unique_ptr<Workload> workload = make_workload(f, given);
+    jobs.push_back({std::move(point), std::move(workload)});
+  }
+  std::optional<ResultsWriter> results;
+  if (!flags.out.empty()) {
+    results.emplace(flags.out, ResultsCommand::kCharacterize, argv, flags.resume);
+    options.finished = results->finished_points();
+  }
+
+  set_blas_threads(flags.workload.threads);
+  auto [sources, power_line] = power_sources(flags);
   PowerSampler power(std::move(sources), std::chrono::milliseconds(flags.power_interval_ms));
+  options.power = &power;
   std::printf(
       "tandem characterize: %zu configuration%s x 4 scenarios, %d warm-up + %d measured "
       "iterations each; power: %s\n",
-      grid.size(), grid.size() == 1 ? "" : "s", flags.warmup, flags.iterations, power_line.c_str());
-  if (dir && !dir->finished().empty()) {
-    std::printf("resuming %s: %zu of %zu configurations already done\n", flags.out.c_str(),
-                dir->finished().size(), grid.size());
-  }
+      jobs.size(), jobs.size() == 1 ? "" : "s", flags.warmup, flags.iterations, power_line.c_str());
   std::fflush(stdout);
 
-  Progress progress(grid.size(), !flags.no_progress);
-  std::optional<Characterization> last;
-  for (std::size_t i = 0; i < grid.size(); ++i) {
-    if (dir && dir->finished().count(ids[i])) continue;
-    const std::string label = describe(grid[i]);
-    Characterization c = characterize(
-        *workloads[i], {.warmup = flags.warmup,
-                        .iterations = flags.iterations,
-                        .power = &power,
-                        .on_scenario = [&](Scenario s) { progress.update(i, label, s); }});
-    progress.finish_point(i + 1, label, one_line_result(c));
-    if (dir) {
-      write_point_traces(*dir, ids[i], c);
-      nlohmann::json result = to_json(c);
-      result["id"] = ids[i];
-      nlohmann::json params = nlohmann::json::object();
-      for (const auto& [key, value] : grid[i]) params[key] = value;
-      result["params"] = params;
-      result["iterations_csv"] = iterations_csv_rows(ids[i], c);
-      dir->commit_point(ids[i], result);
-      rebuild_outputs(*dir, ids, axes);
-    }
-    last = std::move(c);
+  TerminalProgress progress(flags.out, !flags.no_progress);
+  const SweepOutcome outcome = run_sweep(jobs, options, results ? &*results : nullptr, &progress);
+  if (outcome.last) {
+    std::printf("\n%s\n", outcome.last->description.c_str());
+    std::fputs(format_metrics_table(outcome.last->metrics).c_str(), stdout);
   }
-  if (last) {
-    std::printf("\n%s\n", last->description.c_str());
-    std::fputs(format_metrics_table(last->metrics).c_str(), stdout);
-  }
-  if (dir) {
-    rebuild_outputs(*dir, ids, axes);
-    html::write_report(dir->path());
+  if (results) {
+    results->write_report();
     std::printf("wrote %s/{summary.json,iterations.csv,trace.json,report.html,points/}\n",
                 flags.out.c_str());
   }
@@ -320,7 +266,7 @@ int run_characterize(CharacterizeFlags flags, bool batch_given) {
 
 }  // namespace
 
-void add_characterize_command(CLI::App& app, std::function<int()>& run) {
+void add_characterize_command(CLI::App& app, RunCommand& run) {
   auto flags = std::make_shared<CharacterizeFlags>();
   CLI::App* cmd = app.add_subcommand(
       "characterize",
@@ -380,7 +326,9 @@ void add_characterize_command(CLI::App& app, std::function<int()>& run) {
     const bool batch_given = cmd->count("--batch") > 0;
     flags->ranks_given = cmd->count("--ranks") > 0;
     flags->precision_given = cmd->count("--precision") > 0;
-    run = [flags, batch_given] { return run_characterize(*flags, batch_given); };
+    run = [flags, batch_given](const CommandLine& argv) {
+      return run_characterize(*flags, batch_given, argv);
+    };
   });
 }
 

@@ -7,15 +7,17 @@
 
 #include "commands.h"
 #include "core/error.h"
+#include "core/version.h"
 
 int main(int argc, char** argv) {
   CLI::App app{
       "tandem: run, measure and explain compute-communication overlap in data-parallel "
       "training"};
   app.require_subcommand(1);
-  app.set_version_flag("--version", "tandem 0.1.0");
+  app.set_version_flag("--version", "tandem " + std::string(tandem::tandem_version()));
 
-  std::function<int()> run;
+  const tandem::cli::CommandLine command_line(argv, argv + argc);
+  tandem::cli::RunCommand run;
   tandem::cli::add_train_command(app, run);
   tandem::cli::add_characterize_command(app, run);
   tandem::cli::add_analyze_command(app, run);
@@ -30,7 +32,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   try {
-    return run();
+    return run(command_line);
   } catch (const tandem::UsageError& e) {
     std::fprintf(stderr, "tandem: error: %s\n", e.what());
     return 2;

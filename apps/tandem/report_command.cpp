@@ -1,5 +1,5 @@
 // `tandem report DIR`: (re)builds the self-contained HTML report of a results directory
-// written by `tandem characterize --out` or `tandem train --out`.
+// written by `tandem train`, `characterize` or `analyze --out`.
 #include <cstdio>
 
 #include "commands.h"
@@ -28,13 +28,13 @@ int run_report(const ReportFlags& flags) {
 
 }  // namespace
 
-void add_report_command(CLI::App& app, std::function<int()>& run) {
+void add_report_command(CLI::App& app, RunCommand& run) {
   auto flags = std::make_shared<ReportFlags>();
   CLI::App* cmd = app.add_subcommand(
       "report",
       "Build report.html (Gantt charts, E2E and breakdown bars, slowdown, scaling, "
       "power, metrics) from a results directory; works offline");
-  cmd->add_option("dir", flags->dir, "Results directory of tandem characterize/train --out")
+  cmd->add_option("dir", flags->dir, "Results directory of tandem train/characterize/analyze --out")
       ->required();
   cmd->add_option("--point", flags->point,
                   "Configuration drawn in detail (its id under points/; default: the first)");
@@ -47,7 +47,7 @@ void add_report_command(CLI::App& app, std::function<int()>& run) {
   cmd->add_option("--out", flags->out, "Output file (default: DIR/report.html)");
   cmd->callback([flags, cmd, &run] {
     flags->iteration_given = cmd->count("--iteration") > 0;
-    run = [flags] { return run_report(*flags); };
+    run = [flags](const CommandLine&) { return run_report(*flags); };
   });
 }
 

@@ -3,19 +3,17 @@
 // or the processes of an MPI job (`mpi`: rank 0 prints and writes for the whole job);
 // the math on the CPU or, with --device cuda, on one GPU per rank (docs/GPU.md).
 #include <cstdio>
-#include <filesystem>
+#include <optional>
 
 #include "comm/backend_registry.h"
 #include "commands.h"
 #include "compute/cpu/blas.h"
 #include "core/error.h"
-#include "core/files.h"
 #include "core/parse.h"
 #include "engine/launch.h"
 #include "engine/trainer.h"
-#include "report/html/report.h"
+#include "report/results_dir.h"
 #include "report/train_report.h"
-#include "timeline/chrome_trace.h"
 #include "workload_flags.h"
 
 namespace tandem::cli {
@@ -58,7 +56,14 @@ StepCallback step_printer(const TrainFlags& flags, int steps) {
   };
 }
 
-int write_outputs(const TrainFlags& flags, const TrainConfig& config, const TrainResult& result);
+// `out` is null without --out, and on every rank but 0 of a process job.
+int write_outputs(const TrainConfig& config, const TrainResult& result, int warmup,
+                  const ResultsWriter* out);
+
+std::optional<ResultsWriter> open_results(const TrainFlags& flags, const CommandLine& argv) {
+  if (flags.out.empty()) return std::nullopt;
+  return std::optional<ResultsWriter>(std::in_place, flags.out, ResultsCommand::kTrain, argv);
+}
 
 // After a device run: what it ran on, how its gradients moved and how it was timed.
 void print_device_lines(const TrainResult& result) {
@@ -70,7 +75,8 @@ void print_device_lines(const TrainResult& result) {
 // One path for every backend and device: ranks are threads of this process (local) or
 // the processes of a launcher's job (mpi: every process runs this and rank 0 prints and
 // writes; once the job exists, a failure on any rank ends the whole job, engine/launch.h).
-int run_train(const TrainFlags& flags, bool batch_given, bool ranks_given) {
+int run_train(const TrainFlags& flags, bool batch_given, bool ranks_given,
+              const CommandLine& argv) {
   const std::string backend = resolve_backend(flags.backend);
   TrainConfig config = to_train_config(flags.workload, batch_given);
   if (backend != "local" && config.link.enabled()) {
@@ -78,7 +84,8 @@ int run_train(const TrainFlags& flags, bool batch_given, bool ranks_given) {
                      " the real interconnect is measured");
   }
   const bool leader_process = backend == "local" || launched_world().rank == 0;
-  if (leader_process && !flags.out.empty()) prepare_output_dir(flags.out, "--out");
+  const std::optional<ResultsWriter> out =
+      leader_process ? open_results(flags, argv) : std::nullopt;
   Job job(backend, {.timeout = std::chrono::nanoseconds(config.timeout_ns),
                     .allreduce_algorithm = flags.mpi_allreduce,
                     .poll_sleep_ns = static_cast<std::int64_t>(flags.mpi_poll_us * 1e3)});
@@ -119,24 +126,23 @@ int run_train(const TrainFlags& flags, bool batch_given, bool ranks_given) {
     std::printf("  clocks aligned to rank 0 within +-%s (ping-pong, half the best round trip)\n",
                 format_duration_ns(static_cast<double>(result.clock_uncertainty_ns)).c_str());
   }
-  return write_outputs(flags, config, result);
+  return write_outputs(config, result, flags.warmup, out ? &*out : nullptr);
 }
 
-int write_outputs(const TrainFlags& flags, const TrainConfig& config, const TrainResult& result) {
-  const std::filesystem::path out = flags.out;
-  const TrainSummary summary = summarize_training(config, result, flags.warmup);
+int write_outputs(const TrainConfig& config, const TrainResult& result, int warmup,
+                  const ResultsWriter* out) {
+  const TrainSummary summary = summarize_training(config, result, warmup);
   std::fputs(format_train_summary(config, result, summary).c_str(), stdout);
 
-  if (!flags.out.empty()) {
-    write_file_atomic(out / "steps.csv", steps_csv(result));
-    write_file_atomic(out / "summary.json",
-                      train_summary_json(config, result, summary).dump(2) + "\n");
+  if (out != nullptr) {
+    out->write("steps.csv", steps_csv(result));
+    out->write_summary(train_summary_body(config, result, summary));
     if (config.record) {
-      write_chrome_trace(result.timeline, (out / "trace.json").string(),
-                         {.other_data = train_config_json(config, result)});
+      out->write_trace("trace.json", result.timeline,
+                       {.other_data = train_config_json(config, result)});
     }
-    html::write_report(out);
-    std::printf("wrote %s/{steps.csv,summary.json%s,report.html}\n", flags.out.c_str(),
+    out->write_report();
+    std::printf("wrote %s/{steps.csv,summary.json%s,report.html}\n", out->path().c_str(),
                 config.record ? ",trace.json" : "");
   }
   return 0;
@@ -144,7 +150,7 @@ int write_outputs(const TrainFlags& flags, const TrainConfig& config, const Trai
 
 }  // namespace
 
-void add_train_command(CLI::App& app, std::function<int()>& run) {
+void add_train_command(CLI::App& app, RunCommand& run) {
   auto flags = std::make_shared<TrainFlags>();
   CLI::App* cmd =
       app.add_subcommand("train",
@@ -178,7 +184,9 @@ void add_train_command(CLI::App& app, std::function<int()>& run) {
   cmd->callback([flags, cmd, &run] {
     const bool batch_given = cmd->count("--batch") > 0;
     const bool ranks_given = cmd->count("--ranks") > 0;
-    run = [flags, batch_given, ranks_given] { return run_train(*flags, batch_given, ranks_given); };
+    run = [flags, batch_given, ranks_given](const CommandLine& argv) {
+      return run_train(*flags, batch_given, ranks_given, argv);
+    };
   });
 }
 

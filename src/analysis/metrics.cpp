@@ -8,6 +8,7 @@
 #include <string>
 
 #include "analysis/intervals.h"
+#include "analysis/metric_catalogue.h"
 #include "core/error.h"
 
 namespace tandem {
@@ -18,29 +19,6 @@ namespace {
 double ratio(double num, double den) { return den > 0 ? num / den : kUndefined; }
 
 double median_of(const std::vector<double>& values) { return summarize(values).median; }
-
-// Each derived quantity once: its JSON name, its per-iteration value and its summary.
-struct DerivedField {
-  const char* name;
-  double DerivedMetrics::*value;
-  Summary ScenarioMetrics::*summary;
-};
-constexpr DerivedField kDerivedFields[] = {
-    {"compute_slowdown", &DerivedMetrics::compute_slowdown, &ScenarioMetrics::compute_slowdown},
-    {"overlap_ratio", &DerivedMetrics::overlap_ratio, &ScenarioMetrics::overlap_ratio},
-    {"e2e_ideal_ns", &DerivedMetrics::e2e_ideal_ns, &ScenarioMetrics::e2e_ideal_ns},
-    {"e2e_seq_model_ns", &DerivedMetrics::e2e_seq_model_ns, &ScenarioMetrics::e2e_seq_model_ns},
-    {"e2e_seq_model_error_ns", &DerivedMetrics::e2e_seq_model_error_ns,
-     &ScenarioMetrics::e2e_seq_model_error_ns},
-    {"hidden_share", &DerivedMetrics::hidden_share, &ScenarioMetrics::hidden_share},
-    {"overlap_benefit_ns", &DerivedMetrics::overlap_benefit_ns,
-     &ScenarioMetrics::overlap_benefit_ns},
-    {"contention_loss_ns", &DerivedMetrics::contention_loss_ns,
-     &ScenarioMetrics::contention_loss_ns},
-    {"overlap_efficiency", &DerivedMetrics::overlap_efficiency,
-     &ScenarioMetrics::overlap_efficiency},
-    {"exposed_comm_ns", &DerivedMetrics::exposed_comm_ns, &ScenarioMetrics::exposed_comm_ns},
-};
 
 // Metrics of one (rank, step) group of spans.
 IterationMetrics measure_iteration(const std::vector<const Span*>& spans) {
@@ -224,15 +202,6 @@ ScenarioMetrics compute_scenario_metrics(const ScenarioInputs& in) {
                      std::to_string(in.t_comm_ovl_ns.size()) + ", t_ovl " +
                      std::to_string(in.t_ovl_ns.size()) + ", e2e " + std::to_string(n) + ")");
   }
-  ScenarioMetrics out;
-  out.t_comp_iso_ns = summarize(in.t_comp_iso_ns);
-  out.t_comm_iso_ns = summarize(in.t_comm_iso_ns);
-  out.e2e_seq_ns = summarize(in.e2e_seq_ns);
-  out.t_comp_ovl_ns = summarize(in.t_comp_ovl_ns);
-  out.t_comm_ovl_ns = summarize(in.t_comm_ovl_ns);
-  out.t_ovl_ns = summarize(in.t_ovl_ns);
-  out.e2e_ovl_ns = summarize(in.e2e_ovl_ns);
-
   const double comp_iso = median_of(in.t_comp_iso_ns);
   const double comm_iso = median_of(in.t_comm_iso_ns);
   const double e2e_seq = median_of(in.e2e_seq_ns);
@@ -242,10 +211,15 @@ ScenarioMetrics compute_scenario_metrics(const ScenarioInputs& in) {
     derived.push_back(derive(comp_iso, comm_iso, e2e_seq, in.t_comp_ovl_ns[i], in.t_comm_ovl_ns[i],
                              in.t_ovl_ns[i], in.e2e_ovl_ns[i]));
   }
+  ScenarioMetrics out;
   std::vector<double> series(n);
-  for (const DerivedField& field : kDerivedFields) {
-    for (std::size_t i = 0; i < n; ++i) series[i] = derived[i].*field.value;
-    out.*field.summary = summarize(series);
+  for (const MetricDef& metric : metric_catalogue()) {
+    if (metric.input != nullptr) {
+      out.*metric.summary = summarize(in.*metric.input);
+      continue;
+    }
+    for (std::size_t i = 0; i < n; ++i) series[i] = derived[i].*metric.derived;
+    out.*metric.summary = summarize(series);
   }
   return out;
 }
@@ -283,15 +257,14 @@ void to_json(nlohmann::json& j, const StepMetrics& m) {
 
 void to_json(nlohmann::json& j, const DerivedMetrics& d) {
   j = nlohmann::json::object();
-  for (const DerivedField& field : kDerivedFields) j[field.name] = number_or_null(d.*field.value);
+  for (const MetricDef& metric : metric_catalogue()) {
+    if (metric.derived != nullptr) j[metric.key] = number_or_null(d.*metric.derived);
+  }
 }
 
 void to_json(nlohmann::json& j, const ScenarioMetrics& m) {
-  j = nlohmann::json{{"t_comp_iso_ns", m.t_comp_iso_ns}, {"t_comm_iso_ns", m.t_comm_iso_ns},
-                     {"e2e_seq_ns", m.e2e_seq_ns},       {"t_comp_ovl_ns", m.t_comp_ovl_ns},
-                     {"t_comm_ovl_ns", m.t_comm_ovl_ns}, {"t_ovl_ns", m.t_ovl_ns},
-                     {"e2e_ovl_ns", m.e2e_ovl_ns}};
-  for (const DerivedField& field : kDerivedFields) j[field.name] = m.*field.summary;
+  j = nlohmann::json::object();
+  for (const MetricDef& metric : metric_catalogue()) j[metric.key] = m.*metric.summary;
 }
 
 }  // namespace tandem

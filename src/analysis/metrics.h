@@ -137,6 +137,7 @@ struct ScenarioMetrics {
 ScenarioMetrics compute_scenario_metrics(const ScenarioInputs& inputs);
 
 // JSON with the field names above (times keep their _ns suffix); NaN becomes null.
+// DerivedMetrics and ScenarioMetrics take their keys from metric_catalogue().
 void to_json(nlohmann::json& j, const IterationMetrics& m);
 void to_json(nlohmann::json& j, const StepMetrics& m);
 void to_json(nlohmann::json& j, const DerivedMetrics& m);

@@ -1,6 +1,5 @@
 #include "experiment/characterize.h"
 
-#include <cmath>
 #include <cstdio>
 
 #include "core/clock.h"
@@ -64,68 +63,8 @@ nlohmann::json to_json(const Characterization& c) {
         {"wall_ns", run.wall_ns},
         {"power", run.power.empty() ? nlohmann::json("unavailable") : power}};
   }
-  return {{"description", c.description},
-          {"config", c.config},
-          {"warmup", c.warmup},
-          {"iterations", c.iterations},
-          {"metrics", c.metrics},
-          {"scenarios", scenarios}};
-}
-
-namespace {
-
-struct Row {
-  const char* label;
-  const Summary ScenarioMetrics::*field;
-  enum Unit { kMs, kPercent, kRatio } unit;
-};
-
-constexpr Row kRows[] = {
-    {"T_comp_iso (compute-only)", &ScenarioMetrics::t_comp_iso_ns, Row::kMs},
-    {"T_comp_ovl (overlapped)", &ScenarioMetrics::t_comp_ovl_ns, Row::kMs},
-    {"T_comm_iso (comm-only)", &ScenarioMetrics::t_comm_iso_ns, Row::kMs},
-    {"T_comm_ovl (overlapped)", &ScenarioMetrics::t_comm_ovl_ns, Row::kMs},
-    {"T_ovl", &ScenarioMetrics::t_ovl_ns, Row::kMs},
-    {"compute slowdown S (eq. 1)", &ScenarioMetrics::compute_slowdown, Row::kPercent},
-    {"overlap ratio R (eq. 2)", &ScenarioMetrics::overlap_ratio, Row::kPercent},
-    {"E2E_ovl (eq. 3, measured)", &ScenarioMetrics::e2e_ovl_ns, Row::kMs},
-    {"E2E_ideal (eq. 4)", &ScenarioMetrics::e2e_ideal_ns, Row::kMs},
-    {"E2E_seq (measured)", &ScenarioMetrics::e2e_seq_ns, Row::kMs},
-    {"E2E_seq_model (eq. 5)", &ScenarioMetrics::e2e_seq_model_ns, Row::kMs},
-    {"  model - measured", &ScenarioMetrics::e2e_seq_model_error_ns, Row::kMs},
-    {"hidden share of comm", &ScenarioMetrics::hidden_share, Row::kPercent},
-    {"exposed comm", &ScenarioMetrics::exposed_comm_ns, Row::kMs},
-    {"overlap benefit (seq - ovl)", &ScenarioMetrics::overlap_benefit_ns, Row::kMs},
-    {"contention loss (ovl - ideal)", &ScenarioMetrics::contention_loss_ns, Row::kMs},
-    {"overlap efficiency", &ScenarioMetrics::overlap_efficiency, Row::kRatio},
-};
-
-std::string cell(double v, Row::Unit unit) {
-  if (std::isnan(v)) return "n/a";
-  char buf[32];
-  switch (unit) {
-    case Row::kMs: std::snprintf(buf, sizeof buf, "%.3f ms", v / 1e6); break;
-    case Row::kPercent: std::snprintf(buf, sizeof buf, "%.1f%%", 100 * v); break;
-    case Row::kRatio: std::snprintf(buf, sizeof buf, "%.3f", v); break;
-  }
-  return buf;
-}
-
-}  // namespace
-
-std::string format_metrics_table(const ScenarioMetrics& m) {
-  std::string text;
-  char line[200];
-  std::snprintf(line, sizeof line, "  %-31s %14s %14s %14s\n", "metric", "median", "p10", "p90");
-  text += line;
-  for (const Row& row : kRows) {
-    const Summary& s = m.*row.field;
-    std::snprintf(line, sizeof line, "  %-31s %14s %14s %14s\n", row.label,
-                  cell(s.median, row.unit).c_str(), cell(s.p10, row.unit).c_str(),
-                  cell(s.p90, row.unit).c_str());
-    text += line;
-  }
-  return text;
+  return {{"description", c.description}, {"config", c.config},   {"warmup", c.warmup},
+          {"iterations", c.iterations},   {"metrics", c.metrics}, {"scenarios", scenarios}};
 }
 
 std::string iterations_csv_rows(const std::string& point_id, const Characterization& c) {

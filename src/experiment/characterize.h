@@ -14,8 +14,8 @@
 namespace tandem {
 
 struct CharacterizeOptions {
-  int warmup = 2;       // iterations run and dropped from every scenario
-  int iterations = 25;  // measured iterations per scenario (the paper averaged 25 runs)
+  int warmup = 2;                 // iterations run and dropped from every scenario
+  int iterations = 25;            // measured iterations per scenario (the paper averaged 25 runs)
   PowerSampler* power = nullptr;  // sampled around each scenario when available
   Job* job = nullptr;             // where the ranks run; null: threads of this process
   std::function<void(Scenario)> on_scenario;  // called before each scenario starts
@@ -45,8 +45,6 @@ Characterization characterize(Workload& workload, const CharacterizeOptions& opt
 
 // Everything but the timelines (schema in docs/CHARACTERIZE.md).
 nlohmann::json to_json(const Characterization& c);
-// The metrics table printed on the terminal.
-std::string format_metrics_table(const ScenarioMetrics& m);
 // Rows of iterations.csv for one configuration (no header).
 std::string iterations_csv_rows(const std::string& point_id, const Characterization& c);
 inline constexpr const char* kIterationsCsvHeader =

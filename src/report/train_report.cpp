@@ -6,7 +6,6 @@
 #include <map>
 
 #include "core/parse.h"
-#include "report/machine.h"
 
 namespace tandem {
 
@@ -144,13 +143,9 @@ nlohmann::json train_config_json(const TrainConfig& c, const TrainResult& result
   };
 }
 
-nlohmann::json train_summary_json(const TrainConfig& config, const TrainResult& result,
+nlohmann::json train_summary_body(const TrainConfig& config, const TrainResult& result,
                                   const TrainSummary& s) {
   return {
-      {"version", 1},
-      {"tool", "tandem train"},
-      {"created", utc_timestamp()},
-      {"machine", machine_json()},  // the HTML report shows what the run was measured on
       {"config", train_config_json(config, result)},
       {"measured_steps", s.measured_steps},
       {"step_ms", s.step_ms},

@@ -11,22 +11,22 @@
 namespace tandem {
 
 struct TrainSummary {
-  std::size_t measured_steps = 0;  // after warm-up
-  Summary step_ms;                 // per step: the slowest rank's wall time
-  double samples_per_s = 0;        // global samples per second at the median step time
-  std::int64_t bytes_per_step = 0; // all-reduced bytes per rank per step
+  std::size_t measured_steps = 0;   // after warm-up
+  Summary step_ms;                  // per step: the slowest rank's wall time
+  double samples_per_s = 0;         // global samples per second at the median step time
+  std::int64_t bytes_per_step = 0;  // all-reduced bytes per rank per step
   // From the timeline (NaN-filled when --no-timeline): per step, mean over ranks.
   Summary compute_ms, comm_ms, wait_ms, overlap_ms, exposed_comm_ms;
-  double hidden_share = 0;         // Σ T_ovl / Σ T_comm over measured steps (HTA)
+  double hidden_share = 0;              // Σ T_ovl / Σ T_comm over measured steps (HTA)
   float first_loss = 0, last_loss = 0;  // mean over ranks
 };
 
-TrainSummary summarize_training(const TrainConfig& config, const TrainResult& result,
-                                int warmup);
+TrainSummary summarize_training(const TrainConfig& config, const TrainResult& result, int warmup);
 std::string format_train_summary(const TrainConfig& config, const TrainResult& result,
                                  const TrainSummary& summary);
 nlohmann::json train_config_json(const TrainConfig& config, const TrainResult& result);
-nlohmann::json train_summary_json(const TrainConfig& config, const TrainResult& result,
+// The body of summary.json (ResultsWriter writes the header before it).
+nlohmann::json train_summary_body(const TrainConfig& config, const TrainResult& result,
                                   const TrainSummary& summary);
 // Header plus a row per rank per step.
 std::string steps_csv(const TrainResult& result);

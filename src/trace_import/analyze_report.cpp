@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <set>
 
+#include "analysis/metric_catalogue.h"
 #include "core/error.h"
 
 namespace tandem {
@@ -50,6 +51,14 @@ std::string share_line(const char* label, const Summary& s) {
                   100 * s.median, 100 * s.p10, 100 * s.p90);
   }
   return buf;
+}
+
+// A scenario metric in the summary's layout, labelled as in the metrics table.
+std::string metric_line(const ScenarioMetrics& m, Summary ScenarioMetrics::*field) {
+  const MetricDef& def = metric_def(field);
+  const std::string label(def.label);
+  if (def.unit == MetricUnit::kFraction) return share_line(label.c_str(), m.*field);
+  return ms_line(label.c_str(), m.*field, 1e-6);
 }
 
 }  // namespace
@@ -141,15 +150,16 @@ std::string format_analyze_summary(const AnalyzeResult& r) {
   text += ms_line("idle (neither)", r.idle_ms);
   text += "  hidden share of communication  " + percent(r.hidden_share) +
           "  (sum T_ovl / sum T_comm, HTA)\n";
-  text += share_line("overlap ratio R (eq. 2)", r.scenario.overlap_ratio);
+  text += metric_line(r.scenario, &ScenarioMetrics::overlap_ratio);
   if (r.has_baseline) {
     char line[160];
     std::snprintf(line, sizeof line, "  baseline (%zu iterations, compute-only):\n",
                   r.baseline_steps.size());
     text += line;
-    text += ms_line("compute T_comp_iso", r.scenario.t_comp_iso_ns, 1e-6);
-    text += share_line("compute slowdown S (eq. 1)", r.scenario.compute_slowdown);
-    text += ms_line("ideal iteration time (eq. 4)", r.scenario.e2e_ideal_ns, 1e-6);
+    for (auto field : {&ScenarioMetrics::t_comp_iso_ns, &ScenarioMetrics::compute_slowdown,
+                       &ScenarioMetrics::e2e_ideal_ns}) {
+      text += metric_line(r.scenario, field);
+    }
   }
   return text;
 }
@@ -174,67 +184,6 @@ std::string iterations_csv(const AnalyzeResult& result) {
     csv += row;
   }
   return csv;
-}
-
-namespace {
-
-nlohmann::json files_json(const ImportResult& imported) {
-  nlohmann::json files = nlohmann::json::array();
-  for (const TraceFileInfo& f : imported.files) {
-    files.push_back({{"path", f.path},
-                     {"format", f.format},
-                     {"rank", f.rank >= 0 ? nlohmann::json(f.rank) : nlohmann::json(nullptr)},
-                     {"rank_source", f.rank_source},
-                     {"bytes", f.bytes},
-                     {"trace_events", f.trace_events},
-                     {"compute_spans", f.compute},
-                     {"comm_spans", f.comm},
-                     {"memory_spans", f.memory},
-                     {"ignored_events", f.ignored},
-                     {"outside_steps", f.outside_steps},
-                     {"step_windows", f.step_windows}});
-  }
-  return files;
-}
-
-}  // namespace
-
-nlohmann::json analyze_summary_json(const AnalyzeResult& r, const ImportResult& run,
-                                    const ImportResult* baseline,
-                                    const ClassificationRules& rules) {
-  nlohmann::json breakdowns = nlohmann::json::array();
-  for (const IterationMetrics& m : r.iterations) {
-    const IterationBreakdown b = breakdown(m);
-    nlohmann::json j = m;
-    j["compute_only_ns"] = b.compute_only_ns;
-    j["hidden_share"] = number_or_null(b.hidden_share);
-    j["overlap_ratio"] = number_or_null(b.overlap_ratio);
-    breakdowns.push_back(std::move(j));
-  }
-  return {
-      {"version", 1},
-      {"command", "analyze"},
-      {"inputs", files_json(run)},
-      {"baseline_inputs", baseline != nullptr ? files_json(*baseline) : nlohmann::json(nullptr)},
-      {"classification",
-       {{"comm_regex", rules.comm},
-        {"memory_regex", rules.memory},
-        {"compute_regex",
-         rules.compute.empty() ? nlohmann::json(nullptr) : nlohmann::json(rules.compute)}}},
-      {"warmup", r.warmup},
-      {"measured_iterations", r.steps.size()},
-      {"hidden_share", number_or_null(r.hidden_share)},
-      {"e2e_ms", r.e2e_ms},
-      {"compute_ms", r.compute_ms},
-      {"comm_ms", r.comm_ms},
-      {"overlap_ms", r.overlap_ms},
-      {"exposed_comm_ms", r.exposed_comm_ms},
-      {"idle_ms", r.idle_ms},
-      {"metrics", r.scenario},  // ScenarioMetrics, the key tandem characterize uses
-      {"steps", r.steps},
-      {"baseline_steps", r.baseline_steps},
-      {"iterations", breakdowns},
-  };
 }
 
 }  // namespace tandem

@@ -1,9 +1,9 @@
 // What `tandem analyze` reports about imported traces: the metrics of analysis/metrics.h
 // per rank and iteration, their summary over iterations, and (with a compute-only
-// baseline) compute slowdown and ideal iteration time. Text, CSV and JSON forms.
+// baseline) compute slowdown and ideal iteration time, as text and CSV (summary.json's body
+// is report/analyze_summary.h's: the importer does not know the results layout).
 #pragma once
 
-#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
@@ -44,7 +44,5 @@ std::string format_iteration_table(const AnalyzeResult& result);
 std::string format_analyze_summary(const AnalyzeResult& result);
 // A row per rank per measured iteration.
 std::string iterations_csv(const AnalyzeResult& result);
-nlohmann::json analyze_summary_json(const AnalyzeResult& result, const ImportResult& run,
-                                    const ImportResult* baseline, const ClassificationRules& rules);
 
 }  // namespace tandem

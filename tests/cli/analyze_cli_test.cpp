@@ -63,7 +63,10 @@ TEST(AnalyzeCliTest, DirectoryOfRankTracesGivesTableAndFiles) {
   EXPECT_NE(r.out.find("summary over 2 iterations"), std::string::npos) << r.out;
 
   const auto summary = nlohmann::json::parse(slurp(out / "summary.json"));
-  EXPECT_EQ(summary["version"], 1);
+  EXPECT_EQ(summary["schema"], 2);
+  EXPECT_EQ(summary["tool"], "tandem");
+  EXPECT_EQ(summary["command"], "analyze");
+  EXPECT_EQ(summary["argv"][1], "analyze");
   EXPECT_EQ(summary["inputs"].size(), 2u);
   EXPECT_DOUBLE_EQ(summary["overlap_ms"]["median"].get<double>(), 0.06);
   EXPECT_EQ(count_lines(slurp(out / "iterations.csv")), 1 + 2 * 2);
@@ -106,12 +109,19 @@ TEST(AnalyzeCliTest, BaselineAddsSlowdownAndIdealTime) {
   const CliResult r = run_tandem("analyze " + (dir.path() / "run.json").string() + " --baseline " +
                                  (dir.path() / "iso.json").string());
   ASSERT_EQ(r.exit_code, 0) << r.err;
-  EXPECT_NE(line_of(r.out, "compute slowdown S (eq. 1)").find(" 20.0%"), std::string::npos)
+  // The summary labels the baseline's metrics as the metrics table does.
+  const std::string table_head = "metrics (as tandem characterize";
+  const std::string summary = r.out.substr(0, r.out.find(table_head));
+  EXPECT_NE(line_of(summary, "compute slowdown S (eq. 1)").find(" 20.0%"), std::string::npos)
       << r.out;  // (120 - 100) / 100
-  EXPECT_NE(line_of(r.out, "ideal iteration time (eq. 4)").find(" 0.100 ms"), std::string::npos)
+  EXPECT_NE(line_of(summary, "E2E_ideal (eq. 4)").find(" 0.100 ms"), std::string::npos)
       << r.out;  // 120 us - (120 - 100) us
+  EXPECT_NE(line_of(summary, "T_comp_iso (compute-only)").find(" 0.100 ms"), std::string::npos)
+      << r.out;
   // tandem characterize's table, with the same numbers.
-  EXPECT_NE(line_of(r.out, "E2E_ideal (eq. 4)").find("0.100 ms"), std::string::npos) << r.out;
+  const std::string table = r.out.substr(r.out.find(table_head));
+  EXPECT_NE(line_of(table, "compute slowdown S (eq. 1)").find("20.0%"), std::string::npos) << r.out;
+  EXPECT_NE(line_of(table, "E2E_ideal (eq. 4)").find("0.100 ms"), std::string::npos) << r.out;
 }
 
 // Round trip: tandem's own trace.json gives exactly the metrics `tandem train` reported:

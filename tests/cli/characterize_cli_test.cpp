@@ -1,6 +1,7 @@
 // `tandem characterize` as a user meets it: results directory, sweep resume, bad input.
 #include <gtest/gtest.h>
 
+#include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
@@ -22,7 +23,11 @@ TEST(CharacterizeCliTest, WritesSummaryIterationsAndTraces) {
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_NE(r.out.find("compute slowdown S (eq. 1)"), std::string::npos) << r.out;
   const auto summary = nlohmann::json::parse(slurp(out / "summary.json"));
-  EXPECT_EQ(summary["version"], 1);
+  EXPECT_EQ(summary["schema"], 2);
+  EXPECT_EQ(summary["tool"], "tandem");
+  EXPECT_EQ(summary["command"], "characterize");
+  EXPECT_EQ(summary["argv"].back(), out.string());
+  EXPECT_TRUE(summary["machine"].is_object());
   ASSERT_EQ(summary["points"].size(), 1u);
   const auto& point = summary["points"][0];
   for (const char* s : {"compute-only", "comm-only", "sequential", "overlapped"}) {
@@ -103,7 +108,36 @@ TEST(CharacterizeCliTest, ResumeRunsExactlyTheConfigurationsNotDone) {
   const auto summary = nlohmann::json::parse(slurp(out / "summary.json"));
   ASSERT_EQ(summary["points"].size(), 6u);
   EXPECT_EQ(summary["points"][2]["id"], "chunks-2.ranks-1");  // grid order kept
+  EXPECT_EQ(summary["argv"].back(), "--resume");              // the header names the last run
   EXPECT_EQ(count_lines(slurp(out / "iterations.csv")), 1 + 6 * 8);
+}
+
+// A sweep written before the summary header (schema 1) is refused by the report, and the
+// same command with --resume rewrites its summary without measuring anything again.
+TEST(CharacterizeCliTest, ResumeUpgradesASchemaOneSummary) {
+  TempDir dir;
+  const fs::path out = dir.path() / "old";
+  const std::string run = kTiny + "--sweep chunks=1,2 --out " + out.string();
+  ASSERT_EQ(run_tandem(run).exit_code, 0);
+  nlohmann::json summary = nlohmann::json::parse(slurp(out / "summary.json"));
+  for (const char* key : {"schema", "tool", "version", "command", "argv"}) summary.erase(key);
+  summary["version"] = 1;
+  summary["tool"] = "tandem characterize";
+  std::ofstream(out / "summary.json") << summary.dump();
+
+  const CliResult refused = run_tandem("report " + out.string());
+  EXPECT_EQ(refused.exit_code, 2);
+  EXPECT_EQ(count_lines(refused.err), 1) << refused.err;
+  EXPECT_NE(refused.err.find("summary.json: schema 1"), std::string::npos) << refused.err;
+
+  const CliResult resumed = run_tandem(run + " --resume");
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.err;
+  EXPECT_NE(resumed.out.find("2 of 2 configurations already done"), std::string::npos);
+  EXPECT_TRUE(finished_lines(resumed.out).empty()) << resumed.out;
+  summary = nlohmann::json::parse(slurp(out / "summary.json"));
+  EXPECT_EQ(summary["schema"], 2);
+  EXPECT_EQ(summary["points"].size(), 2u);
+  EXPECT_EQ(run_tandem("report " + out.string()).exit_code, 0);
 }
 
 struct BadInput {

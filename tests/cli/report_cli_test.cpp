@@ -151,13 +151,32 @@ TEST(ReportCliTest, MissingOrCorruptResultsAreOneLineAndExit2) {
   expect_one_line_error("report " + (d / "absent").string(), "absent: no such results directory");
   fs::create_directories(d / "empty");
   expect_one_line_error("report " + (d / "empty").string(), "summary.json: missing");
-  write_text(d / "corrupt" / "summary.json", "{\"version\": 1,\n\"points\": [\n");
+  write_text(d / "corrupt" / "summary.json", "{\"schema\": 2,\n\"points\": [\n");
   expect_one_line_error("report " + (d / "corrupt").string(), "summary.json: not valid JSON");
-  write_text(d / "future" / "summary.json", R"({"version": 7, "points": []})");
-  expect_one_line_error("report " + (d / "future").string(), "version 7 is not supported");
-  write_text(d / "other" / "summary.json", R"({"version": 1})");
-  expect_one_line_error("report " + (d / "other").string(), "neither a characterize summary");
-  write_text(d / "badpoint" / "summary.json", R"({"version": 1, "points": [{"id": 3}]})");
+  // The header decides: none, an old or future schema, another tool, an unknown command.
+  write_text(d / "bare" / "summary.json", R"({"points": []})");
+  expect_one_line_error("report " + (d / "bare").string(),
+                        (d / "bare" / "summary.json").string() + ": no \"schema\" header");
+  write_text(d / "old" / "summary.json", R"({"version": 1, "points": []})");
+  expect_one_line_error("report " + (d / "old").string(),
+                        (d / "old" / "summary.json").string() + ": schema 1");
+  write_text(d / "future" / "summary.json",
+             R"({"schema": 7, "tool": "tandem", "command": "train"})");
+  expect_one_line_error("report " + (d / "future").string(),
+                        (d / "future" / "summary.json").string() + ": schema 7 is not supported");
+  write_text(d / "foreign" / "summary.json", R"({"schema": 2, "tool": "x", "command": "train"})");
+  expect_one_line_error("report " + (d / "foreign").string(), "\"tool\" is not \"tandem\"");
+  write_text(d / "fly" / "summary.json", R"({"schema": 2, "tool": "tandem", "command": "fly"})");
+  expect_one_line_error("report " + (d / "fly").string(),
+                        (d / "fly" / "summary.json").string() + ": unknown command \"fly\"");
+  // A known command with a body of another layout.
+  write_text(d / "other" / "summary.json",
+             R"({"schema": 2, "tool": "tandem", "command": "train"})");
+  expect_one_line_error("report " + (d / "other").string(),
+                        "train summary without a \"config\" object");
+  write_text(
+      d / "badpoint" / "summary.json",
+      R"({"schema": 2, "tool": "tandem", "command": "characterize", "points": [{"id": 3}]})");
   expect_one_line_error("report " + (d / "badpoint").string(), "point 0: no \"id\"");
   // A damaged trace is an error too, not a silently empty chart.
   const fs::path hostile = make_hostile_train_results(d);

@@ -67,7 +67,9 @@ inline std::filesystem::path make_hostile_train_results(const std::filesystem::p
   t.spans = {fwd, ar};
   write_chrome_trace(t, (out / "trace.json").string());
   const nlohmann::json summary = {
-      {"version", 1},
+      {"schema", 2},
+      {"tool", "tandem"},
+      {"command", "train"},
       {"config", {{"model", kHostileName}, {"ranks", 1}, {"steps", 1}, {"strategy", "bucketed"}}},
       {"measured_steps", 1},
       {"step_ms", {{"median", 0.07}, {"p10", 0.07}, {"p90", 0.07}, {"mean", 0.07}}}};

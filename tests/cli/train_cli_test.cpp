@@ -43,7 +43,11 @@ TEST(TrainCliTest, WritesStepsTraceAndSummary) {
   EXPECT_EQ(pids, (std::set<int>{0, 1}));
 
   const auto summary = nlohmann::json::parse(slurp(out / "summary.json"));
-  EXPECT_EQ(summary["version"], 1);
+  EXPECT_EQ(summary["schema"], 2);
+  EXPECT_EQ(summary["tool"], "tandem");
+  EXPECT_EQ(summary["command"], "train");
+  EXPECT_EQ(summary["argv"][1], "train");
+  EXPECT_TRUE(summary["machine"].is_object());
   EXPECT_EQ(summary["config"]["ranks"], 2);
   EXPECT_EQ(summary["config"]["link_emulated"], false);
   for (const auto& entry : fs::directory_iterator(out)) {

@@ -1,5 +1,6 @@
 #include <gtest/gtest.h>
 
+#include "analysis/metric_catalogue.h"
 #include "core/error.h"
 #include "experiment/characterize.h"
 
@@ -52,10 +53,10 @@ TEST(MicrobenchTest, CalibratesAGemmCountWhenNoneIsGiven) {
 }
 
 TEST(MicrobenchSpecTest, RejectsImpossibleSizes) {
-  for (const char* bad : {"gemm=0,allreduce=1MiB", "gemm=64,allreduce=0", "gemm=64",
-                          "allreduce=1MiB", "gemm=99999999,allreduce=1MiB",
-                          "gemm=64,allreduce=1TiB", "gemm=64x0,allreduce=1MiB",
-                          "gemm=64,allreduce=1MiB,extra=1", "gemm=abc,allreduce=1MiB"}) {
+  for (const char* bad :
+       {"gemm=0,allreduce=1MiB", "gemm=64,allreduce=0", "gemm=64", "allreduce=1MiB",
+        "gemm=99999999,allreduce=1MiB", "gemm=64,allreduce=1TiB", "gemm=64x0,allreduce=1MiB",
+        "gemm=64,allreduce=1MiB,extra=1", "gemm=abc,allreduce=1MiB"}) {
     EXPECT_THROW(MicrobenchSpec::parse(bad), UsageError) << bad;
   }
   MicrobenchSpec huge = MicrobenchSpec::parse("gemm=32768,allreduce=4GiB");

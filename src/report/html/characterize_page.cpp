@@ -5,6 +5,7 @@
 #include <optional>
 #include <set>
 
+#include "analysis/metric_catalogue.h"
 #include "core/error.h"
 #include "core/parse.h"
 #include "report/html/page.h"
@@ -21,46 +22,11 @@ constexpr std::size_t kMaxBarRows = 40;
 constexpr std::size_t kMaxLineSeries = 6;
 constexpr const char* kGanttScenarios[] = {"overlapped", "sequential", "compute-only", "comm-only"};
 
-struct MetricRow {
-  const char* label;
-  const char* key;
-  enum Unit { kMs, kPercent, kRatio } unit;
-};
+using SM = ScenarioMetrics;
 
-// The same rows, in the same order, as the terminal table (format_metrics_table).
-constexpr MetricRow kMetricRows[] = {
-    {"T_comp_iso (compute-only)", "t_comp_iso_ns", MetricRow::kMs},
-    {"T_comp_ovl (overlapped)", "t_comp_ovl_ns", MetricRow::kMs},
-    {"T_comm_iso (comm-only)", "t_comm_iso_ns", MetricRow::kMs},
-    {"T_comm_ovl (overlapped)", "t_comm_ovl_ns", MetricRow::kMs},
-    {"T_ovl", "t_ovl_ns", MetricRow::kMs},
-    {"compute slowdown S (eq. 1)", "compute_slowdown", MetricRow::kPercent},
-    {"overlap ratio R (eq. 2)", "overlap_ratio", MetricRow::kPercent},
-    {"E2E_ovl (eq. 3, measured)", "e2e_ovl_ns", MetricRow::kMs},
-    {"E2E_ideal (eq. 4)", "e2e_ideal_ns", MetricRow::kMs},
-    {"E2E_seq (measured)", "e2e_seq_ns", MetricRow::kMs},
-    {"E2E_seq_model (eq. 5)", "e2e_seq_model_ns", MetricRow::kMs},
-    {"  model − measured", "e2e_seq_model_error_ns", MetricRow::kMs},
-    {"hidden share of comm", "hidden_share", MetricRow::kPercent},
-    {"exposed comm", "exposed_comm_ns", MetricRow::kMs},
-    {"overlap benefit (seq − ovl)", "overlap_benefit_ns", MetricRow::kMs},
-    {"contention loss (ovl − ideal)", "contention_loss_ns", MetricRow::kMs},
-    {"overlap efficiency", "overlap_efficiency", MetricRow::kRatio},
-};
-
-std::string cell(double v, MetricRow::Unit unit) {
-  if (!std::isfinite(v)) return "n/a";
-  char buf[40];
-  switch (unit) {
-    case MetricRow::kMs:
-      return format_ms(v);
-    case MetricRow::kPercent:
-      return format_percent(v);
-    case MetricRow::kRatio:
-      std::snprintf(buf, sizeof buf, "%.3f", v);
-      return buf;
-  }
-  return "n/a";
+// A metric's median as its catalogue unit shows it.
+std::string median_cell(const json& metrics, Summary SM::*field) {
+  return format_metric(stat_of(metrics, field).median, metric_def(field).unit);
 }
 
 const json& metrics_of(const PointResult& p) { return p.json["metrics"]; }
@@ -169,14 +135,14 @@ std::string e2e_and_breakdown(const Results& r) {
   for (const PointResult* p : shown) {
     const json& m = metrics_of(*p);
     BarGroup g{.label = p->label, .values = {}};
-    for (const char* key : {"e2e_seq_ns", "e2e_ovl_ns", "e2e_ideal_ns"}) {
-      const Stat s = stat_of(m, key);
+    for (auto field : {&SM::e2e_seq_ns, &SM::e2e_ovl_ns, &SM::e2e_ideal_ns}) {
+      const Stat s = stat_of(m, field);
       g.values.push_back({s.median, s.p10, s.p90});
     }
     groups.push_back(std::move(g));
     rows.push_back({p->label,
-                    {stat_of(m, "t_comp_ovl_ns").median, stat_of(m, "exposed_comm_ns").median,
-                     stat_of(m, "t_ovl_ns").median}});
+                    {stat_of(m, &SM::t_comp_ovl_ns).median, stat_of(m, &SM::exposed_comm_ns).median,
+                     stat_of(m, &SM::t_ovl_ns).median}});
   }
   std::string out =
       section("e2e", "Iteration time: sequential, overlapped, ideal",
@@ -212,7 +178,7 @@ std::string slowdown_scatter(const Results& r) {
   for (const PointResult& p : r.points) {
     const json& m = metrics_of(p);
     pts.push_back(
-        {stat_of(m, "overlap_ratio").median, stat_of(m, "compute_slowdown").median, p.label});
+        {stat_of(m, &SM::overlap_ratio).median, stat_of(m, &SM::compute_slowdown).median, p.label});
   }
   return section("slowdown", "Compute slowdown against overlap ratio",
                  "One dot per configuration (medians). Overlap ratio R is the share of compute "
@@ -274,13 +240,14 @@ std::string scaling_chart(const Results& r, const std::string& axis, const std::
   std::string caption;
   if (by_others.size() == 1) {
     const auto& pts = by_others.begin()->second;
-    const std::pair<const char*, Series> kSeries[] = {{"e2e_seq_ns", {"E2E sequential", "l-seq"}},
-                                                      {"e2e_ovl_ns", {"E2E overlapped", "l-ovl"}},
-                                                      {"e2e_ideal_ns", {"E2E ideal", "l-ideal"}}};
-    for (const auto& [key, series] : kSeries) {
+    const std::pair<Summary SM::*, Series> kSeries[] = {
+        {&SM::e2e_seq_ns, {"E2E sequential", "l-seq"}},
+        {&SM::e2e_ovl_ns, {"E2E overlapped", "l-ovl"}},
+        {&SM::e2e_ideal_ns, {"E2E ideal", "l-ideal"}}};
+    for (const auto& [field, series] : kSeries) {
       LineSeries l{.series = series, .points = {}};
       for (const PointResult* p : pts) {
-        l.points.push_back({*axis_value(*p, axis), stat_of(metrics_of(*p), key).median});
+        l.points.push_back({*axis_value(*p, axis), stat_of(metrics_of(*p), field).median});
       }
       lines.push_back(std::move(l));
     }
@@ -295,7 +262,8 @@ std::string scaling_chart(const Results& r, const std::string& axis, const std::
       LineSeries l{.series = {"E2E overlapped, " + others, "l-s" + std::to_string(i++)},
                    .points = {}};
       for (const PointResult* p : pts) {
-        l.points.push_back({*axis_value(*p, axis), stat_of(metrics_of(*p), "e2e_ovl_ns").median});
+        l.points.push_back(
+            {*axis_value(*p, axis), stat_of(metrics_of(*p), &SM::e2e_ovl_ns).median});
       }
       lines.push_back(std::move(l));
     }
@@ -372,20 +340,16 @@ std::string metrics_tables(const Results& r, const PointResult& chosen) {
     int highlight = -1;
     for (const PointResult& p : r.points) {
       const json& m = metrics_of(p);
-      auto ms = [&](const char* key) {
-        const Stat s = stat_of(m, key);
-        return cell(s.median, MetricRow::kMs) + " [" + cell(s.p10, MetricRow::kMs) + "–" +
-               cell(s.p90, MetricRow::kMs) + "]";
-      };
-      auto pct = [&](const char* key) { return cell(stat_of(m, key).median, MetricRow::kPercent); };
+      const Stat e2e = stat_of(m, &SM::e2e_ovl_ns);
+      const std::string e2e_range =
+          format_ms(e2e.median) + " [" + format_ms(e2e.p10) + "–" + format_ms(e2e.p90) + "]";
       if (&p == &chosen) highlight = static_cast<int>(sweep.size());
-      auto median_ms = [&](const char* key) {
-        return cell(stat_of(m, key).median, MetricRow::kMs);
-      };
-      sweep.push_back({p.label, ms("e2e_ovl_ns"), median_ms("e2e_seq_ns"),
-                       median_ms("e2e_ideal_ns"), pct("compute_slowdown"), pct("overlap_ratio"),
-                       pct("hidden_share"),
-                       cell(stat_of(m, "overlap_benefit_ns").median, MetricRow::kMs)});
+      std::vector<std::string> row = {p.label, e2e_range};
+      for (auto field : {&SM::e2e_seq_ns, &SM::e2e_ideal_ns, &SM::compute_slowdown,
+                         &SM::overlap_ratio, &SM::hidden_share, &SM::overlap_benefit_ns}) {
+        row.push_back(median_cell(m, field));
+      }
+      sweep.push_back(std::move(row));
     }
     out +=
         "<h3>All configurations (medians; E2E overlapped also [p10–p90])</h3>"
@@ -406,12 +370,13 @@ std::string metrics_tables(const Results& r, const PointResult& chosen) {
 
 std::string metric_rows_table(const nlohmann::json& metrics) {
   std::vector<std::vector<std::string>> rows;
-  for (const MetricRow& row : kMetricRows) {
-    const Stat s = stat_of(metrics, row.key);
-    rows.push_back({row.label, cell(s.median, row.unit), cell(s.p10, row.unit),
-                    cell(s.p90, row.unit), cell(s.mean, row.unit)});
+  for (const MetricDef& def : metric_catalogue()) {
+    const Stat s = stat_of(metrics, std::string(def.key));
+    rows.push_back({std::string(def.label), format_metric(s.median, def.unit),
+                    format_metric(s.p10, def.unit), format_metric(s.p90, def.unit),
+                    format_metric(s.mean, def.unit), std::string(def.definition)});
   }
-  return table({"metric", "median", "p10", "p90", "mean"}, rows);
+  return table({"metric", "median", "p10", "p90", "mean", "definition"}, rows);
 }
 
 std::string characterize_body(const Results& r, const ReportOptions& options) {
@@ -436,12 +401,12 @@ std::string characterize_body(const Results& r, const ReportOptions& options) {
       "href=\"#scaling\">scaling</a><a href=\"#power\">power</a><a "
       "href=\"#metrics\">metrics</a><a href=\"#config\">configuration</a><a "
       "href=\"#machine\">machine</a></nav>";
-  body += cards({{"E2E overlapped (median)", format_ms(stat_of(m, "e2e_ovl_ns").median)},
-                 {"E2E sequential (median)", format_ms(stat_of(m, "e2e_seq_ns").median)},
-                 {"E2E ideal (median)", format_ms(stat_of(m, "e2e_ideal_ns").median)},
-                 {"compute slowdown S", format_percent(stat_of(m, "compute_slowdown").median)},
-                 {"overlap ratio R", format_percent(stat_of(m, "overlap_ratio").median)},
-                 {"hidden share of comm", format_percent(stat_of(m, "hidden_share").median)}});
+  body += cards({{"E2E overlapped (median)", median_cell(m, &SM::e2e_ovl_ns)},
+                 {"E2E sequential (median)", median_cell(m, &SM::e2e_seq_ns)},
+                 {"E2E ideal (median)", median_cell(m, &SM::e2e_ideal_ns)},
+                 {"compute slowdown S", median_cell(m, &SM::compute_slowdown)},
+                 {"overlap ratio R", median_cell(m, &SM::overlap_ratio)},
+                 {"hidden share of comm", median_cell(m, &SM::hidden_share)}});
   if (r.points.size() > 1) {
     body += note("Cards, timelines and power are for the configuration " + chosen.label +
                  " (choose another with tandem report --point ID); the charts below compare "

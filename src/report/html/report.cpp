@@ -120,16 +120,16 @@ std::string machine_table(const nlohmann::json& machine, const std::string& crea
 std::string render_report(const std::filesystem::path& results_dir, const ReportOptions& options) {
   const Results results = load_results(results_dir);
   std::string title, body;
-  switch (results.kind) {
-    case ResultsKind::kTrain:
+  switch (results.command) {
+    case ResultsCommand::kTrain:
       title = "tandem train report";
       body = train_body(results, options);
       break;
-    case ResultsKind::kAnalyze:
+    case ResultsCommand::kAnalyze:
       title = "tandem analyze report";
       body = analyze_body(results, options);
       break;
-    case ResultsKind::kCharacterize:
+    case ResultsCommand::kCharacterize:
       title = "tandem characterize report";
       body = characterize_body(results, options);
       break;

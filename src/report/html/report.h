@@ -16,8 +16,9 @@ struct ReportOptions {
   int max_ranks = 8;             // ranks drawn per Gantt chart (the rest are noted)
 };
 
-// Reads DIR (a `tandem characterize --out` or `tandem train --out` directory) and returns
-// the page. Throws UsageError("<path>: ...") on a missing or corrupt directory, an unknown
+// Reads DIR (a `tandem train`, `characterize` or `analyze --out` directory) and returns
+// the page, the kind its summary's "command" says. Throws UsageError("<path>: ...") on a missing or
+// corrupt directory, an unknown
 // --point or an iteration that was not measured.
 std::string render_report(const std::filesystem::path& results_dir,
                           const ReportOptions& options = {});

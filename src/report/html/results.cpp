@@ -3,6 +3,7 @@
 
 #include <map>
 
+#include "analysis/metric_catalogue.h"
 #include "core/error.h"
 #include "core/files.h"
 #include "experiment/sweep.h"
@@ -14,8 +15,6 @@ namespace fs = std::filesystem;
 using nlohmann::json;
 
 namespace {
-
-constexpr int kSupportedVersion = 1;
 
 // JSON parser messages can quote the offending input; keep the error to one line.
 std::string one_line(std::string text) {
@@ -68,6 +67,34 @@ void validate_points(const fs::path& path, const json& summary, Results& out) {
   }
 }
 
+// The body of a summary is the layout its header's command writes.
+void validate_body(const fs::path& path, Results& out) {
+  const json& s = out.summary;
+  const std::string where =
+      path.string() + ": " + std::string(to_string(out.command)) + " summary without ";
+  switch (out.command) {
+    case ResultsCommand::kAnalyze:
+      for (const char* key : {"steps", "iterations", "inputs"}) {
+        if (!s.contains(key) || !s[key].is_array()) {
+          throw UsageError(where + "a \"" + key + "\" array");
+        }
+      }
+      if (!s.contains("metrics") || !s["metrics"].is_object()) {
+        throw UsageError(where + "a \"metrics\" object");
+      }
+      break;
+    case ResultsCommand::kCharacterize:
+      if (!s.contains("points")) throw UsageError(where + "\"points\"");
+      validate_points(path, s, out);
+      break;
+    case ResultsCommand::kTrain:
+      if (!s.contains("config") || !s["config"].is_object()) {
+        throw UsageError(where + "a \"config\" object");
+      }
+      break;
+  }
+}
+
 }  // namespace
 
 Results load_results(const fs::path& dir) {
@@ -78,41 +105,14 @@ Results load_results(const fs::path& dir) {
   const fs::path path = dir / "summary.json";
   if (!fs::exists(path, ec)) {
     throw UsageError(path.string() +
-                     ": missing (not a results directory of tandem characterize or train --out)");
+                     ": missing (not a results directory of tandem train, characterize or "
+                     "analyze --out)");
   }
   Results out;
   out.dir = dir;
   out.summary = parse_json_file(path);
-  const json& s = out.summary;
-  if (!s.is_object()) throw UsageError(path.string() + ": not a JSON object");
-  if (!s.contains("version") || !s["version"].is_number_integer()) {
-    throw UsageError(path.string() + ": no \"version\" (not a tandem summary)");
-  }
-  if (s["version"].get<std::int64_t>() != kSupportedVersion) {
-    throw UsageError(path.string() + ": version " + s["version"].dump() +
-                     " is not supported (this tandem reads version " +
-                     std::to_string(kSupportedVersion) + ")");
-  }
-  if (s.value("command", std::string()) == "analyze") {
-    out.kind = ResultsKind::kAnalyze;
-    for (const char* key : {"steps", "iterations", "inputs"}) {
-      if (!s.contains(key) || !s[key].is_array()) {
-        throw UsageError(path.string() + ": analyze summary without a \"" + key + "\" array");
-      }
-    }
-    if (!s.contains("metrics") || !s["metrics"].is_object()) {
-      throw UsageError(path.string() + ": analyze summary without a \"metrics\" object");
-    }
-  } else if (s.contains("points")) {
-    out.kind = ResultsKind::kCharacterize;
-    validate_points(path, s, out);
-  } else if (s.contains("config") && s["config"].is_object()) {
-    out.kind = ResultsKind::kTrain;
-  } else {
-    throw UsageError(path.string() +
-                     ": neither a characterize summary (\"points\"), a train summary "
-                     "(\"config\") nor an analyze summary (\"command\": \"analyze\")");
-  }
+  out.command = read_summary_header(out.summary, path);
+  validate_body(path, out);
   return out;
 }
 
@@ -128,6 +128,10 @@ Stat stat_of(const json& summaries, const std::string& key) {
   st.p90 = get("p90");
   st.mean = get("mean");
   return st;
+}
+
+Stat stat_of(const json& metrics, Summary ScenarioMetrics::*field) {
+  return stat_of(metrics, std::string(metric_def(field).key));
 }
 
 std::optional<LoadedTrace> load_trace(const fs::path& path) {

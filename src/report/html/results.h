@@ -1,9 +1,10 @@
-// Reading a results directory back for the report: the layout of
-// `tandem characterize --out DIR` (summary.json with "points", points/<id>/*.trace.json)
-// or of `tandem train --out DIR` (summary.json with "config", trace.json), or of
-// `tandem analyze --out DIR` (summary.json with "command": "analyze", trace.json). Everything is
-// validated here so that a missing or damaged directory is one UsageError naming the
-// file, never a crash or a half-drawn page.
+// Reading a results directory back for the report. summary.json's header
+// (report/summary_header.h) says which command wrote it, and so the layout:
+//   characterize: "points", points/<id>/*.trace.json
+//   train:        "config", trace.json
+//   analyze:      "inputs", "steps", "iterations", "metrics", trace.json
+// Everything is validated here so that a missing or damaged directory is one UsageError
+// naming the file, never a crash or a half-drawn page.
 #pragma once
 
 #include <cmath>
@@ -13,12 +14,12 @@
 #include <string>
 #include <vector>
 
+#include "analysis/metrics.h"
 #include "report/html/charts.h"
+#include "report/summary_header.h"
 #include "timeline/recorder.h"
 
 namespace tandem::html {
-
-enum class ResultsKind { kCharacterize, kTrain, kAnalyze };
 
 struct PointResult {
   std::string id;
@@ -27,14 +28,15 @@ struct PointResult {
 };
 
 struct Results {
-  ResultsKind kind = ResultsKind::kCharacterize;
+  ResultsCommand command = ResultsCommand::kCharacterize;  // from the summary's header
   std::filesystem::path dir;
   nlohmann::json summary;
   std::vector<PointResult> points;  // characterize: in grid order
 };
 
 // Throws UsageError("<path>: ...") for a missing directory, a missing or unparsable
-// summary.json, an unknown version or layout, or malformed points.
+// summary.json, a summary without the header or of an unknown schema or command, or a
+// body that is not the layout its command writes.
 Results load_results(const std::filesystem::path& dir);
 
 // median / p10 / p90 / mean of a metric summary object ({"median": ..}); null -> NaN.
@@ -42,6 +44,8 @@ struct Stat {
   double median = NAN, p10 = NAN, p90 = NAN, mean = NAN;
 };
 Stat stat_of(const nlohmann::json& summaries, const std::string& key);
+// The same for a scenario metric, found under its catalogue key.
+Stat stat_of(const nlohmann::json& metrics, Summary ScenarioMetrics::*field);
 
 // A trace file: its spans and its counter tracks (power, in watts, absolute ns).
 struct LoadedTrace {

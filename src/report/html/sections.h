@@ -25,8 +25,8 @@ std::string ranks_note(const GanttInput& gantt, int ranks_total);
 std::string config_table(const nlohmann::json& config);
 std::string machine_table(const nlohmann::json& machine, const std::string& created);
 
-// The metrics of one configuration (ScenarioMetrics as JSON) in the terminal table's rows:
-// median, p10, p90, mean.
+// The metrics of one configuration (ScenarioMetrics as JSON), a row per metric_catalogue()
+// entry as in the terminal table: median, p10, p90, mean and the definition.
 std::string metric_rows_table(const nlohmann::json& metrics);
 
 std::string characterize_body(const Results& results, const ReportOptions& options);
