@@ -13,8 +13,8 @@
 #include <string>
 #include <vector>
 
-#include "comm/device/device_backends.h"
-#include "compute/cuda/device_buffer.h"
+#include "comm/backend_registry.h"
+#include "cuda/resources.h"
 #include "compute/cuda/gemm.h"
 #include "core/error.h"
 #include "core/parse.h"
@@ -106,16 +106,19 @@ void bench_memory(const Args& args) {
               "HBM GB/s", "vs memcpy");
   for (int peers : {2, 4, 8}) {
     for (int blocks : {0, 32}) {
-      auto comms = make_local_device_communicators(
-          {.backend = "emulated", .emulated_peers = peers, .emulated_blocks = blocks}, 1);
-      DeviceCommunicator& comm = *comms.at(0);
-      // Enqueued back to back (the host does not wait in between, as a trainer would not).
-      DeviceWorkPtr last;
-      const double ms = time_ms(comm.stream(), args.iters, [&] {
-        last =
-            comm.allreduce(src.data(), count, DeviceDtype::kFloat32, ReduceOp::kAverage, nullptr);
+      auto comms = require_backend("emulated", "--device-comm")
+                       .make_world({.ranks = 1, .emulated_peers = peers, .emulated_blocks = blocks});
+      Communicator& comm = *comms.at(0);
+      // Enqueued back to back on a bound stream that waits for each (Work::wait), as a
+      // trainer's compute stream would: the host does not wait in between.
+      cuda::Stream bound;
+      comm.bind_stream(bound.get());
+      WorkPtr last;
+      const double ms = time_ms(bound.get(), args.iters, [&] {
+        last = comm.allreduce(std::span<float>(src.data(), count), ReduceOp::kAverage);
+        last->wait();
       });
-      last->wait();
+      last->synchronize();
       const double s = static_cast<double>(src.bytes());
       const double algbw = s / (ms * 1e-3) / 1e9;
       const double busbw = algbw * 2.0 * (peers - 1) / peers;

@@ -13,7 +13,7 @@
 #include "core/error.h"
 #include "core/parse.h"
 #include "experiment/characterize.h"
-#include "experiment/gpu/gpu_microbench.h"
+#include "experiment/gpu_microbench.h"
 #include "experiment/sweep.h"
 #include "experiment/sweep_runner.h"
 #include "power/nvml.h"

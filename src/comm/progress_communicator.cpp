@@ -306,6 +306,7 @@ std::int64_t ProgressCommunicator::earliest_wake_ns() const {
 }
 
 void ProgressCommunicator::run() {
+  on_thread_start();
   int idle_polls = 0;
   std::int64_t stop_deadline_ns = 0;
   for (;;) {

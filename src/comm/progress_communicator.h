@@ -127,6 +127,8 @@ class ProgressCommunicator : public Communicator {
   }
   // abort() was called: end what waits on peers (on the caller's thread).
   virtual void on_abort(const std::string& reason) { (void)reason; }
+  // First thing the communication thread does (device backends: make the device current).
+  virtual void on_thread_start() {}
   // The thread has nothing to do right now: `in_flight` operations, none progressed for
   // `idle_polls` polls. The default blocks until woken (issue, abort, wake()) or, with
   // operations in flight, until the earliest Op::wake_ns.

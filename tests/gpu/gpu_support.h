@@ -12,7 +12,7 @@
 #include <span>
 #include <vector>
 
-#include "compute/cuda/device_buffer.h"
+#include "cuda/resources.h"
 #include "compute/precision.h"
 #include "model/rng.h"
 

@@ -12,7 +12,8 @@
 #include <vector>
 
 #include "compute/cpu/blas.h"
-#include "compute/cuda/cuda_model.h"
+#include "model/cuda/cuda_model.h"
+#include "timeline/gpu/event_timer.h"
 #include "compute/cuda/gemm.h"
 #include "gpu/gpu_support.h"
 #include "model/layers.h"

@@ -11,7 +11,8 @@
 #include <tuple>
 #include <vector>
 
-#include "compute/cuda/cuda_model.h"
+#include "model/cuda/cuda_model.h"
+#include "timeline/gpu/event_timer.h"
 #include "gpu/gpu_support.h"
 #include "model/test_util.h"
 #include "timeline/recorder.h"
@@ -56,7 +57,7 @@ TEST_P(CudaModelTest, LossLogitsAndGradientsMatchCpuModel) {
   gpu.upload_params(cpu.flat_params());
   const auto x = to_device(batch.x, stream.get());
   const auto y = to_device(batch.y, stream.get());
-  cuda::EventTimer timer;
+  cuda::EventTimer timer(0);
   RankRecorder gpu_spans(0, 256);
   timer.start_step(stream.get());
   gpu.zero_grad();

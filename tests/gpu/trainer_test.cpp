@@ -1,5 +1,6 @@
-// The GPU trainer end to end: against the CPU trainer on the same run, strategies
-// against each other, and the timeline it records. One rank (the emulated ring) runs on
+// The one rank loop on a GPU end to end (--device cuda: the CUDA RankModel and a device
+// communicator): against the CPU on the same run, strategies against each other, and the
+// timeline it records. One rank (the emulated ring) runs on
 // any single GPU; the multi-rank test needs two devices and skips otherwise.
 #include <gtest/gtest.h>
 
@@ -8,9 +9,9 @@
 #include <set>
 #include <vector>
 
-#include "engine/cuda_trainer.h"
-#include "engine/device_trainer.h"
+#include "engine/trainer.h"
 #include "gpu/gpu_support.h"
+#include "model/rank_model.h"
 
 namespace tandem {
 namespace {
@@ -27,7 +28,7 @@ TrainConfig small_run(const char* strategy, int ranks = 1) {
   // Small caps: several buckets even for this small model.
   c.reducer.plan.bucket_cap_bytes = 8 << 10;
   c.reducer.plan.first_bucket_cap_bytes = 4 << 10;
-  c.reducer.timeout_ns = 60'000'000'000;
+  c.timeout_ns = 60'000'000'000;
   c.device = Device::kCuda;
   c.verify = true;
   return c;
@@ -38,7 +39,7 @@ TEST(CudaTrainerTest, OneRankMatchesTheCpuTrainer) {
   TrainConfig gpu_config = small_run("bucketed");
   TrainConfig cpu_config = gpu_config;
   cpu_config.device = Device::kCpu;
-  const TrainResult gpu = train_local_cuda(gpu_config);
+  const TrainResult gpu = train_local(gpu_config);
   const TrainResult cpu = train_local(cpu_config);
   ASSERT_EQ(gpu.final_params.size(), cpu.final_params.size());
   const double diff = l2_rel_diff(gpu.final_params, cpu.final_params);
@@ -59,7 +60,7 @@ TEST(CudaTrainerTest, OneRankMatchesTheCpuTrainer) {
 TEST(CudaTrainerTest, RecordsComputeSpansEveryStepAndCommSpansFromTheCommunicator) {
   TANDEM_SKIP_WITHOUT_GPU();
   const TrainConfig config = small_run("layerwise");
-  const TrainResult r = train_local_cuda(config);
+  const TrainResult r = train_local(config);
   std::set<int> compute_steps;
   int comm = 0, optimizer = 0;
   for (const Span& s : r.timeline.spans) {
@@ -77,9 +78,9 @@ TEST(CudaTrainerTest, RecordsComputeSpansEveryStepAndCommSpansFromTheCommunicato
 
 TEST(CudaTrainerTest, StrategiesAndAccumulationAgree) {
   TANDEM_SKIP_WITHOUT_GPU();
-  const TrainResult reference = train_local_cuda(small_run("sequential"));
+  const TrainResult reference = train_local(small_run("sequential"));
   for (const char* strategy : {"layerwise", "bucketed", "chunked:5"}) {
-    const TrainResult r = train_local_cuda(small_run(strategy));
+    const TrainResult r = train_local(small_run(strategy));
     const double diff = l2_rel_diff(r.final_params, reference.final_params);
     std::printf("%s vs sequential: %.3g\n", strategy, diff);
     EXPECT_LE(diff, 1e-5) << strategy;
@@ -90,7 +91,7 @@ TEST(CudaTrainerTest, StrategiesAndAccumulationAgree) {
   TrainConfig cpu_config = gpu_config;
   cpu_config.device = Device::kCpu;
   const double diff =
-      l2_rel_diff(train_local_cuda(gpu_config).final_params, train_local(cpu_config).final_params);
+      l2_rel_diff(train_local(gpu_config).final_params, train_local(cpu_config).final_params);
   std::printf("accumulate 2, gpu vs cpu: %.3g\n", diff);
   EXPECT_LE(diff, 1e-4);
 }
@@ -102,7 +103,7 @@ TEST(CudaTrainerTest, ReducedPrecisionsTrain) {
     config.precision = p;
     config.steps = 20;
     config.sgd.lr = 0.05f;
-    const TrainResult r = train_local_cuda(config);
+    const TrainResult r = train_local(config);
     const float first = r.steps.front().loss, last = r.steps.back().loss;
     std::printf("%s: loss %.4f -> %.4f\n", std::string(to_string(p)).c_str(),
                 static_cast<double>(first), static_cast<double>(last));
@@ -118,19 +119,24 @@ TEST(CudaTrainerTest, TwoGpusHoldIdenticalParameters) {
   if (devices < 2) GTEST_SKIP() << "needs two CUDA devices (found " << devices << ")";
   TrainConfig config = small_run("bucketed", 2);
   config.device_comm = "nccl";
-  const TrainResult r = train_local_cuda(config);  // verify: throws if the ranks differ
+  const TrainResult r = train_local(config);  // verify: throws if the ranks differ
   EXPECT_EQ(r.steps.size(), 2u * config.steps);
   EXPECT_EQ(r.backend, "nccl");
 }
 
 TEST(CudaTrainerTest, RegisteredAsTheCudaDevice) {
   // No device needed: registration is static, availability is what the machine says.
-  const DeviceTrainer* trainer = find_device_trainer(Device::kCuda);
-  ASSERT_NE(trainer, nullptr);
+  const DeviceModels* models = find_device_models(Device::kCuda);
+  ASSERT_NE(models, nullptr);
   int devices = 0;
   const bool present = cudaGetDeviceCount(&devices) == cudaSuccess && devices > 0;
   cudaGetLastError();
-  EXPECT_EQ(trainer->unavailable().empty(), present) << trainer->unavailable();
+  EXPECT_EQ(models->unavailable().empty(), present) << models->unavailable();
+  EXPECT_EQ(models->count(), present ? devices : 0);
+  if (!present) {
+    TrainConfig config = small_run("bucketed");
+    EXPECT_THROW(train_local(config), UsageError);
+  }
 }
 
 }  // namespace

@@ -1,7 +1,8 @@
-// Device communicators on a real GPU: the emulated ring against a CPU reference, NCCL with
-// one rank, spans, and the timeout policy. Every test skips (with the reason) where there
-// is no CUDA device.
-#include <cuda_bf16.h>
+// Device communicators on a real GPU, through the one Communicator contract: the emulated
+// ring against a CPU reference, every operation on device buffers (a world of one for the
+// emulated ring, NCCL with one rank and, with two GPUs, two), c10d's wait (the bound stream
+// waits, the host does not), spans, and the timeout policy. Every test skips (with the
+// reason) where there is no CUDA device.
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
@@ -12,7 +13,7 @@
 #include <thread>
 #include <vector>
 
-#include "comm/device/device_backends.h"
+#include "comm/backend_registry.h"
 #include "core/error.h"
 #include "gpu/gpu_support.h"
 
@@ -23,98 +24,118 @@ void check(cudaError_t status, const char* what) {
   ASSERT_EQ(status, cudaSuccess) << what << ": " << cudaGetErrorString(status);
 }
 
-// Device memory for the duration of a test.
-struct DeviceArray {
-  explicit DeviceArray(std::size_t bytes) {
-    if (bytes > 0) {
-      EXPECT_EQ(cudaMalloc(&ptr, bytes), cudaSuccess);
+// Floats in device memory for the duration of a test.
+struct DeviceFloats {
+  explicit DeviceFloats(std::size_t n) : count(n) {
+    if (n > 0) {
+      EXPECT_EQ(cudaMalloc(reinterpret_cast<void**>(&ptr), n * sizeof(float)), cudaSuccess);
     }
   }
-  ~DeviceArray() { cudaFree(ptr); }
-  void* ptr = nullptr;
+  explicit DeviceFloats(const std::vector<float>& host) : DeviceFloats(host.size()) {
+    if (count > 0) {
+      EXPECT_EQ(cudaMemcpy(ptr, host.data(), count * 4, cudaMemcpyHostToDevice), cudaSuccess);
+    }
+  }
+  ~DeviceFloats() { cudaFree(ptr); }
+  std::span<float> span() { return {ptr, count}; }
+  std::vector<float> host() const {
+    std::vector<float> out(count);
+    if (count > 0) {
+      EXPECT_EQ(cudaMemcpy(out.data(), ptr, count * 4, cudaMemcpyDeviceToHost), cudaSuccess);
+    }
+    return out;
+  }
+  float* ptr = nullptr;
+  std::size_t count = 0;
 };
 
-// Integer-valued data: every partial sum the ring forms is exact in fp32 and bf16.
-std::vector<float> small_integers(std::size_t n) {
+// Integer-valued data: every partial sum the ring forms is exact in fp32.
+std::vector<float> small_integers(std::size_t n, int offset = 0) {
   std::vector<float> v(n);
-  for (std::size_t i = 0; i < n; ++i) v[i] = static_cast<float>(static_cast<int>(i % 17) - 8);
+  for (std::size_t i = 0; i < n; ++i) {
+    v[i] = static_cast<float>(static_cast<int>((i + static_cast<std::size_t>(offset)) % 17) - 8);
+  }
   return v;
 }
 
-// Runs one emulated all-reduce of `data` and returns the result.
-std::vector<float> emulated_allreduce(const std::vector<float>& data, int peers, int blocks,
-                                      ReduceOp op, DeviceDtype dtype) {
-  auto comms = make_local_device_communicators(
-      {.backend = "emulated", .emulated_peers = peers, .emulated_blocks = blocks}, 1);
-  DeviceCommunicator& comm = *comms.at(0);
-  const std::size_t n = data.size();
-  const std::size_t size = element_size(dtype);
-  std::vector<unsigned char> host(n * size);
-  for (std::size_t i = 0; i < n; ++i) {
-    if (dtype == DeviceDtype::kBfloat16) {
-      const __nv_bfloat16 b = __float2bfloat16_rn(data[i]);
-      std::memcpy(host.data() + i * size, &b, size);
-    } else {
-      std::memcpy(host.data() + i * size, &data[i], size);
-    }
-  }
-  DeviceArray buffer(host.size());
-  if (n > 0) {
-    EXPECT_EQ(cudaMemcpy(buffer.ptr, host.data(), host.size(), cudaMemcpyHostToDevice),
-              cudaSuccess);
-  }
-  DeviceWorkPtr work = comm.allreduce(buffer.ptr, n, dtype, op, nullptr, {.step = 1, .tag = 2});
-  work->wait();
-  EXPECT_EQ(cudaStreamSynchronize(comm.stream()), cudaSuccess);
-  if (n > 0) {
-    EXPECT_EQ(cudaMemcpy(host.data(), buffer.ptr, host.size(), cudaMemcpyDeviceToHost),
-              cudaSuccess);
-  }
-  std::vector<float> out(n);
-  for (std::size_t i = 0; i < n; ++i) {
-    if (dtype == DeviceDtype::kBfloat16) {
-      __nv_bfloat16 b;
-      std::memcpy(&b, host.data() + i * size, size);
-      out[i] = __bfloat162float(b);
-    } else {
-      std::memcpy(&out[i], host.data() + i * size, size);
-    }
-  }
-  return out;
+// The world of a device backend, or a skip naming why it is not here.
+std::vector<std::unique_ptr<Communicator>> world(const std::string& name, BackendOptions options) {
+  const Backend* backend = find_backend(name);
+  if (backend == nullptr || backend->make_world == nullptr) return {};
+  return backend->make_world(options);
 }
+
+#define TANDEM_WORLD_OR_SKIP(comms, name, ...)                               \
+  std::vector<std::unique_ptr<Communicator>> comms;                         \
+  try {                                                                      \
+    comms = world(name, __VA_ARGS__);                                        \
+  } catch (const UsageError& e) {                                            \
+    GTEST_SKIP() << name << " not available: " << e.what();                  \
+  }                                                                          \
+  if (comms.empty()) GTEST_SKIP() << name << " is not built into this program"
 
 TEST(GpuCommTest, EmulatedRingMatchesCpuReference) {
   TANDEM_SKIP_WITHOUT_GPU();
   for (int peers : {1, 2, 3, 4, 8}) {
-    for (std::size_t n :
-         {std::size_t{0}, std::size_t{1}, std::size_t{7}, std::size_t{1000}, std::size_t{123457}}) {
+    for (std::size_t n : {std::size_t{0}, std::size_t{1}, std::size_t{7}, std::size_t{1000},
+                          std::size_t{123457}}) {
       for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kAverage}) {
-        for (DeviceDtype dtype : {DeviceDtype::kFloat32, DeviceDtype::kBfloat16}) {
-          const std::vector<float> data = small_integers(n);
-          const std::vector<float> got = emulated_allreduce(data, peers, n % 2 ? 1 : 0, op, dtype);
+        TANDEM_WORLD_OR_SKIP(comms, "emulated",
+                             {.ranks = 1, .emulated_peers = peers, .emulated_blocks = n % 2 ? 1 : 0});
+        const std::vector<float> data = small_integers(n);
+        DeviceFloats buffer(data);
+        comms[0]->allreduce(buffer.span(), op, {.step = 1, .tag = 2})->synchronize();
+        const std::vector<float> got = buffer.host();
+        std::size_t wrong = 0;
+        for (std::size_t i = 0; i < n; ++i) {
           // Reference: peers ranks holding the same data.
-          std::size_t wrong = 0;
-          double worst = 0;
-          for (std::size_t i = 0; i < n; ++i) {
-            const double want =
-                op == ReduceOp::kSum ? static_cast<double>(data[i]) * peers : data[i];
-            const double diff = std::abs(got[i] - want);
-            worst = std::max(worst, diff);
-            if (diff > 1e-5 * std::max(1.0, std::abs(want))) ++wrong;
-          }
-          EXPECT_EQ(wrong, 0u) << "peers " << peers << ", n " << n << ", "
-                               << (op == ReduceOp::kSum ? "sum" : "average") << ", dtype "
-                               << static_cast<int>(dtype) << ": largest difference " << worst;
+          const double want = op == ReduceOp::kSum ? static_cast<double>(data[i]) * peers : data[i];
+          if (std::abs(got[i] - want) > 1e-5 * std::max(1.0, std::abs(want))) ++wrong;
         }
+        EXPECT_EQ(wrong, 0u) << "peers " << peers << ", n " << n << ", " << to_string(op);
       }
     }
   }
 }
 
+// Every operation of the contract in a world of one, on device buffers.
+void expect_world_of_one(Communicator& comm) {
+  EXPECT_EQ(comm.memory(), MemoryKind::kDevice);
+  const std::vector<float> data = small_integers(1031);
+  DeviceFloats input(data), output(data.size());
+  comm.reduce_scatter(input.span(), output.span(), ReduceOp::kSum)->synchronize();
+  EXPECT_EQ(output.host(), data);
+  DeviceFloats gathered(data.size());
+  comm.allgather(input.span(), gathered.span())->synchronize();
+  EXPECT_EQ(gathered.host(), data);
+  comm.broadcast(input.span(), 0)->synchronize();
+  EXPECT_EQ(input.host(), data);
+  comm.barrier()->synchronize();
+  DeviceFloats received(data.size());
+  WorkPtr send = comm.send(input.span(), 0, 5);
+  WorkPtr recv = comm.recv(received.span(), 0, 5);
+  send->synchronize();
+  recv->synchronize();
+  EXPECT_EQ(received.host(), data);
+}
+
+TEST(GpuCommTest, EmulatedRingIsAWorldOfOneForEveryOperation) {
+  TANDEM_SKIP_WITHOUT_GPU();
+  TANDEM_WORLD_OR_SKIP(comms, "emulated", {.ranks = 1, .emulated_peers = 4});
+  expect_world_of_one(*comms[0]);
+}
+
+TEST(NcclCommTest, OneRankDoesEveryOperation) {
+  TANDEM_SKIP_WITHOUT_GPU();
+  TANDEM_WORLD_OR_SKIP(comms, "nccl", {.ranks = 1});
+  expect_world_of_one(*comms[0]);
+  EXPECT_NE(comms[0]->describe().find("NCCL"), std::string::npos) << comms[0]->describe();
+}
+
 TEST(GpuCommTest, EmulatedRingSaysSoAndRecordsSpans) {
   TANDEM_SKIP_WITHOUT_GPU();
-  auto comms = make_local_device_communicators({.emulated_peers = 4}, 1);  // auto, 1 rank
-  DeviceCommunicator& comm = *comms.at(0);
+  TANDEM_WORLD_OR_SKIP(comms, "emulated", {.ranks = 1, .emulated_peers = 4});
+  Communicator& comm = *comms[0];
   EXPECT_TRUE(comm.emulated());
   EXPECT_EQ(comm.backend_name(), "emulated");
   EXPECT_NE(comm.describe().find("emulated"), std::string::npos) << comm.describe();
@@ -122,107 +143,19 @@ TEST(GpuCommTest, EmulatedRingSaysSoAndRecordsSpans) {
 
   RankRecorder recorder(0, 16);
   comm.set_recorder(&recorder);
-  const std::size_t n = 1 << 20;
-  DeviceArray buffer(n * 4);
-  check(cudaMemset(buffer.ptr, 0, n * 4), "cudaMemset");
-  DeviceWorkPtr work = comm.allreduce(buffer.ptr, n, DeviceDtype::kFloat32, ReduceOp::kAverage,
-                                      nullptr, {.step = 5, .tag = 3});
-  work->wait();
-  EXPECT_EQ(work->info().bytes, static_cast<std::int64_t>(n * 4));
+  DeviceFloats buffer(std::vector<float>(1 << 20, 0.0f));
+  WorkPtr work = comm.allreduce(buffer.span(), ReduceOp::kAverage, {.step = 5, .tag = 3});
+  work->synchronize();
+  EXPECT_EQ(work->info().bytes, static_cast<std::int64_t>(4 << 20));
   const auto spans = recorder.collect();
   ASSERT_EQ(spans.size(), 1u);
   EXPECT_EQ(spans[0].lane, Lane::kComm);
   EXPECT_EQ(spans[0].kind, SpanKind::kAllreduce);
-  EXPECT_EQ(spans[0].bytes, static_cast<std::int64_t>(n * 4));
+  EXPECT_EQ(spans[0].bytes, static_cast<std::int64_t>(4 << 20));
   EXPECT_EQ(spans[0].step, 5);
   EXPECT_EQ(spans[0].tag, 3);
   EXPECT_LT(spans[0].start_ns, spans[0].end_ns);
   EXPECT_EQ(work->start_ns(), spans[0].start_ns);
-}
-
-TEST(NcclCommTest, OneRankAllreduce) {
-  TANDEM_SKIP_WITHOUT_GPU();
-  std::vector<std::unique_ptr<DeviceCommunicator>> comms;
-  try {
-    comms = make_local_device_communicators({.backend = "nccl"}, 1);
-  } catch (const UsageError& e) {
-    GTEST_SKIP() << "no nccl backend in this build: " << e.what();
-  }
-  DeviceCommunicator& comm = *comms.at(0);
-  EXPECT_FALSE(comm.emulated());
-  EXPECT_EQ(comm.backend_name(), "nccl");
-  EXPECT_NE(comm.describe().find("NCCL"), std::string::npos) << comm.describe();
-  RankRecorder recorder(0, 16);
-  comm.set_recorder(&recorder);
-  const std::vector<float> data = small_integers(4097);
-  DeviceArray buffer(data.size() * 4);
-  check(cudaMemcpy(buffer.ptr, data.data(), data.size() * 4, cudaMemcpyHostToDevice), "cudaMemcpy");
-  cudaStream_t producer;
-  check(cudaStreamCreate(&producer), "cudaStreamCreate");
-  cudaEvent_t ready;
-  check(cudaEventCreateWithFlags(&ready, cudaEventDisableTiming), "cudaEventCreate");
-  check(cudaEventRecord(ready, producer), "cudaEventRecord");
-  for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kAverage}) {
-    DeviceWorkPtr work = comm.allreduce(buffer.ptr, data.size(), DeviceDtype::kFloat32, op, ready,
-                                        {.step = 0, .tag = 1});
-    work->wait();
-  }
-  // Grouped: both launch at group_end.
-  comm.group_start();
-  DeviceWorkPtr a = comm.allreduce(buffer.ptr, 100, DeviceDtype::kFloat32, ReduceOp::kSum, nullptr);
-  DeviceWorkPtr b = comm.allreduce(static_cast<float*>(buffer.ptr) + 100, 100,
-                                   DeviceDtype::kFloat32, ReduceOp::kSum, nullptr);
-  comm.group_end();
-  a->wait();
-  b->wait();
-  std::vector<float> got(data.size());
-  check(cudaMemcpy(got.data(), buffer.ptr, got.size() * 4, cudaMemcpyDeviceToHost), "cudaMemcpy");
-  EXPECT_EQ(got, data);  // one rank: sum and average are the identity
-  EXPECT_EQ(recorder.collect().size(), 4u);
-  cudaEventDestroy(ready);
-  cudaStreamDestroy(producer);
-}
-
-TEST(NcclCommTest, TwoRanksInOneProcessSumAndAverage) {
-  TANDEM_SKIP_WITHOUT_GPU();
-  int devices = 0;
-  ASSERT_EQ(cudaGetDeviceCount(&devices), cudaSuccess);
-  if (devices < 2) GTEST_SKIP() << "needs 2 GPUs, " << devices << " visible";
-  std::vector<std::unique_ptr<DeviceCommunicator>> comms;
-  try {
-    comms = make_local_device_communicators({.backend = "nccl"}, 2);
-  } catch (const UsageError& e) {
-    GTEST_SKIP() << "no nccl backend in this build: " << e.what();
-  }
-  ASSERT_EQ(comms.size(), 2u);
-  const std::size_t n = 100003;
-  std::vector<std::vector<float>> results(2);
-  std::vector<std::thread> threads;
-  for (int r = 0; r < 2; ++r) {
-    threads.emplace_back([&, r] {
-      DeviceCommunicator& comm = *comms[static_cast<std::size_t>(r)];
-      ASSERT_EQ(cudaSetDevice(comm.device()), cudaSuccess);
-      EXPECT_EQ(comm.rank(), r);
-      EXPECT_EQ(comm.size(), 2);
-      std::vector<float> data(n);
-      for (std::size_t i = 0; i < n; ++i) data[i] = static_cast<float>((i % 7) + 10 * r);
-      DeviceArray buffer(n * 4);
-      ASSERT_EQ(cudaMemcpy(buffer.ptr, data.data(), n * 4, cudaMemcpyHostToDevice), cudaSuccess);
-      comm.allreduce(buffer.ptr, n, DeviceDtype::kFloat32, ReduceOp::kSum, nullptr)->wait();
-      comm.allreduce(buffer.ptr, n, DeviceDtype::kFloat32, ReduceOp::kAverage, nullptr)->wait();
-      ASSERT_EQ(cudaStreamSynchronize(comm.stream()), cudaSuccess);
-      results[static_cast<std::size_t>(r)].resize(n);
-      ASSERT_EQ(cudaMemcpy(results[static_cast<std::size_t>(r)].data(), buffer.ptr, n * 4,
-                           cudaMemcpyDeviceToHost),
-                cudaSuccess);
-    });
-  }
-  for (auto& t : threads) t.join();
-  for (std::size_t i = 0; i < n; ++i) {
-    const float sum = static_cast<float>(2 * (i % 7) + 10);  // rank 0 + rank 1
-    ASSERT_EQ(results[0][i], sum) << i;                      // the average of two equal sums
-    ASSERT_EQ(results[1][i], sum) << i;
-  }
 }
 
 // Holds a stream at a host function until released (or 10 s, so a failing test cannot
@@ -238,44 +171,58 @@ struct StreamBlocker {
   }
 };
 
-void expect_timeout(const std::string& backend) {
-  std::vector<std::unique_ptr<DeviceCommunicator>> comms;
-  try {
-    comms = make_local_device_communicators(
-        {.backend = backend, .emulated_peers = 2, .timeout = std::chrono::seconds(1)}, 1);
-  } catch (const UsageError& e) {
-    GTEST_SKIP() << backend << " not available: " << e.what();
-  }
-  DeviceCommunicator& comm = *comms.at(0);
+// c10d's wait: with the producer stream held, the collective cannot start; wait() must
+// return at once (the bound stream waits, not the host), and the work after it on the
+// bound stream must not run before the collective is done.
+TEST(GpuCommTest, WaitMakesTheBoundStreamWaitAndReturnsAtOnce) {
+  TANDEM_SKIP_WITHOUT_GPU();
+  TANDEM_WORLD_OR_SKIP(comms, "emulated", {.ranks = 1, .emulated_peers = 2});
+  Communicator& comm = *comms[0];
   cudaStream_t producer;
   check(cudaStreamCreateWithFlags(&producer, cudaStreamNonBlocking), "cudaStreamCreate");
-  cudaEvent_t ready;
-  check(cudaEventCreateWithFlags(&ready, cudaEventDisableTiming), "cudaEventCreate");
+  comm.bind_stream(producer);
   StreamBlocker blocker;
   check(cudaLaunchHostFunc(producer, StreamBlocker::hold, &blocker), "cudaLaunchHostFunc");
-  check(cudaEventRecord(ready, producer), "cudaEventRecord");
-  const std::size_t n = 3 << 18;  // 3 MiB of fp32
-  DeviceArray buffer(n * 4);
-  DeviceWorkPtr work = comm.allreduce(buffer.ptr, n, DeviceDtype::kFloat32, ReduceOp::kSum, ready,
-                                      {.step = 7, .tag = 3});
+  DeviceFloats buffer(std::vector<float>(1000, 1.0f));
+  WorkPtr work = comm.allreduce(buffer.span(), ReduceOp::kSum);
+  work->wait();  // enqueues the stream's wait; must not block on the held producer
+  EXPECT_FALSE(work->test());
+  cudaEvent_t after;
+  check(cudaEventCreateWithFlags(&after, cudaEventDisableTiming), "cudaEventCreate");
+  check(cudaEventRecord(after, producer), "cudaEventRecord");
+  EXPECT_EQ(cudaEventQuery(after), cudaErrorNotReady);
+  (void)cudaGetLastError();
+  blocker.released = true;
+  work->synchronize();
+  check(cudaEventSynchronize(after), "cudaEventSynchronize");
+  EXPECT_EQ(buffer.host(), std::vector<float>(1000, 2.0f));  // two emulated peers
+  cudaEventDestroy(after);
+  cudaStreamDestroy(producer);
+}
+
+void expect_timeout(const std::string& backend) {
+  TANDEM_WORLD_OR_SKIP(comms, backend,
+                       {.ranks = 1, .timeout = std::chrono::seconds(1), .emulated_peers = 2});
+  Communicator& comm = *comms[0];
+  cudaStream_t producer;
+  check(cudaStreamCreateWithFlags(&producer, cudaStreamNonBlocking), "cudaStreamCreate");
+  comm.bind_stream(producer);
+  StreamBlocker blocker;
+  check(cudaLaunchHostFunc(producer, StreamBlocker::hold, &blocker), "cudaLaunchHostFunc");
+  DeviceFloats buffer(std::size_t{3} << 18);  // 3 MiB of fp32
+  WorkPtr work = comm.allreduce(buffer.span(), ReduceOp::kSum, {.step = 7, .tag = 3});
   std::string message;
   try {
-    work->wait();
+    work->synchronize();
   } catch (const TimeoutError& e) {
     message = e.what();
   }
   blocker.released = true;
-  EXPECT_NE(message.find("rank 0"), std::string::npos) << message;
-  EXPECT_NE(message.find("allreduce bucket 3"), std::string::npos) << message;
-  EXPECT_NE(message.find("3.0 MiB"), std::string::npos) << message;
-  EXPECT_NE(message.find("step 7"), std::string::npos) << message;
-  EXPECT_NE(message.find("not complete after"), std::string::npos) << message;
-  // The communicator is unusable now, and says why.
-  EXPECT_THROW(comm.allreduce(buffer.ptr, n, DeviceDtype::kFloat32, ReduceOp::kSum, nullptr),
-               RuntimeError);
+  EXPECT_NE(message.find("rank 0: allreduce bucket 3 (3.0 MiB, step 7) not complete after"),
+            std::string::npos)
+      << message;
   cudaStreamSynchronize(producer);
   comms.clear();
-  cudaEventDestroy(ready);
   cudaStreamDestroy(producer);
 }
 
@@ -289,13 +236,59 @@ TEST(NcclCommTest, TimeoutAbortsAndNamesTheCollective) {
   expect_timeout("nccl");
 }
 
+TEST(NcclCommTest, TwoRanksInOneProcessSumAndAverage) {
+  TANDEM_SKIP_WITHOUT_GPU();
+  int devices = 0;
+  ASSERT_EQ(cudaGetDeviceCount(&devices), cudaSuccess);
+  if (devices < 2) GTEST_SKIP() << "needs 2 GPUs, " << devices << " visible";
+  TANDEM_WORLD_OR_SKIP(comms, "nccl", {.ranks = 2});
+  ASSERT_EQ(comms.size(), 2u);
+  const std::size_t n = 100003;
+  std::vector<std::vector<float>> results(2);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < 2; ++r) {
+    threads.emplace_back([&, r] {
+      Communicator& comm = *comms[static_cast<std::size_t>(r)];
+      ASSERT_EQ(cudaSetDevice(comm.device()), cudaSuccess);
+      std::vector<float> data(n);
+      for (std::size_t i = 0; i < n; ++i) data[i] = static_cast<float>((i % 7) + 10 * r);
+      DeviceFloats buffer(data);
+      comm.allreduce(buffer.span(), ReduceOp::kSum)->synchronize();
+      comm.allreduce(buffer.span(), ReduceOp::kAverage)->synchronize();
+      results[static_cast<std::size_t>(r)] = buffer.host();
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (std::size_t i = 0; i < n; ++i) {
+    const float sum = static_cast<float>(2 * (i % 7) + 10);  // rank 0 + rank 1
+    ASSERT_EQ(results[0][i], sum) << i;                      // the average of two equal sums
+    ASSERT_EQ(results[1][i], sum) << i;
+  }
+}
+
 TEST(GpuCommTest, BadOptionsAreUsageErrors) {
   TANDEM_SKIP_WITHOUT_GPU();
-  EXPECT_THROW(make_local_device_communicators({.backend = "emulated"}, 2), UsageError);
-  EXPECT_THROW(make_local_device_communicators({.backend = "carrier-pigeon"}, 1), UsageError);
-  EXPECT_THROW(make_local_device_communicators({.backend = "emulated", .emulated_peers = 0}, 1),
-               UsageError);
-  EXPECT_THROW(make_local_device_communicators({.backend = "nccl"}, 4096), UsageError);
+  if (find_backend("emulated") == nullptr) GTEST_SKIP() << "no emulated backend in this build";
+  EXPECT_THROW(world("emulated", {.ranks = 2}), UsageError);
+  EXPECT_THROW(world("emulated", {.ranks = 1, .emulated_peers = 0}), UsageError);
+  if (find_backend("nccl") != nullptr) {
+    EXPECT_THROW(world("nccl", {.ranks = 4096}), UsageError);
+  }
+}
+
+TEST(GpuCommTest, DeviceBackendsAreRegisteredByName) {
+  // No device needed: registration is static.
+  const Backend* emulated = find_backend("emulated");
+  ASSERT_NE(emulated, nullptr);
+  EXPECT_EQ(emulated->memory, MemoryKind::kDevice);
+  EXPECT_NE(emulated->make_world, nullptr);
+  EXPECT_NE(emulated->make_job_member, nullptr);
+  int devices = 0;
+  const bool present = cudaGetDeviceCount(&devices) == cudaSuccess && devices > 0;
+  (void)cudaGetLastError();
+  if (!present) {
+    EXPECT_THROW(require_backend("emulated", "--device-comm"), UsageError);
+  }
 }
 
 }  // namespace

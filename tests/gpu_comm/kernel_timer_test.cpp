@@ -4,7 +4,7 @@
 
 #include <gtest/gtest.h>
 
-#include "compute/cuda/device_buffer.h"
+#include "cuda/resources.h"
 #include "compute/cuda/gemm.h"
 #include "gpu/gpu_support.h"
 #include "timeline/recorder.h"

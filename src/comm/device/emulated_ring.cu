@@ -14,14 +14,12 @@
 // and step that is two reads and one write for the rank's own work plus one read and one
 // write standing in for the neighbour's send: a real ring's local HBM traffic (the peer
 // writes the inbox over the link), plus one read.
-#include <cuda_bf16.h>
-#include <cuda_fp16.h>
-
 #include <algorithm>
 #include <string>
 #include <vector>
 
-#include "comm/device/device_progress.h"
+#include "comm/device/device_communicator.h"
+#include "cuda/check.h"
 #include "comm/device/emulated_ring.h"
 #include "comm/device/emulated_ring_plan.h"
 #include "core/error.h"
@@ -32,30 +30,11 @@ namespace {
 
 constexpr int kThreads = 512;
 
-__device__ __forceinline__ float to_float(float v) { return v; }
-__device__ __forceinline__ float to_float(__half v) { return __half2float(v); }
-__device__ __forceinline__ float to_float(__nv_bfloat16 v) { return __bfloat162float(v); }
-template <typename T>
-__device__ __forceinline__ T from_float(float v);
-template <>
-__device__ __forceinline__ float from_float<float>(float v) {
-  return v;
-}
-template <>
-__device__ __forceinline__ __half from_float<__half>(float v) {
-  return __float2half_rn(v);
-}
-template <>
-__device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float v) {
-  return __float2bfloat16_rn(v);
-}
-
 // One ring step (Note [emulated ring]). Element i of both ranges belongs to one thread,
 // which reads inbox[i] before it writes outbox[i]: inbox and outbox may be the same
 // buffer (P = 2). The name starts with tandem_emulated_ring: kernel timing
 // (timeline/gpu/kernel_timer.h) classifies it as communication by that prefix.
-template <typename T>
-__global__ void tandem_emulated_ring_reduce_copy(T* own, const T* inbox, T* outbox,
+__global__ void tandem_emulated_ring_reduce_copy(float* own, const float* inbox, float* outbox,
                                                  std::size_t recv_offset, std::size_t recv_count,
                                                  int reduce, float recv_scale,
                                                  std::size_t next_offset, std::size_t next_count,
@@ -65,99 +44,118 @@ __global__ void tandem_emulated_ring_reduce_copy(T* own, const T* inbox, T* outb
   for (std::size_t i = static_cast<std::size_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
        i += stride) {
     if (i < recv_count) {
-      const float in = to_float(inbox[i]);
-      const float v = reduce ? (to_float(own[recv_offset + i]) + in) * recv_scale : in;
-      own[recv_offset + i] = from_float<T>(v);
+      const float in = inbox[i];
+      own[recv_offset + i] = reduce ? (own[recv_offset + i] + in) * recv_scale : in;
     }
-    if (i < next_count) outbox[i] = from_float<T>(to_float(own[next_offset + i]) * next_factor);
+    if (i < next_count) outbox[i] = own[next_offset + i] * next_factor;
   }
 }
 
 class EmulatedRing final : public DeviceCommunicator {
  public:
-  EmulatedRing(const DeviceCommOptions& options, int device)
-      : device_(device),
+  EmulatedRing(const BackendOptions& options, int device)
+      : DeviceCommunicator({.rank = 0, .size = 1, .timeout = options.timeout}, device),
         peers_(options.emulated_peers),
         blocks_(options.emulated_blocks > 0 ? options.emulated_blocks : kEmulatedDefaultBlocks) {
-    check_cuda_status(cudaSetDevice(device_), "cudaSetDevice");
     int pools = 0;
-    if (cudaDeviceGetAttribute(&pools, cudaDevAttrMemoryPoolsSupported, device_) != cudaSuccess) {
+    if (cudaDeviceGetAttribute(&pools, cudaDevAttrMemoryPoolsSupported, device) != cudaSuccess) {
       (void)cudaGetLastError();
       pools = 0;
     }
     stream_ordered_alloc_ = pools != 0;
-    check_cuda_status(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking),
-                      "cudaStreamCreateWithFlags (emulated ring stream)");
-    try {
-      progress_ = std::make_unique<DeviceProgress>(DeviceProgressOptions{
-          .rank = 0,
-          .device = device_,
-          .backend = "emulated ring",
-          .timeout = options.timeout,
-      });
-    } catch (...) {
-      cudaStreamDestroy(stream_);
-      throw;
-    }
+    start_thread();
   }
 
   ~EmulatedRing() override {
-    progress_.reset();  // waits for what is in flight
-    cudaSetDevice(device_);
-    cudaStreamSynchronize(stream_);
+    stop_thread();  // waits for what is in flight
+    cudaSetDevice(device());
+    cudaStreamSynchronize(stream());
     if (inbox_ != nullptr) cudaFree(inbox_);
-    cudaStreamDestroy(stream_);
+    for (const Staged& s : staged_) cudaFree(s.data);
   }
 
-  int rank() const override { return 0; }
-  int size() const override { return 1; }
-  int device() const override { return device_; }
   std::string_view backend_name() const override { return "emulated"; }
   bool emulated() const override { return true; }
   std::string describe() const override {
     return "emulated ring all-reduce: rank 0's side of a ring of " + std::to_string(peers_) +
-           " peers on 1 GPU (device " + std::to_string(device_) + "), " + std::to_string(blocks_) +
-           " blocks x " + std::to_string(kThreads) + " threads per reduce-copy kernel, " +
-           std::to_string(2 * (peers_ - 1)) + " steps; no real interconnect (emulated)";
-  }
-  cudaStream_t stream() const override { return stream_; }
-
-  DeviceWorkPtr allreduce(void* data, std::size_t count, DeviceDtype dtype, ReduceOp op,
-                          cudaEvent_t ready, OpInfo info) override {
-    if (const std::string broken = progress_->broken(); !broken.empty()) {
-      throw RuntimeError("emulated ring is unusable after an earlier failure: " + broken);
-    }
-    info.kind = SpanKind::kAllreduce;
-    info.bytes = static_cast<std::int64_t>(count * element_size(dtype));
-    check_cuda_status(cudaSetDevice(device_), "cudaSetDevice");
-    auto work = std::make_shared<CudaDeviceWork>(info);
-    if (ready != nullptr) {
-      check_cuda_status(cudaStreamWaitEvent(stream_, ready, 0), "cudaStreamWaitEvent (ready)");
-    }
-    check_cuda_status(cudaEventRecord(work->start_event(), stream_),
-                      "cudaEventRecord (allreduce start)");
-    switch (dtype) {
-      case DeviceDtype::kFloat32:
-        run_ring(static_cast<float*>(data), count, op);
-        break;
-      case DeviceDtype::kFloat16:
-        run_ring(static_cast<__half*>(data), count, op);
-        break;
-      case DeviceDtype::kBfloat16:
-        run_ring(static_cast<__nv_bfloat16*>(data), count, op);
-        break;
-    }
-    check_cuda_status(cudaEventRecord(work->done_event(), stream_),
-                      "cudaEventRecord (allreduce done)");
-    progress_->watch(work, recorder());
-    return work;
+           " peers on 1 GPU (device " + std::to_string(device()) + "), " +
+           std::to_string(blocks_) + " blocks x " + std::to_string(kThreads) +
+           " threads per reduce-copy kernel, " + std::to_string(2 * (peers_ - 1)) +
+           " steps; reduce-scatter, allgather, broadcast and point to point are device copies "
+           "of a world of one; no real interconnect (emulated)";
   }
 
-  // The kernels of one stream already run in issue order; nothing to group.
-  void group_start() override {}
-  void group_end() override {}
+ protected:
+  // The kernels of one stream already run in issue order: a group is its operations.
+  void enqueue(std::span<Op* const> ops) override {
+    for (Op* op : ops) enqueue_one(*op);
+  }
 
  private:
+  // A send waiting for its receive: a device copy of the sent data.
+  struct Staged {
+    int tag = 0;
+    float* data = nullptr;
+    std::size_t count = 0;
+  };
+
+  void copy(float* dst, const float* src, std::size_t count) {
+    if (count == 0 || dst == src) return;
+    check_cuda_status(cudaMemcpyAsync(dst, src, count * sizeof(float), cudaMemcpyDeviceToDevice,
+                                      stream()),
+                      "cudaMemcpyAsync (emulated ring)");
+  }
+
+  // A world of one: what each operation leaves in the output (comm/communicator.h), the
+  // all-reduce with the cost of a ring of peers_ (Note [emulated ring]).
+  void enqueue_one(Op& op) {
+    switch (op.kind) {
+      case SpanKind::kAllreduce:
+        run_ring(op.output, op.output_count, op.reduce);
+        return;
+      case SpanKind::kReduceScatter:
+      case SpanKind::kAllgather:
+        copy(op.output, op.input, op.output_count);
+        return;
+      case SpanKind::kBroadcast:
+      case SpanKind::kBarrier:
+        return;
+      case SpanKind::kSend: {
+        Staged staged{.tag = op.tag, .count = op.input_count};
+        if (op.input_count > 0) {
+          check_cuda_status(cudaMalloc(&staged.data, op.input_count * sizeof(float)),
+                            "cudaMalloc (emulated send)");
+          copy(staged.data, op.input, op.input_count);
+        }
+        staged_.push_back(staged);
+        return;
+      }
+      case SpanKind::kRecv: {
+        const auto it = std::find_if(staged_.begin(), staged_.end(),
+                                     [&](const Staged& s) { return s.tag == op.tag; });
+        if (it == staged_.end()) {
+          throw RuntimeError("emulated: a receive must follow its send (tag " +
+                             std::to_string(op.tag) + ") in a world of one");
+        }
+        if (it->count != op.output_count) {
+          throw RuntimeError("size mismatch: rank 0 sends " + std::to_string(it->count) +
+                             " elements, rank 0 receives " + std::to_string(op.output_count));
+        }
+        copy(op.output, it->data, op.output_count);
+        if (it->data != nullptr) {
+          check_cuda_status(stream_ordered_alloc_ ? cudaFreeAsync(it->data, stream())
+                                                  : cudaStreamSynchronize(stream()),
+                            "freeing an emulated send");
+          if (!stream_ordered_alloc_) cudaFree(it->data);
+        }
+        staged_.erase(it);
+        return;
+      }
+      default:
+        throw RuntimeError("unsupported operation");
+    }
+  }
+
   // Inboxes for P-1 peers of one chunk each, grown when a larger all-reduce comes:
   // stream-ordered where the device has memory pools (the old buffers are freed after
   // the kernels that use them, the host does not wait), else after a stream sync.
@@ -165,9 +163,9 @@ class EmulatedRing final : public DeviceCommunicator {
     if (bytes <= inbox_bytes_) return;
     if (inbox_ != nullptr) {
       if (stream_ordered_alloc_) {
-        check_cuda_status(cudaFreeAsync(inbox_, stream_), "cudaFreeAsync (emulated ring inbox)");
+        check_cuda_status(cudaFreeAsync(inbox_, stream()), "cudaFreeAsync (emulated ring inbox)");
       } else {
-        check_cuda_status(cudaStreamSynchronize(stream_), "cudaStreamSynchronize (emulated ring)");
+        check_cuda_status(cudaStreamSynchronize(stream()), "cudaStreamSynchronize (emulated ring)");
         check_cuda_status(cudaFree(inbox_), "cudaFree (emulated ring inbox)");
       }
       inbox_ = nullptr;
@@ -175,22 +173,21 @@ class EmulatedRing final : public DeviceCommunicator {
     }
     const std::string what = std::string(stream_ordered_alloc_ ? "cudaMallocAsync" : "cudaMalloc") +
                              " of " + std::to_string(bytes) + " bytes (emulated ring inbox)";
-    check_cuda_status(stream_ordered_alloc_ ? cudaMallocAsync(&inbox_, bytes, stream_)
+    check_cuda_status(stream_ordered_alloc_ ? cudaMallocAsync(&inbox_, bytes, stream())
                                             : cudaMalloc(&inbox_, bytes),
                       what.c_str());
     inbox_bytes_ = bytes;
   }
 
-  template <typename T>
-  void run_ring(T* data, std::size_t count, ReduceOp op) {
+  void run_ring(float* data, std::size_t count, ReduceOp op) {
     const std::vector<RingLaunch> plan =
         emulated_ring_plan(count, peers_, op == ReduceOp::kAverage);
     if (plan.empty()) return;  // a ring of one (or nothing to reduce): the data is the result
     const std::size_t slot_elems = ring_slot_elems(count, peers_);
-    ensure_inbox(slot_elems * sizeof(T) * static_cast<std::size_t>(peers_ - 1));
-    auto* slots = static_cast<T*>(inbox_);
+    ensure_inbox(slot_elems * sizeof(float) * static_cast<std::size_t>(peers_ - 1));
+    auto* slots = static_cast<float*>(inbox_);
     for (const RingLaunch& l : plan) {
-      tandem_emulated_ring_reduce_copy<T><<<blocks_, kThreads, 0, stream_>>>(
+      tandem_emulated_ring_reduce_copy<<<blocks_, kThreads, 0, stream()>>>(
           data, slots + static_cast<std::size_t>(l.inbox_slot) * slot_elems,
           slots + static_cast<std::size_t>(l.outbox_slot) * slot_elems, l.recv.begin, l.recv.size,
           l.reduce ? 1 : 0, l.recv_scale, l.next.begin, l.next.size, l.next_factor);
@@ -198,20 +195,18 @@ class EmulatedRing final : public DeviceCommunicator {
     }
   }
 
-  const int device_;
   const int peers_;
   const int blocks_;
-  cudaStream_t stream_ = nullptr;
   bool stream_ordered_alloc_ = false;
-  void* inbox_ = nullptr;  // (peers - 1) chunk slots; only the issuing thread touches it
+  // Issuing thread only.
+  void* inbox_ = nullptr;  // (peers - 1) chunk slots
   std::size_t inbox_bytes_ = 0;
-  std::unique_ptr<DeviceProgress> progress_;
+  std::vector<Staged> staged_;
 };
 
 }  // namespace
 
-std::unique_ptr<DeviceCommunicator> make_emulated_ring(const DeviceCommOptions& options,
-                                                       int device) {
+std::unique_ptr<Communicator> make_emulated_ring(const BackendOptions& options, int device) {
   if (options.emulated_peers < 1 || options.emulated_peers > 1024) {
     throw UsageError("--emulated-peers: must be 1..1024, got " +
                      std::to_string(options.emulated_peers));

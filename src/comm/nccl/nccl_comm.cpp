@@ -11,7 +11,8 @@
 #include <thread>
 #include <utility>
 
-#include "comm/device/device_progress.h"
+#include "comm/device/device_communicator.h"
+#include "cuda/check.h"
 #include "core/clock.h"
 #include "core/error.h"
 #include "core/parse.h"
@@ -54,19 +55,7 @@ void wait_until_ready(ncclComm_t comm, const std::string& what, std::chrono::nan
   }
 }
 
-ncclDataType_t nccl_type(DeviceDtype dtype) {
-  switch (dtype) {
-    case DeviceDtype::kFloat32:
-      return ncclFloat32;
-    case DeviceDtype::kFloat16:
-      return ncclFloat16;
-    case DeviceDtype::kBfloat16:
-      return ncclBfloat16;
-  }
-  return ncclFloat32;
-}
-
-ncclConfig_t make_config(const DeviceCommOptions& options) {
+ncclConfig_t make_config(const BackendOptions& options) {
   ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
   config.blocking = 0;  // so that a timeout can abort (nccl_comm.h)
   if (options.nccl_min_ctas > 0) config.minCTAs = options.nccl_min_ctas;
@@ -82,29 +71,23 @@ std::string nccl_version() {
          std::to_string(v % 100);
 }
 
+ncclRedOp_t nccl_op(ReduceOp op) { return op == ReduceOp::kAverage ? ncclAvg : ncclSum; }
+
 class NcclCommunicator final : public DeviceCommunicator {
  public:
   // Takes ownership of `comm`, initialized (ready) for `rank` of `size` on `device`.
-  NcclCommunicator(ncclComm_t comm, int rank, int size, int device,
-                   const DeviceCommOptions& options)
-      : comm_(comm), rank_(rank), size_(size), device_(device), options_(options) {
+  NcclCommunicator(ncclComm_t comm, int rank, int size, int device, const BackendOptions& options)
+      : DeviceCommunicator({.rank = rank, .size = size, .timeout = options.timeout}, device),
+        comm_(comm),
+        options_(options) {
     try {
-      check_cuda_status(cudaSetDevice(device_), "cudaSetDevice");
-      check_cuda_status(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking),
-                        "cudaStreamCreateWithFlags (nccl stream)");
-      progress_ = std::make_unique<DeviceProgress>(DeviceProgressOptions{
-          .rank = rank_,
-          .device = device_,
-          .backend = "nccl",
-          .timeout = options.timeout,
-          .health = [this] { return async_error(); },
-          .on_timeout = [this] { abort(); },
-      });
+      TANDEM_CUDA_CHECK(cudaMalloc(&barrier_scratch_, sizeof(float)));
+      TANDEM_CUDA_CHECK(cudaMemset(barrier_scratch_, 0, sizeof(float)));
     } catch (...) {
-      if (stream_ != nullptr) cudaStreamDestroy(stream_);
       ncclCommAbort(comm_);
       throw;
     }
+    start_thread();
   }
 
   ~NcclCommunicator() override {
@@ -113,123 +96,62 @@ class NcclCommunicator final : public DeviceCommunicator {
       begin_shutdown();
       std::lock_guard lock(comm_mutex_);
       if (!aborted_.load()) {
-        wait_until_ready(comm_, "ncclCommFinalize", options_.timeout);
+        wait_until_ready(comm_, "ncclCommFinalize", timeout());
         ncclCommDestroy(comm_);
         aborted_ = true;  // comm_ is gone
       }
     } catch (const std::exception&) {
-      abort();
+      end_now();
     }
-    cudaStreamSynchronize(stream_);
-    cudaStreamDestroy(stream_);
+    cudaSetDevice(device());
+    cudaStreamSynchronize(stream());
+    cudaFree(barrier_scratch_);
   }
 
   // Finalize completes only once every rank of the node has called it; with non-blocking
   // communicators the call returns at once, so one thread owning several ranks calls this
-  // on all of them before destroying any (destroy_device_communicators).
+  // on all of them before destroying any (the launcher does).
   void begin_shutdown() override {
     if (finalizing_) return;
     finalizing_ = true;
-    progress_.reset();  // everything issued has completed, failed or timed out
-    cudaSetDevice(device_);
+    stop_thread();  // everything issued has completed, failed or timed out
+    cudaSetDevice(device());
     std::lock_guard lock(comm_mutex_);
     if (!aborted_.load()) check_nccl(ncclCommFinalize(comm_), "ncclCommFinalize", comm_);
   }
 
-  // Ends the communicator now (a timeout, or a rank that failed): pending kernels end and
-  // the peers' collectives fail instead of waiting for this rank.
-  void abort() override {
-    std::lock_guard lock(comm_mutex_);
-    if (aborted_.exchange(true)) return;
-    ncclCommAbort(comm_);
-  }
-
-  int rank() const override { return rank_; }
-  int size() const override { return size_; }
-  int device() const override { return device_; }
   std::string_view backend_name() const override { return "nccl"; }
-  bool emulated() const override { return false; }
   std::string describe() const override {
     auto limit = [](int v) { return v > 0 ? std::to_string(v) : std::string("default"); };
-    return nccl_version() + ", " + std::to_string(size_) +
-           " ranks (one GPU each; this rank on "
-           "device " +
-           std::to_string(device_) + "), CTAs min " + limit(options_.nccl_min_ctas) + " max " +
-           limit(options_.nccl_max_ctas) + ", non-blocking communicator";
-  }
-  cudaStream_t stream() const override { return stream_; }
-
-  DeviceWorkPtr allreduce(void* data, std::size_t count, DeviceDtype dtype, ReduceOp op,
-                          cudaEvent_t ready, OpInfo info) override {
-    if (const std::string broken = progress_->broken(); !broken.empty()) {
-      throw RuntimeError("nccl communicator of rank " + std::to_string(rank_) +
-                         " is unusable after an earlier failure: " + broken);
-    }
-    info.kind = SpanKind::kAllreduce;
-    info.bytes = static_cast<std::int64_t>(count * element_size(dtype));
-    check_cuda_status(cudaSetDevice(device_), "cudaSetDevice");
-    auto work = std::make_shared<CudaDeviceWork>(info);
-    if (ready != nullptr) {
-      check_cuda_status(cudaStreamWaitEvent(stream_, ready, 0), "cudaStreamWaitEvent (ready)");
-    }
-    check_cuda_status(cudaEventRecord(work->start_event(), stream_),
-                      "cudaEventRecord (allreduce start)");
-    {
-      std::lock_guard lock(comm_mutex_);
-      throw_if_aborted();  // abort() frees comm_ between the check above and here
-      check_nccl(ncclAllReduce(data, data, count, nccl_type(dtype),
-                               op == ReduceOp::kAverage ? ncclAvg : ncclSum, comm_, stream_),
-                 "ncclAllReduce of " + info.describe() + " on rank " + std::to_string(rank_),
-                 comm_);
-    }
-    if (group_depth_ > 0) {
-      // Launched at ncclGroupEnd: the done event goes after it (group_end()).
-      grouped_.push_back(std::move(work));
-      return grouped_.back();
-    }
-    finish_launch("ncclAllReduce of " + info.describe());
-    enqueue_done(work);
-    return work;
+    return nccl_version() + ", " + std::to_string(size()) +
+           " ranks (one GPU each; this rank on device " + std::to_string(device()) +
+           "), CTAs min " + limit(options_.nccl_min_ctas) + " max " +
+           limit(options_.nccl_max_ctas) +
+           ", non-blocking communicator; point to point matches in issue order (tags unused)";
   }
 
-  void group_start() override {
-    check_nccl(ncclGroupStart(), "ncclGroupStart");
-    ++group_depth_;
-  }
-
-  void group_end() override {
-    if (group_depth_ == 0) throw RuntimeError("nccl: group_end() without group_start()");
-    {
-      std::lock_guard lock(comm_mutex_);
-      throw_if_aborted();
-      check_nccl(ncclGroupEnd(), "ncclGroupEnd on rank " + std::to_string(rank_), comm_);
-    }
-    if (--group_depth_ > 0) return;
-    std::vector<CudaDeviceWorkPtr> works;
-    works.swap(grouped_);
-    if (works.empty()) return;
-    finish_launch("ncclGroupEnd of " + std::to_string(works.size()) + " collectives");
-    for (auto& work : works) enqueue_done(work);
-  }
-
- private:
-  // A non-blocking communicator may still be enqueuing the kernel when the call returns
-  // ncclInProgress; the done event must follow the kernel on the stream.
-  void finish_launch(const std::string& what) {
+ protected:
+  void enqueue(std::span<Op* const> ops) override {
     std::lock_guard lock(comm_mutex_);
     throw_if_aborted();
-    wait_until_ready(comm_, what + " on rank " + std::to_string(rank_), options_.timeout);
+    check_nccl(ncclGroupStart(), "ncclGroupStart");
+    std::string what;
+    for (Op* op : ops) {
+      what = op->work->info().describe() + " on rank " + std::to_string(rank());
+      const ncclResult_t result = launch(*op);
+      if (result != ncclSuccess && result != ncclInProgress) {
+        ncclGroupEnd();
+        check_nccl(result, "NCCL call for " + what, comm_);
+      }
+    }
+    check_nccl(ncclGroupEnd(), "ncclGroupEnd for " + what, comm_);
+    // A non-blocking communicator may still be enqueuing the kernels when the call returns
+    // ncclInProgress; the done events must follow them on the stream.
+    wait_until_ready(comm_, what, timeout());
   }
 
-  void enqueue_done(const CudaDeviceWorkPtr& work) {
-    check_cuda_status(cudaEventRecord(work->done_event(), stream_),
-                      "cudaEventRecord (allreduce done)");
-    progress_->watch(work, recorder());
-  }
-
-  // Progress thread: "" while healthy.
-  std::string async_error() {
-    if (aborted_.load()) return "the communicator was aborted";
+  std::string health() override {
+    if (aborted_.load()) return "the nccl communicator was aborted";
     ncclResult_t state = ncclSuccess;
     const ncclResult_t result = ncclCommGetAsyncError(comm_, &state);
     if (result != ncclSuccess) return "ncclCommGetAsyncError: " + nccl_text(result, comm_);
@@ -237,31 +159,69 @@ class NcclCommunicator final : public DeviceCommunicator {
     return "NCCL asynchronous error: " + nccl_text(state, comm_);
   }
 
+  // ncclCommAbort ends the communicator's kernels: the buffers are free afterwards, and the
+  // peers' collectives fail instead of waiting for this rank.
+  void on_timeout() override { end_now(); }
+  bool can_cancel() const override { return true; }
+  void on_abort(const std::string& reason) override {
+    (void)reason;
+    end_now();
+  }
+
+ private:
+  ncclResult_t launch(Op& op) {
+    const cudaStream_t s = stream();
+    switch (op.kind) {
+      case SpanKind::kAllreduce:
+        return ncclAllReduce(op.output, op.output, op.output_count, ncclFloat32,
+                             nccl_op(op.reduce), comm_, s);
+      case SpanKind::kReduceScatter:
+        return ncclReduceScatter(op.input, op.output, op.output_count, ncclFloat32,
+                                 nccl_op(op.reduce), comm_, s);
+      case SpanKind::kAllgather:
+        return ncclAllGather(op.input, op.output, op.input_count, ncclFloat32, comm_, s);
+      case SpanKind::kBroadcast:
+        return ncclBroadcast(op.output, op.output, op.output_count, ncclFloat32, op.peer, comm_,
+                             s);
+      case SpanKind::kBarrier:
+        // Every rank takes part in a one-element all-reduce: none passes before all came.
+        return ncclAllReduce(barrier_scratch_, barrier_scratch_, 1, ncclFloat32, ncclSum, comm_,
+                             s);
+      case SpanKind::kSend:
+        return ncclSend(op.input, op.input_count, ncclFloat32, op.peer, comm_, s);
+      case SpanKind::kRecv:
+        return ncclRecv(op.output, op.output_count, ncclFloat32, op.peer, comm_, s);
+      default:
+        return ncclInvalidArgument;
+    }
+  }
+
+  // Ends the communicator now (a timeout, or a rank that failed); idempotent.
+  void end_now() {
+    std::lock_guard lock(comm_mutex_);
+    if (aborted_.exchange(true)) return;
+    ncclCommAbort(comm_);
+  }
+
   // With comm_mutex_ held.
   void throw_if_aborted() const {
     if (aborted_.load()) {
-      throw RuntimeError("nccl communicator of rank " + std::to_string(rank_) + " was aborted");
+      throw RuntimeError("nccl communicator of rank " + std::to_string(rank()) + " was aborted");
     }
   }
 
   ncclComm_t comm_;
-  const int rank_;
-  const int size_;
-  const int device_;
-  const DeviceCommOptions options_;
-  cudaStream_t stream_ = nullptr;
-  std::mutex comm_mutex_;             // NCCL calls on comm_ from the issuing and progress threads
+  const BackendOptions options_;
+  float* barrier_scratch_ = nullptr;
+  std::mutex comm_mutex_;             // NCCL calls on comm_ from the issuing and other threads
   std::atomic<bool> aborted_{false};  // comm_ aborted or destroyed: never call NCCL on it
   bool finalizing_ = false;           // owner thread only
-  int group_depth_ = 0;               // issuing thread only
-  std::vector<CudaDeviceWorkPtr> grouped_;  // issued inside the open group
-  std::unique_ptr<DeviceProgress> progress_;
 };
 
 }  // namespace
 
-std::vector<std::unique_ptr<DeviceCommunicator>> make_nccl_local(const DeviceCommOptions& options,
-                                                                 int ranks) {
+std::vector<std::unique_ptr<Communicator>> make_nccl_local(const BackendOptions& options,
+                                                           int ranks) {
   ncclUniqueId id;
   check_nccl(ncclGetUniqueId(&id), "ncclGetUniqueId");
   std::vector<ncclComm_t> comms(static_cast<std::size_t>(ranks), nullptr);
@@ -288,7 +248,7 @@ std::vector<std::unique_ptr<DeviceCommunicator>> make_nccl_local(const DeviceCom
     }
   }
   const ncclResult_t end = ncclGroupEnd();
-  std::vector<std::unique_ptr<DeviceCommunicator>> out;
+  std::vector<std::unique_ptr<Communicator>> out;
   try {
     check_nccl(end, "ncclGroupEnd (init of " + std::to_string(ranks) + " ranks)");
     for (int r = 0; r < ranks; ++r) {
@@ -305,7 +265,7 @@ std::vector<std::unique_ptr<DeviceCommunicator>> make_nccl_local(const DeviceCom
       out.push_back(std::make_unique<NcclCommunicator>(c, r, ranks, r, options));
     } catch (...) {
       c = nullptr;                           // the constructor aborted it
-      for (auto& made : out) made->abort();  // finalize would wait for the missing rank
+      for (auto& made : out) made->abort("rank " + std::to_string(r) + " failed to start");
       out.clear();
       abort_all();
       throw;
@@ -317,8 +277,8 @@ std::vector<std::unique_ptr<DeviceCommunicator>> make_nccl_local(const DeviceCom
 
 // Note [unique id over the host communicator]: the host contract moves floats only, so
 // each byte of the 128-byte ncclUniqueId travels as one float (0..255, exact).
-std::unique_ptr<DeviceCommunicator> make_nccl_process(const DeviceCommOptions& options,
-                                                      Communicator& host, int device) {
+std::unique_ptr<Communicator> make_nccl_process(const BackendOptions& options,
+                                                ProcessCommunicator& host, int device) {
   ncclUniqueId id;
   std::memset(&id, 0, sizeof id);
   if (host.rank() == 0) check_nccl(ncclGetUniqueId(&id), "ncclGetUniqueId");
@@ -326,7 +286,7 @@ std::unique_ptr<DeviceCommunicator> make_nccl_process(const DeviceCommOptions& o
   for (std::size_t i = 0; i < wire.size(); ++i) {
     wire[i] = static_cast<float>(static_cast<unsigned char>(id.internal[i]));
   }
-  host.broadcast(std::span<float>(wire), 0, {.kind = SpanKind::kBroadcast})->wait();
+  host.broadcast(std::span<float>(wire), 0, {.kind = SpanKind::kBroadcast})->synchronize();
   for (std::size_t i = 0; i < wire.size(); ++i) {
     id.internal[i] = static_cast<char>(static_cast<unsigned char>(wire[i]));
   }

@@ -5,27 +5,28 @@
 // ncclUniqueId (ncclCommInitRankConfig per device inside one NCCL group); across processes
 // rank 0's ncclUniqueId travels over the host communicator (the mpi backend) first.
 // Communicators are non-blocking (ncclConfig_t::blocking = 0), so that a timeout can
-// ncclCommAbort them from the progress thread; options' CTA limits go to minCTAs/maxCTAs.
-// Each collective is enqueued after cudaStreamWaitEvent(ready); its DeviceWork completes
-// on the progress thread (comm/device/device_progress.h), which also polls
-// ncclCommGetAsyncError.
+// ncclCommAbort them from the communication thread; options' CTA limits go to
+// minCTAs/maxCTAs. Operations are enqueued on the communication stream as the device
+// backends' skeleton describes (comm/device/device_communicator.h), operations issued
+// between group_start() and group_end() inside one NCCL group; the communication thread
+// also polls ncclCommGetAsyncError. NCCL has no tags: sends and receives between two
+// ranks match in issue order.
 //
-// Where NCCL is not found at build time, both functions throw UsageError (the build
-// compiles nccl_unavailable.cpp instead).
+// Where NCCL is not found at build time the backend is not built and not registered.
 #pragma once
 
 #include <memory>
 #include <vector>
 
-#include "comm/device/device_backends.h"
+#include "comm/backend_registry.h"
 
 namespace tandem {
 
 // Rank r on CUDA device r, r < ranks (threads drive them afterwards).
-std::vector<std::unique_ptr<DeviceCommunicator>> make_nccl_local(const DeviceCommOptions& options,
-                                                                 int ranks);
+std::vector<std::unique_ptr<Communicator>> make_nccl_local(const BackendOptions& options,
+                                                           int ranks);
 // This process's rank of `host`, on CUDA device `device`.
-std::unique_ptr<DeviceCommunicator> make_nccl_process(const DeviceCommOptions& options,
-                                                      Communicator& host, int device);
+std::unique_ptr<Communicator> make_nccl_process(const BackendOptions& options,
+                                                ProcessCommunicator& host, int device);
 
 }  // namespace tandem

@@ -4,9 +4,26 @@
 #include <cuda_fp16.h>
 #include <library_types.h>
 
-#include "compute/cuda/cuda_check.h"
+#include <string>
+
+#include "core/error.h"
+
+// cuBLAS's own status codes; the CUDA runtime's are checked by cuda/check.h.
+#define TANDEM_CUBLAS_CHECK(call)                                                       \
+  do {                                                                                  \
+    const cublasStatus_t tandem_status_ = (call);                                       \
+    if (tandem_status_ != CUBLAS_STATUS_SUCCESS)                                        \
+      ::tandem::cuda::throw_cublas_error(#call, tandem_status_, __FILE__, __LINE__);    \
+  } while (0)
 
 namespace tandem::cuda {
+
+[[noreturn]] void throw_cublas_error(const char* call, cublasStatus_t status, const char* file,
+                                     int line) {
+  throw RuntimeError(std::string(call) + " failed: " + cublasGetStatusName(status) + ": " +
+                     cublasGetStatusString(status) + " (" + file + ":" + std::to_string(line) +
+                     ")");
+}
 
 CublasHandle::CublasHandle() { TANDEM_CUBLAS_CHECK(cublasCreate(&handle_)); }
 

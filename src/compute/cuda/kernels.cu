@@ -9,7 +9,7 @@
 #include <algorithm>
 #include <cstdint>
 
-#include "compute/cuda/cuda_check.h"
+#include "cuda/check.h"
 #include "compute/cuda/kernels.h"
 
 namespace tandem::cuda {

@@ -1,5 +1,5 @@
 // The GEMM + all-reduce microbenchmark on GPUs (gpu_microbench.h).
-#include "experiment/gpu/gpu_microbench.h"
+#include "experiment/gpu_microbench.h"
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -8,13 +8,12 @@
 #include <cmath>
 #include <cstring>
 #include <exception>
-#include <mutex>
-#include <thread>
 #include <vector>
 
-#include "comm/device/device_backends.h"
-#include "compute/cuda/device_buffer.h"
+#include "core/bytes.h"
 #include "compute/cuda/gemm.h"
+#include "cuda/check.h"
+#include "cuda/resources.h"
 #include "compute/precision.h"
 #include "core/error.h"
 #include "core/parse.h"
@@ -22,15 +21,6 @@
 #include "timeline/gpu/kernel_timer.h"
 
 namespace tandem {
-
-int cuda_device_count() {
-  int count = 0;
-  if (cudaGetDeviceCount(&count) != cudaSuccess) {
-    (void)cudaGetLastError();
-    return 0;
-  }
-  return count;
-}
 
 namespace {
 
@@ -55,24 +45,67 @@ std::vector<unsigned char> gemm_input(Precision precision, std::size_t elems, st
   return out;
 }
 
-// One rank: its GPU, streams, buffers, timer and communicator.
+// One rank of one run: its GPU, stream, buffers and kernel timer, on the run's
+// communicator (bound to the compute stream).
+int make_current(int ordinal) {
+  const int device = ordinal < 0 ? 0 : ordinal;
+  TANDEM_CUDA_CHECK(cudaSetDevice(device));
+  return device;
+}
+
 struct GpuRank {
-  int device = 0;
-  DeviceCommunicator* comm = nullptr;
+  // The device is made current first: the stream and the cuBLAS handle belong to it.
+  GpuRank(const GpuMicrobenchSpec& spec, Precision precision, RankEnv& env)
+      : device(make_current(env.ordinal)), comm(env.comm) {
+    blas.set_stream(compute.get());
+    const auto n = static_cast<std::size_t>(spec.bench.gemm_n);
+    const std::size_t input_bytes = n * n * cuda::gemm_input_bytes(precision);
+    a = cuda::DeviceBuffer<unsigned char>(input_bytes);
+    b = cuda::DeviceBuffer<unsigned char>(input_bytes);
+    c = cuda::DeviceBuffer<float>(n * n);
+    grad = cuda::DeviceBuffer<float>(static_cast<std::size_t>(spec.bench.allreduce_bytes / 4));
+    const auto host_a = gemm_input(precision, n * n, 1);
+    const auto host_b = gemm_input(precision, n * n, 2);
+    a.upload(host_a, compute.get());
+    b.upload(host_b, compute.get());
+    // Gradients of 1/64: sums and averages stay exact, the data is not all zeros.
+    std::vector<float> ones(std::min<std::size_t>(grad.size(), 1 << 22), 1.0f / 64);
+    for (std::size_t off = 0; off < grad.size(); off += ones.size()) {
+      const std::size_t len = std::min(ones.size(), grad.size() - off);
+      grad.upload(std::span<const float>(ones.data(), len), compute.get(), off);
+      compute.synchronize();  // `ones` is reused
+    }
+    comm.bind_stream(compute.get());
+  }
+  // Kernels still queued may use the buffers about to be freed.
+  ~GpuRank() { cudaStreamSynchronize(compute.get()); }
+
+  int device;
+  Communicator& comm;
   cuda::Stream compute;
   cuda::CublasHandle blas;
   cuda::DeviceBuffer<unsigned char> a, b;
   cuda::DeviceBuffer<float> c, grad;
-  cuda::Event ready;
-  std::unique_ptr<KernelTimer> timer;
 };
+
+// Ends this rank's collectives before the buffers of `g` die (engine/trainer.cpp, Note
+// [one owner of shutdown]).
+template <typename Body>
+void guarded(Communicator& comm, const Body& body) {
+  try {
+    body();
+  } catch (const std::exception& e) {
+    comm.abort(e.what());
+    comm.drain();
+    throw;
+  }
+}
 
 class GpuMicrobench final : public Workload {
  public:
   explicit GpuMicrobench(const GpuMicrobenchSpec& spec)
       : spec_(spec), precision_(parse_precision(spec.precision)) {
-    const int devices = cuda_device_count();
-    if (devices == 0) {
+    if (cuda::device_count() == 0) {
       throw UsageError("--device cuda: no usable CUDA device on this machine");
     }
     const double bytes = 3.0 * spec.bench.gemm_n * spec.bench.gemm_n * 4 +
@@ -86,65 +119,18 @@ class GpuMicrobench final : public Workload {
                          format_bytes(static_cast<double>(prop.totalGlobalMem)));
       }
     }
-    DeviceCommOptions options{
-        .backend = spec.comm_backend,
-        .emulated_peers = spec.emulated_peers,
-        .emulated_blocks = spec.emulated_blocks,
-        .nccl_min_ctas = spec.nccl_min_ctas,
-        .nccl_max_ctas = spec.nccl_max_ctas,
-        .timeout = std::chrono::seconds(std::max<std::int64_t>(1, std::llround(spec.timeout_s)))};
-    comms_ = make_local_device_communicators(options, spec.bench.ranks);
-    for (auto& comm : comms_) {
-      TANDEM_CUDA_CHECK(cudaSetDevice(comm->device()));
-      auto r = std::make_unique<GpuRank>();
-      r->device = comm->device();
-      r->comm = comm.get();
-      r->blas.set_stream(r->compute.get());
-      const auto n = static_cast<std::size_t>(spec.bench.gemm_n);
-      const std::size_t input_bytes = n * n * cuda::gemm_input_bytes(precision_);
-      r->a = cuda::DeviceBuffer<unsigned char>(input_bytes);
-      r->b = cuda::DeviceBuffer<unsigned char>(input_bytes);
-      r->c = cuda::DeviceBuffer<float>(n * n);
-      r->grad = cuda::DeviceBuffer<float>(static_cast<std::size_t>(spec.bench.allreduce_bytes / 4));
-      const auto host_a = gemm_input(precision_, n * n, 1);
-      const auto host_b = gemm_input(precision_, n * n, 2);
-      r->a.upload(host_a, r->compute.get());
-      r->b.upload(host_b, r->compute.get());
-      // Gradients of 1/64: sums and averages stay exact, the data is not all zeros.
-      std::vector<float> ones(std::min<std::size_t>(r->grad.size(), 1 << 22), 1.0f / 64);
-      for (std::size_t off = 0; off < r->grad.size(); off += ones.size()) {
-        const std::size_t len = std::min(ones.size(), r->grad.size() - off);
-        r->grad.upload(std::span<const float>(ones.data(), len), r->compute.get(), off);
-        r->compute.synchronize();  // `ones` is reused
-      }
-      r->compute.synchronize();
-      // One timer per rank's device; they share CUPTI's activity API.
-      r->timer = std::make_unique<KernelTimer>(
-          KernelTimerOptions{.device = r->device, .prefer_cupti = spec.prefer_cupti});
-      ranks_.push_back(std::move(r));
-    }
+    backend_ = resolve_device_comm(spec.comm_backend, spec.bench.ranks);
   }
-
-  ~GpuMicrobench() override {
-    ranks_.clear();
-    destroy_device_communicators(comms_);  // every rank starts NCCL's finalize first
-  }
-  GpuMicrobench(const GpuMicrobench&) = delete;
-  GpuMicrobench& operator=(const GpuMicrobench&) = delete;
 
   std::string describe() const override {
-    const DeviceCommunicator& comm = *comms_.front();
     return "gpu microbench " + spec_.bench.to_string() + " (" + std::to_string(gemm_count_) + " " +
            std::string(to_string(precision_)) + " GEMMs per iteration), " +
            std::to_string(spec_.bench.ranks) + " rank(s) on " + gpu_name_ + ", all-reduce " +
-           std::string(comm.backend_name()) + (comm.emulated() ? " (emulated)" : "") +
-           "; kernel timing: " + ranks_.front()->timer->source_name();
+           backend_ + (backend_ == "emulated" ? " (emulated)" : "") +
+           "; kernel timing: " + timing_;
   }
 
   nlohmann::json config_json() const override {
-    const DeviceCommunicator& comm = *comms_.front();
-    nlohmann::json timing = nlohmann::json::array();
-    for (const auto& r : ranks_) timing.push_back(r->timer->source_name());
     return {{"workload", "microbench"},
             {"device", "cuda"},
             {"gpu", gpu_name_},
@@ -156,181 +142,189 @@ class GpuMicrobench final : public Workload {
             {"allreduce_bytes", spec_.bench.allreduce_bytes},
             {"allreduce_dtype", "fp32"},
             {"ranks", spec_.bench.ranks},
-            {"backend", comm.backend_name()},
-            {"backend_details", comm.describe()},
-            {"emulated", comm.emulated()},
-            {"emulated_peers", comm.emulated() ? nlohmann::json(spec_.emulated_peers) : nullptr},
-            {"kernel_timing", timing},
+            {"backend", backend_},
+            {"backend_details", backend_details_},
+            {"emulated", backend_ == "emulated"},
+            {"emulated_peers",
+             backend_ == "emulated" ? nlohmann::json(spec_.emulated_peers) : nullptr},
+            {"kernel_timing", timing_},
             {"cupti_comm_kernels_ms", cupti_comm_ms_}};
   }
 
-  Timeline run(Scenario scenario, int steps) override {
-    if (gemm_count_ == 0)
-      gemm_count_ = spec_.bench.gemm_count > 0 ? spec_.bench.gemm_count : calibrate();
-    Timeline timeline;
-    timeline.ranks = static_cast<int>(ranks_.size());
-    const std::size_t capacity = static_cast<std::size_t>(steps) * 4 + 64;
-    std::vector<std::unique_ptr<RankRecorder>> recorders;
-    std::vector<std::vector<Span>> kernel_spans(ranks_.size());
-    for (std::size_t r = 0; r < ranks_.size(); ++r) {
-      recorders.push_back(std::make_unique<RankRecorder>(static_cast<int>(r), capacity));
+  Timeline run(Job& job, Scenario scenario, int steps) override {
+    if (gemm_count_ == 0) {
+      gemm_count_ = spec_.bench.gemm_count > 0 ? spec_.bench.gemm_count : calibrate(job);
     }
-    double comm_kernel_ms = 0;
-    on_every_rank([&](std::size_t r) {
-      GpuRank& g = *ranks_[r];
-      std::vector<DeviceWorkPtr> works;
-      // Whatever happens, no collective may still write into this run's recorder after
-      // it: wait for every one issued (each ends by the timeout at worst), then detach.
-      struct Detach {
-        GpuRank& g;
-        std::vector<DeviceWorkPtr>& works;
-        ~Detach() {
-          for (const DeviceWorkPtr& w : works) {
-            try {
-              w->wait();
-            } catch (...) {  // the error, if any, is already on its way out of run()
-            }
+    const RunResult run =
+        job.run(run_spec(static_cast<std::size_t>(steps) * 4 + 64), [&](RankEnv& env) {
+          GpuRank g(spec_, precision_, env);
+          KernelTimer timer({.device = g.device, .prefer_cupti = spec_.prefer_cupti});
+          NameTable names;
+          std::vector<Span> spans;
+          std::vector<WorkPtr> works;
+          guarded(g.comm, [&] {
+            timer.start();
+            for (int step = 0; step < steps; ++step) iteration(g, timer, scenario, step, works);
+            spans = timer.stop(&names);
+            for (const WorkPtr& w : works) w->synchronize();  // rethrows a failed collective
+          });
+          // Comm spans come from the communicator (with bytes and bucket); CUPTI's view of
+          // the same kernels is kept only as a total, in config_json.
+          double comm_ms = 0;
+          std::erase_if(spans, [&](const Span& s) {
+            if (s.lane != Lane::kComm) return false;
+            comm_ms += static_cast<double>(s.duration_ns()) / 1e6;
+            return true;
+          });
+          // Names travel as text: each process has its own table.
+          std::vector<std::string> span_names;
+          for (Span& s : spans) {
+            span_names.push_back(names.name(s.name));
+            s.name = kNoName;
+            s.rank = env.comm.rank();
           }
-          g.comm->set_recorder(nullptr);
-        }
-      } detach{g, works};
-      g.comm->set_recorder(recorders[r].get());
-      g.timer->start();
-      for (int step = 0; step < steps; ++step) iteration(g, scenario, step, works);
-      std::vector<Span> spans = g.timer->stop(timeline.names.get());
-      for (const DeviceWorkPtr& w : works) w->wait();  // rethrows a failed collective
-      // Comm spans come from the communicator (with bytes and bucket); CUPTI's view of
-      // the same kernels is kept only as a total, in config_json.
-      double ms = 0;
-      std::erase_if(spans, [&](const Span& s) {
-        if (s.lane != Lane::kComm) return false;
-        ms += static_cast<double>(s.duration_ns()) / 1e6;
-        return true;
-      });
-      for (Span& s : spans) s.rank = static_cast<int>(r);
-      kernel_spans[r] = std::move(spans);
-      if (r == 0) comm_kernel_ms = ms;
-    });
-    cupti_comm_ms_ = comm_kernel_ms;
-    for (std::size_t r = 0; r < ranks_.size(); ++r) {
-      for (const Span& s : recorders[r]->collect()) timeline.spans.push_back(s);
-      timeline.spans.insert(timeline.spans.end(), kernel_spans[r].begin(), kernel_spans[r].end());
+          ByteWriter out;
+          out.put_vector(spans);
+          out.put<std::uint64_t>(span_names.size());
+          for (const std::string& name : span_names) out.put_string(name);
+          out.put(comm_ms);
+          out.put_string(timer.source_name());
+          return out.take();
+        });
+    backend_details_ = run.backend_details;
+    Timeline timeline = run.timeline;
+    for (std::size_t r = 0; r < run.payloads.size(); ++r) {
+      ByteReader in(run.payloads[r]);
+      std::vector<Span> spans = in.get_vector<Span>();
+      const auto count = in.get<std::uint64_t>();
+      for (std::uint64_t i = 0; i < count; ++i) {
+        spans[i].name = timeline.names->intern(in.get_string());
+      }
+      const double comm_ms = in.get<double>();
+      std::string timing = in.get_string();
+      if (r == 0) {
+        cupti_comm_ms_ = comm_ms;
+        timing_ = std::move(timing);
+      }
+      timeline.spans.insert(timeline.spans.end(), spans.begin(), spans.end());
     }
     return timeline;
   }
 
  private:
-  // Runs body(rank) on a thread per rank (each on its device); rethrows the first error.
-  template <typename F>
-  void on_every_rank(F&& body) {
-    std::vector<std::thread> threads;
-    std::mutex mutex;
-    std::exception_ptr first;
-    for (std::size_t r = 0; r < ranks_.size(); ++r) {
-      threads.emplace_back([&, r] {
-        try {
-          TANDEM_CUDA_CHECK(cudaSetDevice(ranks_[r]->device));
-          body(r);
-        } catch (...) {
-          std::lock_guard lock(mutex);
-          if (!first) first = std::current_exception();
-        }
-      });
-    }
-    for (auto& t : threads) t.join();
-    if (first) std::rethrow_exception(first);
+  RunSpec run_spec(std::size_t capacity) const {
+    return {.ranks = spec_.bench.ranks,
+            .device = Device::kCuda,
+            .device_comm = spec_.comm_backend,
+            .comm = {.timeout = std::chrono::nanoseconds(
+                         static_cast<std::int64_t>(spec_.timeout_s * 1e9)),
+                     .emulated_peers = spec_.emulated_peers,
+                     .emulated_blocks = spec_.emulated_blocks,
+                     .nccl_min_ctas = spec_.nccl_min_ctas,
+                     .nccl_max_ctas = spec_.nccl_max_ctas},
+            .span_capacity_per_lane = capacity};
   }
 
-  void gemms(GpuRank& g, int count) const {
+  void gemms(GpuRank& g, KernelTimer& timer, int count) const {
     const int n = spec_.bench.gemm_n;
     const double flops = 2.0 * n * n * n;
     for (int i = 0; i < count; ++i) {
-      const auto region =
-          g.timer->begin(g.compute.get(), Lane::kCompute, SpanKind::kKernel, i, flops);
+      const auto region = timer.begin(g.compute.get(), Lane::kCompute, SpanKind::kKernel, i, flops);
       cuda::gemm(g.blas, precision_, false, false, n, n, n, 1.0f, g.a.data(), n, g.b.data(), n,
                  0.0f, g.c.data(), n);
-      g.timer->end(g.compute.get(), region);
+      timer.end(g.compute.get(), region);
     }
   }
 
   // Enqueues the all-reduce behind what the compute stream holds now.
-  DeviceWorkPtr allreduce(GpuRank& g, int step) const {
-    TANDEM_CUDA_CHECK(cudaEventRecord(g.ready.get(), g.compute.get()));
-    return g.comm->allreduce(g.grad.data(), g.grad.size(), DeviceDtype::kFloat32,
-                             ReduceOp::kAverage, g.ready.get(), {.step = step, .tag = 0});
+  static WorkPtr allreduce(GpuRank& g, int step) {
+    return g.comm.allreduce(std::span<float>(g.grad.data(), g.grad.size()), ReduceOp::kAverage,
+                            {.step = step, .tag = 0});
   }
 
-  // The compute stream waits for the all-reduce, then marks the iteration's end on the
-  // compute lane (as an optimizer step would): E2E runs from the first GEMM to here.
-  static void join(GpuRank& g, const DeviceWorkPtr& work) {
-    TANDEM_CUDA_CHECK(cudaStreamWaitEvent(g.compute.get(), work->done_event(), 0));
-    g.timer->marker(g.compute.get(), Lane::kCompute, SpanKind::kOptimizer);
+  // The compute stream waits for the all-reduce (Work::wait on a device communicator),
+  // then marks the iteration's end on the compute lane (as an optimizer step would):
+  // E2E runs from the first GEMM to here.
+  static void join(GpuRank& g, KernelTimer& timer, const WorkPtr& work) {
+    work->wait();
+    timer.marker(g.compute.get(), Lane::kCompute, SpanKind::kOptimizer);
   }
 
-  void iteration(GpuRank& g, Scenario scenario, int step, std::vector<DeviceWorkPtr>& works) const {
-    g.timer->mark_step(g.compute.get(), step);
+  void iteration(GpuRank& g, KernelTimer& timer, Scenario scenario, int step,
+                 std::vector<WorkPtr>& works) const {
+    timer.mark_step(g.compute.get(), step);
     switch (scenario) {
       case Scenario::kComputeOnly:
-        gemms(g, gemm_count_);
+        gemms(g, timer, gemm_count_);
         break;
-      case Scenario::kCommOnly: {
+      case Scenario::kCommOnly:
         works.push_back(allreduce(g, step));
-        TANDEM_CUDA_CHECK(cudaStreamWaitEvent(g.compute.get(), works.back()->done_event(), 0));
+        works.back()->wait();
         break;
-      }
       case Scenario::kSequential:
-        gemms(g, gemm_count_);
+        gemms(g, timer, gemm_count_);
         works.push_back(allreduce(g, step));
-        join(g, works.back());
+        join(g, timer, works.back());
         break;
       case Scenario::kOverlapped:
         works.push_back(allreduce(g, step));
-        gemms(g, gemm_count_);
-        join(g, works.back());
+        gemms(g, timer, gemm_count_);
+        join(g, timer, works.back());
         break;
     }
   }
 
   // GEMMs per iteration that cover one all-reduce: each timed alone with events, after a
-  // warm-up, on every rank (the all-reduce is collective); rank 0's answer counts.
-  int calibrate() {
-    std::vector<int> counts(ranks_.size(), 1);
-    on_every_rank([&](std::size_t r) {
-      GpuRank& g = *ranks_[r];
-      cuda::Event t0(cuda::Event::Timing::kOn), t1(cuda::Event::Timing::kOn),
-          t2(cuda::Event::Timing::kOn);
-      float gemm_ms = 0, allreduce_ms = 0;
-      for (int round = 0; round < 3; ++round) {
-        TANDEM_CUDA_CHECK(cudaEventRecord(t0.get(), g.compute.get()));
-        gemms(g, 1);
-        TANDEM_CUDA_CHECK(cudaEventRecord(t1.get(), g.compute.get()));
-        const DeviceWorkPtr w = allreduce(g, -1);
-        TANDEM_CUDA_CHECK(cudaStreamWaitEvent(g.compute.get(), w->done_event(), 0));
-        TANDEM_CUDA_CHECK(cudaEventRecord(t2.get(), g.compute.get()));
-        TANDEM_CUDA_CHECK(cudaEventSynchronize(t2.get()));
-        w->wait();
-        TANDEM_CUDA_CHECK(cudaEventElapsedTime(&gemm_ms, t0.get(), t1.get()));
-        TANDEM_CUDA_CHECK(cudaEventElapsedTime(&allreduce_ms, t1.get(), t2.get()));
-      }
-      counts[r] = std::clamp(static_cast<int>(std::ceil(allreduce_ms / std::max(gemm_ms, 1e-3f))),
-                             1, 100000);
+  // warm-up, on every rank (the all-reduce is collective); rank 0's answer is sent to every
+  // rank over the host control communicator.
+  int calibrate(Job& job) {
+    int count = 1;
+    job.run(run_spec(64), [&](RankEnv& env) {
+      GpuRank g(spec_, precision_, env);
+      KernelTimer timer({.device = g.device, .prefer_cupti = false});
+      std::vector<float> answer(1);
+      guarded(g.comm, [&] {
+        cuda::Event t0(cuda::Event::Timing::kOn), t1(cuda::Event::Timing::kOn),
+            t2(cuda::Event::Timing::kOn);
+        float gemm_ms = 0, allreduce_ms = 0;
+        for (int round = 0; round < 3; ++round) {
+          TANDEM_CUDA_CHECK(cudaEventRecord(t0.get(), g.compute.get()));
+          gemms(g, timer, 1);
+          TANDEM_CUDA_CHECK(cudaEventRecord(t1.get(), g.compute.get()));
+          const WorkPtr w = allreduce(g, -1);
+          w->wait();
+          TANDEM_CUDA_CHECK(cudaEventRecord(t2.get(), g.compute.get()));
+          TANDEM_CUDA_CHECK(cudaEventSynchronize(t2.get()));
+          w->synchronize();
+          TANDEM_CUDA_CHECK(cudaEventElapsedTime(&gemm_ms, t0.get(), t1.get()));
+          TANDEM_CUDA_CHECK(cudaEventElapsedTime(&allreduce_ms, t1.get(), t2.get()));
+        }
+        answer[0] = static_cast<float>(
+            std::clamp(static_cast<int>(std::ceil(allreduce_ms / std::max(gemm_ms, 1e-3f))), 1,
+                       100000));
+      });
+      env.control.broadcast(answer, 0)->synchronize();
+      if (env.comm.rank() == 0 || !job.in_process()) count = static_cast<int>(answer[0]);
+      return std::string();
     });
-    return counts.front();
+    return count;
   }
 
   GpuMicrobenchSpec spec_;
   Precision precision_;
   std::string gpu_name_ = "GPU";
-  std::vector<std::unique_ptr<DeviceCommunicator>> comms_;
-  std::vector<std::unique_ptr<GpuRank>> ranks_;  // destroyed before comms_
+  std::string backend_;
+  std::string backend_details_;
+  std::string timing_ = "(not run yet)";
   int gemm_count_ = 0;
   double cupti_comm_ms_ = 0;
 };
 
-}  // namespace
-
-std::unique_ptr<Workload> make_gpu_microbench_workload(const GpuMicrobenchSpec& spec) {
+std::unique_ptr<Workload> make(const GpuMicrobenchSpec& spec) {
   return std::make_unique<GpuMicrobench>(spec);
 }
 
+[[maybe_unused]] const bool kRegistered = register_gpu_microbench(&make);
+
+}  // namespace
 }  // namespace tandem

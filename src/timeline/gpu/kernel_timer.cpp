@@ -11,17 +11,14 @@
 
 #include "core/clock.h"
 #include "core/error.h"
+#include "cuda/check.h"
+#include "cuda/event_clock.h"
 
 namespace tandem {
 
 namespace {
 
-void check_cuda(cudaError_t status, const char* call) {
-  if (status != cudaSuccess) {
-    throw RuntimeError(std::string(call) + " failed: " + cudaGetErrorName(status) + ": " +
-                       cudaGetErrorString(status));
-  }
-}
+void check_cuda(cudaError_t status, const char* call) { check_cuda_status(status, call); }
 
 std::string cupti_text(CUptiResult result) {
   const char* text = nullptr;
@@ -150,8 +147,7 @@ struct KernelTimer::State {
   std::size_t regions_used = 0;
   std::vector<std::pair<cudaEvent_t, std::int32_t>> steps;
   std::size_t steps_used = 0;
-  cudaEvent_t anchor = nullptr;  // events mode: the clock anchor
-  std::int64_t anchor_host_ns = 0;
+  std::unique_ptr<cuda::EventClock> clock;  // events mode (cuda/event_clock.h)
 
   ~State() {
     for (auto& r : regions) {
@@ -159,7 +155,6 @@ struct KernelTimer::State {
       cudaEventDestroy(r.end);
     }
     for (auto& s : steps) cudaEventDestroy(s.first);
-    if (anchor != nullptr) cudaEventDestroy(anchor);
   }
 
   cudaEvent_t make_event() {
@@ -168,14 +163,9 @@ struct KernelTimer::State {
     return e;
   }
 
-  // Events mode: the host time when the GPU passed `e` (see comm/device Note [event
-  // clock]; here the anchor is taken at start(), on the legacy default stream after a
-  // device synchronization).
-  std::int64_t host_ns(cudaEvent_t e) const {
-    float ms = 0;
-    check_cuda(cudaEventElapsedTime(&ms, anchor, e), "cudaEventElapsedTime (kernel timer)");
-    return anchor_host_ns + std::llround(static_cast<double>(ms) * 1e6);
-  }
+  // Events mode: the host time when the GPU passed `e`; the clock is anchored at start(),
+  // after a device synchronization.
+  std::int64_t host_ns(cudaEvent_t e) const { return clock->to_host_ns(e); }
 };
 
 bool KernelTimer::is_comm_kernel(const std::string& name) {
@@ -244,10 +234,8 @@ void KernelTimer::start() {
   check_cuda(cudaDeviceSynchronize(), "cudaDeviceSynchronize (kernel timer start)");
   s.regions_used = 0;
   s.steps_used = 0;
-  if (s.anchor == nullptr) s.anchor = s.make_event();
-  check_cuda(cudaEventRecord(s.anchor, nullptr), "cudaEventRecord (kernel timer anchor)");
-  check_cuda(cudaEventSynchronize(s.anchor), "cudaEventSynchronize (kernel timer anchor)");
-  s.anchor_host_ns = now_ns();
+  if (!s.clock) s.clock = std::make_unique<cuda::EventClock>(s.device);
+  s.clock->reanchor();
   if (source_ != KernelTimingSource::kCupti) return;
   stop_collecting();  // a start() after a start(): begin afresh
   // This device's records of an earlier run still in CUPTI's buffers belong to nobody

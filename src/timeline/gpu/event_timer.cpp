@@ -1,4 +1,5 @@
-#include "compute/cuda/event_timer.h"
+// Compute spans from CUDA events (event_timer.h).
+#include "timeline/gpu/event_timer.h"
 
 #include <algorithm>
 #include <cmath>
@@ -7,16 +8,12 @@
 
 namespace tandem::cuda {
 
-EventTimer::EventTimer(bool enabled) : enabled_(enabled) {}
+EventTimer::EventTimer(int device, bool enabled) : enabled_(enabled), clock_(device) {}
 
 void EventTimer::start_step(cudaStream_t stream) {
   if (!enabled_) return;
   TANDEM_CHECK(open_.empty());
-  const std::int64_t before = now_ns();
-  anchor_.record(stream);
-  anchor_.synchronize();
-  const std::int64_t after = now_ns();
-  anchor_host_ns_ = before + (after - before) / 2;
+  clock_.reanchor(stream);
   used_ = 0;
   pending_.clear();
 }
@@ -50,19 +47,14 @@ void EventTimer::end(cudaStream_t stream) {
   p.closed = true;
 }
 
-std::int64_t EventTimer::host_ns(std::size_t event) const {
-  const double ms = events_[event].elapsed_ms_since(anchor_);
-  return anchor_host_ns_ + static_cast<std::int64_t>(std::llround(ms * 1e6));
-}
-
 std::int64_t EventTimer::flush(RankRecorder& recorder) {
   if (!enabled_) return now_ns();
   TANDEM_CHECK(open_.empty());
-  std::int64_t last = anchor_host_ns_;
+  std::int64_t last = clock_.anchored_at_ns();
   for (Pending& p : pending_) {
     TANDEM_CHECK(p.closed);
-    p.span.start_ns = host_ns(p.begin_event);
-    p.span.end_ns = std::max(p.span.start_ns, host_ns(p.end_event));
+    p.span.start_ns = clock_.to_host_ns(events_[p.begin_event].get());
+    p.span.end_ns = std::max(p.span.start_ns, clock_.to_host_ns(events_[p.end_event].get()));
     last = std::max(last, p.span.end_ns);
     recorder.record(p.span);
   }

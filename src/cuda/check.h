@@ -1,9 +1,9 @@
-// Error checks for the CUDA runtime and cuBLAS: a failing call throws RuntimeError naming
-// the call and the library's description of the error, so the rank's thread fails with a
-// message a user can act on instead of computing on garbage.
+// The one error check for the CUDA runtime: a failing call throws RuntimeError naming the
+// call and CUDA's description of the error, so the rank's thread fails with a message a
+// user can act on instead of computing on garbage. Every CUDA part of tandem (compute,
+// communication, timing) uses it.
 #pragma once
 
-#include <cublas_v2.h>
 #include <cuda_runtime_api.h>
 
 #include <string>
@@ -18,11 +18,12 @@ namespace tandem {
                      cudaGetErrorString(status) + " (" + file + ":" + std::to_string(line) + ")");
 }
 
-[[noreturn]] inline void throw_cublas_error(const char* call, cublasStatus_t status,
-                                            const char* file, int line) {
-  throw RuntimeError(std::string(call) + " failed: " + cublasGetStatusName(status) + ": " +
-                     cublasGetStatusString(status) + " (" + file + ":" + std::to_string(line) +
-                     ")");
+// The function form, for calls whose name is built at run time.
+inline void check_cuda_status(cudaError_t status, const char* call) {
+  if (status != cudaSuccess) {
+    throw RuntimeError(std::string(call) + " failed: " + cudaGetErrorName(status) + ": " +
+                       cudaGetErrorString(status));
+  }
 }
 
 }  // namespace tandem
@@ -32,13 +33,6 @@ namespace tandem {
     const cudaError_t tandem_status_ = (call);                               \
     if (tandem_status_ != cudaSuccess)                                       \
       ::tandem::throw_cuda_error(#call, tandem_status_, __FILE__, __LINE__); \
-  } while (0)
-
-#define TANDEM_CUBLAS_CHECK(call)                                              \
-  do {                                                                         \
-    const cublasStatus_t tandem_status_ = (call);                              \
-    if (tandem_status_ != CUBLAS_STATUS_SUCCESS)                               \
-      ::tandem::throw_cublas_error(#call, tandem_status_, __FILE__, __LINE__); \
   } while (0)
 
 // After a kernel launch: launch-configuration errors surface here, not at the next sync.

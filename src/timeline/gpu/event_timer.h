@@ -1,11 +1,10 @@
 // Compute spans timed by CUDA events, placed on the host's steady clock (core/clock.h) so
 // they line up with the communicator's comm spans and the step records.
 //
-// At the start of each step the timer records an anchor event on the idle stream and
-// notes the host time (the midpoint of record and completion: the stream is idle, so
-// the two are microseconds apart). begin()/end() record a pair of timing events around
-// the work they enclose; flush(), after the stream has passed them, turns each pair into
-// a Span at anchor_host + (event - anchor). Timing source in outputs: "cuda-events".
+// At the start of each step the timer re-anchors its event clock (cuda/event_clock.h) on
+// the idle stream. begin()/end() record a pair of timing events around the work they
+// enclose; flush(), after the stream has passed them, turns each pair into a Span on the
+// host clock. Timing source in outputs: "cuda-events".
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -13,15 +12,17 @@
 #include <cstdint>
 #include <vector>
 
-#include "compute/cuda/device_buffer.h"
+#include "cuda/event_clock.h"
+#include "cuda/resources.h"
 #include "timeline/recorder.h"
 
 namespace tandem::cuda {
 
 class EventTimer {
  public:
-  // enabled=false: every call is a no-op (the --no-timeline run records nothing).
-  explicit EventTimer(bool enabled = true);
+  // On `device`; enabled=false: every call is a no-op (the --no-timeline run records
+  // nothing).
+  explicit EventTimer(int device, bool enabled = true);
 
   bool enabled() const { return enabled_; }
   // Host-synchronizes on the anchor: call when the stream is idle (after the previous
@@ -37,7 +38,7 @@ class EventTimer {
   // (the anchor's host time when there were none).
   std::int64_t flush(RankRecorder& recorder);
   // The anchor's host time for the current step.
-  std::int64_t anchor_ns() const { return anchor_host_ns_; }
+  std::int64_t anchor_ns() const { return clock_.anchored_at_ns(); }
 
  private:
   struct Pending {
@@ -47,11 +48,9 @@ class EventTimer {
     bool closed = false;
   };
   std::size_t next_event(cudaStream_t stream);
-  std::int64_t host_ns(std::size_t event) const;
-
+  
   bool enabled_;
-  Event anchor_{Event::Timing::kOn};
-  std::int64_t anchor_host_ns_ = 0;
+  EventClock clock_;
   std::vector<Event> events_;
   std::size_t used_ = 0;  // events recorded this step
   std::vector<Pending> pending_;

@@ -1,7 +1,8 @@
-// The model of model/model.h on one CUDA device: the same ModelSpec, the same initial
-// parameters (drawn by the CPU Model with the same seed), the same flat layout (reverse
-// registration order, weight then bias per layer), so gradient bucket plans
-// (ddp/reducer.h) and parameter hashes are interchangeable with the CPU engine.
+// The model of model/model.h on one CUDA device: the same ModelLayout (model/layout.h), so
+// the same flat layout and the same initial parameters for a seed, and gradient bucket
+// plans (ddp/reducer.h) and parameter hashes are interchangeable with the CPU engine.
+// As a RankModel (model/rank_model.h) it registers itself for --device cuda
+// (cuda_rank_model.cpp); this class is its math.
 //
 // Everything is enqueued on one compute stream; the host never waits inside forward or
 // backward. Gradient rule as on the CPU: parameter gradients accumulate with +=,
@@ -15,7 +16,8 @@
 //
 // Compute spans (with an EventTimer) follow Model's list exactly: forward tag L per
 // layer (activation included) and tag layer_count() for the loss; backward the loss
-// first, then L = last..0 with the same flops.
+// first, then L = last..0 with the same flops. Driven unit by unit like Model:
+// set_input, forward_unit(0..D-1), forward_loss, backward_loss, backward_unit(D-1..0).
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -26,9 +28,11 @@
 #include <span>
 #include <vector>
 
-#include "compute/cuda/event_timer.h"
 #include "compute/precision.h"
+#include "cuda/resources.h"
+#include "model/layout.h"
 #include "model/model.h"
+#include "timeline/gpu/event_timer.h"
 
 namespace tandem::cuda {
 
@@ -51,6 +55,7 @@ class CudaModel {
   CudaModel& operator=(const CudaModel&) = delete;
 
   const ModelSpec& spec() const;
+  const ModelLayout& layout() const;
   Precision precision() const;
   cudaStream_t stream() const;
   int layer_count() const;
@@ -69,6 +74,15 @@ class CudaModel {
   std::vector<float> download_grads() const;
   std::vector<float> download_logits() const;  // of the last forward, [rows, classes]
 
+  // ---- unit by unit (timer may be null) ----
+  void set_input(const DeviceBatch& batch);
+  void forward_unit(int layer, EventTimer* timer, int step);
+  // Softmax cross-entropy; the batch's mean loss is *added* to a device accumulator.
+  void forward_loss(EventTimer* timer, int step);
+  void backward_loss(EventTimer* timer, int step);
+  void backward_unit(int layer, EventTimer* timer, int step);
+
+  // ---- whole passes ----
   // Forward + softmax cross-entropy; the batch's mean loss is *added* to a device
   // accumulator (read with read_loss_sum after a synchronization; reset_loss_sum zeroes
   // it on the stream). timer may be null.
@@ -105,9 +119,5 @@ class CudaSgd {
   SgdOptions options_;
   DeviceBuffer<float> velocity_;
 };
-
-// The device's name, compute capability and memory, for reports: "NVIDIA H100 80GB HBM3
-// (sm_90, 79.1 GiB)".
-std::string describe_device(int device);
 
 }  // namespace tandem::cuda

@@ -1,6 +1,6 @@
 // CudaModel: Model's forward and backward (model/model.cpp) as cuBLAS GEMMs and the
-// kernels of kernels.h, enqueued on one stream.
-#include "compute/cuda/cuda_model.h"
+// kernels of compute/cuda/kernels.h, enqueued on one stream.
+#include "model/cuda/cuda_model.h"
 
 #include <algorithm>
 #include <bit>
@@ -10,8 +10,8 @@
 #include <string>
 #include <utility>
 
-#include "compute/cuda/cuda_check.h"
-#include "compute/cuda/device_buffer.h"
+#include "cuda/check.h"
+#include "cuda/resources.h"
 #include "compute/cuda/gemm.h"
 #include "compute/cuda/kernels.h"
 #include "core/error.h"
@@ -26,25 +26,18 @@ namespace tandem::cuda {
 // read again by the weight gradient), lp_weights the cast copy of the flat parameters
 // (per layer, at that layer's forward) and lp_dout the cast output gradient.
 struct CudaModel::Impl {
-  struct Layer {
-    int in = 0;
-    int out = 0;
-    std::size_t weight = 0;
-    std::size_t bias = 0;
-    bool has_bias = false;
-    std::size_t begin = 0;
-    std::size_t end = 0;
-  };
+  explicit Impl(const ModelSpec& spec) : layout(spec) {}
 
-  ModelSpec spec;
+  ModelLayout layout;
   Precision precision = Precision::kFp32;
   cudaStream_t stream = nullptr;
-  std::vector<Layer> layers;
-  std::vector<ParamInfo> params;
   int max_batch = 0;
-  int rows = 0;              // of the last forward
-  const float* x = nullptr;  // the last forward's batch
+  int rows = 0;              // of the last set_input
+  const float* x = nullptr;  // the last set_input's batch
   const std::int32_t* targets = nullptr;
+  float* dout = nullptr;  // backward's current output gradient
+  float* dinp = nullptr;
+  int next_backward = -1;  // the layer backward_unit expects next
 
   CublasHandle blas;
   DeviceBuffer<float> params_flat;
@@ -79,94 +72,83 @@ float lp_dout_scale(Precision precision, int rows) {
 
 CudaModel::CudaModel(const ModelSpec& spec, int max_batch, std::uint64_t seed, Precision precision,
                      cudaStream_t stream)
-    : impl_(std::make_unique<Impl>()) {
+    : impl_(std::make_unique<Impl>(spec)) {
   Impl& m = *impl_;
-  // The CPU model with one row draws the parameters and fixes the layout; its own
-  // buffers are tiny. Its constructor validates the spec and throws for max_batch < 1.
-  const Model host(spec, 1, seed);
   if (max_batch < 1) {
     throw UsageError("model '" + spec.text + "': batch must be >= 1 (got " +
                      std::to_string(max_batch) + ")");
   }
-  m.spec = spec;
-  m.precision = precision;
-  m.stream = stream;
-  m.max_batch = max_batch;
-  m.params = host.params();
-  m.blas.set_stream(stream);
-
-  const int depth = host.layer_count();
-  m.layers.resize(depth);
-  int widest = 0;
-  for (int l = 0; l < depth; ++l) {
-    Impl::Layer& layer = m.layers[l];
-    layer.in = l == 0 ? spec.input : spec.width;
-    layer.out = l == depth - 1 ? spec.classes : spec.width;
-    layer.has_bias = spec.bias;
-    layer.begin = host.layer_grad_begin(l);
-    layer.end = host.layer_grad_end(l);
-    layer.weight = layer.begin;
-    layer.bias = layer.begin + static_cast<std::size_t>(layer.in) * layer.out;
-    TANDEM_CHECK_EQ(layer.end, layer.has_bias ? layer.bias + layer.out : layer.bias);
-    widest = std::max({widest, layer.in, layer.out});
-  }
+  const ModelLayout& layout = m.layout;
+  const int widest = layout.widest();
   // cuBLAS takes int dimensions and the kernels index rows * width in 64 bits; keep the
   // CPU engine's limit so both accept the same runs.
   if (static_cast<std::int64_t>(max_batch) * widest > std::numeric_limits<int>::max()) {
     throw UsageError("model '" + spec.text + "': batch " + std::to_string(max_batch) +
                      " is too large for width " + std::to_string(widest));
   }
+  m.precision = precision;
+  m.stream = stream;
+  m.max_batch = max_batch;
+  m.blas.set_stream(stream);
 
-  const std::size_t numel = host.flat_params().size();
+  const int depth = layout.units();
+  const std::size_t numel = layout.numel();
   const std::size_t rows = static_cast<std::size_t>(max_batch);
   m.params_flat = DeviceBuffer<float>(numel);
   m.grads_flat = DeviceBuffer<float>(numel);
-  m.acts.resize(depth);
-  m.pre.resize(depth);
+  m.acts.resize(static_cast<std::size_t>(depth));
+  m.pre.resize(static_cast<std::size_t>(depth));
   for (int l = 0; l < depth; ++l) {
-    if (l > 0) m.acts[l] = DeviceBuffer<float>(rows * m.layers[l].in);
-    m.pre[l] = DeviceBuffer<float>(rows * m.layers[l].out);
+    const auto u = static_cast<std::size_t>(l);
+    if (l > 0) m.acts[u] = DeviceBuffer<float>(rows * static_cast<std::size_t>(layout.layer(l).in));
+    m.pre[u] = DeviceBuffer<float>(rows * static_cast<std::size_t>(layout.layer(l).out));
   }
-  m.probs = DeviceBuffer<float>(rows * spec.classes);
+  m.probs = DeviceBuffer<float>(rows * static_cast<std::size_t>(spec.classes));
   m.row_loss = DeviceBuffer<float>(rows);
   m.loss_sum = DeviceBuffer<double>(1);
-  m.grad_a = DeviceBuffer<float>(rows * widest);
-  m.grad_b = DeviceBuffer<float>(rows * widest);
+  m.grad_a = DeviceBuffer<float>(rows * static_cast<std::size_t>(widest));
+  m.grad_b = DeviceBuffer<float>(rows * static_cast<std::size_t>(widest));
   if (m.low_precision()) {
-    m.lp_acts.resize(depth);
-    for (int l = 0; l < depth; ++l)
-      m.lp_acts[l] = DeviceBuffer<std::uint16_t>(rows * m.layers[l].in);
+    m.lp_acts.resize(static_cast<std::size_t>(depth));
+    for (int l = 0; l < depth; ++l) {
+      m.lp_acts[static_cast<std::size_t>(l)] =
+          DeviceBuffer<std::uint16_t>(rows * static_cast<std::size_t>(layout.layer(l).in));
+    }
     m.lp_weights = DeviceBuffer<std::uint16_t>(numel);
-    m.lp_dout = DeviceBuffer<std::uint16_t>(rows * widest);
+    m.lp_dout = DeviceBuffer<std::uint16_t>(rows * static_cast<std::size_t>(widest));
   }
 
-  m.params_flat.upload(host.flat_params(), stream);
+  // The same initial parameters as the CPU model (layout.h), drawn on the host once.
+  std::vector<float> initial(numel);
+  layout.initialize(initial, seed);
+  m.params_flat.upload(initial, stream);
   m.grads_flat.zero(stream);
   m.loss_sum.zero(stream);
-  // The host model (the upload's source) dies at the end of this constructor.
+  // `initial` dies at the end of this constructor.
   TANDEM_CUDA_CHECK(cudaStreamSynchronize(stream));
 }
 
 CudaModel::~CudaModel() = default;
 
-const ModelSpec& CudaModel::spec() const { return impl_->spec; }
+const ModelSpec& CudaModel::spec() const { return impl_->layout.spec(); }
+const ModelLayout& CudaModel::layout() const { return impl_->layout; }
 Precision CudaModel::precision() const { return impl_->precision; }
 cudaStream_t CudaModel::stream() const { return impl_->stream; }
-int CudaModel::layer_count() const { return static_cast<int>(impl_->layers.size()); }
+int CudaModel::layer_count() const { return impl_->layout.units(); }
 int CudaModel::max_batch() const { return impl_->max_batch; }
-const std::vector<ParamInfo>& CudaModel::params() const { return impl_->params; }
+const std::vector<ParamInfo>& CudaModel::params() const { return impl_->layout.params(); }
 std::size_t CudaModel::numel() const { return impl_->params_flat.size(); }
 float* CudaModel::flat_params() { return impl_->params_flat.data(); }
 float* CudaModel::flat_grads() { return impl_->grads_flat.data(); }
 
 std::size_t CudaModel::layer_grad_begin(int layer) const {
   TANDEM_CHECK(layer >= 0 && layer < layer_count());
-  return impl_->layers[layer].begin;
+  return impl_->layout.unit_begin(layer);
 }
 
 std::size_t CudaModel::layer_grad_end(int layer) const {
   TANDEM_CHECK(layer >= 0 && layer < layer_count());
-  return impl_->layers[layer].end;
+  return impl_->layout.unit_end(layer);
 }
 
 void CudaModel::zero_grad() { impl_->grads_flat.zero(impl_->stream); }
@@ -193,7 +175,7 @@ std::vector<float> CudaModel::download_grads() const {
 
 std::vector<float> CudaModel::download_logits() const {
   const Impl& m = *impl_;
-  std::vector<float> out(static_cast<std::size_t>(m.rows) * m.spec.classes);
+  std::vector<float> out(static_cast<std::size_t>(m.rows) * m.layout.spec().classes);
   m.pre.back().download(out, m.stream);
   TANDEM_CUDA_CHECK(cudaStreamSynchronize(m.stream));
   return out;
@@ -217,11 +199,7 @@ void CudaModel::enqueue_loss_readback() {
 
 double CudaModel::loss_sum_host() const { return *impl_->loss_host.data(); }
 
-double CudaModel::forward_flops(int rows) const {
-  double flops = 0;
-  for (const Impl::Layer& layer : impl_->layers) flops += 2.0 * rows * layer.in * layer.out;
-  return flops;
-}
+double CudaModel::forward_flops(int rows) const { return impl_->layout.forward_flops(rows); }
 
 namespace {
 
@@ -279,104 +257,126 @@ class TimedSection {
 
 // Shapes, B = rows: x [B, input] -> layer L: [B, in_L] . [in_L, out_L] + [out_L] ->
 // activation (all but the last) -> logits [B, classes] -> softmax cross-entropy.
-void CudaModel::forward(const DeviceBatch& batch, EventTimer* timer, int step) {
+void CudaModel::set_input(const DeviceBatch& batch) {
   Impl& m = *impl_;
-  const int B = batch.rows;
-  TANDEM_CHECK(B >= 1 && B <= m.max_batch);
+  TANDEM_CHECK(batch.rows >= 1 && batch.rows <= m.max_batch);
   TANDEM_CHECK(batch.x != nullptr && batch.y != nullptr);
-  m.rows = B;
+  m.rows = batch.rows;
   m.x = batch.x;
   m.targets = batch.y;
-  const bool lp = m.low_precision();
-  const int last = layer_count() - 1;
-
-  for (int l = 0; l <= last; ++l) {
-    const Impl::Layer& layer = m.layers[l];
-    TimedSection span(timer, m.stream, SpanKind::kForward, step, l, 2.0 * B * layer.in * layer.out);
-    const float* inp = l == 0 ? m.x : m.acts[l].data();
-    const float* w = m.params_flat.data() + layer.weight;
-    const std::size_t in_count = static_cast<std::size_t>(B) * layer.in;
-    const std::size_t w_count = static_cast<std::size_t>(layer.in) * layer.out;
-    const void* a = inp;
-    const void* b = w;
-    if (lp) {
-      cast_from_float(m.lp_acts[l].data(), inp, in_count, m.precision, 1.0f, m.stream);
-      cast_from_float(m.lp_weights.data() + layer.weight, w, w_count, m.precision, 1.0f, m.stream);
-      a = m.lp_acts[l].data();
-      b = m.lp_weights.data() + layer.weight;
-    }
-    float beta = 0.0f;
-    if (layer.has_bias) {
-      bias_broadcast(m.pre[l].data(), m.params_flat.data() + layer.bias, B, layer.out, m.stream);
-      beta = 1.0f;
-    }
-    // pre[B, out] = inp[B, in] . W[in, out] (+ the broadcast bias)
-    gemm(m.blas, m.precision, false, false, B, layer.out, layer.in, 1.0f, a, layer.in, b, layer.out,
-         beta, m.pre[l].data(), layer.out);
-    if (l < last) {
-      activation_forward(m.spec.activation, m.acts[l + 1].data(), m.pre[l].data(),
-                         static_cast<std::int64_t>(B) * layer.out, m.stream);
-    }
-  }
-  TimedSection span(timer, m.stream, SpanKind::kForward, step, layer_count(), 0);
-  softmax_cross_entropy_forward(m.probs.data(), m.row_loss.data(), m.pre[last].data(), m.targets, B,
-                                m.spec.classes, m.stream);
-  accumulate_mean(m.loss_sum.data(), m.row_loss.data(), B, m.stream);
+  m.next_backward = -1;
 }
 
-// Reverse of forward: dlogits [B, classes]; for L = last..0: d(out_L) [B, out_L] ->
-// activation backward (L < last) -> dW_L [in_L, out_L] +=, db_L [out_L] +=,
-// d(in_L) [B, in_L] = (L > 0) -> on_layer_ready(L).
-void CudaModel::backward(EventTimer* timer, int step,
-                         const std::function<void(int layer)>& on_layer_ready) {
+void CudaModel::forward_unit(int l, EventTimer* timer, int step) {
   Impl& m = *impl_;
   const int B = m.rows;
-  TANDEM_CHECK(B >= 1);  // forward() must run first
+  TANDEM_CHECK(B >= 1);  // set_input() first
+  const LinearLayout& layer = m.layout.layer(l);
+  const auto u = static_cast<std::size_t>(l);
+  TimedSection span(timer, m.stream, SpanKind::kForward, step, l, 2.0 * B * layer.in * layer.out);
+  const float* inp = l == 0 ? m.x : m.acts[u].data();
+  const float* w = m.params_flat.data() + layer.weight;
+  const std::size_t in_count = static_cast<std::size_t>(B) * static_cast<std::size_t>(layer.in);
+  const std::size_t w_count = static_cast<std::size_t>(layer.in) * static_cast<std::size_t>(layer.out);
+  const void* a = inp;
+  const void* b = w;
+  if (m.low_precision()) {
+    cast_from_float(m.lp_acts[u].data(), inp, in_count, m.precision, 1.0f, m.stream);
+    cast_from_float(m.lp_weights.data() + layer.weight, w, w_count, m.precision, 1.0f, m.stream);
+    a = m.lp_acts[u].data();
+    b = m.lp_weights.data() + layer.weight;
+  }
+  float beta = 0.0f;
+  if (layer.has_bias) {
+    bias_broadcast(m.pre[u].data(), m.params_flat.data() + layer.bias, B, layer.out, m.stream);
+    beta = 1.0f;
+  }
+  // pre[B, out] = inp[B, in] . W[in, out] (+ the broadcast bias)
+  gemm(m.blas, m.precision, false, false, B, layer.out, layer.in, 1.0f, a, layer.in, b, layer.out,
+       beta, m.pre[u].data(), layer.out);
+  if (l < layer_count() - 1) {
+    activation_forward(spec().activation, m.acts[u + 1].data(), m.pre[u].data(),
+                       static_cast<std::int64_t>(B) * layer.out, m.stream);
+  }
+}
+
+void CudaModel::forward_loss(EventTimer* timer, int step) {
+  Impl& m = *impl_;
+  TimedSection span(timer, m.stream, SpanKind::kForward, step, layer_count(), 0);
+  softmax_cross_entropy_forward(m.probs.data(), m.row_loss.data(), m.pre.back().data(), m.targets,
+                                m.rows, spec().classes, m.stream);
+  accumulate_mean(m.loss_sum.data(), m.row_loss.data(), m.rows, m.stream);
+}
+
+void CudaModel::backward_loss(EventTimer* timer, int step) {
+  Impl& m = *impl_;
+  TANDEM_CHECK(m.rows >= 1);  // forward first
+  m.dout = m.grad_a.data();
+  m.dinp = m.grad_b.data();
+  TimedSection span(timer, m.stream, SpanKind::kBackward, step, layer_count(), 0);
+  softmax_cross_entropy_backward(m.dout, m.probs.data(), m.targets, m.rows, spec().classes,
+                                 m.stream);
+  m.next_backward = layer_count() - 1;
+}
+
+// dout [B, out_L] -> activation backward (L < last) -> dW_L [in_L, out_L] +=,
+// db_L [out_L] +=, d(in_L) [B, in_L] = (L > 0).
+void CudaModel::backward_unit(int l, EventTimer* timer, int step) {
+  Impl& m = *impl_;
+  TANDEM_CHECK_EQ(l, m.next_backward);  // backward_loss, then layers last..0
+  const int B = m.rows;
   const bool lp = m.low_precision();
-  const int last = layer_count() - 1;
   const float scale = lp_dout_scale(m.precision, B);
   const float alpha = 1.0f / scale;  // exact: scale is a power of two
-
-  float* dout = m.grad_a.data();
-  float* dinp = m.grad_b.data();
+  const LinearLayout& layer = m.layout.layer(l);
+  const auto u = static_cast<std::size_t>(l);
   {
-    TimedSection span(timer, m.stream, SpanKind::kBackward, step, layer_count(), 0);
-    softmax_cross_entropy_backward(dout, m.probs.data(), m.targets, B, m.spec.classes, m.stream);
-  }
-  for (int l = last; l >= 0; --l) {
-    const Impl::Layer& layer = m.layers[l];
-    {
-      const double flops = (l > 0 ? 4.0 : 2.0) * B * layer.in * layer.out;
-      TimedSection span(timer, m.stream, SpanKind::kBackward, step, l, flops);
-      const std::int64_t out_count = static_cast<std::int64_t>(B) * layer.out;
-      if (l < last) {
-        activation_backward_in_place(m.spec.activation, dout, m.pre[l].data(), out_count, m.stream);
-      }
-      const void* dout_in = dout;
-      const void* inp = l == 0 ? static_cast<const void*>(m.x) : m.acts[l].data();
-      const void* w = m.params_flat.data() + layer.weight;
-      if (lp) {
-        cast_from_float(m.lp_dout.data(), dout, static_cast<std::size_t>(out_count), m.precision,
-                        scale, m.stream);
-        dout_in = m.lp_dout.data();
-        inp = m.lp_acts[l].data();  // cast in forward, unchanged since
-        w = m.lp_weights.data() + layer.weight;
-      }
-      float* dw = m.grads_flat.data() + layer.weight;
-      // dW[in, out] += inp^T[in, B] . dout[B, out]
-      gemm(m.blas, m.precision, true, false, layer.in, layer.out, B, alpha, inp, layer.in, dout_in,
-           layer.out, 1.0f, dw, layer.out);
-      if (layer.has_bias) {
-        bias_backward(m.grads_flat.data() + layer.bias, dout, B, layer.out, m.stream);
-      }
-      // dinp[B, in] = dout[B, out] . W^T[out, in]; layer 0's would be dL/dx, unused.
-      if (l > 0) {
-        gemm(m.blas, m.precision, false, true, B, layer.in, layer.out, alpha, dout_in, layer.out, w,
-             layer.out, 0.0f, dinp, layer.in);
-      }
+    const double flops = (l > 0 ? 4.0 : 2.0) * B * layer.in * layer.out;
+    TimedSection span(timer, m.stream, SpanKind::kBackward, step, l, flops);
+    const std::int64_t out_count = static_cast<std::int64_t>(B) * layer.out;
+    if (l < layer_count() - 1) {
+      activation_backward_in_place(spec().activation, m.dout, m.pre[u].data(), out_count,
+                                   m.stream);
     }
+    const void* dout_in = m.dout;
+    const void* inp = l == 0 ? static_cast<const void*>(m.x) : m.acts[u].data();
+    const void* w = m.params_flat.data() + layer.weight;
+    if (lp) {
+      cast_from_float(m.lp_dout.data(), m.dout, static_cast<std::size_t>(out_count), m.precision,
+                      scale, m.stream);
+      dout_in = m.lp_dout.data();
+      inp = m.lp_acts[u].data();  // cast in forward, unchanged since
+      w = m.lp_weights.data() + layer.weight;
+    }
+    float* dw = m.grads_flat.data() + layer.weight;
+    // dW[in, out] += inp^T[in, B] . dout[B, out]
+    gemm(m.blas, m.precision, true, false, layer.in, layer.out, B, alpha, inp, layer.in, dout_in,
+         layer.out, 1.0f, dw, layer.out);
+    if (layer.has_bias) {
+      bias_backward(m.grads_flat.data() + layer.bias, m.dout, B, layer.out, m.stream);
+    }
+    // dinp[B, in] = dout[B, out] . W^T[out, in]; layer 0's would be dL/dx, unused.
+    if (l > 0) {
+      gemm(m.blas, m.precision, false, true, B, layer.in, layer.out, alpha, dout_in, layer.out, w,
+           layer.out, 0.0f, m.dinp, layer.in);
+    }
+  }
+  std::swap(m.dout, m.dinp);
+  m.next_backward = l - 1;
+}
+
+void CudaModel::forward(const DeviceBatch& batch, EventTimer* timer, int step) {
+  set_input(batch);
+  for (int l = 0; l < layer_count(); ++l) forward_unit(l, timer, step);
+  forward_loss(timer, step);
+}
+
+void CudaModel::backward(EventTimer* timer, int step,
+                         const std::function<void(int layer)>& on_layer_ready) {
+  backward_loss(timer, step);
+  for (int l = layer_count() - 1; l >= 0; --l) {
+    backward_unit(l, timer, step);
     if (on_layer_ready) on_layer_ready(l);
-    std::swap(dout, dinp);
   }
 }
 
@@ -388,16 +388,6 @@ CudaSgd::CudaSgd(SgdOptions options, std::size_t numel, cudaStream_t stream)
 void CudaSgd::step(float* params, const float* grads, float grad_scale, cudaStream_t stream) {
   sgd_step(params, velocity_.data(), grads, velocity_.size(), options_.lr, options_.momentum,
            options_.weight_decay, grad_scale, stream);
-}
-
-std::string describe_device(int device) {
-  cudaDeviceProp prop{};
-  TANDEM_CUDA_CHECK(cudaGetDeviceProperties(&prop, device));
-  char memory[32];
-  std::snprintf(memory, sizeof memory, "%.1f GiB",
-                static_cast<double>(prop.totalGlobalMem) / static_cast<double>(1ull << 30));
-  return std::string(prop.name) + " (sm_" + std::to_string(prop.major) +
-         std::to_string(prop.minor) + ", " + memory + ")";
 }
 
 }  // namespace tandem::cuda

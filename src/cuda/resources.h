@@ -8,9 +8,10 @@
 
 #include <cstddef>
 #include <span>
+#include <string>
 #include <utility>
 
-#include "compute/cuda/cuda_check.h"
+#include "cuda/check.h"
 
 namespace tandem::cuda {
 
@@ -156,5 +157,27 @@ class PinnedBuffer {
 
 // Makes `device` current for the calling thread (each rank thread drives one device).
 inline void set_device(int device) { TANDEM_CUDA_CHECK(cudaSetDevice(device)); }
+
+}  // namespace tandem::cuda
+
+namespace tandem::cuda {
+
+// CUDA devices this process sees (0 when there is no usable driver or device; the error
+// is cleared so later calls do not report it again).
+inline int device_count() {
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return 0;
+  }
+  return count;
+}
+
+// "" when a CUDA device is usable, else why not (for --device cuda's error line).
+std::string unavailable_reason();
+
+// The device's name, compute capability and memory, for reports: "NVIDIA H100 80GB HBM3
+// (sm_90, 79.1 GiB)".
+std::string describe_device(int device);
 
 }  // namespace tandem::cuda

@@ -1,0 +1,139 @@
+// The device backends' shared machinery (device_communicator.h).
+#include "comm/device/device_communicator.h"
+
+#include <chrono>
+#include <thread>
+#include <utility>
+
+#include "core/clock.h"
+#include "core/error.h"
+#include "cuda/check.h"
+
+namespace tandem {
+
+namespace {
+
+// Polling: the span times come from events, so the poll interval only delays the host
+// Work (and synchronize()); a short sleep keeps the thread off the cores compute uses.
+constexpr auto kPollSleep = std::chrono::microseconds(20);
+constexpr std::int64_t kReanchorNs = 1'000'000'000;
+constexpr std::int64_t kQuietWakeNs = 100'000'000;
+
+// An operation's events, shared by its state and by its Work's stream wait (the Work may
+// outlive the operation). Destroying an event whose record has not completed is allowed:
+// CUDA releases it once the stream passes it.
+struct OpEvents {
+  cudaEvent_t ready = nullptr;  // on the bound stream: the data is written
+  cudaEvent_t start = nullptr;  // on the communication stream, timing
+  cudaEvent_t done = nullptr;
+  OpEvents() {
+    TANDEM_CUDA_CHECK(cudaEventCreateWithFlags(&ready, cudaEventDisableTiming));
+    TANDEM_CUDA_CHECK(cudaEventCreate(&start));
+    TANDEM_CUDA_CHECK(cudaEventCreate(&done));
+  }
+  ~OpEvents() {
+    for (cudaEvent_t e : {ready, start, done}) {
+      if (e != nullptr) cudaEventDestroy(e);
+    }
+  }
+  OpEvents(const OpEvents&) = delete;
+  OpEvents& operator=(const OpEvents&) = delete;
+};
+
+struct DeviceOpState final : OpState {
+  std::shared_ptr<OpEvents> events;
+};
+
+const OpEvents& events_of(const Op& op) {
+  return *static_cast<const DeviceOpState&>(*op.state).events;
+}
+
+int make_current(int device) {
+  TANDEM_CUDA_CHECK(cudaSetDevice(device));
+  return device;
+}
+
+}  // namespace
+
+DeviceCommunicator::DeviceCommunicator(ProgressOptions options, int device)
+    : ProgressCommunicator(options), device_(make_current(device)), clock_(device) {}
+
+DeviceCommunicator::~DeviceCommunicator() = default;
+
+void DeviceCommunicator::prepare(Op& op) {
+  TANDEM_CUDA_CHECK(cudaSetDevice(device_));
+  auto state = std::make_unique<DeviceOpState>();
+  state->events = std::make_shared<OpEvents>();
+  TANDEM_CUDA_CHECK(cudaEventRecord(state->events->ready, consumer_));
+  op.work->set_stream_wait(
+      [events = state->events, consumer = consumer_, device = device_] {
+        TANDEM_CUDA_CHECK(cudaSetDevice(device));
+        TANDEM_CUDA_CHECK(cudaStreamWaitEvent(consumer, events->done, 0));
+      });
+  op.state = std::move(state);
+}
+
+void DeviceCommunicator::start(Op& op) {
+  Op* one = &op;
+  start_group(std::span<Op* const>(&one, 1));
+}
+
+void DeviceCommunicator::start_group(std::span<Op* const> ops) {
+  TANDEM_CUDA_CHECK(cudaSetDevice(device_));
+  const cudaStream_t s = stream();
+  for (Op* op : ops) {
+    const OpEvents& e = events_of(*op);
+    TANDEM_CUDA_CHECK(cudaStreamWaitEvent(s, e.ready, 0));
+    TANDEM_CUDA_CHECK(cudaEventRecord(e.start, s));
+  }
+  enqueue(ops);
+  for (Op* op : ops) TANDEM_CUDA_CHECK(cudaEventRecord(events_of(*op).done, s));
+}
+
+void DeviceCommunicator::on_thread_start() {
+  // The events and the clock belong to the communicator's device; should this fail, the
+  // first event query fails the operation with CUDA's own error.
+  (void)cudaSetDevice(device_);
+}
+
+bool DeviceCommunicator::test(Op& op) {
+  if (const std::string error = health(); !error.empty()) throw RuntimeError(error);
+  const OpEvents& e = events_of(op);
+  const cudaError_t status = cudaEventQuery(e.done);
+  if (status == cudaErrorNotReady) {
+    (void)cudaGetLastError();  // cudaEventQuery's "not ready" is no sticky error
+    return false;
+  }
+  check_cuda_status(status, "cudaEventQuery (collective done)");
+  op.start_ns = clock_.to_host_ns(e.start);
+  op.end_ns = clock_.to_host_ns(e.done);
+  return true;
+}
+
+bool DeviceCommunicator::cancel(Op& op) {
+  (void)op;
+  if (!timed_out_) {
+    timed_out_ = true;
+    on_timeout();
+  }
+  return can_cancel();
+}
+
+void DeviceCommunicator::idle(std::size_t in_flight, int idle_polls) {
+  (void)idle_polls;
+  if (in_flight > 0) {
+    std::this_thread::sleep_for(kPollSleep);
+    return;
+  }
+  // Nothing in flight: re-anchor the event clock now and then (cuda/event_clock.h).
+  if (now_ns() - clock_.anchored_at_ns() > kReanchorNs) {
+    try {
+      clock_.reanchor();
+    } catch (const std::exception&) {
+      // A broken context shows up as a failed event query of the next collective.
+    }
+  }
+  wait_for_wake(now_ns() + kQuietWakeNs);
+}
+
+}  // namespace tandem
