@@ -1,7 +1,5 @@
 // `tandem characterize`: flags, the workload of every sweep point, and the terminal
 // (header, progress, the metrics table). The sweep itself is experiment/sweep_runner.h.
-#include <unistd.h>
-
 #include <cstdio>
 #include <optional>
 #include <utility>
@@ -18,6 +16,7 @@
 #include "experiment/sweep_runner.h"
 #include "power/nvml.h"
 #include "report/results_dir.h"
+#include "sweep_progress.h"
 #include "workload_flags.h"
 
 namespace tandem::cli {
@@ -148,55 +147,6 @@ std::unique_ptr<Workload> make_workload(const CharacterizeFlags& f, bool batch_g
   }
   return make_train_workload(to_train_config(f.workload, batch_given));
 }
-
-// The terminal side of a sweep: a progress bar on a terminal, a line per finished point.
-class TerminalProgress : public SweepObserver {
- public:
-  TerminalProgress(std::string out, bool enabled)
-      : out_(std::move(out)), tty_(enabled && ::isatty(1)) {}
-
-  void sweep_started(std::size_t total, std::size_t finished) override {
-    total_ = total;
-    if (finished > 0) {
-      std::printf("resuming %s: %zu of %zu configurations already done\n", out_.c_str(), finished,
-                  total);
-      std::fflush(stdout);
-    }
-  }
-  void scenario_started(std::size_t index, const SweepPoint& point, Scenario scenario) override {
-    if (!tty_) return;
-    const int width = 24;
-    const int filled = static_cast<int>(width * index / std::max<std::size_t>(1, total_));
-    std::printf("\r\033[K[%s%s] %zu/%zu %s: %s", std::string(filled, '#').c_str(),
-                std::string(width - filled, '.').c_str(), index, total_, describe(point).c_str(),
-                std::string(to_string(scenario)).c_str());
-    std::fflush(stdout);
-  }
-  void point_finished(std::size_t index, const SweepPoint& point,
-                      const Characterization& c) override {
-    if (tty_) std::printf("\r\033[K");
-    std::printf("[%zu/%zu] %s: %s\n", index + 1, total_, describe(point).c_str(),
-                one_line_result(c).c_str());
-    std::fflush(stdout);
-  }
-
- private:
-  static std::string one_line_result(const Characterization& c) {
-    char buf[200];
-    const auto& m = c.metrics;
-    std::snprintf(buf, sizeof buf,
-                  "E2E ovl %.2f ms, seq %.2f ms, ideal %.2f ms; slowdown %.1f%%, overlap ratio "
-                  "%.1f%%, hidden comm %.1f%%",
-                  m.e2e_ovl_ns.median / 1e6, m.e2e_seq_ns.median / 1e6, m.e2e_ideal_ns.median / 1e6,
-                  100 * m.compute_slowdown.median, 100 * m.overlap_ratio.median,
-                  100 * m.hidden_share.median);
-    return buf;
-  }
-
-  std::string out_;
-  bool tty_;
-  std::size_t total_ = 0;
-};
 
 // Power: RAPL zones always; NVML's GPUs with --device cuda (docs/GPU.md, "Power"). Returns
 // the sources and the header's line about them.
