@@ -1,9 +1,12 @@
-// `tandem characterize`: flags, the workload of every sweep point, and the terminal
-// (header, progress, the metrics table). The sweep itself is experiment/sweep_runner.h.
-#include <unistd.h>
-
+// `tandem characterize`: flags, the workload of every sweep point, who runs and who writes
+// (threads of this process, or the processes of an mpirun/srun job with rank 0 printing
+// and writing), and the terminal (header, the metrics table). The sweep itself is
+// experiment/sweep_runner.h.
+#include <chrono>
 #include <cstdio>
+#include <nlohmann/json.hpp>
 #include <optional>
+#include <set>
 #include <utility>
 
 #include "analysis/metric_catalogue.h"
@@ -16,8 +19,10 @@
 #include "experiment/gpu_microbench.h"
 #include "experiment/sweep.h"
 #include "experiment/sweep_runner.h"
+#include "job_flags.h"
 #include "power/nvml.h"
 #include "report/results_dir.h"
+#include "sweep_progress.h"
 #include "workload_flags.h"
 
 namespace tandem::cli {
@@ -26,6 +31,7 @@ namespace {
 
 struct CharacterizeFlags {
   WorkloadFlags workload;
+  JobFlags job;
   std::string microbench;
   std::string synthetic;
   std::vector<std::string> sweeps;
@@ -149,55 +155,6 @@ std::unique_ptr<Workload> make_workload(const CharacterizeFlags& f, bool batch_g
   return make_train_workload(to_train_config(f.workload, batch_given));
 }
 
-// The terminal side of a sweep: a progress bar on a terminal, a line per finished point.
-class TerminalProgress : public SweepObserver {
- public:
-  TerminalProgress(std::string out, bool enabled)
-      : out_(std::move(out)), tty_(enabled && ::isatty(1)) {}
-
-  void sweep_started(std::size_t total, std::size_t finished) override {
-    total_ = total;
-    if (finished > 0) {
-      std::printf("resuming %s: %zu of %zu configurations already done\n", out_.c_str(), finished,
-                  total);
-      std::fflush(stdout);
-    }
-  }
-  void scenario_started(std::size_t index, const SweepPoint& point, Scenario scenario) override {
-    if (!tty_) return;
-    const int width = 24;
-    const int filled = static_cast<int>(width * index / std::max<std::size_t>(1, total_));
-    std::printf("\r\033[K[%s%s] %zu/%zu %s: %s", std::string(filled, '#').c_str(),
-                std::string(width - filled, '.').c_str(), index, total_, describe(point).c_str(),
-                std::string(to_string(scenario)).c_str());
-    std::fflush(stdout);
-  }
-  void point_finished(std::size_t index, const SweepPoint& point,
-                      const Characterization& c) override {
-    if (tty_) std::printf("\r\033[K");
-    std::printf("[%zu/%zu] %s: %s\n", index + 1, total_, describe(point).c_str(),
-                one_line_result(c).c_str());
-    std::fflush(stdout);
-  }
-
- private:
-  static std::string one_line_result(const Characterization& c) {
-    char buf[200];
-    const auto& m = c.metrics;
-    std::snprintf(buf, sizeof buf,
-                  "E2E ovl %.2f ms, seq %.2f ms, ideal %.2f ms; slowdown %.1f%%, overlap ratio "
-                  "%.1f%%, hidden comm %.1f%%",
-                  m.e2e_ovl_ns.median / 1e6, m.e2e_seq_ns.median / 1e6, m.e2e_ideal_ns.median / 1e6,
-                  100 * m.compute_slowdown.median, 100 * m.overlap_ratio.median,
-                  100 * m.hidden_share.median);
-    return buf;
-  }
-
-  std::string out_;
-  bool tty_;
-  std::size_t total_ = 0;
-};
-
 // Power: RAPL zones always; NVML's GPUs with --device cuda (docs/GPU.md, "Power"). Returns
 // the sources and the header's line about them.
 std::pair<std::vector<std::unique_ptr<PowerSource>>, std::string> power_sources(
@@ -214,52 +171,156 @@ std::pair<std::vector<std::unique_ptr<PowerSource>>, std::string> power_sources(
   return {std::move(sources), line};
 }
 
-int run_characterize(CharacterizeFlags flags, bool batch_given, const CommandLine& argv) {
-  if (!flags.microbench.empty() && !flags.synthetic.empty()) {
-    throw UsageError("--microbench and --synthetic: choose one workload");
+// Under a launcher the job's processes are its ranks and its interconnect is what is
+// measured: a flag or sweep axis that would change either is refused.
+void check_process_job(const CharacterizeFlags& flags, const std::vector<SweepAxis>& axes,
+                       const std::string& backend) {
+  for (const SweepAxis& axis : axes) {
+    if (axis.key == "ranks") {
+      throw UsageError("--sweep ranks: an " + backend +
+                       " job has one rank per process, fixed by mpirun -np or srun -n; "
+                       "launch one job per rank count instead");
+    }
+    if (axis.key == "link") {
+      throw UsageError("--sweep link: link emulation is for the local backend; under " + backend +
+                       " the real interconnect is measured");
+    }
   }
-  SweepOptions options{.axes = {},
-                       .finished = {},
-                       .warmup = flags.warmup,
-                       .iterations = flags.iterations,
-                       .power = nullptr};
-  for (const auto& s : flags.sweeps) options.axes.push_back(parse_sweep(s));
+  if (!flags.workload.link.empty()) {
+    throw UsageError("--link: link emulation is for the local backend; under " + backend +
+                     " the real interconnect is measured");
+  }
+}
 
-  // Every point's workload is built (and so validated) before anything runs.
-  std::vector<SweepItem> jobs;
-  for (SweepPoint& point : expand_grid(options.axes)) {
+// Every point's workload, built (and so validated) before anything runs.
+std::vector<SweepItem> build_points(const CharacterizeFlags& flags, bool batch_given,
+                                    const std::vector<SweepAxis>& axes) {
+  std::vector<SweepItem> points;
+  for (SweepPoint& point : expand_grid(axes)) {
     CharacterizeFlags f = flags;
     bool given = batch_given;
     for (const auto& [key, value] : point) apply(key, value, f, given);
     std::unique_ptr<Workload> workload = make_workload(f, given);
-    jobs.push_back({std::move(point), std::move(workload)});
+    points.push_back({std::move(point), std::move(workload)});
   }
-  std::optional<ResultsWriter> results;
-  if (!flags.out.empty()) {
-    results.emplace(flags.out, ResultsCommand::kCharacterize, argv, flags.resume);
-    options.finished = results->finished_points();
-  }
+  return points;
+}
 
-  set_blas_threads(flags.workload.threads);
-  auto [sources, power_line] = power_sources(flags);
-  PowerSampler power(std::move(sources), std::chrono::milliseconds(flags.power_interval_ms));
-  options.power = &power;
+// The results side of the sweep on this process.
+struct SweepOutputs {
+  std::optional<ResultsWriter> writer;  // rank 0 with --out
+  std::set<std::string> finished;       // the points every rank skips (--resume)
+  std::string refused;                  // the usage error that refused --out, on every rank
+};
+
+// Rank 0 alone opens --out and decides which points are finished; in a process job it
+// broadcasts that set, or the usage error that refused the directory, so that every rank
+// skips the same points or stops together.
+SweepOutputs open_outputs(Job& job, const CharacterizeFlags& flags, const CommandLine& argv) {
+  SweepOutputs out;
+  if (job.leader() && !flags.out.empty()) {
+    try {
+      out.writer.emplace(flags.out, ResultsCommand::kCharacterize, argv, flags.resume);
+      out.finished = out.writer->finished_points();
+    } catch (const UsageError& e) {
+      if (job.in_process()) throw;
+      out.refused = e.what();
+    } catch (const std::exception& e) {
+      job.fail(e);  // in-process: rethrown
+    }
+  }
+  ProcessCommunicator* comm = job.process();
+  if (comm == nullptr) return out;
+  try {
+    const nlohmann::json mine = {{"refused", out.refused}, {"finished", out.finished}};
+    const auto decided = nlohmann::json::parse(comm->broadcast_bytes(mine.dump(), 0));
+    out.refused = decided["refused"].get<std::string>();
+    out.finished = decided["finished"].get<std::set<std::string>>();
+  } catch (const std::exception& e) {
+    job.fail(e);
+  }
+  return out;
+}
+
+// The header (rank 0): what runs, where the ranks are, and what measures power.
+void print_header(const CharacterizeFlags& flags, std::size_t points, const Job& job,
+                  const std::string& power_line) {
   std::printf(
       "tandem characterize: %zu configuration%s x 4 scenarios, %d warm-up + %d measured "
-      "iterations each; power: %s\n",
-      jobs.size(), jobs.size() == 1 ? "" : "s", flags.warmup, flags.iterations, power_line.c_str());
+      "iterations each; power%s: %s\n  ranks: %s\n",
+      points, points == 1 ? "" : "s", flags.warmup, flags.iterations,
+      job.in_process() ? "" : " on rank 0's host", power_line.c_str(), describe_ranks(job).c_str());
+  if (job.process() != nullptr) std::printf("  %s\n", job.process()->describe().c_str());
   std::fflush(stdout);
+}
 
-  TerminalProgress progress(flags.out, !flags.no_progress);
-  const SweepOutcome outcome = run_sweep(jobs, options, results ? &*results : nullptr, &progress);
+// The last point's table and the report (rank 0).
+void print_results(const SweepOutcome& outcome, const SweepOutputs& outputs) {
   if (outcome.last) {
     std::printf("\n%s\n", outcome.last->description.c_str());
     std::fputs(format_metrics_table(outcome.last->metrics).c_str(), stdout);
   }
-  if (results) {
-    results->write_report();
+  if (outputs.writer) {
+    outputs.writer->write_report();
     std::printf("wrote %s/{summary.json,iterations.csv,trace.json,report.html,points/}\n",
-                flags.out.c_str());
+                outputs.writer->path().c_str());
+  }
+}
+
+// Ranks are threads of this process (local) or the processes of a launcher's job (mpi:
+// every process runs every scenario of every point, and rank 0 alone prints and writes).
+// Errors before the Job exists are usage errors on every process; after, a failure on
+// any rank ends the whole job (engine/launch.h).
+int run_characterize(CharacterizeFlags flags, bool batch_given, const CommandLine& argv) {
+  if (!flags.microbench.empty() && !flags.synthetic.empty()) {
+    throw UsageError("--microbench and --synthetic: choose one workload");
+  }
+  const std::string backend = resolve_backend(flags.job.backend);
+  SweepOptions options{.axes = {},
+                       .finished = {},
+                       .warmup = flags.warmup,
+                       .iterations = flags.iterations,
+                       .power = nullptr,
+                       .job = nullptr};
+  for (const auto& s : flags.sweeps) options.axes.push_back(parse_sweep(s));
+  if (backend != "local") {
+    check_process_job(flags, options.axes, backend);
+    // Every point runs on the job's ranks (a device microbenchmark: one GPU per process).
+    flags.workload.ranks = job_ranks(backend, flags.workload.ranks, flags.ranks_given);
+    flags.ranks_given = true;
+  }
+  std::vector<SweepItem> points = build_points(flags, batch_given, options.axes);
+
+  Job job(backend,
+          job_options(flags.job, static_cast<std::int64_t>(flags.workload.timeout_s * 1e9)));
+  expect_job_size(job, flags.workload.ranks);
+  options.job = &job;
+  SweepOutputs outputs = open_outputs(job, flags, argv);
+  if (!outputs.refused.empty()) {
+    if (job.leader()) throw UsageError(outputs.refused);  // printed once
+    return 2;
+  }
+  options.finished = outputs.finished;
+
+  set_blas_threads(flags.workload.threads);
+  std::optional<PowerSampler> power;
+  // No bar in a process job: Open MPI gives a rank's stdout a pseudo-terminal of its own
+  // even when the user's is a file.
+  TerminalProgress progress(flags.out, !flags.no_progress && job.in_process());
+  try {
+    // Power is sampled on rank 0's host only (docs/CHARACTERIZE.md, "Power").
+    if (job.leader()) {
+      auto [sources, power_line] = power_sources(flags);
+      power.emplace(std::move(sources), std::chrono::milliseconds(flags.power_interval_ms));
+      options.power = &*power;
+      print_header(flags, points.size(), job, power_line);
+    }
+    const SweepOutcome outcome =
+        run_sweep(points, options, outputs.writer ? &*outputs.writer : nullptr,
+                  job.leader() ? &progress : nullptr);
+    if (job.leader()) print_results(outcome, outputs);
+  } catch (const std::exception& e) {
+    job.fail(e);  // in-process: rethrown
   }
   return 0;
 }
@@ -272,8 +333,10 @@ void add_characterize_command(CLI::App& app, RunCommand& run) {
       "characterize",
       "Measure what overlap buys and costs: run compute-only, comm-only, sequential and "
       "overlapped scenarios of one workload (or a sweep) and derive slowdown, overlap ratio, "
-      "ideal and modelled times");
+      "ideal and modelled times (in-process ranks, or one rank per process under "
+      "mpirun/srun)");
   add_workload_flags(*cmd, flags->workload);
+  add_job_flags(*cmd, flags->job);
   cmd->add_option("--microbench", flags->microbench,
                   "Instead of training: gemm=N[xCOUNT],allreduce=SIZE, an N x N sgemm loop "
                   "(COUNT calls, default: as many as cover the all-reduce) while an all-reduce "
@@ -283,10 +346,14 @@ void add_characterize_command(CLI::App& app, RunCommand& run) {
                   "of known duration (sleep: no contention by construction)");
   cmd->add_option("--sweep", flags->sweeps,
                   "KEY=V1,V2,... (repeatable: a grid); keys: strategy bucket-mb chunks batch "
-                  "model ranks link threads; separate values with ';' when they hold commas");
+                  "model ranks link threads (not ranks or link under mpirun); separate values "
+                  "with ';' when they hold commas");
   cmd->add_option("--out", flags->out,
-                  "Results directory: summary.json, iterations.csv, trace.json, points/<id>/");
-  cmd->add_flag("--resume", flags->resume, "Continue a sweep in --out, skipping finished points");
+                  "Results directory: summary.json, iterations.csv, trace.json, report.html, "
+                  "points/<id>/ (under mpirun written by rank 0 alone, for the whole job)");
+  cmd->add_flag("--resume", flags->resume,
+                "Continue a sweep in --out, skipping finished points (under mpirun, the points "
+                "rank 0 finds finished)");
   cmd->add_option("--warmup", flags->warmup, "Iterations dropped from each scenario")
       ->check(CLI::Range(0, 1000000))
       ->capture_default_str();

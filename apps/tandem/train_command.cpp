@@ -12,6 +12,7 @@
 #include "core/parse.h"
 #include "engine/launch.h"
 #include "engine/trainer.h"
+#include "job_flags.h"
 #include "report/results_dir.h"
 #include "report/train_report.h"
 #include "workload_flags.h"
@@ -25,9 +26,7 @@ struct TrainFlags {
   std::string out;
   int warmup = 2;
   bool quiet = false;
-  std::string backend = "auto";
-  std::string mpi_allreduce = "auto";
-  double mpi_poll_us = 0;
+  JobFlags job;
 };
 
 // `where` says what the ranks are, e.g. "local backend, threads of one process".
@@ -77,35 +76,22 @@ void print_device_lines(const TrainResult& result) {
 // writes; once the job exists, a failure on any rank ends the whole job, engine/launch.h).
 int run_train(const TrainFlags& flags, bool batch_given, bool ranks_given,
               const CommandLine& argv) {
-  const std::string backend = resolve_backend(flags.backend);
+  const std::string backend = resolve_backend(flags.job.backend);
   TrainConfig config = to_train_config(flags.workload, batch_given);
   if (backend != "local" && config.link.enabled()) {
     throw UsageError("--link: link emulation is for the local backend; under " + backend +
                      " the real interconnect is measured");
   }
+  config.ranks = job_ranks(backend, config.ranks, ranks_given);
+  validate(config);
   const bool leader_process = backend == "local" || launched_world().rank == 0;
   const std::optional<ResultsWriter> out =
       leader_process ? open_results(flags, argv) : std::nullopt;
-  Job job(backend, {.timeout = std::chrono::nanoseconds(config.timeout_ns),
-                    .allreduce_algorithm = flags.mpi_allreduce,
-                    .poll_sleep_ns = static_cast<std::int64_t>(flags.mpi_poll_us * 1e3)});
-  std::string where;
-  if (ProcessCommunicator* comm = job.process()) {
-    if (ranks_given && flags.workload.ranks != comm->size()) {
-      throw UsageError("--ranks " + std::to_string(flags.workload.ranks) + " does not match the " +
-                       std::to_string(comm->size()) + " processes of this " + backend +
-                       " job (each process is one rank: set the count with mpirun -np or srun "
-                       "-n, and leave --ranks out)");
-    }
-    config.ranks = comm->size();
-    where = backend + " backend, " + std::to_string(comm->size()) + " processes on " +
-            std::to_string(comm->hosts()) + " host(s), " + std::to_string(comm->ranks_on_host()) +
-            " on rank 0's host " + comm->host_name();
-  } else {
-    where = config.device == Device::kCpu ? "local backend, threads of one process"
-                                          : "threads of one process, one GPU each";
-  }
-  validate(config);
+  Job job(backend, job_options(flags.job, config.timeout_ns));
+  expect_job_size(job, config.ranks);
+  const std::string where = job.in_process() && config.device != Device::kCpu
+                                ? "threads of one process, one GPU each"
+                                : describe_ranks(job);
   if (job.leader()) {
     print_header(config, where);
     if (job.process() != nullptr) std::printf("  %s\n", job.process()->describe().c_str());
@@ -164,23 +150,7 @@ void add_train_command(CLI::App& app, RunCommand& run) {
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
   cmd->add_flag("--quiet", flags->quiet, "No line per step, only the summary");
-  cmd->add_option("--backend", flags->backend,
-                  "Communicator: local (ranks are threads of this process), mpi (each process "
-                  "of an mpirun/srun job is one rank), or auto (mpi when launched by one with "
-                  "more than one process, else local)")
-      ->check(CLI::IsMember({"auto", "local", "mpi"}))
-      ->capture_default_str();
-  cmd->add_option("--mpi-allreduce", flags->mpi_allreduce,
-                  "mpi allreduce algorithm: native (the library's MPI_Iallreduce), ring "
-                  "(segmented ring over point-to-point), or auto (native below 256 KiB, ring "
-                  "from there); see docs/MPI.md")
-      ->check(CLI::IsMember({"auto", "native", "ring"}))
-      ->capture_default_str();
-  cmd->add_option("--mpi-poll-us", flags->mpi_poll_us,
-                  "mpi progress thread: microseconds to sleep between fruitless polls "
-                  "(0: yield the core instead)")
-      ->check(CLI::Range(0.0, 1e6))
-      ->capture_default_str();
+  add_job_flags(*cmd, flags->job);
   cmd->callback([flags, cmd, &run] {
     const bool batch_given = cmd->count("--batch") > 0;
     const bool ranks_given = cmd->count("--ranks") > 0;

@@ -20,7 +20,9 @@ auto for_flag(std::string_view flag, F&& parse) {
 }  // namespace
 
 void add_workload_flags(CLI::App& app, WorkloadFlags& f) {
-  app.add_option("--ranks", f.ranks, "Data-parallel ranks (threads of this process)")
+  app.add_option("--ranks", f.ranks,
+                 "Data-parallel ranks: threads of this process (local backend); under "
+                 "mpirun/srun the job's processes, so leave it out or give the same count")
       ->check(CLI::Range(1, 1024))
       ->capture_default_str();
   app.add_option("--model", f.model,

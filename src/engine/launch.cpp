@@ -104,12 +104,18 @@ void Job::fail(const std::exception& error) {
 }
 
 RunResult Job::run(const RunSpec& spec, const RankBody& body) {
-  if (process_ == nullptr) return run_in_process(spec, body);
-  try {
-    return run_in_job(spec, body);
-  } catch (const std::exception& e) {
-    fail(e);
+  RunResult result;
+  if (process_ == nullptr) {
+    result = run_in_process(spec, body);
+  } else {
+    try {
+      result = run_in_job(spec, body);
+    } catch (const std::exception& e) {
+      fail(e);
+    }
   }
+  last_run_ = static_cast<const RunPlacement&>(result);
+  return result;
 }
 
 RunResult Job::run_in_process(const RunSpec& spec, const RankBody& body) {

@@ -54,17 +54,23 @@ struct RankEnv {
 // One rank's work; returns the bytes the leader gets from this rank.
 using RankBody = std::function<std::string(RankEnv& env)>;
 
-struct RunResult {
-  bool leader = true;
+// Where a run's ranks ran: its collectives' backend and, in a process job, the job's shape
+// and how well every rank's clock was aligned to rank 0's. Known on every rank except
+// the clock uncertainty (the leader's).
+struct RunPlacement {
   int ranks = 1;
-  std::vector<std::string> payloads;  // leader only: every rank's, in rank order
-  Timeline timeline;                  // leader only: every rank's spans
-  std::size_t spans_dropped = 0;
   std::string backend;          // of the run's collectives: "local", "mpi", "nccl", ...
   std::string backend_details;  // its describe() line
   int hosts = 1;
   int ranks_per_host = 0;                 // 0: all ranks are threads of one process
   std::int64_t clock_uncertainty_ns = 0;  // largest over ranks; 0 in one process
+};
+
+struct RunResult : RunPlacement {
+  bool leader = true;
+  std::vector<std::string> payloads;  // leader only: every rank's, in rank order
+  Timeline timeline;                  // leader only: every rank's spans
+  std::size_t spans_dropped = 0;
 };
 
 class Job {
@@ -86,6 +92,10 @@ class Job {
   // spec.ranks is ignored and a failure never returns.
   RunResult run(const RunSpec& spec, const RankBody& body);
 
+  // Where the latest run() ran (a default placement before the first): for callers that
+  // get only a timeline back from the code that ran it (experiment/characterize.cpp).
+  const RunPlacement& last_run() const { return last_run_; }
+
   // Process jobs: one line "tandem: rank R: <what>" and the end of every process of the
   // job. In-process: rethrows the exception being handled (call it from a catch block).
   [[noreturn]] void fail(const std::exception& error);
@@ -95,6 +105,7 @@ class Job {
   RunResult run_in_job(const RunSpec& spec, const RankBody& body);
 
   std::unique_ptr<ProcessCommunicator> process_;
+  RunPlacement last_run_;
 };
 
 // The device backend a run of `ranks` ranks uses for device_comm "auto".

@@ -1,6 +1,8 @@
 #include "experiment/characterize.h"
 
+#include <algorithm>
 #include <cstdio>
+#include <optional>
 
 #include "core/clock.h"
 #include "core/error.h"
@@ -14,35 +16,60 @@ const ScenarioRun& Characterization::run(Scenario scenario) const {
   TANDEM_CHECK(false && "scenario not run");
 }
 
+namespace {
+
+// Where the point ran, in its config as train's summary says it (backend, hosts,
+// ranks_per_host, clock_uncertainty_ns). A key the workload states itself wins (a device
+// microbenchmark names its device communicator); the runs fill in the others.
+void add_placement(nlohmann::json& config, const RunPlacement& where,
+                   std::int64_t clock_uncertainty_ns) {
+  const nlohmann::json placement = {
+      {"backend", where.backend},
+      {"backend_details", where.backend_details},
+      {"hosts", where.hosts},
+      {"ranks_per_host", where.ranks_per_host > 0 ? where.ranks_per_host : where.ranks},
+      {"clock_uncertainty_ns", clock_uncertainty_ns}};
+  for (const auto& [key, value] : placement.items()) {
+    if (!config.contains(key)) config[key] = value;
+  }
+}
+
+}  // namespace
+
 Characterization characterize(Workload& workload, const CharacterizeOptions& options) {
   if (options.iterations < 1) throw UsageError("--iterations must be >= 1");
   if (options.warmup < 0) throw UsageError("--warmup must be >= 0");
+  std::optional<Job> threads;
+  Job& job = options.job != nullptr ? *options.job : threads.emplace("local", BackendOptions{});
   Characterization out;
   out.warmup = options.warmup;
   out.iterations = options.iterations;
   const int steps = options.warmup + options.iterations;
+  std::int64_t clock_uncertainty_ns = 0;
   for (Scenario scenario : kAllScenarios) {
     if (options.on_scenario) options.on_scenario(scenario);
     ScenarioRun run{.scenario = scenario};
     const bool sample_power = options.power && options.power->available();
     if (sample_power) options.power->start();
     const std::int64_t t0 = now_ns();
-    if (options.job != nullptr) {
-      run.timeline = workload.run(*options.job, scenario, steps);
-    } else {
-      Job local("local", {});
-      run.timeline = workload.run(local, scenario, steps);
-    }
+    run.timeline = workload.run(job, scenario, steps);
     run.wall_ns = now_ns() - t0;
+    clock_uncertainty_ns = std::max(clock_uncertainty_ns, job.last_run().clock_uncertainty_ns);
     if (sample_power) {
       run.power = options.power->stop();
       run.power_samples = options.power->samples();
     }
-    run.steps = drop_warmup(compute_step_metrics(run.timeline), options.warmup);
     out.runs.push_back(std::move(run));
   }
   out.description = workload.describe();
   out.config = workload.config_json();
+  add_placement(out.config, job.last_run(), clock_uncertainty_ns);
+  // Only the leader holds the timelines (engine/launch.h): on the other processes of a
+  // job there is nothing to measure.
+  if (!job.leader()) return out;
+  for (ScenarioRun& run : out.runs) {
+    run.steps = drop_warmup(compute_step_metrics(run.timeline), options.warmup);
+  }
   out.metrics = compute_scenario_metrics(
       scenario_inputs(out.run(Scenario::kComputeOnly).steps, out.run(Scenario::kCommOnly).steps,
                       out.run(Scenario::kSequential).steps, out.run(Scenario::kOverlapped).steps));

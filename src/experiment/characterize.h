@@ -41,6 +41,8 @@ struct Characterization {
   const ScenarioRun& run(Scenario scenario) const;
 };
 
+// Runs the four scenarios on every rank of options.job. In a process job every rank calls
+// it; the leader's result holds the measurements, the others' only description and config.
 Characterization characterize(Workload& workload, const CharacterizeOptions& options);
 
 // Everything but the timelines (schema in docs/CHARACTERIZE.md).

@@ -1,4 +1,5 @@
-// The GEMM + all-reduce microbenchmark (the paper's Figure 8) on the local backend.
+// The GEMM + all-reduce microbenchmark (the paper's Figure 8) on the CPU, on any Job: threads
+// of one process (local backend) or the processes of an mpirun job.
 #include <algorithm>
 #include <cmath>
 #include <vector>

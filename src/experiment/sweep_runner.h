@@ -4,10 +4,11 @@
 // so a sweep killed at any moment resumes with exactly the points not done.
 //
 // The runner never prints and never decides who writes: progress goes to a SweepObserver
-// and results to a ResultsWriter, and either may be absent. A multi-process job would run
-// the same sweep on every rank (every rank takes part in every scenario) and hand the
-// writer and the observer to rank 0 only, with rank 0's finished points broadcast into
-// SweepOptions::finished so that every rank skips the same ones.
+// and results to a ResultsWriter, and either may be absent. A multi-process job runs the
+// same sweep on every rank (every rank takes part in every scenario) and hands the writer
+// and the observer to rank 0 only, with rank 0's finished points broadcast into
+// SweepOptions::finished so that every rank skips the same ones (`tandem characterize`
+// under mpirun, docs/MPI.md).
 #pragma once
 
 #include <cstddef>

@@ -40,8 +40,11 @@ class TrainWorkload final : public Workload {
 
   nlohmann::json config_json() const override {
     nlohmann::json j = train_config_json(config_, {});
-    j.erase("buckets");
-    j.erase("steps");
+    // What only a run knows: characterize() adds where the runs ran.
+    for (const char* key : {"buckets", "steps", "backend", "backend_details", "hosts",
+                            "ranks_per_host", "clock_uncertainty_ns"}) {
+      j.erase(key);
+    }
     j["workload"] = "train";
     return j;
   }

@@ -1,14 +1,17 @@
 // The `mpi` backend end to end, through the programs a user runs: tandem train under
 // mpirun against the same run on the `local` backend, the merged outputs, backend
-// selection, and the timeout policy (timeout_main.cpp).
+// selection, tandem characterize on the job's ranks (rank 0 prints, writes and decides
+// what --resume skips), and the timeout policy (timeout_main.cpp).
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <filesystem>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <sstream>
 #include <utility>
+#include <vector>
 
 #include "cli/cli_support.h"
 
@@ -120,6 +123,119 @@ TEST(MpiTrain, RanksThatDisagreeWithTheJobAreAUsageError) {
       run_command(mpirun(2) + TANDEM_BINARY + " train --backend mpi --ranks 3" + kWorkload);
   EXPECT_NE(r.exit_code, 0);
   EXPECT_NE(r.err.find("--ranks 3 does not match the 2 processes"), std::string::npos) << r.err;
+}
+
+int count_of(const std::string& text, const std::string& what) {
+  int n = 0;
+  for (auto at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
+  return n;
+}
+
+// characterize under mpirun -np 2: the job's two processes are the ranks, rank 0 alone
+// prints (one header, one table) and writes one results directory for the job.
+void expect_characterized_by_the_job(const std::string& workload) {
+  TempDir dir;
+  const auto out = dir.path() / "r";
+  const CliResult r = run_command(mpirun(2) + TANDEM_BINARY + " characterize" + workload +
+                                  " --warmup 1 --iterations 3 --out " + out.string());
+  ASSERT_EQ(r.exit_code, 0) << r.err << r.out;
+  EXPECT_EQ(count_of(r.out, "tandem characterize:"), 1) << r.out;
+  EXPECT_EQ(count_of(r.out, "ranks: mpi backend, 2 processes"), 1) << r.out;
+  EXPECT_EQ(count_of(r.out, "  metric "), 1) << r.out;
+  EXPECT_EQ(count_of(r.out, "wrote "), 1) << r.out;
+  EXPECT_EQ(r.out.find("\r"), std::string::npos) << "no progress bar under mpirun";
+  const auto summary = nlohmann::json::parse(slurp(out / "summary.json"));
+  ASSERT_EQ(summary["points"].size(), 1u);
+  const auto& point = summary["points"][0];
+  EXPECT_EQ(point["config"]["backend"], "mpi");
+  EXPECT_EQ(point["config"]["ranks"], 2);
+  EXPECT_EQ(point["config"]["hosts"], 1);
+  EXPECT_EQ(point["config"]["ranks_per_host"], 2);
+  EXPECT_NE(point["description"].get<std::string>().find("2 ranks"), std::string::npos);
+  for (const char* s : {"compute-only", "comm-only", "sequential", "overlapped"}) {
+    EXPECT_EQ(point["scenarios"][s]["steps"].size(), 3u) << s;
+    for (const auto& step : point["scenarios"][s]["steps"]) EXPECT_EQ(step["ranks"], 2) << s;
+  }
+  // The trace holds both ranks' spans, one process per rank.
+  std::set<int> ranks;
+  const auto trace = nlohmann::json::parse(slurp(out / "trace.json"));
+  for (const auto& e : trace["traceEvents"]) {
+    if (e.value("ph", "") == "X") ranks.insert(e["pid"].get<int>());
+  }
+  EXPECT_EQ(ranks, (std::set<int>{0, 1}));
+}
+
+TEST(MpiCharacterize, MicrobenchRunsOnTheJobsRanks) {
+  expect_characterized_by_the_job(" --microbench gemm=32x2,allreduce=4KiB");
+}
+
+TEST(MpiCharacterize, SyntheticRunsOnTheJobsRanks) {
+  expect_characterized_by_the_job(" --synthetic compute=2ms,comm=1ms,chunks=2");
+}
+
+TEST(MpiCharacterize, TrainWorkloadRunsOnTheJobsRanks) {
+  expect_characterized_by_the_job(" --model mlp:2x64 --batch 4");
+}
+
+// Lines of finished points ("[2/2] chunks=2: ...") up to their colon.
+std::vector<std::string> finished_lines(const std::string& out) {
+  std::vector<std::string> lines;
+  std::istringstream in(out);
+  for (std::string line; std::getline(in, line);) {
+    if (line.starts_with("[")) lines.push_back(line.substr(0, line.find(':')));
+  }
+  return lines;
+}
+
+// Rank 0 and rank 1 run in different working directories with the same relative --out:
+// only rank 0's may ever appear, and on --resume rank 1 (whose directory holds nothing)
+// must skip exactly the points rank 0 found finished, or the two would run different
+// scenarios and the job would not end cleanly.
+TEST(MpiCharacterize, RankZeroAloneWritesAndDecidesWhatResumeSkips) {
+  TempDir dir;
+  const auto rank0 = dir.path() / "rank0";
+  const auto rank1 = dir.path() / "rank1";
+  std::filesystem::create_directories(rank0);
+  std::filesystem::create_directories(rank1);
+  const auto job = [&](const std::string& extra) {
+    const std::string args =
+        " characterize --synthetic compute=2ms,comm=1ms,chunks=2 --sweep chunks=1,2 --warmup 1 "
+        "--iterations 2 --out sweep" +
+        extra;
+    return mpirun(1) + "-wdir " + rank0.string() + " " + TANDEM_BINARY + args + " : -np 1 -wdir " +
+           rank1.string() + " " + TANDEM_BINARY + args;
+  };
+  const CliResult first = run_command(job(""));
+  ASSERT_EQ(first.exit_code, 0) << first.err << first.out;
+  EXPECT_EQ(first.err.find("already"), std::string::npos) << first.err;
+  EXPECT_EQ(finished_lines(first.out),
+            (std::vector<std::string>{"[1/2] chunks=1", "[2/2] chunks=2"}));
+  EXPECT_TRUE(std::filesystem::exists(rank0 / "sweep" / "summary.json"));
+  EXPECT_FALSE(std::filesystem::exists(rank1 / "sweep"));
+
+  // An interrupted sweep: one point's result is gone.
+  std::filesystem::remove_all(rank0 / "sweep" / "points" / "chunks-2");
+  const CliResult refused = run_command(job(""));
+  EXPECT_EQ(refused.exit_code, 2) << refused.err;
+  EXPECT_EQ(count_of(refused.err, "already holds results; add --resume"), 1) << refused.err;
+
+  const CliResult resumed = run_command(job(" --resume"));
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.err << resumed.out;
+  EXPECT_EQ(count_of(resumed.out, "1 of 2 configurations already done"), 1) << resumed.out;
+  EXPECT_EQ(finished_lines(resumed.out), (std::vector<std::string>{"[2/2] chunks=2"}));
+  const auto summary = nlohmann::json::parse(slurp(rank0 / "sweep" / "summary.json"));
+  ASSERT_EQ(summary["points"].size(), 2u);
+  EXPECT_EQ(summary["points"][1]["id"], "chunks-2");
+  EXPECT_EQ(summary["points"][1]["config"]["backend"], "mpi");
+  EXPECT_FALSE(std::filesystem::exists(rank1 / "sweep"));
+}
+
+TEST(MpiCharacterize, ASweepOfRanksIsAUsageError) {
+  const CliResult r = run_command(mpirun(2) + TANDEM_BINARY +
+                                  " characterize --synthetic compute=1ms,comm=1ms,chunks=1 "
+                                  "--sweep ranks=1,2");
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_NE(r.err.find("tandem: error: --sweep ranks: "), std::string::npos) << r.err;
 }
 
 TEST(MpiTimeout, ASkippedCollectiveStopsEveryRankWithOneLineEach) {

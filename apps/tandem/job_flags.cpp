@@ -1,0 +1,62 @@
+#include "job_flags.h"
+
+#include <stdexcept>
+
+#include "core/error.h"
+
+namespace tandem::cli {
+
+void add_job_flags(CLI::App& app, JobFlags& f) {
+  app.add_option("--backend", f.backend,
+                 "Communicator: local (ranks are threads of this process), mpi (each process "
+                 "of an mpirun/srun job is one rank; rank 0 prints and writes), or auto (mpi "
+                 "when launched by one with more than one process, else local)")
+      ->check(CLI::IsMember({"auto", "local", "mpi"}))
+      ->capture_default_str();
+  app.add_option("--mpi-allreduce", f.mpi_allreduce,
+                 "mpi allreduce algorithm: native (the library's MPI_Iallreduce), ring "
+                 "(segmented ring over point-to-point), or auto (native below 256 KiB, ring "
+                 "from there); see docs/MPI.md")
+      ->check(CLI::IsMember({"auto", "native", "ring"}))
+      ->capture_default_str();
+  app.add_option("--mpi-poll-us", f.mpi_poll_us,
+                 "mpi progress thread: microseconds to sleep between fruitless polls "
+                 "(0: yield the core instead)")
+      ->check(CLI::Range(0.0, 1e6))
+      ->capture_default_str();
+}
+
+BackendOptions job_options(const JobFlags& f, std::int64_t timeout_ns) {
+  return {.timeout = std::chrono::nanoseconds(timeout_ns),
+          .allreduce_algorithm = f.mpi_allreduce,
+          .poll_sleep_ns = static_cast<std::int64_t>(f.mpi_poll_us * 1e3)};
+}
+
+int job_ranks(const std::string& backend, int ranks, bool ranks_given) {
+  if (backend == "local") return ranks;
+  const int processes = launched_world().size;
+  if (ranks_given && ranks != processes) {
+    throw UsageError("--ranks " + std::to_string(ranks) + " does not match the " +
+                     std::to_string(processes) + " processes of this " + backend +
+                     " job (each process is one rank: set the count with mpirun -np or srun "
+                     "-n, and leave --ranks out)");
+  }
+  return processes;
+}
+
+void expect_job_size(Job& job, int ranks) {
+  const ProcessCommunicator* comm = job.process();
+  if (comm == nullptr || comm->size() == ranks) return;
+  job.fail(std::runtime_error("the launcher's environment says " + std::to_string(ranks) +
+                              " processes but the job has " + std::to_string(comm->size())));
+}
+
+std::string describe_ranks(const Job& job) {
+  const ProcessCommunicator* comm = job.process();
+  if (comm == nullptr) return "local backend, threads of one process";
+  return std::string(comm->backend_name()) + " backend, " + std::to_string(comm->size()) +
+         " processes on " + std::to_string(comm->hosts()) + " host(s), " +
+         std::to_string(comm->ranks_on_host()) + " on rank 0's host " + comm->host_name();
+}
+
+}  // namespace tandem::cli
