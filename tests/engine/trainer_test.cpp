@@ -134,5 +134,24 @@ TEST(TrainerTest, DemoTaskLossHalvesWithin100Steps) {
   EXPECT_LT(last, first / 2) << "loss at step 0 " << first / 2 << ", at step 100 " << last / 2;
 }
 
+// Issue: a collective timing out on the local backend once corrupted the heap (about 1 run
+// in 7): a rank unwound and freed its gradients while its communication thread still moved
+// data into them. Now the rank ends its collectives before its buffers die (Note [one owner
+// of shutdown]). Run many times; under AddressSanitizer a use after free fails the test.
+TEST(TrainerTest, ATimeoutEndsTheRunWithItsErrorAndNothingTouchesFreedMemory) {
+  for (int run = 0; run < 40; ++run) {
+    TrainConfig c = small_config("bucketed", 1 + run % 4, 5);
+    c.verify = false;
+    c.timeout_ns = 1'000;  // 1 us: nearly every collective is late
+    try {
+      train_local(c);
+    } catch (const TimeoutError& e) {
+      EXPECT_NE(std::string(e.what()).find("not complete after"), std::string::npos) << e.what();
+    } catch (const RuntimeError& e) {
+      ADD_FAILURE() << "the first failure must be the timeout, not its consequence: " << e.what();
+    }
+  }
+}
+
 }  // namespace
 }  // namespace tandem
