@@ -3,7 +3,7 @@
 // or writes these metrics iterates this table (metrics.cpp's JSON and summaries, the
 // terminal table of characterize and analyze, the HTML report), so a metric is added,
 // renamed or reworded here and nowhere else. The rules behind the definitions are in
-// metrics.h and docs/METRICS.md; equation numbers are DESIGN.md's.
+// metrics.h and docs/METRICS.md; equation numbers are docs/METRICS.md's.
 #pragma once
 
 #include <cstdint>

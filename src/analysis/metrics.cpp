@@ -1,4 +1,4 @@
-// The metrics of DESIGN.md; the rules are documented in metrics.h and docs/METRICS.md.
+// The metrics of docs/METRICS.md; the rules are documented in metrics.h and docs/METRICS.md.
 #include "analysis/metrics.h"
 
 #include <algorithm>

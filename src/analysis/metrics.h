@@ -1,5 +1,5 @@
 // tandem's metrics, implemented once: every producer's spans and every report go through
-// here (DESIGN.md, "Metrics"; docs/METRICS.md states the same rules for readers).
+// here (docs/METRICS.md states the same rules for readers).
 //
 // Three levels:
 //   1. IterationMetrics: one rank, one training step, measured from spans.
@@ -33,7 +33,7 @@ namespace tandem {
 //
 // Identity (exact, by construction): e2e = |∪compute| + t_exposed_comm + t_other.
 // When compute spans do not overlap each other |∪compute| = t_comp, so
-// t_exposed_comm = e2e − t_comp − t_other as DESIGN.md writes it.
+// t_exposed_comm = e2e − t_comp − t_other as docs/METRICS.md writes it.
 struct IterationMetrics {
   std::int32_t rank = 0;
   std::int32_t step = 0;
@@ -77,9 +77,9 @@ std::vector<StepMetrics> compute_step_metrics(const Timeline& timeline);
 std::vector<StepMetrics> drop_warmup(const std::vector<StepMetrics>& steps, std::size_t warmup);
 
 // The derived quantities of one overlapped iteration against its baselines
-// (DESIGN.md equations 1-5 and "Also reported"). All times in ns.
+// (docs/METRICS.md: equations 1-5 and the rest of its table). All times in ns.
 // exposed_comm_ns is T_comm_ovl − T_ovl because "other" is not among the inputs; it
-// equals DESIGN.md's E2E_ovl − T_comp_ovl − other for one rank when neither lane's spans
+// equals E2E_ovl − T_comp_ovl − other for one rank when neither lane's spans
 // overlap each other and communication stays inside the iteration window. The exact,
 // union-based value per rank is IterationMetrics::t_exposed_comm_ns.
 struct DerivedMetrics {

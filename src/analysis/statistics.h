@@ -1,5 +1,5 @@
 // Summary statistics over repeated measurements: tandem reports the median with p10/p90
-// and the mean, never a single sample (DESIGN.md, "Statistics").
+// and the mean, never a single sample (docs/METRICS.md, "Statistics").
 #pragma once
 
 #include <cstddef>

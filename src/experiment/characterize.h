@@ -1,5 +1,5 @@
 // The characterization methodology: run a workload's four scenarios, measure each from
-// its timeline, and derive what overlap buys and costs (DESIGN.md, "Metrics").
+// its timeline, and derive what overlap buys and costs (docs/METRICS.md).
 #pragma once
 
 #include <functional>

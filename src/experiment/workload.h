@@ -1,5 +1,5 @@
 // A workload is anything that can run the four scenarios of the characterization
-// methodology (DESIGN.md, "Metrics") and hand back a timeline of each:
+// methodology (docs/METRICS.md) and hand back a timeline of each:
 //   compute-only  the iteration with communication switched off
 //   comm-only     the same collectives with no compute
 //   sequential    compute finishes, then all communication
