@@ -52,6 +52,32 @@ TEST(LocalComm, WaitForTimesOutWhilePeerHasNotIssuedThenShutdownIsClean) {
   EXPECT_NE(error_of(*barrier).find("aborted"), std::string::npos);
 }
 
+// A collective whose peer never arrives: its Work fails with a TimeoutError naming rank,
+// operation and step, whether the waiter or the communication thread sees it first, and
+// the withdrawn operation leaves nothing behind.
+TEST(LocalComm, ACollectiveWhosePeerNeverArrivesTimesOutNamingIt) {
+  auto comms = make_local_communicators(LocalOptions{.ranks = 2, .timeout = 50ms});
+  std::vector<float> data(10, 1.0f);
+  WorkPtr work = comms[0]->allreduce(data, ReduceOp::kSum, {.step = 4, .tag = 1});
+  try {
+    work->synchronize();
+    FAIL() << "completed without rank 1";
+  } catch (const TimeoutError& e) {
+    EXPECT_NE(std::string(e.what()).find("rank 0: allreduce bucket 1 (40 B, step 4) not complete"),
+              std::string::npos)
+        << e.what();
+  }
+  bool ended = false;  // withdrawn by the communication thread, it ends failed
+  try {
+    ended = work->wait_for(1h);
+  } catch (const TimeoutError&) {
+    ended = true;
+  }
+  EXPECT_TRUE(ended);
+  EXPECT_NE(work->exception(), nullptr);
+  comms.clear();
+}
+
 TEST(LocalComm, TestTurnsTrueOnceAllRanksIssued) {
   auto comms = make_local_communicators(LocalOptions{.ranks = 2});
   WorkPtr first = comms[0]->barrier();
@@ -147,6 +173,40 @@ TEST(LocalComm, AllreduceIsBitwiseIndependentOfBucketing) {
                      " rank " + std::to_string(r));
         EXPECT_EQ(std::memcmp(whole[r].data(), cut[r].data(), kCount * sizeof(float)), 0);
         EXPECT_EQ(std::memcmp(whole[r].data(), reference.data(), kCount * sizeof(float)), 0);
+      }
+    }
+  }
+}
+
+// The sharded strategies rely on it: rank r's reduce-scatter block is, bit for bit, block
+// r of the all-reduce of the same inputs (both sum in rank order), whatever the block size.
+TEST(LocalComm, ReduceScatterEqualsTheAllreducesBlockBitwise) {
+  for (int ranks : {2, 3, 4}) {
+    for (std::size_t block : {std::size_t{1}, std::size_t{7}, std::size_t{33337}}) {
+      for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kAverage}) {
+        std::mt19937 rng(99 + ranks);
+        std::normal_distribution<float> normal;
+        std::uniform_int_distribution<int> exponent(-20, 20);
+        const std::size_t n = block * static_cast<std::size_t>(ranks);
+        std::vector<std::vector<float>> inputs(ranks, std::vector<float>(n));
+        for (auto& input : inputs) {
+          for (float& x : input) x = std::ldexp(normal(rng), exponent(rng));
+        }
+        auto reduced = inputs;
+        std::vector<std::vector<float>> blocks(ranks, std::vector<float>(block));
+        auto comms = make_local_communicators(LocalOptions{.ranks = ranks});
+        std::vector<WorkPtr> works;
+        for (int r = 0; r < ranks; ++r) {
+          works.push_back(comms[r]->reduce_scatter(inputs[r], blocks[r], op));
+          works.push_back(comms[r]->allreduce(reduced[r], op));
+        }
+        for (WorkPtr& w : works) w->wait();
+        for (int r = 0; r < ranks; ++r) {
+          EXPECT_EQ(std::memcmp(blocks[r].data(), reduced[r].data() + block * r,
+                                block * sizeof(float)),
+                    0)
+              << ranks << " ranks, block " << block << ", " << to_string(op) << ", rank " << r;
+        }
       }
     }
   }
