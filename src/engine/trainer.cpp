@@ -4,12 +4,15 @@
 #include <algorithm>
 #include <cstring>
 #include <exception>
+#include <optional>
 #include <tuple>
 
 #include "compute/cpu/blas.h"
 #include "core/bytes.h"
 #include "core/error.h"
+#include "core/memory.h"
 #include "core/parse.h"
+#include "model/model_ops.h"
 
 namespace tandem {
 
@@ -47,13 +50,28 @@ void validate(const TrainConfig& config) {
         std::string(to_string(config.device)) + " the real interconnect is measured");
   }
   (void)resolve_device_comm(config.device_comm, config.ranks);  // names --device-comm
-  // Activations: about 4 arrays of batch x widest layer per Linear layer.
-  const double activation_bytes = 4.0 * config.batch *
-                                  std::max(config.model.width, config.model.input) *
-                                  config.model.depth * sizeof(float);
-  if (activation_bytes * config.ranks > 16e9) {
-    throw UsageError("--batch " + std::to_string(config.batch) + " with --model " +
-                     config.model.text + " needs more than 16 GB of activations");
+  if (config.eval_every < 0) throw UsageError("--eval-every must be >= 0");
+  if (!config.data_path.empty() && !config.model.is_transformer()) {
+    throw UsageError("--data: trains transformer models (gpt, llama and the presets) on "
+                     "text; '" + config.model.text + "' learns its synthetic task");
+  }
+  config.model.check_size();
+}
+
+void check_memory(const TrainConfig& config, int ranks_here) {
+  if (config.device != Device::kCpu) return;  // device memory: the device's allocator says
+  const std::int64_t per_rank = replica_bytes({.spec = config.model,
+                                               .batch = config.batch,
+                                               .data_batches = config.data_batches,
+                                               .data_path = config.data_path});
+  const std::int64_t needed = per_rank * ranks_here;
+  const std::optional<std::int64_t> available = available_memory_bytes();
+  if (available && needed > *available) {
+    throw UsageError("--model " + config.model.text + " with --batch " +
+                     std::to_string(config.batch) + " needs " + format_bytes(double(needed)) +
+                     " (" + std::to_string(needed) + " bytes: " + format_bytes(double(per_rank)) +
+                     " per rank x " + std::to_string(ranks_here) + " ranks on this machine) but " +
+                     format_bytes(double(*available)) + " is available");
   }
 }
 
@@ -82,7 +100,8 @@ void verify_identical(Communicator& comm, std::uint64_t hash, int step) {
 std::size_t train_span_capacity(const TrainConfig& config) {
   const ModelLayout layout(config.model);
   const std::size_t buckets = plan_buckets(layout, config.reducer.plan).size();
-  const std::size_t per_micro = 2 * static_cast<std::size_t>(layout.units()) + 4;
+  const std::size_t per_micro =
+      static_cast<std::size_t>(layout.compute_spans_per_micro_batch()) + 4;
   return static_cast<std::size_t>(config.steps) *
              (per_micro * static_cast<std::size_t>(config.accumulate) + buckets + 4) +
          64;
@@ -100,7 +119,8 @@ RunSpec train_run_spec(const TrainConfig& config) {
           .device_comm = config.device_comm,
           .comm = train_backend_options(config),
           .span_capacity_per_lane = train_span_capacity(config),
-          .record = config.record};
+          .record = config.record,
+          .span_names = model_op_names()};
 }
 
 namespace {
@@ -114,6 +134,8 @@ ModelConfig model_config(const TrainConfig& config, const RankEnv& env) {
           .device = config.device,
           .precision = config.precision,
           .rank = env.comm.rank(),
+          .ranks = env.comm.size(),
+          .data_path = config.data_path,
           .ordinal = env.ordinal};
 }
 
@@ -183,6 +205,15 @@ std::string train_rank(const TrainConfig& config, RankEnv& env, const StepCallba
     }
     for (int step = 0; step < config.steps; ++step) {
       StepRecord record = run_step(config, step, *model, reducer, rank);
+      // Every rank evaluates (the replicas are equal, so are their losses): the ranks
+      // stay in step, and no rank waits for rank 0's evaluation inside the next step.
+      const bool last = step + 1 == config.steps;
+      if (config.compute && (last || (config.eval_every > 0 && (step + 1) % config.eval_every == 0))) {
+        if (const std::optional<double> val = model->validation_loss()) {
+          record.val_loss = static_cast<float>(*val);
+          record.has_val_loss = true;
+        }
+      }
       if (config.verify) {
         record.param_hash = hash_floats(model->download_params());
         // Without communication (the compute-only scenario) replicas differ by design and
@@ -212,6 +243,7 @@ std::string train_rank(const TrainConfig& config, RankEnv& env, const StepCallba
 
 TrainResult train(const TrainConfig& config, Job& job, const StepCallback& on_step) {
   validate(config);
+  check_memory(config, job.in_process() ? config.ranks : job.process()->ranks_on_host());
   if (config.device == Device::kCpu) set_blas_threads(config.blas_threads);
   const RunResult run = job.run(train_run_spec(config), [&](RankEnv& env) {
     return train_rank(config, env, on_step);
