@@ -1,6 +1,7 @@
 #include "workload_flags.h"
 
 #include "core/error.h"
+#include "flag_checks.h"
 #include "model/rank_model.h"
 
 namespace tandem::cli {
@@ -67,8 +68,9 @@ void add_workload_flags(CLI::App& app, WorkloadFlags& f) {
       ->check(CLI::Range(1, 1024))
       ->capture_default_str();
   app.add_option("--timeout", f.timeout_s,
-                 "Seconds a collective may take before the run stops with an error")
-      ->check(CLI::PositiveNumber)
+                 "Seconds a collective may take before the run stops with an error (at most "
+                 "1e6, about 11.6 days)")
+      ->check(number_in({.min = 0, .max = kMaxTimeoutS, .min_open = true}))
       ->capture_default_str();
   app.add_flag("--no-timeline", f.no_timeline,
                "Record no spans (measures the timeline's own cost; no trace, fewer metrics)");

@@ -169,6 +169,8 @@ INSTANTIATE_TEST_SUITE_P(
         BadInput{"--microbench gemm=64,allreduce=1MiB --sweep batch=1,2", "--sweep"},
         BadInput{"--synthetic compute=1ms", "--synthetic"},
         BadInput{"--iterations 0", "--iterations"},
+        BadInput{"--synthetic compute=1ms,comm=1ms,chunks=1 --timeout 1e10", "--timeout"},
+        BadInput{"--synthetic compute=1ms,comm=1ms,chunks=1 --timeout nan", "--timeout"},
         BadInput{"--device tpu --microbench gemm=64,allreduce=1MiB", "--device"},
         BadInput{"--device cuda --synthetic compute=1ms,comm=1ms,chunks=1", "--synthetic"},
         BadInput{"--device cuda --microbench gemm=64,allreduce=1MiB --link 1GB/s,1us", "--link"},

@@ -96,7 +96,10 @@ INSTANTIATE_TEST_SUITE_P(
         BadInput{"--precision bf16", "--precision"},
         BadInput{"--precision fp16 --device cpu", "--precision"},
         BadInput{"--precision fp64", "--precision"}, BadInput{"--device tpu", "--device"},
-        BadInput{"--device-comm gloo", "--device-comm"}));
+        BadInput{"--device-comm gloo", "--device-comm"},
+        // Seconds become nanoseconds in an int64: 9.3e9 s would overflow it.
+        BadInput{"--timeout 9.3e9", "--timeout"}, BadInput{"--timeout inf", "--timeout"},
+        BadInput{"--timeout nan", "--timeout"}, BadInput{"--timeout 0", "--timeout"}));
 
 // --device cuda where it cannot run (a build without CUDA, or no GPU: this machine's
 // case in CI) is one line naming --device and exit 2; where a GPU is present it trains.
