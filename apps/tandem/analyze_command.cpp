@@ -6,6 +6,7 @@
 
 #include "analysis/metric_catalogue.h"
 #include "commands.h"
+#include "flag_checks.h"
 #include "report/analyze_summary.h"
 #include "report/results_dir.h"
 #include "trace_import/analyze_report.h"
@@ -103,7 +104,7 @@ void add_analyze_command(CLI::App& app, RunCommand& run) {
                   "Kernel names that are compute (default: all others); unmatched kernels "
                   "are ignored");
   cmd->add_option("--warmup", flags->warmup, "Iterations left out at the start")
-      ->check(CLI::NonNegativeNumber)
+      ->check(integer_in(0, 1'000'000))
       ->capture_default_str();
   cmd->add_flag("--quiet", flags->quiet, "No row per rank per iteration, only the summary");
   cmd->callback([flags, &run] {

@@ -19,6 +19,7 @@
 #include "experiment/gpu_microbench.h"
 #include "experiment/sweep.h"
 #include "experiment/sweep_runner.h"
+#include "flag_checks.h"
 #include "job_flags.h"
 #include "power/nvml.h"
 #include "report/results_dir.h"
@@ -59,21 +60,19 @@ void apply(const std::string& key, const std::string& value, CharacterizeFlags& 
            bool& batch_given) {
   WorkloadFlags& w = f.workload;
   const bool train = f.microbench.empty() && f.synthetic.empty();
-  auto number = [&](std::string_view what) { return static_cast<int>(parse_int(value, what)); };
+  // The same bounds as the flags of the same name.
+  auto number = [&](long long min, long long max) {
+    return static_cast<int>(parse_int_in(value, "--sweep " + key, min, max));
+  };
   if (key == "ranks") {
-    w.ranks = number("--sweep ranks");
-    if (w.ranks < 1 || w.ranks > 1024) throw UsageError("--sweep ranks: must be 1..1024");
+    w.ranks = number(1, 1024);
     f.ranks_given = true;
   } else if (key == "threads") {
-    w.threads = number("--sweep threads");
-    if (w.threads < 1 || w.threads > 1024) throw UsageError("--sweep threads: must be 1..1024");
+    w.threads = number(1, 1024);
   } else if (key == "link") {
     w.link = value;
   } else if (key == "chunks" && !f.synthetic.empty()) {
-    f.synthetic_chunks = number("--sweep chunks");
-    if (f.synthetic_chunks < 1 || f.synthetic_chunks > 100000) {
-      throw UsageError("--sweep chunks: must be 1..100000");
-    }
+    f.synthetic_chunks = number(1, 100000);
   } else if (!train) {
     throw UsageError("--sweep " + key + ": does not apply to " +
                      (f.microbench.empty() ? "--synthetic" : "--microbench"));
@@ -82,11 +81,9 @@ void apply(const std::string& key, const std::string& value, CharacterizeFlags& 
   } else if (key == "chunks") {
     w.strategy = "chunked:" + value;
   } else if (key == "bucket-mb") {
-    w.bucket_mb = parse_double(value, "--sweep bucket-mb");
-    if (!(w.bucket_mb > 0)) throw UsageError("--sweep bucket-mb: must be > 0");
+    w.bucket_mb = parse_double_in(value, "--sweep bucket-mb", kBucketMbBounds);
   } else if (key == "batch") {
-    w.batch = number("--sweep batch");
-    if (w.batch < 1) throw UsageError("--sweep batch: must be >= 1");
+    w.batch = number(1, 1 << 20);
     batch_given = true;
   } else if (key == "model") {
     w.model = value;
@@ -355,13 +352,13 @@ void add_characterize_command(CLI::App& app, RunCommand& run) {
                 "Continue a sweep in --out, skipping finished points (under mpirun, the points "
                 "rank 0 finds finished)");
   cmd->add_option("--warmup", flags->warmup, "Iterations dropped from each scenario")
-      ->check(CLI::Range(0, 1000000))
+      ->check(integer_in(0, 1000000))
       ->capture_default_str();
   cmd->add_option("--iterations", flags->iterations, "Measured iterations per scenario")
-      ->check(CLI::Range(1, 1000000))
+      ->check(integer_in(1, 1000000))
       ->capture_default_str();
   cmd->add_option("--power-interval-ms", flags->power_interval_ms, "Power sampling interval")
-      ->check(CLI::Range(1, 60000))
+      ->check(integer_in(1, 60000))
       ->capture_default_str();
   cmd->add_option("--powercap-root", flags->powercap_root,
                   "Where RAPL zones are read (a directory laid out like /sys/class/powercap)")
@@ -369,20 +366,20 @@ void add_characterize_command(CLI::App& app, RunCommand& run) {
   cmd->add_flag("--no-progress", flags->no_progress, "No progress bar on a terminal");
   cmd->add_option("--emulated-peers", flags->emulated_peers,
                   "--device cuda on one GPU: ring size the emulated all-reduce mimics")
-      ->check(CLI::Range(1, 1024))
+      ->check(integer_in(1, 1024))
       ->capture_default_str();
   cmd->add_option("--emulated-blocks", flags->emulated_blocks,
                   "--device cuda on one GPU: CUDA blocks of the emulated ring's kernels (0: 16, "
                   "about NCCL's channel count)")
-      ->check(CLI::Range(0, 65535))
+      ->check(integer_in(0, 65535))
       ->capture_default_str();
   cmd->add_option("--nccl-min-ctas", flags->nccl_min_ctas,
                   "--device cuda with NCCL: minCTAs of the communicator (0: NCCL's default)")
-      ->check(CLI::Range(0, 64))
+      ->check(integer_in(0, 64))
       ->capture_default_str();
   cmd->add_option("--nccl-max-ctas", flags->nccl_max_ctas,
                   "--device cuda with NCCL: maxCTAs of the communicator (0: NCCL's default)")
-      ->check(CLI::Range(0, 64))
+      ->check(integer_in(0, 64))
       ->capture_default_str();
   cmd->add_option("--kernel-timing", flags->kernel_timing,
                   "--device cuda: kernel spans from cupti activity records (falls back to "

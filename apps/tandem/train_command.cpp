@@ -12,6 +12,7 @@
 #include "core/parse.h"
 #include "engine/launch.h"
 #include "engine/trainer.h"
+#include "flag_checks.h"
 #include "job_flags.h"
 #include "report/results_dir.h"
 #include "report/train_report.h"
@@ -147,7 +148,7 @@ void add_train_command(CLI::App& app, RunCommand& run) {
                   "Directory for steps.csv (a row per rank per step), trace.json "
                   "(Chrome/Perfetto), summary.json and report.html");
   cmd->add_option("--warmup", flags->warmup, "Steps left out of the summary statistics")
-      ->check(CLI::NonNegativeNumber)
+      ->check(integer_in(0, 10'000'000))
       ->capture_default_str();
   cmd->add_flag("--quiet", flags->quiet, "No line per step, only the summary");
   add_job_flags(*cmd, flags->job);

@@ -179,8 +179,8 @@ double parse_double_in(std::string_view text, std::string_view what, const Bound
   double value = 0;
   const char* last = text.data() + text.size();
   auto [ptr, ec] = std::from_chars(text.data(), last, value);
-  const bool number = !text.empty() && ptr == last &&
-                      (ec == std::errc() || ec == std::errc::result_out_of_range);
+  const bool number =
+      !text.empty() && ptr == last && (ec == std::errc() || ec == std::errc::result_out_of_range);
   // Out of double's range (1e999) or infinite is a number too large, not "not a number".
   if (!number || std::isnan(value)) {
     throw UsageError(prefix + "expected a number " + describe(bounds) + ", got " + quoted(text));
@@ -192,14 +192,24 @@ double parse_double_in(std::string_view text, std::string_view what, const Bound
   return value;
 }
 
-long long parse_int_in(std::string_view text, std::string_view what, long long min,
-                       long long max) {
+namespace {
+
+// "010": octal to C (and to CLI11, which converts a flag's value with strtoll base 0),
+// ten to most people; neither reading is taken.
+bool leading_zero(std::string_view text) {
+  const std::string_view digits = text.starts_with('-') ? text.substr(1) : text;
+  return digits.size() > 1 && digits[0] == '0';
+}
+
+}  // namespace
+
+long long parse_int_in(std::string_view text, std::string_view what, long long min, long long max) {
   const std::string prefix = what.empty() ? "" : std::string(what) + ": ";
   const std::string range = "an integer " + std::to_string(min) + ".." + std::to_string(max);
   long long value = 0;
   const char* last = text.data() + text.size();
   auto [ptr, ec] = std::from_chars(text.data(), last, value);
-  if (text.empty() || ptr != last ||
+  if (text.empty() || ptr != last || leading_zero(text) ||
       (ec != std::errc() && ec != std::errc::result_out_of_range)) {
     throw UsageError(prefix + "expected " + range + ", got " + quoted(text));
   }
@@ -211,11 +221,12 @@ long long parse_int_in(std::string_view text, std::string_view what, long long m
 
 std::uint64_t parse_uint64(std::string_view text, std::string_view what) {
   const std::string prefix = what.empty() ? "" : std::string(what) + ": ";
-  const std::string range = "an integer 0.." + std::to_string(std::numeric_limits<std::uint64_t>::max());
+  const std::string range =
+      "an integer 0.." + std::to_string(std::numeric_limits<std::uint64_t>::max());
   std::uint64_t value = 0;
   const char* last = text.data() + text.size();
   auto [ptr, ec] = std::from_chars(text.data(), last, value);
-  if (text.empty() || ptr != last || ec != std::errc()) {
+  if (text.empty() || ptr != last || leading_zero(text) || ec != std::errc()) {
     throw UsageError(prefix + "must be " + range + ", got " + quoted(text));
   }
   return value;

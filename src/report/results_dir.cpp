@@ -65,7 +65,9 @@ void ResultsWriter::write_summary(const nlohmann::json& body) const {
     TANDEM_CHECK(!summary.contains(key) && "a summary body may not redefine a header key");
     summary[key] = value;
   }
-  write("summary.json", summary.dump(1) + "\n");
+  // A name that is not UTF-8 (a kernel's, a path's) is written with U+FFFD, not thrown on.
+  write("summary.json",
+        summary.dump(1, ' ', false, nlohmann::ordered_json::error_handler_t::replace) + "\n");
 }
 
 void ResultsWriter::write_trace(const fs::path& relative, const Timeline& timeline,

@@ -174,6 +174,30 @@ TEST(AnalyzeCliTest, NamesWithMarkupSurviveEscaped) {
   EXPECT_NE(html.find("&lt;script&gt;alert("), std::string::npos);
 }
 
+// A NUL and a terminal escape in a kernel name: valid JSON still, and in the report as
+// visible \xNN text, never as raw bytes.
+TEST(AnalyzeCliTest, ControlCharactersInNamesAreEscaped) {
+  TempDir dir;
+  const std::string name = std::string("k\0", 2) + "\x1b[31mred\x7f";
+  std::ofstream(dir.path() / "r.json") << rank_trace(0, name);  // written as \u0000 ...
+  const fs::path out = dir.path() / "a";
+  const CliResult r =
+      run_tandem("analyze " + (dir.path() / "r.json").string() + " --out " + out.string());
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const std::string raw = slurp(out / "trace.json");
+  EXPECT_EQ(raw.find('\x1b'), std::string::npos);
+  EXPECT_EQ(raw.find('\0'), std::string::npos);
+  const auto parsed = nlohmann::json::parse(raw);
+  bool found = false;
+  for (const auto& e : parsed["traceEvents"]) found = found || e.value("name", "") == name;
+  EXPECT_TRUE(found);
+  const std::string html = slurp(out / "report.html");
+  EXPECT_EQ(html.find('\x1b'), std::string::npos);
+  EXPECT_EQ(html.find('\0'), std::string::npos);
+  EXPECT_EQ(html.find('\x7f'), std::string::npos);
+  EXPECT_NE(html.find("k\\x00\\x1b[31mred\\x7f"), std::string::npos);
+}
+
 struct BadInput {
   const char* what;
   std::string file_content;  // written to bad.json; empty: use `args` alone
