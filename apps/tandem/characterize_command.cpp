@@ -53,6 +53,8 @@ struct CharacterizeFlags {
   std::string kernel_timing = "cupti";
   bool ranks_given = false;
   bool precision_given = false;
+  // What the results depend on (settings_of), stored in --out for --resume to compare.
+  nlohmann::json settings;
 };
 
 // Applies one sweep value to the flags of the workload kind in use.
@@ -217,7 +219,8 @@ SweepOutputs open_outputs(Job& job, const CharacterizeFlags& flags, const Comman
   SweepOutputs out;
   if (job.leader() && !flags.out.empty()) {
     try {
-      out.writer.emplace(flags.out, ResultsCommand::kCharacterize, argv, flags.resume);
+      out.writer.emplace(flags.out, ResultsCommand::kCharacterize, argv, flags.resume,
+                         flags.settings);
       out.finished = out.writer->finished_points();
     } catch (const UsageError& e) {
       if (job.in_process()) throw;
@@ -285,6 +288,9 @@ int run_characterize(CharacterizeFlags flags, bool batch_given, const CommandLin
     // Every point runs on the job's ranks (a device microbenchmark: one GPU per process).
     flags.workload.ranks = job_ranks(backend, flags.workload.ranks, flags.ranks_given);
     flags.ranks_given = true;
+    // The launcher's process count, not --ranks' default: a resume with -np 4 of a sweep
+    // measured with -np 2 differs.
+    flags.settings["--ranks"] = std::to_string(flags.workload.ranks);
   }
   std::vector<SweepItem> points = build_points(flags, batch_given, options.axes);
 
@@ -390,6 +396,7 @@ void add_characterize_command(CLI::App& app, RunCommand& run) {
     const bool batch_given = cmd->count("--batch") > 0;
     flags->ranks_given = cmd->count("--ranks") > 0;
     flags->precision_given = cmd->count("--precision") > 0;
+    flags->settings = settings_of(*cmd, {"--out", "--resume", "--no-progress"});
     run = [flags, batch_given](const CommandLine& argv) {
       return run_characterize(*flags, batch_given, argv);
     };

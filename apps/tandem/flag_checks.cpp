@@ -96,6 +96,25 @@ void check_given_values(const CLI::App& command) {
   }
 }
 
+nlohmann::json settings_of(const CLI::App& command, const std::set<std::string>& ignored) {
+  nlohmann::json settings = nlohmann::json::object();
+  for (const CLI::Option* opt : command.get_options()) {
+    const std::string name = display_name(*opt);
+    if (name.empty() || name == "--help" || ignored.count(name)) continue;
+    const std::vector<std::string>& given = opt->results();
+    if (opt->get_type_size_max() == 0) {
+      if (!given.empty()) settings[name] = true;
+    } else if (!single_value(*opt)) {
+      if (!given.empty()) settings[name] = given;
+    } else if (!given.empty()) {
+      settings[name] = given.back();
+    } else if (!opt->get_default_str().empty()) {
+      settings[name] = opt->get_default_str();
+    }
+  }
+  return settings;
+}
+
 void check_subcommand(const CLI::App& app, int argc, const char* const* argv) {
   if (argc < 2 || argv[1][0] == '-') return;  // a flag (--help, --version) or nothing
   const std::string word = argv[1];

@@ -6,6 +6,9 @@
 #pragma once
 
 #include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <string>
 
 #include "core/parse.h"
 
@@ -28,6 +31,12 @@ void keep_repeated_values(CLI::App& app);
 // After parsing, on the selected subcommand: a single-value flag given more than once and
 // an empty value ("--out ''") are UsageErrors naming the flag.
 void check_given_values(const CLI::App& command);
+// After parsing: what `command` was asked to do, as an object keyed by flag: each value as
+// given (a list for repeatable flags), else its default; true for a flag without a value
+// that was given. Flags in `ignored` (where results go, how progress is shown) are left
+// out. A results directory stores it so that --resume can tell a different run apart.
+nlohmann::json settings_of(const CLI::App& command, const std::set<std::string>& ignored);
+
 // Before parsing: a first word that is not a flag and not a subcommand is a UsageError
 // that says so and suggests the nearest subcommand.
 void check_subcommand(const CLI::App& app, int argc, const char* const* argv);

@@ -15,7 +15,7 @@ fs::path point_file(const std::string& id) { return fs::path("points") / id / "r
 }  // namespace
 
 ResultsWriter::ResultsWriter(fs::path dir, ResultsCommand command, std::vector<std::string> argv,
-                             bool resume)
+                             bool resume, const nlohmann::json& settings)
     : dir_(std::move(dir)), command_(command), argv_(std::move(argv)) {
   prepare_output_dir(dir_, "--out");
   std::error_code ec;
@@ -26,6 +26,47 @@ ResultsWriter::ResultsWriter(fs::path dir, ResultsCommand command, std::vector<s
     }
   }
   check_existing(resume);
+  if (!settings.is_null()) check_and_write_settings(settings, resume);
+}
+
+namespace {
+
+std::string setting_text(const nlohmann::json& value) {
+  if (value.is_null()) return "not given";
+  if (value.is_string()) return "'" + value.get<std::string>() + "'";
+  return value.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+}
+
+}  // namespace
+
+void ResultsWriter::check_and_write_settings(const nlohmann::json& settings, bool resume) const {
+  TANDEM_CHECK(settings.is_object());
+  const fs::path file = dir_ / "settings.json";
+  std::error_code ec;
+  if (resume && fs::exists(file, ec)) {
+    nlohmann::json stored;
+    try {
+      stored = nlohmann::json::parse(read_file(file));
+    } catch (const nlohmann::json::exception& e) {
+      throw UsageError(file.string() + ": corrupt settings (" + e.what() + ")");
+    }
+    if (!stored.is_object()) throw UsageError(file.string() + ": corrupt settings (not an object)");
+    // Every key of either side: a flag given only now, or only then, differs too.
+    std::set<std::string> keys;
+    for (const auto& [key, value] : stored.items()) keys.insert(key);
+    for (const auto& [key, value] : settings.items()) keys.insert(key);
+    for (const std::string& key : keys) {
+      const nlohmann::json then = stored.value(key, nlohmann::json());
+      const nlohmann::json now = settings.value(key, nlohmann::json());
+      if (then == now) continue;
+      throw UsageError("--resume: " + key + " was " + setting_text(then) + " in '" + dir_.string() +
+                       "' and is " + setting_text(now) +
+                       " now; resume with the same settings, or choose another directory");
+    }
+    return;
+  }
+  write("settings.json",
+        settings.dump(1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n");
 }
 
 void ResultsWriter::check_existing(bool resume) const {

@@ -8,6 +8,10 @@
 //   DIR/points/<id>/result.json            written last, atomically: the point is finished
 //   DIR/points/<id>/<scenario>.trace.json  its traces
 // so a sweep killed at any moment leaves whole points or none, and --resume continues it.
+// DIR/settings.json holds the settings the results were measured with (the command line
+// that matters, as the command gives it); --resume refuses a directory whose settings
+// differ, naming the first setting that does, so that no point of another configuration
+// is reused.
 #pragma once
 
 #include <filesystem>
@@ -28,8 +32,11 @@ class ResultsWriter {
   // policy for results already in it: characterize refuses them unless `resume` (then the
   // finished points are kept and reported by finished_points()); train and analyze
   // overwrite their files. `argv` is the command line, for the summary's header.
+  // `settings` (an object, or null for none): written to settings.json; on `resume` it
+  // must equal what the directory holds (a directory without settings.json, from a tandem
+  // before it, is taken as it is).
   ResultsWriter(std::filesystem::path dir, ResultsCommand command, std::vector<std::string> argv,
-                bool resume = false);
+                bool resume = false, const nlohmann::json& settings = nullptr);
 
   const std::filesystem::path& path() const { return dir_; }
   ResultsCommand command() const { return command_; }
@@ -54,6 +61,8 @@ class ResultsWriter {
  private:
   // The one policy for a directory that already holds results.
   void check_existing(bool resume) const;
+  // On `resume`, `settings` against settings.json; else (or when there is none) writes them.
+  void check_and_write_settings(const nlohmann::json& settings, bool resume) const;
   std::filesystem::path resolve(const std::filesystem::path& relative) const;
 
   std::filesystem::path dir_;

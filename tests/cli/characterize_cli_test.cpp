@@ -112,6 +112,42 @@ TEST(CharacterizeCliTest, ResumeRunsExactlyTheConfigurationsNotDone) {
   EXPECT_EQ(count_lines(slurp(out / "iterations.csv")), 1 + 6 * 8);
 }
 
+// --resume reuses points only of the same run: another rank count or workload is refused,
+// naming the setting, and leaves the directory as it was.
+TEST(CharacterizeCliTest, ResumeRefusesOtherSettings) {
+  TempDir dir;
+  const fs::path out = dir.path() / "s";
+  const std::string args = "--sweep chunks=1,2 --out " + out.string();
+  ASSERT_EQ(run_tandem(kTiny + args).exit_code, 0);
+  fs::remove(out / "points" / "chunks-2" / "result.json");  // cut off before the last point
+  const std::string summary = slurp(out / "summary.json");
+
+  std::string ranks2 = kTiny;
+  ranks2.replace(ranks2.find("--ranks 1"), 9, "--ranks 2");
+  CliResult r = run_tandem(ranks2 + args + " --resume");
+  EXPECT_EQ(r.exit_code, 2) << r.out;
+  EXPECT_EQ(count_lines(r.err), 1) << r.err;
+  EXPECT_NE(r.err.find("--resume: --ranks was '1'"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("is '2' now"), std::string::npos) << r.err;
+
+  std::string other = kTiny;
+  other.replace(other.find("compute=4ms"), 11, "compute=5ms");
+  r = run_tandem(other + args + " --resume");
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("--synthetic"), std::string::npos) << r.err;
+
+  r = run_tandem(kTiny + "--threads 2 " + args + " --resume");  // a default, now given
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("--threads was '1'"), std::string::npos) << r.err;
+  EXPECT_EQ(slurp(out / "summary.json"), summary);
+  EXPECT_FALSE(fs::exists(out / "points" / "chunks-2" / "result.json"));
+
+  // The same settings, however the terminal is set up, resume.
+  r = run_tandem(kTiny + args + " --resume");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("1 of 2 configurations already done"), std::string::npos) << r.out;
+}
+
 // A sweep written before the summary header (schema 1) is refused by the report, and the
 // same command with --resume rewrites its summary without measuring anything again.
 TEST(CharacterizeCliTest, ResumeUpgradesASchemaOneSummary) {
