@@ -38,6 +38,7 @@ struct CharacterizeFlags {
   std::vector<std::string> sweeps;
   std::string out;
   bool resume = false;
+  bool force = false;
   int warmup = 2;
   int iterations = 25;
   int power_interval_ms = 50;
@@ -207,9 +208,9 @@ std::vector<SweepItem> build_points(const CharacterizeFlags& flags, bool batch_g
 
 // The results side of the sweep on this process.
 struct SweepOutputs {
-  std::optional<ResultsWriter> writer;  // rank 0 with --out
-  std::set<std::string> finished;       // the points every rank skips (--resume)
-  std::string refused;                  // the usage error that refused --out, on every rank
+  std::unique_ptr<ResultsWriter> writer;  // rank 0 with --out (it holds the lock: not moved)
+  std::set<std::string> finished;         // the points every rank skips (--resume)
+  std::string refused;                    // the usage error that refused --out, on every rank
 };
 
 // Rank 0 alone opens --out and decides which points are finished; in a process job it
@@ -219,8 +220,9 @@ SweepOutputs open_outputs(Job& job, const CharacterizeFlags& flags, const Comman
   SweepOutputs out;
   if (job.leader() && !flags.out.empty()) {
     try {
-      out.writer.emplace(flags.out, ResultsCommand::kCharacterize, argv, flags.resume,
-                         flags.settings);
+      out.writer = std::make_unique<ResultsWriter>(
+          flags.out, ResultsCommand::kCharacterize, argv,
+          OutputPolicy{.resume = flags.resume, .force = flags.force, .settings = flags.settings});
       out.finished = out.writer->finished_points();
     } catch (const UsageError& e) {
       if (job.in_process()) throw;
@@ -255,13 +257,14 @@ void print_header(const CharacterizeFlags& flags, std::size_t points, const Job&
 }
 
 // The last point's table and the report (rank 0).
-void print_results(const SweepOutcome& outcome, const SweepOutputs& outputs) {
+void print_results(const SweepOutcome& outcome, SweepOutputs& outputs) {
   if (outcome.last) {
     std::printf("\n%s\n", outcome.last->description.c_str());
     std::fputs(format_metrics_table(outcome.last->metrics).c_str(), stdout);
   }
   if (outputs.writer) {
     outputs.writer->write_report();
+    outputs.writer->commit();
     std::printf("wrote %s/{summary.json,iterations.csv,trace.json,report.html,points/}\n",
                 outputs.writer->path().c_str());
   }
@@ -355,8 +358,11 @@ void add_characterize_command(CLI::App& app, RunCommand& run) {
                   "Results directory: summary.json, iterations.csv, trace.json, report.html, "
                   "points/<id>/ (under mpirun written by rank 0 alone, for the whole job)");
   cmd->add_flag("--resume", flags->resume,
-                "Continue a sweep in --out, skipping finished points (under mpirun, the points "
-                "rank 0 finds finished)");
+                "Continue a sweep in --out (or the OUT.partial an interrupted first run left), "
+                "skipping finished points (under mpirun, the points rank 0 finds finished); "
+                "its settings must be the same");
+  cmd->add_flag("--force", flags->force,
+                "Replace the results --out holds (kept until this run's results are whole)");
   cmd->add_option("--warmup", flags->warmup, "Iterations dropped from each scenario")
       ->check(integer_in(0, 1000000))
       ->capture_default_str();
@@ -396,7 +402,7 @@ void add_characterize_command(CLI::App& app, RunCommand& run) {
     const bool batch_given = cmd->count("--batch") > 0;
     flags->ranks_given = cmd->count("--ranks") > 0;
     flags->precision_given = cmd->count("--precision") > 0;
-    flags->settings = settings_of(*cmd, {"--out", "--resume", "--no-progress"});
+    flags->settings = settings_of(*cmd, {"--out", "--resume", "--force", "--no-progress"});
     run = [flags, batch_given](const CommandLine& argv) {
       return run_characterize(*flags, batch_given, argv);
     };

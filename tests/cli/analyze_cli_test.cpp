@@ -198,6 +198,21 @@ TEST(AnalyzeCliTest, ControlCharactersInNamesAreEscaped) {
   EXPECT_NE(html.find("k\\x00\\x1b[31mred\\x7f"), std::string::npos);
 }
 
+// A failure after --out was opened (a corrupt trace is found only when read) leaves no
+// directory behind: results appear whole or not at all.
+TEST(AnalyzeCliTest, AFailedAnalysisLeavesNoOutputDirectory) {
+  TempDir dir;
+  std::ofstream(dir.path() / "bad.json") << rank_trace(0).substr(0, 300);
+  const fs::path out = dir.path() / "a";
+  const CliResult r =
+      run_tandem("analyze " + (dir.path() / "bad.json").string() + " --out " + out.string());
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_EQ(count_lines(r.err), 1) << r.err;
+  EXPECT_FALSE(fs::exists(out));
+  EXPECT_FALSE(fs::exists(dir.path() / "a.partial"));
+  EXPECT_FALSE(fs::exists(dir.path() / ".a.lock"));
+}
+
 struct BadInput {
   const char* what;
   std::string file_content;  // written to bad.json; empty: use `args` alone

@@ -112,6 +112,33 @@ TEST(CharacterizeCliTest, ResumeRunsExactlyTheConfigurationsNotDone) {
   EXPECT_EQ(count_lines(slurp(out / "iterations.csv")), 1 + 6 * 8);
 }
 
+// A first run cut off midway (killed: its DIR.partial holds the points it finished) is
+// refused without --resume, continued with it, and then appears as DIR.
+TEST(CharacterizeCliTest, ResumeContinuesAnInterruptedFirstRun) {
+  TempDir dir;
+  const fs::path out = dir.path() / "s";
+  const fs::path partial = dir.path() / "s.partial";
+  const std::string run = kTiny + "--sweep chunks=1,2 --out " + out.string();
+  ASSERT_EQ(run_tandem(run).exit_code, 0);
+  // What a kill after the first point leaves (no report, no summary of the second).
+  fs::rename(out, partial);
+  fs::remove_all(partial / "points" / "chunks-2");
+  fs::remove(partial / "report.html");
+
+  const CliResult refused = run_tandem(run);
+  EXPECT_EQ(refused.exit_code, 2);
+  EXPECT_EQ(count_lines(refused.err), 1) << refused.err;
+  EXPECT_NE(refused.err.find("1 finished point(s); add --resume"), std::string::npos)
+      << refused.err;
+
+  const CliResult resumed = run_tandem(run + " --resume");
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.err;
+  EXPECT_EQ(finished_lines(resumed.out), (std::vector<std::string>{"[2/2] chunks=2"}));
+  EXPECT_FALSE(fs::exists(partial));
+  EXPECT_EQ(nlohmann::json::parse(slurp(out / "summary.json"))["points"].size(), 2u);
+  EXPECT_TRUE(fs::exists(out / "report.html"));
+}
+
 // --resume reuses points only of the same run: another rank count or workload is refused,
 // naming the setting, and leaves the directory as it was.
 TEST(CharacterizeCliTest, ResumeRefusesOtherSettings) {

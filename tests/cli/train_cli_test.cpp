@@ -5,6 +5,7 @@
 #include <set>
 
 #include "cli/cli_support.h"
+#include "core/files.h"
 
 namespace tandem::testing {
 namespace {
@@ -163,6 +164,47 @@ TEST(TrainCliTest, UnwritableOutIsOneLineAndExitTwo) {
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_EQ(count_lines(r.err), 1) << r.err;
   EXPECT_NE(r.err.find("--out"), std::string::npos) << r.err;
+}
+
+// One output policy (report/results_dir.h): a directory holding results is refused unless
+// --force, which replaces it whole; a directory another run holds is refused at once.
+TEST(TrainCliTest, ResultsAreNotOverwrittenUnlessForced) {
+  TempDir dir;
+  const fs::path out = dir.path() / "run";
+  const std::string run =
+      "train --model mlp:2x16 --batch 4 --steps 2 --quiet --out " + out.string();
+  ASSERT_EQ(run_tandem(run).exit_code, 0);
+  const std::string summary = slurp(out / "summary.json");
+  const CliResult refused = run_tandem(run);
+  EXPECT_EQ(refused.exit_code, 2);
+  EXPECT_EQ(count_lines(refused.err), 1) << refused.err;
+  EXPECT_NE(refused.err.find("--out: '" + out.string() + "' already holds results; add --force"),
+            std::string::npos)
+      << refused.err;
+  EXPECT_EQ(refused.out, "") << "nothing may run";
+  EXPECT_EQ(slurp(out / "summary.json"), summary);
+
+  const CliResult forced = run_tandem(run + " --force");
+  ASSERT_EQ(forced.exit_code, 0) << forced.err;
+  EXPECT_NE(slurp(out / "summary.json"), summary);  // a new run: another "created"
+  EXPECT_EQ(std::distance(fs::directory_iterator(dir.path()), fs::directory_iterator()), 1)
+      << "no .partial, .lock or old results left beside it";
+}
+
+TEST(TrainCliTest, ASecondRunIntoTheSameDirectoryIsRefused) {
+  TempDir dir;
+  const fs::path out = dir.path() / "run";
+  // What a first run holds while it trains: the lock beside DIR (report/results_dir.h).
+  const FileLock first(dir.path() / ".run.lock", "first");
+  const CliResult r =
+      run_tandem("train --model mlp:2x16 --batch 4 --steps 2 --quiet --out " + out.string());
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_EQ(count_lines(r.err), 1) << r.err;
+  EXPECT_NE(r.err.find("'" + out.string() + "' is in use by another tandem run (pid "),
+            std::string::npos)
+      << r.err;
+  EXPECT_FALSE(fs::exists(out));
+  EXPECT_FALSE(fs::exists(dir.path() / "run.partial"));
 }
 
 TEST(TrainCliTest, UnknownFlagAndMissingSubcommandAreUsageErrors) {
