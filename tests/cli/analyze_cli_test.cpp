@@ -236,8 +236,26 @@ TEST(AnalyzeCliTest, BadInputIsOneLineAndExitTwo) {
       {"no kernels", R"({"traceEvents":[]})", bad, "nothing to analyze"},
       {"bad regex", rank_trace(0), bad + " --comm-regex '('", "--comm-regex"},
       {"empty dir", "", dir.path().string() + "/empty", "no *.json"},
+      // A loop of symbolic links, named or found in a directory, is one line (it was a
+      // filesystem exception's text and exit code 1).
+      {"link loop", "", dir.path().string() + "/loop.json", "loop.json: a loop of symbolic links"},
+      {"link loop in a directory", "", dir.path().string() + "/loops",
+       ".json: a loop of symbolic links"},
+      // One file named twice, however it is spelled, is refused the same way.
+      {"same name twice", rank_trace(0), bad + " " + bad, "the same file as"},
+      {"same file, two spellings", rank_trace(0),
+       bad + " " + (dir.path() / "." / "bad.json").string(), "the same file as"},
+      {"a file and its directory", rank_trace(0),
+       dir.path().string() + "/traces " + (dir.path() / "traces" / "r.json").string(),
+       "the same file as"},
   };
   fs::create_directories(dir.path() / "empty");
+  fs::create_symlink("loop.json", dir.path() / "loop.json");
+  fs::create_directories(dir.path() / "loops");
+  fs::create_symlink("y.json", dir.path() / "loops" / "x.json");
+  fs::create_symlink("x.json", dir.path() / "loops" / "y.json");
+  fs::create_directories(dir.path() / "traces");
+  std::ofstream(dir.path() / "traces" / "r.json") << rank_trace(0);
   for (const BadInput& c : cases) {
     if (!c.file_content.empty()) std::ofstream(bad) << c.file_content;
     const CliResult r = run_tandem("analyze " + c.args);
