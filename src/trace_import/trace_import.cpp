@@ -97,7 +97,6 @@ void TraceImporter::add(TraceBytes& bytes, const std::string& source, int file_i
                      .trace_events = raw.trace_events,
                      .step_windows = raw.steps.size()};
   const auto claim_rank = [&](std::int32_t rank) {
-    if (static_cast<std::size_t>(rank) >= rank_owner_.size()) rank_owner_.resize(rank + 1);
     std::string& owner = rank_owner_[rank];
     if (!owner.empty() && owner != source) {
       throw UsageError(source + ": rank " + std::to_string(rank) + " is also in " + owner +
@@ -136,8 +135,10 @@ void TraceImporter::add(TraceBytes& bytes, const std::string& source, int file_i
       info.comm += s.lane == Lane::kComm;
       timeline.spans.push_back(s);
     }
+    // The run's rank count, also for ranks that recorded nothing; claimed only through
+    // spans, so that the work here grows with the spans, not with the count.
     if (raw.tandem_ranks > 0 && raw.tandem_ranks <= 1'000'000) {
-      for (std::int32_t r = 0; r < raw.tandem_ranks; ++r) claim_rank(r);
+      timeline.ranks = std::max(timeline.ranks, static_cast<int>(raw.tandem_ranks));
     }
     result_.files.push_back(std::move(info));
     return;

@@ -19,6 +19,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -65,7 +66,7 @@ class TraceImporter {
 
   EventClassifier classifier_;
   ImportResult result_;
-  std::vector<std::string> rank_owner_;  // rank -> the file that supplied it
+  std::map<std::int32_t, std::string> rank_owner_;  // rank -> the file that supplied it
 };
 
 // Convenience: every path in order (file_index = position).

@@ -213,6 +213,31 @@ TEST(AnalyzeCliTest, AFailedAnalysisLeavesNoOutputDirectory) {
   EXPECT_FALSE(fs::exists(dir.path() / ".a.lock"));
 }
 
+// Rank numbers can be sparse: one Kineto trace of rank 1000000, or a tandem trace whose
+// spans say pid 999999, is one rank, and what --out writes grows with the ranks present
+// (it wrote metadata for a million ranks, 150 MB).
+TEST(AnalyzeCliTest, OutputGrowsWithTheRanksPresentNotTheLargestNumber) {
+  TempDir dir;
+  std::string kineto = rank_trace(0);
+  kineto.replace(kineto.find("\"rank\":0"), 8, "\"rank\":1000000");
+  std::ofstream(dir.path() / "k.json") << kineto;
+  std::ofstream(dir.path() / "t.json") << R"({"traceEvents":[
+      {"ph":"X","cat":"forward","name":"f","pid":999999,"tid":0,"ts":0,"dur":10,"args":{"step":0}},
+      {"ph":"X","cat":"allreduce","name":"a","pid":999999,"tid":1,"ts":5,"dur":10,"args":{"step":0}}],
+      "otherData":{"tandem_trace":{"format":1,"t0_ns":0,"ranks":1}}})";
+  for (const char* file : {"k.json", "t.json"}) {
+    const fs::path out = dir.path() / (std::string(file) + ".out");
+    const CliResult r =
+        run_tandem("analyze " + (dir.path() / file).string() + " --quiet --out " + out.string());
+    ASSERT_EQ(r.exit_code, 0) << file << ": " << r.err;
+    EXPECT_LT(fs::file_size(out / "trace.json"), 100'000u) << file;
+    const auto trace = nlohmann::json::parse(slurp(out / "trace.json"));
+    int process_names = 0;
+    for (const auto& e : trace["traceEvents"]) process_names += e["name"] == "process_name";
+    EXPECT_EQ(process_names, 1) << file;
+  }
+}
+
 struct BadInput {
   const char* what;
   std::string file_content;  // written to bad.json; empty: use `args` alone
