@@ -238,6 +238,23 @@ TEST(AnalyzeCliTest, OutputGrowsWithTheRanksPresentNotTheLargestNumber) {
   }
 }
 
+// std::regex recursed once per character: '.*x' on a 50 KB kernel name overflowed the
+// stack. RE2 matches in time linear in the name.
+TEST(AnalyzeCliTest, UserRegexesOnA100KBNameDoNotCrash) {
+  TempDir dir;
+  const std::string name(100'000, 'a');
+  std::ofstream(dir.path() / "r.json") << rank_trace(0, name);
+  const CliResult r = run_tandem("analyze " + (dir.path() / "r.json").string() +
+                                 " --quiet --compute-regex '.*x' --memory-regex '(a|aa)*b'");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  // Nothing matches '.*x': the long kernels are ignored, and counted.
+  EXPECT_NE(r.out.find("2 GPU events matched no rule (ignored)"), std::string::npos) << r.out;
+  const CliResult matched = run_tandem("analyze " + (dir.path() / "r.json").string() +
+                                       " --quiet --compute-regex '.*A$'");  // case-insensitive
+  ASSERT_EQ(matched.exit_code, 0) << matched.err;
+  EXPECT_EQ(matched.out.find("matched no rule"), std::string::npos) << matched.out;
+}
+
 struct BadInput {
   const char* what;
   std::string file_content;  // written to bad.json; empty: use `args` alone
