@@ -45,7 +45,7 @@ std::vector<std::string> split(std::string_view text, char sep);
 std::string trim(std::string_view text);
 
 // Human-readable forms for printing.
-std::string format_bytes(double bytes);      // "25.0 MiB"
-std::string format_duration_ns(double ns);   // "1.23 ms"
+std::string format_bytes(double bytes);     // "25.0 MiB"
+std::string format_duration_ns(double ns);  // "1.23 ms"
 
 }  // namespace tandem
