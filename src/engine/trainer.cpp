@@ -6,9 +6,11 @@
 #include <exception>
 #include <tuple>
 
+#include "comm/backend_registry.h"
 #include "compute/cpu/blas.h"
 #include "core/bytes.h"
 #include "core/error.h"
+#include "core/memory.h"
 #include "core/parse.h"
 
 namespace tandem {
@@ -47,14 +49,46 @@ void validate(const TrainConfig& config) {
         std::string(to_string(config.device)) + " the real interconnect is measured");
   }
   (void)resolve_device_comm(config.device_comm, config.ranks);  // names --device-comm
-  // Activations: about 4 arrays of batch x widest layer per Linear layer.
-  const double activation_bytes = 4.0 * config.batch *
-                                  std::max(config.model.width, config.model.input) *
-                                  config.model.depth * sizeof(float);
-  if (activation_bytes * config.ranks > 16e9) {
-    throw UsageError("--batch " + std::to_string(config.batch) + " with --model " +
-                     config.model.text + " needs more than 16 GB of activations");
+  if (config.device == Device::kCpu) check_host_memory(config);
+}
+
+HostMemoryNeed host_memory_need(const TrainConfig& config, int ranks_here) {
+  // Note [memory estimate]: what Model, Sgd and SyntheticDataset allocate (model/), in
+  // floats; counted in doubles so that no product overflows before it is compared. The
+  // communicator reduces gradients in place and the recorder's spans are small, so both
+  // are left out: the estimate is a floor, and a run it refuses could never have fit.
+  const ModelLayout layout(config.model);
+  const double rows = config.batch;
+  double activations = rows * config.model.classes + 2 * rows * layout.widest();
+  for (int u = 0; u < layout.units(); ++u) {
+    activations += rows * (layout.layer(u).in + layout.layer(u).out);
   }
+  const double data = static_cast<double>(config.data_batches) * rows * (config.model.input + 1);
+  const double numel = static_cast<double>(layout.numel());
+  HostMemoryNeed need;
+  need.state_per_rank = 3 * numel * sizeof(float);  // parameters, gradients, momentum
+  need.activations_per_rank = (activations + data) * sizeof(float);
+  need.ranks = ranks_here;
+  // Rank 0 hands its final parameters to the leader: downloaded, then encoded.
+  need.total =
+      ranks_here * (need.state_per_rank + need.activations_per_rank) + 2 * numel * sizeof(float);
+  return need;
+}
+
+void check_host_memory(const TrainConfig& config) {
+  // In a launcher's job each process holds its own rank; in-process, all of them.
+  const int ranks_here = launched_world().launcher.empty() ? config.ranks : 1;
+  const HostMemoryNeed need = host_memory_need(config, ranks_here);
+  const AvailableMemory available = available_memory();
+  if (available.bytes < 0 || need.total <= static_cast<double>(available.bytes)) return;
+  throw UsageError(
+      "--model " + config.model.text + " with --batch " + std::to_string(config.batch) + " on " +
+      std::to_string(ranks_here) + " rank(s) needs at least " + format_bytes(need.total) +
+      " of memory (" + std::to_string(static_cast<long long>(need.total)) + " bytes; per rank " +
+      format_bytes(need.state_per_rank) + " of parameters, gradients and momentum and " +
+      format_bytes(need.activations_per_rank) + " of activations and data), but " +
+      format_bytes(static_cast<double>(available.bytes)) + " is available (" + available.source +
+      ")");
 }
 
 // The hash travels as four 16-bit pieces (exact in fp32). The collective carries no
@@ -62,7 +96,8 @@ void validate(const TrainConfig& config) {
 void verify_identical(Communicator& comm, std::uint64_t hash, int step) {
   std::vector<float> mine(4);
   std::vector<float> all(4 * static_cast<std::size_t>(comm.size()));
-  for (int i = 0; i < 4; ++i) mine[static_cast<std::size_t>(i)] = static_cast<float>((hash >> (16 * i)) & 0xffff);
+  for (int i = 0; i < 4; ++i)
+    mine[static_cast<std::size_t>(i)] = static_cast<float>((hash >> (16 * i)) & 0xffff);
   try {
     comm.allgather(mine, all)->synchronize();
   } catch (const std::exception& e) {
@@ -213,9 +248,8 @@ std::string train_rank(const TrainConfig& config, RankEnv& env, const StepCallba
 TrainResult train(const TrainConfig& config, Job& job, const StepCallback& on_step) {
   validate(config);
   if (config.device == Device::kCpu) set_blas_threads(config.blas_threads);
-  const RunResult run = job.run(train_run_spec(config), [&](RankEnv& env) {
-    return train_rank(config, env, on_step);
-  });
+  const RunResult run = job.run(train_run_spec(config),
+                                [&](RankEnv& env) { return train_rank(config, env, on_step); });
 
   TrainResult result;
   result.leader = run.leader;
