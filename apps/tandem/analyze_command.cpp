@@ -6,6 +6,7 @@
 
 #include "analysis/metric_catalogue.h"
 #include "commands.h"
+#include "flag_checks.h"
 #include "report/analyze_summary.h"
 #include "report/results_dir.h"
 #include "trace_import/analyze_report.h"
@@ -19,6 +20,7 @@ struct AnalyzeFlags {
   std::vector<std::string> inputs;
   std::vector<std::string> baseline;
   std::string out;
+  bool force = false;
   ClassificationRules rules;
   int warmup = 0;
   bool quiet = false;
@@ -44,7 +46,9 @@ int run_analyze(const AnalyzeFlags& flags, const CommandLine& argv) {
       flags.baseline.empty() ? std::vector<std::string>{}
                              : expand_trace_inputs(flags.baseline, "--baseline");
   std::optional<ResultsWriter> out;
-  if (!flags.out.empty()) out.emplace(flags.out, ResultsCommand::kAnalyze, argv);
+  if (!flags.out.empty()) {
+    out.emplace(flags.out, ResultsCommand::kAnalyze, argv, OutputPolicy{.force = flags.force});
+  }
 
   const ImportResult run = import_traces(inputs, flags.rules);
   print_inputs(run, "trace");
@@ -71,6 +75,7 @@ int run_analyze(const AnalyzeFlags& flags, const CommandLine& argv) {
         "trace.json", run.timeline,
         {.other_data = {{"source", "tandem analyze"}, {"inputs", inputs}}, .counters = {}});
     out->write_report();
+    out->commit();
     std::printf("wrote %s/{summary.json,iterations.csv,trace.json,report.html}\n",
                 out->path().c_str());
   }
@@ -92,7 +97,11 @@ void add_analyze_command(CLI::App& app, RunCommand& run) {
                   "compute slowdown (eq. 1) and ideal iteration time (eq. 4)");
   cmd->add_option("--out", flags->out,
                   "Directory for summary.json, iterations.csv (a row per rank per iteration), "
-                  "trace.json (all ranks merged, Chrome/Perfetto) and report.html");
+                  "trace.json (all ranks merged, Chrome/Perfetto) and report.html; it appears "
+                  "when the analysis is done, and one that holds results is refused without "
+                  "--force");
+  cmd->add_flag("--force", flags->force,
+                "Replace the results --out holds (kept until this run's results are whole)");
   cmd->add_option("--comm-regex", flags->rules.comm,
                   "Kernel names that are communication (case-insensitive search)")
       ->capture_default_str();
@@ -103,7 +112,7 @@ void add_analyze_command(CLI::App& app, RunCommand& run) {
                   "Kernel names that are compute (default: all others); unmatched kernels "
                   "are ignored");
   cmd->add_option("--warmup", flags->warmup, "Iterations left out at the start")
-      ->check(CLI::NonNegativeNumber)
+      ->check(integer_in(0, 1'000'000))
       ->capture_default_str();
   cmd->add_flag("--quiet", flags->quiet, "No row per rank per iteration, only the summary");
   cmd->callback([flags, &run] {

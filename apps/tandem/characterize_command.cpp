@@ -19,6 +19,7 @@
 #include "experiment/gpu_microbench.h"
 #include "experiment/sweep.h"
 #include "experiment/sweep_runner.h"
+#include "flag_checks.h"
 #include "job_flags.h"
 #include "power/nvml.h"
 #include "report/results_dir.h"
@@ -37,6 +38,7 @@ struct CharacterizeFlags {
   std::vector<std::string> sweeps;
   std::string out;
   bool resume = false;
+  bool force = false;
   int warmup = 2;
   int iterations = 25;
   int power_interval_ms = 50;
@@ -52,6 +54,8 @@ struct CharacterizeFlags {
   std::string kernel_timing = "cupti";
   bool ranks_given = false;
   bool precision_given = false;
+  // What the results depend on (settings_of), stored in --out for --resume to compare.
+  nlohmann::json settings;
 };
 
 // Applies one sweep value to the flags of the workload kind in use.
@@ -59,21 +63,19 @@ void apply(const std::string& key, const std::string& value, CharacterizeFlags& 
            bool& batch_given) {
   WorkloadFlags& w = f.workload;
   const bool train = f.microbench.empty() && f.synthetic.empty();
-  auto number = [&](std::string_view what) { return static_cast<int>(parse_int(value, what)); };
+  // The same bounds as the flags of the same name.
+  auto number = [&](long long min, long long max) {
+    return static_cast<int>(parse_int_in(value, "--sweep " + key, min, max));
+  };
   if (key == "ranks") {
-    w.ranks = number("--sweep ranks");
-    if (w.ranks < 1 || w.ranks > 1024) throw UsageError("--sweep ranks: must be 1..1024");
+    w.ranks = number(1, 1024);
     f.ranks_given = true;
   } else if (key == "threads") {
-    w.threads = number("--sweep threads");
-    if (w.threads < 1 || w.threads > 1024) throw UsageError("--sweep threads: must be 1..1024");
+    w.threads = number(1, 1024);
   } else if (key == "link") {
     w.link = value;
   } else if (key == "chunks" && !f.synthetic.empty()) {
-    f.synthetic_chunks = number("--sweep chunks");
-    if (f.synthetic_chunks < 1 || f.synthetic_chunks > 100000) {
-      throw UsageError("--sweep chunks: must be 1..100000");
-    }
+    f.synthetic_chunks = number(1, 100000);
   } else if (!train) {
     throw UsageError("--sweep " + key + ": does not apply to " +
                      (f.microbench.empty() ? "--synthetic" : "--microbench"));
@@ -82,11 +84,9 @@ void apply(const std::string& key, const std::string& value, CharacterizeFlags& 
   } else if (key == "chunks") {
     w.strategy = "chunked:" + value;
   } else if (key == "bucket-mb") {
-    w.bucket_mb = parse_double(value, "--sweep bucket-mb");
-    if (!(w.bucket_mb > 0)) throw UsageError("--sweep bucket-mb: must be > 0");
+    w.bucket_mb = parse_double_in(value, "--sweep bucket-mb", kBucketMbBounds);
   } else if (key == "batch") {
-    w.batch = number("--sweep batch");
-    if (w.batch < 1) throw UsageError("--sweep batch: must be >= 1");
+    w.batch = number(1, 1 << 20);
     batch_given = true;
   } else if (key == "model") {
     w.model = value;
@@ -208,9 +208,9 @@ std::vector<SweepItem> build_points(const CharacterizeFlags& flags, bool batch_g
 
 // The results side of the sweep on this process.
 struct SweepOutputs {
-  std::optional<ResultsWriter> writer;  // rank 0 with --out
-  std::set<std::string> finished;       // the points every rank skips (--resume)
-  std::string refused;                  // the usage error that refused --out, on every rank
+  std::unique_ptr<ResultsWriter> writer;  // rank 0 with --out (it holds the lock: not moved)
+  std::set<std::string> finished;         // the points every rank skips (--resume)
+  std::string refused;                    // the usage error that refused --out, on every rank
 };
 
 // Rank 0 alone opens --out and decides which points are finished; in a process job it
@@ -220,7 +220,9 @@ SweepOutputs open_outputs(Job& job, const CharacterizeFlags& flags, const Comman
   SweepOutputs out;
   if (job.leader() && !flags.out.empty()) {
     try {
-      out.writer.emplace(flags.out, ResultsCommand::kCharacterize, argv, flags.resume);
+      out.writer = std::make_unique<ResultsWriter>(
+          flags.out, ResultsCommand::kCharacterize, argv,
+          OutputPolicy{.resume = flags.resume, .force = flags.force, .settings = flags.settings});
       out.finished = out.writer->finished_points();
     } catch (const UsageError& e) {
       if (job.in_process()) throw;
@@ -255,13 +257,14 @@ void print_header(const CharacterizeFlags& flags, std::size_t points, const Job&
 }
 
 // The last point's table and the report (rank 0).
-void print_results(const SweepOutcome& outcome, const SweepOutputs& outputs) {
+void print_results(const SweepOutcome& outcome, SweepOutputs& outputs) {
   if (outcome.last) {
     std::printf("\n%s\n", outcome.last->description.c_str());
     std::fputs(format_metrics_table(outcome.last->metrics).c_str(), stdout);
   }
   if (outputs.writer) {
     outputs.writer->write_report();
+    outputs.writer->commit();
     std::printf("wrote %s/{summary.json,iterations.csv,trace.json,report.html,points/}\n",
                 outputs.writer->path().c_str());
   }
@@ -288,6 +291,9 @@ int run_characterize(CharacterizeFlags flags, bool batch_given, const CommandLin
     // Every point runs on the job's ranks (a device microbenchmark: one GPU per process).
     flags.workload.ranks = job_ranks(backend, flags.workload.ranks, flags.ranks_given);
     flags.ranks_given = true;
+    // The launcher's process count, not --ranks' default: a resume with -np 4 of a sweep
+    // measured with -np 2 differs.
+    flags.settings["--ranks"] = std::to_string(flags.workload.ranks);
   }
   std::vector<SweepItem> points = build_points(flags, batch_given, options.axes);
 
@@ -352,16 +358,19 @@ void add_characterize_command(CLI::App& app, RunCommand& run) {
                   "Results directory: summary.json, iterations.csv, trace.json, report.html, "
                   "points/<id>/ (under mpirun written by rank 0 alone, for the whole job)");
   cmd->add_flag("--resume", flags->resume,
-                "Continue a sweep in --out, skipping finished points (under mpirun, the points "
-                "rank 0 finds finished)");
+                "Continue a sweep in --out (or the OUT.partial an interrupted first run left), "
+                "skipping finished points (under mpirun, the points rank 0 finds finished); "
+                "its settings must be the same");
+  cmd->add_flag("--force", flags->force,
+                "Replace the results --out holds (kept until this run's results are whole)");
   cmd->add_option("--warmup", flags->warmup, "Iterations dropped from each scenario")
-      ->check(CLI::Range(0, 1000000))
+      ->check(integer_in(0, 1000000))
       ->capture_default_str();
   cmd->add_option("--iterations", flags->iterations, "Measured iterations per scenario")
-      ->check(CLI::Range(1, 1000000))
+      ->check(integer_in(1, 1000000))
       ->capture_default_str();
   cmd->add_option("--power-interval-ms", flags->power_interval_ms, "Power sampling interval")
-      ->check(CLI::Range(1, 60000))
+      ->check(integer_in(1, 60000))
       ->capture_default_str();
   cmd->add_option("--powercap-root", flags->powercap_root,
                   "Where RAPL zones are read (a directory laid out like /sys/class/powercap)")
@@ -369,20 +378,20 @@ void add_characterize_command(CLI::App& app, RunCommand& run) {
   cmd->add_flag("--no-progress", flags->no_progress, "No progress bar on a terminal");
   cmd->add_option("--emulated-peers", flags->emulated_peers,
                   "--device cuda on one GPU: ring size the emulated all-reduce mimics")
-      ->check(CLI::Range(1, 1024))
+      ->check(integer_in(1, 1024))
       ->capture_default_str();
   cmd->add_option("--emulated-blocks", flags->emulated_blocks,
                   "--device cuda on one GPU: CUDA blocks of the emulated ring's kernels (0: 16, "
                   "about NCCL's channel count)")
-      ->check(CLI::Range(0, 65535))
+      ->check(integer_in(0, 65535))
       ->capture_default_str();
   cmd->add_option("--nccl-min-ctas", flags->nccl_min_ctas,
                   "--device cuda with NCCL: minCTAs of the communicator (0: NCCL's default)")
-      ->check(CLI::Range(0, 64))
+      ->check(integer_in(0, 64))
       ->capture_default_str();
   cmd->add_option("--nccl-max-ctas", flags->nccl_max_ctas,
                   "--device cuda with NCCL: maxCTAs of the communicator (0: NCCL's default)")
-      ->check(CLI::Range(0, 64))
+      ->check(integer_in(0, 64))
       ->capture_default_str();
   cmd->add_option("--kernel-timing", flags->kernel_timing,
                   "--device cuda: kernel spans from cupti activity records (falls back to "
@@ -393,6 +402,7 @@ void add_characterize_command(CLI::App& app, RunCommand& run) {
     const bool batch_given = cmd->count("--batch") > 0;
     flags->ranks_given = cmd->count("--ranks") > 0;
     flags->precision_given = cmd->count("--precision") > 0;
+    flags->settings = settings_of(*cmd, {"--out", "--resume", "--force", "--no-progress"});
     run = [flags, batch_given](const CommandLine& argv) {
       return run_characterize(*flags, batch_given, argv);
     };

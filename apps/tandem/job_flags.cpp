@@ -3,6 +3,7 @@
 #include <stdexcept>
 
 #include "core/error.h"
+#include "flag_checks.h"
 
 namespace tandem::cli {
 
@@ -22,7 +23,7 @@ void add_job_flags(CLI::App& app, JobFlags& f) {
   app.add_option("--mpi-poll-us", f.mpi_poll_us,
                  "mpi progress thread: microseconds to sleep between fruitless polls "
                  "(0: yield the core instead)")
-      ->check(CLI::Range(0.0, 1e6))
+      ->check(number_in({.min = 0, .max = 1e6}))
       ->capture_default_str();
 }
 

@@ -8,6 +8,7 @@
 #include "commands.h"
 #include "core/error.h"
 #include "core/version.h"
+#include "flag_checks.h"
 
 int main(int argc, char** argv) {
   CLI::App app{
@@ -22,16 +23,22 @@ int main(int argc, char** argv) {
   tandem::cli::add_characterize_command(app, run);
   tandem::cli::add_analyze_command(app, run);
   tandem::cli::add_report_command(app, run);
+  tandem::cli::keep_repeated_values(app);
 
   try {
+    tandem::cli::check_subcommand(app, argc, argv);
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     if (e.get_exit_code() == 0) return app.exit(e);  // --help, --version
     std::string message = e.what();
     std::fprintf(stderr, "tandem: error: %s\n", message.c_str());
     return 2;
+  } catch (const tandem::UsageError& e) {
+    std::fprintf(stderr, "tandem: error: %s\n", e.what());
+    return 2;
   }
   try {
+    for (const CLI::App* command : app.get_subcommands()) tandem::cli::check_given_values(*command);
     return run(command_line);
   } catch (const tandem::UsageError& e) {
     std::fprintf(stderr, "tandem: error: %s\n", e.what());

@@ -3,6 +3,7 @@
 #include <cstdio>
 
 #include "commands.h"
+#include "flag_checks.h"
 #include "report/html/report.h"
 
 namespace tandem::cli {
@@ -40,9 +41,9 @@ void add_report_command(CLI::App& app, RunCommand& run) {
                   "Configuration drawn in detail (its id under points/; default: the first)");
   cmd->add_option("--iteration", flags->iteration,
                   "Iteration shown in the Gantt charts (default: the median measured one)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(integer_in(0, 10'000'000));
   cmd->add_option("--max-ranks", flags->max_ranks, "Ranks drawn per Gantt chart")
-      ->check(CLI::Range(1, 4096))
+      ->check(integer_in(1, 4096))
       ->capture_default_str();
   cmd->add_option("--out", flags->out, "Output file (default: DIR/report.html)");
   cmd->callback([flags, cmd, &run] {

@@ -12,6 +12,7 @@
 #include "core/parse.h"
 #include "engine/launch.h"
 #include "engine/trainer.h"
+#include "flag_checks.h"
 #include "job_flags.h"
 #include "report/results_dir.h"
 #include "report/train_report.h"
@@ -24,6 +25,7 @@ namespace {
 struct TrainFlags {
   WorkloadFlags workload;
   std::string out;
+  bool force = false;
   int warmup = 2;
   bool quiet = false;
   JobFlags job;
@@ -57,12 +59,7 @@ StepCallback step_printer(const TrainFlags& flags, int steps) {
 
 // `out` is null without --out, and on every rank but 0 of a process job.
 int write_outputs(const TrainConfig& config, const TrainResult& result, int warmup,
-                  const ResultsWriter* out);
-
-std::optional<ResultsWriter> open_results(const TrainFlags& flags, const CommandLine& argv) {
-  if (flags.out.empty()) return std::nullopt;
-  return std::optional<ResultsWriter>(std::in_place, flags.out, ResultsCommand::kTrain, argv);
-}
+                  ResultsWriter* out);
 
 // After a device run: what it ran on, how its gradients moved and how it was timed.
 void print_device_lines(const TrainResult& result) {
@@ -85,8 +82,11 @@ int run_train(const TrainFlags& flags, bool batch_given, bool ranks_given,
   config.ranks = job_ranks(backend, config.ranks, ranks_given);
   validate(config);
   const bool leader_process = backend == "local" || launched_world().rank == 0;
-  const std::optional<ResultsWriter> out =
-      leader_process ? open_results(flags, argv) : std::nullopt;
+  // Locked for the whole run; the results appear at --out only when all are written.
+  std::optional<ResultsWriter> out;
+  if (leader_process && !flags.out.empty()) {
+    out.emplace(flags.out, ResultsCommand::kTrain, argv, OutputPolicy{.force = flags.force});
+  }
   Job job(backend, job_options(flags.job, config.timeout_ns));
   expect_job_size(job, config.ranks);
   const std::string where = job.in_process() && config.device != Device::kCpu
@@ -116,7 +116,7 @@ int run_train(const TrainFlags& flags, bool batch_given, bool ranks_given,
 }
 
 int write_outputs(const TrainConfig& config, const TrainResult& result, int warmup,
-                  const ResultsWriter* out) {
+                  ResultsWriter* out) {
   const TrainSummary summary = summarize_training(config, result, warmup);
   std::fputs(format_train_summary(config, result, summary).c_str(), stdout);
 
@@ -128,6 +128,7 @@ int write_outputs(const TrainConfig& config, const TrainResult& result, int warm
                        {.other_data = train_config_json(config, result)});
     }
     out->write_report();
+    out->commit();
     std::printf("wrote %s/{steps.csv,summary.json%s,report.html}\n", out->path().c_str(),
                 config.record ? ",trace.json" : "");
   }
@@ -145,9 +146,12 @@ void add_train_command(CLI::App& app, RunCommand& run) {
   add_workload_flags(*cmd, flags->workload);
   cmd->add_option("--out", flags->out,
                   "Directory for steps.csv (a row per rank per step), trace.json "
-                  "(Chrome/Perfetto), summary.json and report.html");
+                  "(Chrome/Perfetto), summary.json and report.html; it appears when the run "
+                  "is done, and one that holds results is refused without --force");
+  cmd->add_flag("--force", flags->force,
+                "Replace the results --out holds (kept until this run's results are whole)");
   cmd->add_option("--warmup", flags->warmup, "Steps left out of the summary statistics")
-      ->check(CLI::NonNegativeNumber)
+      ->check(integer_in(0, 10'000'000))
       ->capture_default_str();
   cmd->add_flag("--quiet", flags->quiet, "No line per step, only the summary");
   add_job_flags(*cmd, flags->job);

@@ -1,6 +1,7 @@
 #include "workload_flags.h"
 
 #include "core/error.h"
+#include "flag_checks.h"
 #include "model/rank_model.h"
 
 namespace tandem::cli {
@@ -23,7 +24,7 @@ void add_workload_flags(CLI::App& app, WorkloadFlags& f) {
   app.add_option("--ranks", f.ranks,
                  "Data-parallel ranks: threads of this process (local backend); under "
                  "mpirun/srun the job's processes, so leave it out or give the same count")
-      ->check(CLI::Range(1, 1024))
+      ->check(integer_in(1, 1024))
       ->capture_default_str();
   app.add_option("--model", f.model,
                  "Model: mlp:DxW (D Linear layers of width W, ReLU; add ',gelu' for GELU), "
@@ -51,45 +52,48 @@ void add_workload_flags(CLI::App& app, WorkloadFlags& f) {
       ->check(CLI::Range(0, 10'000'000))
       ->capture_default_str();
   app.add_option("--batch", f.batch, "Samples per rank per micro-batch (per rank, as in DDP)")
-      ->check(CLI::Range(1, 1 << 20))
+      ->check(integer_in(1, 1 << 20))
       ->capture_default_str();
   app.add_option("--steps", f.steps, "Training steps (iterations)")
-      ->check(CLI::Range(1, 10'000'000))
+      ->check(integer_in(1, 10'000'000))
       ->capture_default_str();
   app.add_option("--lr", f.lr, "SGD learning rate")
-      ->check(CLI::PositiveNumber)
+      ->check(number_in({.min = 0, .max = 1000, .min_open = true}))
       ->capture_default_str();
   app.add_option("--momentum", f.momentum, "SGD momentum")
-      ->check(CLI::Range(0.0, 1.0))
+      ->check(number_in({.min = 0, .max = 1}))
       ->capture_default_str();
   app.add_option("--weight-decay", f.weight_decay, "SGD L2 weight decay")
-      ->check(CLI::Range(0.0, 1.0))
+      ->check(number_in({.min = 0, .max = 1}))
       ->capture_default_str();
   app.add_option("--strategy", f.strategy,
                  "Gradient synchronization: sequential (after backward, no overlap), "
                  "layerwise, bucketed, chunked:N")
       ->capture_default_str();
   app.add_option("--bucket-mb", f.bucket_mb, "Bucket cap in MiB (bucketed and sequential)")
-      ->check(CLI::PositiveNumber)
+      ->check(number_in(kBucketMbBounds))
       ->capture_default_str();
   app.add_option("--first-bucket-mb", f.first_bucket_mb,
                  "Cap of the first (earliest) bucket in MiB")
-      ->check(CLI::PositiveNumber)
+      ->check(number_in(kBucketMbBounds))
       ->capture_default_str();
   app.add_option("--accumulate", f.accumulate,
                  "Micro-batches per synchronization (gradient accumulation)")
-      ->check(CLI::Range(1, 1 << 20))
+      ->check(integer_in(1, 1 << 20))
       ->capture_default_str();
   app.add_option("--link", f.link,
                  "Emulate a slower interconnect: BANDWIDTH,LATENCY (e.g. 25GB/s,5us); "
                  "alpha-beta wire time added after the real data movement");
-  app.add_option("--seed", f.seed, "Seed of parameters and data")->capture_default_str();
+  app.add_option("--seed", f.seed, "Seed of parameters and data (0..2^64-1)")
+      ->check(unsigned_integer())
+      ->capture_default_str();
   app.add_option("--threads", f.threads, "BLAS threads per rank")
-      ->check(CLI::Range(1, 1024))
+      ->check(integer_in(1, 1024))
       ->capture_default_str();
   app.add_option("--timeout", f.timeout_s,
-                 "Seconds a collective may take before the run stops with an error")
-      ->check(CLI::PositiveNumber)
+                 "Seconds a collective may take before the run stops with an error (at most "
+                 "1e6, about 11.6 days)")
+      ->check(number_in({.min = 0, .max = kMaxTimeoutS, .min_open = true}))
       ->capture_default_str();
   app.add_flag("--no-timeline", f.no_timeline,
                "Record no spans (measures the timeline's own cost; no trace, fewer metrics)");
@@ -127,8 +131,13 @@ TrainConfig to_train_config(const WorkloadFlags& f, bool batch_given) {
   c.reducer.plan.strategy = for_flag("--strategy", [&] { return Strategy::parse(f.strategy); });
   c.reducer.plan.bucket_cap_bytes = static_cast<std::int64_t>(f.bucket_mb * (1 << 20));
   c.reducer.plan.first_bucket_cap_bytes = static_cast<std::int64_t>(f.first_bucket_mb * (1 << 20));
-  if (c.reducer.plan.bucket_cap_bytes < 4) throw UsageError("--bucket-mb: too small");
-  if (c.reducer.plan.first_bucket_cap_bytes < 4) throw UsageError("--first-bucket-mb: too small");
+  // The flags' bounds keep the products in range; what remains is a cap below one float.
+  if (c.reducer.plan.bucket_cap_bytes < 4) {
+    throw UsageError("--bucket-mb: too small (below 4 bytes, one float)");
+  }
+  if (c.reducer.plan.first_bucket_cap_bytes < 4) {
+    throw UsageError("--first-bucket-mb: too small (below 4 bytes, one float)");
+  }
   c.timeout_ns = static_cast<std::int64_t>(f.timeout_s * 1e9);
   if (!f.link.empty()) c.link = for_flag("--link", [&] { return LinkModel::parse(f.link); });
   c.seed = f.seed;

@@ -5,9 +5,14 @@
 #include <CLI/CLI.hpp>
 #include <string>
 
+#include "core/parse.h"
 #include "engine/trainer.h"
 
 namespace tandem::cli {
+
+// --bucket-mb and --first-bucket-mb (and --sweep bucket-mb): up to 1 TiB, so that the cap
+// in bytes fits an int64 with room to spare.
+inline constexpr Bounds kBucketMbBounds{.min = 0, .max = 1 << 20, .min_open = true};
 
 struct WorkloadFlags {
   int ranks = 2;

@@ -1,4 +1,4 @@
-// The metrics of docs/METRICS.md; the rules are documented in metrics.h and docs/METRICS.md.
+// The metrics of docs/METRICS.md; the rules behind them are stated in metrics.h.
 #include "analysis/metrics.h"
 
 #include <algorithm>

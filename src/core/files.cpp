@@ -1,6 +1,8 @@
 #include "core/files.h"
 
 #include <fcntl.h>
+#include <sys/file.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -13,23 +15,6 @@
 namespace tandem {
 
 namespace fs = std::filesystem;
-
-void prepare_output_dir(const fs::path& dir, std::string_view flag) {
-  std::error_code ec;
-  fs::create_directories(dir, ec);
-  if (ec || !fs::is_directory(dir)) {
-    throw UsageError(std::string(flag) + ": cannot create directory '" + dir.string() +
-                     "': " + (ec ? ec.message() : "not a directory"));
-  }
-  const fs::path probe = dir / (".tandem-probe." + std::to_string(::getpid()));
-  const int fd = ::open(probe.c_str(), O_WRONLY | O_CREAT | O_EXCL, 0644);
-  if (fd < 0) {
-    throw UsageError(std::string(flag) + ": cannot write to '" + dir.string() +
-                     "': " + std::strerror(errno));
-  }
-  ::close(fd);
-  fs::remove(probe, ec);
-}
 
 void write_file_atomic(const fs::path& path, std::string_view content) {
   const fs::path tmp = path.string() + ".tmp." + std::to_string(::getpid());
@@ -56,11 +41,52 @@ void write_file_atomic(const fs::path& path, std::string_view content) {
   }
 }
 
+FileLock::FileLock(fs::path path, const std::string& what) : path_(std::move(path)) {
+  for (;;) {
+    fd_ = ::open(path_.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    if (fd_ < 0) {
+      throw UsageError(what + ": cannot create lock '" + path_.string() +
+                       "': " + std::strerror(errno));
+    }
+    if (::flock(fd_, LOCK_EX | LOCK_NB) != 0) {
+      const int error = errno;
+      char pid[32] = {};
+      const ssize_t n = ::pread(fd_, pid, sizeof pid - 1, 0);
+      ::close(fd_);
+      fd_ = -1;
+      if (error == EWOULDBLOCK) {
+        std::string owner(pid, n > 0 ? static_cast<std::size_t>(n) : 0);
+        owner = owner.substr(0, owner.find('\n'));
+        throw UsageError(what + " is in use by another tandem run" +
+                         (owner.empty() ? std::string() : " (pid " + owner + ")"));
+      }
+      throw UsageError(what + ": cannot lock '" + path_.string() + "': " + std::strerror(error));
+    }
+    // Locked; but if the holder before us unlinked the file while we waited to open it,
+    // our lock is on a file nobody else will see: take the one at `path` instead.
+    struct stat held {};
+    struct stat named {};
+    if (::fstat(fd_, &held) == 0 && ::stat(path_.c_str(), &named) == 0 &&
+        held.st_ino == named.st_ino && held.st_dev == named.st_dev) {
+      break;
+    }
+    ::close(fd_);
+  }
+  const std::string pid = std::to_string(::getpid()) + "\n";
+  if (::ftruncate(fd_, 0) == 0) (void)!::pwrite(fd_, pid.data(), pid.size(), 0);
+}
+
+FileLock::~FileLock() {
+  if (fd_ < 0) return;
+  ::unlink(path_.c_str());  // while still holding it: see the constructor
+  ::close(fd_);
+}
+
 std::string read_file(const fs::path& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) {
-    throw UsageError("cannot read '" + path.string() + "': " +
-                     (fs::exists(path) ? std::strerror(errno) : "no such file"));
+    throw UsageError("cannot read '" + path.string() +
+                     "': " + (fs::exists(path) ? std::strerror(errno) : "no such file"));
   }
   std::ostringstream out;
   out << in.rdbuf();

@@ -1,17 +1,20 @@
-// What this machine's memory allows: read before allocating a model, so that a run that
-// cannot fit stops with one line instead of std::bad_alloc or the OOM killer.
+// How much memory this process may still allocate, so that a run too large for the
+// machine stops with one line before it allocates, instead of dying in std::bad_alloc (or
+// at the hands of the OOM killer) halfway through.
 #pragma once
 
 #include <cstdint>
-#include <optional>
+#include <string>
 
 namespace tandem {
 
-// Bytes a new allocation can get without swapping: MemAvailable of /proc/meminfo, else
-// the free physical pages; nullopt where neither can be read.
-std::optional<std::int64_t> available_memory_bytes();
+struct AvailableMemory {
+  std::int64_t bytes = -1;  // -1: nothing could be read (unknown, not "none")
+  std::string source;       // what said so: "MemAvailable", "cgroup memory.max", "sysconf"
+};
 
-// This process's peak resident set size (getrusage), in bytes.
-std::int64_t peak_rss_bytes();
+// The smallest of: /proc/meminfo's MemAvailable (else sysconf's available pages) and what
+// this process's cgroup (v2) still allows.
+AvailableMemory available_memory();
 
 }  // namespace tandem

@@ -154,6 +154,84 @@ double parse_double(std::string_view text, std::string_view what) {
   return value;
 }
 
+namespace {
+
+// A bound as people write it: whole numbers in full up to 1e15, others in %g.
+std::string format_bound(double v) {
+  char buf[32];
+  if (v == std::nearbyint(v) && std::fabs(v) < 1e15) {
+    std::snprintf(buf, sizeof buf, "%.0f", v);
+  } else {
+    std::snprintf(buf, sizeof buf, "%g", v);
+  }
+  return buf;
+}
+
+}  // namespace
+
+std::string describe(const Bounds& b) {
+  if (b.min_open) return "> " + format_bound(b.min) + " and <= " + format_bound(b.max);
+  return format_bound(b.min) + ".." + format_bound(b.max);
+}
+
+double parse_double_in(std::string_view text, std::string_view what, const Bounds& bounds) {
+  const std::string prefix = what.empty() ? "" : std::string(what) + ": ";
+  double value = 0;
+  const char* last = text.data() + text.size();
+  auto [ptr, ec] = std::from_chars(text.data(), last, value);
+  const bool number =
+      !text.empty() && ptr == last && (ec == std::errc() || ec == std::errc::result_out_of_range);
+  // Out of double's range (1e999) or infinite is a number too large, not "not a number".
+  if (!number || std::isnan(value)) {
+    throw UsageError(prefix + "expected a number " + describe(bounds) + ", got " + quoted(text));
+  }
+  const bool below = bounds.min_open ? !(value > bounds.min) : value < bounds.min;
+  if (ec == std::errc::result_out_of_range || below || !(value <= bounds.max)) {
+    throw UsageError(prefix + "must be " + describe(bounds) + ", got " + quoted(text));
+  }
+  return value;
+}
+
+namespace {
+
+// "010": octal to C (and to CLI11, which converts a flag's value with strtoll base 0),
+// ten to most people; neither reading is taken.
+bool leading_zero(std::string_view text) {
+  const std::string_view digits = text.starts_with('-') ? text.substr(1) : text;
+  return digits.size() > 1 && digits[0] == '0';
+}
+
+}  // namespace
+
+long long parse_int_in(std::string_view text, std::string_view what, long long min, long long max) {
+  const std::string prefix = what.empty() ? "" : std::string(what) + ": ";
+  const std::string range = "an integer " + std::to_string(min) + ".." + std::to_string(max);
+  long long value = 0;
+  const char* last = text.data() + text.size();
+  auto [ptr, ec] = std::from_chars(text.data(), last, value);
+  if (text.empty() || ptr != last || leading_zero(text) ||
+      (ec != std::errc() && ec != std::errc::result_out_of_range)) {
+    throw UsageError(prefix + "expected " + range + ", got " + quoted(text));
+  }
+  if (ec == std::errc::result_out_of_range || value < min || value > max) {
+    throw UsageError(prefix + "must be " + range + ", got " + quoted(text));
+  }
+  return value;
+}
+
+std::uint64_t parse_uint64(std::string_view text, std::string_view what) {
+  const std::string prefix = what.empty() ? "" : std::string(what) + ": ";
+  const std::string range =
+      "an integer 0.." + std::to_string(std::numeric_limits<std::uint64_t>::max());
+  std::uint64_t value = 0;
+  const char* last = text.data() + text.size();
+  auto [ptr, ec] = std::from_chars(text.data(), last, value);
+  if (text.empty() || ptr != last || leading_zero(text) || ec != std::errc()) {
+    throw UsageError(prefix + "must be " + range + ", got " + quoted(text));
+  }
+  return value;
+}
+
 std::vector<std::string> split(std::string_view text, char sep) {
   std::vector<std::string> parts;
   std::size_t begin = 0;

@@ -7,6 +7,7 @@
 #include <optional>
 #include <tuple>
 
+#include "comm/backend_registry.h"
 #include "compute/cpu/blas.h"
 #include "core/bytes.h"
 #include "core/error.h"
@@ -56,23 +57,41 @@ void validate(const TrainConfig& config) {
                      "text; '" + config.model.text + "' learns its synthetic task");
   }
   config.model.check_size();
+  if (config.device == Device::kCpu) check_host_memory(config);
 }
 
-void check_memory(const TrainConfig& config, int ranks_here) {
-  if (config.device != Device::kCpu) return;  // device memory: the device's allocator says
-  const std::int64_t per_rank = replica_bytes({.spec = config.model,
-                                               .batch = config.batch,
-                                               .data_batches = config.data_batches,
-                                               .data_path = config.data_path});
-  const std::int64_t needed = per_rank * ranks_here;
-  const std::optional<std::int64_t> available = available_memory_bytes();
-  if (available && needed > *available) {
-    throw UsageError("--model " + config.model.text + " with --batch " +
-                     std::to_string(config.batch) + " needs " + format_bytes(double(needed)) +
-                     " (" + std::to_string(needed) + " bytes: " + format_bytes(double(per_rank)) +
-                     " per rank x " + std::to_string(ranks_here) + " ranks on this machine) but " +
-                     format_bytes(double(*available)) + " is available");
-  }
+HostMemoryNeed host_memory_need(const TrainConfig& config, int ranks_here) {
+  // Note [memory estimate]: what the model, its optimizer and its data allocate
+  // (replica_bytes, model/rank_model.h). The communicator reduces gradients in place and
+  // the recorder's spans are small, so both are left out: the estimate is a floor, and a
+  // run it refuses could never have fit.
+  const ReplicaBytes replica = replica_bytes({.spec = config.model,
+                                             .batch = config.batch,
+                                             .data_batches = config.data_batches,
+                                             .data_path = config.data_path});
+  HostMemoryNeed need;
+  need.state_per_rank = replica.state;
+  need.activations_per_rank = replica.working;
+  need.ranks = ranks_here;
+  // Rank 0 hands its final parameters to the leader: downloaded, then encoded.
+  need.total = ranks_here * (replica.state + replica.working) + 2.0 / 3.0 * replica.state;
+  return need;
+}
+
+void check_host_memory(const TrainConfig& config) {
+  // In a launcher's job each process holds its own rank; in-process, all of them.
+  const int ranks_here = launched_world().launcher.empty() ? config.ranks : 1;
+  const HostMemoryNeed need = host_memory_need(config, ranks_here);
+  const AvailableMemory available = available_memory();
+  if (available.bytes < 0 || need.total <= static_cast<double>(available.bytes)) return;
+  throw UsageError(
+      "--model " + config.model.text + " with --batch " + std::to_string(config.batch) + " on " +
+      std::to_string(ranks_here) + " rank(s) needs at least " + format_bytes(need.total) +
+      " of memory (" + std::to_string(static_cast<long long>(need.total)) + " bytes; per rank " +
+      format_bytes(need.state_per_rank) + " of parameters, gradients and momentum and " +
+      format_bytes(need.activations_per_rank) + " of activations and data), but " +
+      format_bytes(static_cast<double>(available.bytes)) + " is available (" + available.source +
+      ")");
 }
 
 // The hash travels as four 16-bit pieces (exact in fp32). The collective carries no
@@ -80,7 +99,8 @@ void check_memory(const TrainConfig& config, int ranks_here) {
 void verify_identical(Communicator& comm, std::uint64_t hash, int step) {
   std::vector<float> mine(4);
   std::vector<float> all(4 * static_cast<std::size_t>(comm.size()));
-  for (int i = 0; i < 4; ++i) mine[static_cast<std::size_t>(i)] = static_cast<float>((hash >> (16 * i)) & 0xffff);
+  for (int i = 0; i < 4; ++i)
+    mine[static_cast<std::size_t>(i)] = static_cast<float>((hash >> (16 * i)) & 0xffff);
   try {
     comm.allgather(mine, all)->synchronize();
   } catch (const std::exception& e) {
@@ -243,11 +263,9 @@ std::string train_rank(const TrainConfig& config, RankEnv& env, const StepCallba
 
 TrainResult train(const TrainConfig& config, Job& job, const StepCallback& on_step) {
   validate(config);
-  check_memory(config, job.in_process() ? config.ranks : job.process()->ranks_on_host());
   if (config.device == Device::kCpu) set_blas_threads(config.blas_threads);
-  const RunResult run = job.run(train_run_spec(config), [&](RankEnv& env) {
-    return train_rank(config, env, on_step);
-  });
+  const RunResult run = job.run(train_run_spec(config),
+                                [&](RankEnv& env) { return train_rank(config, env, on_step); });
 
   TrainResult result;
   result.leader = run.leader;

@@ -112,10 +112,22 @@ void verify_identical(Communicator& comm, std::uint64_t hash, int step);
 // Spans each lane of a rank's recorder must hold for a whole run of `config`.
 std::size_t train_span_capacity(const TrainConfig& config);
 
-// Throws UsageError naming the flag for impossible configurations.
+// Throws UsageError naming the flag for impossible configurations, and (on the cpu
+// device) for a run whose memory would not fit (check_host_memory).
 void validate(const TrainConfig& config);
-// Throws UsageError giving the bytes needed when `ranks_here` replicas of `config` (the
-// ranks of the run on this machine) would not fit in its available memory. CPU only.
-void check_memory(const TrainConfig& config, int ranks_here);
+
+// The host memory a run allocates in this process, in bytes (Note [memory estimate] in
+// trainer.cpp): per rank the model's state and its activations and data, for every rank
+// of the process, plus rank 0's copy of the final parameters.
+struct HostMemoryNeed {
+  double state_per_rank = 0;        // parameters, gradients, momentum
+  double activations_per_rank = 0;  // activations, gradients of activations, the data shard
+  int ranks = 0;                    // ranks in this process
+  double total = 0;
+};
+HostMemoryNeed host_memory_need(const TrainConfig& config, int ranks_here);
+// Throws UsageError with the bytes needed when a run of `config` needs more memory than
+// this machine has available (core/memory.h); checked before anything is allocated.
+void check_host_memory(const TrainConfig& config);
 
 }  // namespace tandem

@@ -1,11 +1,27 @@
 #include "experiment/sweep.h"
 
+#include <cctype>
+#include <map>
 #include <set>
 
 #include "core/error.h"
 #include "core/parse.h"
 
 namespace tandem {
+
+namespace {
+
+// A value as it appears in a point's id (and so in its directory's name).
+std::string id_part(std::string_view value) {
+  std::string part;
+  for (char c : value) {
+    const bool safe = std::isalnum(static_cast<unsigned char>(c)) || c == '-';
+    part += safe ? c : '_';
+  }
+  return part;
+}
+
+}  // namespace
 
 SweepAxis parse_sweep(std::string_view text) {
   const auto eq = text.find('=');
@@ -26,6 +42,18 @@ SweepAxis parse_sweep(std::string_view text) {
     if (value.empty())
       throw UsageError("--sweep " + axis.key + ": empty value in '" + std::string(list) + "'");
     axis.values.push_back(value);
+  }
+  // A value given twice would measure one point twice; two values that differ only in
+  // characters a file name cannot hold ("10GB/s" and "10GB_s") would share a directory.
+  std::map<std::string, std::string> by_id;
+  for (const std::string& value : axis.values) {
+    const auto [at, fresh] = by_id.emplace(id_part(value), value);
+    if (fresh) continue;
+    if (at->second == value) {
+      throw UsageError("--sweep " + axis.key + ": value '" + value + "' given twice");
+    }
+    throw UsageError("--sweep " + axis.key + ": values '" + at->second + "' and '" + value +
+                     "' would share the point id '" + at->first + "'");
   }
   return axis;
 }
@@ -54,11 +82,7 @@ std::string point_id(const SweepPoint& point) {
   std::string id;
   for (const auto& [key, value] : point) {
     if (!id.empty()) id += '.';
-    id += key + '-';
-    for (char c : value) {
-      const bool safe = std::isalnum(static_cast<unsigned char>(c)) || c == '-';
-      id += safe ? c : '_';
-    }
+    id += key + '-' + id_part(value);
   }
   return id;
 }

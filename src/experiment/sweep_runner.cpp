@@ -58,7 +58,7 @@ void rebuild_outputs(const ResultsWriter& results, const std::vector<std::string
   results.write_summary({{"sweep", axes_json}, {"points_total", ids.size()}, {"points", points}});
   results.write("iterations.csv", csv);
   for (const std::string& id : ids) {
-    const fs::path trace = results.path() / trace_path(id, Scenario::kOverlapped);
+    const fs::path trace = results.working_path() / trace_path(id, Scenario::kOverlapped);
     std::error_code ec;
     if (results.finished_points().count(id) && fs::exists(trace, ec)) {
       results.write("trace.json", read_file(trace));

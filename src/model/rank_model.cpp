@@ -205,20 +205,23 @@ void check_device_available(Device device) {
   }
 }
 
-std::int64_t replica_bytes(const ModelConfig& config) {
+ReplicaBytes replica_bytes(const ModelConfig& config) {
   const ModelSpec& spec = config.spec;
-  const std::int64_t state = 3 * spec.parameter_count() * static_cast<std::int64_t>(sizeof(float));
+  ReplicaBytes out;
+  out.state = 3.0 * static_cast<double>(spec.parameter_count()) * sizeof(float);
   if (spec.is_transformer()) {
     const TransformerShape& s = spec.transformer;
-    const std::int64_t tokens = static_cast<std::int64_t>(config.batch) * (s.seq + 1);
-    const std::int64_t chain = static_cast<std::int64_t>(s.vocab) * TokenData::kSuccessors;
-    return state + Transformer::buffer_bytes(spec, config.batch) +
-           4 * (tokens + (config.data_path.empty() ? chain : 0));
+    const double tokens = static_cast<double>(config.batch) * (s.seq + 1);
+    const double chain = static_cast<double>(s.vocab) * TokenData::kSuccessors;
+    out.working = static_cast<double>(Transformer::buffer_bytes(spec, config.batch)) +
+                  4 * (tokens + (config.data_path.empty() ? chain : 0));
+    return out;
   }
   // The synthetic set's features and labels, and the teacher's outputs while labelling.
-  const std::int64_t samples = static_cast<std::int64_t>(config.batch) * config.data_batches;
-  const std::int64_t data = 4 * samples * (spec.input + 1 + 64 + spec.classes);
-  return state + Model::buffer_bytes(spec, config.batch) + data;
+  const double samples = static_cast<double>(config.batch) * config.data_batches;
+  out.working = static_cast<double>(Model::buffer_bytes(spec, config.batch)) +
+                4 * samples * (spec.input + 1 + 64 + spec.classes);
+  return out;
 }
 
 std::unique_ptr<RankModel> make_rank_model(const ModelConfig& config, RankRecorder& recorder) {

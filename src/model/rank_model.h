@@ -93,10 +93,14 @@ class RankModel {
   virtual std::string timing_source() const = 0;
 };
 
-// Bytes one replica of `config` allocates on its device: parameters, gradients, SGD
-// velocity, the passes' buffers and (on the CPU) its data. Nothing is allocated to
-// compute it, so a run can be refused before it starts (engine/trainer.h).
-std::int64_t replica_bytes(const ModelConfig& config);
+// Bytes one replica of `config` allocates on its device, in doubles so that no absurd
+// size overflows before it is compared. Nothing is allocated to compute it, so a run can
+// be refused before it starts (engine/trainer.h).
+struct ReplicaBytes {
+  double state = 0;    // parameters, gradients, SGD velocity
+  double working = 0;  // the passes' buffers and (on the CPU) the data shard
+};
+ReplicaBytes replica_bytes(const ModelConfig& config);
 
 // The CPU model (always built in) or a registered device's. Spans go to `recorder`.
 // Throws UsageError when the device cannot run here (check_device_available).

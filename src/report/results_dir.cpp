@@ -1,5 +1,12 @@
 #include "report/results_dir.h"
 
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+
 #include "core/error.h"
 #include "core/files.h"
 #include "report/html/report.h"
@@ -15,38 +22,209 @@ fs::path point_file(const std::string& id) { return fs::path("points") / id / "r
 }  // namespace
 
 ResultsWriter::ResultsWriter(fs::path dir, ResultsCommand command, std::vector<std::string> argv,
-                             bool resume)
+                             OutputPolicy policy)
     : dir_(std::move(dir)), command_(command), argv_(std::move(argv)) {
-  prepare_output_dir(dir_, "--out");
   std::error_code ec;
-  if (fs::is_directory(dir_ / "points", ec)) {
-    for (const auto& entry : fs::directory_iterator(dir_ / "points", ec)) {
-      const std::string id = entry.path().filename().string();
-      if (fs::exists(dir_ / point_file(id), ec)) finished_.insert(id);
-    }
+  fs::path absolute = fs::absolute(dir_, ec).lexically_normal();
+  if (!absolute.has_filename()) absolute = absolute.parent_path();  // "run/"
+  if (ec || !absolute.has_filename() || absolute == absolute.root_path()) {
+    throw UsageError("--out: '" + dir_.string() + "' cannot be a results directory");
   }
-  check_existing(resume);
+  // A DIR that is a symbolic link: the results go where it points.
+  target_ = fs::weakly_canonical(absolute, ec);
+  if (ec) target_ = absolute;
+  const fs::path parent = target_.parent_path();
+  fs::create_directories(parent, ec);
+  if (ec || !fs::is_directory(parent)) {
+    throw UsageError("--out: cannot create directory '" + parent.string() +
+                     "': " + (ec ? ec.message() : "not a directory"));
+  }
+  partial_ = parent / (target_.filename().string() + ".partial");
+  lock_ = std::make_unique<FileLock>(parent / ("." + target_.filename().string() + ".lock"),
+                                     "--out: '" + dir_.string() + "'");
+  choose_working_directory(policy);
+  load_finished_points();
+  if (!policy.settings.is_null()) check_and_write_settings(policy.settings, policy.resume);
 }
 
-void ResultsWriter::check_existing(bool resume) const {
-  std::error_code ec;
-  const bool holds_results = !finished_.empty() || fs::exists(dir_ / "summary.json", ec);
-  switch (command_) {
-    case ResultsCommand::kCharacterize:
-      if (holds_results && !resume) {
-        throw UsageError("--out: '" + dir_.string() +
-                         "' already holds results; add --resume to continue it, or choose "
-                         "another directory");
-      }
-      break;
-    case ResultsCommand::kTrain:
-    case ResultsCommand::kAnalyze:
-      break;  // their files are overwritten one by one
+ResultsWriter::~ResultsWriter() {
+  // A sweep's finished points outlive a failure: --resume continues them.
+  const bool keep = command_ == ResultsCommand::kCharacterize && !finished_.empty();
+  if (!committed_ && work_ == partial_ && !keep) {
+    std::error_code ec;
+    fs::remove_all(partial_, ec);
   }
+  lock_.reset();
+}
+
+namespace {
+
+// Whether `dir` holds something a tandem command writes: --force replaces only that, never
+// a directory of other files named by mistake.
+bool holds_tandem_results(const fs::path& dir) {
+  std::error_code ec;
+  for (const char* name : {"summary.json", "settings.json", "points", "steps.csv", "iterations.csv",
+                           "trace.json", "report.html"}) {
+    if (fs::exists(dir / name, ec)) return true;
+  }
+  return false;
+}
+
+std::size_t finished_in(const fs::path& dir) {
+  std::size_t n = 0;
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(dir / "points", ec)) {
+    n += fs::exists(entry.path() / "result.json", ec);
+  }
+  return n;
+}
+
+}  // namespace
+
+// Note [output policy]: the one policy of every command that writes --out DIR, decided
+// while DIR's lock is held, so no other run changes DIR or DIR.partial meanwhile.
+//   --resume, DIR holds results:    continue in place (each point commits atomically)
+//   --resume, DIR.partial exists:   continue the interrupted first run there
+//   DIR holds something, no --force: refused (characterize suggests --resume)
+//   DIR.partial with finished points (characterize), no --force: refused, suggesting
+//                                   --resume, so a killed sweep is not thrown away
+//   otherwise:                      a fresh, empty DIR.partial; commit() renames it to DIR
+// DIR is replaced (with --force) only in commit(): a --force run that fails leaves the
+// old results as they were.
+void ResultsWriter::choose_working_directory(const OutputPolicy& policy) {
+  const std::string out = "--out: '" + dir_.string() + "'";
+  if (policy.resume && policy.force) {
+    throw UsageError("--resume and --force: choose one (continue " + dir_.string() +
+                     ", or replace it)");
+  }
+  std::error_code ec;
+  const bool exists = fs::exists(target_, ec);
+  if (exists && !fs::is_directory(target_, ec)) throw UsageError(out + " is not a directory");
+  const bool holds = exists && !fs::is_empty(target_, ec);
+  const bool partial = fs::exists(partial_, ec);
+  if (policy.resume && command_ == ResultsCommand::kCharacterize) {
+    if (holds) {
+      work_ = target_;
+      return;
+    }
+    if (partial) {
+      work_ = partial_;
+      return;
+    }
+  }
+  if (holds && !policy.force) {
+    throw UsageError(out + (command_ == ResultsCommand::kCharacterize
+                                ? " already holds results; add --resume to continue it, --force "
+                                  "to replace it, or choose another directory"
+                                : " already holds results; add --force to replace them, or "
+                                  "choose another directory"));
+  }
+  if (holds && !holds_tandem_results(target_)) {
+    throw UsageError(out +
+                     " holds files that are not tandem results; --force replaces only "
+                     "a results directory: choose another");
+  }
+  if (partial) {
+    const std::size_t finished = finished_in(partial_);
+    if (command_ == ResultsCommand::kCharacterize && finished > 0 && !policy.force) {
+      throw UsageError("--out: an interrupted run left '" + partial_.string() + "' with " +
+                       std::to_string(finished) +
+                       " finished point(s); add --resume to continue it, or --force to start "
+                       "over");
+    }
+    fs::remove_all(partial_, ec);  // nothing worth keeping; no run writes it (the lock)
+  }
+  fs::create_directory(partial_, ec);
+  if (ec) {
+    throw UsageError("--out: cannot create '" + partial_.string() + "': " + ec.message());
+  }
+  work_ = partial_;
+}
+
+void ResultsWriter::load_finished_points() {
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(work_ / "points", ec)) {
+    const std::string id = entry.path().filename().string();
+    if (fs::exists(work_ / point_file(id), ec)) finished_.insert(id);
+  }
+}
+
+void ResultsWriter::commit() {
+  if (committed_) return;
+  if (work_ != partial_) {
+    committed_ = true;
+    return;
+  }
+  const auto fail = [&](int error) {
+    throw UsageError("--out: cannot rename '" + partial_.string() + "' to '" + target_.string() +
+                     "': " + std::strerror(error));
+  };
+  std::error_code ec;
+  // rename(2) replaces an empty directory; one with results (--force) is swapped with the
+  // new one in a single step, so DIR always holds one whole set of results.
+  if (!fs::exists(target_, ec) || fs::is_empty(target_, ec)) {
+    if (::rename(partial_.c_str(), target_.c_str()) != 0) fail(errno);
+  } else if (::renameat2(AT_FDCWD, partial_.c_str(), AT_FDCWD, target_.c_str(), RENAME_EXCHANGE) ==
+             0) {
+    fs::remove_all(partial_, ec);  // now the old results
+  } else {
+    // A file system without the exchange: move the old aside, then the new in.
+    const fs::path old = target_.parent_path() /
+                         ("." + target_.filename().string() + ".old." + std::to_string(::getpid()));
+    if (::rename(target_.c_str(), old.c_str()) != 0) fail(errno);
+    if (::rename(partial_.c_str(), target_.c_str()) != 0) {
+      const int error = errno;
+      ::rename(old.c_str(), target_.c_str());
+      fail(error);
+    }
+    fs::remove_all(old, ec);
+  }
+  committed_ = true;
+  work_ = target_;
+}
+
+namespace {
+
+std::string setting_text(const nlohmann::json& value) {
+  if (value.is_null()) return "not given";
+  if (value.is_string()) return "'" + value.get<std::string>() + "'";
+  return value.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+}
+
+}  // namespace
+
+void ResultsWriter::check_and_write_settings(const nlohmann::json& settings, bool resume) const {
+  TANDEM_CHECK(settings.is_object());
+  const fs::path file = work_ / "settings.json";
+  std::error_code ec;
+  if (resume && fs::exists(file, ec)) {
+    nlohmann::json stored;
+    try {
+      stored = nlohmann::json::parse(read_file(file));
+    } catch (const nlohmann::json::exception& e) {
+      throw UsageError(file.string() + ": corrupt settings (" + e.what() + ")");
+    }
+    if (!stored.is_object()) throw UsageError(file.string() + ": corrupt settings (not an object)");
+    // Every key of either side: a flag given only now, or only then, differs too.
+    std::set<std::string> keys;
+    for (const auto& [key, value] : stored.items()) keys.insert(key);
+    for (const auto& [key, value] : settings.items()) keys.insert(key);
+    for (const std::string& key : keys) {
+      const nlohmann::json then = stored.value(key, nlohmann::json());
+      const nlohmann::json now = settings.value(key, nlohmann::json());
+      if (then == now) continue;
+      throw UsageError("--resume: " + key + " was " + setting_text(then) + " in '" + dir_.string() +
+                       "' and is " + setting_text(now) +
+                       " now; resume with the same settings, or choose another directory");
+    }
+    return;
+  }
+  write("settings.json",
+        settings.dump(1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n");
 }
 
 fs::path ResultsWriter::resolve(const fs::path& relative) const {
-  const fs::path path = dir_ / relative;
+  const fs::path path = work_ / relative;
   std::error_code ec;
   fs::create_directories(path.parent_path(), ec);
   if (ec) {
@@ -65,7 +243,9 @@ void ResultsWriter::write_summary(const nlohmann::json& body) const {
     TANDEM_CHECK(!summary.contains(key) && "a summary body may not redefine a header key");
     summary[key] = value;
   }
-  write("summary.json", summary.dump(1) + "\n");
+  // A name that is not UTF-8 (a kernel's, a path's) is written with U+FFFD, not thrown on.
+  write("summary.json",
+        summary.dump(1, ' ', false, nlohmann::ordered_json::error_handler_t::replace) + "\n");
 }
 
 void ResultsWriter::write_trace(const fs::path& relative, const Timeline& timeline,
@@ -73,7 +253,11 @@ void ResultsWriter::write_trace(const fs::path& relative, const Timeline& timeli
   write_chrome_trace(timeline, resolve(relative).string(), options);
 }
 
-fs::path ResultsWriter::write_report() const { return html::write_report(dir_); }
+fs::path ResultsWriter::write_report() const {
+  // Named DIR, not DIR.partial: `tandem report DIR` rebuilds the same page.
+  return html::write_report(work_,
+                            {.point = {}, .iteration = {}, .max_ranks = 8, .shown_as = dir_});
+}
 
 void ResultsWriter::commit_point(const std::string& id, const nlohmann::json& result) {
   write(point_file(id), result.dump(1) + "\n");
@@ -84,7 +268,7 @@ std::vector<nlohmann::json> ResultsWriter::load_points(const std::vector<std::st
   std::vector<nlohmann::json> out;
   for (const auto& id : ids) {
     if (!finished_.count(id)) continue;
-    const fs::path file = dir_ / point_file(id);
+    const fs::path file = work_ / point_file(id);
     try {
       out.push_back(nlohmann::json::parse(read_file(file)));
     } catch (const nlohmann::json::exception& e) {

@@ -146,8 +146,10 @@ json span_event(const Timeline& timeline, const Span& s, std::int64_t t0) {
 template <typename Emit>
 void for_each_event(const Timeline& timeline, const ChromeTraceOptions& options, std::int64_t t0,
                     Emit emit) {
+  // Metadata for the ranks that have spans, not for 0..ranks-1: an imported trace's rank
+  // numbers can be sparse (a lone Kineto rank 1000000), and the output must grow with the
+  // ranks present, not with the largest number.
   std::map<int, std::bitset<kLaneCount>> lanes_by_rank;
-  for (int r = 0; r < timeline.ranks; ++r) lanes_by_rank[r];
   for (const Span& s : timeline.spans) lanes_by_rank[s.rank].set(static_cast<int>(s.lane));
   for (const auto& [rank, lanes] : lanes_by_rank) {
     emit(metadata_event("process_name", rank, -1, {{"name", "rank " + std::to_string(rank)}}));
@@ -169,9 +171,9 @@ void for_each_event(const Timeline& timeline, const ChromeTraceOptions& options,
     if (!from) continue;
     ++flow_id;
     auto flow = [&](const char* phase, Lane lane, std::int64_t t_ns) {
-      return json{{"ph", phase},     {"name", "bucket ready"},
-                  {"cat", "flow"},   {"id", flow_id},
-                  {"pid", s.rank},   {"tid", static_cast<int>(lane)},
+      return json{{"ph", phase},           {"name", "bucket ready"},
+                  {"cat", "flow"},         {"id", flow_id},
+                  {"pid", s.rank},         {"tid", static_cast<int>(lane)},
                   {"ts", to_us(t_ns, t0)}, {"bp", "e"}};
     };
     emit(flow("s", Lane::kCompute, *from));

@@ -1,5 +1,7 @@
 #include "trace_import/classify.h"
 
+#include <re2/re2.h>
+
 #include <algorithm>
 #include <cctype>
 
@@ -10,13 +12,16 @@ namespace {
 
 constexpr std::uint8_t kUnknown = 0xff;
 
-std::regex compile(const std::string& pattern, const char* flag) {
-  try {
-    return std::regex(pattern, std::regex::ECMAScript | std::regex::icase | std::regex::optimize);
-  } catch (const std::regex_error& error) {
+std::unique_ptr<re2::RE2> compile(const std::string& pattern, const char* flag) {
+  re2::RE2::Options options;
+  options.set_case_sensitive(false);
+  options.set_log_errors(false);  // the error is ours to print, once
+  auto re = std::make_unique<re2::RE2>(pattern, options);
+  if (!re->ok()) {
     throw UsageError(std::string(flag) + ": invalid regular expression '" + pattern +
-                     "': " + error.what());
+                     "': " + re->error());
   }
+  return re;
 }
 
 // Lower case without separators, so "AllReduce", "all_reduce" and "allreduce" agree.
@@ -68,6 +73,10 @@ EventClassifier::EventClassifier(const ClassificationRules& rules)
       compute_(compile(rules.compute, "--compute-regex")),
       any_compute_(rules.compute.empty()) {}
 
+EventClassifier::~EventClassifier() = default;
+EventClassifier::EventClassifier(EventClassifier&&) noexcept = default;
+EventClassifier& EventClassifier::operator=(EventClassifier&&) noexcept = default;
+
 EventRole EventClassifier::classify(NameId id, bool memory_category, const NameTable& names) {
   const std::size_t slot = 2 * static_cast<std::size_t>(id) + (memory_category ? 1 : 0);
   if (slot >= cache_.size()) cache_.resize(std::max(slot + 1, 2 * cache_.size()), kUnknown);
@@ -78,12 +87,12 @@ EventRole EventClassifier::classify(NameId id, bool memory_category, const NameT
 }
 
 EventRole EventClassifier::classify_uncached(std::string_view name, bool memory_category) const {
-  const auto matches = [&](const std::regex& re) {
-    return std::regex_search(name.begin(), name.end(), re);
+  const auto matches = [&](const re2::RE2& re) {
+    return re2::RE2::PartialMatch(re2::StringPiece(name.data(), name.size()), re);
   };
-  if (matches(comm_)) return EventRole::kComm;
-  if (memory_category || matches(memory_)) return EventRole::kMemory;
-  if (any_compute_ || matches(compute_)) return EventRole::kCompute;
+  if (matches(*comm_)) return EventRole::kComm;
+  if (memory_category || matches(*memory_)) return EventRole::kMemory;
+  if (any_compute_ || matches(*compute_)) return EventRole::kCompute;
   return EventRole::kIgnored;
 }
 

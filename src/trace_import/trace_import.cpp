@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <map>
+#include <system_error>
 
 #include "core/error.h"
 #include "timeline/chrome_trace.h"
@@ -95,7 +97,6 @@ void TraceImporter::add(TraceBytes& bytes, const std::string& source, int file_i
                      .trace_events = raw.trace_events,
                      .step_windows = raw.steps.size()};
   const auto claim_rank = [&](std::int32_t rank) {
-    if (static_cast<std::size_t>(rank) >= rank_owner_.size()) rank_owner_.resize(rank + 1);
     std::string& owner = rank_owner_[rank];
     if (!owner.empty() && owner != source) {
       throw UsageError(source + ": rank " + std::to_string(rank) + " is also in " + owner +
@@ -134,8 +135,10 @@ void TraceImporter::add(TraceBytes& bytes, const std::string& source, int file_i
       info.comm += s.lane == Lane::kComm;
       timeline.spans.push_back(s);
     }
+    // The run's rank count, also for ranks that recorded nothing; claimed only through
+    // spans, so that the work here grows with the spans, not with the count.
     if (raw.tandem_ranks > 0 && raw.tandem_ranks <= 1'000'000) {
-      for (std::int32_t r = 0; r < raw.tandem_ranks; ++r) claim_rank(r);
+      timeline.ranks = std::max(timeline.ranks, static_cast<int>(raw.tandem_ranks));
     }
     result_.files.push_back(std::move(info));
     return;
@@ -192,29 +195,57 @@ ImportResult import_traces(const std::vector<std::string>& paths,
   return importer.finish();
 }
 
+namespace {
+
+// Why `path` cannot be read, in words: a loop of symbolic links is not "no such file".
+std::string unreadable(const std::error_code& ec) {
+  if (ec == std::errc::too_many_symbolic_link_levels) return "a loop of symbolic links";
+  if (!ec || ec == std::errc::no_such_file_or_directory) return "no such file or directory";
+  return ec.message();
+}
+
+}  // namespace
+
 std::vector<std::string> expand_trace_inputs(const std::vector<std::string>& inputs,
                                              std::string_view flag) {
   std::vector<std::string> files;
   const std::string prefix = flag.empty() ? "" : std::string(flag) + ": ";
+  // Every filesystem call here takes an error_code: a broken link or a loop inside a
+  // directory is one line naming it, never an exception's text.
+  std::map<fs::path, std::string> given_as;  // canonical path -> the name first given
+  const auto add = [&](const std::string& file) {
+    std::error_code ec;
+    const fs::path canonical = fs::weakly_canonical(file, ec);
+    if (ec) throw UsageError(prefix + file + ": " + unreadable(ec));
+    const auto [at, fresh] = given_as.emplace(canonical, file);
+    if (!fresh) {
+      throw UsageError(prefix + file + ": the same file as " + at->second +
+                       " (each trace once; one trace per rank)");
+    }
+    files.push_back(file);
+  };
   for (const std::string& input : inputs) {
     std::error_code ec;
     const fs::file_status status = fs::status(input, ec);
-    if (ec || !fs::exists(status)) throw UsageError(prefix + input + ": no such file or directory");
+    if (ec || !fs::exists(status)) throw UsageError(prefix + input + ": " + unreadable(ec));
     if (!fs::is_directory(status)) {
-      files.push_back(input);
+      add(input);
       continue;
     }
     std::vector<std::string> found;
-    for (const fs::directory_entry& entry : fs::directory_iterator(input, ec)) {
-      const std::string name = entry.path().filename().string();
-      if (entry.is_regular_file() && (name.ends_with(".json") || name.ends_with(".json.gz"))) {
-        found.push_back(entry.path().string());
-      }
+    fs::directory_iterator it(input, ec);
+    for (; !ec && it != fs::directory_iterator(); it.increment(ec)) {
+      const std::string name = it->path().filename().string();
+      if (!name.ends_with(".json") && !name.ends_with(".json.gz")) continue;
+      std::error_code entry_ec;
+      const bool regular = it->is_regular_file(entry_ec);
+      if (entry_ec) throw UsageError(prefix + it->path().string() + ": " + unreadable(entry_ec));
+      if (regular) found.push_back(it->path().string());
     }
     if (ec) throw UsageError(prefix + input + ": cannot list: " + ec.message());
     if (found.empty()) throw UsageError(prefix + input + ": no *.json or *.json.gz traces in it");
     std::sort(found.begin(), found.end());
-    files.insert(files.end(), found.begin(), found.end());
+    for (const std::string& file : found) add(file);
   }
   return files;
 }

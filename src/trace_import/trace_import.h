@@ -19,6 +19,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -65,7 +66,7 @@ class TraceImporter {
 
   EventClassifier classifier_;
   ImportResult result_;
-  std::vector<std::string> rank_owner_;  // rank -> the file that supplied it
+  std::map<std::int32_t, std::string> rank_owner_;  // rank -> the file that supplied it
 };
 
 // Convenience: every path in order (file_index = position).
@@ -73,8 +74,9 @@ ImportResult import_traces(const std::vector<std::string>& paths,
                            const ClassificationRules& rules = {});
 
 // Files and directories -> trace files: a directory contributes its *.json and *.json.gz
-// files sorted by name. Throws UsageError("<flag>: <path>: ...") for a missing path or a
-// directory without traces.
+// files sorted by name. Throws UsageError("<flag>: <path>: ...") for a missing or
+// unreadable path (a loop of symbolic links included), a directory without traces, and a
+// file named twice (compared as canonical paths: "a.json" and "./a.json" are one file).
 std::vector<std::string> expand_trace_inputs(const std::vector<std::string>& inputs,
                                              std::string_view flag);
 

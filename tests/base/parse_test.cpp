@@ -91,6 +91,24 @@ TEST(ParseDouble, StrictFullString) {
             std::string::npos);
 }
 
+// Bounded numbers: finite, within stated bounds, and the bounds printed as people write
+// them (never DBL_MAX's 309 digits).
+TEST(ParseNumberIn, RefusesNonFiniteAndOutOfBoundsReadably) {
+  const Bounds timeout{.min = 0, .max = 1e6, .min_open = true};
+  EXPECT_DOUBLE_EQ(parse_double_in("300", "--timeout", timeout), 300);
+  EXPECT_DOUBLE_EQ(parse_double_in("1e6", "--timeout", timeout), 1e6);
+  EXPECT_EQ(usage_error([&] { parse_double_in("9.3e9", "--timeout", timeout); }),
+            "--timeout: must be > 0 and <= 1000000, got '9.3e9'");
+  for (const char* bad : {"inf", "-inf", "nan", "1e999", "0", "-1", "", "5s"}) {
+    const std::string message = usage_error([&] { parse_double_in(bad, "--timeout", timeout); });
+    EXPECT_EQ(message.rfind("--timeout: ", 0), 0u) << bad << " -> " << message;
+    EXPECT_NE(message.find("> 0 and <= 1000000"), std::string::npos) << bad << " -> " << message;
+    EXPECT_LT(message.size(), 80u) << message;
+  }
+  EXPECT_EQ(describe(Bounds{.min = 0, .max = 1}), "0..1");
+  EXPECT_EQ(describe(Bounds{.min = 0, .max = 1.5e20, .min_open = true}), "> 0 and <= 1.5e+20");
+}
+
 TEST(Split, KeepsEmptyFields) {
   EXPECT_EQ(split("2,4,8", ','), (std::vector<std::string>{"2", "4", "8"}));
   EXPECT_EQ(split("a,,b,", ','), (std::vector<std::string>{"a", "", "b", ""}));

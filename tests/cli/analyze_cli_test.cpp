@@ -174,6 +174,87 @@ TEST(AnalyzeCliTest, NamesWithMarkupSurviveEscaped) {
   EXPECT_NE(html.find("&lt;script&gt;alert("), std::string::npos);
 }
 
+// A NUL and a terminal escape in a kernel name: valid JSON still, and in the report as
+// visible \xNN text, never as raw bytes.
+TEST(AnalyzeCliTest, ControlCharactersInNamesAreEscaped) {
+  TempDir dir;
+  const std::string name = std::string("k\0", 2) + "\x1b[31mred\x7f";
+  std::ofstream(dir.path() / "r.json") << rank_trace(0, name);  // written as \u0000 ...
+  const fs::path out = dir.path() / "a";
+  const CliResult r =
+      run_tandem("analyze " + (dir.path() / "r.json").string() + " --out " + out.string());
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const std::string raw = slurp(out / "trace.json");
+  EXPECT_EQ(raw.find('\x1b'), std::string::npos);
+  EXPECT_EQ(raw.find('\0'), std::string::npos);
+  const auto parsed = nlohmann::json::parse(raw);
+  bool found = false;
+  for (const auto& e : parsed["traceEvents"]) found = found || e.value("name", "") == name;
+  EXPECT_TRUE(found);
+  const std::string html = slurp(out / "report.html");
+  EXPECT_EQ(html.find('\x1b'), std::string::npos);
+  EXPECT_EQ(html.find('\0'), std::string::npos);
+  EXPECT_EQ(html.find('\x7f'), std::string::npos);
+  EXPECT_NE(html.find("k\\x00\\x1b[31mred\\x7f"), std::string::npos);
+}
+
+// A failure after --out was opened (a corrupt trace is found only when read) leaves no
+// directory behind: results appear whole or not at all.
+TEST(AnalyzeCliTest, AFailedAnalysisLeavesNoOutputDirectory) {
+  TempDir dir;
+  std::ofstream(dir.path() / "bad.json") << rank_trace(0).substr(0, 300);
+  const fs::path out = dir.path() / "a";
+  const CliResult r =
+      run_tandem("analyze " + (dir.path() / "bad.json").string() + " --out " + out.string());
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_EQ(count_lines(r.err), 1) << r.err;
+  EXPECT_FALSE(fs::exists(out));
+  EXPECT_FALSE(fs::exists(dir.path() / "a.partial"));
+  EXPECT_FALSE(fs::exists(dir.path() / ".a.lock"));
+}
+
+// Rank numbers can be sparse: one Kineto trace of rank 1000000, or a tandem trace whose
+// spans say pid 999999, is one rank, and what --out writes grows with the ranks present
+// (it wrote metadata for a million ranks, 150 MB).
+TEST(AnalyzeCliTest, OutputGrowsWithTheRanksPresentNotTheLargestNumber) {
+  TempDir dir;
+  std::string kineto = rank_trace(0);
+  kineto.replace(kineto.find("\"rank\":0"), 8, "\"rank\":1000000");
+  std::ofstream(dir.path() / "k.json") << kineto;
+  std::ofstream(dir.path() / "t.json") << R"({"traceEvents":[
+      {"ph":"X","cat":"forward","name":"f","pid":999999,"tid":0,"ts":0,"dur":10,"args":{"step":0}},
+      {"ph":"X","cat":"allreduce","name":"a","pid":999999,"tid":1,"ts":5,"dur":10,"args":{"step":0}}],
+      "otherData":{"tandem_trace":{"format":1,"t0_ns":0,"ranks":1}}})";
+  for (const char* file : {"k.json", "t.json"}) {
+    const fs::path out = dir.path() / (std::string(file) + ".out");
+    const CliResult r =
+        run_tandem("analyze " + (dir.path() / file).string() + " --quiet --out " + out.string());
+    ASSERT_EQ(r.exit_code, 0) << file << ": " << r.err;
+    EXPECT_LT(fs::file_size(out / "trace.json"), 100'000u) << file;
+    const auto trace = nlohmann::json::parse(slurp(out / "trace.json"));
+    int process_names = 0;
+    for (const auto& e : trace["traceEvents"]) process_names += e["name"] == "process_name";
+    EXPECT_EQ(process_names, 1) << file;
+  }
+}
+
+// std::regex recursed once per character: '.*x' on a 50 KB kernel name overflowed the
+// stack. RE2 matches in time linear in the name.
+TEST(AnalyzeCliTest, UserRegexesOnA100KBNameDoNotCrash) {
+  TempDir dir;
+  const std::string name(100'000, 'a');
+  std::ofstream(dir.path() / "r.json") << rank_trace(0, name);
+  const CliResult r = run_tandem("analyze " + (dir.path() / "r.json").string() +
+                                 " --quiet --compute-regex '.*x' --memory-regex '(a|aa)*b'");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  // Nothing matches '.*x': the long kernels are ignored, and counted.
+  EXPECT_NE(r.out.find("2 GPU events matched no rule (ignored)"), std::string::npos) << r.out;
+  const CliResult matched = run_tandem("analyze " + (dir.path() / "r.json").string() +
+                                       " --quiet --compute-regex '.*A$'");  // case-insensitive
+  ASSERT_EQ(matched.exit_code, 0) << matched.err;
+  EXPECT_EQ(matched.out.find("matched no rule"), std::string::npos) << matched.out;
+}
+
 struct BadInput {
   const char* what;
   std::string file_content;  // written to bad.json; empty: use `args` alone
@@ -197,8 +278,26 @@ TEST(AnalyzeCliTest, BadInputIsOneLineAndExitTwo) {
       {"no kernels", R"({"traceEvents":[]})", bad, "nothing to analyze"},
       {"bad regex", rank_trace(0), bad + " --comm-regex '('", "--comm-regex"},
       {"empty dir", "", dir.path().string() + "/empty", "no *.json"},
+      // A loop of symbolic links, named or found in a directory, is one line (it was a
+      // filesystem exception's text and exit code 1).
+      {"link loop", "", dir.path().string() + "/loop.json", "loop.json: a loop of symbolic links"},
+      {"link loop in a directory", "", dir.path().string() + "/loops",
+       ".json: a loop of symbolic links"},
+      // One file named twice, however it is spelled, is refused the same way.
+      {"same name twice", rank_trace(0), bad + " " + bad, "the same file as"},
+      {"same file, two spellings", rank_trace(0),
+       bad + " " + (dir.path() / "." / "bad.json").string(), "the same file as"},
+      {"a file and its directory", rank_trace(0),
+       dir.path().string() + "/traces " + (dir.path() / "traces" / "r.json").string(),
+       "the same file as"},
   };
   fs::create_directories(dir.path() / "empty");
+  fs::create_symlink("loop.json", dir.path() / "loop.json");
+  fs::create_directories(dir.path() / "loops");
+  fs::create_symlink("y.json", dir.path() / "loops" / "x.json");
+  fs::create_symlink("x.json", dir.path() / "loops" / "y.json");
+  fs::create_directories(dir.path() / "traces");
+  std::ofstream(dir.path() / "traces" / "r.json") << rank_trace(0);
   for (const BadInput& c : cases) {
     if (!c.file_content.empty()) std::ofstream(bad) << c.file_content;
     const CliResult r = run_tandem("analyze " + c.args);

@@ -112,6 +112,69 @@ TEST(CharacterizeCliTest, ResumeRunsExactlyTheConfigurationsNotDone) {
   EXPECT_EQ(count_lines(slurp(out / "iterations.csv")), 1 + 6 * 8);
 }
 
+// A first run cut off midway (killed: its DIR.partial holds the points it finished) is
+// refused without --resume, continued with it, and then appears as DIR.
+TEST(CharacterizeCliTest, ResumeContinuesAnInterruptedFirstRun) {
+  TempDir dir;
+  const fs::path out = dir.path() / "s";
+  const fs::path partial = dir.path() / "s.partial";
+  const std::string run = kTiny + "--sweep chunks=1,2 --out " + out.string();
+  ASSERT_EQ(run_tandem(run).exit_code, 0);
+  // What a kill after the first point leaves (no report, no summary of the second).
+  fs::rename(out, partial);
+  fs::remove_all(partial / "points" / "chunks-2");
+  fs::remove(partial / "report.html");
+
+  const CliResult refused = run_tandem(run);
+  EXPECT_EQ(refused.exit_code, 2);
+  EXPECT_EQ(count_lines(refused.err), 1) << refused.err;
+  EXPECT_NE(refused.err.find("1 finished point(s); add --resume"), std::string::npos)
+      << refused.err;
+
+  const CliResult resumed = run_tandem(run + " --resume");
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.err;
+  EXPECT_EQ(finished_lines(resumed.out), (std::vector<std::string>{"[2/2] chunks=2"}));
+  EXPECT_FALSE(fs::exists(partial));
+  EXPECT_EQ(nlohmann::json::parse(slurp(out / "summary.json"))["points"].size(), 2u);
+  EXPECT_TRUE(fs::exists(out / "report.html"));
+}
+
+// --resume reuses points only of the same run: another rank count or workload is refused,
+// naming the setting, and leaves the directory as it was.
+TEST(CharacterizeCliTest, ResumeRefusesOtherSettings) {
+  TempDir dir;
+  const fs::path out = dir.path() / "s";
+  const std::string args = "--sweep chunks=1,2 --out " + out.string();
+  ASSERT_EQ(run_tandem(kTiny + args).exit_code, 0);
+  fs::remove(out / "points" / "chunks-2" / "result.json");  // cut off before the last point
+  const std::string summary = slurp(out / "summary.json");
+
+  std::string ranks2 = kTiny;
+  ranks2.replace(ranks2.find("--ranks 1"), 9, "--ranks 2");
+  CliResult r = run_tandem(ranks2 + args + " --resume");
+  EXPECT_EQ(r.exit_code, 2) << r.out;
+  EXPECT_EQ(count_lines(r.err), 1) << r.err;
+  EXPECT_NE(r.err.find("--resume: --ranks was '1'"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("is '2' now"), std::string::npos) << r.err;
+
+  std::string other = kTiny;
+  other.replace(other.find("compute=4ms"), 11, "compute=5ms");
+  r = run_tandem(other + args + " --resume");
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("--synthetic"), std::string::npos) << r.err;
+
+  r = run_tandem(kTiny + "--threads 2 " + args + " --resume");  // a default, now given
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("--threads was '1'"), std::string::npos) << r.err;
+  EXPECT_EQ(slurp(out / "summary.json"), summary);
+  EXPECT_FALSE(fs::exists(out / "points" / "chunks-2" / "result.json"));
+
+  // The same settings, however the terminal is set up, resume.
+  r = run_tandem(kTiny + args + " --resume");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("1 of 2 configurations already done"), std::string::npos) << r.out;
+}
+
 // A sweep written before the summary header (schema 1) is refused by the report, and the
 // same command with --resume rewrites its summary without measuring anything again.
 TEST(CharacterizeCliTest, ResumeUpgradesASchemaOneSummary) {
@@ -163,12 +226,18 @@ INSTANTIATE_TEST_SUITE_P(
         BadInput{"--sweep colour=red,blue", "--sweep"}, BadInput{"--sweep strategy=", "--sweep"},
         BadInput{"--sweep batch=1,,2", "--sweep"},
         BadInput{"--sweep batch=1,2 --sweep batch=3", "--sweep"},
+        BadInput{"--sweep batch=1,2,1", "'1' given twice"},
+        BadInput{"--sweep 'link=10GB/s,5us;10GB_s,5us'", "share the point id"},
+        BadInput{"--sweep bucket-mb=1,1e13", "--sweep bucket-mb"},
+        BadInput{"--sweep batch=1,010", "--sweep batch"},
         BadInput{"--sweep strategy=bucketed,ring", "--strategy"},
         BadInput{"--microbench gemm=0,allreduce=1MiB", "--microbench"},
         BadInput{"--microbench gemm=64,allreduce=1TiB", "--microbench"},
         BadInput{"--microbench gemm=64,allreduce=1MiB --sweep batch=1,2", "--sweep"},
         BadInput{"--synthetic compute=1ms", "--synthetic"},
         BadInput{"--iterations 0", "--iterations"},
+        BadInput{"--synthetic compute=1ms,comm=1ms,chunks=1 --timeout 1e10", "--timeout"},
+        BadInput{"--synthetic compute=1ms,comm=1ms,chunks=1 --timeout nan", "--timeout"},
         BadInput{"--device tpu --microbench gemm=64,allreduce=1MiB", "--device"},
         BadInput{"--device cuda --synthetic compute=1ms,comm=1ms,chunks=1", "--synthetic"},
         BadInput{"--device cuda --microbench gemm=64,allreduce=1MiB --link 1GB/s,1us", "--link"},

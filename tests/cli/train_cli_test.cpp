@@ -5,6 +5,7 @@
 #include <set>
 
 #include "cli/cli_support.h"
+#include "core/files.h"
 
 namespace tandem::testing {
 namespace {
@@ -96,7 +97,52 @@ INSTANTIATE_TEST_SUITE_P(
         BadInput{"--precision bf16", "--precision"},
         BadInput{"--precision fp16 --device cpu", "--precision"},
         BadInput{"--precision fp64", "--precision"}, BadInput{"--device tpu", "--device"},
-        BadInput{"--device-comm gloo", "--device-comm"}));
+        BadInput{"--device-comm gloo", "--device-comm"},
+        // Seconds become nanoseconds in an int64: 9.3e9 s would overflow it.
+        BadInput{"--timeout 9.3e9", "--timeout"}, BadInput{"--timeout inf", "--timeout"},
+        BadInput{"--timeout nan", "--timeout"}, BadInput{"--timeout 0", "--timeout"},
+        // Every float flag refuses what is not a finite number.
+        BadInput{"--momentum nan", "--momentum"}, BadInput{"--weight-decay nan", "--weight-decay"},
+        BadInput{"--mpi-poll-us nan", "--mpi-poll-us"}, BadInput{"--lr inf", "--lr"},
+        BadInput{"--bucket-mb 1e13", "--bucket-mb"}, BadInput{"--seed -1", "--seed"},
+        BadInput{"--seed 99999999999999999999", "--seed"}, BadInput{"--steps 010", "--steps"},
+        BadInput{"--steps 3 --steps 4", "--steps"}, BadInput{"--link ''", "--link"}));
+
+// Range errors state the bounds as people write them: no 309-digit DBL_MAX, no "too
+// small" for a value that is too large.
+TEST(TrainCliTest, RangeErrorsAreShortAndSayWhichWay) {
+  for (const char* args : {"--lr 0", "--bucket-mb 1e13", "--warmup -1", "--momentum 2"}) {
+    const CliResult r = run_tandem(std::string("train ") + args);
+    EXPECT_EQ(r.exit_code, 2) << args;
+    EXPECT_EQ(count_lines(r.err), 1) << r.err;
+    EXPECT_LT(r.err.size(), 100u) << r.err;
+    EXPECT_EQ(r.err.find("too small"), std::string::npos) << r.err;
+  }
+  EXPECT_NE(run_tandem("train --lr 0").err.find("> 0"), std::string::npos);
+  EXPECT_NE(run_tandem("train --bucket-mb 1e13").err.find("<= 1048576"), std::string::npos);
+}
+
+TEST(TrainCliTest, RepeatedAndEmptyValuesNameTheFlag) {
+  CliResult r = run_tandem("train --steps 3 --steps 4");
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_EQ(r.err, "tandem: error: --steps: given 2 times ('3', '4'); give it once\n");
+  r = run_tandem("train --model mlp:2x16 --batch 4 --steps 1 --out ''");
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_EQ(r.err, "tandem: error: --out: empty value\n");
+  EXPECT_EQ(r.out, "");
+}
+
+// The memory check counts parameters, gradients, momentum, activations and data on every
+// rank, and says how many bytes it would need: about 11 TiB here, refused before anything
+// is allocated, whatever the machine.
+TEST(TrainCliTest, TooLargeForMemoryIsRefusedWithTheBytesNeeded) {
+  const CliResult r = run_tandem("train --ranks 1024 --model mlp:16x8192 --steps 1");
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_EQ(count_lines(r.err), 1) << r.err;
+  EXPECT_NE(r.err.find("needs at least"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find(" bytes"), std::string::npos) << r.err;
+  EXPECT_EQ(r.out, "") << "nothing may run before the check";
+}
 
 // --device cuda where it cannot run (a build without CUDA, or no GPU: this machine's
 // case in CI) is one line naming --device and exit 2; where a GPU is present it trains.
@@ -120,10 +166,56 @@ TEST(TrainCliTest, UnwritableOutIsOneLineAndExitTwo) {
   EXPECT_NE(r.err.find("--out"), std::string::npos) << r.err;
 }
 
+// One output policy (report/results_dir.h): a directory holding results is refused unless
+// --force, which replaces it whole; a directory another run holds is refused at once.
+TEST(TrainCliTest, ResultsAreNotOverwrittenUnlessForced) {
+  TempDir dir;
+  const fs::path out = dir.path() / "run";
+  const std::string run =
+      "train --model mlp:2x16 --batch 4 --steps 2 --quiet --out " + out.string();
+  ASSERT_EQ(run_tandem(run).exit_code, 0);
+  const std::string summary = slurp(out / "summary.json");
+  const CliResult refused = run_tandem(run);
+  EXPECT_EQ(refused.exit_code, 2);
+  EXPECT_EQ(count_lines(refused.err), 1) << refused.err;
+  EXPECT_NE(refused.err.find("--out: '" + out.string() + "' already holds results; add --force"),
+            std::string::npos)
+      << refused.err;
+  EXPECT_EQ(refused.out, "") << "nothing may run";
+  EXPECT_EQ(slurp(out / "summary.json"), summary);
+
+  const CliResult forced = run_tandem(run + " --force");
+  ASSERT_EQ(forced.exit_code, 0) << forced.err;
+  EXPECT_NE(slurp(out / "summary.json"), summary);  // a new run: another "created"
+  EXPECT_EQ(std::distance(fs::directory_iterator(dir.path()), fs::directory_iterator()), 1)
+      << "no .partial, .lock or old results left beside it";
+}
+
+TEST(TrainCliTest, ASecondRunIntoTheSameDirectoryIsRefused) {
+  TempDir dir;
+  const fs::path out = dir.path() / "run";
+  // What a first run holds while it trains: the lock beside DIR (report/results_dir.h).
+  const FileLock first(dir.path() / ".run.lock", "first");
+  const CliResult r =
+      run_tandem("train --model mlp:2x16 --batch 4 --steps 2 --quiet --out " + out.string());
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_EQ(count_lines(r.err), 1) << r.err;
+  EXPECT_NE(r.err.find("'" + out.string() + "' is in use by another tandem run (pid "),
+            std::string::npos)
+      << r.err;
+  EXPECT_FALSE(fs::exists(out));
+  EXPECT_FALSE(fs::exists(dir.path() / "run.partial"));
+}
+
 TEST(TrainCliTest, UnknownFlagAndMissingSubcommandAreUsageErrors) {
   EXPECT_EQ(run_tandem("train --rank 2").exit_code, 2);
   EXPECT_EQ(run_tandem("").exit_code, 2);
-  EXPECT_EQ(run_tandem("fly").exit_code, 2);
+  const CliResult fly = run_tandem("fly");
+  EXPECT_EQ(fly.exit_code, 2);
+  EXPECT_NE(fly.err.find("unknown subcommand 'fly'"), std::string::npos) << fly.err;
+  const CliResult typo = run_tandem("trian --steps 1");
+  EXPECT_EQ(typo.exit_code, 2);
+  EXPECT_EQ(typo.err, "tandem: error: unknown subcommand 'trian' (did you mean 'train'?)\n");
 }
 
 }  // namespace

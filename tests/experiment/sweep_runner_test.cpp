@@ -103,13 +103,15 @@ TEST(SweepRunnerTest, RunsEveryPointInGridOrderAndWritesNothingWithoutAWriter) {
 }
 
 TEST(SweepRunnerTest, ResumeSkipsExactlyTheFinishedPoints) {
-  TempDir dir;
+  TempDir tmp;
+  const fs::path dir = tmp.path() / "out";
   {
     Sweep first;
-    ResultsWriter results(dir.path(), ResultsCommand::kCharacterize, {"tandem"});
+    ResultsWriter results(dir, ResultsCommand::kCharacterize, {"tandem"});
     run_sweep(first.jobs, options(), &results, nullptr);
+    results.commit();
   }
-  const fs::path points = dir.path() / "points";
+  const fs::path points = dir / "points";
   for (const char* id : {"chunks-1", "chunks-2", "chunks-3"}) {
     for (const char* s : {"compute-only", "comm-only", "sequential", "overlapped"}) {
       EXPECT_TRUE(fs::exists(points / id / (std::string(s) + ".trace.json"))) << id << s;
@@ -120,7 +122,7 @@ TEST(SweepRunnerTest, ResumeSkipsExactlyTheFinishedPoints) {
 
   Sweep second;
   RecordingObserver observer;
-  ResultsWriter results(dir.path(), ResultsCommand::kCharacterize, {"tandem"}, true);
+  ResultsWriter results(dir, ResultsCommand::kCharacterize, {"tandem"}, {.resume = true});
   const SweepOutcome outcome =
       run_sweep(second.jobs, options(results.finished_points()), &results, &observer);
   EXPECT_EQ(outcome.ran, 1u);
@@ -129,7 +131,7 @@ TEST(SweepRunnerTest, ResumeSkipsExactlyTheFinishedPoints) {
   EXPECT_EQ(observer.events, (std::vector<std::string>{"start 3 2", "run 1", "done 1 chunks=2"}));
   EXPECT_EQ(read_file(points / "chunks-1" / "result.json"), kept);
 
-  const nlohmann::json summary = nlohmann::json::parse(read_file(dir.path() / "summary.json"));
+  const nlohmann::json summary = nlohmann::json::parse(read_file(dir / "summary.json"));
   EXPECT_EQ(summary["command"], "characterize");
   EXPECT_EQ(summary["points_total"], 3);
   ASSERT_EQ(summary["points"].size(), 3u);
@@ -139,27 +141,29 @@ TEST(SweepRunnerTest, ResumeSkipsExactlyTheFinishedPoints) {
   }
   EXPECT_EQ(summary["sweep"][0]["key"], "chunks");
   // Header + 3 points x 4 scenarios x 2 iterations.
-  EXPECT_EQ(count_lines(read_file(dir.path() / "iterations.csv")), 1 + 3 * 4 * 2);
-  EXPECT_EQ(read_file(dir.path() / "trace.json"),
+  EXPECT_EQ(count_lines(read_file(dir / "iterations.csv")), 1 + 3 * 4 * 2);
+  EXPECT_EQ(read_file(dir / "trace.json"),
             read_file(points / "chunks-1" / "overlapped.trace.json"));
 }
 
 TEST(SweepRunnerTest, AFinishedSweepResumedRunsNothingAndRewritesItsSummary) {
-  TempDir dir;
+  TempDir tmp;
+  const fs::path dir = tmp.path() / "out";
   {
     Sweep first;
-    ResultsWriter results(dir.path(), ResultsCommand::kCharacterize, {"tandem"});
+    ResultsWriter results(dir, ResultsCommand::kCharacterize, {"tandem"});
     run_sweep(first.jobs, options(), &results, nullptr);
+    results.commit();
   }
-  fs::remove(dir.path() / "summary.json");
+  fs::remove(dir / "summary.json");
   Sweep second;
-  ResultsWriter results(dir.path(), ResultsCommand::kCharacterize, {"tandem"}, true);
+  ResultsWriter results(dir, ResultsCommand::kCharacterize, {"tandem"}, {.resume = true});
   const SweepOutcome outcome =
       run_sweep(second.jobs, options(results.finished_points()), &results, nullptr);
   EXPECT_EQ(outcome.ran, 0u);
   EXPECT_FALSE(outcome.last.has_value());
   EXPECT_EQ(second.runs, (std::vector<int>{0, 0, 0}));
-  const nlohmann::json summary = nlohmann::json::parse(read_file(dir.path() / "summary.json"));
+  const nlohmann::json summary = nlohmann::json::parse(read_file(dir / "summary.json"));
   EXPECT_EQ(summary["points"].size(), 3u);
 }
 

@@ -1,5 +1,6 @@
-// ResultsWriter: the one policy for a directory that already holds results, atomic files,
-// and characterize's points committed one at a time.
+// ResultsWriter: the one output policy (refuse unless --force or --resume, a lock per
+// directory, a directory that appears whole or not at all), atomic files, and
+// characterize's points committed one at a time.
 #include "report/results_dir.h"
 
 #include <gtest/gtest.h>
@@ -20,41 +21,151 @@ const std::vector<std::string> kArgv = {"tandem", "test"};
 
 void expect_no_temporaries(const fs::path& dir) {
   for (const auto& entry : fs::recursive_directory_iterator(dir)) {
-    EXPECT_EQ(entry.path().filename().string().find(".tmp"), std::string::npos) << entry.path();
+    const std::string name = entry.path().filename().string();
+    for (const char* leftover : {".tmp", ".partial", ".lock", ".old"}) {
+      EXPECT_EQ(name.find(leftover), std::string::npos) << entry.path();
+    }
   }
 }
 
-TEST(ResultsWriterTest, CharacterizeRefusesResultsUnlessResumed) {
-  TempDir dir;
-  {
-    ResultsWriter first(dir.path(), ResultsCommand::kCharacterize, kArgv);
-    first.commit_point("a", {{"id", "a"}});
-  }
+// The UsageError message of f(), or "" if it did not throw one.
+template <typename F>
+std::string usage_error(F f) {
   try {
-    ResultsWriter again(dir.path(), ResultsCommand::kCharacterize, kArgv);
-    ADD_FAILURE() << "a directory with a finished point was accepted without resume";
+    f();
   } catch (const UsageError& e) {
-    EXPECT_NE(std::string(e.what()).find("--resume"), std::string::npos) << e.what();
-    EXPECT_NE(std::string(e.what()).find(dir.path().string()), std::string::npos) << e.what();
+    return e.what();
   }
-  const ResultsWriter resumed(dir.path(), ResultsCommand::kCharacterize, kArgv, true);
-  EXPECT_EQ(resumed.finished_points(), (std::set<std::string>{"a"}));
-
-  TempDir with_summary;
-  ResultsWriter(with_summary.path(), ResultsCommand::kCharacterize, kArgv).write_summary({});
-  EXPECT_THROW(ResultsWriter(with_summary.path(), ResultsCommand::kCharacterize, kArgv),
-               UsageError);
+  return "";
 }
 
-TEST(ResultsWriterTest, TrainAndAnalyzeOverwrite) {
-  for (ResultsCommand command : {ResultsCommand::kTrain, ResultsCommand::kAnalyze}) {
-    TempDir dir;
-    ResultsWriter(dir.path(), command, kArgv).write_summary({{"run", 1}});
-    const ResultsWriter second(dir.path(), command, kArgv);
-    second.write_summary({{"run", 2}});
-    EXPECT_EQ(json::parse(read_file(dir.path() / "summary.json"))["run"], 2);
-    expect_no_temporaries(dir.path());
+TEST(ResultsWriterTest, CharacterizeRefusesResultsUnlessResumedOrForced) {
+  TempDir tmp;
+  const fs::path dir = tmp.path() / "out";
+  {
+    ResultsWriter first(dir, ResultsCommand::kCharacterize, kArgv);
+    first.commit_point("a", {{"id", "a"}});
+    first.commit();
   }
+  const std::string refused =
+      usage_error([&] { ResultsWriter again(dir, ResultsCommand::kCharacterize, kArgv); });
+  EXPECT_NE(refused.find("--resume"), std::string::npos) << refused;
+  EXPECT_NE(refused.find(dir.string()), std::string::npos) << refused;
+  {
+    const ResultsWriter resumed(dir, ResultsCommand::kCharacterize, kArgv, {.resume = true});
+    EXPECT_EQ(resumed.finished_points(), (std::set<std::string>{"a"}));
+    EXPECT_EQ(resumed.working_path(), dir);  // in place
+  }
+  ResultsWriter forced(dir, ResultsCommand::kCharacterize, kArgv, {.force = true});
+  EXPECT_TRUE(forced.finished_points().empty());
+  EXPECT_NE(usage_error([&] {
+              ResultsWriter both(tmp.path() / "x", ResultsCommand::kCharacterize, kArgv,
+                                 {.resume = true, .force = true});
+            }),
+            "");
+}
+
+TEST(ResultsWriterTest, TrainAndAnalyzeRefuseResultsUnlessForced) {
+  for (ResultsCommand command : {ResultsCommand::kTrain, ResultsCommand::kAnalyze}) {
+    TempDir tmp;
+    const fs::path dir = tmp.path() / "out";
+    {
+      ResultsWriter first(dir, command, kArgv);
+      first.write_summary({{"run", 1}});
+      first.commit();
+    }
+    const std::string refused = usage_error([&] { ResultsWriter again(dir, command, kArgv); });
+    EXPECT_NE(refused.find("--force"), std::string::npos) << refused;
+    {
+      // Until the forced run commits, the old results are what DIR holds; if it never
+      // commits, they stay.
+      ResultsWriter failed(dir, command, kArgv, {.force = true});
+      failed.write_summary({{"run", 2}});
+      EXPECT_EQ(json::parse(read_file(dir / "summary.json"))["run"], 1);
+    }
+    EXPECT_EQ(json::parse(read_file(dir / "summary.json"))["run"], 1);
+    {
+      ResultsWriter second(dir, command, kArgv, {.force = true});
+      second.write_summary({{"run", 3}});
+      second.commit();
+    }
+    EXPECT_EQ(json::parse(read_file(dir / "summary.json"))["run"], 3);
+    expect_no_temporaries(tmp.path());
+  }
+}
+
+// --force replaces a results directory, never one of other files named by mistake.
+TEST(ResultsWriterTest, ForceLeavesOtherFilesAlone) {
+  TempDir tmp;
+  fs::create_directories(tmp.path() / "home");
+  write_file_atomic(tmp.path() / "home" / "notes.txt", "mine");
+  const std::string refused = usage_error([&] {
+    ResultsWriter w(tmp.path() / "home", ResultsCommand::kTrain, kArgv, {.force = true});
+  });
+  EXPECT_NE(refused.find("not tandem results"), std::string::npos) << refused;
+  EXPECT_EQ(read_file(tmp.path() / "home" / "notes.txt"), "mine");
+}
+
+// A run's directory appears whole at commit() or not at all: a fresh run writes into
+// DIR.partial, and one that ends without commit() leaves nothing behind.
+TEST(ResultsWriterTest, AFreshRunAppearsOnlyWhenCommitted) {
+  TempDir tmp;
+  const fs::path dir = tmp.path() / "out";
+  {
+    ResultsWriter writer(dir, ResultsCommand::kTrain, kArgv);
+    writer.write("steps.csv", "x\n");
+    EXPECT_EQ(writer.working_path(), tmp.path() / "out.partial");
+    EXPECT_FALSE(fs::exists(dir));
+  }
+  EXPECT_TRUE(fs::is_empty(tmp.path())) << "a failed run left something";
+
+  fs::create_directories(dir);  // an empty DIR is used, and stays until the commit
+  ResultsWriter writer(dir, ResultsCommand::kAnalyze, kArgv);
+  writer.write("iterations.csv", "y\n");
+  EXPECT_TRUE(fs::is_empty(dir));
+  writer.commit();
+  EXPECT_EQ(read_file(dir / "iterations.csv"), "y\n");
+  EXPECT_FALSE(fs::exists(tmp.path() / "out.partial"));
+}
+
+// A sweep that fails keeps its finished points in DIR.partial; a new run is refused
+// there (--resume continues it, --force starts over).
+TEST(ResultsWriterTest, AnInterruptedSweepIsKeptForResume) {
+  TempDir tmp;
+  const fs::path dir = tmp.path() / "out";
+  {
+    ResultsWriter writer(dir, ResultsCommand::kCharacterize, kArgv);
+    writer.commit_point("a", {{"id", "a"}});
+  }  // no commit: the sweep failed after one point
+  EXPECT_FALSE(fs::exists(dir));
+  const std::string refused =
+      usage_error([&] { ResultsWriter again(dir, ResultsCommand::kCharacterize, kArgv); });
+  EXPECT_NE(refused.find("1 finished point(s); add --resume"), std::string::npos) << refused;
+  ResultsWriter resumed(dir, ResultsCommand::kCharacterize, kArgv, {.resume = true});
+  EXPECT_EQ(resumed.finished_points(), (std::set<std::string>{"a"}));
+  resumed.commit_point("b", {{"id", "b"}});
+  resumed.commit();
+  EXPECT_TRUE(fs::exists(dir / "points" / "a" / "result.json"));
+  EXPECT_TRUE(fs::exists(dir / "points" / "b" / "result.json"));
+  EXPECT_FALSE(fs::exists(tmp.path() / "out.partial"));
+}
+
+// While a writer holds DIR, a second one (another run) is refused with one line; once it
+// is gone, DIR is free again and no lock file is left.
+TEST(ResultsWriterTest, ASecondWriterIsRefusedWhileTheFirstHoldsTheDirectory) {
+  TempDir tmp;
+  const fs::path dir = tmp.path() / "out";
+  {
+    ResultsWriter first(dir, ResultsCommand::kTrain, kArgv);
+    const std::string refused =
+        usage_error([&] { ResultsWriter second(dir, ResultsCommand::kTrain, kArgv); });
+    EXPECT_NE(refused.find("is in use by another tandem run (pid "), std::string::npos) << refused;
+    EXPECT_EQ(refused.find('\n'), std::string::npos) << refused;
+    EXPECT_TRUE(fs::exists(tmp.path() / ".out.lock"));
+    first.commit();
+  }
+  EXPECT_FALSE(fs::exists(tmp.path() / ".out.lock"));
+  ResultsWriter third(dir, ResultsCommand::kTrain, kArgv, {.force = true});
 }
 
 TEST(ResultsWriterTest, UnwritableDirectoryNamesOut) {
@@ -67,8 +178,9 @@ TEST(ResultsWriterTest, UnwritableDirectoryNamesOut) {
 }
 
 TEST(ResultsWriterTest, PointsAreFinishedWhenCommittedAndLoadInGridOrder) {
-  TempDir dir;
-  ResultsWriter writer(dir.path(), ResultsCommand::kCharacterize, kArgv);
+  TempDir tmp;
+  const fs::path dir = tmp.path() / "out";
+  ResultsWriter writer(dir, ResultsCommand::kCharacterize, kArgv);
   writer.write("points/b/overlapped.trace.json", "{}");  // traces first ...
   EXPECT_TRUE(writer.finished_points().empty());         // ... a point without result.json
   writer.commit_point("b", {{"id", "b"}});
@@ -77,9 +189,10 @@ TEST(ResultsWriterTest, PointsAreFinishedWhenCommittedAndLoadInGridOrder) {
   ASSERT_EQ(points.size(), 2u);
   EXPECT_EQ(points[0]["id"], "b");
   EXPECT_EQ(points[1]["id"], "a");
-  expect_no_temporaries(dir.path());
+  writer.commit();
+  expect_no_temporaries(dir);
 
-  write_file_atomic(dir.path() / "points" / "a" / "result.json", "{broken");
+  write_file_atomic(dir / "points" / "a" / "result.json", "{broken");
   EXPECT_THROW(writer.load_points({"a"}), UsageError);
 }
 

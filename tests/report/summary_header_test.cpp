@@ -26,9 +26,10 @@ TEST(SummaryHeaderTest, EveryCommandWritesTheSameHeaderBeforeItsBody) {
     TempDir dir;
     const std::vector<std::string> argv = {"tandem", std::string(to_string(command)), "--out",
                                            "x y"};
-    const ResultsWriter writer(dir.path(), command, argv);
+    ResultsWriter writer(dir.path() / "out", command, argv);
     writer.write_summary({{"body_key", 42}, {"another", "value"}});
-    const std::string text = read_file(dir.path() / "summary.json");
+    writer.commit();
+    const std::string text = read_file(dir.path() / "out" / "summary.json");
     const json s = json::parse(text);
     EXPECT_EQ(s["schema"], kSummarySchema);
     EXPECT_EQ(s["schema"], 2);

@@ -164,7 +164,7 @@ std::string analyze_body(const Results& r, const ReportOptions& options) {
           escape(std::to_string(steps.size()) + " iterations analysed after " +
                  json(s.value("warmup", 0)).dump() + " warm-up · " +
                  (has_baseline ? "with a compute-only baseline" : "no baseline") + " · " +
-                 r.dir.string()) +
+                 r.shown.string()) +
           "</p>";
   auto med = [&](const char* key) {
     const double ms = stat_of(s, key).median;

@@ -393,7 +393,7 @@ std::string characterize_body(const Results& r, const ReportOptions& options) {
       escape(std::to_string(r.points.size()) + " configuration" +
              (r.points.size() == 1 ? "" : "s") + " · 4 scenarios each · " + std::to_string(warmup) +
              " warm-up + " + std::to_string(iterations) + " measured iterations · created " +
-             r.summary.value("created", std::string("?")) + " · " + r.dir.string()) +
+             r.summary.value("created", std::string("?")) + " · " + r.shown.string()) +
       "</p>";
   body +=
       "<nav><a href=\"#timeline\">timelines</a><a href=\"#e2e\">E2E</a><a "

@@ -118,7 +118,8 @@ std::string machine_table(const nlohmann::json& machine, const std::string& crea
 }
 
 std::string render_report(const std::filesystem::path& results_dir, const ReportOptions& options) {
-  const Results results = load_results(results_dir);
+  Results results = load_results(results_dir);
+  results.shown = options.shown_as.empty() ? results_dir : options.shown_as;
   std::string title, body;
   switch (results.command) {
     case ResultsCommand::kTrain:
@@ -134,7 +135,7 @@ std::string render_report(const std::filesystem::path& results_dir, const Report
       body = characterize_body(results, options);
       break;
   }
-  return page(title + " — " + results_dir.filename().string(), body);
+  return page(title + " — " + results.shown.filename().string(), body);
 }
 
 std::filesystem::path write_report(const std::filesystem::path& results_dir,

@@ -14,6 +14,10 @@ struct ReportOptions {
   std::string point;             // the configuration drawn in detail; empty: the first
   std::optional<int> iteration;  // the iteration in the Gantt charts; none: the median one
   int max_ranks = 8;             // ranks drawn per Gantt chart (the rest are noted)
+  // How the page names the directory (its path, and its last component in the title);
+  // empty: as read. A run writing into DIR.partial names DIR, so that `tandem report DIR`
+  // rebuilds the same page.
+  std::filesystem::path shown_as;
 };
 
 // Reads DIR (a `tandem train`, `characterize` or `analyze --out` directory) and returns

@@ -110,6 +110,7 @@ Results load_results(const fs::path& dir) {
   }
   Results out;
   out.dir = dir;
+  out.shown = dir;
   out.summary = parse_json_file(path);
   out.command = read_summary_header(out.summary, path);
   validate_body(path, out);

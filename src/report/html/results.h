@@ -29,7 +29,8 @@ struct PointResult {
 
 struct Results {
   ResultsCommand command = ResultsCommand::kCharacterize;  // from the summary's header
-  std::filesystem::path dir;
+  std::filesystem::path dir;                               // where it is read from
+  std::filesystem::path shown;  // how the page names it (ReportOptions::shown_as, else dir)
   nlohmann::json summary;
   std::vector<PointResult> points;  // characterize: in grid order
 };

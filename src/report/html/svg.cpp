@@ -27,7 +27,18 @@ std::string escape(std::string_view text) {
         out += "&#39;";
         break;
       default:
-        out += c;
+        // Control characters (a NUL or a terminal escape in a kernel name) are not text
+        // HTML may carry: they are shown as \xNN, the way the name was spelled in C.
+        if (static_cast<unsigned char>(c) < 0x20 && c != '\t' && c != '\n') {
+          static constexpr char kHex[] = "0123456789abcdef";
+          out += "\\x";
+          out += kHex[(c >> 4) & 0xf];
+          out += kHex[c & 0xf];
+        } else if (c == 0x7f) {
+          out += "\\x7f";
+        } else {
+          out += c;
+        }
     }
   }
   return out;

@@ -14,7 +14,8 @@
 
 namespace tandem::html {
 
-// Escapes & < > " ' for use in HTML/SVG text and attribute values.
+// Escapes & < > " ' for use in HTML/SVG text and attribute values, and writes control
+// characters other than tab and newline as the text \xNN.
 std::string escape(std::string_view text);
 
 // A coordinate: at most one decimal, no trailing zeros ("12", "12.5", "-0.3").

@@ -62,7 +62,7 @@ std::string train_body(const Results& r, const ReportOptions& options) {
   body += "<p class=\"sub\">" +
           escape(std::to_string(s.value("measured_steps", 0)) + " measured steps of " +
                  std::to_string(config.value("steps", 0)) + " · created " +
-                 s.value("created", std::string("not recorded")) + " · " + r.dir.string()) +
+                 s.value("created", std::string("not recorded")) + " · " + r.shown.string()) +
           "</p>";
   auto med = [&](const char* key) { return ms_cell(stat_of(s, key).median); };
   const double hidden = s.contains("hidden_share") && s["hidden_share"].is_number()
