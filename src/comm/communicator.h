@@ -25,6 +25,7 @@
 #pragma once
 
 #include <cstdint>
+#include <exception>
 #include <memory>
 #include <span>
 #include <string>
@@ -101,5 +102,21 @@ class Communicator {
  private:
   RankRecorder* recorder_ = nullptr;
 };
+
+// Ends what this rank has in flight on `comm` (abort, then drain) before the caller's
+// buffers die: the rule in the header comment, in one place.
+void end_in_flight(Communicator& comm, const std::string& why);
+
+// Runs `body`, whose collectives on `comm` use buffers that die with the caller's frame;
+// when it throws, ends what is in flight first, then rethrows.
+template <typename Body>
+void ending_on_failure(Communicator& comm, const Body& body) {
+  try {
+    body();
+  } catch (const std::exception& e) {
+    end_in_flight(comm, e.what());
+    throw;
+  }
+}
 
 }  // namespace tandem

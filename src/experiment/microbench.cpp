@@ -83,7 +83,7 @@ class MicrobenchWorkload final : public Workload {
         .run(run_spec(capacity, true),
              [&](RankEnv& env) {
                Buffers b(spec_);
-               guarded(env.comm, [&] {
+               ending_on_failure(env.comm, [&] {
                  for (int step = 0; step < steps; ++step) {
                    iteration(scenario, step, env.comm, env.recorder, b);
                  }
@@ -163,19 +163,6 @@ class MicrobenchWorkload final : public Workload {
             .record = record};
   }
 
-  // Runs `body` over buffers that `comm`'s collectives use: a failure ends this rank's
-  // collectives before the buffers die (engine/trainer.cpp, Note [one owner of shutdown]).
-  template <typename Body>
-  static void guarded(Communicator& comm, const Body& body) {
-    try {
-      body();
-    } catch (const std::exception& e) {
-      comm.abort(e.what());
-      comm.drain();
-      throw;
-    }
-  }
-
   // Enough sgemm calls to cover one all-reduce, each timed alone; rank 0's answer is
   // broadcast so that every rank runs the same loop.
   int calibrate(Job& job) const {
@@ -184,7 +171,7 @@ class MicrobenchWorkload final : public Workload {
                       Communicator& comm = env.comm;
                       Buffers b(spec_);
                       std::vector<float> ratio(1);
-                      guarded(comm, [&] {
+                      ending_on_failure(comm, [&] {
                       auto median_ns = [](std::vector<std::int64_t> v) {
                         std::sort(v.begin(), v.end());
                         return static_cast<double>(v[v.size() / 2]);

@@ -88,18 +88,6 @@ struct GpuRank {
   cuda::DeviceBuffer<float> c, grad;
 };
 
-// Ends this rank's collectives before the buffers of `g` die (engine/trainer.cpp, Note
-// [one owner of shutdown]).
-template <typename Body>
-void guarded(Communicator& comm, const Body& body) {
-  try {
-    body();
-  } catch (const std::exception& e) {
-    comm.abort(e.what());
-    comm.drain();
-    throw;
-  }
-}
 
 class GpuMicrobench final : public Workload {
  public:
@@ -162,7 +150,7 @@ class GpuMicrobench final : public Workload {
           NameTable names;
           std::vector<Span> spans;
           std::vector<WorkPtr> works;
-          guarded(g.comm, [&] {
+          ending_on_failure(g.comm, [&] {
             timer.start();
             for (int step = 0; step < steps; ++step) iteration(g, timer, scenario, step, works);
             spans = timer.stop(&names);
@@ -283,7 +271,7 @@ class GpuMicrobench final : public Workload {
       GpuRank g(spec_, precision_, env);
       KernelTimer timer({.device = g.device, .prefer_cupti = false});
       std::vector<float> answer(1);
-      guarded(g.comm, [&] {
+      ending_on_failure(g.comm, [&] {
         cuda::Event t0(cuda::Event::Timing::kOn), t1(cuda::Event::Timing::kOn),
             t2(cuda::Event::Timing::kOn);
         float gemm_ms = 0, allreduce_ms = 0;
