@@ -60,8 +60,8 @@ class Communicator {
   // data := op over ranks of data.
   virtual WorkPtr allreduce(std::span<float> data, ReduceOp op, OpInfo info = {}) = 0;
   // input has size()*output.size() elements; rank r receives block r of the reduction.
-  virtual WorkPtr reduce_scatter(std::span<const float> input, std::span<float> output,
-                                 ReduceOp op, OpInfo info = {}) = 0;
+  virtual WorkPtr reduce_scatter(std::span<const float> input, std::span<float> output, ReduceOp op,
+                                 OpInfo info = {}) = 0;
   // output has size()*input.size() elements; block r is rank r's input. The input may be
   // this rank's own block of the output (in place).
   virtual WorkPtr allgather(std::span<const float> input, std::span<float> output,

@@ -65,23 +65,24 @@ std::vector<std::unique_ptr<Communicator>> world(const std::string& name, Backen
   return backend->make_world(options);
 }
 
-#define TANDEM_WORLD_OR_SKIP(comms, name, ...)                               \
-  std::vector<std::unique_ptr<Communicator>> comms;                         \
-  try {                                                                      \
-    comms = world(name, __VA_ARGS__);                                        \
-  } catch (const UsageError& e) {                                            \
-    GTEST_SKIP() << name << " not available: " << e.what();                  \
-  }                                                                          \
+#define TANDEM_WORLD_OR_SKIP(comms, name, ...)              \
+  std::vector<std::unique_ptr<Communicator>> comms;         \
+  try {                                                     \
+    comms = world(name, __VA_ARGS__);                       \
+  } catch (const UsageError& e) {                           \
+    GTEST_SKIP() << name << " not available: " << e.what(); \
+  }                                                         \
   if (comms.empty()) GTEST_SKIP() << name << " is not built into this program"
 
 TEST(GpuCommTest, EmulatedRingMatchesCpuReference) {
   TANDEM_SKIP_WITHOUT_GPU();
   for (int peers : {1, 2, 3, 4, 8}) {
-    for (std::size_t n : {std::size_t{0}, std::size_t{1}, std::size_t{7}, std::size_t{1000},
-                          std::size_t{123457}}) {
+    for (std::size_t n :
+         {std::size_t{0}, std::size_t{1}, std::size_t{7}, std::size_t{1000}, std::size_t{123457}}) {
       for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kAverage}) {
-        TANDEM_WORLD_OR_SKIP(comms, "emulated",
-                             {.ranks = 1, .emulated_peers = peers, .emulated_blocks = n % 2 ? 1 : 0});
+        TANDEM_WORLD_OR_SKIP(
+            comms, "emulated",
+            {.ranks = 1, .emulated_peers = peers, .emulated_blocks = n % 2 ? 1 : 0});
         const std::vector<float> data = small_integers(n);
         DeviceFloats buffer(data);
         comms[0]->allreduce(buffer.span(), op, {.step = 1, .tag = 2})->synchronize();

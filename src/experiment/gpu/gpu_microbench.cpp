@@ -10,13 +10,13 @@
 #include <exception>
 #include <vector>
 
-#include "core/bytes.h"
 #include "compute/cuda/gemm.h"
-#include "cuda/check.h"
-#include "cuda/resources.h"
 #include "compute/precision.h"
+#include "core/bytes.h"
 #include "core/error.h"
 #include "core/parse.h"
+#include "cuda/check.h"
+#include "cuda/resources.h"
 #include "model/rng.h"
 #include "timeline/gpu/kernel_timer.h"
 
@@ -88,7 +88,6 @@ struct GpuRank {
   cuda::DeviceBuffer<float> c, grad;
 };
 
-
 class GpuMicrobench final : public Workload {
  public:
   explicit GpuMicrobench(const GpuMicrobenchSpec& spec)
@@ -114,29 +113,28 @@ class GpuMicrobench final : public Workload {
     return "gpu microbench " + spec_.bench.to_string() + " (" + std::to_string(gemm_count_) + " " +
            std::string(to_string(precision_)) + " GEMMs per iteration), " +
            std::to_string(spec_.bench.ranks) + " rank(s) on " + gpu_name_ + ", all-reduce " +
-           backend_ + (backend_ == "emulated" ? " (emulated)" : "") +
-           "; kernel timing: " + timing_;
+           backend_ + (backend_ == "emulated" ? " (emulated)" : "") + "; kernel timing: " + timing_;
   }
 
   nlohmann::json config_json() const override {
-    return {{"workload", "microbench"},
-            {"device", "cuda"},
-            {"gpu", gpu_name_},
-            {"gemm_n", spec_.bench.gemm_n},
-            {"gemm_count", gemm_count_},
-            {"gemm_count_calibrated", spec_.bench.gemm_count == 0},
-            {"precision", to_string(precision_)},
-            {"gemm_library", cuda::cublas_description()},
-            {"allreduce_bytes", spec_.bench.allreduce_bytes},
-            {"allreduce_dtype", "fp32"},
-            {"ranks", spec_.bench.ranks},
-            {"backend", backend_},
-            {"backend_details", backend_details_},
-            {"emulated", backend_ == "emulated"},
-            {"emulated_peers",
-             backend_ == "emulated" ? nlohmann::json(spec_.emulated_peers) : nullptr},
-            {"kernel_timing", timing_},
-            {"cupti_comm_kernels_ms", cupti_comm_ms_}};
+    return {
+        {"workload", "microbench"},
+        {"device", "cuda"},
+        {"gpu", gpu_name_},
+        {"gemm_n", spec_.bench.gemm_n},
+        {"gemm_count", gemm_count_},
+        {"gemm_count_calibrated", spec_.bench.gemm_count == 0},
+        {"precision", to_string(precision_)},
+        {"gemm_library", cuda::cublas_description()},
+        {"allreduce_bytes", spec_.bench.allreduce_bytes},
+        {"allreduce_dtype", "fp32"},
+        {"ranks", spec_.bench.ranks},
+        {"backend", backend_},
+        {"backend_details", backend_details_},
+        {"emulated", backend_ == "emulated"},
+        {"emulated_peers", backend_ == "emulated" ? nlohmann::json(spec_.emulated_peers) : nullptr},
+        {"kernel_timing", timing_},
+        {"cupti_comm_kernels_ms", cupti_comm_ms_}};
   }
 
   Timeline run(Job& job, Scenario scenario, int steps) override {
@@ -204,8 +202,8 @@ class GpuMicrobench final : public Workload {
     return {.ranks = spec_.bench.ranks,
             .device = Device::kCuda,
             .device_comm = spec_.comm_backend,
-            .comm = {.timeout = std::chrono::nanoseconds(
-                         static_cast<std::int64_t>(spec_.timeout_s * 1e9)),
+            .comm = {.timeout =
+                         std::chrono::nanoseconds(static_cast<std::int64_t>(spec_.timeout_s * 1e9)),
                      .emulated_peers = spec_.emulated_peers,
                      .emulated_blocks = spec_.emulated_blocks,
                      .nccl_min_ctas = spec_.nccl_min_ctas,
@@ -287,9 +285,8 @@ class GpuMicrobench final : public Workload {
           TANDEM_CUDA_CHECK(cudaEventElapsedTime(&gemm_ms, t0.get(), t1.get()));
           TANDEM_CUDA_CHECK(cudaEventElapsedTime(&allreduce_ms, t1.get(), t2.get()));
         }
-        answer[0] = static_cast<float>(
-            std::clamp(static_cast<int>(std::ceil(allreduce_ms / std::max(gemm_ms, 1e-3f))), 1,
-                       100000));
+        answer[0] = static_cast<float>(std::clamp(
+            static_cast<int>(std::ceil(allreduce_ms / std::max(gemm_ms, 1e-3f))), 1, 100000));
       });
       env.control.broadcast(answer, 0)->synchronize();
       if (env.comm.rank() == 0 || !job.in_process()) count = static_cast<int>(answer[0]);
