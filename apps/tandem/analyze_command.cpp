@@ -100,8 +100,7 @@ void add_analyze_command(CLI::App& app, RunCommand& run) {
                   "trace.json (all ranks merged, Chrome/Perfetto) and report.html; it appears "
                   "when the analysis is done, and one that holds results is refused without "
                   "--force");
-  cmd->add_flag("--force", flags->force,
-                "Replace the results --out holds (kept until this run's results are whole)");
+  add_force_flag(*cmd, flags->force);
   cmd->add_option("--comm-regex", flags->rules.comm,
                   "Kernel names that are communication (case-insensitive search)")
       ->capture_default_str();

@@ -361,8 +361,7 @@ void add_characterize_command(CLI::App& app, RunCommand& run) {
                 "Continue a sweep in --out (or the OUT.partial an interrupted first run left), "
                 "skipping finished points (under mpirun, the points rank 0 finds finished); "
                 "its settings must be the same");
-  cmd->add_flag("--force", flags->force,
-                "Replace the results --out holds (kept until this run's results are whole)");
+  add_force_flag(*cmd, flags->force);
   cmd->add_option("--warmup", flags->warmup, "Iterations dropped from each scenario")
       ->check(integer_in(0, 1000000))
       ->capture_default_str();

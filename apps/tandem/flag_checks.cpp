@@ -138,4 +138,9 @@ void check_subcommand(const CLI::App& app, int argc, const char* const* argv) {
   throw UsageError("unknown subcommand '" + word + "' (expected one of: " + names + ")");
 }
 
+void add_force_flag(CLI::App& command, bool& force) {
+  command.add_flag("--force", force,
+                   "Replace the results --out holds (kept until this run's results are whole)");
+}
+
 }  // namespace tandem::cli

@@ -37,6 +37,9 @@ void check_given_values(const CLI::App& command);
 // out. A results directory stores it so that --resume can tell a different run apart.
 nlohmann::json settings_of(const CLI::App& command, const std::set<std::string>& ignored);
 
+// --force, the same for every command that writes a results directory (--out).
+void add_force_flag(CLI::App& command, bool& force);
+
 // Before parsing: a first word that is not a flag and not a subcommand is a UsageError
 // that says so and suggests the nearest subcommand.
 void check_subcommand(const CLI::App& app, int argc, const char* const* argv);

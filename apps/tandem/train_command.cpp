@@ -148,8 +148,7 @@ void add_train_command(CLI::App& app, RunCommand& run) {
                   "Directory for steps.csv (a row per rank per step), trace.json "
                   "(Chrome/Perfetto), summary.json and report.html; it appears when the run "
                   "is done, and one that holds results is refused without --force");
-  cmd->add_flag("--force", flags->force,
-                "Replace the results --out holds (kept until this run's results are whole)");
+  add_force_flag(*cmd, flags->force);
   cmd->add_option("--warmup", flags->warmup, "Steps left out of the summary statistics")
       ->check(integer_in(0, 10'000'000))
       ->capture_default_str();

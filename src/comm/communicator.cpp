@@ -1,4 +1,4 @@
-// ReduceOp names.
+// ReduceOp names; ending what a failed rank has in flight.
 #include "comm/communicator.h"
 
 namespace tandem {
@@ -11,6 +11,11 @@ std::string_view to_string(ReduceOp op) {
       return "average";
   }
   return "unknown";
+}
+
+void end_in_flight(Communicator& comm, const std::string& why) {
+  comm.abort(why);
+  comm.drain();
 }
 
 }  // namespace tandem

@@ -25,6 +25,7 @@
 #pragma once
 
 #include <cstdint>
+#include <exception>
 #include <memory>
 #include <span>
 #include <string>
@@ -59,8 +60,8 @@ class Communicator {
   // data := op over ranks of data.
   virtual WorkPtr allreduce(std::span<float> data, ReduceOp op, OpInfo info = {}) = 0;
   // input has size()*output.size() elements; rank r receives block r of the reduction.
-  virtual WorkPtr reduce_scatter(std::span<const float> input, std::span<float> output,
-                                 ReduceOp op, OpInfo info = {}) = 0;
+  virtual WorkPtr reduce_scatter(std::span<const float> input, std::span<float> output, ReduceOp op,
+                                 OpInfo info = {}) = 0;
   // output has size()*input.size() elements; block r is rank r's input. The input may be
   // this rank's own block of the output (in place).
   virtual WorkPtr allgather(std::span<const float> input, std::span<float> output,
@@ -101,5 +102,21 @@ class Communicator {
  private:
   RankRecorder* recorder_ = nullptr;
 };
+
+// Ends what this rank has in flight on `comm` (abort, then drain) before the caller's
+// buffers die: the rule in the header comment, in one place.
+void end_in_flight(Communicator& comm, const std::string& why);
+
+// Runs `body`, whose collectives on `comm` use buffers that die with the caller's frame;
+// when it throws, ends what is in flight first, then rethrows.
+template <typename Body>
+void ending_on_failure(Communicator& comm, const Body& body) {
+  try {
+    body();
+  } catch (const std::exception& e) {
+    end_in_flight(comm, e.what());
+    throw;
+  }
+}
 
 }  // namespace tandem

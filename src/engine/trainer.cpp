@@ -101,14 +101,7 @@ void verify_identical(Communicator& comm, std::uint64_t hash, int step) {
   std::vector<float> all(4 * static_cast<std::size_t>(comm.size()));
   for (int i = 0; i < 4; ++i)
     mine[static_cast<std::size_t>(i)] = static_cast<float>((hash >> (16 * i)) & 0xffff);
-  try {
-    comm.allgather(mine, all)->synchronize();
-  } catch (const std::exception& e) {
-    // `mine` and `all` die with this frame: end the collective first.
-    comm.abort(e.what());
-    comm.drain();
-    throw;
-  }
+  ending_on_failure(comm, [&] { comm.allgather(mine, all)->synchronize(); });
   for (int r = 1; r < comm.size(); ++r) {
     if (!std::equal(all.begin(), all.begin() + 4, all.begin() + 4 * r)) {
       throw RuntimeError("--verify: after step " + std::to_string(step) + " rank " +
@@ -195,12 +188,6 @@ StepRecord run_step(const TrainConfig& config, int step, RankModel& model, GradS
   record.end_ns = end.end_ns;
   if (config.compute) record.loss = static_cast<float>(end.loss_sum / config.accumulate);
   return record;
-}
-
-// Ends what this rank has in flight on `comm` before the caller's buffers die.
-void end_in_flight(Communicator& comm, const std::string& why) {
-  comm.abort(why);
-  comm.drain();
 }
 
 }  // namespace

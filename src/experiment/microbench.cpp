@@ -30,12 +30,13 @@ MicrobenchSpec MicrobenchSpec::parse(std::string_view text) {
     }
   }
   if (spec.gemm_n < 1 || spec.gemm_n > 32768) {
-    throw UsageError("--microbench: gemm size must be 1..32768, got " + std::to_string(spec.gemm_n));
+    throw UsageError("--microbench: gemm size must be 1..32768, got " +
+                     std::to_string(spec.gemm_n));
   }
   spec.allreduce_bytes = parse_bytes(kv.at("allreduce"));
   if (spec.allreduce_bytes < 4 || spec.allreduce_bytes > (4ll << 30)) {
-    throw UsageError("--microbench: allreduce size must be 4 B..4 GiB, got '" +
-                     kv.at("allreduce") + "'");
+    throw UsageError("--microbench: allreduce size must be 4 B..4 GiB, got '" + kv.at("allreduce") +
+                     "'");
   }
   return spec;
 }
@@ -83,7 +84,7 @@ class MicrobenchWorkload final : public Workload {
         .run(run_spec(capacity, true),
              [&](RankEnv& env) {
                Buffers b(spec_);
-               guarded(env.comm, [&] {
+               ending_on_failure(env.comm, [&] {
                  for (int step = 0; step < steps; ++step) {
                    iteration(scenario, step, env.comm, env.recorder, b);
                  }
@@ -109,7 +110,8 @@ class MicrobenchWorkload final : public Workload {
     const double flops = 2.0 * b.n * b.n * b.n;
     for (int g = 0; g < gemm_count_; ++g) {
       ScopedSpan span(recorder, Lane::kCompute, SpanKind::kKernel, step, g, kNoName, flops);
-      sgemm(false, false, b.n, b.n, b.n, 1.0f, b.a.data(), b.n, b.b.data(), b.n, 0.0f, b.c.data(), b.n);
+      sgemm(false, false, b.n, b.n, b.n, 1.0f, b.a.data(), b.n, b.b.data(), b.n, 0.0f, b.c.data(),
+            b.n);
     }
   }
 
@@ -163,55 +165,42 @@ class MicrobenchWorkload final : public Workload {
             .record = record};
   }
 
-  // Runs `body` over buffers that `comm`'s collectives use: a failure ends this rank's
-  // collectives before the buffers die (engine/trainer.cpp, Note [one owner of shutdown]).
-  template <typename Body>
-  static void guarded(Communicator& comm, const Body& body) {
-    try {
-      body();
-    } catch (const std::exception& e) {
-      comm.abort(e.what());
-      comm.drain();
-      throw;
-    }
-  }
-
   // Enough sgemm calls to cover one all-reduce, each timed alone; rank 0's answer is
   // broadcast so that every rank runs the same loop.
   int calibrate(Job& job) const {
     int count = 1;
     job.run(run_spec(64, false), [&](RankEnv& env) {
-                      Communicator& comm = env.comm;
-                      Buffers b(spec_);
-                      std::vector<float> ratio(1);
-                      guarded(comm, [&] {
-                      auto median_ns = [](std::vector<std::int64_t> v) {
-                        std::sort(v.begin(), v.end());
-                        return static_cast<double>(v[v.size() / 2]);
-                      };
-                      std::vector<std::int64_t> gemm_ns, allreduce_ns;
-                      for (int i = 0; i < 4; ++i) {
-                        const std::int64_t t0 = now_ns();
-                        sgemm(false, false, b.n, b.n, b.n, 1.0f, b.a.data(), b.n, b.b.data(), b.n,
-                              0.0f, b.c.data(), b.n);
-                        const std::int64_t t1 = now_ns();
-                        start_allreduce(-1, comm, b)->wait();
-                        const std::int64_t t2 = now_ns();
-                        if (i > 0) {
-                          gemm_ns.push_back(t1 - t0);
-                          allreduce_ns.push_back(t2 - t1);
-                        }
-                      }
-                      ratio[0] = static_cast<float>(
-                          std::ceil(median_ns(allreduce_ns) / std::max(1.0, median_ns(gemm_ns))));
-                      comm.broadcast(ratio, 0)->wait();
-                      });
-                      // Every process of a job gets the same answer from rank 0.
-                      if (comm.rank() == 0 || !job.in_process()) {
-                        count = std::clamp(static_cast<int>(ratio[0]), 1, 100000);
-                      }
-                      return std::string();
-                    });
+      Communicator& comm = env.comm;
+      Buffers b(spec_);
+      std::vector<float> ratio(1);
+      ending_on_failure(comm, [&] {
+        auto median_ns = [](std::vector<std::int64_t> v) {
+          std::sort(v.begin(), v.end());
+          return static_cast<double>(v[v.size() / 2]);
+        };
+        std::vector<std::int64_t> gemm_ns, allreduce_ns;
+        for (int i = 0; i < 4; ++i) {
+          const std::int64_t t0 = now_ns();
+          sgemm(false, false, b.n, b.n, b.n, 1.0f, b.a.data(), b.n, b.b.data(), b.n, 0.0f,
+                b.c.data(), b.n);
+          const std::int64_t t1 = now_ns();
+          start_allreduce(-1, comm, b)->wait();
+          const std::int64_t t2 = now_ns();
+          if (i > 0) {
+            gemm_ns.push_back(t1 - t0);
+            allreduce_ns.push_back(t2 - t1);
+          }
+        }
+        ratio[0] = static_cast<float>(
+            std::ceil(median_ns(allreduce_ns) / std::max(1.0, median_ns(gemm_ns))));
+        comm.broadcast(ratio, 0)->wait();
+      });
+      // Every process of a job gets the same answer from rank 0.
+      if (comm.rank() == 0 || !job.in_process()) {
+        count = std::clamp(static_cast<int>(ratio[0]), 1, 100000);
+      }
+      return std::string();
+    });
     return count;
   }
 

@@ -3,21 +3,13 @@
 
 #include <gtest/gtest.h>
 
+#include "cli/cli_support.h"
 #include "core/error.h"
 
 namespace tandem {
 namespace {
 
-// The UsageError message of f(), or "" if it did not throw one.
-template <typename F>
-std::string usage_error(F f) {
-  try {
-    f();
-  } catch (const UsageError& e) {
-    return e.what();
-  }
-  return "";
-}
+using testing::usage_error;
 
 TEST(ParseBytes, DecimalAndBinaryUnits) {
   EXPECT_EQ(parse_bytes("4096"), 4096);

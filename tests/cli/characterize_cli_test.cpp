@@ -72,15 +72,6 @@ TEST(CharacterizeCliTest, TrainWorkloadScenariosDoWhatTheySay) {
   }
 }
 
-std::vector<std::string> finished_lines(const std::string& out) {
-  std::vector<std::string> lines;
-  std::istringstream in(out);
-  for (std::string line; std::getline(in, line);) {
-    if (line.starts_with("[")) lines.push_back(line.substr(0, line.find(':')));
-  }
-  return lines;
-}
-
 TEST(CharacterizeCliTest, ResumeRunsExactlyTheConfigurationsNotDone) {
   TempDir dir;
   const fs::path out = dir.path() / "sweep";

@@ -9,6 +9,9 @@
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <vector>
+
+#include "core/error.h"
 
 namespace tandem::testing {
 
@@ -57,6 +60,27 @@ inline int count_lines(const std::string& text) {
   int n = 0;
   for (char c : text) n += c == '\n';
   return n;
+}
+
+// The UsageError message of f(), or "" if it did not throw one.
+template <typename F>
+std::string usage_error(F f) {
+  try {
+    f();
+  } catch (const UsageError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+// characterize's progress lines ("[i/n] point: ..."), up to the colon: which points ran.
+inline std::vector<std::string> finished_lines(const std::string& out) {
+  std::vector<std::string> lines;
+  std::istringstream in(out);
+  for (std::string line; std::getline(in, line);) {
+    if (line.starts_with("[")) lines.push_back(line.substr(0, line.find(':')));
+  }
+  return lines;
 }
 
 }  // namespace tandem::testing

@@ -65,23 +65,24 @@ std::vector<std::unique_ptr<Communicator>> world(const std::string& name, Backen
   return backend->make_world(options);
 }
 
-#define TANDEM_WORLD_OR_SKIP(comms, name, ...)                               \
-  std::vector<std::unique_ptr<Communicator>> comms;                         \
-  try {                                                                      \
-    comms = world(name, __VA_ARGS__);                                        \
-  } catch (const UsageError& e) {                                            \
-    GTEST_SKIP() << name << " not available: " << e.what();                  \
-  }                                                                          \
+#define TANDEM_WORLD_OR_SKIP(comms, name, ...)              \
+  std::vector<std::unique_ptr<Communicator>> comms;         \
+  try {                                                     \
+    comms = world(name, __VA_ARGS__);                       \
+  } catch (const UsageError& e) {                           \
+    GTEST_SKIP() << name << " not available: " << e.what(); \
+  }                                                         \
   if (comms.empty()) GTEST_SKIP() << name << " is not built into this program"
 
 TEST(GpuCommTest, EmulatedRingMatchesCpuReference) {
   TANDEM_SKIP_WITHOUT_GPU();
   for (int peers : {1, 2, 3, 4, 8}) {
-    for (std::size_t n : {std::size_t{0}, std::size_t{1}, std::size_t{7}, std::size_t{1000},
-                          std::size_t{123457}}) {
+    for (std::size_t n :
+         {std::size_t{0}, std::size_t{1}, std::size_t{7}, std::size_t{1000}, std::size_t{123457}}) {
       for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kAverage}) {
-        TANDEM_WORLD_OR_SKIP(comms, "emulated",
-                             {.ranks = 1, .emulated_peers = peers, .emulated_blocks = n % 2 ? 1 : 0});
+        TANDEM_WORLD_OR_SKIP(
+            comms, "emulated",
+            {.ranks = 1, .emulated_peers = peers, .emulated_blocks = n % 2 ? 1 : 0});
         const std::vector<float> data = small_integers(n);
         DeviceFloats buffer(data);
         comms[0]->allreduce(buffer.span(), op, {.step = 1, .tag = 2})->synchronize();
@@ -158,17 +159,37 @@ TEST(GpuCommTest, EmulatedRingSaysSoAndRecordsSpans) {
   EXPECT_EQ(work->start_ns(), spans[0].start_ns);
 }
 
-// Holds a stream at a host function until released (or 10 s, so a failing test cannot
-// hang): whatever is enqueued behind it waits.
-struct StreamBlocker {
-  std::atomic<bool> released{false};
+// A producer stream bound to `comm` and held by a host function until release() (or
+// 10 s): work ordered after it cannot start.
+class HeldStream {
+ public:
+  explicit HeldStream(Communicator& comm) {
+    check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
+    comm.bind_stream(stream_);
+    check(cudaLaunchHostFunc(stream_, hold, this), "cudaLaunchHostFunc");
+  }
+  ~HeldStream() {
+    release();
+    cudaStreamSynchronize(stream_);
+    cudaStreamDestroy(stream_);
+  }
+  HeldStream(const HeldStream&) = delete;
+  HeldStream& operator=(const HeldStream&) = delete;
+
+  cudaStream_t stream() const { return stream_; }
+  void release() { released_ = true; }
+
+ private:
   static void CUDART_CB hold(void* self) {
-    auto* b = static_cast<StreamBlocker*>(self);
+    auto* h = static_cast<HeldStream*>(self);
     const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-    while (!b->released.load() && std::chrono::steady_clock::now() < until) {
+    while (!h->released_.load() && std::chrono::steady_clock::now() < until) {
       std::this_thread::sleep_for(std::chrono::milliseconds(1));
     }
   }
+
+  cudaStream_t stream_ = nullptr;
+  std::atomic<bool> released_{false};
 };
 
 // c10d's wait: with the producer stream held, the collective cannot start; wait() must
@@ -178,37 +199,28 @@ TEST(GpuCommTest, WaitMakesTheBoundStreamWaitAndReturnsAtOnce) {
   TANDEM_SKIP_WITHOUT_GPU();
   TANDEM_WORLD_OR_SKIP(comms, "emulated", {.ranks = 1, .emulated_peers = 2});
   Communicator& comm = *comms[0];
-  cudaStream_t producer;
-  check(cudaStreamCreateWithFlags(&producer, cudaStreamNonBlocking), "cudaStreamCreate");
-  comm.bind_stream(producer);
-  StreamBlocker blocker;
-  check(cudaLaunchHostFunc(producer, StreamBlocker::hold, &blocker), "cudaLaunchHostFunc");
+  HeldStream producer(comm);
   DeviceFloats buffer(std::vector<float>(1000, 1.0f));
   WorkPtr work = comm.allreduce(buffer.span(), ReduceOp::kSum);
   work->wait();  // enqueues the stream's wait; must not block on the held producer
   EXPECT_FALSE(work->test());
   cudaEvent_t after;
   check(cudaEventCreateWithFlags(&after, cudaEventDisableTiming), "cudaEventCreate");
-  check(cudaEventRecord(after, producer), "cudaEventRecord");
+  check(cudaEventRecord(after, producer.stream()), "cudaEventRecord");
   EXPECT_EQ(cudaEventQuery(after), cudaErrorNotReady);
   (void)cudaGetLastError();
-  blocker.released = true;
+  producer.release();
   work->synchronize();
   check(cudaEventSynchronize(after), "cudaEventSynchronize");
   EXPECT_EQ(buffer.host(), std::vector<float>(1000, 2.0f));  // two emulated peers
   cudaEventDestroy(after);
-  cudaStreamDestroy(producer);
 }
 
 void expect_timeout(const std::string& backend) {
   TANDEM_WORLD_OR_SKIP(comms, backend,
                        {.ranks = 1, .timeout = std::chrono::seconds(1), .emulated_peers = 2});
   Communicator& comm = *comms[0];
-  cudaStream_t producer;
-  check(cudaStreamCreateWithFlags(&producer, cudaStreamNonBlocking), "cudaStreamCreate");
-  comm.bind_stream(producer);
-  StreamBlocker blocker;
-  check(cudaLaunchHostFunc(producer, StreamBlocker::hold, &blocker), "cudaLaunchHostFunc");
+  HeldStream producer(comm);
   DeviceFloats buffer(std::size_t{3} << 18);  // 3 MiB of fp32
   WorkPtr work = comm.allreduce(buffer.span(), ReduceOp::kSum, {.step = 7, .tag = 3});
   std::string message;
@@ -217,13 +229,11 @@ void expect_timeout(const std::string& backend) {
   } catch (const TimeoutError& e) {
     message = e.what();
   }
-  blocker.released = true;
+  producer.release();
   EXPECT_NE(message.find("rank 0: allreduce bucket 3 (3.0 MiB, step 7) not complete after"),
             std::string::npos)
       << message;
-  cudaStreamSynchronize(producer);
-  comms.clear();
-  cudaStreamDestroy(producer);
+  comms.clear();  // the communicators go before the stream they are bound to
 }
 
 TEST(GpuCommTest, EmulatedTimeoutNamesTheCollective) {

@@ -177,16 +177,6 @@ TEST(MpiCharacterize, TrainWorkloadRunsOnTheJobsRanks) {
   expect_characterized_by_the_job(" --model mlp:2x64 --batch 4");
 }
 
-// Lines of finished points ("[2/2] chunks=2: ...") up to their colon.
-std::vector<std::string> finished_lines(const std::string& out) {
-  std::vector<std::string> lines;
-  std::istringstream in(out);
-  for (std::string line; std::getline(in, line);) {
-    if (line.starts_with("[")) lines.push_back(line.substr(0, line.find(':')));
-  }
-  return lines;
-}
-
 // Rank 0 and rank 1 run in different working directories with the same relative --out:
 // only rank 0's may ever appear, and on --resume rank 1 (whose directory holds nothing)
 // must skip exactly the points rank 0 found finished, or the two would run different

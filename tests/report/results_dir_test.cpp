@@ -28,17 +28,6 @@ void expect_no_temporaries(const fs::path& dir) {
   }
 }
 
-// The UsageError message of f(), or "" if it did not throw one.
-template <typename F>
-std::string usage_error(F f) {
-  try {
-    f();
-  } catch (const UsageError& e) {
-    return e.what();
-  }
-  return "";
-}
-
 TEST(ResultsWriterTest, CharacterizeRefusesResultsUnlessResumedOrForced) {
   TempDir tmp;
   const fs::path dir = tmp.path() / "out";

@@ -10,13 +10,13 @@
 #include <exception>
 #include <vector>
 
-#include "core/bytes.h"
 #include "compute/cuda/gemm.h"
-#include "cuda/check.h"
-#include "cuda/resources.h"
 #include "compute/precision.h"
+#include "core/bytes.h"
 #include "core/error.h"
 #include "core/parse.h"
+#include "cuda/check.h"
+#include "cuda/resources.h"
 #include "model/rng.h"
 #include "timeline/gpu/kernel_timer.h"
 
@@ -88,19 +88,6 @@ struct GpuRank {
   cuda::DeviceBuffer<float> c, grad;
 };
 
-// Ends this rank's collectives before the buffers of `g` die (engine/trainer.cpp, Note
-// [one owner of shutdown]).
-template <typename Body>
-void guarded(Communicator& comm, const Body& body) {
-  try {
-    body();
-  } catch (const std::exception& e) {
-    comm.abort(e.what());
-    comm.drain();
-    throw;
-  }
-}
-
 class GpuMicrobench final : public Workload {
  public:
   explicit GpuMicrobench(const GpuMicrobenchSpec& spec)
@@ -126,29 +113,28 @@ class GpuMicrobench final : public Workload {
     return "gpu microbench " + spec_.bench.to_string() + " (" + std::to_string(gemm_count_) + " " +
            std::string(to_string(precision_)) + " GEMMs per iteration), " +
            std::to_string(spec_.bench.ranks) + " rank(s) on " + gpu_name_ + ", all-reduce " +
-           backend_ + (backend_ == "emulated" ? " (emulated)" : "") +
-           "; kernel timing: " + timing_;
+           backend_ + (backend_ == "emulated" ? " (emulated)" : "") + "; kernel timing: " + timing_;
   }
 
   nlohmann::json config_json() const override {
-    return {{"workload", "microbench"},
-            {"device", "cuda"},
-            {"gpu", gpu_name_},
-            {"gemm_n", spec_.bench.gemm_n},
-            {"gemm_count", gemm_count_},
-            {"gemm_count_calibrated", spec_.bench.gemm_count == 0},
-            {"precision", to_string(precision_)},
-            {"gemm_library", cuda::cublas_description()},
-            {"allreduce_bytes", spec_.bench.allreduce_bytes},
-            {"allreduce_dtype", "fp32"},
-            {"ranks", spec_.bench.ranks},
-            {"backend", backend_},
-            {"backend_details", backend_details_},
-            {"emulated", backend_ == "emulated"},
-            {"emulated_peers",
-             backend_ == "emulated" ? nlohmann::json(spec_.emulated_peers) : nullptr},
-            {"kernel_timing", timing_},
-            {"cupti_comm_kernels_ms", cupti_comm_ms_}};
+    return {
+        {"workload", "microbench"},
+        {"device", "cuda"},
+        {"gpu", gpu_name_},
+        {"gemm_n", spec_.bench.gemm_n},
+        {"gemm_count", gemm_count_},
+        {"gemm_count_calibrated", spec_.bench.gemm_count == 0},
+        {"precision", to_string(precision_)},
+        {"gemm_library", cuda::cublas_description()},
+        {"allreduce_bytes", spec_.bench.allreduce_bytes},
+        {"allreduce_dtype", "fp32"},
+        {"ranks", spec_.bench.ranks},
+        {"backend", backend_},
+        {"backend_details", backend_details_},
+        {"emulated", backend_ == "emulated"},
+        {"emulated_peers", backend_ == "emulated" ? nlohmann::json(spec_.emulated_peers) : nullptr},
+        {"kernel_timing", timing_},
+        {"cupti_comm_kernels_ms", cupti_comm_ms_}};
   }
 
   Timeline run(Job& job, Scenario scenario, int steps) override {
@@ -162,7 +148,7 @@ class GpuMicrobench final : public Workload {
           NameTable names;
           std::vector<Span> spans;
           std::vector<WorkPtr> works;
-          guarded(g.comm, [&] {
+          ending_on_failure(g.comm, [&] {
             timer.start();
             for (int step = 0; step < steps; ++step) iteration(g, timer, scenario, step, works);
             spans = timer.stop(&names);
@@ -216,8 +202,8 @@ class GpuMicrobench final : public Workload {
     return {.ranks = spec_.bench.ranks,
             .device = Device::kCuda,
             .device_comm = spec_.comm_backend,
-            .comm = {.timeout = std::chrono::nanoseconds(
-                         static_cast<std::int64_t>(spec_.timeout_s * 1e9)),
+            .comm = {.timeout =
+                         std::chrono::nanoseconds(static_cast<std::int64_t>(spec_.timeout_s * 1e9)),
                      .emulated_peers = spec_.emulated_peers,
                      .emulated_blocks = spec_.emulated_blocks,
                      .nccl_min_ctas = spec_.nccl_min_ctas,
@@ -283,7 +269,7 @@ class GpuMicrobench final : public Workload {
       GpuRank g(spec_, precision_, env);
       KernelTimer timer({.device = g.device, .prefer_cupti = false});
       std::vector<float> answer(1);
-      guarded(g.comm, [&] {
+      ending_on_failure(g.comm, [&] {
         cuda::Event t0(cuda::Event::Timing::kOn), t1(cuda::Event::Timing::kOn),
             t2(cuda::Event::Timing::kOn);
         float gemm_ms = 0, allreduce_ms = 0;
@@ -299,9 +285,8 @@ class GpuMicrobench final : public Workload {
           TANDEM_CUDA_CHECK(cudaEventElapsedTime(&gemm_ms, t0.get(), t1.get()));
           TANDEM_CUDA_CHECK(cudaEventElapsedTime(&allreduce_ms, t1.get(), t2.get()));
         }
-        answer[0] = static_cast<float>(
-            std::clamp(static_cast<int>(std::ceil(allreduce_ms / std::max(gemm_ms, 1e-3f))), 1,
-                       100000));
+        answer[0] = static_cast<float>(std::clamp(
+            static_cast<int>(std::ceil(allreduce_ms / std::max(gemm_ms, 1e-3f))), 1, 100000));
       });
       env.control.broadcast(answer, 0)->synchronize();
       if (env.comm.rank() == 0 || !job.in_process()) count = static_cast<int>(answer[0]);
