@@ -12,6 +12,7 @@
 #include "core/bytes.h"
 #include "core/error.h"
 #include "core/memory.h"
+#include "model/token_data.h"
 #include "core/parse.h"
 #include "model/model_ops.h"
 
@@ -56,7 +57,14 @@ void validate(const TrainConfig& config) {
     throw UsageError("--data: trains transformer models (gpt, llama and the presets) on "
                      "text; '" + config.model.text + "' learns its synthetic task");
   }
-  config.model.check_size();
+  try {
+    config.model.check_size();
+  } catch (const UsageError& e) {
+    throw UsageError(std::string("--model: ") + e.what());
+  }
+  if (!config.data_path.empty()) {
+    (void)TokenData::check_file(config.data_path, config.model.transformer.seq, config.ranks);
+  }
   if (config.device == Device::kCpu) check_host_memory(config);
 }
 

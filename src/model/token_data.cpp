@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 
 #include "core/error.h"
@@ -36,16 +37,20 @@ TokenData TokenData::synthetic(int vocab, int seq, int rows, std::uint64_t seed,
   return d;
 }
 
-TokenData TokenData::from_file(const std::string& path, int seq, int rows, std::uint64_t seed,
-                               int rank, int ranks) {
-  TANDEM_CHECK(seq >= 1 && rows >= 1 && rank >= 0 && rank < ranks);
+std::int64_t TokenData::check_file(const std::string& path, int seq, int ranks) {
+  TANDEM_CHECK(seq >= 1 && ranks >= 1);
+  std::error_code ec;
+  const std::filesystem::file_status status = std::filesystem::status(path, ec);
+  if (ec) throw UsageError("--data " + path + ": cannot read (" + ec.message() + ")");
+  if (!std::filesystem::is_regular_file(status)) {
+    throw UsageError("--data " + path + ": not a regular file");
+  }
   std::ifstream in(path, std::ios::binary | std::ios::ate);
   if (!in) throw UsageError("--data " + path + ": cannot read (" + std::strerror(errno) + ")");
   const std::int64_t size = in.tellg();
   const std::int64_t window = static_cast<std::int64_t>(seq) + 1;
   const std::int64_t held_out = std::max(size / kHeldOutDivisor, window);
-  const std::int64_t shard = (size - held_out) / ranks;
-  if (size <= 0 || shard < window) {
+  if (size <= 0 || (size - held_out) / ranks < window) {
     // The smallest size that leaves every rank one sequence besides the tail.
     const std::int64_t needed = std::max(window * (ranks + 1), (window * ranks * 10 + 8) / 9);
     throw UsageError("--data " + path + ": " + std::to_string(std::max<std::int64_t>(size, 0)) +
@@ -53,6 +58,18 @@ TokenData TokenData::from_file(const std::string& path, int seq, int rows, std::
                      std::to_string(seq) + " plus the held-out tail (needs at least " +
                      std::to_string(needed) + " bytes)");
   }
+  return size;
+}
+
+TokenData TokenData::from_file(const std::string& path, int seq, int rows, std::uint64_t seed,
+                               int rank, int ranks) {
+  TANDEM_CHECK(seq >= 1 && rows >= 1 && rank >= 0 && rank < ranks);
+  const std::int64_t size = check_file(path, seq, ranks);
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw UsageError("--data " + path + ": cannot read (" + std::strerror(errno) + ")");
+  const std::int64_t window = static_cast<std::int64_t>(seq) + 1;
+  const std::int64_t held_out = std::max(size / kHeldOutDivisor, window);
+  const std::int64_t shard = (size - held_out) / ranks;
   TokenData d;
   d.vocab_ = 256;
   d.seq_ = seq;

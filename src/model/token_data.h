@@ -24,8 +24,11 @@ class TokenData {
 
   // rows sequences of seq + 1 tokens per batch.
   static TokenData synthetic(int vocab, int seq, int rows, std::uint64_t seed, int rank);
-  // Throws UsageError naming --data and the file when it cannot be read or is too small
-  // for `ranks` shards of one sequence each plus the held-out tail.
+  // Throws UsageError naming --data and the file when it is not a readable regular file
+  // or is too small for `ranks` shards of one sequence each plus the held-out tail;
+  // returns its size in bytes. Reads nothing: the trainer checks before it starts.
+  static std::int64_t check_file(const std::string& path, int seq, int ranks);
+  // check_file, then this rank's shard and the held-out tail.
   static TokenData from_file(const std::string& path, int seq, int rows, std::uint64_t seed,
                              int rank, int ranks);
 
