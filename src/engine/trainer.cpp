@@ -53,6 +53,11 @@ void validate(const TrainConfig& config) {
   }
   (void)resolve_device_comm(config.device_comm, config.ranks);  // names --device-comm
   if (config.eval_every < 0) throw UsageError("--eval-every must be >= 0");
+  if (config.device != Device::kCpu && config.model.is_transformer()) {
+    throw UsageError("--device " + std::string(to_string(config.device)) + ": '" +
+                     config.model.text + "' is a transformer; transformers train on the cpu "
+                     "device only so far (docs/MODELS.md)");
+  }
   if (!config.data_path.empty() && !config.model.is_transformer()) {
     throw UsageError("--data: trains transformer models (gpt, llama and the presets) on "
                      "text; '" + config.model.text + "' learns its synthetic task");
