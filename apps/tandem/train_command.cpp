@@ -51,8 +51,10 @@ void print_header(const TrainConfig& c, const std::string& where) {
 StepCallback step_printer(const TrainFlags& flags, int steps) {
   return [quiet = flags.quiet, steps](const StepRecord& r) {
     if (quiet) return;
-    std::printf("step %4d/%d  loss %.4f  %8.2f ms  (rank 0)\n", r.step + 1, steps, r.loss,
+    std::printf("step %4d/%d  loss %.4f  %8.2f ms  (rank 0)", r.step + 1, steps, r.loss,
                 static_cast<double>(r.end_ns - r.start_ns) / 1e6);
+    if (r.has_val_loss) std::printf("  validation loss %.4f", r.val_loss);
+    std::printf("\n");
     std::fflush(stdout);
   };
 }

@@ -28,7 +28,28 @@ void add_workload_flags(CLI::App& app, WorkloadFlags& f) {
       ->capture_default_str();
   app.add_option("--model", f.model,
                  "Model: mlp:DxW (D Linear layers of width W, ReLU; add ',gelu' for GELU), "
-                 "linear:IxO (y = x.W), or course (linear:512x512, batch 1024)")
+                 "linear:IxO (y = x.W), course (linear:512x512, batch 1024), "
+                 "gpt:layers=L,dim=D,heads=H,seq=S, llama:layers=L,dim=D,heads=H,seq=S, or a "
+                 "preset: gpt3-xl, gpt3-2.7b, gpt3-6.7b, gpt3-13b, llama2-13b (docs/MODELS.md)")
+      ->capture_default_str();
+  app.add_option("--layers", f.shape.layers,
+                 "Transformers: blocks (shrinks a preset, keeping its other proportions)")
+      ->check(CLI::Range(1, 1024));
+  app.add_option("--dim", f.shape.dim,
+                 "Transformers: model width; heads follow so that the head size stays, "
+                 "unless --heads is given")
+      ->check(CLI::Range(1, 65536));
+  app.add_option("--heads", f.shape.heads, "Transformers: attention heads (must divide --dim)")
+      ->check(CLI::Range(1, 65536));
+  app.add_option("--seq", f.shape.seq, "Transformers: sequence length (context) in tokens")
+      ->check(CLI::Range(1, 65536));
+  app.add_option("--data", f.data,
+                 "Transformers: train on this file's bytes (vocabulary 256, a disjoint shard "
+                 "per rank, the last tenth held out for a validation loss); default: "
+                 "synthetic tokens");
+  app.add_option("--eval-every", f.eval_every,
+                 "With --data: the validation loss every N steps (0: after the last step only)")
+      ->check(CLI::Range(0, 10'000'000))
       ->capture_default_str();
   app.add_option("--batch", f.batch, "Samples per rank per micro-batch (per rank, as in DDP)")
       ->check(integer_in(1, 1 << 20))
@@ -98,6 +119,10 @@ void add_workload_flags(CLI::App& app, WorkloadFlags& f) {
 TrainConfig to_train_config(const WorkloadFlags& f, bool batch_given) {
   TrainConfig c;
   c.model = for_flag("--model", [&] { return ModelSpec::parse(f.model); });
+  c.model = c.model.with_overrides(f.shape);
+  if (!f.data.empty()) c.model = c.model.with_vocab(256, "--data");
+  c.data_path = f.data;
+  c.eval_every = f.eval_every;
   c.ranks = f.ranks;
   c.batch = !batch_given && c.model.default_batch > 0 ? c.model.default_batch : f.batch;
   c.steps = f.steps;

@@ -17,6 +17,9 @@ inline constexpr Bounds kBucketMbBounds{.min = 0, .max = 1 << 20, .min_open = tr
 struct WorkloadFlags {
   int ranks = 2;
   std::string model = "mlp:8x1024";
+  ShapeOverrides shape;  // --layers, --dim, --heads, --seq (0: the model's)
+  std::string data;      // --data FILE
+  int eval_every = 0;
   int batch = 64;  // 0: the model preset's batch, else 64
   int steps = 50;
   float lr = 0.01f;

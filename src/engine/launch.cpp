@@ -62,6 +62,13 @@ std::string what_of(std::exception_ptr error) {
   }
 }
 
+// Note [fixed span names]: a fresh table gives ids 1, 2, ... in order.
+void intern_fixed_names(Timeline& timeline, const std::vector<std::string>& names) {
+  for (std::size_t i = 0; i < names.size(); ++i) {
+    TANDEM_CHECK_EQ(timeline.names->intern(names[i]), static_cast<NameId>(i + 1));
+  }
+}
+
 }  // namespace
 
 std::string resolve_device_comm(const std::string& requested, int ranks) {
@@ -180,6 +187,7 @@ RunResult Job::run_in_process(const RunSpec& spec, const RankBody& body) {
   if (const std::exception_ptr error = failure.get()) std::rethrow_exception(error);
 
   result.timeline.ranks = n;
+  intern_fixed_names(result.timeline, spec.span_names);
   for (const auto& recorder : recorders) {
     const std::vector<Span> spans = recorder->collect();
     result.timeline.spans.insert(result.timeline.spans.end(), spans.begin(), spans.end());
@@ -232,6 +240,8 @@ RunResult Job::run_in_job(const RunSpec& spec, const RankBody& body) {
   if (!result.leader) return result;
 
   result.timeline.ranks = host.size();
+  intern_fixed_names(result.timeline, spec.span_names);
+  const auto fixed = static_cast<NameId>(spec.span_names.size());
   for (int r = 0; r < host.size(); ++r) {
     const ClockOffset& b = before[static_cast<std::size_t>(r)];
     const ClockOffset& a = after[static_cast<std::size_t>(r)];
@@ -243,8 +253,9 @@ RunResult Job::run_in_job(const RunSpec& spec, const RankBody& body) {
       s.start_ns = to_rank0_clock(s.start_ns, b, a);
       s.end_ns = to_rank0_clock(s.end_ns, b, a);
       if (s.issue_ns != 0) s.issue_ns = to_rank0_clock(s.issue_ns, b, a);
-      // Names are ids into each process's own table; the engine records none.
-      s.name = kNoName;
+      // Other names are ids into each process's own table; fixed ones mean the same
+      // everywhere (Note [fixed span names]).
+      if (s.name > fixed) s.name = kNoName;
       result.timeline.spans.push_back(s);
     }
     result.spans_dropped += in.get<std::uint64_t>();

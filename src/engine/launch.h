@@ -41,6 +41,11 @@ struct RunSpec {
   BackendOptions comm{};             // the run's worlds (link, device options); timeout
   std::size_t span_capacity_per_lane = 4096;
   bool record = true;
+  // Note [fixed span names]: names the rank bodies' spans carry as fixed ids, without a
+  // NameTable (a RankRecorder has none, and a process job has one table per process):
+  // span_names[i] is id i + 1 in the run's timeline, interned first, in every process.
+  // The model's sub-operations (model/model_ops.h) are named this way.
+  std::vector<std::string> span_names;
 };
 
 // What one rank's body works with.

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cstring>
 #include <exception>
+#include <optional>
 #include <tuple>
 
 #include "comm/backend_registry.h"
@@ -11,7 +12,9 @@
 #include "core/bytes.h"
 #include "core/error.h"
 #include "core/memory.h"
+#include "model/token_data.h"
 #include "core/parse.h"
+#include "model/model_ops.h"
 
 namespace tandem {
 
@@ -49,29 +52,42 @@ void validate(const TrainConfig& config) {
         std::string(to_string(config.device)) + " the real interconnect is measured");
   }
   (void)resolve_device_comm(config.device_comm, config.ranks);  // names --device-comm
+  if (config.eval_every < 0) throw UsageError("--eval-every must be >= 0");
+  if (config.device != Device::kCpu && config.model.is_transformer()) {
+    throw UsageError("--device " + std::string(to_string(config.device)) + ": '" +
+                     config.model.text + "' is a transformer; transformers train on the cpu "
+                     "device only so far (docs/MODELS.md)");
+  }
+  if (!config.data_path.empty() && !config.model.is_transformer()) {
+    throw UsageError("--data: trains transformer models (gpt, llama and the presets) on "
+                     "text; '" + config.model.text + "' learns its synthetic task");
+  }
+  try {
+    config.model.check_size();
+  } catch (const UsageError& e) {
+    throw UsageError(std::string("--model: ") + e.what());
+  }
+  if (!config.data_path.empty()) {
+    (void)TokenData::check_file(config.data_path, config.model.transformer.seq, config.ranks);
+  }
   if (config.device == Device::kCpu) check_host_memory(config);
 }
 
 HostMemoryNeed host_memory_need(const TrainConfig& config, int ranks_here) {
-  // Note [memory estimate]: what Model, Sgd and SyntheticDataset allocate (model/), in
-  // floats; counted in doubles so that no product overflows before it is compared. The
-  // communicator reduces gradients in place and the recorder's spans are small, so both
-  // are left out: the estimate is a floor, and a run it refuses could never have fit.
-  const ModelLayout layout(config.model);
-  const double rows = config.batch;
-  double activations = rows * config.model.classes + 2 * rows * layout.widest();
-  for (int u = 0; u < layout.units(); ++u) {
-    activations += rows * (layout.layer(u).in + layout.layer(u).out);
-  }
-  const double data = static_cast<double>(config.data_batches) * rows * (config.model.input + 1);
-  const double numel = static_cast<double>(layout.numel());
+  // Note [memory estimate]: what the model, its optimizer and its data allocate
+  // (replica_bytes, model/rank_model.h). The communicator reduces gradients in place and
+  // the recorder's spans are small, so both are left out: the estimate is a floor, and a
+  // run it refuses could never have fit.
+  const ReplicaBytes replica = replica_bytes({.spec = config.model,
+                                             .batch = config.batch,
+                                             .data_batches = config.data_batches,
+                                             .data_path = config.data_path});
   HostMemoryNeed need;
-  need.state_per_rank = 3 * numel * sizeof(float);  // parameters, gradients, momentum
-  need.activations_per_rank = (activations + data) * sizeof(float);
+  need.state_per_rank = replica.state;
+  need.activations_per_rank = replica.working;
   need.ranks = ranks_here;
   // Rank 0 hands its final parameters to the leader: downloaded, then encoded.
-  need.total =
-      ranks_here * (need.state_per_rank + need.activations_per_rank) + 2 * numel * sizeof(float);
+  need.total = ranks_here * (replica.state + replica.working) + 2.0 / 3.0 * replica.state;
   return need;
 }
 
@@ -110,7 +126,8 @@ void verify_identical(Communicator& comm, std::uint64_t hash, int step) {
 std::size_t train_span_capacity(const TrainConfig& config) {
   const ModelLayout layout(config.model);
   const std::size_t buckets = plan_buckets(layout, config.reducer.plan).size();
-  const std::size_t per_micro = 2 * static_cast<std::size_t>(layout.units()) + 4;
+  const std::size_t per_micro =
+      static_cast<std::size_t>(layout.compute_spans_per_micro_batch()) + 4;
   return static_cast<std::size_t>(config.steps) *
              (per_micro * static_cast<std::size_t>(config.accumulate) + buckets + 4) +
          64;
@@ -128,7 +145,8 @@ RunSpec train_run_spec(const TrainConfig& config) {
           .device_comm = config.device_comm,
           .comm = train_backend_options(config),
           .span_capacity_per_lane = train_span_capacity(config),
-          .record = config.record};
+          .record = config.record,
+          .span_names = model_op_names()};
 }
 
 namespace {
@@ -142,6 +160,8 @@ ModelConfig model_config(const TrainConfig& config, const RankEnv& env) {
           .device = config.device,
           .precision = config.precision,
           .rank = env.comm.rank(),
+          .ranks = env.comm.size(),
+          .data_path = config.data_path,
           .ordinal = env.ordinal};
 }
 
@@ -205,6 +225,15 @@ std::string train_rank(const TrainConfig& config, RankEnv& env, const StepCallba
     }
     for (int step = 0; step < config.steps; ++step) {
       StepRecord record = run_step(config, step, *model, reducer, rank);
+      // Every rank evaluates (the replicas are equal, so are their losses): the ranks
+      // stay in step, and no rank waits for rank 0's evaluation inside the next step.
+      const bool last = step + 1 == config.steps;
+      if (config.compute && (last || (config.eval_every > 0 && (step + 1) % config.eval_every == 0))) {
+        if (const std::optional<double> val = model->validation_loss()) {
+          record.val_loss = static_cast<float>(*val);
+          record.has_val_loss = true;
+        }
+      }
       if (config.verify) {
         record.param_hash = hash_floats(model->download_params());
         // Without communication (the compute-only scenario) replicas differ by design and

@@ -39,6 +39,8 @@ struct TrainConfig {
   std::uint64_t seed = 1;
   int blas_threads = 1;  // per rank
   int data_batches = 8;  // distinct batches per rank's shard, cycled
+  std::string data_path;  // transformers: train on this file's bytes (model/token_data.h)
+  int eval_every = 0;     // with held-out data: the validation loss every N steps (0: last only)
   bool compute = true;   // false: the comm-only scenario (same collectives, no math)
   bool record = true;    // the timeline; off only to measure its own cost
   bool verify = false;   // hash parameters after every step and compare across ranks
@@ -56,6 +58,8 @@ struct StepRecord {
   std::int64_t start_ns = 0;     // first forward
   std::int64_t end_ns = 0;       // optimizer done
   std::uint64_t param_hash = 0;  // with verify: FNV-1a of the parameters' bits
+  float val_loss = 0;            // the held-out loss after this step, where has_val_loss
+  bool has_val_loss = false;
 };
 
 struct TrainResult {

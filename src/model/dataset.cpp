@@ -58,9 +58,9 @@ SyntheticDataset::SyntheticDataset(int input, int classes, int rows, int batches
   const int all = static_cast<int>(samples);
   std::vector<float> hidden(n * kTeacherHidden);
   std::vector<float> logits(n * classes);
-  layers::linear_forward(hidden.data(), x_.data(), w1.data(), nullptr, all, input, kTeacherHidden);
-  layers::gelu_forward(hidden.data(), hidden.data(), static_cast<std::int64_t>(hidden.size()));
-  layers::linear_forward(logits.data(), hidden.data(), w2.data(), nullptr, all, kTeacherHidden,
+  layers::Ops<float>::linear_forward(hidden.data(), x_.data(), w1.data(), nullptr, all, input, kTeacherHidden);
+  layers::Ops<float>::gelu_forward(hidden.data(), hidden.data(), static_cast<std::int64_t>(hidden.size()));
+  layers::Ops<float>::linear_forward(logits.data(), hidden.data(), w2.data(), nullptr, all, kTeacherHidden,
                          classes);
   y_.resize(n);
   for (std::size_t i = 0; i < n; ++i) {

@@ -1,36 +1,107 @@
-// The model's kernels as forward/backward pairs on raw row-major arrays, in the manner of
-// llm.c: shapes at the top of each pair, no allocation, no state. Model composes them.
+// The models' kernels as forward/backward pairs on raw row-major arrays, in the manner of
+// llm.c: shapes at the top of each pair, no allocation, no state. Model (model.h) and
+// Transformer (transformer.h) compose them.
 //
-// Gradient rule: parameter gradients (dweight, dbias) accumulate with +=; activation
-// gradients (dinp, dlogits) are overwritten.
+// Written once for float (training) and double (the gradient checks of the tests run
+// the same code in double, where central finite differences are exact enough to compare
+// against): layers::Ops<float> and layers::Ops<double>, both instantiated in layers.cpp.
+//
+// Gradient rule: parameter gradients (dweight, dbias, dwte, ...) accumulate with +=;
+// activation gradients (dinp, dlogits) are overwritten. Where a kernel's input is the
+// transformer's residual stream, its backward takes the stream's gradient from above
+// explicitly (`dresidual`, may alias `dinp`) and writes dinp = dresidual + its own
+// contribution, so the residual add costs no extra pass and the rule still holds.
+//
+// B = rows (or sequences), N = rows of tokens (B x T), D = model width, T = sequence
+// length, H = heads, hd = D / H, V = vocabulary, F = MLP width, C = classes.
 #pragma once
 
 #include <cstdint>
 
 namespace tandem::layers {
 
-// Linear. inp [B, I], weight [I, O] (row-major, so out = inp . weight), bias [O] or null,
-// out [B, O].
-void linear_forward(float* out, const float* inp, const float* weight, const float* bias, int B,
-                    int I, int O);
-// dout [B, O] -> dweight [I, O] +=, dbias [O] += (if non-null), dinp [B, I] = (if non-null).
-void linear_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
-                     const float* weight, int B, int I, int O);
+template <typename T>
+struct Ops {
+  // ---- Linear ----
+  // inp [B, I], weight [I, O] (row-major, so out = inp . weight), bias [O] or null,
+  // out [B, O].
+  static void linear_forward(T* out, const T* inp, const T* weight, const T* bias, int B, int I,
+                             int O);
+  // dout [B, O] -> dweight [I, O] +=, dbias [O] += (if non-null), dinp [B, I] = (if
+  // non-null).
+  static void linear_backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* inp,
+                              const T* weight, int B, int I, int O);
+  // A Linear layer that writes into the residual stream: out = residual + inp . weight
+  // (+ bias); residual and out [B, O] may alias. Its backward is linear_backward with
+  // dout = the stream's gradient.
+  static void linear_residual_forward(T* out, const T* residual, const T* inp, const T* weight,
+                                      const T* bias, int B, int I, int O);
 
-// Elementwise activations over n values. Backward takes the forward's *input* and may run
-// in place (dinp == dout).
-void relu_forward(float* out, const float* inp, std::int64_t n);
-void relu_backward(float* dinp, const float* inp, const float* dout, std::int64_t n);
-// GELU, tanh approximation: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))).
-void gelu_forward(float* out, const float* inp, std::int64_t n);
-void gelu_backward(float* dinp, const float* inp, const float* dout, std::int64_t n);
+  // ---- Elementwise, over n values; backward takes the forward's *input* and may run in
+  // place (dinp == dout) ----
+  static void relu_forward(T* out, const T* inp, std::int64_t n);
+  static void relu_backward(T* dinp, const T* inp, const T* dout, std::int64_t n);
+  // GELU, tanh approximation: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))).
+  static void gelu_forward(T* out, const T* inp, std::int64_t n);
+  static void gelu_backward(T* dinp, const T* inp, const T* dout, std::int64_t n);
+  // SwiGLU (llama's MLP) on gate_up [N, 2F], a row's gate then its up:
+  // out [N, F] = silu(gate) * up, silu(x) = x * sigmoid(x).
+  static void swiglu_forward(T* out, const T* gate_up, int N, int F);
+  // dout [N, F] -> dgate_up [N, 2F] (overwritten).
+  static void swiglu_backward(T* dgate_up, const T* dout, const T* gate_up, int N, int F);
 
-// Softmax cross-entropy, mean over rows. logits [B, C], targets [B] in [0, C), probs [B, C].
-// Returns the mean loss; probs is what the backward needs.
-float softmax_cross_entropy_forward(float* probs, const float* logits, const std::int32_t* targets,
-                                    int B, int C);
-// dlogits [B, C] = (probs - onehot(targets)) / B.
-void softmax_cross_entropy_backward(float* dlogits, const float* probs, const std::int32_t* targets,
-                                    int B, int C);
+  // ---- Losses ----
+  // Softmax cross-entropy, mean over rows. logits [B, C], targets [B] in [0, C), probs
+  // [B, C] (may alias logits: the row becomes its probabilities). Returns the mean loss.
+  static double cross_entropy_forward(T* probs, const T* logits, const std::int32_t* targets,
+                                      int B, int C);
+  // dlogits [B, C] = (probs - onehot(targets)) / B; may alias probs.
+  static void cross_entropy_backward(T* dlogits, const T* probs, const std::int32_t* targets,
+                                     int B, int C);
+
+  // ---- Transformer ----
+  // Token plus learned position embedding (gpt). tokens [B, T] in [0, V), wte [V, D],
+  // wpe [T, D] or null (llama has no learned positions), out [B, T, D].
+  static void embedding_forward(T* out, const std::int32_t* tokens, const T* wte, const T* wpe,
+                                int B, int Tn, int D);
+  // dout [B, T, D] -> dwte [V, D] += (the tokens' rows), dwpe [T, D] += (if non-null).
+  static void embedding_backward(T* dwte, T* dwpe, const T* dout, const std::int32_t* tokens,
+                                 int B, int Tn, int D);
+
+  // LayerNorm over the last dimension, eps 1e-5. inp [N, D], weight and bias [D]; out
+  // [N, D]; mean and rstd [N] (1 / sqrt(var + eps)) are what the backward needs.
+  static void layernorm_forward(T* out, T* mean, T* rstd, const T* inp, const T* weight,
+                                const T* bias, int N, int D);
+  // dout [N, D] -> dweight, dbias [D] +=; dinp [N, D] = dresidual (if non-null) + dL/dinp.
+  static void layernorm_backward(T* dinp, T* dweight, T* dbias, const T* dresidual,
+                                 const T* dout, const T* inp, const T* weight, const T* mean,
+                                 const T* rstd, int N, int D);
+
+  // RMSNorm (llama), eps 1e-5: out = inp / sqrt(mean(inp^2) + eps) * weight. rstd [N].
+  static void rmsnorm_forward(T* out, T* rstd, const T* inp, const T* weight, int N, int D);
+  // dout [N, D] -> dweight [D] +=; dinp [N, D] = dresidual (if non-null) + dL/dinp.
+  static void rmsnorm_backward(T* dinp, T* dweight, const T* dresidual, const T* dout,
+                               const T* inp, const T* weight, const T* rstd, int N, int D);
+
+  // Causal multi-head self-attention. qkv [B, T, 3D]: each token's query, key and value,
+  // head h at columns h*hd of each third. out [B, T, D] (heads side by side), att
+  // [B, H, T, T]: the softmax of (q . k^T) / sqrt(hd) over keys s <= t, zero above the
+  // diagonal. The products are BLAS calls on strided views, one per (sequence, head).
+  static void attention_forward(T* out, T* att, const T* qkv, int B, int Tn, int D, int H);
+  // dout [B, T, D] -> dqkv [B, T, 3D] (overwritten). scratch: T * T values.
+  static void attention_backward(T* dqkv, T* scratch, const T* dout, const T* qkv, const T* att,
+                                 int B, int Tn, int D, int H);
+
+  // Rotary position embedding (llama), in place on the queries and keys of qkv
+  // [B, T, 3D]: within every head, the pair (x[2i], x[2i+1]) of position t turns by
+  // t * theta_i, theta_i = 10000^(-2i / hd). cos_sin [T, hd/2, 2] from rope_table.
+  static void rope_table(T* cos_sin, int Tn, int hd);
+  static void rope_forward(T* qkv, const T* cos_sin, int B, int Tn, int D, int H);
+  // The inverse turn (the rotation's transpose), in place on dqkv's queries and keys.
+  static void rope_backward(T* dqkv, const T* cos_sin, int B, int Tn, int D, int H);
+};
+
+extern template struct Ops<float>;
+extern template struct Ops<double>;
 
 }  // namespace tandem::layers

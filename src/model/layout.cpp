@@ -1,4 +1,4 @@
-// ModelLayout: shapes, the reverse flat layout and initialization (layout.h).
+// ModelLayout: units, the reverse flat layout and initialization (layout.h).
 #include "model/layout.h"
 
 #include <algorithm>
@@ -8,8 +8,128 @@
 #include "model/rng.h"
 
 namespace tandem {
+namespace {
+
+// Collects units and their tensors in forward order, then lays them out in reverse
+// unit order (layout.h).
+class LayoutBuilder {
+ public:
+  void unit(std::string name) {
+    units_.push_back({.name = std::move(name)});
+    owned_.emplace_back();
+  }
+  // A tensor of the current unit.
+  void param(std::string name, std::vector<int> shape, ParamInit init) {
+    TANDEM_CHECK(!units_.empty());
+    std::size_t numel = 1;
+    for (int d : shape) numel *= static_cast<std::size_t>(d);
+    owned_.back().push_back(params_.size());
+    params_.push_back({.name = std::move(name),
+                       .unit = static_cast<int>(units_.size()) - 1,
+                       .numel = numel,
+                       .offset = 0,
+                       .shape = std::move(shape),
+                       .init = init});
+  }
+  // Assigns offsets: last unit first, tensors of a unit in registration order.
+  std::size_t finish(std::vector<UnitInfo>& units, std::vector<ParamInfo>& params) {
+    std::size_t offset = 0;
+    for (std::size_t u = units_.size(); u-- > 0;) {
+      units_[u].begin = offset;
+      for (std::size_t p : owned_[u]) {
+        params_[p].offset = offset;
+        offset += params_[p].numel;
+      }
+      units_[u].end = offset;
+    }
+    units = std::move(units_);
+    params = std::move(params_);
+    return offset;
+  }
+
+ private:
+  std::vector<UnitInfo> units_;
+  std::vector<ParamInfo> params_;
+  std::vector<std::vector<std::size_t>> owned_;  // per unit, indices into params_
+};
+
+constexpr ParamInit zeros() { return {ParamInit::Kind::kZero, 0}; }
+constexpr ParamInit ones() { return {ParamInit::Kind::kOne, 0}; }
+constexpr ParamInit normal(double std) { return {ParamInit::Kind::kNormal, std}; }
+
+// GPT-2's initialization: weights N(0, 0.02), the two projections that write into the
+// residual stream N(0, 0.02 / sqrt(2 L)) so that the stream's variance does not grow
+// with depth, biases zero, norm gains one. LLaMA's models use the same scheme.
+constexpr double kInitStd = 0.02;
+
+void build_gpt(LayoutBuilder& b, const TransformerShape& s) {
+  const int D = s.dim, F = s.hidden;
+  const double residual_std = kInitStd / std::sqrt(2.0 * s.layers);
+  b.unit("embedding");
+  b.param("wte", {s.vocab, D}, normal(kInitStd));
+  b.param("wpe", {s.seq, D}, normal(kInitStd));
+  for (int l = 0; l < s.layers; ++l) {
+    const std::string h = "h" + std::to_string(l) + ".";
+    b.unit("h" + std::to_string(l));
+    b.param(h + "ln1.weight", {D}, ones());
+    b.param(h + "ln1.bias", {D}, zeros());
+    b.param(h + "attn.qkv.weight", {D, 3 * D}, normal(kInitStd));
+    b.param(h + "attn.qkv.bias", {3 * D}, zeros());
+    b.param(h + "attn.proj.weight", {D, D}, normal(residual_std));
+    b.param(h + "attn.proj.bias", {D}, zeros());
+    b.param(h + "ln2.weight", {D}, ones());
+    b.param(h + "ln2.bias", {D}, zeros());
+    b.param(h + "mlp.fc.weight", {D, F}, normal(kInitStd));
+    b.param(h + "mlp.fc.bias", {F}, zeros());
+    b.param(h + "mlp.proj.weight", {F, D}, normal(residual_std));
+    b.param(h + "mlp.proj.bias", {D}, zeros());
+  }
+  b.unit("head");  // the output head is wte (tied): only the final norm is its own
+  b.param("lnf.weight", {D}, ones());
+  b.param("lnf.bias", {D}, zeros());
+}
+
+void build_llama(LayoutBuilder& b, const TransformerShape& s) {
+  const int D = s.dim, F = s.hidden;
+  const double residual_std = kInitStd / std::sqrt(2.0 * s.layers);
+  b.unit("embedding");
+  b.param("wte", {s.vocab, D}, normal(kInitStd));
+  for (int l = 0; l < s.layers; ++l) {
+    const std::string h = "h" + std::to_string(l) + ".";
+    b.unit("h" + std::to_string(l));
+    b.param(h + "attn_norm.weight", {D}, ones());
+    // q, k and v fused into one [D, 3D] product, and gate and up into one [D, 2F], as
+    // Megatron-LM does: the same math as LLaMA's separate wq/wk/wv and w1/w3, in fewer
+    // and larger matrix products.
+    b.param(h + "attn.qkv.weight", {D, 3 * D}, normal(kInitStd));
+    b.param(h + "attn.proj.weight", {D, D}, normal(residual_std));
+    b.param(h + "mlp_norm.weight", {D}, ones());
+    b.param(h + "mlp.gate_up.weight", {D, 2 * F}, normal(kInitStd));
+    b.param(h + "mlp.down.weight", {F, D}, normal(residual_std));
+  }
+  b.unit("head");
+  b.param("norm.weight", {D}, ones());
+  b.param("lm_head.weight", {D, s.vocab}, normal(kInitStd));
+}
+
+}  // namespace
 
 ModelLayout::ModelLayout(const ModelSpec& spec) : spec_(spec) {
+  LayoutBuilder builder;
+  if (spec.is_transformer()) {
+    const TransformerShape& s = spec.transformer;
+    TANDEM_CHECK(s.layers >= 1 && s.dim >= 1 && s.heads >= 1 && s.seq >= 1 && s.vocab >= 1 &&
+                 s.hidden >= 1 && s.dim % s.heads == 0);
+    if (spec.kind == ModelKind::kGpt) {
+      build_gpt(builder, s);
+    } else {
+      build_llama(builder, s);
+    }
+    numel_ = builder.finish(units_, params_);
+    TANDEM_CHECK_EQ(static_cast<std::int64_t>(numel_), spec.parameter_count());
+    return;
+  }
+
   TANDEM_CHECK(spec.depth >= 1 && spec.input >= 1 && spec.classes >= 1);
   TANDEM_CHECK(spec.depth == 1 || spec.width >= 1);
   const int depth = spec.depth;
@@ -20,58 +140,96 @@ ModelLayout::ModelLayout(const ModelSpec& spec) : spec_(spec) {
     layer.out = l == depth - 1 ? spec.classes : spec.width;
     layer.has_bias = spec.bias;
     widest_ = std::max({widest_, layer.in, layer.out});
-  }
-  // Reverse order, weight then bias within a layer (see layout.h).
-  std::size_t offset = 0;
-  for (int l = depth - 1; l >= 0; --l) {
-    LinearLayout& layer = layers_[static_cast<std::size_t>(l)];
-    layer.begin = offset;
-    layer.weight = offset;
-    offset += static_cast<std::size_t>(layer.in) * static_cast<std::size_t>(layer.out);
-    if (layer.has_bias) {
-      layer.bias = offset;
-      offset += static_cast<std::size_t>(layer.out);
-    }
-    layer.end = offset;
-  }
-  numel_ = offset;
-  TANDEM_CHECK_EQ(static_cast<std::int64_t>(numel_), spec.parameter_count());
-  // ParamInfo in forward registration order.
-  for (int l = 0; l < depth; ++l) {
-    const LinearLayout& layer = layers_[static_cast<std::size_t>(l)];
+    // Kaiming-uniform: U(-b, b) with b = gain * sqrt(3 / fan_in) gives Var = gain^2 /
+    // fan_in. gain = sqrt(2) for layers followed by ReLU/GELU (they halve the variance),
+    // 1 for the last layer so the initial logits are O(1) and the initial loss is near
+    // log(classes).
+    const double gain = l < depth - 1 ? std::sqrt(2.0) : 1.0;
     const std::string prefix = "fc" + std::to_string(l);
-    params_.push_back({prefix + ".weight", l,
-                       static_cast<std::size_t>(layer.in) * static_cast<std::size_t>(layer.out),
-                       layer.weight});
-    if (layer.has_bias) {
-      params_.push_back({prefix + ".bias", l, static_cast<std::size_t>(layer.out), layer.bias});
-    }
+    builder.unit(prefix);
+    builder.param(prefix + ".weight", {layer.in, layer.out},
+                  {ParamInit::Kind::kUniform, gain * std::sqrt(3.0 / layer.in)});
+    if (layer.has_bias) builder.param(prefix + ".bias", {layer.out}, zeros());
+  }
+  numel_ = builder.finish(units_, params_);
+  TANDEM_CHECK_EQ(static_cast<std::int64_t>(numel_), spec.parameter_count());
+  for (const ParamInfo& p : params_) {
+    LinearLayout& layer = layers_[static_cast<std::size_t>(p.unit)];
+    (p.name.ends_with(".weight") ? layer.weight : layer.bias) = p.offset;
+  }
+  for (int l = 0; l < depth; ++l) {
+    layers_[static_cast<std::size_t>(l)].begin = unit_begin(l);
+    layers_[static_cast<std::size_t>(l)].end = unit_end(l);
   }
 }
 
-// Kaiming-uniform: U(-b, b) with b = gain * sqrt(3 / fan_in) gives Var = gain^2 / fan_in.
-// gain = sqrt(2) for layers followed by ReLU/GELU (they halve the variance), 1 for the
-// last layer so the initial logits are O(1) and the initial loss is near log(classes).
-// One stream in forward order: the same seed gives the same parameters everywhere.
+const ParamInfo& ModelLayout::param(std::string_view name) const {
+  for (const ParamInfo& p : params_) {
+    if (p.name == name) return p;
+  }
+  check_failed("param(name)", __FILE__, __LINE__, "no tensor '" + std::string(name) + "'");
+}
+
+const LinearLayout& ModelLayout::layer(int unit) const {
+  TANDEM_CHECK(spec_.kind == ModelKind::kMlp);
+  return layers_.at(static_cast<std::size_t>(unit));
+}
+
+int ModelLayout::widest() const {
+  TANDEM_CHECK(spec_.kind == ModelKind::kMlp);
+  return widest_;
+}
+
+// One stream in forward registration order: the same seed gives the same parameters
+// everywhere. Constant-filled tensors draw nothing, so an mlp's stream is exactly its
+// weights' draws.
 void ModelLayout::initialize(std::span<float> flat, std::uint64_t seed) const {
   TANDEM_CHECK_EQ(flat.size(), numel_);
-  std::fill(flat.begin(), flat.end(), 0.0f);
   detail::SplitMix64 rng(detail::mix64(seed ^ 0x6d6f64656c696e69ULL));  // "modelini"
-  const int depth = units();
-  for (int l = 0; l < depth; ++l) {
-    const LinearLayout& layer = layers_[static_cast<std::size_t>(l)];
-    const double gain = l < depth - 1 ? std::sqrt(2.0) : 1.0;
-    const double bound = gain * std::sqrt(3.0 / layer.in);
-    float* w = flat.data() + layer.weight;
-    const std::size_t n = static_cast<std::size_t>(layer.in) * static_cast<std::size_t>(layer.out);
-    for (std::size_t i = 0; i < n; ++i) w[i] = static_cast<float>(rng.uniform(-bound, bound));
+  for (const ParamInfo& p : params_) {
+    float* w = flat.data() + p.offset;
+    switch (p.init.kind) {
+      case ParamInit::Kind::kZero:
+        std::fill_n(w, p.numel, 0.0f);
+        break;
+      case ParamInit::Kind::kOne:
+        std::fill_n(w, p.numel, 1.0f);
+        break;
+      case ParamInit::Kind::kUniform:
+        for (std::size_t i = 0; i < p.numel; ++i) {
+          w[i] = static_cast<float>(rng.uniform(-p.init.scale, p.init.scale));
+        }
+        break;
+      case ParamInit::Kind::kNormal:
+        for (std::size_t i = 0; i < p.numel; ++i) {
+          w[i] = static_cast<float>(rng.normal() * p.init.scale);
+        }
+        break;
+    }
   }
 }
 
 double ModelLayout::forward_flops(int rows) const {
-  double flops = 0;
-  for (const LinearLayout& layer : layers_) flops += 2.0 * rows * layer.in * layer.out;
-  return flops;
+  if (!spec_.is_transformer()) {
+    double flops = 0;
+    for (const LinearLayout& layer : layers_) flops += 2.0 * rows * layer.in * layer.out;
+    return flops;
+  }
+  const TransformerShape& s = spec_.transformer;
+  const double T = s.seq, D = s.dim, F = s.hidden, V = s.vocab;
+  const double mlp = spec_.kind == ModelKind::kGpt ? 2 * (2 * T * D * F) : 3 * (2 * T * D * F);
+  // qkv and proj; scores and the weighted sum over the full T x T (what BLAS computes:
+  // the causal mask zeroes the upper triangle after the product).
+  const double attention = 2 * T * D * 3 * D + 2 * T * D * D + 2 * (2 * T * T * D);
+  const double head = 2 * T * D * V;
+  return rows * (s.layers * (attention + mlp) + head);
+}
+
+int ModelLayout::compute_spans_per_micro_batch() const {
+  // Forward and backward: mlp, a span per layer and the loss; a transformer, the
+  // embedding, per block norm + attention + norm + mlp, the head's norm and head, the loss.
+  if (!spec_.is_transformer()) return 2 * units() + 2;
+  return 2 * (1 + 4 * spec_.transformer.layers + 2 + 1);
 }
 
 }  // namespace tandem

@@ -1,17 +1,26 @@
-// A model's shapes and flat parameter layout, shared by the CPU model (model.h) and the
-// CUDA model (model/cuda/cuda_model.h), so that gradient bucket plans, parameter hashes
-// and initial parameters are the same on every device.
+// A model's units and flat parameter layout, shared by the CPU models (model.h,
+// transformer.h) and the CUDA model (model/cuda/cuda_model.h), so that gradient bucket
+// plans, parameter hashes and initial parameters are the same on every device.
 //
 // Units: what the engine's rank loop drives one at a time (forward in order, backward in
-// reverse); a unit's parameters are one contiguous range of the flat arrays. For an mlp
-// every Linear layer is a unit.
+// reverse); a unit's parameters are one contiguous range of the flat arrays, so every
+// strategy can cut its buckets, shards and stages at unit boundaries.
+//   mlp (and linear, course): every Linear layer is a unit.
+//   gpt, llama: unit 0 is the embedding, units 1..L the blocks, unit L+1 the final norm
+//   and the output head (docs/MODELS.md lists every tensor).
 //
 // Storage: all parameters live in one flat array and all gradients in another, laid out
 // in *reverse* unit order (last unit first). That is the order in which backward
 // produces gradients, so every gradient-reduction strategy (a bucket, a unit, a chunk)
-// is a contiguous range of the flat gradient and is reduced in place. Within one
-// Linear layer the weight comes first, then the bias:
+// is a contiguous range of the flat gradient and is reduced in place. Within a unit the
+// tensors follow in registration (forward) order; for an mlp that is weight, then bias:
 //   [fc{D-1}.weight, fc{D-1}.bias, ..., fc0.weight, fc0.bias]
+//
+// Tied parameters appear once, in the unit whose backward finishes their gradient last:
+// gpt's output head is the token embedding (wte, unit 0), so the head's backward (unit
+// L+1) accumulates into unit 0's range before unit 0's own backward completes it, and
+// a strategy that waits for unit 0 sees the whole gradient. Unit L+1's forward reads
+// unit 0's parameters.
 #pragma once
 
 #include <cstdint>
@@ -20,41 +29,35 @@
 #include <string_view>
 #include <vector>
 
+#include "model/model_spec.h"
+
 namespace tandem {
 
-enum class Activation : std::uint8_t { kNone, kReLU, kGELU };
-
-// "mlp:DxW": D Linear layers (+bias); the first D-1 are W->W followed by the
-// activation, the last W->classes. Input width W.
-// "linear:IxO": one Linear I->O without bias (y = x.W).
-// "course": the course-report baseline, linear:512x512 with a batch of 1024.
-// A ",gelu" (or ",relu", the default) suffix picks the mlp activation. For linear and
-// course, width == input (there is no hidden layer) and activation is kNone.
-// Limits: dimensions <= 65536, depth <= 1024, parameter_count() <= 2^31.
-struct ModelSpec {
-  std::string text;  // as given
-  int depth = 1;
-  int input = 0;     // input features
-  int width = 0;     // hidden width
-  int classes = 0;   // output features
-  bool bias = true;
-  Activation activation = Activation::kReLU;
-  int default_batch = 0;  // a preset's batch (0: none)
-
-  // Throws UsageError naming the spec on bad input.
-  static ModelSpec parse(std::string_view text, int classes = 16);
-  std::int64_t parameter_count() const;
+// How initialize() fills a parameter.
+struct ParamInit {
+  enum class Kind : std::uint8_t { kZero, kOne, kUniform, kNormal };
+  Kind kind = Kind::kZero;
+  double scale = 0;  // kUniform: the bound b of U(-b, b); kNormal: the standard deviation
 };
 
 // One parameter tensor of the flat layout.
 struct ParamInfo {
-  std::string name;        // "fc3.weight"
-  int unit = 0;            // the unit that owns it (forward order; a Linear layer of an mlp)
+  std::string name;        // "fc3.weight", "h2.attn.qkv.weight"
+  int unit = 0;            // the unit that owns it (forward order)
   std::size_t numel = 0;
   std::size_t offset = 0;  // into the flat parameter / gradient arrays
+  std::vector<int> shape;  // row-major; a Linear weight is [in, out]
+  ParamInit init{};
 };
 
-// One Linear layer: out = inp . weight (+ bias), weight [in, out] row-major.
+// One unit of the rank loop.
+struct UnitInfo {
+  std::string name;       // "fc0"; "embedding", "h0".."h{L-1}", "head"
+  std::size_t begin = 0;  // [begin, end): this unit's range of the flat arrays
+  std::size_t end = 0;
+};
+
+// One Linear layer of an mlp: out = inp . weight (+ bias), weight [in, out] row-major.
 struct LinearLayout {
   int in = 0;
   int out = 0;
@@ -70,25 +73,35 @@ class ModelLayout {
   explicit ModelLayout(const ModelSpec& spec);
 
   const ModelSpec& spec() const { return spec_; }
-  int units() const { return static_cast<int>(layers_.size()); }
-  const LinearLayout& layer(int unit) const { return layers_.at(static_cast<std::size_t>(unit)); }
+  int units() const { return static_cast<int>(units_.size()); }
+  const UnitInfo& unit(int u) const { return units_.at(static_cast<std::size_t>(u)); }
+  std::size_t unit_begin(int u) const { return unit(u).begin; }
+  std::size_t unit_end(int u) const { return unit(u).end; }
   // Forward registration order; offsets follow the reverse layout described above.
   const std::vector<ParamInfo>& params() const { return params_; }
+  // The tensor called `name`; a missing name is a broken invariant (checked).
+  const ParamInfo& param(std::string_view name) const;
   std::size_t numel() const { return numel_; }
-  int widest() const { return widest_; }  // the widest layer input or output
-  std::size_t unit_begin(int unit) const { return layer(unit).begin; }
-  std::size_t unit_end(int unit) const { return layer(unit).end; }
 
-  // Deterministic initialization from seed (Kaiming-uniform weights, zero biases): the
-  // same seed gives the same parameters on every rank and every device.
+  // mlp only (checked): Linear layer `unit`, and the widest layer input or output.
+  const LinearLayout& layer(int unit) const;
+  int widest() const;
+
+  // Deterministic initialization from seed, one random stream in forward registration
+  // order: the same seed gives the same parameters on every rank and every device.
+  // mlp: Kaiming-uniform weights, zero biases. gpt, llama: docs/MODELS.md.
   void initialize(std::span<float> flat, std::uint64_t seed) const;
-  // FLOPs of one forward (backward is about twice that) for `rows` rows.
+  // FLOPs of one forward (matrix products only; backward is twice that) for `rows`
+  // samples: mlp rows, or sequences of spec().transformer.seq tokens.
   double forward_flops(int rows) const;
+  // Compute spans one micro-batch records (forward, loss, backward), for sizing buffers.
+  int compute_spans_per_micro_batch() const;
 
  private:
   ModelSpec spec_;
-  std::vector<LinearLayout> layers_;
+  std::vector<UnitInfo> units_;
   std::vector<ParamInfo> params_;
+  std::vector<LinearLayout> layers_;  // mlp only
   std::size_t numel_ = 0;
   int widest_ = 0;
 };

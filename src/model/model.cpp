@@ -65,6 +65,14 @@ Model::Model(const ModelSpec& spec, int max_batch, std::uint64_t seed)
   m.grad_b.assign(rows * static_cast<std::size_t>(layout_.widest()), 0.0f);
 }
 
+std::int64_t Model::buffer_bytes(const ModelSpec& spec, int max_batch) {
+  // As the constructor allocates them (Note [Model buffers]).
+  const ModelLayout layout(spec);
+  std::int64_t per_row = spec.classes + 1 + 2 * static_cast<std::int64_t>(layout.widest());
+  for (int l = 0; l < layout.units(); ++l) per_row += layout.layer(l).in + layout.layer(l).out;
+  return static_cast<std::int64_t>(sizeof(float)) * max_batch * per_row;
+}
+
 Model::~Model() = default;
 Model::Model(Model&&) noexcept = default;
 Model& Model::operator=(Model&&) noexcept = default;
@@ -93,10 +101,10 @@ namespace {
 void activation_forward(Activation activation, float* out, const float* inp, std::int64_t n) {
   switch (activation) {
     case Activation::kReLU:
-      layers::relu_forward(out, inp, n);
+      layers::Ops<float>::relu_forward(out, inp, n);
       break;
     case Activation::kGELU:
-      layers::gelu_forward(out, inp, n);
+      layers::Ops<float>::gelu_forward(out, inp, n);
       break;
     case Activation::kNone:
       std::copy_n(inp, n, out);
@@ -108,10 +116,10 @@ void activation_backward(Activation activation, float* dinp, const float* inp, c
                          std::int64_t n) {
   switch (activation) {
     case Activation::kReLU:
-      layers::relu_backward(dinp, inp, dout, n);
+      layers::Ops<float>::relu_backward(dinp, inp, dout, n);
       break;
     case Activation::kGELU:
-      layers::gelu_backward(dinp, inp, dout, n);
+      layers::Ops<float>::gelu_backward(dinp, inp, dout, n);
       break;
     case Activation::kNone:
       std::copy_n(dout, n, dinp);
@@ -150,7 +158,7 @@ void Model::forward_unit(int l, RankRecorder& recorder, int step) {
   const float* w = params_flat_.data() + layer.weight;
   const float* bias = layer.has_bias ? params_flat_.data() + layer.bias : nullptr;
   const auto u = static_cast<std::size_t>(l);
-  layers::linear_forward(m.pre[u].data(), m.acts[u].data(), w, bias, B, layer.in, layer.out);
+  layers::Ops<float>::linear_forward(m.pre[u].data(), m.acts[u].data(), w, bias, B, layer.in, layer.out);
   if (l < layer_count() - 1) {
     activation_forward(spec().activation, m.acts[u + 1].data(), m.pre[u].data(),
                        static_cast<std::int64_t>(B) * layer.out);
@@ -160,8 +168,8 @@ void Model::forward_unit(int l, RankRecorder& recorder, int step) {
 float Model::forward_loss(RankRecorder& recorder, int step) {
   Impl& m = *impl_;
   ScopedSpan span(recorder, Lane::kCompute, SpanKind::kForward, step, layer_count());
-  return layers::softmax_cross_entropy_forward(m.probs.data(), m.pre.back().data(),
-                                               m.targets.data(), m.rows, spec().classes);
+  return static_cast<float>(layers::Ops<float>::cross_entropy_forward(m.probs.data(), m.pre.back().data(),
+                                               m.targets.data(), m.rows, spec().classes));
 }
 
 void Model::backward_loss(RankRecorder& recorder, int step) {
@@ -170,7 +178,7 @@ void Model::backward_loss(RankRecorder& recorder, int step) {
   m.dout = m.grad_a.data();
   m.dinp = m.grad_b.data();
   ScopedSpan span(recorder, Lane::kCompute, SpanKind::kBackward, step, layer_count());
-  layers::softmax_cross_entropy_backward(m.dout, m.probs.data(), m.targets.data(), m.rows,
+  layers::Ops<float>::cross_entropy_backward(m.dout, m.probs.data(), m.targets.data(), m.rows,
                                          spec().classes);
   m.next_backward = layer_count() - 1;
 }
@@ -194,7 +202,7 @@ void Model::backward_unit(int l, RankRecorder& recorder, int step) {
     float* db = layer.has_bias ? grads_flat_.data() + layer.bias : nullptr;
     const float* w = params_flat_.data() + layer.weight;
     // Layer 0's input gradient would be dL/dx, which nothing uses.
-    layers::linear_backward(l > 0 ? m.dinp : nullptr, dw, db, m.dout,
+    layers::Ops<float>::linear_backward(l > 0 ? m.dinp : nullptr, dw, db, m.dout,
                             m.acts[static_cast<std::size_t>(l)].data(), w, B, layer.in, layer.out);
   }
   std::swap(m.dout, m.dinp);

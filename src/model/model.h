@@ -44,6 +44,8 @@ class Model {
   // backward need is allocated here for up to max_batch rows; steps do not allocate.
   // Throws UsageError when max_batch < 1 or max_batch rows do not fit.
   Model(const ModelSpec& spec, int max_batch, std::uint64_t seed);
+  // Bytes of the buffers that constructor allocates besides the parameters and gradients.
+  static std::int64_t buffer_bytes(const ModelSpec& spec, int max_batch);
   ~Model();
   Model(Model&&) noexcept;
   Model& operator=(Model&&) noexcept;

@@ -3,41 +3,139 @@
 
 #include <map>
 #include <mutex>
+#include <optional>
 
 #include "compute/cpu/blas.h"
 #include "core/clock.h"
 #include "core/error.h"
+#include "model/token_data.h"
+#include "model/transformer.h"
 
 namespace tandem {
 namespace {
 
-class CpuRankModel final : public RankModel {
+// What CpuRankModel needs of a network on the CPU: the unit-by-unit passes over its flat
+// arrays, fed from its own data.
+class CpuNet {
  public:
-  CpuRankModel(const ModelConfig& config, RankRecorder& recorder)
-      : model_(config.spec, config.batch, config.seed),
-        data_(config.spec.input, config.spec.classes, config.batch, config.data_batches,
-              config.seed, config.rank),
-        sgd_(config.sgd, model_.flat_params().size()),
-        recorder_(recorder) {}
+  virtual ~CpuNet() = default;
+  virtual const ModelLayout& layout() const = 0;
+  virtual std::span<float> params() = 0;
+  virtual std::span<float> grads() = 0;
+  virtual void set_micro_batch(int index) = 0;
+  virtual void forward_unit(int unit, RankRecorder& recorder, int step) = 0;
+  virtual double forward_loss(RankRecorder& recorder, int step) = 0;
+  virtual void backward_loss(RankRecorder& recorder, int step) = 0;
+  virtual void backward_unit(int unit, RankRecorder& recorder, int step) = 0;
+  virtual void zero_grad() = 0;
+  virtual std::optional<double> validation_loss() { return std::nullopt; }
+};
+
+// An mlp on its synthetic teacher's data.
+class MlpNet final : public CpuNet {
+ public:
+  explicit MlpNet(const ModelConfig& c)
+      : model_(c.spec, c.batch, c.seed),
+        data_(c.spec.input, c.spec.classes, c.batch, c.data_batches, c.seed, c.rank) {}
 
   const ModelLayout& layout() const override { return model_.layout(); }
   std::span<float> params() override { return model_.flat_params(); }
   std::span<float> grads() override { return model_.flat_grads(); }
+  void set_micro_batch(int index) override { model_.set_input(data_.batch(index)); }
+  void forward_unit(int unit, RankRecorder& r, int step) override {
+    model_.forward_unit(unit, r, step);
+  }
+  double forward_loss(RankRecorder& r, int step) override { return model_.forward_loss(r, step); }
+  void backward_loss(RankRecorder& r, int step) override { model_.backward_loss(r, step); }
+  void backward_unit(int unit, RankRecorder& r, int step) override {
+    model_.backward_unit(unit, r, step);
+  }
+  void zero_grad() override { model_.zero_grad(); }
+
+ private:
+  Model model_;
+  SyntheticDataset data_;
+};
+
+// A transformer on synthetic tokens or a file's bytes (token_data.h).
+class TransformerNet final : public CpuNet {
+ public:
+  explicit TransformerNet(const ModelConfig& c)
+      : model_(c.spec, c.batch, c.seed),
+        data_(c.data_path.empty()
+                  ? TokenData::synthetic(c.spec.transformer.vocab, c.spec.transformer.seq, c.batch,
+                                         c.seed, c.rank)
+                  : TokenData::from_file(c.data_path, c.spec.transformer.seq, c.batch, c.seed,
+                                         c.rank, c.ranks)),
+        tokens_(static_cast<std::size_t>(c.batch) * (c.spec.transformer.seq + 1)),
+        rows_(c.batch) {
+    TANDEM_CHECK_EQ(data_.vocab(), c.spec.transformer.vocab);
+  }
+
+  const ModelLayout& layout() const override { return model_.layout(); }
+  std::span<float> params() override { return model_.flat_params(); }
+  std::span<float> grads() override { return model_.flat_grads(); }
+  void set_micro_batch(int index) override {
+    data_.batch(index, tokens_);
+    model_.set_input({.tokens = tokens_, .rows = rows_});
+  }
+  void forward_unit(int unit, RankRecorder& r, int step) override {
+    model_.forward_unit(unit, r, step);
+  }
+  double forward_loss(RankRecorder& r, int step) override { return model_.forward_loss(r, step); }
+  void backward_loss(RankRecorder& r, int step) override { model_.backward_loss(r, step); }
+  void backward_unit(int unit, RankRecorder& r, int step) override {
+    model_.backward_unit(unit, r, step);
+  }
+  void zero_grad() override { model_.zero_grad(); }
+
+  // Forward passes over the held-out batches, recording nothing: evaluation is not part
+  // of a training step's timeline.
+  std::optional<double> validation_loss() override {
+    if (data_.validation_batches() == 0) return std::nullopt;
+    RankRecorder quiet(0, 0, /*enabled=*/false);
+    double sum = 0;
+    for (int i = 0; i < data_.validation_batches(); ++i) {
+      data_.validation_batch(i, tokens_);
+      sum += model_.forward({.tokens = tokens_, .rows = rows_}, quiet, -1);
+    }
+    return sum / data_.validation_batches();
+  }
+
+ private:
+  Transformer model_;
+  TokenData data_;
+  std::vector<std::int32_t> tokens_;  // one batch [rows, seq + 1]
+  int rows_;
+};
+
+class CpuRankModel final : public RankModel {
+ public:
+  CpuRankModel(const ModelConfig& config, RankRecorder& recorder)
+      : net_(config.spec.is_transformer() ? std::unique_ptr<CpuNet>(new TransformerNet(config))
+                                          : std::unique_ptr<CpuNet>(new MlpNet(config))),
+        sgd_(config.sgd, net_->params().size()),
+        recorder_(recorder) {}
+
+  const ModelLayout& layout() const override { return net_->layout(); }
+  std::span<float> params() override { return net_->params(); }
+  std::span<float> grads() override { return net_->grads(); }
 
   std::int64_t begin_step(int step) override {
     step_ = step;
     loss_sum_ = 0;
     return now_ns();
   }
-  void set_micro_batch(int index) override { model_.set_input(data_.batch(index)); }
-  void forward_unit(int unit) override { model_.forward_unit(unit, recorder_, step_); }
-  void forward_loss() override { loss_sum_ += model_.forward_loss(recorder_, step_); }
-  void backward_loss() override { model_.backward_loss(recorder_, step_); }
-  void backward_unit(int unit) override { model_.backward_unit(unit, recorder_, step_); }
+  void set_micro_batch(int index) override { net_->set_micro_batch(index); }
+  void forward_unit(int unit) override { net_->forward_unit(unit, recorder_, step_); }
+  void forward_loss() override { loss_sum_ += net_->forward_loss(recorder_, step_); }
+  void backward_loss() override { net_->backward_loss(recorder_, step_); }
+  void backward_unit(int unit) override { net_->backward_unit(unit, recorder_, step_); }
   void optimizer_step(float grad_scale) override {
-    sgd_.step(model_.flat_params(), model_.flat_grads(), grad_scale);
+    sgd_.step(net_->params(), net_->grads(), grad_scale);
   }
-  void zero_grad() override { model_.zero_grad(); }
+  void zero_grad() override { net_->zero_grad(); }
+  std::optional<double> validation_loss() override { return net_->validation_loss(); }
 
   void begin_span(Lane lane, SpanKind kind, int tag) override {
     open_.push_back(Span{.lane = lane, .kind = kind, .step = step_, .tag = tag, .start_ns = now_ns()});
@@ -53,14 +151,13 @@ class CpuRankModel final : public RankModel {
   StepEnd end_step() override { return {.loss_sum = loss_sum_, .end_ns = now_ns()}; }
 
   std::vector<float> download_params() override {
-    return {model_.flat_params().begin(), model_.flat_params().end()};
+    return {net_->params().begin(), net_->params().end()};
   }
   std::string describe() const override { return blas_description(); }
   std::string timing_source() const override { return "host-clock"; }
 
  private:
-  Model model_;
-  SyntheticDataset data_;
+  std::unique_ptr<CpuNet> net_;
   Sgd sgd_;
   RankRecorder& recorder_;
   int step_ = -1;
@@ -106,6 +203,25 @@ void check_device_available(Device device) {
   if (const std::string why = models->unavailable(); !why.empty()) {
     throw UsageError("--device " + name + ": " + why);
   }
+}
+
+ReplicaBytes replica_bytes(const ModelConfig& config) {
+  const ModelSpec& spec = config.spec;
+  ReplicaBytes out;
+  out.state = 3.0 * static_cast<double>(spec.parameter_count()) * sizeof(float);
+  if (spec.is_transformer()) {
+    const TransformerShape& s = spec.transformer;
+    const double tokens = static_cast<double>(config.batch) * (s.seq + 1);
+    const double chain = static_cast<double>(s.vocab) * TokenData::kSuccessors;
+    out.working = static_cast<double>(Transformer::buffer_bytes(spec, config.batch)) +
+                  4 * (tokens + (config.data_path.empty() ? chain : 0));
+    return out;
+  }
+  // The synthetic set's features and labels, and the teacher's outputs while labelling.
+  const double samples = static_cast<double>(config.batch) * config.data_batches;
+  out.working = static_cast<double>(Model::buffer_bytes(spec, config.batch)) +
+                4 * samples * (spec.input + 1 + 64 + spec.classes);
+  return out;
 }
 
 std::unique_ptr<RankModel> make_rank_model(const ModelConfig& config, RankRecorder& recorder) {

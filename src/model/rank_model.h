@@ -17,6 +17,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -38,6 +39,8 @@ struct ModelConfig {
   Device device = Device::kCpu;
   Precision precision = Precision::kFp32;
   int rank = 0;    // which shard of the data
+  int ranks = 1;   // how many shards (--data files are cut into one per rank)
+  std::string data_path;  // transformers: train on this file's bytes (token_data.h)
   int ordinal = -1;  // the device's ordinal (-1: the CPU)
 };
 
@@ -63,6 +66,9 @@ class RankModel {
   virtual void backward_loss() = 0;
   // Parameter gradients of `unit` accumulate (+=) into grads().
   virtual void backward_unit(int unit) = 0;
+  // The mean loss over held-out data, where the model has some (a transformer trained
+  // on a file); computed between steps, recording no spans.
+  virtual std::optional<double> validation_loss() { return std::nullopt; }
   // SGD on every parameter with the gradient scaled by grad_scale.
   virtual void optimizer_step(float grad_scale) = 0;
   virtual void zero_grad() = 0;
@@ -86,6 +92,15 @@ class RankModel {
   // How compute spans are timed: "host-clock" or "cuda-events".
   virtual std::string timing_source() const = 0;
 };
+
+// Bytes one replica of `config` allocates on its device, in doubles so that no absurd
+// size overflows before it is compared. Nothing is allocated to compute it, so a run can
+// be refused before it starts (engine/trainer.h).
+struct ReplicaBytes {
+  double state = 0;    // parameters, gradients, SGD velocity
+  double working = 0;  // the passes' buffers and (on the CPU) the data shard
+};
+ReplicaBytes replica_bytes(const ModelConfig& config);
 
 // The CPU model (always built in) or a registered device's. Spans go to `recorder`.
 // Throws UsageError when the device cannot run here (check_device_available).

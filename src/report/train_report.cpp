@@ -37,6 +37,11 @@ TrainSummary summarize_training(const TrainConfig& config, const TrainResult& re
     slowest = std::max(slowest, static_cast<double>(r.end_ns - r.start_ns) / 1e6);
     loss[r.step].first += r.loss;
     loss[r.step].second += 1;
+    if (r.has_val_loss && r.rank == 0 && r.step + 1 >= out.val_step) {
+      out.has_val_loss = true;
+      out.val_loss = r.val_loss;
+      out.val_step = r.step + 1;
+    }
   }
   std::vector<double> measured;
   for (const auto& [step, value] : step_ms) {
@@ -47,6 +52,7 @@ TrainSummary summarize_training(const TrainConfig& config, const TrainResult& re
   const double global_samples =
       static_cast<double>(config.batch) * config.accumulate * config.ranks;
   out.samples_per_s = global_samples / (out.step_ms.median / 1e3);
+  if (config.model.is_transformer()) out.tokens_per_s = out.samples_per_s * config.model.transformer.seq;
   if (!loss.empty()) {
     out.first_loss = static_cast<float>(loss.begin()->second.first / loss.begin()->second.second);
     out.last_loss = static_cast<float>(loss.rbegin()->second.first / loss.rbegin()->second.second);
@@ -84,6 +90,7 @@ std::string format_train_summary(const TrainConfig& config, const TrainResult& r
   add("  step time        %s\n", ms(s.step_ms).c_str());
   add("  throughput       %10.1f samples/s (global batch %d)\n", s.samples_per_s,
       config.batch * config.accumulate * config.ranks);
+  if (s.tokens_per_s > 0) add("                   %10.0f tokens/s\n", s.tokens_per_s);
   add("  communicated     %s per rank per step%s\n",
       format_bytes(static_cast<double>(s.bytes_per_step)).c_str(),
       config.link.enabled() ? (" over an emulated " + config.link.describe() + " link").c_str()
@@ -98,6 +105,9 @@ std::string format_train_summary(const TrainConfig& config, const TrainResult& r
     add("  (--no-timeline: no compute/communication breakdown)\n");
   }
   add("  loss             %.4f -> %.4f\n", s.first_loss, s.last_loss);
+  if (s.has_val_loss) {
+    add("  validation loss  %.4f (held-out tail, after step %d)\n", s.val_loss, s.val_step);
+  }
   if (!std::isfinite(s.last_loss)) {
     add("  warning: the loss is not finite: training diverged (try a lower --lr)\n");
   }
@@ -159,19 +169,28 @@ nlohmann::json train_summary_body(const TrainConfig& config, const TrainResult& 
       {"hidden_share", number_or_null(s.hidden_share)},
       {"first_loss", s.first_loss},
       {"last_loss", s.last_loss},
+      {"tokens_per_s", s.tokens_per_s > 0 ? nlohmann::json(s.tokens_per_s) : nlohmann::json(nullptr)},
+      {"val_loss", s.has_val_loss ? nlohmann::json(s.val_loss) : nlohmann::json(nullptr)},
+      {"val_step", s.has_val_loss ? nlohmann::json(s.val_step) : nlohmann::json(nullptr)},
       {"spans_dropped", result.spans_dropped},
   };
 }
 
 std::string steps_csv(const TrainResult& result) {
-  std::string csv = "step,rank,loss,start_ns,end_ns,step_ms,param_hash\n";
-  char row[192];
+  // val_loss: empty where the step measured none (docs/MODELS.md).
+  std::string csv = "step,rank,loss,start_ns,end_ns,step_ms,param_hash,val_loss\n";
+  char row[224];
   for (const auto& r : result.steps) {
-    std::snprintf(row, sizeof row, "%d,%d,%.6f,%lld,%lld,%.4f,%016llx\n", r.step, r.rank, r.loss,
+    std::snprintf(row, sizeof row, "%d,%d,%.6f,%lld,%lld,%.4f,%016llx,", r.step, r.rank, r.loss,
                   static_cast<long long>(r.start_ns), static_cast<long long>(r.end_ns),
                   static_cast<double>(r.end_ns - r.start_ns) / 1e6,
                   static_cast<unsigned long long>(r.param_hash));
     csv += row;
+    if (r.has_val_loss) {
+      std::snprintf(row, sizeof row, "%.6f", r.val_loss);
+      csv += row;
+    }
+    csv += '\n';
   }
   return csv;
 }

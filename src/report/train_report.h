@@ -19,6 +19,14 @@ struct TrainSummary {
   Summary compute_ms, comm_ms, wait_ms, overlap_ms, exposed_comm_ms;
   double hidden_share = 0;              // Σ T_ovl / Σ T_comm over measured steps (HTA)
   float first_loss = 0, last_loss = 0;  // mean over ranks
+  // Transformers: tokens predicted per second (samples x seq) at the median step time; 0
+  // for the MLPs.
+  double tokens_per_s = 0;
+  // --data: the held-out loss after the last step that measured it (rank 0's; every rank
+  // evaluates the same tail); has_val_loss false without one.
+  bool has_val_loss = false;
+  float val_loss = 0;
+  int val_step = 0;  // 1-based
 };
 
 TrainSummary summarize_training(const TrainConfig& config, const TrainResult& result, int warmup);

@@ -72,6 +72,26 @@ TEST(CharacterizeCliTest, TrainWorkloadScenariosDoWhatTheySay) {
   }
 }
 
+// A shrunk preset through characterize, a sweep over the shape flag included: each point
+// trains the transformer (the spans of its sub-operations reach the point's trace) and
+// the summary names the model as reshaped.
+TEST(CharacterizeCliTest, TransformerPresetsShrinkAndSweep) {
+  TempDir dir;
+  const fs::path out = dir.path() / "llama";
+  const CliResult r = run_tandem(
+      "characterize --model llama2-13b:vocab=64 --layers 1 --dim 256 --seq 8 --ranks 2 --batch 2 "
+      "--warmup 0 --iterations 2 --no-progress --sweep strategy=sequential,bucketed --out " +
+      out.string());
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const auto summary = nlohmann::json::parse(slurp(out / "summary.json"));
+  ASSERT_EQ(summary["points"].size(), 2u);
+  EXPECT_EQ(summary["points"][0]["config"]["model"], "llama2-13b:layers=1,dim=256,seq=8,vocab=64");
+  const std::string trace = slurp(out / "points" / "strategy-bucketed" / "overlapped.trace.json");
+  for (const char* name : {"\"embedding\"", "\"attention\"", "\"mlp\"", "\"head\"", "\"loss\""}) {
+    EXPECT_NE(trace.find(name), std::string::npos) << name;
+  }
+}
+
 TEST(CharacterizeCliTest, ResumeRunsExactlyTheConfigurationsNotDone) {
   TempDir dir;
   const fs::path out = dir.path() / "sweep";

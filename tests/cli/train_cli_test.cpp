@@ -1,8 +1,11 @@
 // `tandem train` as a user meets it: help, outputs, and one clear line for bad input.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <nlohmann/json.hpp>
 #include <set>
+#include <sstream>
+#include <string>
 
 #include "cli/cli_support.h"
 #include "core/files.h"
@@ -65,8 +68,8 @@ TEST(TrainCliTest, LinkEmulationIsReportedAsEmulated) {
 }
 
 struct BadInput {
-  const char* args;
-  const char* flag;
+  std::string args;
+  std::string flag;
 };
 
 class TrainBadInputTest : public ::testing::TestWithParam<BadInput> {};
@@ -110,6 +113,64 @@ INSTANTIATE_TEST_SUITE_P(
 
 // Range errors state the bounds as people write them: no 309-digit DBL_MAX, no "too
 // small" for a value that is too large.
+// Transformer specs, shape flags and --data: refused before anything runs or prints.
+class TrainTransformerBadInputTest : public ::testing::TestWithParam<BadInput> {};
+
+TEST_P(TrainTransformerBadInputTest, OneLineNamingTheFlagBeforeAnythingRuns) {
+  const CliResult r = run_tandem(std::string("train --steps 1 ") + GetParam().args);
+  EXPECT_EQ(r.exit_code, 2) << r.out << r.err;
+  EXPECT_EQ(count_lines(r.err), 1) << r.err;
+  EXPECT_NE(r.err.find(GetParam().flag), std::string::npos) << r.err;
+  EXPECT_EQ(r.out, "") << "nothing may run or print before the checks";
+}
+
+const std::string kReadme = TANDEM_SOURCE_DIR "/README.md";
+const std::string kTinyGpt = "--model gpt:layers=1,dim=8,heads=2,seq=8 ";
+
+INSTANTIATE_TEST_SUITE_P(
+    Flags, TrainTransformerBadInputTest,
+    ::testing::Values(
+        BadInput{"--model gpt:layers=2,dim=30,heads=4,seq=8", "heads=4"},
+        BadInput{"--model llama:layers=2,dim=12,heads=4,seq=8", "--model"},
+        BadInput{"--model gpt3-13b", "--model"},  // 2^31 floats
+        BadInput{"--model gpt3-xl", "needs at least"},  // memory, before allocating
+        BadInput{"--model mlp:2x8 --layers 2", "--layers"},
+        BadInput{"--model gpt3-xl --dim 100", "--dim 100"},
+        BadInput{"--eval-every -1", "--eval-every"},
+        BadInput{"--model mlp:2x8 --data README.md", "--data"},
+        BadInput{kTinyGpt + "--data /nonexistent/file", "--data /nonexistent/file"},
+        BadInput{kTinyGpt + "--data /tmp", "not a regular file"},
+        BadInput{kTinyGpt + "--data " + kReadme + " --seq 100000", "--seq"},
+        BadInput{"--model gpt:layers=1,dim=8,heads=2,seq=8,vocab=50 --data /etc/hostname",
+                 "vocab=50"},
+        BadInput{"--model gpt:layers=1,dim=8,heads=2,seq=4000 --data /etc/hostname",
+                 "too small"}));
+
+// A small GPT on a text file: the loss falls from ln(256), and --eval-every prints the
+// held-out loss on its steps, into the step lines, steps.csv and summary.json.
+TEST(TrainCliTest, TrainsAGptOnTextWithAValidationLoss) {
+  TempDir dir;
+  const fs::path out = dir.path() / "run";
+  const CliResult r = run_tandem("train --ranks 2 --model gpt:layers=1,dim=32,heads=2,seq=32 "
+                                 "--batch 4 --steps 60 --lr 0.1 --eval-every 30 --data " +
+                                 kReadme + " --out " + out.string());
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("step   30/60  loss"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("tokens/s"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("validation loss"), std::string::npos) << r.out;
+  const auto summary = nlohmann::json::parse(slurp(out / "summary.json"));
+  EXPECT_EQ(summary["val_step"], 60);
+  EXPECT_LT(summary["val_loss"].get<double>(), std::log(256.0));
+  EXPECT_LT(summary["last_loss"].get<double>(), summary["first_loss"].get<double>() - 1.0);
+  EXPECT_GT(summary["tokens_per_s"].get<double>(), 0.0);
+  const std::string csv = slurp(out / "steps.csv");
+  EXPECT_EQ(csv.substr(0, csv.find('\n')), "step,rank,loss,start_ns,end_ns,step_ms,param_hash,val_loss");
+  int with_val = 0;
+  std::istringstream rows(csv);
+  for (std::string row; std::getline(rows, row);) with_val += !row.ends_with(",") && row.starts_with("29,");
+  EXPECT_EQ(with_val, 2) << "step 30 on both ranks:\n" << csv;
+}
+
 TEST(TrainCliTest, RangeErrorsAreShortAndSayWhichWay) {
   for (const char* args : {"--lr 0", "--bucket-mb 1e13", "--warmup -1", "--momentum 2"}) {
     const CliResult r = run_tandem(std::string("train ") + args);

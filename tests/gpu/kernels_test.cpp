@@ -128,8 +128,8 @@ TEST_P(LinearLayerTest, ForwardAndBackwardMatchCpuLayer) {
   cuda::gemm(blas, precision, false, true, B, I, O, 1.0f, o_dout.get(), O, o_weight.get(), O, 0.0f,
              d_dinp.data(), I);
 
-  layers::linear_forward(out.data(), inp.data(), weight.data(), bias.data(), B, I, O);
-  layers::linear_backward(dinp.data(), dweight.data(), dbias.data(), dout.data(), inp.data(),
+  layers::Ops<float>::linear_forward(out.data(), inp.data(), weight.data(), bias.data(), B, I, O);
+  layers::Ops<float>::linear_backward(dinp.data(), dweight.data(), dbias.data(), dout.data(), inp.data(),
                           weight.data(), B, I, O);
   const double tol = tolerance(precision);
   const double d_out_diff = max_rel_diff(to_host(d_out, s), out);
@@ -177,19 +177,19 @@ TEST(ActivationTest, ReluAndGeluForwardBackwardMatchCpu) {
   std::vector<float> y(n), dx(n);
 
   cuda::relu_forward(d_y.data(), d_x.data(), n, s);
-  layers::relu_forward(y.data(), x.data(), n);
+  layers::Ops<float>::relu_forward(y.data(), x.data(), n);
   EXPECT_EQ(to_host(d_y, s), y);  // exact: a comparison and a copy
   cuda::relu_backward(d_dx.data(), d_x.data(), d_dout.data(), n, s);
-  layers::relu_backward(dx.data(), x.data(), dout.data(), n);
+  layers::Ops<float>::relu_backward(dx.data(), x.data(), dout.data(), n);
   EXPECT_EQ(to_host(d_dx, s), dx);
 
   cuda::gelu_forward(d_y.data(), d_x.data(), n, s);
-  layers::gelu_forward(y.data(), x.data(), n);
+  layers::Ops<float>::gelu_forward(y.data(), x.data(), n);
   const double fwd = max_rel_diff(to_host(d_y, s), y);
   // In place, as CudaModel runs it: dinp == dout.
   auto d_inplace = to_device(dout, s);
   cuda::gelu_backward(d_inplace.data(), d_x.data(), d_inplace.data(), n, s);
-  layers::gelu_backward(dx.data(), x.data(), dout.data(), n);
+  layers::Ops<float>::gelu_backward(dx.data(), x.data(), dout.data(), n);
   const double bwd = max_rel_diff(to_host(d_inplace, s), dx);
   std::printf("gelu: forward %.3g, backward %.3g\n", fwd, bwd);
   EXPECT_LE(fwd, 1e-5);
@@ -219,8 +219,8 @@ TEST_P(SoftmaxTest, LossProbabilitiesAndGradientMatchCpu) {
 
   std::vector<float> probs(logits.size()), dlogits(logits.size());
   const float loss =
-      layers::softmax_cross_entropy_forward(probs.data(), logits.data(), targets.data(), B, C);
-  layers::softmax_cross_entropy_backward(dlogits.data(), probs.data(), targets.data(), B, C);
+      layers::Ops<float>::cross_entropy_forward(probs.data(), logits.data(), targets.data(), B, C);
+  layers::Ops<float>::cross_entropy_backward(dlogits.data(), probs.data(), targets.data(), B, C);
 
   const double got_loss = to_host(d_loss, s)[0] / 2;
   const double p_diff = max_rel_diff(to_host(d_probs, s), probs);

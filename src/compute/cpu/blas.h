@@ -16,4 +16,11 @@ std::string blas_description();
 void sgemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const float* a,
            int lda, const float* b, int ldb, float beta, float* c, int ldc);
 
+// The same product for kernels written once for float and double (double is what the
+// gradient checks run in): gemm<float> is sgemm, gemm<double> is cblas_dgemm.
+void gemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const float* a, int lda,
+          const float* b, int ldb, float beta, float* c, int ldc);
+void gemm(bool trans_a, bool trans_b, int m, int n, int k, double alpha, const double* a,
+          int lda, const double* b, int ldb, double beta, double* c, int ldc);
+
 }  // namespace tandem

@@ -1,0 +1,62 @@
+// The token streams transformers train on: deterministic synthetic tokens by default, or
+// the bytes of a text file (--data FILE, vocabulary 256).
+//
+// Synthetic: a fixed random Markov chain over the vocabulary (the same on every rank,
+// from the seed): each token has kSuccessors equally likely successors, so a model can
+// learn the chain and its loss falls from ln(vocab) towards ln(kSuccessors). Each rank
+// draws its own sequences from (seed, rank, micro-batch index).
+//
+// File: the last tenth of the bytes (at least one sequence) is held out for the
+// validation loss; the rest is cut into one contiguous shard per rank, disjoint, and a
+// micro-batch draws its sequences at random offsets inside the rank's shard.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+namespace tandem {
+
+class TokenData {
+ public:
+  static constexpr int kSuccessors = 4;
+
+  // rows sequences of seq + 1 tokens per batch.
+  static TokenData synthetic(int vocab, int seq, int rows, std::uint64_t seed, int rank);
+  // Throws UsageError naming --data and the file when it is not a readable regular file
+  // or is too small for `ranks` shards of one sequence each plus the held-out tail;
+  // returns its size in bytes. Reads nothing: the trainer checks before it starts.
+  static std::int64_t check_file(const std::string& path, int seq, int ranks);
+  // check_file, then this rank's shard and the held-out tail.
+  static TokenData from_file(const std::string& path, int seq, int rows, std::uint64_t seed,
+                             int rank, int ranks);
+
+  int vocab() const { return vocab_; }
+  // Fills out [rows, seq + 1] with micro-batch `index` (any integer; deterministic).
+  void batch(std::int64_t index, std::span<std::int32_t> out) const;
+  // Held-out batches (file data only; 0 for synthetic data).
+  int validation_batches() const { return validation_batches_; }
+  void validation_batch(int index, std::span<std::int32_t> out) const;
+
+  // The byte ranges this rank trains and validates on (file data), for tests.
+  std::int64_t shard_begin() const { return shard_begin_; }
+  std::int64_t shard_end() const { return shard_begin_ + static_cast<std::int64_t>(shard_.size()); }
+
+ private:
+  TokenData() = default;
+
+  int vocab_ = 0;
+  int seq_ = 0;
+  int rows_ = 0;
+  std::uint64_t stream_ = 0;  // seeds the batches of this rank
+  // Synthetic: successors_[token * kSuccessors + k].
+  std::vector<std::int32_t> successors_;
+  // File: this rank's shard and the held-out tail, as bytes.
+  std::vector<std::uint8_t> shard_;
+  std::vector<std::uint8_t> held_out_;
+  std::int64_t shard_begin_ = 0;
+  int validation_batches_ = 0;
+};
+
+}  // namespace tandem

@@ -1,0 +1,90 @@
+// Steps allocate nothing: a model allocates every buffer when it is built, so a training
+// step (forward, loss, backward, spans recorded) makes no heap allocation. Counted by
+// replacing the global operator new for this test program.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <cstdint>
+#include <cstdlib>
+#include <new>
+#include <vector>
+
+#include "model/model.h"
+#include "model/rng.h"
+#include "model/transformer.h"
+#include "timeline/recorder.h"
+
+namespace {
+std::atomic<long> g_allocations{0};
+}  // namespace
+
+void* operator new(std::size_t size) {
+  g_allocations.fetch_add(1, std::memory_order_relaxed);
+  if (void* p = std::malloc(size == 0 ? 1 : size)) return p;
+  throw std::bad_alloc();
+}
+void* operator new[](std::size_t size) { return ::operator new(size); }
+void operator delete(void* p) noexcept { std::free(p); }
+void operator delete[](void* p) noexcept { std::free(p); }
+void operator delete(void* p, std::size_t) noexcept { std::free(p); }
+void operator delete[](void* p, std::size_t) noexcept { std::free(p); }
+
+namespace tandem {
+namespace {
+
+std::vector<std::int32_t> tokens_for(const ModelSpec& spec, int rows) {
+  detail::SplitMix64 rng(3);
+  std::vector<std::int32_t> tokens(static_cast<std::size_t>(rows) * (spec.transformer.seq + 1));
+  for (auto& t : tokens) t = static_cast<std::int32_t>(rng.next() % spec.transformer.vocab);
+  return tokens;
+}
+
+TEST(AllocationTest, TheCounterSeesAnAllocation) {
+  const long before = g_allocations.load();
+  auto* p = new std::vector<int>(8);
+  EXPECT_GE(g_allocations.load() - before, 2) << "the replaced operator new is in use";
+  delete p;
+}
+
+TEST(AllocationTest, ATransformerStepAllocatesNothing) {
+  for (const char* text : {"gpt:layers=2,dim=32,heads=4,seq=16,vocab=64",
+                           "llama:layers=2,dim=32,heads=4,seq=16,vocab=64"}) {
+    const ModelSpec spec = ModelSpec::parse(text);
+    Transformer model(spec, 4, 1);
+    RankRecorder recorder(0, 1024);
+    const std::vector<std::int32_t> tokens = tokens_for(spec, 4);
+    const TokenBatch full{.tokens = tokens, .rows = 4};
+    const TokenBatch part{.tokens = tokens, .rows = 3};  // fewer rows than built for
+    model.forward(full, recorder, 0);  // first use of every buffer
+    model.backward(recorder, 0);
+    recorder.clear();
+    const long before = g_allocations.load();
+    for (int step = 1; step <= 2; ++step) {
+      model.zero_grad();
+      model.forward(step == 1 ? full : part, recorder, step);
+      model.backward(recorder, step);
+    }
+    EXPECT_EQ(g_allocations.load() - before, 0) << text;
+    EXPECT_FALSE(recorder.collect().empty()) << "the spans were recorded";
+  }
+}
+
+TEST(AllocationTest, AnMlpStepAllocatesNothing) {
+  const ModelSpec spec = ModelSpec::parse("mlp:3x32", 8);
+  Model model(spec, 16, 1);
+  RankRecorder recorder(0, 1024);
+  std::vector<float> x(16 * spec.input, 0.5f);
+  std::vector<std::int32_t> y(16, 1);
+  const Batch batch{.x = x, .y = y, .rows = 16};
+  model.forward(batch, recorder, 0);
+  model.backward(recorder, 0, {});
+  recorder.clear();
+  const long before = g_allocations.load();
+  model.zero_grad();
+  model.forward(batch, recorder, 1);
+  model.backward(recorder, 1, {});
+  EXPECT_EQ(g_allocations.load() - before, 0);
+}
+
+}  // namespace
+}  // namespace tandem
