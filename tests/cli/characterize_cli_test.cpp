@@ -220,6 +220,8 @@ INSTANTIATE_TEST_SUITE_P(
         BadInput{"--sweep batch=1,2,1", "'1' given twice"},
         BadInput{"--sweep 'link=10GB/s,5us;10GB_s,5us'", "share the point id"},
         BadInput{"--sweep bucket-mb=1,1e13", "--sweep bucket-mb"},
+        BadInput{"--sweep 'link=1GB/s,1us;0.5B/s,1us'", "--sweep link: bandwidth must be >= 1 B/s"},
+        BadInput{"--sweep 'link=1GB/s,1us;1GB/s,1001s'", "--sweep link: latency must be <= 1000 s"},
         BadInput{"--sweep batch=1,010", "--sweep batch"},
         BadInput{"--sweep strategy=bucketed,ring", "--strategy"},
         BadInput{"--microbench gemm=0,allreduce=1MiB", "--microbench"},
