@@ -4,12 +4,14 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdint>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "core/error.h"
@@ -110,6 +112,42 @@ inline std::vector<std::string> finished_lines(const std::string& out) {
     if (line.starts_with("[")) lines.push_back(line.substr(0, line.find(':')));
   }
   return lines;
+}
+
+// Starts a shell command line in a child process (its pid); wait_for_exit reaps it.
+inline pid_t start_shell(const std::string& command) {
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    ::execl("/bin/sh", "sh", "-c", command.c_str(), static_cast<char*>(nullptr));
+    ::_exit(127);
+  }
+  return pid;
+}
+
+// Waits for `pid` (a child of this process) to end, up to `limit`; its wait status, or -1
+// if it is still running then.
+inline int wait_for_exit(pid_t pid, std::chrono::seconds limit) {
+  const auto deadline = std::chrono::steady_clock::now() + limit;
+  for (;;) {
+    int status = 0;
+    const pid_t done = ::waitpid(pid, &status, WNOHANG);
+    if (done == pid) return status;
+    if (done < 0 || std::chrono::steady_clock::now() > deadline) return -1;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));  // a poll, with a deadline
+  }
+}
+
+// Waits until `path` holds `text`, up to `limit`; the content then.
+inline std::string wait_for_text(const std::filesystem::path& path, const std::string& text,
+                                 std::chrono::seconds limit) {
+  const auto deadline = std::chrono::steady_clock::now() + limit;
+  for (;;) {
+    std::string content = slurp(path);
+    if (content.find(text) != std::string::npos || std::chrono::steady_clock::now() > deadline) {
+      return content;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));  // a poll, with a deadline
+  }
 }
 
 }  // namespace tandem::testing

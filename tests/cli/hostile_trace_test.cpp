@@ -3,11 +3,12 @@
 // address space of 128 MiB, less than the 160 MiB string, number or nesting each holds.
 // A reader that materialized any of them would fail to allocate (exit 1) instead of
 // giving the answer asserted here: a valid trace is analyzed, an invalid one is one line
-// naming the file and the byte offset, exit 2. ctest runs them with a time limit too
-// (label "hostile", tests/CMakeLists.txt).
+// naming the file and the byte offset, exit 2. ctest also runs them, with the CLI's other
+// hostile-input tests, as one entry under a time limit (label "hostile", tests/CMakeLists.txt).
 #include <gtest/gtest.h>
 #include <zlib.h>
 
+#include <fstream>
 #include <functional>
 #include <string>
 #include <vector>
@@ -101,6 +102,26 @@ INSTANTIATE_TEST_SUITE_P(
         Hostile{"Literals", kEvents + R"({"x":[)", "true,null,false,", "true]}]}", 2,
                 "more than 1 MiB of brackets, commas and literals"}),
     [](const ::testing::TestParamInfo<Hostile>& p) { return std::string(p.param.name); });
+
+// The fuzz target's seeds (fuzz/corpus), cut short at every eighth of their length: each
+// cut is one line naming the file and the byte, exit 2, in the same address space. (The
+// byte-level mutations of the same seeds run in-process: ImportFuzzTest.)
+TEST(HostileTraceSeeds, EveryCutOfAFuzzSeedIsOneLineExitTwo) {
+  TempDir dir;
+  for (const char* seed : {"kineto_small.json", "tandem_small.json"}) {
+    const std::string text = slurp(fs::path(TANDEM_SOURCE_DIR) / "fuzz" / "corpus" / seed);
+    ASSERT_GT(text.size(), 100u) << seed;
+    for (int eighth = 1; eighth < 8; ++eighth) {
+      const fs::path cut = dir.path() / (std::to_string(eighth) + "-" + seed);
+      std::ofstream(cut) << text.substr(0, text.size() * eighth / 8);
+      const CliResult r =
+          run_tandem_in_address_space(kAddressSpace, "analyze --quiet " + cut.string());
+      EXPECT_EQ(r.exit_code, 2) << cut << ": " << r.out << r.err;
+      EXPECT_EQ(count_lines(r.err), 1) << cut << ": " << r.err;
+      EXPECT_TRUE(r.err.starts_with("tandem: error: " + cut.string() + ": ")) << r.err;
+    }
+  }
+}
 
 }  // namespace
 }  // namespace tandem::testing

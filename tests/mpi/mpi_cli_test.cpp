@@ -237,32 +237,6 @@ TEST(MpiTimeout, ASkippedCollectiveStopsEveryRankWithOneLineEach) {
   EXPECT_TRUE(rest.ends_with(" s")) << "elapsed time missing: " << rest;
 }
 
-// Waits for `pid` (a child of this process) to end, up to `limit`; its wait status, or -1
-// if it is still running then.
-int wait_for_exit(pid_t pid, std::chrono::seconds limit) {
-  const auto deadline = std::chrono::steady_clock::now() + limit;
-  for (;;) {
-    int status = 0;
-    const pid_t done = ::waitpid(pid, &status, WNOHANG);
-    if (done == pid) return status;
-    if (done < 0 || std::chrono::steady_clock::now() > deadline) return -1;
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));  // a poll, with a deadline
-  }
-}
-
-// Waits until `path` holds `text`, up to `limit`; the content then.
-std::string wait_for_text(const std::filesystem::path& path, const std::string& text,
-                          std::chrono::seconds limit) {
-  const auto deadline = std::chrono::steady_clock::now() + limit;
-  for (;;) {
-    std::string content = slurp(path);
-    if (content.find(text) != std::string::npos || std::chrono::steady_clock::now() > deadline) {
-      return content;
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));  // a poll, with a deadline
-  }
-}
-
 // Issue 16, item 2: rank 0 is stopped (SIGSTOP) in the middle of training, rank 1 times
 // out and ends the job; rank 0 is resumed after that. Rank 1 must say which collective
 // it waited for, in one line, and the job exit 1; the resumed rank must end by itself
@@ -290,12 +264,8 @@ TEST(MpiFault, ARankStoppedUntilTheJobTimedOutEndsWithoutASignalWhenResumed) {
   const std::string job = mpirun(1) + "setsid --fork --wait sh " + path("rank0.sh") + " : -np 1 " +
                           train + " --quiet >" + path("job.out") + " 2>" + path("job.err") +
                           " </dev/null";
-  const pid_t launcher = ::fork();
+  const pid_t launcher = start_shell(job);
   ASSERT_GE(launcher, 0);
-  if (launcher == 0) {
-    ::execl("/bin/sh", "sh", "-c", job.c_str(), static_cast<char*>(nullptr));
-    ::_exit(127);
-  }
   pid_t rank0 = -1;
   const auto cleanup = [&] {
     if (rank0 > 0) ::kill(rank0, SIGKILL);
