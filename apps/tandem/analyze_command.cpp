@@ -37,6 +37,10 @@ void print_inputs(const ImportResult& imported, const char* what) {
       std::printf("  %zu spans outside every ProfilerStep window (not in any iteration)\n",
                   f.outside_steps);
     }
+    if (f.names_cut > 0) {
+      std::printf("  %zu event name%s longer than 64 KiB, cut to the first 64 KiB\n", f.names_cut,
+                  f.names_cut == 1 ? "" : "s");
+    }
   }
 }
 

@@ -10,6 +10,7 @@
 #include <utility>
 
 #include "analysis/metric_catalogue.h"
+#include "comm/link_model.h"
 #include "commands.h"
 #include "compute/cpu/blas.h"
 #include "compute/precision.h"
@@ -73,6 +74,12 @@ void apply(const std::string& key, const std::string& value, CharacterizeFlags& 
   } else if (key == "threads") {
     w.threads = number(1, 1024);
   } else if (key == "link") {
+    // The bounds of --link, named as the sweep's.
+    try {
+      (void)LinkModel::parse(value);
+    } catch (const UsageError& e) {
+      throw UsageError("--sweep link: " + std::string(e.what()));
+    }
     w.link = value;
   } else if (key == "chunks" && !f.synthetic.empty()) {
     f.synthetic_chunks = number(1, 100000);

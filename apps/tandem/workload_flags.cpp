@@ -82,8 +82,9 @@ void add_workload_flags(CLI::App& app, WorkloadFlags& f) {
       ->check(integer_in(1, 1 << 20))
       ->capture_default_str();
   app.add_option("--link", f.link,
-                 "Emulate a slower interconnect: BANDWIDTH,LATENCY (e.g. 25GB/s,5us); "
-                 "alpha-beta wire time added after the real data movement");
+                 "Emulate a slower interconnect: BANDWIDTH,LATENCY (e.g. 25GB/s,5us; "
+                 "bandwidth 1B/s to 1000TB/s, latency at most 1000s); alpha-beta wire time "
+                 "added after the real data movement");
   app.add_option("--seed", f.seed, "Seed of parameters and data (0..2^64-1)")
       ->check(unsigned_integer())
       ->capture_default_str();

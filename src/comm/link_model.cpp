@@ -3,6 +3,7 @@
 
 #include <cmath>
 #include <cstdio>
+#include <iterator>
 
 #include "core/error.h"
 #include "core/parse.h"
@@ -35,17 +36,28 @@ LinkModel LinkModel::parse(std::string_view text) {
       throw UsageError(usage + " (" + e.what() + ")");
     }
   }
+  // Bounds are checked on the values, not the text: "0.000001B/s" and "8b/s" read alike.
+  if (!(link.bandwidth_Bps >= kMinBandwidthBps && link.bandwidth_Bps <= kMaxBandwidthBps)) {
+    throw UsageError("bandwidth must be >= 1 B/s and <= 1000 TB/s, got '" + std::string(text) +
+                     "'");
+  }
+  if (link.latency_ns > kMaxLatencyNs) {
+    throw UsageError("latency must be <= 1000 s, got '" + std::string(text) + "'");
+  }
   return link;
 }
 
 std::string LinkModel::describe() const {
   if (!enabled()) return "none";
+  // The largest unit that leaves a value of at least 1 (1 B/s is not "0.0 MB/s").
+  static constexpr struct {
+    double scale;
+    const char* name;
+  } kUnits[] = {{1e12, "TB/s"}, {1e9, "GB/s"}, {1e6, "MB/s"}, {1e3, "KB/s"}, {1, "B/s"}};
+  std::size_t u = 0;
+  while (u + 1 < std::size(kUnits) && bandwidth_Bps < kUnits[u].scale) ++u;
   char buf[64];
-  if (bandwidth_Bps >= 1e9) {
-    std::snprintf(buf, sizeof buf, "%.1f GB/s", bandwidth_Bps / 1e9);
-  } else {
-    std::snprintf(buf, sizeof buf, "%.1f MB/s", bandwidth_Bps / 1e6);
-  }
+  std::snprintf(buf, sizeof buf, "%.1f %s", bandwidth_Bps / kUnits[u].scale, kUnits[u].name);
   return std::string(buf) + ", " + format_duration_ns(static_cast<double>(latency_ns)) +
          " (emulated)";
 }
@@ -54,9 +66,13 @@ std::int64_t LinkModel::wire_time_ns(SpanKind kind, std::int64_t bytes, int n) c
   if (!enabled()) return 0;
   const double alpha = static_cast<double>(latency_ns);
   const double ns_per_byte = 1e9 / bandwidth_Bps;
-  // One message of `message_bytes`, repeated `steps` times (ring schedule).
+  // One message of `message_bytes`, repeated `steps` times (ring schedule). In double:
+  // 1 B/s and a large array give more nanoseconds than an int64 holds (llround of such a
+  // value is undefined; it came back negative, and the wait was skipped).
   auto steps_of = [&](double steps, double message_bytes) {
-    return static_cast<std::int64_t>(std::llround(steps * (alpha + message_bytes * ns_per_byte)));
+    const double ns = steps * (alpha + message_bytes * ns_per_byte);
+    if (!(ns < static_cast<double>(kMaxWireNs))) return kMaxWireNs;
+    return static_cast<std::int64_t>(std::llround(ns));
   };
   const double chunk = n > 0 ? static_cast<double>(bytes) / n : 0;
   switch (kind) {

@@ -18,7 +18,8 @@ nlohmann::json files_json(const ImportResult& imported) {
                      {"memory_spans", f.memory},
                      {"ignored_events", f.ignored},
                      {"outside_steps", f.outside_steps},
-                     {"step_windows", f.step_windows}});
+                     {"step_windows", f.step_windows},
+                     {"names_cut", f.names_cut}});
   }
   return files;
 }

@@ -95,7 +95,8 @@ void TraceImporter::add(TraceBytes& bytes, const std::string& source, int file_i
   TraceFileInfo info{.path = source,
                      .bytes = raw.bytes_read,
                      .trace_events = raw.trace_events,
-                     .step_windows = raw.steps.size()};
+                     .step_windows = raw.steps.size(),
+                     .names_cut = raw.names_cut};
   const auto claim_rank = [&](std::int32_t rank) {
     std::string& owner = rank_owner_[rank];
     if (!owner.empty() && owner != source) {

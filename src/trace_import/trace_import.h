@@ -40,6 +40,7 @@ struct TraceFileInfo {
   std::size_t ignored = 0;                        // GPU events no rule classified (--compute-regex)
   std::size_t outside_steps = 0;                  // spans in no ProfilerStep window (step -1)
   std::size_t step_windows = 0;                   // ProfilerStep#N annotations
+  std::size_t names_cut = 0;  // events kept whose name was longer than 64 KiB (cut to it)
 };
 
 struct ImportResult {

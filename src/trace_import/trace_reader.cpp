@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "trace_import/bounded_json.h"
 
 namespace tandem {
 namespace {
@@ -152,6 +153,7 @@ struct Value {
   std::int64_t i = 0;
   double d = 0;
   std::string_view text;  // the string, or a number's lexeme
+  bool cut = false;       // a string cut to kMaxJsonStringBytes (bounded_json.h)
   bool is_number() const { return type == kInt || type == kFloat; }
 };
 
@@ -160,10 +162,11 @@ struct EventFields {
   std::string name, cat;  // reused buffers: no allocation per event once warm
   bool complete = false;  // "ph":"X"
   bool has_name = false, has_ts = false, has_dur = false;
+  bool name_cut = false;
   RawEvent raw;
   std::int64_t dur_ns = 0;
   void reset() {
-    complete = has_name = has_ts = has_dur = false;
+    complete = has_name = has_ts = has_dur = name_cut = false;
     name.clear();
     cat.clear();
     raw = RawEvent{};
@@ -175,8 +178,8 @@ bool starts_with(std::string_view s, std::string_view prefix) { return s.starts_
 
 class Handler : public nlohmann::json_sax<json> {
  public:
-  Handler(TraceBytes& bytes, std::string_view source, NameTable& names, RawTrace& out)
-      : bytes_(bytes), source_(source), names_(names), out_(out) {
+  Handler(BoundedJson& text, std::string_view source, NameTable& names, RawTrace& out)
+      : json_(text), source_(source), names_(names), out_(out) {
     frames_.reserve(64);
   }
 
@@ -200,16 +203,19 @@ class Handler : public nlohmann::json_sax<json> {
     return scalar(Value{.type = Value::kFloat, .i = 0, .d = v, .text = text});
   }
   bool string(string_t& s) override {
-    return scalar(Value{.type = Value::kString, .i = 0, .d = 0, .text = s});
+    const bool cut = json_.was_cut(strings_++);
+    return scalar(Value{.type = Value::kString, .i = 0, .d = 0, .text = s, .cut = cut});
   }
   bool binary(binary_t&) override { return scalar(Value{}); }
 
   bool key(string_t& k) override {
+    (void)json_.was_cut(strings_++);  // a cut key matches no field: nothing to note
     pending_ = field_of(frames_.back(), k);
     return true;
   }
 
   bool start_object(std::size_t) override {
+    check_depth();
     frames_.push_back(child_frame(/*is_object=*/true));
     pending_ = Field::kNone;
     if (frames_.back() == Frame::kEvent) event_.reset();
@@ -222,6 +228,7 @@ class Handler : public nlohmann::json_sax<json> {
     return true;
   }
   bool start_array(std::size_t) override {
+    check_depth();
     frames_.push_back(child_frame(/*is_object=*/false));
     pending_ = Field::kNone;
     return true;
@@ -242,17 +249,37 @@ class Handler : public nlohmann::json_sax<json> {
     if (const auto at = what.find(": ", what.find("column")); at != std::string::npos) {
       what = what.substr(at + 2);
     }
-    throw UsageError(std::string(source_) + ": not valid JSON at byte " + std::to_string(position) +
-                     where_suffix() + ": " + what);
+    // "...; last read: '<token>'" quotes the token whole: up to 64 KiB of a long string.
+    constexpr std::size_t kQuoted = 40;
+    constexpr std::string_view kLastRead = "; last read: '";
+    if (const auto at = what.find(kLastRead); at != std::string::npos) {
+      const std::size_t begin = at + kLastRead.size();
+      const std::size_t length = what.size() - begin - 1;  // the closing quote
+      if (what.ends_with('\'') && length > kQuoted) {
+        std::size_t keep = kQuoted;  // not inside a UTF-8 sequence
+        while (keep > 0 && (static_cast<unsigned char>(what[begin + keep]) & 0xC0) == 0x80) --keep;
+        what = what.substr(0, begin + keep) + "...'";
+      }
+    }
+    throw UsageError(std::string(source_) + ": not valid JSON at byte " +
+                     std::to_string(json_.original_offset(position)) + where_suffix() + ": " +
+                     what);
   }
 
   [[noreturn]] void fail(const std::string& what) const {
     throw UsageError(std::string(source_) + ": " + what + " at byte " +
-                     std::to_string(bytes_.position()) + where_suffix());
+                     std::to_string(json_.position()) + where_suffix());
   }
 
  private:
-  std::string where_suffix() const { return bytes_.compressed() ? " (decompressed)" : ""; }
+  std::string where_suffix() const { return json_.where_suffix(); }
+
+  // A byte a level here and a bit in the parser: bounded (a file of '[' is not a trace).
+  void check_depth() const {
+    if (frames_.size() >= static_cast<std::size_t>(kMaxJsonDepth)) {
+      fail("nested deeper than 1000 levels");
+    }
+  }
 
   std::string event_label() const { return "event " + std::to_string(out_.trace_events - 1); }
 
@@ -378,6 +405,7 @@ class Handler : public nlohmann::json_sax<json> {
         if (f == Field::kName) {
           event_.name.assign(v.text);
           event_.has_name = true;
+          event_.name_cut = v.cut;
         }
         break;
       case Field::kPid:
@@ -494,10 +522,11 @@ class Handler : public nlohmann::json_sax<json> {
     if (!event_.has_name) fail(event_label() + ": missing \"name\"");
     event_.raw.category = cat;
     event_.raw.name = names_.intern(event_.name);
+    out_.names_cut += event_.name_cut;
     out_.events.push_back(event_.raw);
   }
 
-  TraceBytes& bytes_;
+  BoundedJson& json_;
   std::string_view source_;
   NameTable& names_;
   RawTrace& out_;
@@ -505,6 +534,7 @@ class Handler : public nlohmann::json_sax<json> {
   Field pending_ = Field::kNone;
   EventFields event_;
   std::uint8_t last_category_ = 0;
+  std::uint64_t strings_ = 0;  // strings seen, keys included: the next one's ordinal
   bool saw_events_ = false;
   bool saw_anything_ = false;
 };
@@ -542,12 +572,13 @@ std::optional<std::int64_t> decimal_us_to_ns(std::string_view text) {
 
 RawTrace read_raw_trace(TraceBytes& bytes, std::string_view source, NameTable& names) {
   RawTrace out;
-  Handler handler(bytes, source, names, out);
-  std::istream in(&bytes);
+  BoundedJson text(bytes, std::string(source), bytes.compressed());
+  Handler handler(text, source, names, out);
+  std::istream in(&text);
   // strict: trailing content after the document is an error too.
   json::sax_parse(in, &handler, json::input_format_t::json, /*strict=*/true);
   if (!handler.saw_events()) handler.fail("not a Chrome trace: no \"traceEvents\" array");
-  out.bytes_read = bytes.position();
+  out.bytes_read = text.position();
   return out;
 }
 

@@ -1,7 +1,9 @@
 // Streaming reader of Chrome-trace JSON (PyTorch profiler / Kineto, or tandem's own
 // trace.json): one pass with nlohmann's SAX interface, keeping only the events an
-// overlap analysis can use. No document tree is built, so memory grows with the kept
-// events, not with the file.
+// overlap analysis can use. No document tree is built, and the text reaches the parser
+// through BoundedJson (bounded_json.h: strings cut at 64 KiB, numbers and nesting
+// bounded), so memory grows with the kept events, not with the file or its longest
+// string.
 //
 // What is kept (everything else is skipped as it streams past):
 //   - complete events ("ph":"X") whose category is a GPU one (kernel, gpu_memcpy,
@@ -14,7 +16,8 @@
 // so interpretation is left to trace_import.
 //
 // Errors: UsageError("<source>: <what> at byte <offset>") for anything malformed:
-// invalid JSON, a wrong type in a field the reader uses, a timestamp out of range.
+// invalid JSON, a wrong type in a field the reader uses, a timestamp out of range, a
+// number or nesting beyond BoundedJson's bounds.
 #pragma once
 
 #include <cstdint>
@@ -78,6 +81,7 @@ struct RawTrace {
   std::int64_t tandem_t0_ns = 0;
   std::int64_t tandem_ranks = 0;
   std::size_t trace_events = 0;  // entries of traceEvents, kept or not
+  std::size_t names_cut = 0;     // kept events whose name was cut to kMaxJsonStringBytes
   std::uint64_t bytes_read = 0;
 };
 

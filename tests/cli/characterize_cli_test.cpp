@@ -1,5 +1,6 @@
 // `tandem characterize` as a user meets it: results directory, sweep resume, bad input.
 #include <gtest/gtest.h>
+#include <signal.h>
 
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -186,6 +187,53 @@ TEST(CharacterizeCliTest, ResumeRefusesOtherSettings) {
   EXPECT_NE(r.out.find("1 of 2 configurations already done"), std::string::npos) << r.out;
 }
 
+// Issue 16: a sweep killed (SIGKILL: no cleanup runs) after its first point keeps every
+// point it finished. A resume with other settings is refused and changes nothing; one
+// with the same settings runs exactly the points not done, and the sweep appears whole.
+// The kill waits for the first point's progress line (an event, with a deadline); how
+// many points finished before it landed does not matter to what is checked.
+TEST(CharacterizeCliTest, AKilledSweepResumesExactlyThePointsItHadNotFinished) {
+  TempDir dir;
+  const fs::path out = dir.path() / "s";
+  const fs::path log = dir.path() / "log";
+  std::string run = kTiny + "--sweep chunks=1,2,4 --out " + out.string();
+  run.replace(run.find("--iterations 2"), 14, "--iterations 40");
+  const pid_t sweep = start_shell("exec " + std::string(TANDEM_BINARY) + " " + run + " >" +
+                                  log.string() + " 2>&1 </dev/null");
+  ASSERT_GT(sweep, 0);
+  const std::string first = wait_for_text(log, "[1/3]", std::chrono::seconds(120));
+  ::kill(sweep, SIGKILL);
+  ASSERT_NE(wait_for_exit(sweep, std::chrono::seconds(60)), -1);
+  ASSERT_NE(first.find("[1/3]"), std::string::npos) << first;
+
+  // What the kill left: a first run's DIR.partial (or DIR, had it finished first).
+  const fs::path left = fs::exists(dir.path() / "s.partial") ? dir.path() / "s.partial" : out;
+  const std::vector<std::string> values{"1", "2", "4"};
+  std::vector<std::string> not_done;
+  for (std::size_t i = 0; i < values.size(); ++i) {
+    if (!fs::exists(left / "points" / ("chunks-" + values[i]) / "result.json")) {
+      not_done.push_back("[" + std::to_string(i + 1) + "/3] chunks=" + values[i]);
+    }
+  }
+  EXPECT_TRUE(fs::exists(left / "points" / "chunks-1" / "result.json"));
+
+  std::string ranks2 = run;
+  ranks2.replace(ranks2.find("--ranks 1"), 9, "--ranks 2");
+  const CliResult refused = run_tandem(ranks2 + " --resume");
+  EXPECT_EQ(refused.exit_code, 2) << refused.out;
+  EXPECT_EQ(count_lines(refused.err), 1) << refused.err;
+  EXPECT_NE(refused.err.find("--ranks was '1'"), std::string::npos) << refused.err;
+  EXPECT_EQ(fs::exists(left / "points" / "chunks-4" / "result.json"),
+            not_done.empty() || not_done.back() != "[3/3] chunks=4");
+
+  const CliResult resumed = run_tandem(run + " --resume");
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.err;
+  EXPECT_EQ(finished_lines(resumed.out), not_done) << resumed.out;
+  EXPECT_FALSE(fs::exists(dir.path() / "s.partial"));
+  EXPECT_EQ(nlohmann::json::parse(slurp(out / "summary.json"))["points"].size(), 3u);
+  EXPECT_TRUE(fs::exists(out / "report.html"));
+}
+
 // A sweep written before the summary header (schema 1) is refused by the report, and the
 // same command with --resume rewrites its summary without measuring anything again.
 TEST(CharacterizeCliTest, ResumeUpgradesASchemaOneSummary) {
@@ -240,6 +288,8 @@ INSTANTIATE_TEST_SUITE_P(
         BadInput{"--sweep batch=1,2,1", "'1' given twice"},
         BadInput{"--sweep 'link=10GB/s,5us;10GB_s,5us'", "share the point id"},
         BadInput{"--sweep bucket-mb=1,1e13", "--sweep bucket-mb"},
+        BadInput{"--sweep 'link=1GB/s,1us;0.5B/s,1us'", "--sweep link: bandwidth must be >= 1 B/s"},
+        BadInput{"--sweep 'link=1GB/s,1us;1GB/s,1001s'", "--sweep link: latency must be <= 1000 s"},
         BadInput{"--sweep batch=1,010", "--sweep batch"},
         BadInput{"--sweep strategy=bucketed,ring", "--strategy"},
         BadInput{"--microbench gemm=0,allreduce=1MiB", "--microbench"},

@@ -4,11 +4,14 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <chrono>
+#include <cstdint>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "core/error.h"
@@ -42,18 +45,46 @@ class TempDir {
   std::filesystem::path path_;
 };
 
-// `args` is appended to the binary's path as shell words.
-inline CliResult run_tandem(const std::string& args) {
+// Runs a shell command line with stdin from /dev/null; captures what it printed.
+inline CliResult run_shell(const std::string& command) {
   TempDir io;
-  const std::string cmd = std::string(TANDEM_BINARY) + " " + args + " >" +
-                          (io.path() / "out").string() + " 2>" + (io.path() / "err").string() +
-                          " </dev/null";
+  const std::string cmd = command + " >" + (io.path() / "out").string() + " 2>" +
+                          (io.path() / "err").string() + " </dev/null";
   const int status = std::system(cmd.c_str());
   CliResult r;
   r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
   r.out = slurp(io.path() / "out");
   r.err = slurp(io.path() / "err");
   return r;
+}
+
+// `args` is appended to the binary's path as shell words.
+inline CliResult run_tandem(const std::string& args) {
+  return run_shell(std::string(TANDEM_BINARY) + " " + args);
+}
+
+// Sanitizers reserve terabytes of address space for their shadow memory, so a limit on
+// it cannot apply there.
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+inline constexpr bool kSanitized = true;
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
+inline constexpr bool kSanitized = true;
+#else
+inline constexpr bool kSanitized = false;
+#endif
+#else
+inline constexpr bool kSanitized = false;
+#endif
+
+// As run_tandem, with the process's address space limited to `bytes` (RLIMIT_AS, through
+// the shell's ulimit -v), so that a run that would allocate more fails instead of passing,
+// whatever the machine's memory. OpenBLAS runs one thread: its threads reserve address
+// space in proportion to the machine's cores. Sanitizer builds run without the limit.
+inline CliResult run_tandem_in_address_space(std::uint64_t bytes, const std::string& args) {
+  if (kSanitized) return run_tandem(args);
+  return run_shell("ulimit -v " + std::to_string(bytes >> 10) + " && OPENBLAS_NUM_THREADS=1 exec " +
+                   TANDEM_BINARY + " " + args);
 }
 
 inline int count_lines(const std::string& text) {
@@ -81,6 +112,42 @@ inline std::vector<std::string> finished_lines(const std::string& out) {
     if (line.starts_with("[")) lines.push_back(line.substr(0, line.find(':')));
   }
   return lines;
+}
+
+// Starts a shell command line in a child process (its pid); wait_for_exit reaps it.
+inline pid_t start_shell(const std::string& command) {
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    ::execl("/bin/sh", "sh", "-c", command.c_str(), static_cast<char*>(nullptr));
+    ::_exit(127);
+  }
+  return pid;
+}
+
+// Waits for `pid` (a child of this process) to end, up to `limit`; its wait status, or -1
+// if it is still running then.
+inline int wait_for_exit(pid_t pid, std::chrono::seconds limit) {
+  const auto deadline = std::chrono::steady_clock::now() + limit;
+  for (;;) {
+    int status = 0;
+    const pid_t done = ::waitpid(pid, &status, WNOHANG);
+    if (done == pid) return status;
+    if (done < 0 || std::chrono::steady_clock::now() > deadline) return -1;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));  // a poll, with a deadline
+  }
+}
+
+// Waits until `path` holds `text`, up to `limit`; the content then.
+inline std::string wait_for_text(const std::filesystem::path& path, const std::string& text,
+                                 std::chrono::seconds limit) {
+  const auto deadline = std::chrono::steady_clock::now() + limit;
+  for (;;) {
+    std::string content = slurp(path);
+    if (content.find(text) != std::string::npos || std::chrono::steady_clock::now() > deadline) {
+      return content;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));  // a poll, with a deadline
+  }
 }
 
 }  // namespace tandem::testing

@@ -109,7 +109,10 @@ INSTANTIATE_TEST_SUITE_P(
         BadInput{"--mpi-poll-us nan", "--mpi-poll-us"}, BadInput{"--lr inf", "--lr"},
         BadInput{"--bucket-mb 1e13", "--bucket-mb"}, BadInput{"--seed -1", "--seed"},
         BadInput{"--seed 99999999999999999999", "--seed"}, BadInput{"--steps 010", "--steps"},
-        BadInput{"--steps 3 --steps 4", "--steps"}, BadInput{"--link ''", "--link"}));
+        BadInput{"--steps 3 --steps 4", "--steps"}, BadInput{"--link ''", "--link"},
+        // A link slower than 1 B/s made a wire time beyond int64: it ran with no delay.
+        BadInput{"--link 0.000001B/s,0us", "--link"}, BadInput{"--link 1001TB/s,0us", "--link"},
+        BadInput{"--link 1GB/s,1001s", "--link"}));
 
 // Range errors state the bounds as people write them: no 309-digit DBL_MAX, no "too
 // small" for a value that is too large.
@@ -181,6 +184,19 @@ TEST(TrainCliTest, RangeErrorsAreShortAndSayWhichWay) {
   }
   EXPECT_NE(run_tandem("train --lr 0").err.find("> 0"), std::string::npos);
   EXPECT_NE(run_tandem("train --bucket-mb 1e13").err.find("<= 1048576"), std::string::npos);
+}
+
+// The slowest link accepted: the first collective's wire time (hours) is cut short by
+// --timeout, which names it; the run fails with one line and exit 1.
+TEST(TrainCliTest, ASlowLinkIsEndedByTheTimeoutNamingTheCollective) {
+  const CliResult r =
+      run_tandem("train --model mlp:2x16 --batch 4 --steps 3 --link 1B/s,1us --timeout 0.2");
+  EXPECT_EQ(r.exit_code, 1) << r.out << r.err;
+  EXPECT_EQ(count_lines(r.err), 1) << r.err;
+  EXPECT_TRUE(r.err.starts_with("tandem: failed: rank ")) << r.err;
+  EXPECT_NE(r.err.find("broadcast"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("not complete after"), std::string::npos) << r.err;
+  EXPECT_NE(r.out.find("link 1.0 B/s, 1 us (emulated)"), std::string::npos) << r.out;
 }
 
 TEST(TrainCliTest, RepeatedAndEmptyValuesNameTheFlag) {

@@ -1,15 +1,22 @@
 // The `mpi` backend end to end, through the programs a user runs: tandem train under
 // mpirun against the same run on the `local` backend, the merged outputs, backend
 // selection, tandem characterize on the job's ranks (rank 0 prints, writes and decides
-// what --resume skips), and the timeout policy (timeout_main.cpp).
+// what --resume skips), the timeout policy (timeout_main.cpp), and a rank stopped until
+// the job timed out, then resumed.
 #include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
+#include <chrono>
 #include <cmath>
 #include <filesystem>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <sstream>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -17,19 +24,6 @@
 
 namespace tandem::testing {
 namespace {
-
-// Runs a shell command line; captures its output like run_tandem.
-CliResult run_command(const std::string& command) {
-  TempDir io;
-  const std::string cmd = command + " >" + (io.path() / "out").string() + " 2>" +
-                          (io.path() / "err").string() + " </dev/null";
-  const int status = std::system(cmd.c_str());
-  CliResult r;
-  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-  r.out = slurp(io.path() / "out");
-  r.err = slurp(io.path() / "err");
-  return r;
-}
 
 std::string mpirun(int ranks) {
   return std::string(TANDEM_MPIRUN) + " " + std::to_string(ranks) + " ";
@@ -64,12 +58,12 @@ void expect_same_losses_as_local(const std::string& mpi_flags) {
   TempDir dir;
   const auto mpi_out = dir.path() / "mpi";
   const auto local_out = dir.path() / "local";
-  const CliResult mpi = run_command(mpirun(2) + TANDEM_BINARY + " train --backend mpi --verify" +
-                                    kWorkload + mpi_flags + " --out " + mpi_out.string());
+  const CliResult mpi = run_shell(mpirun(2) + TANDEM_BINARY + " train --backend mpi --verify" +
+                                  kWorkload + mpi_flags + " --out " + mpi_out.string());
   ASSERT_EQ(mpi.exit_code, 0) << mpi.err << mpi.out;
   const CliResult local =
-      run_command(std::string(TANDEM_BINARY) + " train --backend local --ranks 2" + kWorkload +
-                  " --out " + local_out.string());
+      run_shell(std::string(TANDEM_BINARY) + " train --backend local --ranks 2" + kWorkload +
+                " --out " + local_out.string());
   ASSERT_EQ(local.exit_code, 0) << local.err;
   const auto a = read_steps(mpi_out / "steps.csv");
   const auto b = read_steps(local_out / "steps.csv");
@@ -108,7 +102,7 @@ TEST(MpiTrain, LossTrajectoryMatchesLocalRingAllreduce) {
 }
 
 TEST(MpiTrain, AutoBackendPicksMpiUnderMpirunAndLocalOtherwise) {
-  const CliResult under = run_command(mpirun(2) + TANDEM_BINARY + " train --steps 2" + kModel);
+  const CliResult under = run_shell(mpirun(2) + TANDEM_BINARY + " train --steps 2" + kModel);
   ASSERT_EQ(under.exit_code, 0) << under.err;
   EXPECT_NE(under.out.find("(mpi backend, 2 processes"), std::string::npos) << under.out;
   // Only rank 0 prints: one header for the whole job.
@@ -120,7 +114,7 @@ TEST(MpiTrain, AutoBackendPicksMpiUnderMpirunAndLocalOtherwise) {
 
 TEST(MpiTrain, RanksThatDisagreeWithTheJobAreAUsageError) {
   const CliResult r =
-      run_command(mpirun(2) + TANDEM_BINARY + " train --backend mpi --ranks 3" + kWorkload);
+      run_shell(mpirun(2) + TANDEM_BINARY + " train --backend mpi --ranks 3" + kWorkload);
   EXPECT_NE(r.exit_code, 0);
   EXPECT_NE(r.err.find("--ranks 3 does not match the 2 processes"), std::string::npos) << r.err;
 }
@@ -136,8 +130,8 @@ int count_of(const std::string& text, const std::string& what) {
 void expect_characterized_by_the_job(const std::string& workload) {
   TempDir dir;
   const auto out = dir.path() / "r";
-  const CliResult r = run_command(mpirun(2) + TANDEM_BINARY + " characterize" + workload +
-                                  " --warmup 1 --iterations 3 --out " + out.string());
+  const CliResult r = run_shell(mpirun(2) + TANDEM_BINARY + " characterize" + workload +
+                                " --warmup 1 --iterations 3 --out " + out.string());
   ASSERT_EQ(r.exit_code, 0) << r.err << r.out;
   EXPECT_EQ(count_of(r.out, "tandem characterize:"), 1) << r.out;
   EXPECT_EQ(count_of(r.out, "ranks: mpi backend, 2 processes"), 1) << r.out;
@@ -195,7 +189,7 @@ TEST(MpiCharacterize, RankZeroAloneWritesAndDecidesWhatResumeSkips) {
     return mpirun(1) + "-wdir " + rank0.string() + " " + TANDEM_BINARY + args + " : -np 1 -wdir " +
            rank1.string() + " " + TANDEM_BINARY + args;
   };
-  const CliResult first = run_command(job(""));
+  const CliResult first = run_shell(job(""));
   ASSERT_EQ(first.exit_code, 0) << first.err << first.out;
   EXPECT_EQ(first.err.find("already"), std::string::npos) << first.err;
   EXPECT_EQ(finished_lines(first.out),
@@ -205,11 +199,11 @@ TEST(MpiCharacterize, RankZeroAloneWritesAndDecidesWhatResumeSkips) {
 
   // An interrupted sweep: one point's result is gone.
   std::filesystem::remove_all(rank0 / "sweep" / "points" / "chunks-2");
-  const CliResult refused = run_command(job(""));
+  const CliResult refused = run_shell(job(""));
   EXPECT_EQ(refused.exit_code, 2) << refused.err;
   EXPECT_EQ(count_of(refused.err, "already holds results; add --resume"), 1) << refused.err;
 
-  const CliResult resumed = run_command(job(" --resume"));
+  const CliResult resumed = run_shell(job(" --resume"));
   ASSERT_EQ(resumed.exit_code, 0) << resumed.err << resumed.out;
   EXPECT_EQ(count_of(resumed.out, "1 of 2 configurations already done"), 1) << resumed.out;
   EXPECT_EQ(finished_lines(resumed.out), (std::vector<std::string>{"[2/2] chunks=2"}));
@@ -221,15 +215,15 @@ TEST(MpiCharacterize, RankZeroAloneWritesAndDecidesWhatResumeSkips) {
 }
 
 TEST(MpiCharacterize, ASweepOfRanksIsAUsageError) {
-  const CliResult r = run_command(mpirun(2) + TANDEM_BINARY +
-                                  " characterize --synthetic compute=1ms,comm=1ms,chunks=1 "
-                                  "--sweep ranks=1,2");
+  const CliResult r = run_shell(mpirun(2) + TANDEM_BINARY +
+                                " characterize --synthetic compute=1ms,comm=1ms,chunks=1 "
+                                "--sweep ranks=1,2");
   EXPECT_EQ(r.exit_code, 2) << r.err;
   EXPECT_NE(r.err.find("tandem: error: --sweep ranks: "), std::string::npos) << r.err;
 }
 
 TEST(MpiTimeout, ASkippedCollectiveStopsEveryRankWithOneLineEach) {
-  const CliResult r = run_command(mpirun(2) + TANDEM_TIMEOUT_PROGRAM + " 2");
+  const CliResult r = run_shell(mpirun(2) + TANDEM_TIMEOUT_PROGRAM + " 2");
   EXPECT_NE(r.exit_code, 0) << r.err;
   EXPECT_EQ(r.err.find("which it must not"), std::string::npos) << r.err;
   // Rank 0 waited in its reducer: the line names rank, collective, bucket, bytes, time.
@@ -241,6 +235,90 @@ TEST(MpiTimeout, ASkippedCollectiveStopsEveryRankWithOneLineEach) {
   const std::string rest =
       r.err.substr(at + rank0.size(), r.err.find('\n', at) - at - rank0.size());
   EXPECT_TRUE(rest.ends_with(" s")) << "elapsed time missing: " << rest;
+}
+
+// Issue 16, item 2: rank 0 is stopped (SIGSTOP) in the middle of training, rank 1 times
+// out and ends the job; rank 0 is resumed after that. Rank 1 must say which collective
+// it waited for, in one line, and the job exit 1; the resumed rank must end by itself
+// (it found its own collective overdue, or MPI found the job gone) and not by a signal:
+// once a resumed rank crashed in the ring allreduce on its communication thread.
+//
+// mpirun would resume and kill a stopped rank itself when the job ends, so rank 0 runs in
+// a session of its own (setsid) where mpirun's kill does not reach; this process becomes
+// its parent when the job is gone (a subreaper), so its exit status can be read. Every
+// step waits for an event (rank 0's first step line, the job's end, rank 0's end), each
+// with a deadline.
+TEST(MpiFault, ARankStoppedUntilTheJobTimedOutEndsWithoutASignalWhenResumed) {
+  ASSERT_EQ(::prctl(PR_SET_CHILD_SUBREAPER, 1), 0);
+  TempDir dir;
+  const auto path = [&](const char* name) { return (dir.path() / name).string(); };
+  const std::string train = std::string(TANDEM_BINARY) +
+                            " train --backend mpi --model mlp:4x256 --steps 100000 --timeout 2 "
+                            "--mpi-allreduce ring";
+  {
+    std::ofstream script(path("rank0.sh"));
+    script << "echo $$ > " << path("r0.pid.tmp") << " && mv " << path("r0.pid.tmp") << " "
+           << path("r0.pid") << "\nexec " << train << " >" << path("r0.out") << " 2>"
+           << path("r0.err") << "\n";
+  }
+  const std::string job = mpirun(1) + "setsid --fork --wait sh " + path("rank0.sh") + " : -np 1 " +
+                          train + " --quiet >" + path("job.out") + " 2>" + path("job.err") +
+                          " </dev/null";
+  const pid_t launcher = start_shell(job);
+  ASSERT_GE(launcher, 0);
+  pid_t rank0 = -1;
+  const auto cleanup = [&] {
+    if (rank0 > 0) ::kill(rank0, SIGKILL);
+    ::kill(launcher, SIGKILL);
+    ::waitpid(launcher, nullptr, 0);
+    if (rank0 > 0) ::waitpid(rank0, nullptr, 0);
+    ::prctl(PR_SET_CHILD_SUBREAPER, 0);
+  };
+
+  // Rank 0 is training: stop it there.
+  const std::string steps = wait_for_text(path("r0.out"), "step    2/", std::chrono::seconds(60));
+  if (steps.find("step    2/") == std::string::npos) {
+    cleanup();
+    FAIL() << "rank 0 never trained: " << steps << slurp(path("r0.err")) << slurp(path("job.err"));
+  }
+  rank0 = std::stoi(slurp(path("r0.pid")));
+  ASSERT_EQ(::kill(rank0, SIGSTOP), 0);
+
+  // Rank 1 times out and ends the job.
+  const int job_status = wait_for_exit(launcher, std::chrono::seconds(60));
+  const std::string job_err = slurp(path("job.err"));
+  if (job_status == -1) {
+    cleanup();
+    FAIL() << "the job did not end after rank 1's timeout: " << job_err;
+  }
+  EXPECT_TRUE(WIFEXITED(job_status) && WEXITSTATUS(job_status) == 1) << job_status << job_err;
+  const std::string rank1 = "tandem: rank 1: allreduce bucket ";
+  const auto at = job_err.find(rank1);
+  EXPECT_NE(at, std::string::npos) << job_err;
+  EXPECT_EQ(job_err.find(rank1, at + 1), std::string::npos) << "one line for rank 1: " << job_err;
+  EXPECT_NE(job_err.find("not complete after 2 s", at), std::string::npos) << job_err;
+
+  // Resumed after the job is gone, rank 0 ends by itself, without a signal.
+  ASSERT_EQ(::kill(rank0, SIGCONT), 0);
+  const int status = wait_for_exit(rank0, std::chrono::seconds(60));
+  const std::string r0_err = slurp(path("r0.err"));
+  if (status == -1) {
+    cleanup();
+    FAIL() << "the resumed rank 0 did not end (or is not this process's child): " << r0_err;
+  }
+  rank0 = -1;
+  ::prctl(PR_SET_CHILD_SUBREAPER, 0);
+  EXPECT_TRUE(WIFEXITED(status)) << "rank 0 ended by signal " << WTERMSIG(status) << ": " << r0_err;
+  EXPECT_NE(WEXITSTATUS(status), 0) << r0_err;
+  // If tandem (not MPI) ended it, with one line naming rank 0.
+  int lines = 0;
+  std::istringstream in(r0_err);
+  for (std::string line; std::getline(in, line);) {
+    if (!line.starts_with("tandem: ")) continue;
+    ++lines;
+    EXPECT_TRUE(line.starts_with("tandem: rank 0: ")) << line;
+  }
+  EXPECT_LE(lines, 1) << r0_err;
 }
 
 }  // namespace
