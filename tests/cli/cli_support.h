@@ -77,14 +77,35 @@ inline constexpr bool kSanitized = false;
 inline constexpr bool kSanitized = false;
 #endif
 
-// As run_tandem, with the process's address space limited to `bytes` (RLIMIT_AS, through
-// the shell's ulimit -v), so that a run that would allocate more fails instead of passing,
-// whatever the machine's memory. OpenBLAS runs one thread: its threads reserve address
-// space in proportion to the machine's cores. Sanitizer builds run without the limit.
-inline CliResult run_tandem_in_address_space(std::uint64_t bytes, const std::string& args) {
-  if (kSanitized) return run_tandem(args);
+inline CliResult run_tandem_under_ulimit(std::uint64_t bytes, const std::string& args) {
   return run_shell("ulimit -v " + std::to_string(bytes >> 10) + " && OPENBLAS_NUM_THREADS=1 exec " +
                    TANDEM_BINARY + " " + args);
+}
+
+// The address space the binary needs to start and print its version, to 16 MiB: what its
+// shared libraries map. A CUDA build maps cuBLAS and NCCL (about 1 GiB of address space,
+// little of it resident), a build without CUDA far less, so a limit meant for what a
+// command allocates is counted on top of this. Found by bisection, once per test binary.
+inline std::uint64_t startup_address_space() {
+  static const std::uint64_t bytes = [] {
+    std::uint64_t fails = 16ull << 20, runs = 64ull << 30;
+    while (runs - fails > (16ull << 20)) {
+      const std::uint64_t mid = fails + (runs - fails) / 2;
+      (run_tandem_under_ulimit(mid, "--version").exit_code == 0 ? runs : fails) = mid;
+    }
+    return runs;
+  }();
+  return bytes;
+}
+
+// As run_tandem, with the process's address space limited to `bytes` more than it needs to
+// start (RLIMIT_AS, through the shell's ulimit -v), so that a run that would allocate more
+// fails instead of passing, whatever the machine's memory. OpenBLAS runs one thread: its
+// threads reserve address space in proportion to the machine's cores. Sanitizer builds
+// run without the limit.
+inline CliResult run_tandem_in_address_space(std::uint64_t bytes, const std::string& args) {
+  if (kSanitized) return run_tandem(args);
+  return run_tandem_under_ulimit(startup_address_space() + bytes, args);
 }
 
 inline int count_lines(const std::string& text) {

@@ -20,6 +20,7 @@ namespace {
 
 namespace fs = std::filesystem;
 
+// What analyze may allocate beyond what the binary needs to start.
 constexpr std::uint64_t kAddressSpace = 128 << 20;
 constexpr std::size_t kHuge = 160 << 20;
 
