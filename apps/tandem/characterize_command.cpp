@@ -97,6 +97,8 @@ void apply(const std::string& key, const std::string& value, CharacterizeFlags& 
     batch_given = true;
   } else if (key == "model") {
     w.model = value;
+  } else if (key == "prefetch") {
+    w.prefetch = number(0, 64);
   }
 }
 
@@ -359,7 +361,7 @@ void add_characterize_command(CLI::App& app, RunCommand& run) {
                   "of known duration (sleep: no contention by construction)");
   cmd->add_option("--sweep", flags->sweeps,
                   "KEY=V1,V2,... (repeatable: a grid); keys: strategy bucket-mb chunks batch "
-                  "model ranks link threads (not ranks or link under mpirun); separate values "
+                  "model prefetch ranks link threads (not ranks or link under mpirun); separate values "
                   "with ';' when they hold commas");
   cmd->add_option("--out", flags->out,
                   "Results directory: summary.json, iterations.csv, trace.json, report.html, "

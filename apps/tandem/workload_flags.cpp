@@ -67,9 +67,19 @@ void add_workload_flags(CLI::App& app, WorkloadFlags& f) {
       ->check(number_in({.min = 0, .max = 1}))
       ->capture_default_str();
   app.add_option("--strategy", f.strategy,
-                 "Gradient synchronization: sequential (after backward, no overlap), "
-                 "layerwise, bucketed, chunked:N")
+                 "Gradient synchronization: DDP's sequential (after backward, no overlap), "
+                 "layerwise, bucketed, chunked:N; or sharded data parallelism: zero1 "
+                 "(optimizer state sharded), zero2 (gradients too), fsdp (parameters too, "
+                 "gathered unit by unit; docs/SHARDING.md)")
       ->capture_default_str();
+  app.add_option("--prefetch", f.prefetch,
+                 "fsdp: units whose all-gather runs ahead of the unit computing (0: each "
+                 "gathered just before it is used, no overlap)")
+      ->check(integer_in(0, 64))
+      ->capture_default_str();
+  app.add_flag("--no-reshard-after-forward", f.no_reshard_after_forward,
+               "fsdp: keep each unit's gathered parameters from its forward to its backward "
+               "(PyTorch's reshard_after_forward=False: fewer gathers, more memory)");
   app.add_option("--bucket-mb", f.bucket_mb, "Bucket cap in MiB (bucketed and sequential)")
       ->check(number_in(kBucketMbBounds))
       ->capture_default_str();
@@ -130,6 +140,7 @@ TrainConfig to_train_config(const WorkloadFlags& f, bool batch_given) {
   c.accumulate = f.accumulate;
   c.sgd = {.lr = f.lr, .momentum = f.momentum, .weight_decay = f.weight_decay};
   c.reducer.plan.strategy = for_flag("--strategy", [&] { return Strategy::parse(f.strategy); });
+  c.shard = {.prefetch = f.prefetch, .reshard_after_forward = !f.no_reshard_after_forward};
   c.reducer.plan.bucket_cap_bytes = static_cast<std::int64_t>(f.bucket_mb * (1 << 20));
   c.reducer.plan.first_bucket_cap_bytes = static_cast<std::int64_t>(f.first_bucket_mb * (1 << 20));
   // The flags' bounds keep the products in range; what remains is a cap below one float.

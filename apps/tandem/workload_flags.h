@@ -29,6 +29,8 @@ struct WorkloadFlags {
   double bucket_mb = 25;
   double first_bucket_mb = 1;
   int accumulate = 1;
+  int prefetch = 1;                    // fsdp
+  bool no_reshard_after_forward = false;  // fsdp
   std::string link;
   std::uint64_t seed = 1;
   int threads = 1;

@@ -21,17 +21,20 @@ std::int64_t read_number(const char* path) {
   return ec == std::errc() && ptr != text.data() ? value : -1;
 }
 
-// /proc/meminfo's "MemAvailable:  123 kB" in bytes; -1 when absent (kernels before 3.14).
-std::int64_t mem_available() {
-  std::ifstream in("/proc/meminfo");
+// A "Key:  123 kB" line of a /proc file, in bytes; -1 when absent.
+std::int64_t proc_kib(const char* path, std::string_view key) {
+  std::ifstream in(path);
   for (std::string line; std::getline(in, line);) {
-    if (!line.starts_with("MemAvailable:")) continue;
-    std::istringstream fields(line.substr(13));
+    if (!line.starts_with(key)) continue;
+    std::istringstream fields(line.substr(key.size()));
     std::int64_t kib = -1;
     if (fields >> kib) return kib * 1024;
   }
   return -1;
 }
+
+// MemAvailable is absent before Linux 3.14.
+std::int64_t mem_available() { return proc_kib("/proc/meminfo", "MemAvailable:"); }
 
 // What the cgroup (v2) this process runs in still allows; -1 without a limit. Only the
 // process's own cgroup is read: a container sees its own as the root.
@@ -59,5 +62,7 @@ AvailableMemory available_memory() {
   }
   return out;
 }
+
+std::int64_t peak_rss_bytes() { return proc_kib("/proc/self/status", "VmHWM:"); }
 
 }  // namespace tandem

@@ -17,4 +17,8 @@ struct AvailableMemory {
 // this process's cgroup (v2) still allows.
 AvailableMemory available_memory();
 
+// The peak resident set of this process so far (VmHWM of /proc/self/status), in bytes;
+// -1 where it cannot be read.
+std::int64_t peak_rss_bytes();
+
 }  // namespace tandem

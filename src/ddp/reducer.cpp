@@ -13,6 +13,9 @@ Strategy Strategy::parse(std::string_view text) {
   if (text == "sequential") return {StrategyKind::kSequential, 0};
   if (text == "layerwise") return {StrategyKind::kLayerwise, 0};
   if (text == "bucketed") return {StrategyKind::kBucketed, 0};
+  if (text == "zero1") return {StrategyKind::kZero1, 0};
+  if (text == "zero2") return {StrategyKind::kZero2, 0};
+  if (text == "fsdp") return {StrategyKind::kFsdp, 0};
   if (text.starts_with("chunked:")) {
     const long long n = parse_int(text.substr(8), "chunk count");
     if (n < 1 || n > 1'000'000) {
@@ -21,7 +24,7 @@ Strategy Strategy::parse(std::string_view text) {
     return {StrategyKind::kChunked, static_cast<int>(n)};
   }
   throw UsageError("unknown strategy '" + std::string(text) +
-                   "' (expected sequential, layerwise, bucketed or chunked:N)");
+                   "' (expected sequential, layerwise, bucketed, chunked:N, zero1, zero2 or fsdp)");
 }
 
 std::string Strategy::to_string() const {
@@ -34,8 +37,19 @@ std::string Strategy::to_string() const {
       return "bucketed";
     case StrategyKind::kChunked:
       return "chunked:" + std::to_string(chunks);
+    case StrategyKind::kZero1:
+      return "zero1";
+    case StrategyKind::kZero2:
+      return "zero2";
+    case StrategyKind::kFsdp:
+      return "fsdp";
   }
   return "?";
+}
+
+bool Strategy::sharded() const {
+  return kind == StrategyKind::kZero1 || kind == StrategyKind::kZero2 ||
+         kind == StrategyKind::kFsdp;
 }
 
 namespace {
@@ -111,6 +125,9 @@ std::vector<Bucket> plan_buckets(const std::vector<GradParam>& params, std::size
   }
   switch (options.strategy.kind) {
     case StrategyKind::kLayerwise:
+    case StrategyKind::kZero1:  // sharded strategies communicate unit by unit
+    case StrategyKind::kZero2:
+    case StrategyKind::kFsdp:
       return plan_grouped(params, options, /*by_layer=*/true);
     case StrategyKind::kSequential:
     case StrategyKind::kBucketed:
@@ -183,21 +200,7 @@ void Reducer::before_optimizer() {
   // Whatever backward did not launch (all of it when deferred) goes now, in order.
   for (int b = schedule_.take_next(); b >= 0; b = schedule_.take_next()) launch(buckets_[b]);
   for (const WorkPtr& work : works_) {
-    if (!work) continue;
-    // On the host a finished collective costs no wait; on a device the stream must be
-    // told to wait whatever the host knows.
-    if (comm_.memory() == MemoryKind::kHost && work->test()) {
-      work->wait();  // rethrows a stored error
-      continue;
-    }
-    model_.begin_span(Lane::kWait, SpanKind::kWait, work->info().tag);
-    try {
-      work->wait();
-    } catch (...) {
-      model_.end_span();
-      throw;
-    }
-    model_.end_span();
+    if (work) wait_timed(model_, comm_, *work, work->info().tag);
   }
 }
 
@@ -211,6 +214,11 @@ void Reducer::end_step() {
 std::int64_t Reducer::bytes_per_step() const {
   if (options_.mode == CommMode::kOff) return 0;
   return static_cast<std::int64_t>(grads_.size() * sizeof(float));
+}
+
+StateBytes Reducer::state_bytes() const {
+  const auto bytes = static_cast<std::int64_t>(grads_.size() * sizeof(float));
+  return {.params = bytes, .grads = bytes, .optimizer = bytes};
 }
 
 std::string Reducer::describe() const {

@@ -31,15 +31,22 @@ enum class StrategyKind : std::uint8_t {
   kLayerwise,   // one unit per layer
   kBucketed,    // size-capped buckets; a parameter is never split
   kChunked,     // the flat gradient cut into N equal chunks
+  // Sharded data parallelism (ddp/sharded.h), one unit of communication per model unit:
+  kZero1,  // optimizer state sharded
+  kZero2,  // gradients and optimizer state sharded
+  kFsdp,   // parameters too (ZeRO-3), gathered per unit
 };
 
 struct Strategy {
   StrategyKind kind = StrategyKind::kBucketed;
   int chunks = 0;  // kChunked only
 
-  // "sequential", "layerwise", "bucketed", "chunked:N"; throws UsageError.
+  // "sequential", "layerwise", "bucketed", "chunked:N", "zero1", "zero2", "fsdp";
+  // throws UsageError.
   static Strategy parse(std::string_view text);
   std::string to_string() const;
+  // zero1, zero2 and fsdp: run by ShardedSync (ddp/sharded.h), not the Reducer.
+  bool sharded() const;
 };
 
 // One parameter as the reducer sees it: where its gradient lies and which unit
@@ -104,6 +111,8 @@ class Reducer final : public GradSync {
   void before_optimizer() override;
   void end_step() override;
   std::int64_t bytes_per_step() const override;
+  // A whole replica: parameters, gradients and SGD's velocity.
+  StateBytes state_bytes() const override;
   std::string describe() const override;
 
  private:

@@ -12,13 +12,14 @@
 #include "core/bytes.h"
 #include "core/error.h"
 #include "core/memory.h"
-#include "model/token_data.h"
 #include "core/parse.h"
 #include "model/model_ops.h"
+#include "model/token_data.h"
 
 namespace tandem {
 
 static_assert(std::is_trivially_copyable_v<StepRecord>);
+static_assert(std::is_trivially_copyable_v<RankMemory>);
 
 std::uint64_t hash_floats(std::span<const float> values) {
   std::uint64_t h = 1469598103934665603ull;
@@ -53,14 +54,24 @@ void validate(const TrainConfig& config) {
   }
   (void)resolve_device_comm(config.device_comm, config.ranks);  // names --device-comm
   if (config.eval_every < 0) throw UsageError("--eval-every must be >= 0");
+  if (config.shard.prefetch < 0 || config.shard.prefetch > 64) {
+    throw UsageError("--prefetch must be 0..64");
+  }
+  if (config.reducer.plan.strategy.sharded() && config.device != Device::kCpu) {
+    throw UsageError("--strategy " + config.reducer.plan.strategy.to_string() +
+                     ": sharded strategies run on the cpu device only so far (docs/SHARDING.md)");
+  }
   if (config.device != Device::kCpu && config.model.is_transformer()) {
     throw UsageError("--device " + std::string(to_string(config.device)) + ": '" +
-                     config.model.text + "' is a transformer; transformers train on the cpu "
+                     config.model.text +
+                     "' is a transformer; transformers train on the cpu "
                      "device only so far (docs/MODELS.md)");
   }
   if (!config.data_path.empty() && !config.model.is_transformer()) {
-    throw UsageError("--data: trains transformer models (gpt, llama and the presets) on "
-                     "text; '" + config.model.text + "' learns its synthetic task");
+    throw UsageError(
+        "--data: trains transformer models (gpt, llama and the presets) on "
+        "text; '" +
+        config.model.text + "' learns its synthetic task");
   }
   try {
     config.model.check_size();
@@ -79,9 +90,9 @@ HostMemoryNeed host_memory_need(const TrainConfig& config, int ranks_here) {
   // the recorder's spans are small, so both are left out: the estimate is a floor, and a
   // run it refuses could never have fit.
   const ReplicaBytes replica = replica_bytes({.spec = config.model,
-                                             .batch = config.batch,
-                                             .data_batches = config.data_batches,
-                                             .data_path = config.data_path});
+                                              .batch = config.batch,
+                                              .data_batches = config.data_batches,
+                                              .data_path = config.data_path});
   HostMemoryNeed need;
   need.state_per_rank = replica.state;
   need.activations_per_rank = replica.working;
@@ -126,10 +137,16 @@ void verify_identical(Communicator& comm, std::uint64_t hash, int step) {
 std::size_t train_span_capacity(const TrainConfig& config) {
   const ModelLayout layout(config.model);
   const std::size_t buckets = plan_buckets(layout, config.reducer.plan).size();
-  const std::size_t per_micro =
-      static_cast<std::size_t>(layout.compute_spans_per_micro_batch()) + 4;
+  std::size_t per_micro = static_cast<std::size_t>(layout.compute_spans_per_micro_batch()) + 4;
+  std::size_t per_step = buckets + 4;
+  if (config.reducer.plan.strategy.sharded()) {
+    // fsdp: a gather and its wait per unit read, forward and backward; every stage: a
+    // reduce-scatter and a gather per unit and their waits.
+    per_micro += 2 * 2 * (static_cast<std::size_t>(layout.units()) + 1);
+    per_step += 4 * static_cast<std::size_t>(layout.units());
+  }
   return static_cast<std::size_t>(config.steps) *
-             (per_micro * static_cast<std::size_t>(config.accumulate) + buckets + 4) +
+             (per_micro * static_cast<std::size_t>(config.accumulate) + per_step) +
          64;
 }
 
@@ -162,7 +179,19 @@ ModelConfig model_config(const TrainConfig& config, const RankEnv& env) {
           .rank = env.comm.rank(),
           .ranks = env.comm.size(),
           .data_path = config.data_path,
-          .ordinal = env.ordinal};
+          .ordinal = env.ordinal,
+          .layout = config.reducer.plan.strategy.sharded() ? sharded_layout(env.comm.size())
+                                                           : LayoutOptions{}};
+}
+
+// The strategy of `config` over `model`; sharded ones take the model's parameters into
+// their shards, so they are made after the initial broadcast.
+std::unique_ptr<GradSync> make_grad_sync(const TrainConfig& config, Communicator& comm,
+                                         RankModel& model) {
+  const Strategy& strategy = config.reducer.plan.strategy;
+  if (!strategy.sharded()) return std::make_unique<Reducer>(comm, model, config.reducer);
+  return std::make_unique<ShardedSync>(comm, model, strategy.kind, config.reducer.mode,
+                                       config.shard, config.sgd, config.accumulate);
 }
 
 // One step of the rank loop (see trainer.h).
@@ -178,12 +207,14 @@ StepRecord run_step(const TrainConfig& config, int step, RankModel& model, GradS
     for (int u = 0; u < units; ++u) {
       sync.before_forward(u);
       if (config.compute) model.forward_unit(u);
+      sync.after_forward(u);
     }
     if (config.compute) {
       model.forward_loss();
       model.backward_loss();
     }
     for (int u = units - 1; u >= 0; --u) {
+      sync.before_backward(u);
       if (config.compute) model.backward_unit(u);
       sync.after_backward(u, last);
     }
@@ -191,8 +222,7 @@ StepRecord run_step(const TrainConfig& config, int step, RankModel& model, GradS
   sync.before_optimizer();
   if (config.compute) {
     model.begin_span(Lane::kCompute, SpanKind::kOptimizer);
-    model.optimizer_step(1.0f / static_cast<float>(config.accumulate));
-    model.zero_grad();
+    sync.optimizer_step(model, 1.0f / static_cast<float>(config.accumulate));
     model.end_span();
   }
   sync.after_optimizer();
@@ -210,32 +240,34 @@ std::string train_rank(const TrainConfig& config, RankEnv& env, const StepCallba
   const int rank = comm.rank();
   std::unique_ptr<RankModel> model = make_rank_model(model_config(config, env), env.recorder);
   comm.bind_stream(model->stream());
-  Reducer reducer(comm, *model, config.reducer);
+  std::unique_ptr<GradSync> sync;
 
   std::vector<StepRecord> steps;
   std::vector<float> final_params;
-  // Note [one owner of shutdown]: the model's buffers, which collectives read and write,
-  // outlive this block; a failure ends this rank's collectives (abort, then drain) before
-  // they die, so no communication thread touches freed memory. The launcher then aborts
-  // the peers with the same error.
+  // Note [one owner of shutdown]: the model's and the strategy's buffers, which
+  // collectives read and write, outlive this block; a failure ends this rank's collectives
+  // (abort, then drain) before they die, so no communication thread touches freed memory.
+  // The launcher then aborts the peers with the same error.
   try {
     // Every rank starts from rank 0's parameters, as DDP does.
     if (comm.size() > 1) {
       comm.broadcast(model->params(), 0, {.kind = SpanKind::kBroadcast})->synchronize();
     }
+    sync = make_grad_sync(config, comm, *model);
     for (int step = 0; step < config.steps; ++step) {
-      StepRecord record = run_step(config, step, *model, reducer, rank);
+      StepRecord record = run_step(config, step, *model, *sync, rank);
       // Every rank evaluates (the replicas are equal, so are their losses): the ranks
       // stay in step, and no rank waits for rank 0's evaluation inside the next step.
       const bool last = step + 1 == config.steps;
-      if (config.compute && (last || (config.eval_every > 0 && (step + 1) % config.eval_every == 0))) {
+      if (config.compute &&
+          (last || (config.eval_every > 0 && (step + 1) % config.eval_every == 0))) {
         if (const std::optional<double> val = model->validation_loss()) {
           record.val_loss = static_cast<float>(*val);
           record.has_val_loss = true;
         }
       }
       if (config.verify) {
-        record.param_hash = hash_floats(model->download_params());
+        record.param_hash = hash_floats(sync->full_params(*model));
         // Without communication (the compute-only scenario) replicas differ by design and
         // nothing may be sent, so only the hash is kept.
         if (env.control.size() > 1 && config.reducer.mode != CommMode::kOff) {
@@ -245,19 +277,24 @@ std::string train_rank(const TrainConfig& config, RankEnv& env, const StepCallba
       steps.push_back(record);
       if (rank == 0 && on_step) on_step(record);
     }
-    if (rank == 0) final_params = model->download_params();
+    std::vector<float> full = sync->full_params(*model);  // a collective for fsdp
+    if (rank == 0) final_params = model->layout().packed(full);
   } catch (const std::exception& e) {
     end_in_flight(comm, e.what());
     if (&env.control != &comm) end_in_flight(env.control, e.what());
     throw;
   }
 
+  const RankMemory memory{
+      .rank = rank, .state = sync->state_bytes(), .peak_rss_bytes = peak_rss_bytes()};
   ByteWriter out;
   out.put_vector(steps);
   out.put_vector(final_params);
   out.put_string(model->describe());
   out.put_string(model->device_details());
   out.put_string(model->timing_source());
+  out.put_string(sync->describe());
+  out.put_vector(std::vector<RankMemory>{memory});
   return out.take();
 }
 
@@ -286,7 +323,11 @@ TrainResult train(const TrainConfig& config, Job& job, const StepCallback& on_st
     std::string blas = in.get_string();
     std::string device_details = in.get_string();
     std::string timing = in.get_string();
+    std::string sync = in.get_string();
+    const std::vector<RankMemory> memory = in.get_vector<RankMemory>();
+    result.memory.insert(result.memory.end(), memory.begin(), memory.end());
     if (r == 0) {
+      result.sync = std::move(sync);
       result.final_params = std::move(params);
       result.blas = std::move(blas);
       result.device_details = std::move(device_details);

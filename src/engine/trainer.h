@@ -20,6 +20,7 @@
 #include "comm/link_model.h"
 #include "compute/precision.h"
 #include "ddp/reducer.h"
+#include "ddp/sharded.h"
 #include "engine/launch.h"
 #include "model/rank_model.h"
 #include "timeline/recorder.h"
@@ -33,7 +34,8 @@ struct TrainConfig {
   int steps = 50;
   int accumulate = 1;  // micro-batches per synchronization
   SgdOptions sgd{};
-  ReducerOptions reducer{};  // the bucket plan and the scenario's CommMode
+  ReducerOptions reducer{};  // the strategy, its bucket plan and the scenario's CommMode
+  ShardOptions shard{};      // zero1, zero2, fsdp (ddp/sharded.h)
   LinkModel link{};
   std::int64_t timeout_ns = 300'000'000'000;  // a collective not done by then fails the run
   std::uint64_t seed = 1;
@@ -62,11 +64,20 @@ struct StepRecord {
   bool has_val_loss = false;
 };
 
+// What one rank's training state cost, and its process's peak resident set.
+struct RankMemory {
+  int rank = 0;
+  StateBytes state{};
+  std::int64_t peak_rss_bytes = -1;  // the process's (shared by its ranks); -1: unknown
+};
+
 struct TrainResult {
   std::vector<StepRecord> steps;  // every rank's, sorted by (step, rank)
+  std::vector<RankMemory> memory;  // per rank, in rank order
   Timeline timeline;
   std::vector<Bucket> buckets;      // the plan every rank used
-  std::vector<float> final_params;  // rank 0's
+  std::vector<float> final_params;  // rank 0's, in the packed layout (layout.h)
+  std::string sync;                 // the strategy's describe() line
   std::size_t spans_dropped = 0;
   std::string blas;  // BLAS in use (threads included), or cuBLAS and the GEMM precision
   // The communicator backend and, for process jobs (mpi), the job's shape and how well

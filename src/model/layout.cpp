@@ -31,16 +31,22 @@ class LayoutBuilder {
                        .shape = std::move(shape),
                        .init = init});
   }
-  // Assigns offsets: last unit first, tensors of a unit in registration order.
-  std::size_t finish(std::vector<UnitInfo>& units, std::vector<ParamInfo>& params) {
+  // Assigns offsets: last unit first, tensors of a unit in registration order, each unit
+  // padded and aligned as `options` asks.
+  std::size_t finish(const LayoutOptions& options, std::vector<UnitInfo>& units,
+                     std::vector<ParamInfo>& params) {
+    const auto round_up = [](std::size_t n, std::size_t m) { return (n + m - 1) / m * m; };
     std::size_t offset = 0;
     for (std::size_t u = units_.size(); u-- > 0;) {
+      offset = round_up(offset, options.unit_align);
       units_[u].begin = offset;
       for (std::size_t p : owned_[u]) {
         params_[p].offset = offset;
         offset += params_[p].numel;
       }
       units_[u].end = offset;
+      offset = units_[u].padded_end =
+          units_[u].begin + round_up(offset - units_[u].begin, options.unit_multiple);
     }
     units = std::move(units_);
     params = std::move(params_);
@@ -114,7 +120,10 @@ void build_llama(LayoutBuilder& b, const TransformerShape& s) {
 
 }  // namespace
 
-ModelLayout::ModelLayout(const ModelSpec& spec) : spec_(spec) {
+ModelLayout::ModelLayout(const ModelSpec& spec, LayoutOptions options)
+    : spec_(spec), options_(options) {
+  TANDEM_CHECK(options.unit_multiple >= 1 && options.unit_align >= 1);
+  const bool packed = options.unit_multiple == 1 && options.unit_align == 1;
   LayoutBuilder builder;
   if (spec.is_transformer()) {
     const TransformerShape& s = spec.transformer;
@@ -125,8 +134,8 @@ ModelLayout::ModelLayout(const ModelSpec& spec) : spec_(spec) {
     } else {
       build_llama(builder, s);
     }
-    numel_ = builder.finish(units_, params_);
-    TANDEM_CHECK_EQ(static_cast<std::int64_t>(numel_), spec.parameter_count());
+    numel_ = builder.finish(options_, units_, params_);
+    if (packed) TANDEM_CHECK_EQ(static_cast<std::int64_t>(numel_), spec.parameter_count());
     return;
   }
 
@@ -151,8 +160,8 @@ ModelLayout::ModelLayout(const ModelSpec& spec) : spec_(spec) {
                   {ParamInit::Kind::kUniform, gain * std::sqrt(3.0 / layer.in)});
     if (layer.has_bias) builder.param(prefix + ".bias", {layer.out}, zeros());
   }
-  numel_ = builder.finish(units_, params_);
-  TANDEM_CHECK_EQ(static_cast<std::int64_t>(numel_), spec.parameter_count());
+  numel_ = builder.finish(options_, units_, params_);
+  if (packed) TANDEM_CHECK_EQ(static_cast<std::int64_t>(numel_), spec.parameter_count());
   for (const ParamInfo& p : params_) {
     LinearLayout& layer = layers_[static_cast<std::size_t>(p.unit)];
     (p.name.ends_with(".weight") ? layer.weight : layer.bias) = p.offset;
@@ -161,6 +170,23 @@ ModelLayout::ModelLayout(const ModelSpec& spec) : spec_(spec) {
     layers_[static_cast<std::size_t>(l)].begin = unit_begin(l);
     layers_[static_cast<std::size_t>(l)].end = unit_end(l);
   }
+}
+
+std::vector<int> ModelLayout::units_read(int u) const {
+  TANDEM_CHECK(u >= 0 && u < units());
+  if (spec_.kind == ModelKind::kGpt && u == units() - 1) return {u, 0};
+  return {u};
+}
+
+std::vector<float> ModelLayout::packed(std::span<const float> flat) const {
+  TANDEM_CHECK_EQ(flat.size(), numel_);
+  std::vector<float> out;
+  out.reserve(static_cast<std::size_t>(spec_.parameter_count()));
+  for (std::size_t u = units_.size(); u-- > 0;) {  // ascending offsets
+    out.insert(out.end(), flat.begin() + static_cast<std::ptrdiff_t>(units_[u].begin),
+               flat.begin() + static_cast<std::ptrdiff_t>(units_[u].end));
+  }
+  return out;
 }
 
 const ParamInfo& ModelLayout::param(std::string_view name) const {

@@ -53,8 +53,19 @@ struct ParamInfo {
 // One unit of the rank loop.
 struct UnitInfo {
   std::string name;       // "fc0"; "embedding", "h0".."h{L-1}", "head"
-  std::size_t begin = 0;  // [begin, end): this unit's range of the flat arrays
+  std::size_t begin = 0;  // [begin, end): this unit's tensors in the flat arrays
   std::size_t end = 0;
+  std::size_t padded_end = 0;  // [end, padded_end): zeros no tensor uses (LayoutOptions)
+};
+
+// How the flat arrays hold the units. The default packs them, as described above. A
+// sharded strategy (ddp/sharded.h) pads each unit to a multiple of the rank count, so that
+// every rank's shard of it has one size, and starts each unit on a page of its own, so
+// that the memory of one unit can be given back without touching its neighbours
+// (core/page_array.h). Tensors keep their order; only the gaps between units differ.
+struct LayoutOptions {
+  std::size_t unit_multiple = 1;  // every unit's padded range is a multiple of this
+  std::size_t unit_align = 1;     // every unit begins at a multiple of this (elements)
 };
 
 // One Linear layer of an mlp: out = inp . weight (+ bias), weight [in, out] row-major.
@@ -70,18 +81,25 @@ struct LinearLayout {
 
 class ModelLayout {
  public:
-  explicit ModelLayout(const ModelSpec& spec);
+  explicit ModelLayout(const ModelSpec& spec, LayoutOptions options = {});
 
   const ModelSpec& spec() const { return spec_; }
   int units() const { return static_cast<int>(units_.size()); }
   const UnitInfo& unit(int u) const { return units_.at(static_cast<std::size_t>(u)); }
+  // The units whose parameters unit u's forward and backward read: u itself, and for
+  // gpt's head the embedding too (the tied wte).
+  std::vector<int> units_read(int u) const;
   std::size_t unit_begin(int u) const { return unit(u).begin; }
   std::size_t unit_end(int u) const { return unit(u).end; }
   // Forward registration order; offsets follow the reverse layout described above.
   const std::vector<ParamInfo>& params() const { return params_; }
   // The tensor called `name`; a missing name is a broken invariant (checked).
   const ParamInfo& param(std::string_view name) const;
+  // Elements of the flat arrays: the parameter count where packed, more with padding.
   std::size_t numel() const { return numel_; }
+  const LayoutOptions& options() const { return options_; }
+  // The tensors of `flat` (this layout) in the packed layout's order and offsets.
+  std::vector<float> packed(std::span<const float> flat) const;
 
   // mlp only (checked): Linear layer `unit`, and the widest layer input or output.
   const LinearLayout& layer(int unit) const;
@@ -99,6 +117,7 @@ class ModelLayout {
 
  private:
   ModelSpec spec_;
+  LayoutOptions options_;
   std::vector<UnitInfo> units_;
   std::vector<ParamInfo> params_;
   std::vector<LinearLayout> layers_;  // mlp only

@@ -34,8 +34,8 @@ struct Model::Impl {
   int next_backward = -1;  // the layer backward_unit expects next (-1: none)
 };
 
-Model::Model(const ModelSpec& spec, int max_batch, std::uint64_t seed)
-    : layout_(spec), impl_(std::make_unique<Impl>()) {
+Model::Model(const ModelSpec& spec, int max_batch, std::uint64_t seed, LayoutOptions layout)
+    : layout_(spec, layout), impl_(std::make_unique<Impl>()) {
   if (max_batch < 1) {
     throw UsageError("model '" + spec.text + "': batch must be >= 1 (got " +
                      std::to_string(max_batch) + ")");
@@ -47,8 +47,8 @@ Model::Model(const ModelSpec& spec, int max_batch, std::uint64_t seed)
   }
   Impl& m = *impl_;
   m.max_batch = max_batch;
-  params_flat_.assign(layout_.numel(), 0.0f);
-  grads_flat_.assign(layout_.numel(), 0.0f);
+  params_flat_ = PageArray<float>(layout_.numel());
+  grads_flat_ = PageArray<float>(layout_.numel());
   layout_.initialize(params_flat_, seed);
 
   const std::size_t rows = static_cast<std::size_t>(max_batch);

@@ -26,6 +26,7 @@
 #include <string_view>
 #include <vector>
 
+#include "core/page_array.h"
 #include "model/layout.h"
 #include "timeline/recorder.h"
 
@@ -42,8 +43,9 @@ class Model {
   // Deterministic initialization from seed (Kaiming-uniform weights, zero biases):
   // the same seed gives the same parameters on every rank. Every buffer forward and
   // backward need is allocated here for up to max_batch rows; steps do not allocate.
-  // Throws UsageError when max_batch < 1 or max_batch rows do not fit.
-  Model(const ModelSpec& spec, int max_batch, std::uint64_t seed);
+  // Throws UsageError when max_batch < 1 or max_batch rows do not fit. The flat arrays
+  // are laid out as `layout` asks (layout.h).
+  Model(const ModelSpec& spec, int max_batch, std::uint64_t seed, LayoutOptions layout = {});
   // Bytes of the buffers that constructor allocates besides the parameters and gradients.
   static std::int64_t buffer_bytes(const ModelSpec& spec, int max_batch);
   ~Model();
@@ -61,6 +63,10 @@ class Model {
   std::span<float> flat_grads() { return grads_flat_; }
   std::span<const float> flat_grads() const { return grads_flat_; }
   void zero_grad();
+  // Elements [begin, end) of the flat parameters or gradients read as zero afterwards, and
+  // their whole pages go back to the operating system (core/page_array.h).
+  void discard_params(std::size_t begin, std::size_t end) { params_flat_.discard(begin, end); }
+  void discard_grads(std::size_t begin, std::size_t end) { grads_flat_.discard(begin, end); }
   // Range of the flat gradient holding Linear layer `layer`'s parameters.
   std::size_t layer_grad_begin(int layer) const;
   std::size_t layer_grad_end(int layer) const;
@@ -100,8 +106,8 @@ class Model {
  private:
   struct Impl;
   ModelLayout layout_;
-  std::vector<float> params_flat_;
-  std::vector<float> grads_flat_;
+  PageArray<float> params_flat_;
+  PageArray<float> grads_flat_;
   std::unique_ptr<Impl> impl_;
 };
 
@@ -115,12 +121,14 @@ struct SgdOptions {
 
 class Sgd {
  public:
+  // The velocity (numel floats, zero) is allocated by the first step.
   Sgd(SgdOptions options, std::size_t numel);
   void step(std::span<float> params, std::span<const float> grads, float grad_scale = 1.0f);
   const SgdOptions& options() const { return options_; }
 
  private:
   SgdOptions options_;
+  std::size_t numel_ = 0;
   std::vector<float> velocity_;
 };
 

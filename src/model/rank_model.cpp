@@ -4,6 +4,7 @@
 #include <map>
 #include <mutex>
 #include <optional>
+#include <utility>
 
 #include "compute/cpu/blas.h"
 #include "core/clock.h"
@@ -22,6 +23,8 @@ class CpuNet {
   virtual const ModelLayout& layout() const = 0;
   virtual std::span<float> params() = 0;
   virtual std::span<float> grads() = 0;
+  virtual void discard_params(std::size_t begin, std::size_t end) = 0;
+  virtual void discard_grads(std::size_t begin, std::size_t end) = 0;
   virtual void set_micro_batch(int index) = 0;
   virtual void forward_unit(int unit, RankRecorder& recorder, int step) = 0;
   virtual double forward_loss(RankRecorder& recorder, int step) = 0;
@@ -31,17 +34,23 @@ class CpuNet {
   virtual std::optional<double> validation_loss() { return std::nullopt; }
 };
 
-// An mlp on its synthetic teacher's data.
-class MlpNet final : public CpuNet {
+// The passes of a CPU model class (Model, Transformer), which spell them alike; a
+// subclass adds its data.
+template <typename M>
+class NetOver : public CpuNet {
  public:
-  explicit MlpNet(const ModelConfig& c)
-      : model_(c.spec, c.batch, c.seed),
-        data_(c.spec.input, c.spec.classes, c.batch, c.data_batches, c.seed, c.rank) {}
+  template <typename... Args>
+  explicit NetOver(Args&&... args) : model_(std::forward<Args>(args)...) {}
 
   const ModelLayout& layout() const override { return model_.layout(); }
   std::span<float> params() override { return model_.flat_params(); }
   std::span<float> grads() override { return model_.flat_grads(); }
-  void set_micro_batch(int index) override { model_.set_input(data_.batch(index)); }
+  void discard_params(std::size_t begin, std::size_t end) override {
+    model_.discard_params(begin, end);
+  }
+  void discard_grads(std::size_t begin, std::size_t end) override {
+    model_.discard_grads(begin, end);
+  }
   void forward_unit(int unit, RankRecorder& r, int step) override {
     model_.forward_unit(unit, r, step);
   }
@@ -52,16 +61,28 @@ class MlpNet final : public CpuNet {
   }
   void zero_grad() override { model_.zero_grad(); }
 
+ protected:
+  M model_;
+};
+
+// An mlp on its synthetic teacher's data.
+class MlpNet final : public NetOver<Model> {
+ public:
+  explicit MlpNet(const ModelConfig& c)
+      : NetOver(c.spec, c.batch, c.seed, c.layout),
+        data_(c.spec.input, c.spec.classes, c.batch, c.data_batches, c.seed, c.rank) {}
+
+  void set_micro_batch(int index) override { model_.set_input(data_.batch(index)); }
+
  private:
-  Model model_;
   SyntheticDataset data_;
 };
 
 // A transformer on synthetic tokens or a file's bytes (token_data.h).
-class TransformerNet final : public CpuNet {
+class TransformerNet final : public NetOver<Transformer> {
  public:
   explicit TransformerNet(const ModelConfig& c)
-      : model_(c.spec, c.batch, c.seed),
+      : NetOver(c.spec, c.batch, c.seed, c.layout),
         data_(c.data_path.empty()
                   ? TokenData::synthetic(c.spec.transformer.vocab, c.spec.transformer.seq, c.batch,
                                          c.seed, c.rank)
@@ -72,22 +93,10 @@ class TransformerNet final : public CpuNet {
     TANDEM_CHECK_EQ(data_.vocab(), c.spec.transformer.vocab);
   }
 
-  const ModelLayout& layout() const override { return model_.layout(); }
-  std::span<float> params() override { return model_.flat_params(); }
-  std::span<float> grads() override { return model_.flat_grads(); }
   void set_micro_batch(int index) override {
     data_.batch(index, tokens_);
     model_.set_input({.tokens = tokens_, .rows = rows_});
   }
-  void forward_unit(int unit, RankRecorder& r, int step) override {
-    model_.forward_unit(unit, r, step);
-  }
-  double forward_loss(RankRecorder& r, int step) override { return model_.forward_loss(r, step); }
-  void backward_loss(RankRecorder& r, int step) override { model_.backward_loss(r, step); }
-  void backward_unit(int unit, RankRecorder& r, int step) override {
-    model_.backward_unit(unit, r, step);
-  }
-  void zero_grad() override { model_.zero_grad(); }
 
   // Forward passes over the held-out batches, recording nothing: evaluation is not part
   // of a training step's timeline.
@@ -103,7 +112,6 @@ class TransformerNet final : public CpuNet {
   }
 
  private:
-  Transformer model_;
   TokenData data_;
   std::vector<std::int32_t> tokens_;  // one batch [rows, seq + 1]
   int rows_;
@@ -120,6 +128,12 @@ class CpuRankModel final : public RankModel {
   const ModelLayout& layout() const override { return net_->layout(); }
   std::span<float> params() override { return net_->params(); }
   std::span<float> grads() override { return net_->grads(); }
+  void discard_params(std::size_t begin, std::size_t end) override {
+    net_->discard_params(begin, end);
+  }
+  void discard_grads(std::size_t begin, std::size_t end) override {
+    net_->discard_grads(begin, end);
+  }
 
   std::int64_t begin_step(int step) override {
     step_ = step;
@@ -138,7 +152,8 @@ class CpuRankModel final : public RankModel {
   std::optional<double> validation_loss() override { return net_->validation_loss(); }
 
   void begin_span(Lane lane, SpanKind kind, int tag) override {
-    open_.push_back(Span{.lane = lane, .kind = kind, .step = step_, .tag = tag, .start_ns = now_ns()});
+    open_.push_back(
+        Span{.lane = lane, .kind = kind, .step = step_, .tag = tag, .start_ns = now_ns()});
   }
   void end_span() override {
     TANDEM_CHECK(!open_.empty());

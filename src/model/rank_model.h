@@ -42,6 +42,7 @@ struct ModelConfig {
   int ranks = 1;   // how many shards (--data files are cut into one per rank)
   std::string data_path;  // transformers: train on this file's bytes (token_data.h)
   int ordinal = -1;  // the device's ordinal (-1: the CPU)
+  LayoutOptions layout{};  // how the flat arrays hold the units (a sharded strategy pads)
 };
 
 class RankModel {
@@ -53,6 +54,12 @@ class RankModel {
   // The flat arrays (layout.h) in the model's memory: device pointers on a GPU.
   virtual std::span<float> params() = 0;
   virtual std::span<float> grads() = 0;
+  // Elements [begin, end) of params() or grads() are not needed now: they read as zero
+  // afterwards, and the model may give their memory back (the CPU model returns the whole
+  // pages among them to the operating system). Sharded strategies (ddp/sharded.h) keep
+  // only the units they have gathered this way.
+  virtual void discard_params(std::size_t begin, std::size_t end) = 0;
+  virtual void discard_grads(std::size_t begin, std::size_t end) = 0;
   // Where device work is enqueued (collectives are ordered after it); null on the CPU.
   virtual ComputeStream stream() const { return nullptr; }
 

@@ -3,9 +3,12 @@
 
 namespace tandem {
 
-Sgd::Sgd(SgdOptions options, std::size_t numel) : options_(options), velocity_(numel, 0.0f) {}
+Sgd::Sgd(SgdOptions options, std::size_t numel) : options_(options), numel_(numel) {}
 
 void Sgd::step(std::span<float> params, std::span<const float> grads, float grad_scale) {
+  // The velocity is allocated by the first step, so that a model whose optimizer a
+  // sharded strategy runs (ddp/sharded.h) holds no state for it.
+  if (velocity_.empty()) velocity_.assign(numel_, 0.0f);
   TANDEM_CHECK_EQ(params.size(), velocity_.size());
   TANDEM_CHECK_EQ(grads.size(), velocity_.size());
   const float lr = options_.lr;

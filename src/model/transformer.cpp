@@ -5,6 +5,7 @@
 #include <cmath>
 #include <limits>
 #include <string>
+#include <type_traits>
 
 #include "compute/cpu/blas.h"
 #include "core/error.h"
@@ -63,8 +64,9 @@ void resize(std::vector<T>& v, std::size_t n) {
 }  // namespace
 
 template <typename T>
-BasicTransformer<T>::BasicTransformer(const ModelSpec& spec, int max_batch, std::uint64_t seed)
-    : layout_(spec), impl_(std::make_unique<Impl>()) {
+BasicTransformer<T>::BasicTransformer(const ModelSpec& spec, int max_batch, std::uint64_t seed,
+                                      LayoutOptions layout)
+    : layout_(spec, layout), impl_(std::make_unique<Impl>()) {
   TANDEM_CHECK(spec.is_transformer());
   const TransformerShape& s = spec.transformer;
   if (max_batch < 1) {
@@ -80,10 +82,15 @@ BasicTransformer<T>::BasicTransformer(const ModelSpec& spec, int max_batch, std:
   Impl& m = *impl_;
   m.max_batch = max_batch;
   m.gpt = spec.kind == ModelKind::kGpt;
-  std::vector<float> init(layout_.numel());
-  layout_.initialize(init, seed);
-  params_.assign(init.begin(), init.end());
-  grads_.assign(layout_.numel(), T(0));
+  params_ = PageArray<T>(layout_.numel());
+  grads_ = PageArray<T>(layout_.numel());
+  if constexpr (std::is_same_v<T, float>) {
+    layout_.initialize(params_, seed);
+  } else {
+    std::vector<float> init(layout_.numel());
+    layout_.initialize(init, seed);
+    std::copy(init.begin(), init.end(), params_.begin());
+  }
 
   const auto n = static_cast<std::size_t>(N);
   const auto D = static_cast<std::size_t>(s.dim), F = static_cast<std::size_t>(s.hidden);

@@ -24,6 +24,7 @@
 #include <span>
 #include <vector>
 
+#include "core/page_array.h"
 #include "model/layout.h"
 #include "timeline/recorder.h"
 
@@ -40,8 +41,10 @@ template <typename T>
 class BasicTransformer {
  public:
   // Deterministic initialization from seed (layout.h); every buffer the passes need is
-  // allocated here for up to max_batch sequences, so steps allocate nothing.
-  BasicTransformer(const ModelSpec& spec, int max_batch, std::uint64_t seed);
+  // allocated here for up to max_batch sequences, so steps allocate nothing. The flat
+  // arrays are laid out as `layout` asks (layout.h).
+  BasicTransformer(const ModelSpec& spec, int max_batch, std::uint64_t seed,
+                   LayoutOptions layout = {});
   // Bytes of the buffers that constructor allocates besides the parameters and gradients.
   static std::int64_t buffer_bytes(const ModelSpec& spec, int max_batch);
   ~BasicTransformer();
@@ -56,6 +59,10 @@ class BasicTransformer {
   std::span<T> flat_grads() { return grads_; }
   std::span<const T> flat_grads() const { return grads_; }
   void zero_grad();
+  // Elements [begin, end) of the flat parameters or gradients read as zero afterwards, and
+  // their whole pages go back to the operating system (core/page_array.h).
+  void discard_params(std::size_t begin, std::size_t end) { params_.discard(begin, end); }
+  void discard_grads(std::size_t begin, std::size_t end) { grads_.discard(begin, end); }
 
   // ---- unit by unit ----
   // Copies the batch in: 1 <= rows <= max_batch, tokens in [0, vocab) (checked).
@@ -78,8 +85,8 @@ class BasicTransformer {
  private:
   struct Impl;
   ModelLayout layout_;
-  std::vector<T> params_;
-  std::vector<T> grads_;
+  PageArray<T> params_;
+  PageArray<T> grads_;
   std::unique_ptr<Impl> impl_;
 };
 

@@ -72,6 +72,12 @@ class CudaRankModel final : public RankModel {
         recorder_(recorder),
         precision_(config.precision) {}
 
+  void zero(float* flat, std::size_t begin, std::size_t end) {
+    TANDEM_CHECK(begin <= end && end <= model_.numel());
+    TANDEM_CUDA_CHECK(
+        cudaMemsetAsync(flat + begin, 0, (end - begin) * sizeof(float), stream_.get()));
+  }
+
   // Kernels still queued may write the buffers about to be freed.
   ~CudaRankModel() override { cudaStreamSynchronize(stream_.get()); }
 
@@ -79,6 +85,14 @@ class CudaRankModel final : public RankModel {
   std::span<float> params() override { return {model_.flat_params(), model_.numel()}; }
   std::span<float> grads() override { return {model_.flat_grads(), model_.numel()}; }
   ComputeStream stream() const override { return stream_.get(); }
+  // Zeroed on the stream; the memory stays allocated (sharded strategies run on the cpu
+  // device only so far, docs/SHARDING.md).
+  void discard_params(std::size_t begin, std::size_t end) override {
+    zero(model_.flat_params(), begin, end);
+  }
+  void discard_grads(std::size_t begin, std::size_t end) override {
+    zero(model_.flat_grads(), begin, end);
+  }
 
   std::int64_t begin_step(int step) override {
     TANDEM_CUDA_CHECK(cudaSetDevice(device_));

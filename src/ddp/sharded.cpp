@@ -1,0 +1,302 @@
+#include "ddp/sharded.h"
+
+#include <algorithm>
+
+#include "core/error.h"
+#include "core/page_array.h"
+
+namespace tandem {
+
+LayoutOptions sharded_layout(int ranks) {
+  TANDEM_CHECK(ranks >= 1);
+  return {.unit_multiple = static_cast<std::size_t>(ranks),
+          .unit_align = PageMemory::page_size() / sizeof(float)};
+}
+
+ShardedSync::ShardedSync(Communicator& comm, RankModel& model, StrategyKind kind, CommMode mode,
+                         ShardOptions options, SgdOptions sgd, int micro_batches)
+    : comm_(comm), model_(model), kind_(kind), mode_(mode), options_(options), ranks_(comm.size()) {
+  TANDEM_CHECK(kind == StrategyKind::kZero1 || kind == StrategyKind::kZero2 || fsdp());
+  TANDEM_CHECK(micro_batches >= 1 && options.prefetch >= 0);
+  const ModelLayout& layout = model.layout();
+  TANDEM_CHECK_EQ(layout.options().unit_multiple % static_cast<std::size_t>(ranks_), 0u);
+  std::size_t offset = 0;
+  for (int u = 0; u < layout.units(); ++u) {
+    const UnitInfo& info = layout.unit(u);
+    Unit unit{.begin = info.begin,
+              .padded_end = info.padded_end,
+              .shard = (info.padded_end - info.begin) / static_cast<std::size_t>(ranks_),
+              .offset = offset,
+              .reads = layout.units_read(u)};
+    offset += unit.shard;
+    units_.push_back(std::move(unit));
+  }
+  events_per_micro_ = 2 * layout.units();
+  events_ = micro_batches * events_per_micro_;
+  if (!communicates()) return;  // compute-only: a full local replica, the model's optimizer
+
+  grad_shards_.assign(offset, 0.0f);
+  for (const Unit& unit : units_) sgd_.emplace_back(sgd, unit.shard);
+  if (fsdp()) {
+    // The rank keeps its block of every unit; the model keeps nothing until gathered.
+    param_shards_.assign(offset, 0.0f);
+    for (Unit& unit : units_) {
+      const std::span<float> own = own_params(unit);
+      std::copy(own.begin(), own.end(), param_shard(unit).begin());
+      model_.discard_params(unit.begin, unit.padded_end);
+    }
+  }
+}
+
+ShardedSync::~ShardedSync() = default;
+
+std::span<float> ShardedSync::own_params(Unit& unit) {
+  return model_.params().subspan(unit.begin + static_cast<std::size_t>(comm_.rank()) * unit.shard,
+                                 unit.shard);
+}
+
+std::span<float> ShardedSync::param_shard(Unit& unit) {
+  return std::span<float>(param_shards_).subspan(unit.offset, unit.shard);
+}
+
+std::span<float> ShardedSync::grad_shard(Unit& unit) {
+  return std::span<float>(grad_shards_).subspan(unit.offset, unit.shard);
+}
+
+const std::vector<int>& ShardedSync::needs(int event) const {
+  const int i = event % events_per_micro_;
+  const int n = events_per_micro_ / 2;
+  return units_[static_cast<std::size_t>(i < n ? i : events_per_micro_ - 1 - i)].reads;
+}
+
+bool ShardedSync::forward_event(int event) const {
+  return event % events_per_micro_ < events_per_micro_ / 2;
+}
+
+void ShardedSync::begin_step(int step) {
+  step_ = step;
+  in_step_ = true;
+  event_ = 0;
+  bytes_this_step_ = 0;
+}
+
+void ShardedSync::before_forward(int unit) {
+  (void)unit;
+  if (!communicates()) return;
+  settle_reduces(/*wait=*/false);
+  if (fsdp()) {
+    gather_ahead(event_);
+    wait_gathered(event_);
+  }
+}
+
+void ShardedSync::after_forward(int unit) {
+  (void)unit;
+  if (communicates() && fsdp()) release_after(event_);
+  ++event_;
+}
+
+void ShardedSync::before_backward(int unit) {
+  (void)unit;
+  if (!communicates()) return;
+  settle_reduces(/*wait=*/false);
+  if (kind_ != StrategyKind::kZero1) {
+    // The backward writes full gradients of the units it reads (gpt's head: the tied wte).
+    for (int v : needs(event_)) units_[static_cast<std::size_t>(v)].grads_live = true;
+    note_transient();
+  }
+  if (fsdp()) {
+    gather_ahead(event_);
+    wait_gathered(event_);
+  }
+}
+
+void ShardedSync::after_backward(int unit, bool last_micro_batch) {
+  if (communicates()) {
+    if (fsdp()) release_after(event_);
+    // Accumulation: the unit's gradient is final after the last micro-batch only.
+    if (last_micro_batch) {
+      issue_reduce(unit);
+      if (mode_ == CommMode::kSequential) settle_reduces(/*wait=*/true);
+    }
+  }
+  ++event_;
+}
+
+void ShardedSync::gather_ahead(int event) {
+  const int window = mode_ == CommMode::kSequential ? 0 : options_.prefetch;
+  for (int e = event; e <= std::min(event + window, events_ - 1); ++e) {
+    for (int v : needs(e)) {
+      const Unit& unit = units_[static_cast<std::size_t>(v)];
+      if (!unit.resident && !unit.gather) issue_gather(v);
+    }
+  }
+}
+
+void ShardedSync::issue_gather(int u) {
+  Unit& unit = units_[static_cast<std::size_t>(u)];
+  const std::size_t numel = unit.padded_end - unit.begin;
+  const OpInfo info{.kind = SpanKind::kAllgather,
+                    .bytes = static_cast<std::int64_t>(numel * sizeof(float)),
+                    .step = in_step_ ? step_ : -1,  // -1: no iteration
+                    .tag = u};
+  const std::span<float> full = model_.params().subspan(unit.begin, numel);
+  unit.gather = comm_.allgather(fsdp() ? param_shard(unit) : own_params(unit), full, info);
+  if (!in_step_) return;  // full_params(): between steps, not training's memory or traffic
+  bytes_this_step_ += info.bytes;
+  note_transient();
+}
+
+void ShardedSync::wait_gathered(int event) {
+  for (int v : needs(event)) {
+    Unit& unit = units_[static_cast<std::size_t>(v)];
+    if (unit.resident) continue;
+    TANDEM_CHECK(unit.gather != nullptr);  // gather_ahead issued it
+    wait(*unit.gather, v);
+    unit.gather.reset();
+    unit.resident = true;
+  }
+}
+
+void ShardedSync::release_after(int event) {
+  if (!options_.reshard_after_forward && forward_event(event)) return;
+  // A unit that the next event (or one within the prefetch window) reads again stays.
+  const int window = std::max(1, mode_ == CommMode::kSequential ? 0 : options_.prefetch);
+  for (int v : needs(event)) {
+    bool soon = false;
+    for (int e = event + 1; e <= std::min(event + window, events_ - 1) && !soon; ++e) {
+      const std::vector<int>& next = needs(e);
+      soon = std::find(next.begin(), next.end(), v) != next.end();
+    }
+    Unit& unit = units_[static_cast<std::size_t>(v)];
+    if (soon || !unit.resident) continue;
+    model_.discard_params(unit.begin, unit.padded_end);
+    unit.resident = false;
+  }
+}
+
+void ShardedSync::issue_reduce(int u) {
+  Unit& unit = units_[static_cast<std::size_t>(u)];
+  const std::size_t numel = unit.padded_end - unit.begin;
+  const OpInfo info{.kind = SpanKind::kReduceScatter,
+                    .bytes = static_cast<std::int64_t>(numel * sizeof(float)),
+                    .step = step_,
+                    .tag = u};
+  unit.reduce = comm_.reduce_scatter(model_.grads().subspan(unit.begin, numel), grad_shard(unit),
+                                     ReduceOp::kAverage, info);
+  bytes_this_step_ += info.bytes;
+}
+
+void ShardedSync::settle_reduces(bool wait_all) {
+  for (std::size_t u = 0; u < units_.size(); ++u) {
+    Unit& unit = units_[u];
+    if (!unit.reduce) continue;
+    if (wait_all) {
+      wait(*unit.reduce, static_cast<int>(u));
+    } else if (comm_.memory() == MemoryKind::kHost && unit.reduce->test()) {
+      unit.reduce->wait();  // rethrows a stored error
+    } else {
+      continue;
+    }
+    unit.reduce.reset();
+    if (kind_ != StrategyKind::kZero1) {
+      model_.discard_grads(unit.begin, unit.padded_end);
+      unit.grads_live = false;
+    }
+  }
+}
+
+void ShardedSync::wait(Work& work, int tag) { wait_timed(model_, comm_, work, tag); }
+
+void ShardedSync::before_optimizer() {
+  if (communicates()) settle_reduces(/*wait=*/true);
+}
+
+void ShardedSync::optimizer_step(RankModel& model, float grad_scale) {
+  if (!communicates()) {
+    GradSync::optimizer_step(model, grad_scale);
+    return;
+  }
+  for (std::size_t u = 0; u < units_.size(); ++u) {
+    Unit& unit = units_[u];
+    sgd_[u].step(fsdp() ? param_shard(unit) : own_params(unit), grad_shard(unit), grad_scale);
+  }
+  if (kind_ == StrategyKind::kZero1) model.zero_grad();  // zero2, fsdp: given back already
+}
+
+void ShardedSync::after_optimizer() {
+  if (!communicates() || fsdp()) return;
+  // zero1, zero2: every rank's updated block back into every replica, in place.
+  for (int u = 0; u < static_cast<int>(units_.size()); ++u) issue_gather(u);
+}
+
+void ShardedSync::end_step() {
+  for (std::size_t u = 0; u < units_.size(); ++u) {
+    Unit& unit = units_[u];
+    for (WorkPtr* work : {&unit.gather, &unit.reduce}) {
+      if (!*work) continue;
+      wait(**work, static_cast<int>(u));
+      (*work)->synchronize();
+      work->reset();
+    }
+  }
+  bytes_last_step_ = bytes_this_step_;
+  in_step_ = false;
+}
+
+std::vector<float> ShardedSync::full_params(RankModel& model) {
+  if (!fsdp() || !communicates()) return model.download_params();
+  TANDEM_CHECK(!in_step_);
+  for (int u = 0; u < static_cast<int>(units_.size()); ++u) {
+    if (!units_[static_cast<std::size_t>(u)].resident) issue_gather(u);
+  }
+  for (Unit& unit : units_) {
+    if (!unit.gather) continue;
+    unit.gather->synchronize();
+    unit.gather.reset();
+  }
+  std::vector<float> out = model.download_params();
+  for (Unit& unit : units_) {
+    model.discard_params(unit.begin, unit.padded_end);
+    unit.resident = false;
+  }
+  return out;
+}
+
+void ShardedSync::note_transient() {
+  std::int64_t gathered = 0, grads = 0;
+  for (const Unit& unit : units_) {
+    const auto range = static_cast<std::int64_t>((unit.padded_end - unit.begin) * sizeof(float));
+    if (fsdp() && (unit.resident || unit.gather)) gathered += range;
+    if (unit.grads_live) grads += range;
+  }
+  gathered_peak_ = std::max(gathered_peak_, gathered);
+  grads_peak_ = std::max(grads_peak_, grads);
+}
+
+std::int64_t ShardedSync::bytes_per_step() const { return bytes_last_step_; }
+
+StateBytes ShardedSync::state_bytes() const {
+  const auto full = static_cast<std::int64_t>(model_.layout().numel() * sizeof(float));
+  if (!communicates()) return {.params = full, .grads = full, .optimizer = full};
+  const auto shards = static_cast<std::int64_t>(grad_shards_.size() * sizeof(float));
+  StateBytes out{.params = fsdp() ? shards : full,
+                 .grads = shards,
+                 .optimizer = shards,
+                 .gathered_peak = gathered_peak_,
+                 .grads_peak = grads_peak_};
+  if (kind_ == StrategyKind::kZero1) out.grads += full;
+  return out;
+}
+
+std::string ShardedSync::describe() const {
+  std::string out = Strategy{kind_, 0}.to_string() + ", " + std::to_string(units_.size()) +
+                    " units sharded over " + std::to_string(ranks_) + " ranks";
+  if (fsdp()) {
+    out += ", prefetch " + std::to_string(options_.prefetch);
+    if (!options_.reshard_after_forward) out += ", kept from forward to backward";
+  }
+  return out;
+}
+
+}  // namespace tandem

@@ -1,0 +1,133 @@
+// Sharded data parallelism as one GradSync strategy (ddp/grad_sync.h): ZeRO stages 1 and 2
+// (DeepSpeed) and ZeRO-3, that is fully sharded data parallelism (PyTorch FSDP).
+// docs/SHARDING.md draws the schedule and the memory of each.
+//
+// Every model unit is one unit of sharding. The model lays each unit out padded to a
+// multiple of the rank count N and starting on a page of its own (LayoutOptions), so
+// rank r's shard of unit u is the r-th of N equal blocks of [begin, padded_end), and the
+// memory of one unit can be given back (RankModel::discard_params/grads) without
+// touching its neighbours.
+//
+//   zero1: gradients reduce-scattered unit by unit under backward (each rank receives the
+//          average of its block); SGD updates the rank's block of the parameters with its
+//          own velocity shard; the parameters are all-gathered in place after the step.
+//          The model keeps full parameters and gradients.
+//   zero2: as zero1, and a unit's full gradient is given back once its reduce-scatter is
+//          done: gradients persist only as shards.
+//   fsdp:  as zero2, and the parameters persist only as shards too: a unit's parameters
+//          are all-gathered into the model just before its forward and again before its
+//          backward, up to `prefetch` units' gathers ahead of the compute that needs
+//          them, and given back after use (after forward only with
+//          reshard_after_forward). SGD updates the shard; nothing is gathered after the
+//          step.
+//
+// On the local backend reduce_scatter equals the matching block of allreduce bit for bit
+// and SGD is elementwise, so every stage ends with the same parameters, bit for bit, as
+// DDP's sequential strategy.
+//
+// Scenarios (CommMode): kOverlapped as above; kSequential waits for every gather and
+// reduce-scatter as soon as it is issued (no prefetch); kOff runs the same compute on a
+// full local replica with the model's own optimizer and no collective.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "comm/communicator.h"
+#include "ddp/grad_sync.h"
+#include "ddp/reducer.h"
+#include "model/layout.h"
+#include "model/model.h"
+#include "model/rank_model.h"
+
+namespace tandem {
+
+struct ShardOptions {
+  int prefetch = 1;  // fsdp: units whose all-gather is issued ahead of the one computing
+  bool reshard_after_forward = true;  // fsdp: give a unit's parameters back after forward
+};
+
+// The layout a sharded strategy needs for `ranks` ranks (see above).
+LayoutOptions sharded_layout(int ranks);
+
+class ShardedSync final : public GradSync {
+ public:
+  // `kind` is kZero1, kZero2 or kFsdp; the model's layout must be sharded_layout(N) for
+  // the communicator's N ranks. For fsdp the model's parameters are taken into the shards
+  // and given back here (so construct after the initial broadcast).
+  // `micro_batches`: per step, as the rank loop runs them (--accumulate).
+  ShardedSync(Communicator& comm, RankModel& model, StrategyKind kind, CommMode mode,
+              ShardOptions options, SgdOptions sgd, int micro_batches);
+  ~ShardedSync() override;
+
+  void begin_step(int step) override;
+  void before_forward(int unit) override;
+  void after_forward(int unit) override;
+  void before_backward(int unit) override;
+  void after_backward(int unit, bool last_micro_batch) override;
+  void before_optimizer() override;
+  void optimizer_step(RankModel& model, float grad_scale) override;
+  void after_optimizer() override;
+  void end_step() override;
+  std::int64_t bytes_per_step() const override;
+  StateBytes state_bytes() const override;
+  std::string describe() const override;
+
+  // fsdp: a collective (every rank calls it); the gathered units are given back after.
+  std::vector<float> full_params(RankModel& model) override;
+
+ private:
+  struct Unit {
+    std::size_t begin = 0;  // [begin, padded_end) in the model's flat arrays
+    std::size_t padded_end = 0;
+    std::size_t shard = 0;    // elements per rank: (padded_end - begin) / N
+    std::size_t offset = 0;   // of this rank's shard in the shard buffers
+    std::vector<int> reads;   // units whose parameters its passes read
+    WorkPtr gather;           // fsdp: the all-gather in flight; zero1/2: after the step
+    WorkPtr reduce;           // the reduce-scatter in flight
+    bool resident = false;    // fsdp: gathered parameters are in the model
+    bool grads_live = false;  // a full gradient is in the model (zero2, fsdp)
+  };
+
+  bool fsdp() const { return kind_ == StrategyKind::kFsdp; }
+  bool communicates() const { return mode_ != CommMode::kOff; }
+  // Events of the step: forward u is micro * 2n + u, backward u is micro * 2n + 2n-1-u.
+  const std::vector<int>& needs(int event) const;
+  bool forward_event(int event) const;
+  void gather_ahead(int event);
+  void wait_gathered(int event);
+  void release_after(int event);
+  void issue_gather(int u);
+  void issue_reduce(int u);
+  // Ends reduce-scatters that are done (all of them with `wait`), giving their
+  // gradients back where the stage keeps only shards.
+  void settle_reduces(bool wait);
+  void wait(Work& work, int tag);
+  std::span<float> own_params(Unit& unit);  // the rank's block of the model's parameters
+  std::span<float> param_shard(Unit& unit);
+  std::span<float> grad_shard(Unit& unit);
+  void note_transient();
+
+  Communicator& comm_;
+  RankModel& model_;
+  StrategyKind kind_;
+  CommMode mode_;
+  ShardOptions options_;
+  int ranks_;
+  std::vector<Unit> units_;
+  std::vector<float> param_shards_;  // fsdp: the parameters this rank keeps
+  std::vector<float> grad_shards_;   // every stage: the averaged gradient block
+  std::vector<Sgd> sgd_;             // per unit: SGD on the rank's block, its velocity shard
+  int step_ = -1;
+  bool in_step_ = false;
+  int event_ = 0;             // the compute event now running or next
+  int events_per_micro_ = 0;  // 2 x units
+  int events_ = 0;            // per step
+  std::int64_t gathered_peak_ = 0;
+  std::int64_t grads_peak_ = 0;
+  std::int64_t bytes_this_step_ = 0;
+  std::int64_t bytes_last_step_ = 0;
+};
+
+}  // namespace tandem

@@ -1,0 +1,196 @@
+// Sharded data parallelism (ddp/sharded.h) on the local backend: every stage ends with
+// the parameters of DDP's sequential strategy bit for bit, for even and uneven shards, and
+// keeps the memory it promises.
+#include "ddp/sharded.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstring>
+#include <set>
+
+#include "engine/trainer.h"
+
+namespace tandem {
+namespace {
+
+TrainConfig config(const std::string& model, std::string_view strategy, int ranks) {
+  TrainConfig c;
+  c.model = ModelSpec::parse(model);
+  c.ranks = ranks;
+  c.batch = model.starts_with("mlp") ? 8 : 2;
+  c.steps = model.starts_with("mlp") ? 12 : 4;
+  c.reducer.plan.strategy = Strategy::parse(strategy);
+  c.sgd.weight_decay = 0.01f;  // the shard's SGD reads the parameters too
+  c.verify = true;
+  return c;
+}
+
+// A sharded run, named for failure messages.
+struct Variant {
+  const char* strategy;
+  int prefetch = 1;
+  bool reshard_after_forward = true;
+};
+
+const Variant kVariants[] = {{"zero1"},   {"zero2"},          {"fsdp", 0}, {"fsdp", 1},
+                             {"fsdp", 2}, {"fsdp", 1, false}, {"fsdp", 64}};
+
+std::string name(const Variant& v) {
+  return std::string(v.strategy) + " prefetch " + std::to_string(v.prefetch) +
+         (v.reshard_after_forward ? "" : " kept to backward");
+}
+
+void expect_every_variant_equals_sequential(const std::string& model, int ranks, int accumulate) {
+  TrainConfig reference_config = config(model, "sequential", ranks);
+  reference_config.accumulate = accumulate;
+  const TrainResult reference = train_local(reference_config);
+  ASSERT_EQ(reference.final_params.size(),
+            static_cast<std::size_t>(reference_config.model.parameter_count()));
+  for (const Variant& v : kVariants) {
+    TrainConfig c = config(model, v.strategy, ranks);
+    c.accumulate = accumulate;
+    c.shard = {.prefetch = v.prefetch, .reshard_after_forward = v.reshard_after_forward};
+    const TrainResult result = train_local(c);
+    ASSERT_EQ(result.final_params.size(), reference.final_params.size()) << name(v);
+    std::size_t differing = 0;
+    for (std::size_t i = 0; i < reference.final_params.size(); ++i) {
+      differing += std::memcmp(&result.final_params[i], &reference.final_params[i], 4) != 0;
+    }
+    EXPECT_EQ(differing, 0u) << model << ", " << ranks << " ranks, accumulate " << accumulate
+                             << ": " << name(v) << " differs from sequential in " << differing
+                             << " parameters";
+    for (std::size_t i = 0; i < result.steps.size(); ++i) {
+      EXPECT_EQ(result.steps[i].loss, reference.steps[i].loss) << name(v) << " step " << i;
+    }
+  }
+}
+
+// 3 ranks make every unit's shard uneven (padding), 1 rank makes the collectives trivial.
+TEST(ShardedTest, MlpEndsBitwiseEqualToSequentialForOneToFourRanks) {
+  for (int ranks = 1; ranks <= 4; ++ranks) {
+    expect_every_variant_equals_sequential("mlp:4x50", ranks, 1);
+  }
+  expect_every_variant_equals_sequential("mlp:4x50", 3, 3);
+}
+
+// gpt's head reads the embedding's wte (tied) and adds to its gradient from the far end of
+// backward; llama has no tie.
+TEST(ShardedTest, TransformersEndBitwiseEqualToSequentialForOneToFourRanks) {
+  for (const std::string model : {"gpt:layers=2,dim=16,heads=2,seq=6,vocab=29",
+                                  "llama:layers=2,dim=16,heads=2,seq=6,vocab=29"}) {
+    for (int ranks = 1; ranks <= 4; ++ranks)
+      expect_every_variant_equals_sequential(model, ranks, 1);
+    expect_every_variant_equals_sequential(model, 3, 2);
+  }
+}
+
+TEST(ShardedTest, ShardsReallyExchangeGradients) {
+  // A stage that never reduced would train each rank on its own shard of the data.
+  TrainConfig two = config("mlp:4x50", "fsdp", 2);
+  TrainConfig one = two;
+  one.ranks = 1;
+  EXPECT_NE(hash_floats(train_local(two).final_params), hash_floats(train_local(one).final_params));
+}
+
+// The bytes of units e..e+prefetch (distinct units) at their largest: what fsdp gathers at
+// once, from the layout alone.
+std::int64_t gathered_bound(const ModelLayout& layout, int prefetch) {
+  const int n = layout.units();
+  std::vector<int> order;  // the units read, event by event: forward, then backward
+  std::vector<std::vector<int>> needs;
+  for (int u = 0; u < n; ++u) needs.push_back(layout.units_read(u));
+  for (int u = n - 1; u >= 0; --u) needs.push_back(layout.units_read(u));
+  std::int64_t bound = 0;
+  for (std::size_t e = 0; e < needs.size(); ++e) {
+    std::set<int> units;
+    for (std::size_t f = e; f <= std::min(e + static_cast<std::size_t>(prefetch), needs.size() - 1);
+         ++f) {
+      units.insert(needs[f].begin(), needs[f].end());
+    }
+    std::int64_t bytes = 0;
+    for (int u : units) {
+      bytes += static_cast<std::int64_t>((layout.unit(u).padded_end - layout.unit(u).begin) * 4);
+    }
+    bound = std::max(bound, bytes);
+  }
+  return bound;
+}
+
+TEST(ShardedTest, MemoryIsAccountedAsPromised) {
+  for (const std::string model : {"mlp:6x64", "gpt:layers=3,dim=16,heads=2,seq=6,vocab=29"}) {
+    const int ranks = 4;
+    const TrainResult ddp = train_local(config(model, "sequential", ranks));
+    ASSERT_EQ(ddp.memory.size(), static_cast<std::size_t>(ranks));
+    const StateBytes replica = ddp.memory[0].state;
+    const std::int64_t params = ModelSpec::parse(model).parameter_count() * 4;
+    EXPECT_EQ(replica.params, params);
+    EXPECT_EQ(replica.grads, params);
+    EXPECT_EQ(replica.optimizer, params);
+    EXPECT_EQ(replica.gathered_peak, 0);
+
+    const ModelLayout layout(ModelSpec::parse(model), sharded_layout(ranks));
+    // Padding: fewer than `ranks` elements per unit, shared out over the ranks.
+    const std::int64_t padding = layout.units() * 4;
+    for (int prefetch : {0, 1, 2}) {
+      TrainConfig c = config(model, "fsdp", ranks);
+      c.shard.prefetch = prefetch;
+      const TrainResult fsdp = train_local(c);
+      ASSERT_EQ(fsdp.memory.size(), static_cast<std::size_t>(ranks));
+      for (const RankMemory& m : fsdp.memory) {
+        EXPECT_LE(m.state.params, replica.params / ranks + padding) << model;
+        EXPECT_LE(m.state.grads, replica.grads / ranks + padding) << model;
+        EXPECT_LE(m.state.optimizer, replica.optimizer / ranks + padding) << model;
+        EXPECT_EQ(m.state.gathered_peak, gathered_bound(layout, prefetch))
+            << model << " prefetch " << prefetch;
+        EXPECT_GT(m.state.grads_peak, 0);
+        EXPECT_GT(m.peak_rss_bytes, 0);
+      }
+    }
+    const TrainResult zero1 = train_local(config(model, "zero1", ranks));
+    EXPECT_EQ(zero1.memory[0].state.params, static_cast<std::int64_t>(layout.numel() * 4));
+    EXPECT_LE(zero1.memory[0].state.optimizer, replica.optimizer / ranks + padding);
+    EXPECT_EQ(zero1.memory[0].state.gathered_peak, 0);
+    EXPECT_EQ(zero1.memory[0].state.grads_peak, 0);  // zero1 keeps full gradients
+    const TrainResult zero2 = train_local(config(model, "zero2", ranks));
+    EXPECT_LE(zero2.memory[0].state.grads, replica.grads / ranks + padding);
+    EXPECT_GT(zero2.memory[0].state.grads_peak, 0);
+  }
+}
+
+TEST(ShardedTest, GathersAndReduceScattersAreTaggedWithTheirUnit) {
+  TrainConfig c = config("mlp:4x50", "fsdp", 2);
+  c.steps = 2;
+  c.verify = false;
+  const TrainResult result = train_local(c);
+  std::set<int> gathered, reduced;
+  for (const Span& s : result.timeline.spans) {
+    if (s.step < 0 || s.lane != Lane::kComm) continue;
+    EXPECT_TRUE(s.kind == SpanKind::kAllgather || s.kind == SpanKind::kReduceScatter);
+    (s.kind == SpanKind::kAllgather ? gathered : reduced).insert(s.tag);
+  }
+  EXPECT_EQ(gathered, (std::set<int>{0, 1, 2, 3}));
+  EXPECT_EQ(reduced, (std::set<int>{0, 1, 2, 3}));
+}
+
+TEST(ShardedTest, ComputeOnlyScenarioSendsNothing) {
+  TrainConfig c = config("mlp:4x50", "fsdp", 2);
+  c.reducer.mode = CommMode::kOff;
+  const TrainResult result = train_local(c);
+  for (const Span& s : result.timeline.spans) {
+    if (s.step >= 0) {
+      EXPECT_NE(s.lane, Lane::kComm);
+    }
+  }
+}
+
+TEST(ShardedTest, BadOptionsAreUsageErrors) {
+  TrainConfig c = config("mlp:4x50", "fsdp", 2);
+  c.shard.prefetch = -1;
+  EXPECT_THROW(validate(c), UsageError);
+  c.shard.prefetch = 65;
+  EXPECT_THROW(validate(c), UsageError);
+}
+
+}  // namespace
+}  // namespace tandem
