@@ -31,9 +31,9 @@ class LaunchSchedule {
 
  private:
   std::vector<std::vector<int>> unit_params_of_;  // unit -> parameter indices
-  std::vector<std::vector<int>> param_units_;   // locator: parameter -> units
-  std::vector<int> unit_params_;                // per unit: its parameter count
-  std::vector<int> pending_;                    // per unit: parameters not yet ready
+  std::vector<std::vector<int>> param_units_;     // locator: parameter -> units
+  std::vector<int> unit_params_;                  // per unit: its parameter count
+  std::vector<int> pending_;                      // per unit: parameters not yet ready
   std::size_t next_ = 0;
 };
 

@@ -9,8 +9,10 @@ namespace tandem {
 
 LayoutOptions sharded_layout(int ranks) {
   TANDEM_CHECK(ranks >= 1);
+  // Huge pages (core/page_array.h): a unit's whole 2 MiB pages are its own, and the gap
+  // after its end is never touched.
   return {.unit_multiple = static_cast<std::size_t>(ranks),
-          .unit_align = PageMemory::page_size() / sizeof(float)};
+          .unit_align = PageMemory::kHugePage / sizeof(float)};
 }
 
 ShardedSync::ShardedSync(Communicator& comm, RankModel& model, StrategyKind kind, CommMode mode,
@@ -277,7 +279,11 @@ void ShardedSync::note_transient() {
 std::int64_t ShardedSync::bytes_per_step() const { return bytes_last_step_; }
 
 StateBytes ShardedSync::state_bytes() const {
-  const auto full = static_cast<std::int64_t>(model_.layout().numel() * sizeof(float));
+  // A full replica: every unit with its padding (the gaps between units are never touched).
+  std::int64_t full = 0;
+  for (const Unit& unit : units_) {
+    full += static_cast<std::int64_t>((unit.padded_end - unit.begin) * sizeof(float));
+  }
   if (!communicates()) return {.params = full, .grads = full, .optimizer = full};
   const auto shards = static_cast<std::int64_t>(grad_shards_.size() * sizeof(float));
   StateBytes out{.params = fsdp() ? shards : full,

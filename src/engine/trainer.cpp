@@ -295,6 +295,7 @@ std::string train_rank(const TrainConfig& config, RankEnv& env, const StepCallba
   out.put_string(model->timing_source());
   out.put_string(sync->describe());
   out.put_vector(std::vector<RankMemory>{memory});
+  out.put_vector(std::vector<std::int64_t>{sync->bytes_per_step()});
   return out.take();
 }
 
@@ -326,7 +327,9 @@ TrainResult train(const TrainConfig& config, Job& job, const StepCallback& on_st
     std::string sync = in.get_string();
     const std::vector<RankMemory> memory = in.get_vector<RankMemory>();
     result.memory.insert(result.memory.end(), memory.begin(), memory.end());
+    const std::vector<std::int64_t> bytes_per_step = in.get_vector<std::int64_t>();
     if (r == 0) {
+      result.bytes_per_step = bytes_per_step.at(0);
       result.sync = std::move(sync);
       result.final_params = std::move(params);
       result.blas = std::move(blas);

@@ -78,6 +78,7 @@ struct TrainResult {
   std::vector<Bucket> buckets;      // the plan every rank used
   std::vector<float> final_params;  // rank 0's, in the packed layout (layout.h)
   std::string sync;                 // the strategy's describe() line
+  std::int64_t bytes_per_step = 0;  // rank 0's collectives in the last step (GradSync)
   std::size_t spans_dropped = 0;
   std::string blas;  // BLAS in use (threads included), or cuBLAS and the GEMM precision
   // The communicator backend and, for process jobs (mpi), the job's shape and how well

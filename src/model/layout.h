@@ -29,6 +29,7 @@
 #include <string_view>
 #include <vector>
 
+#include "core/page_array.h"
 #include "model/model_spec.h"
 
 namespace tandem {
@@ -42,8 +43,8 @@ struct ParamInit {
 
 // One parameter tensor of the flat layout.
 struct ParamInfo {
-  std::string name;        // "fc3.weight", "h2.attn.qkv.weight"
-  int unit = 0;            // the unit that owns it (forward order)
+  std::string name;  // "fc3.weight", "h2.attn.qkv.weight"
+  int unit = 0;      // the unit that owns it (forward order)
   std::size_t numel = 0;
   std::size_t offset = 0;  // into the flat parameter / gradient arrays
   std::vector<int> shape;  // row-major; a Linear weight is [in, out]
@@ -124,5 +125,17 @@ class ModelLayout {
   std::size_t numel_ = 0;
   int widest_ = 0;
 };
+
+// A zero flat array (parameters or gradients) for `layout`: each unit's range is advised
+// to use huge pages on its own (core/page_array.h), so that a unit given back and touched
+// again is cheap, and the gaps between units of a sharded layout stay uncommitted.
+template <typename T>
+PageArray<T> flat_array(const ModelLayout& layout) {
+  PageArray<T> flat(layout.numel());
+  for (int u = 0; u < layout.units(); ++u) {
+    flat.advise_huge_pages(layout.unit_begin(u), layout.unit(u).padded_end);
+  }
+  return flat;
+}
 
 }  // namespace tandem

@@ -47,8 +47,8 @@ Model::Model(const ModelSpec& spec, int max_batch, std::uint64_t seed, LayoutOpt
   }
   Impl& m = *impl_;
   m.max_batch = max_batch;
-  params_flat_ = PageArray<float>(layout_.numel());
-  grads_flat_ = PageArray<float>(layout_.numel());
+  params_flat_ = flat_array<float>(layout_);
+  grads_flat_ = flat_array<float>(layout_);
   layout_.initialize(params_flat_, seed);
 
   const std::size_t rows = static_cast<std::size_t>(max_batch);

@@ -82,8 +82,8 @@ BasicTransformer<T>::BasicTransformer(const ModelSpec& spec, int max_batch, std:
   Impl& m = *impl_;
   m.max_batch = max_batch;
   m.gpt = spec.kind == ModelKind::kGpt;
-  params_ = PageArray<T>(layout_.numel());
-  grads_ = PageArray<T>(layout_.numel());
+  params_ = flat_array<T>(layout_);
+  grads_ = flat_array<T>(layout_);
   if constexpr (std::is_same_v<T, float>) {
     layout_.initialize(params_, seed);
   } else {

@@ -23,7 +23,52 @@ std::string ms(const Summary& s) {
   return buf;
 }
 
+std::string mib(std::int64_t bytes) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.2f MiB", static_cast<double>(bytes) / (1 << 20));
+  return buf;
+}
+
+// A row per rank (the first 8 and the last): persistent state, transient peaks, peak RSS.
+std::string format_memory(const TrainResult& result) {
+  if (result.memory.empty()) return {};
+  std::string text =
+      "  memory per rank  persistent (params + grads + optimizer) | transient peak (gathered "
+      "units + unreduced grads) | process peak RSS\n";
+  char line[256];
+  for (std::size_t i = 0; i < result.memory.size(); ++i) {
+    if (i == 8 && result.memory.size() > 9) {
+      text += "                   ...\n";
+      i = result.memory.size() - 1;
+    }
+    const RankMemory& m = result.memory[i];
+    std::snprintf(line, sizeof line, "    rank %-4d %12s (%s + %s + %s) | %s + %s | %s\n", m.rank,
+                  mib(m.state.persistent()).c_str(), mib(m.state.params).c_str(),
+                  mib(m.state.grads).c_str(), mib(m.state.optimizer).c_str(),
+                  mib(m.state.gathered_peak).c_str(), mib(m.state.grads_peak).c_str(),
+                  m.peak_rss_bytes < 0 ? "unknown" : mib(m.peak_rss_bytes).c_str());
+    text += line;
+  }
+  return text;
+}
+
 }  // namespace
+
+nlohmann::json memory_json(const TrainResult& result) {
+  nlohmann::json ranks = nlohmann::json::array();
+  for (const RankMemory& m : result.memory) {
+    ranks.push_back({{"rank", m.rank},
+                     {"params_bytes", m.state.params},
+                     {"grads_bytes", m.state.grads},
+                     {"optimizer_bytes", m.state.optimizer},
+                     {"persistent_bytes", m.state.persistent()},
+                     {"gathered_peak_bytes", m.state.gathered_peak},
+                     {"grads_peak_bytes", m.state.grads_peak},
+                     {"peak_rss_bytes", m.peak_rss_bytes < 0 ? nlohmann::json(nullptr)
+                                                             : nlohmann::json(m.peak_rss_bytes)}});
+  }
+  return ranks;
+}
 
 TrainSummary summarize_training(const TrainConfig& config, const TrainResult& result, int warmup) {
   TrainSummary out;
@@ -52,7 +97,8 @@ TrainSummary summarize_training(const TrainConfig& config, const TrainResult& re
   const double global_samples =
       static_cast<double>(config.batch) * config.accumulate * config.ranks;
   out.samples_per_s = global_samples / (out.step_ms.median / 1e3);
-  if (config.model.is_transformer()) out.tokens_per_s = out.samples_per_s * config.model.transformer.seq;
+  if (config.model.is_transformer())
+    out.tokens_per_s = out.samples_per_s * config.model.transformer.seq;
   if (!loss.empty()) {
     out.first_loss = static_cast<float>(loss.begin()->second.first / loss.begin()->second.second);
     out.last_loss = static_cast<float>(loss.rbegin()->second.first / loss.rbegin()->second.second);
@@ -70,9 +116,7 @@ TrainSummary summarize_training(const TrainConfig& config, const TrainResult& re
     comm += s.t_comm_ns;
   }
   out.hidden_share = comm > 0 ? ovl / comm : std::nan("");
-  out.bytes_per_step = config.ranks > 1 && config.reducer.mode != CommMode::kOff
-                           ? static_cast<std::int64_t>(config.model.parameter_count() * 4)
-                           : 0;
+  out.bytes_per_step = config.ranks > 1 ? result.bytes_per_step : 0;
   return out;
 }
 
@@ -104,6 +148,7 @@ std::string format_train_summary(const TrainConfig& config, const TrainResult& r
   } else {
     add("  (--no-timeline: no compute/communication breakdown)\n");
   }
+  text += format_memory(result);
   add("  loss             %.4f -> %.4f\n", s.first_loss, s.last_loss);
   if (s.has_val_loss) {
     add("  validation loss  %.4f (held-out tail, after step %d)\n", s.val_loss, s.val_step);
@@ -138,6 +183,13 @@ nlohmann::json train_config_json(const TrainConfig& c, const TrainResult& result
       {"momentum", c.sgd.momentum},
       {"weight_decay", c.sgd.weight_decay},
       {"strategy", c.reducer.plan.strategy.to_string()},
+      {"strategy_details", result.sync},
+      {"prefetch", c.reducer.plan.strategy.kind == StrategyKind::kFsdp
+                       ? nlohmann::json(c.shard.prefetch)
+                       : nlohmann::json(nullptr)},
+      {"reshard_after_forward", c.reducer.plan.strategy.kind == StrategyKind::kFsdp
+                                    ? nlohmann::json(c.shard.reshard_after_forward)
+                                    : nlohmann::json(nullptr)},
       {"bucket_cap_bytes", c.reducer.plan.bucket_cap_bytes},
       {"first_bucket_cap_bytes", c.reducer.plan.first_bucket_cap_bytes},
       {"link", c.link.enabled() ? nlohmann::json(c.link.describe()) : nlohmann::json(nullptr)},
@@ -169,10 +221,12 @@ nlohmann::json train_summary_body(const TrainConfig& config, const TrainResult& 
       {"hidden_share", number_or_null(s.hidden_share)},
       {"first_loss", s.first_loss},
       {"last_loss", s.last_loss},
-      {"tokens_per_s", s.tokens_per_s > 0 ? nlohmann::json(s.tokens_per_s) : nlohmann::json(nullptr)},
+      {"tokens_per_s",
+       s.tokens_per_s > 0 ? nlohmann::json(s.tokens_per_s) : nlohmann::json(nullptr)},
       {"val_loss", s.has_val_loss ? nlohmann::json(s.val_loss) : nlohmann::json(nullptr)},
       {"val_step", s.has_val_loss ? nlohmann::json(s.val_step) : nlohmann::json(nullptr)},
       {"spans_dropped", result.spans_dropped},
+      {"memory", memory_json(result)},
   };
 }
 

@@ -38,5 +38,7 @@ nlohmann::json train_summary_body(const TrainConfig& config, const TrainResult& 
                                   const TrainSummary& summary);
 // Header plus a row per rank per step.
 std::string steps_csv(const TrainResult& result);
+// summary.json's "memory": a row per rank (docs/SHARDING.md).
+nlohmann::json memory_json(const TrainResult& result);
 
 }  // namespace tandem
