@@ -11,7 +11,7 @@ namespace tandem {
 
 std::string OpInfo::describe() const {
   std::string text(to_string(kind));
-  if (tag >= 0) text += " bucket " + std::to_string(tag);
+  if (tag >= 0) text += (unit_tag ? " unit " : " bucket ") + std::to_string(tag);
   std::string details;
   if (bytes > 0) details = format_bytes(static_cast<double>(bytes));
   if (step >= 0) details += (details.empty() ? "step " : ", step ") + std::to_string(step);
@@ -34,9 +34,9 @@ Work::Work(OpInfo info, int rank, std::chrono::nanoseconds timeout)
     : info_(info), rank_(rank), timeout_(timeout) {}
 
 std::exception_ptr Work::timeout_error(std::int64_t elapsed_ns) const {
-  return std::make_exception_ptr(TimeoutError(
-      "rank " + std::to_string(rank_) + ": " + info_.describe() + " not complete after " +
-      format_duration_ns(static_cast<double>(elapsed_ns))));
+  return std::make_exception_ptr(TimeoutError("rank " + std::to_string(rank_) + ": " +
+                                              info_.describe() + " not complete after " +
+                                              format_duration_ns(static_cast<double>(elapsed_ns))));
 }
 
 void Work::wait() {

@@ -39,8 +39,9 @@ struct OpInfo {
   std::int32_t step = -1;  // training step that issued it (-1: none)
   std::int32_t tag = -1;   // bucket, chunk or unit index (-1: none)
   NameId name = kNoName;
+  bool unit_tag = false;  // the tag is a model unit (sharded strategies), not a bucket
 
-  std::string describe() const;  // "allreduce bucket 3 (25.0 MiB, step 7)"
+  std::string describe() const;  // "allreduce bucket 3 (25.0 MiB, step 7)", "allgather unit 2 ..."
   // The comm-lane span of this operation over [start_ns, end_ns).
   Span comm_span(std::int64_t start_ns, std::int64_t end_ns) const;
 };
@@ -76,7 +77,9 @@ class Work {
   // ---- backend side ----
   // Device backends: what wait() does instead of blocking (enqueue a wait on the bound
   // stream). Set before the Work is returned to the caller.
-  void set_stream_wait(std::function<void()> enqueue_wait) { stream_wait_ = std::move(enqueue_wait); }
+  void set_stream_wait(std::function<void()> enqueue_wait) {
+    stream_wait_ = std::move(enqueue_wait);
+  }
   // Each called at most once, finish/fail exactly once.
   void mark_started(std::int64_t t_ns);
   void finish(std::int64_t t_ns);

@@ -141,7 +141,8 @@ void ShardedSync::issue_gather(int u) {
   const OpInfo info{.kind = SpanKind::kAllgather,
                     .bytes = static_cast<std::int64_t>(numel * sizeof(float)),
                     .step = in_step_ ? step_ : -1,  // -1: no iteration
-                    .tag = u};
+                    .tag = u,
+                    .unit_tag = true};
   const std::span<float> full = model_.params().subspan(unit.begin, numel);
   unit.gather = comm_.allgather(fsdp() ? param_shard(unit) : own_params(unit), full, info);
   if (!in_step_) return;  // full_params(): between steps, not training's memory or traffic
@@ -183,7 +184,8 @@ void ShardedSync::issue_reduce(int u) {
   const OpInfo info{.kind = SpanKind::kReduceScatter,
                     .bytes = static_cast<std::int64_t>(numel * sizeof(float)),
                     .step = step_,
-                    .tag = u};
+                    .tag = u,
+                    .unit_tag = true};
   unit.reduce = comm_.reduce_scatter(model_.grads().subspan(unit.begin, numel), grad_shard(unit),
                                      ReduceOp::kAverage, info);
   bytes_this_step_ += info.bytes;

@@ -14,6 +14,7 @@
 #include <filesystem>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <regex>
 #include <set>
 #include <sstream>
 #include <thread>
@@ -99,6 +100,39 @@ TEST(MpiTrain, LossTrajectoryMatchesLocalNativeAllreduce) {
 
 TEST(MpiTrain, LossTrajectoryMatchesLocalRingAllreduce) {
   expect_same_losses_as_local(" --mpi-allreduce ring");
+}
+
+// zero1, zero2 and fsdp under mpirun, 2 ranks and 3 (uneven shards), against DDP's
+// sequential strategy on the local backend: Open MPI's reductions round in another order,
+// so losses agree within 1e-6 relative rather than bit for bit.
+TEST(MpiTrain, ShardedStrategiesMatchLocalSequential) {
+  TempDir dir;
+  for (int np : {2, 3}) {
+    const auto local_out = dir.path() / ("local" + std::to_string(np));
+    const CliResult local =
+        run_shell(std::string(TANDEM_BINARY) + " train --backend local --strategy sequential" +
+                  " --ranks " + std::to_string(np) + kWorkload + " --out " + local_out.string());
+    ASSERT_EQ(local.exit_code, 0) << local.err;
+    const auto want = read_steps(local_out / "steps.csv");
+    for (const char* strategy : {"zero1", "zero2", "fsdp"}) {
+      const auto out = dir.path() / (std::string(strategy) + std::to_string(np));
+      const CliResult mpi =
+          run_shell(mpirun(np) + TANDEM_BINARY + " train --backend mpi --verify --strategy " +
+                    strategy + kWorkload + " --out " + out.string());
+      ASSERT_EQ(mpi.exit_code, 0) << strategy << ": " << mpi.err << mpi.out;
+      const auto got = read_steps(out / "steps.csv");
+      ASSERT_EQ(got.size(), want.size()) << strategy;
+      for (const auto& [key, row] : got) {
+        const float w = want.at(key).loss;
+        EXPECT_LE(std::fabs(row.loss - w), 1e-6f * std::fabs(w))
+            << strategy << " on " << np << " ranks, step " << key.first << " rank " << key.second
+            << ": " << row.loss << " against " << w;
+      }
+      const auto summary = nlohmann::json::parse(slurp(out / "summary.json"));
+      ASSERT_EQ(summary["memory"].size(), static_cast<std::size_t>(np)) << strategy;
+      EXPECT_GT(summary["memory"][np - 1]["peak_rss_bytes"].get<std::int64_t>(), 0) << strategy;
+    }
+  }
 }
 
 TEST(MpiTrain, AutoBackendPicksMpiUnderMpirunAndLocalOtherwise) {
@@ -248,13 +282,16 @@ TEST(MpiTimeout, ASkippedCollectiveStopsEveryRankWithOneLineEach) {
 // its parent when the job is gone (a subreaper), so its exit status can be read. Every
 // step waits for an event (rank 0's first step line, the job's end, rank 0's end), each
 // with a deadline.
-TEST(MpiFault, ARankStoppedUntilTheJobTimedOutEndsWithoutASignalWhenResumed) {
+// `workload`: the train flags; `late`: a regex of how rank 1's line names the collective
+// that timed out ("allreduce bucket \\d+").
+void expect_stopped_rank_ends_the_job(const std::string& workload, const std::string& late) {
   ASSERT_EQ(::prctl(PR_SET_CHILD_SUBREAPER, 1), 0);
   TempDir dir;
   const auto path = [&](const char* name) { return (dir.path() / name).string(); };
   const std::string train = std::string(TANDEM_BINARY) +
-                            " train --backend mpi --model mlp:4x256 --steps 100000 --timeout 2 "
-                            "--mpi-allreduce ring";
+                            " train --backend mpi --steps 100000 "
+                            "--timeout 2 " +
+                            workload;
   {
     std::ofstream script(path("rank0.sh"));
     script << "echo $$ > " << path("r0.pid.tmp") << " && mv " << path("r0.pid.tmp") << " "
@@ -292,11 +329,11 @@ TEST(MpiFault, ARankStoppedUntilTheJobTimedOutEndsWithoutASignalWhenResumed) {
     FAIL() << "the job did not end after rank 1's timeout: " << job_err;
   }
   EXPECT_TRUE(WIFEXITED(job_status) && WEXITSTATUS(job_status) == 1) << job_status << job_err;
-  const std::string rank1 = "tandem: rank 1: allreduce bucket ";
-  const auto at = job_err.find(rank1);
-  EXPECT_NE(at, std::string::npos) << job_err;
-  EXPECT_EQ(job_err.find(rank1, at + 1), std::string::npos) << "one line for rank 1: " << job_err;
-  EXPECT_NE(job_err.find("not complete after 2 s", at), std::string::npos) << job_err;
+  const std::regex rank1("tandem: rank 1: (" + late + ") \\(.*not complete after 2 s");
+  EXPECT_EQ(std::distance(std::sregex_iterator(job_err.begin(), job_err.end(), rank1),
+                          std::sregex_iterator()),
+            1)
+      << "one line for rank 1, naming " << late << ": " << job_err;
 
   // Resumed after the job is gone, rank 0 ends by itself, without a signal.
   ASSERT_EQ(::kill(rank0, SIGCONT), 0);
@@ -319,6 +356,17 @@ TEST(MpiFault, ARankStoppedUntilTheJobTimedOutEndsWithoutASignalWhenResumed) {
     EXPECT_TRUE(line.starts_with("tandem: rank 0: ")) << line;
   }
   EXPECT_LE(lines, 1) << r0_err;
+}
+
+TEST(MpiFault, ARankStoppedUntilTheJobTimedOutEndsWithoutASignalWhenResumed) {
+  expect_stopped_rank_ends_the_job("--model mlp:4x256 --mpi-allreduce ring",
+                                   "allreduce bucket \\d+");
+}
+
+// fsdp's forward waits on all-gathers: a rank stopped mid-gather ends the job the same way.
+TEST(MpiFault, ARankStoppedMidGatherEndsTheJobNamingTheGather) {
+  expect_stopped_rank_ends_the_job("--model mlp:4x256 --strategy fsdp --prefetch 0",
+                                   "(allgather|reduce_scatter) unit \\d+");
 }
 
 }  // namespace
