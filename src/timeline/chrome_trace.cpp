@@ -124,6 +124,30 @@ class FlowAnchors {
   std::map<int, std::vector<std::pair<std::int64_t, std::int64_t>>> by_rank_;
 };
 
+// Where a gathered unit's parameters are first used: the first compute span on the same
+// rank with the unit's tag (compute spans are tagged with their unit) that starts at or
+// after the all-gather ended. nullopt: none does (the run ended first).
+class FirstUse {
+ public:
+  explicit FirstUse(const Timeline& timeline) {
+    for (const Span& s : timeline.spans) {
+      if (s.lane == Lane::kCompute && s.tag >= 0) starts_[{s.rank, s.tag}].push_back(s.start_ns);
+    }
+    for (auto& [key, starts] : starts_) std::sort(starts.begin(), starts.end());
+  }
+
+  std::optional<std::int64_t> after(int rank, int tag, std::int64_t t_ns) const {
+    const auto it = starts_.find({rank, tag});
+    if (it == starts_.end()) return std::nullopt;
+    const auto next = std::lower_bound(it->second.begin(), it->second.end(), t_ns);
+    if (next == it->second.end()) return std::nullopt;
+    return *next;
+  }
+
+ private:
+  std::map<std::pair<int, int>, std::vector<std::int64_t>> starts_;
+};
+
 json span_event(const Timeline& timeline, const Span& s, std::int64_t t0) {
   json args = json::object();
   if (s.step >= 0) args["step"] = s.step;
@@ -178,6 +202,24 @@ void for_each_event(const Timeline& timeline, const ChromeTraceOptions& options,
     };
     emit(flow("s", Lane::kCompute, *from));
     emit(flow("f", Lane::kComm, s.start_ns));
+  }
+  // Flow arrows "gathered" -> the compute that first uses a unit's gathered parameters
+  // (sharded strategies tag every all-gather with its unit; header comment).
+  const FirstUse uses(timeline);
+  for (const Span& s : timeline.spans) {
+    if (s.lane != Lane::kComm || s.kind != SpanKind::kAllgather || s.tag < 0 || s.step < 0) {
+      continue;
+    }
+    const std::optional<std::int64_t> use = uses.after(s.rank, s.tag, s.end_ns);
+    if (!use) continue;
+    ++flow_id;
+    auto flow = [&](const char* phase, Lane lane, std::int64_t t_ns) {
+      return json{{"ph", phase},           {"name", "gathered"}, {"cat", "flow"},
+                  {"id", flow_id},         {"pid", s.rank},      {"tid", static_cast<int>(lane)},
+                  {"ts", to_us(t_ns, t0)}, {"bp", "e"}};
+    };
+    emit(flow("s", Lane::kComm, std::max(s.start_ns, s.end_ns - 1)));
+    emit(flow("f", Lane::kCompute, *use));
   }
   for (const CounterTrack& track : options.counters) {
     for (const CounterSample& sample : track.samples) {

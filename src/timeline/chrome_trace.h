@@ -18,7 +18,11 @@
 // from the compute lane at the issue time ("ph":"s") to the start of the collective on the
 // comm lane ("ph":"f"); both bind to the enclosing slice ("bp":"e"). When no compute slice
 // encloses the issue time, the arrow leaves the last nanosecond of the compute slice that
-// ended last before it; with no compute before it at all, there is no arrow.
+// ended last before it; with no compute before it at all, there is no arrow. Every
+// all-gather of a step with a tag (a sharded strategy's unit) also gets a flow
+// ("gathered") from its last nanosecond on the comm lane to the start of the first compute
+// span of the same rank and tag that starts after it ended: where the prefetched
+// parameters are used.
 //
 // Every string goes through nlohmann::json, which escapes it; invalid UTF-8 (possible in
 // imported names) is replaced by U+FFFD rather than failing the write.

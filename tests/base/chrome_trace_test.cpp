@@ -310,5 +310,32 @@ TEST_F(ChromeTraceTest, FlowArrowsJoinBucketReadyToItsCollective) {
   }
 }
 
+// fsdp: an all-gather of unit 2 (no issue time: no "bucket ready" arrow) points at the
+// first compute of unit 2 that starts after it ended, not at the one before it nor at
+// another unit's; a gather whose unit never computes again has no arrow.
+TEST_F(ChromeTraceTest, FlowArrowsJoinAGatherToTheComputeThatUsesIt) {
+  Timeline t;
+  const Span before = make(0, Lane::kCompute, SpanKind::kForward, 0, 900, 0, 2);
+  const Span other = make(0, Lane::kCompute, SpanKind::kForward, 1000, 1500, 0, 1);
+  const Span use = make(0, Lane::kCompute, SpanKind::kForward, 1600, 2000, 0, 2);
+  const Span later = make(0, Lane::kCompute, SpanKind::kBackward, 3000, 3500, 0, 2);
+  const Span gather = make(0, Lane::kComm, SpanKind::kAllgather, 950, 1200, 0, 2);
+  const Span unused = make(0, Lane::kComm, SpanKind::kAllgather, 3600, 3700, 0, 2);
+  t.spans = {before, other, use, later, gather, unused};
+  const fs::path path = dir_ / "gathered.json";
+  write_chrome_trace(t, path.string());
+  const json trace = read_json(path);
+  std::vector<json> flow;
+  for (const json& e : trace["traceEvents"]) {
+    if (e["ph"] == "s" || e["ph"] == "f") flow.push_back(e);
+  }
+  ASSERT_EQ(flow.size(), 2u);
+  EXPECT_EQ(flow[0]["name"], "gathered");
+  EXPECT_EQ(flow[0]["tid"], static_cast<int>(Lane::kComm));
+  EXPECT_EQ(flow[0]["ts"], 1.199);  // the gather's last ns (t0 = 0)
+  EXPECT_EQ(flow[1]["tid"], static_cast<int>(Lane::kCompute));
+  EXPECT_EQ(flow[1]["ts"], 1.6);  // the first use after it
+}
+
 }  // namespace
 }  // namespace tandem
