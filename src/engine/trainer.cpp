@@ -12,9 +12,9 @@
 #include "core/bytes.h"
 #include "core/error.h"
 #include "core/memory.h"
-#include "model/token_data.h"
 #include "core/parse.h"
 #include "model/model_ops.h"
+#include "model/token_data.h"
 
 namespace tandem {
 
@@ -53,14 +53,17 @@ void validate(const TrainConfig& config) {
   }
   (void)resolve_device_comm(config.device_comm, config.ranks);  // names --device-comm
   if (config.eval_every < 0) throw UsageError("--eval-every must be >= 0");
-  if (config.device != Device::kCpu && config.model.is_transformer()) {
-    throw UsageError("--device " + std::string(to_string(config.device)) + ": '" +
-                     config.model.text + "' is a transformer; transformers train on the cpu "
-                     "device only so far (docs/MODELS.md)");
+  if (config.model.is_transformer() &&
+      (config.precision == Precision::kFp16 || config.precision == Precision::kBf16)) {
+    throw UsageError("--precision " + std::string(to_string(config.precision)) +
+                     ": transformers compute in fp32 or tf32 (fp16 and bf16 GEMMs are for the "
+                     "mlp models so far; docs/GPU.md)");
   }
   if (!config.data_path.empty() && !config.model.is_transformer()) {
-    throw UsageError("--data: trains transformer models (gpt, llama and the presets) on "
-                     "text; '" + config.model.text + "' learns its synthetic task");
+    throw UsageError(
+        "--data: trains transformer models (gpt, llama and the presets) on "
+        "text; '" +
+        config.model.text + "' learns its synthetic task");
   }
   try {
     config.model.check_size();
@@ -70,7 +73,19 @@ void validate(const TrainConfig& config) {
   if (!config.data_path.empty()) {
     (void)TokenData::check_file(config.data_path, config.model.transformer.seq, config.ranks);
   }
-  if (config.device == Device::kCpu) check_host_memory(config);
+  if (config.device == Device::kCpu) {
+    check_host_memory(config);
+  } else {
+    // Note [device memory estimate] (model/cuda/cuda_rank_model.cpp): a floor, per rank.
+    const int ranks_here = launched_world().launcher.empty() ? config.ranks : 0;
+    check_device_memory({.spec = config.model,
+                         .batch = config.batch,
+                         .data_batches = config.data_batches,
+                         .device = config.device,
+                         .precision = config.precision,
+                         .data_path = config.data_path},
+                        ranks_here);
+  }
 }
 
 HostMemoryNeed host_memory_need(const TrainConfig& config, int ranks_here) {
@@ -79,9 +94,9 @@ HostMemoryNeed host_memory_need(const TrainConfig& config, int ranks_here) {
   // the recorder's spans are small, so both are left out: the estimate is a floor, and a
   // run it refuses could never have fit.
   const ReplicaBytes replica = replica_bytes({.spec = config.model,
-                                             .batch = config.batch,
-                                             .data_batches = config.data_batches,
-                                             .data_path = config.data_path});
+                                              .batch = config.batch,
+                                              .data_batches = config.data_batches,
+                                              .data_path = config.data_path});
   HostMemoryNeed need;
   need.state_per_rank = replica.state;
   need.activations_per_rank = replica.working;
@@ -228,7 +243,8 @@ std::string train_rank(const TrainConfig& config, RankEnv& env, const StepCallba
       // Every rank evaluates (the replicas are equal, so are their losses): the ranks
       // stay in step, and no rank waits for rank 0's evaluation inside the next step.
       const bool last = step + 1 == config.steps;
-      if (config.compute && (last || (config.eval_every > 0 && (step + 1) % config.eval_every == 0))) {
+      if (config.compute &&
+          (last || (config.eval_every > 0 && (step + 1) % config.eval_every == 0))) {
         if (const std::optional<double> val = model->validation_loss()) {
           record.val_loss = static_cast<float>(*val);
           record.has_val_loss = true;
