@@ -262,7 +262,8 @@ TEST_F(TransformerKernelTest, CrossEntropyInPlaceOverAVocabularyRow) {
   const int C = 700;
   auto logits = random_floats(static_cast<std::size_t>(N) * C, 81, 8.0);
   const auto targets = random_tokens(N, C, 82);
-  auto d_logits = dev(logits), d_targets = dev(targets);
+  auto d_logits = dev(logits);
+  auto d_targets = dev(targets);
   auto d_rows = dev(std::vector<float>(N));
   cuda::DeviceBuffer<double> d_sum(1);
   d_sum.zero(stream());
@@ -289,7 +290,8 @@ TEST_F(TransformerKernelTest, RepeatedKernelsAreBitwiseEqual) {
   const auto weight = random_floats(D, 93);
   const auto tokens = random_tokens(N, V, 94);
   auto run = [&] {
-    auto d_inp = dev(inp), d_dout = dev(dout), d_w = dev(weight), d_tokens = dev(tokens);
+    auto d_inp = dev(inp), d_dout = dev(dout), d_w = dev(weight);
+    auto d_tokens = dev(tokens);
     auto d_rstd = dev(std::vector<float>(N)), d_out = dev(std::vector<float>(inp.size()));
     auto d_dx = dev(std::vector<float>(inp.size())), d_dw = dev(std::vector<float>(D));
     auto d_dwte = dev(std::vector<float>(static_cast<std::size_t>(V) * D));
