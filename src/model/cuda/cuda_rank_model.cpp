@@ -335,9 +335,16 @@ ReplicaBytes device_replica_bytes(const ModelConfig& config) {
   return out;
 }
 
+// The calling thread's current device is left as it was (the launcher sets up the
+// device communicators on this thread afterwards).
 std::int64_t free_bytes(int ordinal) {
+  int previous = 0;
   std::size_t free = 0, total = 0;
-  if (cudaSetDevice(ordinal) != cudaSuccess || cudaMemGetInfo(&free, &total) != cudaSuccess) {
+  const bool ok = cudaGetDevice(&previous) == cudaSuccess &&
+                  cudaSetDevice(ordinal) == cudaSuccess &&
+                  cudaMemGetInfo(&free, &total) == cudaSuccess;
+  cudaSetDevice(previous);
+  if (!ok) {
     cudaGetLastError();
     return -1;
   }
