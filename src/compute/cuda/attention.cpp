@@ -10,6 +10,15 @@
 
 namespace tandem::cuda {
 
+// Note [heads as interleaved batches]
+// A head's queries, keys and values are views of qkv (T rows, 3D apart, the head's hd
+// columns), so batch i of a strided-batched GEMM is the previous one moved hd elements
+// on: the matrices interleave. Inputs may overlap freely. The outputs (a head's slice of
+// out [B, T, D], or of dqkv) interleave too, but no element is written by two batches.
+// The GPU tests check it (TransformerKernelTest.CausalAttentionForwardAndBackward in
+// tests/gpu/transformer_kernels_test.cpp); should a cuBLAS version ever mishandle it, the
+// fallback is llm.c's: permute q, k, v into [B, H, T, hd] copies and back.
+
 void attention_forward(const CublasHandle& blas, Precision precision, float* out, float* att,
                        const float* qkv, int B, int Tn, int D, int H, cudaStream_t stream) {
   const int hd = D / H;
