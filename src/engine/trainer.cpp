@@ -60,10 +60,8 @@ void validate(const TrainConfig& config) {
                      "mlp models so far; docs/GPU.md)");
   }
   if (!config.data_path.empty() && !config.model.is_transformer()) {
-    throw UsageError(
-        "--data: trains transformer models (gpt, llama and the presets) on "
-        "text; '" +
-        config.model.text + "' learns its synthetic task");
+    throw UsageError("--data: trains transformer models (gpt, llama and the presets) on text; '" +
+                     config.model.text + "' learns its synthetic task");
   }
   try {
     config.model.check_size();
