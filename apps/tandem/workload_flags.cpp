@@ -113,12 +113,14 @@ void add_workload_flags(CLI::App& app, WorkloadFlags& f) {
   app.add_option("--device", f.device,
                  "Where the math runs: cpu (OpenBLAS, fp32) or cuda (one GPU per rank: rank r "
                  "on device r, or device rank % GPUs under mpirun; cuBLAS plus tandem's "
-                 "kernels, spans timed with CUDA events; see docs/GPU.md)")
+                 "kernels, spans timed with CUDA events; mlp and transformer models, the "
+                 "transformers not yet run on a GPU; see docs/GPU.md)")
       ->capture_default_str();
   app.add_option("--precision", f.precision,
                  "GEMM precision with --device cuda: fp32, tf32 (tensor cores, fp32 storage), "
                  "fp16 or bf16 (cast GEMM inputs, fp32 accumulation); master weights, "
-                 "gradients and all-reduce stay fp32. The cpu device takes fp32 only")
+                 "gradients and all-reduce stay fp32. Transformers take fp32 or tf32; the cpu "
+                 "device takes fp32 only")
       ->capture_default_str();
   app.add_option("--device-comm", f.device_comm,
                  "Gradient all-reduce between GPUs with --device cuda: nccl, emulated (a "

@@ -1,6 +1,7 @@
 // The CPU RankModel (Model + its data shard + SGD) and the device registry.
 #include "model/rank_model.h"
 
+#include <algorithm>
 #include <map>
 #include <mutex>
 #include <optional>
@@ -9,6 +10,7 @@
 #include "compute/cpu/blas.h"
 #include "core/clock.h"
 #include "core/error.h"
+#include "core/parse.h"
 #include "model/token_data.h"
 #include "model/transformer.h"
 
@@ -218,6 +220,41 @@ void check_device_available(Device device) {
   if (const std::string why = models->unavailable(); !why.empty()) {
     throw UsageError("--device " + name + ": " + why);
   }
+}
+
+void check_device_memory(const ModelConfig& config, int ranks_here) {
+  if (config.device == Device::kCpu) return;
+  const DeviceModels* models = find_device_models(config.device);
+  if (models == nullptr || models->replica_bytes == nullptr || models->free_bytes == nullptr ||
+      !models->unavailable().empty()) {
+    return;
+  }
+  const int devices = models->count();
+  if (devices < 1) return;
+  // In-process rank r runs on device r (the device communicators place them so).
+  const int checked = ranks_here > 0 ? std::min(ranks_here, devices) : devices;
+  std::int64_t free = -1;
+  int ordinal = 0;
+  for (int d = 0; d < checked; ++d) {
+    const std::int64_t f = models->free_bytes(d);
+    if (f < 0) return;  // unknown: no check
+    const bool tighter = ranks_here > 0 ? (free < 0 || f < free) : f > free;
+    if (tighter) {
+      free = f;
+      ordinal = d;
+    }
+  }
+  const ReplicaBytes need = models->replica_bytes(config);
+  const double total = need.state + need.working;
+  if (total <= static_cast<double>(free)) return;
+  const std::string name(to_string(config.device));
+  throw UsageError("--model " + config.spec.text + " with --batch " + std::to_string(config.batch) +
+                   " on --device " + name + " needs at least " + format_bytes(total) +
+                   " of device memory per rank (" + std::to_string(static_cast<long long>(total)) +
+                   " bytes: " + format_bytes(need.state) +
+                   " of parameters, gradients and momentum and " + format_bytes(need.working) +
+                   " of activations and data), but " + name + " device " + std::to_string(ordinal) +
+                   " has " + format_bytes(static_cast<double>(free)) + " free");
 }
 
 ReplicaBytes replica_bytes(const ModelConfig& config) {

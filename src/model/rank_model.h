@@ -38,10 +38,10 @@ struct ModelConfig {
   SgdOptions sgd{};
   Device device = Device::kCpu;
   Precision precision = Precision::kFp32;
-  int rank = 0;    // which shard of the data
-  int ranks = 1;   // how many shards (--data files are cut into one per rank)
+  int rank = 0;           // which shard of the data
+  int ranks = 1;          // how many shards (--data files are cut into one per rank)
   std::string data_path;  // transformers: train on this file's bytes (token_data.h)
-  int ordinal = -1;  // the device's ordinal (-1: the CPU)
+  int ordinal = -1;       // the device's ordinal (-1: the CPU)
   LayoutOptions layout{};  // how the flat arrays hold the units (a sharded strategy pads)
 };
 
@@ -122,11 +122,22 @@ struct DeviceModels {
   std::unique_ptr<RankModel> (*make)(const ModelConfig& config, RankRecorder& recorder) = nullptr;
   // How many devices this machine has (the ranks of an in-process job use 0..n-1).
   int (*count)() = nullptr;
+  // Bytes one replica of `config` allocates in device memory (a floor, as replica_bytes),
+  // and the free memory of device `ordinal` now (-1: unknown): check_device_memory.
+  ReplicaBytes (*replica_bytes)(const ModelConfig& config) = nullptr;
+  std::int64_t (*free_bytes)(int ordinal) = nullptr;
 };
 bool register_device_models(Device device, DeviceModels models);
 const DeviceModels* find_device_models(Device device);
 // Throws UsageError naming --device when `device` cannot run in this program on this
 // machine (not built in, or no device present). The CPU always can.
 void check_device_available(Device device);
+// Throws UsageError, one line with the bytes needed, when a replica of `config` cannot
+// fit in the free memory of the devices it would use: devices 0..ranks_here-1 for an
+// in-process run (ranks_here > 0), or (ranks_here == 0: a launcher's process, whose device
+// is its index on its host) the device with the most free memory. Does nothing for the
+// CPU (the trainer checks host memory), for a device that is not available here, or where
+// the free memory is unknown.
+void check_device_memory(const ModelConfig& config, int ranks_here);
 
 }  // namespace tandem

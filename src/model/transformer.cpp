@@ -76,8 +76,8 @@ BasicTransformer<T>::BasicTransformer(const ModelSpec& spec, int max_batch, std:
   const std::int64_t N = static_cast<std::int64_t>(max_batch) * s.seq;
   // BLAS takes int dimensions and the largest product is N x vocab.
   if (N * std::max({s.vocab, 3 * s.dim, 2 * s.hidden}) > std::numeric_limits<int>::max()) {
-    throw UsageError("model '" + spec.text + "': batch " + std::to_string(max_batch) +
-                     " x seq " + std::to_string(s.seq) + " is too large for one matrix product");
+    throw UsageError("model '" + spec.text + "': batch " + std::to_string(max_batch) + " x seq " +
+                     std::to_string(s.seq) + " is too large for one matrix product");
   }
   Impl& m = *impl_;
   m.max_batch = max_batch;
@@ -172,11 +172,11 @@ std::int64_t BasicTransformer<T>::buffer_bytes(const ModelSpec& spec, int max_ba
   // As the constructor allocates them (Note [Transformer buffers]), per token.
   const TransformerShape& s = spec.transformer;
   const std::int64_t D = s.dim, F = s.hidden, up = spec.kind == ModelKind::kGpt ? F : 2 * F;
-  const std::int64_t per_block = 6 * D + 4 + 3 * D + static_cast<std::int64_t>(s.heads) * s.seq +
-                                 up + F;
+  const std::int64_t per_block =
+      6 * D + 4 + 3 * D + static_cast<std::int64_t>(s.heads) * s.seq + up + F;
   const std::int64_t scratch = 3 * D + 3 * D + up + F;
-  const std::int64_t per_token = (s.layers + 1) * D + s.layers * per_block + D + 2 + s.vocab +
-                                 scratch;
+  const std::int64_t per_token =
+      (s.layers + 1) * D + s.layers * per_block + D + 2 + s.vocab + scratch;
   const std::int64_t tokens = static_cast<std::int64_t>(max_batch) * s.seq;
   return static_cast<std::int64_t>(sizeof(T)) *
              (tokens * per_token + static_cast<std::int64_t>(s.seq) * (s.seq + s.head_dim())) +
@@ -218,16 +218,7 @@ void BasicTransformer<T>::set_input(const TokenBatch& batch) {
   m.next_backward = -1;
 }
 
-namespace {
-
-// FLOPs of one sequence's matrix products, forward (model_spec.h's shape).
-struct BlockFlops {
-  double attention = 0;
-  double mlp = 0;
-  double head = 0;
-};
-
-BlockFlops block_flops(const ModelSpec& spec, int rows) {
+TransformerFlops transformer_flops(const ModelSpec& spec, int rows) {
   const TransformerShape& s = spec.transformer;
   const double N = static_cast<double>(rows) * s.seq, D = s.dim, F = s.hidden;
   const double Tn = s.seq;
@@ -236,8 +227,6 @@ BlockFlops block_flops(const ModelSpec& spec, int rows) {
           .mlp = 2 * N * D * F * up + 2 * N * F * D,
           .head = 2 * N * D * s.vocab};
 }
-
-}  // namespace
 
 template <typename T>
 void BasicTransformer<T>::forward_unit(int unit, RankRecorder& recorder, int step) {
@@ -249,7 +238,7 @@ void BasicTransformer<T>::forward_unit(int unit, RankRecorder& recorder, int ste
   const int B = m.rows, Tn = s.seq, D = s.dim, H = s.heads, F = s.hidden, L = s.layers;
   const int N = B * Tn;
   const T* w = params_.data();
-  const BlockFlops flops = block_flops(spec(), B);
+  const TransformerFlops flops = transformer_flops(spec(), B);
   auto span = [&](ModelOp op, double f) {
     return ScopedSpan(recorder, Lane::kCompute, SpanKind::kForward, step, unit, op_name(op), f);
   };
@@ -264,8 +253,8 @@ void BasicTransformer<T>::forward_unit(int unit, RankRecorder& recorder, int ste
     {
       auto s1 = span(ModelOp::kNorm, 0);
       if (m.gpt) {
-        Ops::layernorm_forward(m.lnf.data(), m.lnf_mean.data(), m.lnf_rstd.data(),
-                               m.x[L].data(), w + m.lnf_w, w + m.lnf_b, N, D);
+        Ops::layernorm_forward(m.lnf.data(), m.lnf_mean.data(), m.lnf_rstd.data(), m.x[L].data(),
+                               w + m.lnf_w, w + m.lnf_b, N, D);
       } else {
         Ops::rmsnorm_forward(m.lnf.data(), m.lnf_rstd.data(), m.x[L].data(), w + m.lnf_w, N, D);
       }
@@ -273,8 +262,8 @@ void BasicTransformer<T>::forward_unit(int unit, RankRecorder& recorder, int ste
     auto s2 = span(ModelOp::kHead, flops.head);
     if (m.gpt) {
       // Tied: logits [N, V] = lnf [N, D] . wte^T [D, V].
-      gemm(false, true, N, s.vocab, D, T(1), m.lnf.data(), D, w + m.wte, D, T(0),
-           m.logits.data(), s.vocab);
+      gemm(false, true, N, s.vocab, D, T(1), m.lnf.data(), D, w + m.wte, D, T(0), m.logits.data(),
+           s.vocab);
     } else {
       Ops::linear_forward(m.logits.data(), m.lnf.data(), w + m.head_w, nullptr, N, D, s.vocab);
     }
@@ -325,8 +314,8 @@ double BasicTransformer<T>::forward_loss(RankRecorder& recorder, int step) {
   const TransformerShape& s = spec().transformer;
   ScopedSpan span(recorder, Lane::kCompute, SpanKind::kForward, step, units(),
                   op_name(ModelOp::kLoss));
-  return layers::Ops<T>::cross_entropy_forward(m.logits.data(), m.logits.data(),
-                                               m.targets.data(), m.rows * s.seq, s.vocab);
+  return layers::Ops<T>::cross_entropy_forward(m.logits.data(), m.logits.data(), m.targets.data(),
+                                               m.rows * s.seq, s.vocab);
 }
 
 template <typename T>
@@ -352,7 +341,7 @@ void BasicTransformer<T>::backward_unit(int unit, RankRecorder& recorder, int st
   const int N = B * Tn;
   const T* w = params_.data();
   T* g = grads_.data();
-  const BlockFlops flops = block_flops(spec(), B);
+  const TransformerFlops flops = transformer_flops(spec(), B);
   auto span = [&](ModelOp op, double f) {
     return ScopedSpan(recorder, Lane::kCompute, SpanKind::kBackward, step, unit, op_name(op),
                       2 * f);
@@ -360,8 +349,8 @@ void BasicTransformer<T>::backward_unit(int unit, RankRecorder& recorder, int st
 
   if (unit == 0) {
     auto s0 = span(ModelOp::kEmbedding, 0);
-    Ops::embedding_backward(g + m.wte, m.gpt ? g + m.wpe : nullptr, m.dx.data(), m.inputs.data(),
-                            B, Tn, D);
+    Ops::embedding_backward(g + m.wte, m.gpt ? g + m.wpe : nullptr, m.dx.data(), m.inputs.data(), B,
+                            Tn, D);
     return;
   }
   if (unit == L + 1) {
@@ -381,8 +370,8 @@ void BasicTransformer<T>::backward_unit(int unit, RankRecorder& recorder, int st
     auto s1 = span(ModelOp::kNorm, 0);
     if (m.gpt) {
       Ops::layernorm_backward(m.dx.data(), g + m.lnf_w, g + m.lnf_b, nullptr, m.dln.data(),
-                              m.x[L].data(), w + m.lnf_w, m.lnf_mean.data(), m.lnf_rstd.data(),
-                              N, D);
+                              m.x[L].data(), w + m.lnf_w, m.lnf_mean.data(), m.lnf_rstd.data(), N,
+                              D);
     } else {
       Ops::rmsnorm_backward(m.dx.data(), g + m.lnf_w, nullptr, m.dln.data(), m.x[L].data(),
                             w + m.lnf_w, m.lnf_rstd.data(), N, D);

@@ -37,6 +37,17 @@ struct TokenBatch {
   int rows = 0;
 };
 
+// The FLOPs of a forward pass's matrix products over `rows` sequences, per span: a
+// block's attention (qkv, the full T x T scores and weighted sum, projection) and mlp,
+// and the head. Backward spans carry twice these. Shared by every device's transformer
+// so that their spans agree.
+struct TransformerFlops {
+  double attention = 0;
+  double mlp = 0;
+  double head = 0;
+};
+TransformerFlops transformer_flops(const ModelSpec& spec, int rows);
+
 template <typename T>
 class BasicTransformer {
  public:

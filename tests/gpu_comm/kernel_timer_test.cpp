@@ -4,8 +4,8 @@
 
 #include <gtest/gtest.h>
 
-#include "cuda/resources.h"
 #include "compute/cuda/gemm.h"
+#include "cuda/resources.h"
 #include "gpu/gpu_support.h"
 #include "timeline/recorder.h"
 
@@ -34,8 +34,11 @@ void time_one_gemm(bool prefer_cupti) {
   KernelTimer timer({.device = 0, .prefer_cupti = prefer_cupti});
   timer.start();
   timer.mark_step(stream.get(), 4);
-  const auto region =
-      timer.begin(stream.get(), Lane::kCompute, SpanKind::kKernel, 0, 2.0 * n * n * n);
+  // The tag (an int) and the FLOP count (a double) by name: a FLOP count in the tag's
+  // place would be an out-of-range double -> int conversion.
+  const std::int32_t tag = 0;
+  const double flops = 2.0 * n * n * n;
+  const auto region = timer.begin(stream.get(), Lane::kCompute, SpanKind::kKernel, tag, flops);
   cuda::gemm(blas, Precision::kFp32, false, false, n, n, n, 1.0f, a.data(), n, b.data(), n, 0.0f,
              c.data(), n);
   timer.end(stream.get(), region);
@@ -49,6 +52,11 @@ void time_one_gemm(bool prefer_cupti) {
     EXPECT_EQ(s.step, 4);
     EXPECT_LE(s.start_ns, s.end_ns);
     if (s.kind == SpanKind::kOptimizer) marker = true;
+    // Events mode: the region's span carries the tag and FLOPs given to begin().
+    if (timer.source() == KernelTimingSource::kEvents && s.kind == SpanKind::kKernel) {
+      EXPECT_EQ(s.tag, tag);
+      EXPECT_EQ(s.flops, flops);
+    }
     if (s.kind == SpanKind::kKernel && s.lane == Lane::kCompute && s.end_ns > s.start_ns)
       kernel = true;
   }

@@ -9,11 +9,11 @@
 #include "core/error.h"
 
 // cuBLAS's own status codes; the CUDA runtime's are checked by cuda/check.h.
-#define TANDEM_CUBLAS_CHECK(call)                                                       \
-  do {                                                                                  \
-    const cublasStatus_t tandem_status_ = (call);                                       \
-    if (tandem_status_ != CUBLAS_STATUS_SUCCESS)                                        \
-      ::tandem::cuda::throw_cublas_error(#call, tandem_status_, __FILE__, __LINE__);    \
+#define TANDEM_CUBLAS_CHECK(call)                                                    \
+  do {                                                                               \
+    const cublasStatus_t tandem_status_ = (call);                                    \
+    if (tandem_status_ != CUBLAS_STATUS_SUCCESS)                                     \
+      ::tandem::cuda::throw_cublas_error(#call, tandem_status_, __FILE__, __LINE__); \
   } while (0)
 
 namespace tandem::cuda {
@@ -87,6 +87,20 @@ void gemm(const CublasHandle& handle, Precision precision, bool trans_a, bool tr
                                    trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, n, m, k, &alpha, b, in, ldb,
                                    a, in, lda, &beta, c, CUDA_R_32F, ldc, compute_type(precision),
                                    CUBLAS_GEMM_DEFAULT));
+}
+
+// The same operand swap as gemm() (Note [Row-major GEMM on column-major cuBLAS]); the
+// strides go with their operands.
+void gemm_strided_batched(const CublasHandle& handle, Precision precision, bool trans_a,
+                          bool trans_b, int m, int n, int k, float alpha, const void* a, int lda,
+                          long long stride_a, const void* b, int ldb, long long stride_b,
+                          float beta, float* c, int ldc, long long stride_c, int batch) {
+  if (m == 0 || n == 0 || batch == 0) return;
+  const cudaDataType_t in = input_type(precision);
+  TANDEM_CUBLAS_CHECK(cublasGemmStridedBatchedEx(
+      handle.get(), trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, n, m,
+      k, &alpha, b, in, ldb, stride_b, a, in, lda, stride_a, &beta, c, CUDA_R_32F, ldc, stride_c,
+      batch, compute_type(precision), CUBLAS_GEMM_DEFAULT));
 }
 
 std::string cublas_description() {

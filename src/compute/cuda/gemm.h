@@ -37,6 +37,14 @@ void gemm(const CublasHandle& handle, Precision precision, bool trans_a, bool tr
           int k, float alpha, const void* a, int lda, const void* b, int ldb, float beta, float* c,
           int ldc);
 
+// `batch` GEMMs of gemm()'s shape at once, matrix i at a + i * stride_a (elements of the
+// input type), b + i * stride_b and c + i * stride_c: attention's per-head products on
+// strided views of qkv (model/cuda/cuda_transformer.cpp), one cuBLAS call per sequence.
+void gemm_strided_batched(const CublasHandle& handle, Precision precision, bool trans_a,
+                          bool trans_b, int m, int n, int k, float alpha, const void* a, int lda,
+                          long long stride_a, const void* b, int ldb, long long stride_b,
+                          float beta, float* c, int ldc, long long stride_c, int batch);
+
 // "cuBLAS 13.0.2": for reports.
 std::string cublas_description();
 

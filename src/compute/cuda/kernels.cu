@@ -9,25 +9,17 @@
 #include <algorithm>
 #include <cstdint>
 
-#include "cuda/check.h"
 #include "compute/cuda/kernels.h"
+#include "cuda/check.h"
+#include "kernel_support.cuh"
 
 namespace tandem::cuda {
 namespace {
 
-constexpr int kThreads = 256;  // a multiple of 32: the block reductions assume whole warps
-constexpr std::int64_t kMaxBlocks = 65536;
-
-unsigned blocks_for(std::int64_t n) {
-  return static_cast<unsigned>(std::min<std::int64_t>((n + kThreads - 1) / kThreads, kMaxBlocks));
-}
-
-__device__ __forceinline__ std::int64_t first_index() {
-  return static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-}
-__device__ __forceinline__ std::int64_t grid_stride() {
-  return static_cast<std::int64_t>(blockDim.x) * gridDim.x;
-}
+using detail::blocks_for;
+using detail::first_index;
+using detail::grid_stride;
+using detail::kThreads;
 
 // ---- bias -------------------------------------------------------------------------
 
@@ -97,37 +89,7 @@ __global__ void gelu_backward_kernel(float* dinp, const float* inp, const float*
 
 // ---- softmax cross-entropy --------------------------------------------------------
 
-__device__ __forceinline__ float warp_max(float v) {
-  for (int offset = 16; offset > 0; offset >>= 1) {
-    v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, offset));
-  }
-  return v;
-}
-
-__device__ __forceinline__ float warp_sum(float v) {
-  for (int offset = 16; offset > 0; offset >>= 1) v += __shfl_xor_sync(0xffffffffu, v, offset);
-  return v;
-}
-
-// Every thread of the block gets the result. scratch holds 32 floats; the leading
-// barrier lets a second reduction reuse it after the first one's readers are done.
-template <bool kMax>
-__device__ float block_reduce(float v, float* scratch) {
-  const int lane = static_cast<int>(threadIdx.x) % 32;
-  const int warp = static_cast<int>(threadIdx.x) / 32;
-  const int warps = static_cast<int>(blockDim.x) / 32;
-  v = kMax ? warp_max(v) : warp_sum(v);
-  __syncthreads();
-  if (lane == 0) scratch[warp] = v;
-  __syncthreads();
-  if (warp == 0) {
-    float w = lane < warps ? scratch[lane] : (kMax ? -CUDART_INF_F : 0.0f);
-    w = kMax ? warp_max(w) : warp_sum(w);
-    if (lane == 0) scratch[0] = w;
-  }
-  __syncthreads();
-  return scratch[0];
-}
+using detail::block_reduce;
 
 // One block per row.
 __global__ void softmax_ce_forward_kernel(float* probs, float* row_loss, const float* logits,
@@ -136,6 +98,9 @@ __global__ void softmax_ce_forward_kernel(float* probs, float* row_loss, const f
   const std::int64_t row = blockIdx.x;
   const float* z = logits + row * C;
   float* p = probs + row * C;
+  // Read before any thread writes the row: probs may alias logits (the transformer's
+  // vocabulary-wide rows turn into their probabilities in place, as on the CPU).
+  const float target = threadIdx.x == 0 ? z[targets[row]] : 0.0f;
 
   float max = -CUDART_INF_F;
   for (int c = static_cast<int>(threadIdx.x); c < C; c += blockDim.x) max = fmaxf(max, z[c]);
@@ -154,9 +119,8 @@ __global__ void softmax_ce_forward_kernel(float* probs, float* row_loss, const f
   // max - z[t] first, in double as the CPU does: with large logits, adding log(sum) to
   // max before subtracting z[t] would cancel to ulp(max).
   if (threadIdx.x == 0) {
-    row_loss[row] =
-        static_cast<float>(static_cast<double>(logf(sum)) +
-                           (static_cast<double>(max) - static_cast<double>(z[targets[row]])));
+    row_loss[row] = static_cast<float>(static_cast<double>(logf(sum)) +
+                                       (static_cast<double>(max) - static_cast<double>(target)));
   }
 }
 

@@ -31,12 +31,12 @@ void gelu_backward(float* dinp, const float* inp, const float* dout, std::int64_
 
 // Softmax cross-entropy. logits [B, C], targets [B] in [0, C) -> probs [B, C] and the
 // per-row loss log(sum exp(z - max)) + max - z[target] in row_loss [B] (log-sum-exp,
-// never log(p): stable for any logits).
+// never log(p): stable for any logits). probs may alias logits.
 void softmax_cross_entropy_forward(float* probs, float* row_loss, const float* logits,
                                    const std::int32_t* targets, int B, int C, cudaStream_t stream);
 // *loss_sum += mean of row_loss [B], summed in double in a fixed order.
 void accumulate_mean(double* loss_sum, const float* row_loss, int B, cudaStream_t stream);
-// dlogits [B, C] = (probs - onehot(targets)) / B.
+// dlogits [B, C] = (probs - onehot(targets)) / B; may alias probs.
 void softmax_cross_entropy_backward(float* dlogits, const float* probs, const std::int32_t* targets,
                                     int B, int C, cudaStream_t stream);
 

@@ -10,11 +10,12 @@
 #include <string>
 #include <utility>
 
-#include "cuda/check.h"
-#include "cuda/resources.h"
 #include "compute/cuda/gemm.h"
 #include "compute/cuda/kernels.h"
 #include "core/error.h"
+#include "cuda/check.h"
+#include "cuda/resources.h"
+#include "model/cuda/loss_sum.h"
 
 namespace tandem::cuda {
 
@@ -46,8 +47,7 @@ struct CudaModel::Impl {
   std::vector<DeviceBuffer<float>> pre;
   DeviceBuffer<float> probs;
   DeviceBuffer<float> row_loss;
-  DeviceBuffer<double> loss_sum;
-  PinnedBuffer<double> loss_host{1};
+  std::unique_ptr<DeviceLossSum> loss;  // made once the stream is known
   DeviceBuffer<float> grad_a;
   DeviceBuffer<float> grad_b;
   std::vector<DeviceBuffer<std::uint16_t>> lp_acts;  // fp16/bf16 only
@@ -105,7 +105,6 @@ CudaModel::CudaModel(const ModelSpec& spec, int max_batch, std::uint64_t seed, P
   }
   m.probs = DeviceBuffer<float>(rows * static_cast<std::size_t>(spec.classes));
   m.row_loss = DeviceBuffer<float>(rows);
-  m.loss_sum = DeviceBuffer<double>(1);
   m.grad_a = DeviceBuffer<float>(rows * static_cast<std::size_t>(widest));
   m.grad_b = DeviceBuffer<float>(rows * static_cast<std::size_t>(widest));
   if (m.low_precision()) {
@@ -123,7 +122,7 @@ CudaModel::CudaModel(const ModelSpec& spec, int max_batch, std::uint64_t seed, P
   layout.initialize(initial, seed);
   m.params_flat.upload(initial, stream);
   m.grads_flat.zero(stream);
-  m.loss_sum.zero(stream);
+  m.loss = std::make_unique<DeviceLossSum>(stream);
   // `initial` dies at the end of this constructor.
   TANDEM_CUDA_CHECK(cudaStreamSynchronize(stream));
 }
@@ -181,23 +180,10 @@ std::vector<float> CudaModel::download_logits() const {
   return out;
 }
 
-void CudaModel::reset_loss_sum() { impl_->loss_sum.zero(impl_->stream); }
-
-double CudaModel::read_loss_sum() const {
-  const Impl& m = *impl_;
-  double value = 0;
-  m.loss_sum.download(std::span<double>(&value, 1), m.stream);
-  TANDEM_CUDA_CHECK(cudaStreamSynchronize(m.stream));
-  return value;
-}
-
-void CudaModel::enqueue_loss_readback() {
-  Impl& m = *impl_;
-  TANDEM_CUDA_CHECK(cudaMemcpyAsync(m.loss_host.data(), m.loss_sum.data(), sizeof(double),
-                                    cudaMemcpyDeviceToHost, m.stream));
-}
-
-double CudaModel::loss_sum_host() const { return *impl_->loss_host.data(); }
+void CudaModel::reset_loss_sum() { impl_->loss->reset(impl_->stream); }
+double CudaModel::read_loss_sum() const { return impl_->loss->read(impl_->stream); }
+void CudaModel::enqueue_loss_readback() { impl_->loss->enqueue_readback(impl_->stream); }
+double CudaModel::loss_sum_host() const { return impl_->loss->host(); }
 
 double CudaModel::forward_flops(int rows) const { return impl_->layout.forward_flops(rows); }
 
@@ -234,25 +220,6 @@ void activation_backward_in_place(Activation activation, float* dout, const floa
   }
 }
 
-// A span that is always closed, also when an enqueue throws (the run ends then anyway).
-class TimedSection {
- public:
-  TimedSection(EventTimer* timer, cudaStream_t stream, SpanKind kind, int step, int tag,
-               double flops)
-      : timer_(timer), stream_(stream) {
-    if (timer_ != nullptr) timer_->begin(stream, Lane::kCompute, kind, step, tag, flops);
-  }
-  ~TimedSection() noexcept(false) {
-    if (timer_ != nullptr && std::uncaught_exceptions() == 0) timer_->end(stream_);
-  }
-  TimedSection(const TimedSection&) = delete;
-  TimedSection& operator=(const TimedSection&) = delete;
-
- private:
-  EventTimer* timer_;
-  cudaStream_t stream_;
-};
-
 }  // namespace
 
 // Shapes, B = rows: x [B, input] -> layer L: [B, in_L] . [in_L, out_L] + [out_L] ->
@@ -277,7 +244,8 @@ void CudaModel::forward_unit(int l, EventTimer* timer, int step) {
   const float* inp = l == 0 ? m.x : m.acts[u].data();
   const float* w = m.params_flat.data() + layer.weight;
   const std::size_t in_count = static_cast<std::size_t>(B) * static_cast<std::size_t>(layer.in);
-  const std::size_t w_count = static_cast<std::size_t>(layer.in) * static_cast<std::size_t>(layer.out);
+  const std::size_t w_count =
+      static_cast<std::size_t>(layer.in) * static_cast<std::size_t>(layer.out);
   const void* a = inp;
   const void* b = w;
   if (m.low_precision()) {
@@ -305,7 +273,7 @@ void CudaModel::forward_loss(EventTimer* timer, int step) {
   TimedSection span(timer, m.stream, SpanKind::kForward, step, layer_count(), 0);
   softmax_cross_entropy_forward(m.probs.data(), m.row_loss.data(), m.pre.back().data(), m.targets,
                                 m.rows, spec().classes, m.stream);
-  accumulate_mean(m.loss_sum.data(), m.row_loss.data(), m.rows, m.stream);
+  m.loss->add_mean(m.row_loss.data(), m.rows, m.stream);
 }
 
 void CudaModel::backward_loss(EventTimer* timer, int step) {
@@ -335,8 +303,7 @@ void CudaModel::backward_unit(int l, EventTimer* timer, int step) {
     TimedSection span(timer, m.stream, SpanKind::kBackward, step, l, flops);
     const std::int64_t out_count = static_cast<std::int64_t>(B) * layer.out;
     if (l < layer_count() - 1) {
-      activation_backward_in_place(spec().activation, m.dout, m.pre[u].data(), out_count,
-                                   m.stream);
+      activation_backward_in_place(spec().activation, m.dout, m.pre[u].data(), out_count, m.stream);
     }
     const void* dout_in = m.dout;
     const void* inp = l == 0 ? static_cast<const void*>(m.x) : m.acts[u].data();

@@ -1,9 +1,18 @@
-// The CUDA RankModel (model/rank_model.h): CudaModel, its SGD and its data shard on one
-// device, compute on one stream, spans timed by CUDA events; registered for --device cuda.
+// The CUDA RankModel (model/rank_model.h): a network on one device (the mlp's CudaModel or
+// the CudaTransformer), its SGD and its data, compute on one stream, spans timed by CUDA
+// events; registered for --device cuda. One rank model serves both kinds, as on the CPU:
+// what differs between them (the math, the data) is a CudaNet.
 //
 // Nothing waits on the host until end_step(): the step's loss is copied to pinned memory
 // on the stream, the stream is synchronized once, and the events become spans.
+#include <cuda_runtime_api.h>
+
+#include <array>
 #include <memory>
+#include <optional>
+#include <span>
+#include <utility>
+#include <vector>
 
 #include "compute/cuda/gemm.h"
 #include "core/clock.h"
@@ -11,13 +20,16 @@
 #include "cuda/check.h"
 #include "cuda/resources.h"
 #include "model/cuda/cuda_model.h"
+#include "model/cuda/cuda_transformer.h"
+#include "model/model.h"
 #include "model/rank_model.h"
+#include "model/token_data.h"
 #include "timeline/gpu/event_timer.h"
 
 namespace tandem {
 namespace {
 
-// The rank's synthetic shard: generated on the host by the CPU model's code (so both
+// The mlp's synthetic shard: generated on the host by the CPU model's code (so both
 // devices train on the same samples) and copied to the device once, before step 0.
 class DeviceDataset {
  public:
@@ -47,6 +59,10 @@ class DeviceDataset {
     return {.x = x_.data() + first * input_, .y = y_.data() + first, .rows = rows_};
   }
 
+  static double bytes(const ModelConfig& config) {
+    return 4.0 * config.batch * config.data_batches * (config.spec.input + 1.0);
+  }
+
  private:
   int rows_;
   int batches_;
@@ -55,61 +71,218 @@ class DeviceDataset {
   cuda::DeviceBuffer<std::int32_t> y_;
 };
 
+// A transformer's tokens (token_data.h: synthetic or a file's bytes, the CPU's), drawn on
+// the host per micro-batch and split into inputs and targets in pinned memory, then
+// copied to the device on the stream. The device copy is one buffer: the next copy is
+// ordered on the stream after every kernel that reads the last one. The pinned slots
+// rotate; a slot is refilled only after its last copy completed (an event), which within
+// a step of up to kSlots micro-batches is always already the case: the previous step
+// ended with a synchronization.
+class DeviceTokenStream {
+ public:
+  static constexpr int kSlots = 4;
+
+  explicit DeviceTokenStream(const ModelConfig& c)
+      : data_(c.data_path.empty()
+                  ? TokenData::synthetic(c.spec.transformer.vocab, c.spec.transformer.seq, c.batch,
+                                         c.seed, c.rank)
+                  : TokenData::from_file(c.data_path, c.spec.transformer.seq, c.batch, c.seed,
+                                         c.rank, c.ranks)),
+        rows_(c.batch),
+        seq_(c.spec.transformer.seq),
+        vocab_(c.spec.transformer.vocab),
+        tokens_(static_cast<std::size_t>(rows_) * (seq_ + 1)),
+        pinned_(kSlots * slot_size()),
+        device_(slot_size()) {
+    TANDEM_CHECK_EQ(data_.vocab(), vocab_);
+  }
+
+  const TokenData& data() const { return data_; }
+
+  // Micro-batch `index` (or held-out batch `index` when validation) on the device.
+  cuda::DeviceTokens next(int index, bool validation, cudaStream_t stream) {
+    if (validation) {
+      data_.validation_batch(index, tokens_);
+    } else {
+      data_.batch(index, tokens_);
+    }
+    const int slot = next_slot_;
+    next_slot_ = (next_slot_ + 1) % kSlots;
+    if (used_[static_cast<std::size_t>(slot)]) done_[static_cast<std::size_t>(slot)].synchronize();
+    std::int32_t* inputs = pinned_.data() + static_cast<std::size_t>(slot) * slot_size();
+    std::int32_t* targets = inputs + slot_size() / 2;
+    for (int b = 0; b < rows_; ++b) {
+      const std::int32_t* seq = tokens_.data() + static_cast<std::ptrdiff_t>(b) * (seq_ + 1);
+      for (int t = 0; t < seq_; ++t) {
+        TANDEM_CHECK(seq[t] >= 0 && seq[t] < vocab_ && seq[t + 1] >= 0 && seq[t + 1] < vocab_);
+        inputs[static_cast<std::ptrdiff_t>(b) * seq_ + t] = seq[t];
+        targets[static_cast<std::ptrdiff_t>(b) * seq_ + t] = seq[t + 1];
+      }
+    }
+    TANDEM_CUDA_CHECK(cudaMemcpyAsync(device_.data(), inputs, slot_size() * sizeof(std::int32_t),
+                                      cudaMemcpyHostToDevice, stream));
+    done_[static_cast<std::size_t>(slot)].record(stream);
+    used_[static_cast<std::size_t>(slot)] = true;
+    return {.inputs = device_.data(), .targets = device_.data() + slot_size() / 2, .rows = rows_};
+  }
+
+ private:
+  std::size_t slot_size() const { return 2 * static_cast<std::size_t>(rows_) * seq_; }
+
+  TokenData data_;
+  int rows_, seq_, vocab_;
+  std::vector<std::int32_t> tokens_;  // one batch [rows, seq + 1]
+  cuda::PinnedBuffer<std::int32_t> pinned_;
+  cuda::DeviceBuffer<std::int32_t> device_;  // inputs [rows, seq], then targets
+  std::array<cuda::Event, kSlots> done_;
+  std::array<bool, kSlots> used_{};
+  int next_slot_ = 0;
+};
+
+// What CudaRankModel needs of a network on the device (CpuNet's twin in rank_model.cpp).
+class CudaNet {
+ public:
+  virtual ~CudaNet() = default;
+  virtual const ModelLayout& layout() const = 0;
+  virtual std::span<float> params() = 0;
+  virtual std::span<float> grads() = 0;
+  virtual void set_micro_batch(int index) = 0;
+  virtual void forward_unit(int unit, cuda::EventTimer* timer, int step) = 0;
+  virtual void forward_loss(cuda::EventTimer* timer, int step) = 0;
+  virtual void backward_loss(cuda::EventTimer* timer, int step) = 0;
+  virtual void backward_unit(int unit, cuda::EventTimer* timer, int step) = 0;
+  virtual void zero_grad() = 0;
+  virtual void reset_loss_sum() = 0;
+  virtual void enqueue_loss_readback() = 0;
+  virtual double loss_sum_host() const = 0;
+  virtual std::vector<float> download_params() = 0;
+  virtual std::optional<double> validation_loss() { return std::nullopt; }
+};
+
+// The passes of a CudaModel or a CudaTransformer (the same unit-by-unit interface).
+template <typename Net>
+class CudaNetOf : public CudaNet {
+ public:
+  template <typename... Args>
+  explicit CudaNetOf(Args&&... args) : net_(std::forward<Args>(args)...) {}
+
+  const ModelLayout& layout() const override { return net_.layout(); }
+  std::span<float> params() override { return {net_.flat_params(), net_.numel()}; }
+  std::span<float> grads() override { return {net_.flat_grads(), net_.numel()}; }
+  void forward_unit(int unit, cuda::EventTimer* timer, int step) override {
+    net_.forward_unit(unit, timer, step);
+  }
+  void forward_loss(cuda::EventTimer* timer, int step) override { net_.forward_loss(timer, step); }
+  void backward_loss(cuda::EventTimer* timer, int step) override {
+    net_.backward_loss(timer, step);
+  }
+  void backward_unit(int unit, cuda::EventTimer* timer, int step) override {
+    net_.backward_unit(unit, timer, step);
+  }
+  void zero_grad() override { net_.zero_grad(); }
+  void reset_loss_sum() override { net_.reset_loss_sum(); }
+  void enqueue_loss_readback() override { net_.enqueue_loss_readback(); }
+  double loss_sum_host() const override { return net_.loss_sum_host(); }
+  std::vector<float> download_params() override { return net_.download_params(); }
+
+ protected:
+  Net net_;
+};
+
+class MlpNet final : public CudaNetOf<cuda::CudaModel> {
+ public:
+  MlpNet(const ModelConfig& c, cudaStream_t stream)
+      : CudaNetOf(c.spec, c.batch, c.seed, c.precision, stream), data_(c, stream) {}
+  void set_micro_batch(int index) override { net_.set_input(data_.batch(index)); }
+
+ private:
+  DeviceDataset data_;
+};
+
+class TransformerNet final : public CudaNetOf<cuda::CudaTransformer> {
+ public:
+  TransformerNet(const ModelConfig& c, cudaStream_t stream)
+      : CudaNetOf(c.spec, c.batch, c.seed, c.precision, stream), tokens_(c), stream_(stream) {}
+  void set_micro_batch(int index) override {
+    net_.set_input(tokens_.next(index, /*validation=*/false, stream_));
+  }
+
+  // Forward passes over the held-out batches, timing nothing, between steps; the loss
+  // accumulator is the step's, which the next begin_step resets.
+  std::optional<double> validation_loss() override {
+    const int batches = tokens_.data().validation_batches();
+    if (batches == 0) return std::nullopt;
+    net_.reset_loss_sum();
+    for (int i = 0; i < batches; ++i) {
+      net_.set_input(tokens_.next(i, /*validation=*/true, stream_));
+      for (int u = 0; u < net_.units(); ++u) net_.forward_unit(u, nullptr, -1);
+      net_.forward_loss(nullptr, -1);
+    }
+    const double sum = net_.read_loss_sum();
+    net_.reset_loss_sum();
+    return sum / batches;
+  }
+
+ private:
+  DeviceTokenStream tokens_;
+  cudaStream_t stream_;
+};
+
 int current(int ordinal) {
   const int device = ordinal < 0 ? 0 : ordinal;
   TANDEM_CUDA_CHECK(cudaSetDevice(device));
   return device;
 }
 
+std::unique_ptr<CudaNet> make_net(const ModelConfig& config, cudaStream_t stream) {
+  if (config.spec.is_transformer()) return std::make_unique<TransformerNet>(config, stream);
+  return std::make_unique<MlpNet>(config, stream);
+}
+
 class CudaRankModel final : public RankModel {
  public:
   CudaRankModel(const ModelConfig& config, RankRecorder& recorder)
       : device_(current(config.ordinal)),
-        model_(config.spec, config.batch, config.seed, config.precision, stream_.get()),
-        sgd_(config.sgd, model_.numel(), stream_.get()),
-        data_(config, stream_.get()),
+        net_(make_net(config, stream_.get())),
+        sgd_(config.sgd, net_->params().size(), stream_.get()),
         timer_(device_, recorder.enabled()),
         recorder_(recorder),
         precision_(config.precision) {}
 
-  void zero(float* flat, std::size_t begin, std::size_t end) {
-    TANDEM_CHECK(begin <= end && end <= model_.numel());
-    TANDEM_CUDA_CHECK(
-        cudaMemsetAsync(flat + begin, 0, (end - begin) * sizeof(float), stream_.get()));
-  }
-
   // Kernels still queued may write the buffers about to be freed.
   ~CudaRankModel() override { cudaStreamSynchronize(stream_.get()); }
 
-  const ModelLayout& layout() const override { return model_.layout(); }
-  std::span<float> params() override { return {model_.flat_params(), model_.numel()}; }
-  std::span<float> grads() override { return {model_.flat_grads(), model_.numel()}; }
+  const ModelLayout& layout() const override { return net_->layout(); }
+  std::span<float> params() override { return net_->params(); }
+  std::span<float> grads() override { return net_->grads(); }
   ComputeStream stream() const override { return stream_.get(); }
   // Zeroed on the stream; the memory stays allocated (sharded strategies run on the cpu
   // device only so far, docs/SHARDING.md).
   void discard_params(std::size_t begin, std::size_t end) override {
-    zero(model_.flat_params(), begin, end);
+    zero(net_->params(), begin, end);
   }
-  void discard_grads(std::size_t begin, std::size_t end) override {
-    zero(model_.flat_grads(), begin, end);
-  }
+  void discard_grads(std::size_t begin, std::size_t end) override { zero(net_->grads(), begin, end); }
 
   std::int64_t begin_step(int step) override {
     TANDEM_CUDA_CHECK(cudaSetDevice(device_));
     step_ = step;
     timer_.start_step(stream_.get());
-    model_.reset_loss_sum();
+    net_->reset_loss_sum();
     return timer_.enabled() ? timer_.anchor_ns() : now_ns();
   }
-  void set_micro_batch(int index) override { model_.set_input(data_.batch(index)); }
-  void forward_unit(int unit) override { model_.forward_unit(unit, &timer_, step_); }
-  void forward_loss() override { model_.forward_loss(&timer_, step_); }
-  void backward_loss() override { model_.backward_loss(&timer_, step_); }
-  void backward_unit(int unit) override { model_.backward_unit(unit, &timer_, step_); }
-  void optimizer_step(float grad_scale) override {
-    sgd_.step(model_.flat_params(), model_.flat_grads(), grad_scale, stream_.get());
+  void set_micro_batch(int index) override { net_->set_micro_batch(index); }
+  void forward_unit(int unit) override { net_->forward_unit(unit, &timer_, step_); }
+  void forward_loss() override { net_->forward_loss(&timer_, step_); }
+  void backward_loss() override { net_->backward_loss(&timer_, step_); }
+  void backward_unit(int unit) override { net_->backward_unit(unit, &timer_, step_); }
+  std::optional<double> validation_loss() override {
+    TANDEM_CUDA_CHECK(cudaSetDevice(device_));
+    return net_->validation_loss();
   }
-  void zero_grad() override { model_.zero_grad(); }
+  void optimizer_step(float grad_scale) override {
+    sgd_.step(net_->params().data(), net_->grads().data(), grad_scale, stream_.get());
+  }
+  void zero_grad() override { net_->zero_grad(); }
   void begin_span(Lane lane, SpanKind kind, int tag) override {
     timer_.begin(stream_.get(), lane, kind, step_, tag);
   }
@@ -117,13 +290,13 @@ class CudaRankModel final : public RankModel {
 
   // The step's one host synchronization.
   StepEnd end_step() override {
-    model_.enqueue_loss_readback();
+    net_->enqueue_loss_readback();
     stream_.synchronize();
     const std::int64_t end = timer_.flush(recorder_);
-    return {.loss_sum = model_.loss_sum_host(), .end_ns = end};
+    return {.loss_sum = net_->loss_sum_host(), .end_ns = end};
   }
 
-  std::vector<float> download_params() override { return model_.download_params(); }
+  std::vector<float> download_params() override { return net_->download_params(); }
   std::string describe() const override {
     return cuda::cublas_description() + ", " + std::string(to_string(precision_)) + " GEMMs";
   }
@@ -133,11 +306,15 @@ class CudaRankModel final : public RankModel {
   std::string timing_source() const override { return "cuda-events"; }
 
  private:
+  void zero(std::span<float> flat, std::size_t begin, std::size_t end) {
+    TANDEM_CHECK(begin <= end && end <= flat.size());
+    TANDEM_CUDA_CHECK(
+        cudaMemsetAsync(flat.data() + begin, 0, (end - begin) * sizeof(float), stream_.get()));
+  }
   const int device_;
   cuda::Stream stream_;
-  cuda::CudaModel model_;
+  std::unique_ptr<CudaNet> net_;
   cuda::CudaSgd sgd_;
-  DeviceDataset data_;
   cuda::EventTimer timer_;
   RankRecorder& recorder_;
   Precision precision_;
@@ -152,8 +329,45 @@ std::string unavailable() { return cuda::unavailable_reason(); }
 
 int count() { return cuda::device_count(); }
 
-[[maybe_unused]] const bool kRegistered = register_device_models(
-    Device::kCuda, DeviceModels{.unavailable = &unavailable, .make = &make, .count = &count});
+// Note [device memory estimate]: what a replica allocates in device memory, as the
+// constructors above allocate it: parameters, gradients, SGD velocity, the net's buffers
+// and its data. cuBLAS's workspace and the CUDA context are left out, so it is a floor.
+ReplicaBytes device_replica_bytes(const ModelConfig& config) {
+  const ModelSpec& spec = config.spec;
+  ReplicaBytes out;
+  out.state = 3.0 * static_cast<double>(spec.parameter_count()) * sizeof(float);
+  if (spec.is_transformer()) {
+    out.working = static_cast<double>(cuda::CudaTransformer::buffer_bytes(spec, config.batch)) +
+                  4.0 * 2 * config.batch * spec.transformer.seq;
+  } else {
+    out.working =
+        static_cast<double>(Model::buffer_bytes(spec, config.batch)) + DeviceDataset::bytes(config);
+  }
+  return out;
+}
+
+// The calling thread's current device is left as it was (the launcher sets up the
+// device communicators on this thread afterwards).
+std::int64_t free_bytes(int ordinal) {
+  int previous = 0;
+  std::size_t free = 0, total = 0;
+  const bool ok = cudaGetDevice(&previous) == cudaSuccess &&
+                  cudaSetDevice(ordinal) == cudaSuccess &&
+                  cudaMemGetInfo(&free, &total) == cudaSuccess;
+  cudaSetDevice(previous);
+  if (!ok) {
+    cudaGetLastError();
+    return -1;
+  }
+  return static_cast<std::int64_t>(free);
+}
+
+[[maybe_unused]] const bool kRegistered =
+    register_device_models(Device::kCuda, DeviceModels{.unavailable = &unavailable,
+                                                       .make = &make,
+                                                       .count = &count,
+                                                       .replica_bytes = &device_replica_bytes,
+                                                       .free_bytes = &free_bytes});
 
 }  // namespace
 }  // namespace tandem

@@ -25,7 +25,7 @@ std::size_t EventTimer::next_event(cudaStream_t stream) {
 }
 
 void EventTimer::begin(cudaStream_t stream, Lane lane, SpanKind kind, int step, int tag,
-                       double flops) {
+                       double flops, NameId name) {
   if (!enabled_) return;
   Pending p;
   p.span.lane = lane;
@@ -33,6 +33,7 @@ void EventTimer::begin(cudaStream_t stream, Lane lane, SpanKind kind, int step, 
   p.span.step = step;
   p.span.tag = tag;
   p.span.flops = flops;
+  p.span.name = name;
   p.begin_event = next_event(stream);
   open_.push_back(pending_.size());
   pending_.push_back(p);

@@ -10,6 +10,7 @@
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
+#include <exception>
 #include <vector>
 
 #include "cuda/event_clock.h"
@@ -29,8 +30,9 @@ class EventTimer {
   // step's synchronization), so the wait is only the anchor's own latency.
   void start_step(cudaStream_t stream);
   // Opens a span on `stream` (events are created on first use and reused every step).
+  // name: a fixed NameId (model/model_ops.h's sub-operations), kNoName for the kind's.
   void begin(cudaStream_t stream, Lane lane, SpanKind kind, int step, int tag = -1,
-             double flops = 0);
+             double flops = 0, NameId name = kNoName);
   // Closes the most recently opened span that is still open.
   void end(cudaStream_t stream);
   // Once the stream has passed every event of this step (after a synchronization):
@@ -48,13 +50,33 @@ class EventTimer {
     bool closed = false;
   };
   std::size_t next_event(cudaStream_t stream);
-  
+
   bool enabled_;
   EventClock clock_;
   std::vector<Event> events_;
   std::size_t used_ = 0;  // events recorded this step
   std::vector<Pending> pending_;
   std::vector<std::size_t> open_;  // indices into pending_, innermost last
+};
+
+// A compute span around the work enqueued in a scope, always closed, also when an enqueue
+// throws (the run ends then anyway). timer may be null (nothing recorded).
+class TimedSection {
+ public:
+  TimedSection(EventTimer* timer, cudaStream_t stream, SpanKind kind, int step, int tag,
+               double flops, NameId name = kNoName)
+      : timer_(timer), stream_(stream) {
+    if (timer_ != nullptr) timer_->begin(stream, Lane::kCompute, kind, step, tag, flops, name);
+  }
+  ~TimedSection() noexcept(false) {
+    if (timer_ != nullptr && std::uncaught_exceptions() == 0) timer_->end(stream_);
+  }
+  TimedSection(const TimedSection&) = delete;
+  TimedSection& operator=(const TimedSection&) = delete;
+
+ private:
+  EventTimer* timer_;
+  cudaStream_t stream_;
 };
 
 }  // namespace tandem::cuda

@@ -1,0 +1,148 @@
+// The rank loop with a transformer on a GPU (--device cuda, one rank over the emulated
+// ring): against the CPU trainer on the same run, every strategy against sequential,
+// two runs bit for bit the same, a text file with its validation loss; and the refusals
+// that need no GPU (fp16/bf16 transformers) or need one (a run too large for the device).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "core/error.h"
+#include "engine/trainer.h"
+#include "gpu/gpu_support.h"
+
+namespace tandem {
+namespace {
+
+using testing::l2_rel_diff;
+
+TrainConfig transformer_run(const char* model, const char* strategy) {
+  TrainConfig c;
+  c.model = ModelSpec::parse(model);
+  c.ranks = 1;
+  c.batch = 4;
+  c.steps = 3;
+  c.reducer.plan.strategy = Strategy::parse(strategy);
+  // Small caps: several buckets even for these small models.
+  c.reducer.plan.bucket_cap_bytes = 16 << 10;
+  c.reducer.plan.first_bucket_cap_bytes = 8 << 10;
+  c.timeout_ns = 60'000'000'000;
+  c.device = Device::kCuda;
+  c.verify = true;
+  return c;
+}
+
+constexpr const char* kGpt = "gpt:layers=2,dim=32,heads=4,seq=16,vocab=64";
+constexpr const char* kLlama = "llama:layers=2,dim=32,heads=4,seq=16,hidden=48,vocab=64";
+
+TEST(CudaTransformerTrainerTest, OneRankMatchesTheCpuTrainer) {
+  TANDEM_SKIP_WITHOUT_GPU();
+  for (const char* model : {kGpt, kLlama}) {
+    const TrainConfig gpu_config = transformer_run(model, "bucketed");
+    TrainConfig cpu_config = gpu_config;
+    cpu_config.device = Device::kCpu;
+    const TrainResult gpu = train_local(gpu_config);
+    const TrainResult cpu = train_local(cpu_config);
+    ASSERT_EQ(gpu.final_params.size(), cpu.final_params.size());
+    const double diff = l2_rel_diff(gpu.final_params, cpu.final_params);
+    std::printf("%s: parameters differ by %.3g (l2 rel) after %d steps; loss %.5f vs %.5f\n", model,
+                diff, gpu_config.steps, static_cast<double>(gpu.steps.back().loss),
+                static_cast<double>(cpu.steps.back().loss));
+    EXPECT_LE(diff, 1e-4) << model;
+    ASSERT_EQ(gpu.steps.size(), cpu.steps.size());
+    for (std::size_t i = 0; i < gpu.steps.size(); ++i) {
+      EXPECT_NEAR(gpu.steps[i].loss, cpu.steps[i].loss, 1e-4 * (1 + std::abs(cpu.steps[i].loss)))
+          << model << " step " << i;
+    }
+    EXPECT_EQ(gpu.device, "cuda");
+    EXPECT_EQ(gpu.timing_source, "cuda-events");
+  }
+}
+
+TEST(CudaTransformerTrainerTest, EveryStrategyAgreesWithSequential) {
+  TANDEM_SKIP_WITHOUT_GPU();
+  for (const char* model : {kGpt, kLlama}) {
+    const TrainResult reference = train_local(transformer_run(model, "sequential"));
+    for (const char* strategy : {"layerwise", "bucketed", "chunked:5"}) {
+      const TrainResult r = train_local(transformer_run(model, strategy));
+      const double diff = l2_rel_diff(r.final_params, reference.final_params);
+      std::printf("%s %s vs sequential: %.3g\n", model, strategy, diff);
+      EXPECT_LE(diff, 1e-5) << model << " " << strategy;
+    }
+    // Accumulation: two micro-batches per step.
+    TrainConfig accumulate = transformer_run(model, "bucketed");
+    accumulate.accumulate = 2;
+    TrainConfig sequential = accumulate;
+    sequential.reducer.plan.strategy = Strategy::parse("sequential");
+    const double diff =
+        l2_rel_diff(train_local(accumulate).final_params, train_local(sequential).final_params);
+    std::printf("%s accumulate 2, bucketed vs sequential: %.3g\n", model, diff);
+    EXPECT_LE(diff, 1e-5) << model;
+  }
+}
+
+TEST(CudaTransformerTrainerTest, TwoRunsAreBitwiseEqual) {
+  TANDEM_SKIP_WITHOUT_GPU();
+  for (const char* model : {kGpt, kLlama}) {
+    const TrainResult a = train_local(transformer_run(model, "bucketed"));
+    const TrainResult b = train_local(transformer_run(model, "bucketed"));
+    EXPECT_TRUE(a.final_params == b.final_params) << model;
+    ASSERT_EQ(a.steps.size(), b.steps.size());
+    for (std::size_t i = 0; i < a.steps.size(); ++i) EXPECT_EQ(a.steps[i].loss, b.steps[i].loss);
+  }
+}
+
+TEST(CudaTransformerTrainerTest, TrainsOnATextFileWithAValidationLoss) {
+  TANDEM_SKIP_WITHOUT_GPU();
+  TrainConfig gpu_config =
+      transformer_run("gpt:layers=1,dim=32,heads=4,seq=16,vocab=256", "bucketed");
+  gpu_config.data_path = TANDEM_SOURCE_DIR "/README.md";
+  gpu_config.eval_every = 2;
+  TrainConfig cpu_config = gpu_config;
+  cpu_config.device = Device::kCpu;
+  const TrainResult gpu = train_local(gpu_config);
+  const TrainResult cpu = train_local(cpu_config);
+  ASSERT_TRUE(gpu.steps.back().has_val_loss);
+  ASSERT_TRUE(cpu.steps.back().has_val_loss);
+  std::printf("validation loss %.5f vs cpu %.5f\n", static_cast<double>(gpu.steps.back().val_loss),
+              static_cast<double>(cpu.steps.back().val_loss));
+  EXPECT_NEAR(gpu.steps.back().val_loss, cpu.steps.back().val_loss,
+              1e-4 * (1 + std::abs(cpu.steps.back().val_loss)));
+  EXPECT_LE(l2_rel_diff(gpu.final_params, cpu.final_params), 1e-4);
+}
+
+TEST(CudaTransformerTrainerTest, ARunTooLargeForTheDeviceIsOneLineNamingTheBytes) {
+  TANDEM_SKIP_WITHOUT_GPU();
+  TrainConfig config = transformer_run("gpt3-xl", "bucketed");
+  config.batch = 64;  // terabytes of activations
+  try {
+    validate(config);
+    ADD_FAILURE() << "gpt3-xl with batch 64 was accepted";
+  } catch (const UsageError& e) {
+    const std::string what = e.what();
+    std::printf("%s\n", what.c_str());
+    EXPECT_NE(what.find("device memory"), std::string::npos) << what;
+    EXPECT_NE(what.find("bytes"), std::string::npos) << what;
+    EXPECT_EQ(what.find('\n'), std::string::npos) << what;
+  }
+}
+
+// No GPU needed: the precision is checked before the device.
+TEST(CudaTransformerTrainerTest, Fp16AndBf16TransformersAreRefusedNamingPrecision) {
+  for (Precision p : {Precision::kFp16, Precision::kBf16}) {
+    TrainConfig config = transformer_run(kGpt, "bucketed");
+    config.precision = p;
+    try {
+      validate(config);
+      ADD_FAILURE() << to_string(p) << " was accepted";
+    } catch (const UsageError& e) {
+      EXPECT_EQ(std::string(e.what()).rfind("--precision " + std::string(to_string(p)), 0), 0u)
+          << e.what();
+    }
+  }
+}
+
+}  // namespace
+}  // namespace tandem
