@@ -3,7 +3,8 @@
 # 1, 2 and 4 processes, DDP (bucketed) against zero1, zero2 and fsdp on the same model, in
 # one run. Prints per configuration the persistent state per rank (tandem's accounting),
 # the gathered and unreduced-gradient peaks, the largest peak RSS over the processes (what
-# the operating system saw) and the median step time; then each strategy's peak RSS as a
+# the operating system saw during the training steps, Note [peak RSS] in
+# src/engine/trainer.cpp) and the median step time; then each strategy's peak RSS as a
 # ratio of DDP's at the same process count.
 #
 #   bench/sharded_memory.sh TANDEM_BINARY [MODEL] [STEPS]
@@ -22,7 +23,7 @@ for np in 1 2 4; do
     log="$out/$np-$strategy"
     "${mpirun[@]}" -np "$np" "$tandem" train --backend mpi --model "$model" --batch 8 \
       --steps "$steps" --strategy "$strategy" --quiet >"$log"
-    # The summary's memory rows: "rank R  P MiB (...) | G MiB + D MiB | RSS MiB".
+    # The summary's memory rows: "rank R  P MiB (...) | G MiB + D MiB | STEPS MiB (RUN MiB)".
     awk -v name="$np x $strategy" '
       /step time/ { ms = $3 }
       /^    rank / {

@@ -65,4 +65,11 @@ AvailableMemory available_memory() {
 
 std::int64_t peak_rss_bytes() { return proc_kib("/proc/self/status", "VmHWM:"); }
 
+bool reset_peak_rss() {
+  std::ofstream out("/proc/self/clear_refs");
+  out << "5";
+  out.flush();
+  return static_cast<bool>(out);
+}
+
 }  // namespace tandem

@@ -20,5 +20,9 @@ AvailableMemory available_memory();
 // The peak resident set of this process so far (VmHWM of /proc/self/status), in bytes;
 // -1 where it cannot be read.
 std::int64_t peak_rss_bytes();
+// Resets that peak to the process's current resident set (Linux >= 4.0: "5" written to
+// /proc/self/clear_refs), so that a later peak_rss_bytes() is the peak since now; false
+// where it cannot.
+bool reset_peak_rss();
 
 }  // namespace tandem

@@ -72,8 +72,12 @@ class GradSync {
   virtual void after_optimizer() {}
   virtual void end_step() {}
 
-  // The full parameters in the model's layout, between steps (a host copy).
-  virtual std::vector<float> full_params(RankModel& model) { return model.download_params(); }
+  // The full parameters in the model's layout, between steps: a host copy, or nothing
+  // when `copy` is false (a strategy whose parameters are sharded still gathers them: it
+  // is a collective that every rank joins).
+  virtual std::vector<float> full_params(RankModel& model, bool copy) {
+    return copy ? model.download_params() : std::vector<float>{};
+  }
 
   // Bytes this rank's collectives move per step (0 with CommMode::kOff).
   virtual std::int64_t bytes_per_step() const = 0;

@@ -248,8 +248,8 @@ void ShardedSync::end_step() {
   in_step_ = false;
 }
 
-std::vector<float> ShardedSync::full_params(RankModel& model) {
-  if (!fsdp() || !communicates()) return model.download_params();
+std::vector<float> ShardedSync::full_params(RankModel& model, bool copy) {
+  if (!fsdp() || !communicates()) return GradSync::full_params(model, copy);
   TANDEM_CHECK(!in_step_);
   for (int u = 0; u < static_cast<int>(units_.size()); ++u) {
     if (!units_[static_cast<std::size_t>(u)].resident) issue_gather(u);
@@ -259,7 +259,7 @@ std::vector<float> ShardedSync::full_params(RankModel& model) {
     unit.gather->synchronize();
     unit.gather.reset();
   }
-  std::vector<float> out = model.download_params();
+  std::vector<float> out = copy ? model.download_params() : std::vector<float>{};
   for (Unit& unit : units_) {
     model.discard_params(unit.begin, unit.padded_end);
     unit.resident = false;

@@ -75,7 +75,7 @@ class ShardedSync final : public GradSync {
   std::string describe() const override;
 
   // fsdp: a collective (every rank calls it); the gathered units are given back after.
-  std::vector<float> full_params(RankModel& model) override;
+  std::vector<float> full_params(RankModel& model, bool copy) override;
 
  private:
   struct Unit {

@@ -254,6 +254,7 @@ std::string train_rank(const TrainConfig& config, RankEnv& env, const StepCallba
 
   std::vector<StepRecord> steps;
   std::vector<float> final_params;
+  std::int64_t setup_peak_rss = -1, steps_peak_rss = -1;
   // Note [one owner of shutdown]: the model's and the strategy's buffers, which
   // collectives read and write, outlive this block; a failure ends this rank's collectives
   // (abort, then drain) before they die, so no communication thread touches freed memory.
@@ -264,6 +265,13 @@ std::string train_rank(const TrainConfig& config, RankEnv& env, const StepCallba
       comm.broadcast(model->params(), 0, {.kind = SpanKind::kBroadcast})->synchronize();
     }
     sync = make_grad_sync(config, comm, *model);
+    // Note [peak RSS]: the process's peak so far covers building the model (every rank
+    // initializes a whole replica, then a sharded strategy keeps its shards); it is reset
+    // here so that the peak read after the last step is the steps' own. In-process ranks
+    // share the process and each resets it as it starts: a step's peak recurs every step,
+    // so what a rank's reset cuts short of another's first step is measured again later.
+    setup_peak_rss = peak_rss_bytes();
+    const bool reset = reset_peak_rss();
     for (int step = 0; step < config.steps; ++step) {
       StepRecord record = run_step(config, step, *model, *sync, rank);
       // Every rank evaluates (the replicas are equal, so are their losses): the ranks
@@ -277,7 +285,7 @@ std::string train_rank(const TrainConfig& config, RankEnv& env, const StepCallba
         }
       }
       if (config.verify) {
-        record.param_hash = hash_floats(sync->full_params(*model));
+        record.param_hash = hash_floats(sync->full_params(*model, /*copy=*/true));
         // Without communication (the compute-only scenario) replicas differ by design and
         // nothing may be sent, so only the hash is kept.
         if (env.control.size() > 1 && config.reducer.mode != CommMode::kOff) {
@@ -287,16 +295,20 @@ std::string train_rank(const TrainConfig& config, RankEnv& env, const StepCallba
       steps.push_back(record);
       if (rank == 0 && on_step) on_step(record);
     }
-    std::vector<float> full = sync->full_params(*model);  // a collective for fsdp
-    if (rank == 0) final_params = model->layout().packed(full);
+    steps_peak_rss = reset ? peak_rss_bytes() : -1;
+    // A collective for fsdp: every rank gathers, rank 0 alone keeps a copy.
+    std::vector<float> full = sync->full_params(*model, /*copy=*/rank == 0);
+    if (rank == 0) final_params = model->layout().packed(std::move(full));
   } catch (const std::exception& e) {
     end_in_flight(comm, e.what());
     if (&env.control != &comm) end_in_flight(env.control, e.what());
     throw;
   }
 
-  const RankMemory memory{
-      .rank = rank, .state = sync->state_bytes(), .peak_rss_bytes = peak_rss_bytes()};
+  const RankMemory memory{.rank = rank,
+                          .state = sync->state_bytes(),
+                          .peak_rss_bytes = std::max(setup_peak_rss, peak_rss_bytes()),
+                          .steps_peak_rss_bytes = steps_peak_rss};
   ByteWriter out;
   out.put_vector(steps);
   out.put_vector(final_params);

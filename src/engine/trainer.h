@@ -68,7 +68,10 @@ struct StepRecord {
 struct RankMemory {
   int rank = 0;
   StateBytes state{};
-  std::int64_t peak_rss_bytes = -1;  // the process's (shared by its ranks); -1: unknown
+  // The process's (shared by its ranks); -1: unknown. Over the whole run, and over the
+  // training steps alone (after the model was built; Note [peak RSS] in trainer.cpp).
+  std::int64_t peak_rss_bytes = -1;
+  std::int64_t steps_peak_rss_bytes = -1;
 };
 
 struct TrainResult {

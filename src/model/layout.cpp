@@ -178,15 +178,20 @@ std::vector<int> ModelLayout::units_read(int u) const {
   return {u};
 }
 
-std::vector<float> ModelLayout::packed(std::span<const float> flat) const {
+std::vector<float> ModelLayout::packed(std::vector<float> flat) const {
   TANDEM_CHECK_EQ(flat.size(), numel_);
-  std::vector<float> out;
-  out.reserve(static_cast<std::size_t>(spec_.parameter_count()));
-  for (std::size_t u = units_.size(); u-- > 0;) {  // ascending offsets
-    out.insert(out.end(), flat.begin() + static_cast<std::ptrdiff_t>(units_[u].begin),
-               flat.begin() + static_cast<std::ptrdiff_t>(units_[u].end));
+  // Units in ascending offsets; each moves down (or stays), so a forward copy is safe.
+  std::size_t to = 0;
+  for (std::size_t u = units_.size(); u-- > 0;) {
+    const UnitInfo& unit = units_[u];
+    std::copy(flat.begin() + static_cast<std::ptrdiff_t>(unit.begin),
+              flat.begin() + static_cast<std::ptrdiff_t>(unit.end),
+              flat.begin() + static_cast<std::ptrdiff_t>(to));
+    to += unit.end - unit.begin;
   }
-  return out;
+  flat.resize(to);
+  flat.shrink_to_fit();
+  return flat;
 }
 
 const ParamInfo& ModelLayout::param(std::string_view name) const {

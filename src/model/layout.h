@@ -99,8 +99,9 @@ class ModelLayout {
   // Elements of the flat arrays: the parameter count where packed, more with padding.
   std::size_t numel() const { return numel_; }
   const LayoutOptions& options() const { return options_; }
-  // The tensors of `flat` (this layout) in the packed layout's order and offsets.
-  std::vector<float> packed(std::span<const float> flat) const;
+  // The tensors of `flat` (this layout) in the packed layout's order and offsets,
+  // compacted in place.
+  std::vector<float> packed(std::vector<float> flat) const;
 
   // mlp only (checked): Linear layer `unit`, and the widest layer input or output.
   const LinearLayout& layer(int unit) const;

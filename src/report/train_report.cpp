@@ -34,7 +34,7 @@ std::string format_memory(const TrainResult& result) {
   if (result.memory.empty()) return {};
   std::string text =
       "  memory per rank  persistent (params + grads + optimizer) | transient peak (gathered "
-      "units + unreduced grads) | process peak RSS\n";
+      "units + unreduced grads) | process peak RSS in the steps (whole run)\n";
   char line[256];
   for (std::size_t i = 0; i < result.memory.size(); ++i) {
     if (i == 8 && result.memory.size() > 9) {
@@ -42,11 +42,14 @@ std::string format_memory(const TrainResult& result) {
       i = result.memory.size() - 1;
     }
     const RankMemory& m = result.memory[i];
-    std::snprintf(line, sizeof line, "    rank %-4d %12s (%s + %s + %s) | %s + %s | %s\n", m.rank,
-                  mib(m.state.persistent()).c_str(), mib(m.state.params).c_str(),
+    const auto rss = [](std::int64_t bytes) {
+      return bytes < 0 ? std::string("unknown") : mib(bytes);
+    };
+    std::snprintf(line, sizeof line, "    rank %-4d %12s (%s + %s + %s) | %s + %s | %s (%s)\n",
+                  m.rank, mib(m.state.persistent()).c_str(), mib(m.state.params).c_str(),
                   mib(m.state.grads).c_str(), mib(m.state.optimizer).c_str(),
                   mib(m.state.gathered_peak).c_str(), mib(m.state.grads_peak).c_str(),
-                  m.peak_rss_bytes < 0 ? "unknown" : mib(m.peak_rss_bytes).c_str());
+                  rss(m.steps_peak_rss_bytes).c_str(), rss(m.peak_rss_bytes).c_str());
     text += line;
   }
   return text;
@@ -65,7 +68,10 @@ nlohmann::json memory_json(const TrainResult& result) {
                      {"gathered_peak_bytes", m.state.gathered_peak},
                      {"grads_peak_bytes", m.state.grads_peak},
                      {"peak_rss_bytes", m.peak_rss_bytes < 0 ? nlohmann::json(nullptr)
-                                                             : nlohmann::json(m.peak_rss_bytes)}});
+                                                             : nlohmann::json(m.peak_rss_bytes)},
+                     {"steps_peak_rss_bytes", m.steps_peak_rss_bytes < 0
+                                                  ? nlohmann::json(nullptr)
+                                                  : nlohmann::json(m.steps_peak_rss_bytes)}});
   }
   return ranks;
 }

@@ -145,6 +145,8 @@ TEST(ShardedTest, MemoryIsAccountedAsPromised) {
             << model << " prefetch " << prefetch;
         EXPECT_GT(m.state.grads_peak, 0);
         EXPECT_GT(m.peak_rss_bytes, 0);
+        EXPECT_GT(m.steps_peak_rss_bytes, 0);
+        EXPECT_LE(m.steps_peak_rss_bytes, m.peak_rss_bytes);
       }
     }
     const TrainResult zero1 = train_local(config(model, "zero1", ranks));
