@@ -27,6 +27,7 @@ ShardedSync::ShardedSync(Communicator& comm, RankModel& model, StrategyKind kind
     const UnitInfo& info = layout.unit(u);
     Unit unit{.begin = info.begin,
               .padded_end = info.padded_end,
+              .owned_end = layout.owned_end(u),
               .shard = (info.padded_end - info.begin) / static_cast<std::size_t>(ranks_),
               .offset = offset,
               .reads = layout.units_read(u)};
@@ -45,7 +46,7 @@ ShardedSync::ShardedSync(Communicator& comm, RankModel& model, StrategyKind kind
     for (Unit& unit : units_) {
       const std::span<float> own = own_params(unit);
       std::copy(own.begin(), own.end(), param_shard(unit).begin());
-      model_.discard_params(unit.begin, unit.padded_end);
+      model_.discard_params(unit.begin, unit.owned_end);
     }
   }
 }
@@ -173,7 +174,7 @@ void ShardedSync::release_after(int event) {
     }
     Unit& unit = units_[static_cast<std::size_t>(v)];
     if (soon || !unit.resident) continue;
-    model_.discard_params(unit.begin, unit.padded_end);
+    model_.discard_params(unit.begin, unit.owned_end);
     unit.resident = false;
   }
 }
@@ -204,7 +205,7 @@ void ShardedSync::settle_reduces(bool wait_all) {
     }
     unit.reduce.reset();
     if (kind_ != StrategyKind::kZero1) {
-      model_.discard_grads(unit.begin, unit.padded_end);
+      model_.discard_grads(unit.begin, unit.owned_end);
       unit.grads_live = false;
     }
   }
@@ -261,7 +262,7 @@ std::vector<float> ShardedSync::full_params(RankModel& model, bool copy) {
   }
   std::vector<float> out = copy ? model.download_params() : std::vector<float>{};
   for (Unit& unit : units_) {
-    model.discard_params(unit.begin, unit.padded_end);
+    model.discard_params(unit.begin, unit.owned_end);
     unit.resident = false;
   }
   return out;

@@ -81,6 +81,7 @@ class ShardedSync final : public GradSync {
   struct Unit {
     std::size_t begin = 0;  // [begin, padded_end) in the model's flat arrays
     std::size_t padded_end = 0;
+    std::size_t owned_end = 0;   // [begin, owned_end) is given back (ModelLayout::owned_end)
     std::size_t shard = 0;    // elements per rank: (padded_end - begin) / N
     std::size_t offset = 0;   // of this rank's shard in the shard buffers
     std::vector<int> reads;   // units whose parameters its passes read
