@@ -64,7 +64,6 @@ constexpr std::size_t kRingSegmentElems = (256 << 10) / sizeof(float);  // 256 K
 // MPI may be initialized once per process.
 std::atomic<bool> g_mpi_used{false};
 
-
 // What MPI initialization learns, before the communicator (and its skeleton) exists.
 struct MpiState {
   bool owns_mpi = false;
@@ -87,8 +86,8 @@ MpiState init_mpi();
 // An operation's MPI side.
 struct MpiOpState final : OpState {
   MPI_Request request = MPI_REQUEST_NULL;
-  std::unique_ptr<RingAllreduce> ring{};  // ring allreduce: progressed instead of tested
-  bool ring_waiting = false;              // queued behind the ring that runs now
+  std::unique_ptr<RingCollective> ring{};  // a ring: progressed instead of tested
+  bool ring_waiting = false;               // queued behind the ring that runs now
 };
 
 class MpiCommunicator final : public ProcessCommunicator {
@@ -187,31 +186,16 @@ class MpiCommunicator final : public ProcessCommunicator {
     const auto out_count = static_cast<int>(op.output_count);
     switch (op.kind) {
       case SpanKind::kAllreduce:
-        if (algorithm_ == Algorithm::kRing ||
-            (algorithm_ == Algorithm::kAuto && op.work->info().bytes >= kAutoRingBytes)) {
+      case SpanKind::kReduceScatter:
+      case SpanKind::kAllgather:
+        if (use_ring(op)) {
           // One ring at a time (mpi_ring.h): later ones wait in issue order.
           st.ring_waiting = true;
           if (!ring_busy_) start_ring(op, st);
           return;
         }
-        check_mpi(MPI_Iallreduce(MPI_IN_PLACE, op.output, out_count, MPI_FLOAT, MPI_SUM, m_.comm,
-                                 &st.request),
-                  "MPI_Iallreduce");
+        start_native(op, st);
         return;
-      case SpanKind::kReduceScatter:
-        check_mpi(MPI_Ireduce_scatter_block(op.input, op.output, out_count, MPI_FLOAT, MPI_SUM,
-                                            m_.comm, &st.request),
-                  "MPI_Ireduce_scatter_block");
-        return;
-      case SpanKind::kAllgather: {
-        // MPI forbids aliased buffers: my block already in place is MPI_IN_PLACE.
-        const bool in_place =
-            op.input == op.output + static_cast<std::size_t>(rank()) * op.input_count;
-        check_mpi(MPI_Iallgather(in_place ? MPI_IN_PLACE : op.input, in_count, MPI_FLOAT,
-                                 op.output, in_count, MPI_FLOAT, m_.comm, &st.request),
-                  "MPI_Iallgather");
-        return;
-      }
       case SpanKind::kBroadcast:
         check_mpi(MPI_Ibcast(op.output, out_count, MPI_FLOAT, op.peer, m_.comm, &st.request),
                   "MPI_Ibcast");
@@ -224,9 +208,8 @@ class MpiCommunicator final : public ProcessCommunicator {
                   "MPI_Isend");
         return;
       case SpanKind::kRecv:
-        check_mpi(
-            MPI_Irecv(op.output, out_count, MPI_FLOAT, op.peer, op.tag, m_.comm, &st.request),
-            "MPI_Irecv");
+        check_mpi(MPI_Irecv(op.output, out_count, MPI_FLOAT, op.peer, op.tag, m_.comm, &st.request),
+                  "MPI_Irecv");
         return;
       default:
         throw RuntimeError("unsupported operation");
@@ -322,10 +305,48 @@ class MpiCommunicator final : public ProcessCommunicator {
     }
   }
 
+  // Note [ring or native]: --mpi-allreduce picks the algorithm of allreduce,
+  // reduce-scatter and allgather alike: tandem's segmented ring (mpi_ring.h) or Open
+  // MPI's non-blocking collective; auto takes the ring from kAutoRingBytes. Besides being
+  // faster for large buffers (docs/PERFORMANCE.md), the ring's reduce-scatter needs
+  // scratch of 2/n of its input, where Open MPI's allocates a temporary of the whole
+  // input: for sharded strategies, which exist to save memory, that matters.
+  bool use_ring(const Op& op) const {
+    return algorithm_ == Algorithm::kRing ||
+           (algorithm_ == Algorithm::kAuto && op.work->info().bytes >= kAutoRingBytes);
+  }
+
+  void start_native(Op& op, MpiOpState& st) {
+    const auto in_count = static_cast<int>(op.input_count);
+    const auto out_count = static_cast<int>(op.output_count);
+    if (op.kind == SpanKind::kAllreduce) {
+      check_mpi(MPI_Iallreduce(MPI_IN_PLACE, op.output, out_count, MPI_FLOAT, MPI_SUM, m_.comm,
+                               &st.request),
+                "MPI_Iallreduce");
+    } else if (op.kind == SpanKind::kReduceScatter) {
+      check_mpi(MPI_Ireduce_scatter_block(op.input, op.output, out_count, MPI_FLOAT, MPI_SUM,
+                                          m_.comm, &st.request),
+                "MPI_Ireduce_scatter_block");
+    } else {
+      // MPI forbids aliased buffers: my block already in place is MPI_IN_PLACE.
+      const bool in_place =
+          op.input == op.output + static_cast<std::size_t>(rank()) * op.input_count;
+      check_mpi(MPI_Iallgather(in_place ? MPI_IN_PLACE : op.input, in_count, MPI_FLOAT, op.output,
+                               in_count, MPI_FLOAT, m_.comm, &st.request),
+                "MPI_Iallgather");
+    }
+  }
+
   void start_ring(Op& op, MpiOpState& st) {
-    st.ring = std::make_unique<RingAllreduce>(
-        m_.ring_comm, std::span<float>(op.output, op.output_count), kRingSegmentElems,
-        ring_scratch_);
+    const RingKind kind = op.kind == SpanKind::kAllreduce       ? RingKind::kAllreduce
+                          : op.kind == SpanKind::kReduceScatter ? RingKind::kReduceScatter
+                                                                : RingKind::kAllgather;
+    const float* input = kind == RingKind::kAllreduce ? op.output : op.input;
+    const std::size_t total = kind == RingKind::kAllgather       ? op.output_count
+                              : kind == RingKind::kReduceScatter ? op.input_count
+                                                                 : op.output_count;
+    st.ring = std::make_unique<RingCollective>(m_.ring_comm, kind, input, op.output, total,
+                                               kRingSegmentElems, ring_scratch_);
     st.ring_waiting = false;
     op.start_ns = now_ns();
     ring_busy_ = true;
@@ -448,7 +469,6 @@ class MpiCommunicator final : public ProcessCommunicator {
     return all;
   }
 
-
   std::string broadcast_string(std::string_view mine, int root) {
     if (mine.size() > static_cast<std::size_t>(INT_MAX)) {
       throw RuntimeError("broadcast of more than 2 GiB");
@@ -457,9 +477,9 @@ class MpiCommunicator final : public ProcessCommunicator {
     MPI_Request request;
     check_mpi(MPI_Ibcast(&length, 1, MPI_INT, root, m_.task_comm, &request), "MPI_Ibcast");
     wait_request(request, "broadcast of a length");
-    std::string out = rank() == root ? std::string(mine) : std::string(static_cast<std::size_t>(length), '\0');
-    check_mpi(MPI_Ibcast(out.data(), length, MPI_BYTE, root, m_.task_comm, &request),
-              "MPI_Ibcast");
+    std::string out =
+        rank() == root ? std::string(mine) : std::string(static_cast<std::size_t>(length), '\0');
+    check_mpi(MPI_Ibcast(out.data(), length, MPI_BYTE, root, m_.task_comm, &request), "MPI_Ibcast");
     wait_request(request, "broadcast of bytes");
     return out;
   }

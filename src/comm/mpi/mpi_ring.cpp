@@ -1,4 +1,4 @@
-// Segmented ring allreduce; see mpi_ring.h for the schedule.
+// Segmented ring collectives; see mpi_ring.h for the schedules.
 #include "comm/mpi/mpi_ring.h"
 
 #include <algorithm>
@@ -14,7 +14,8 @@ void check(int code, const char* what) {
   char text[MPI_MAX_ERROR_STRING];
   int length = 0;
   MPI_Error_string(code, text, &length);
-  throw RuntimeError(std::string(what) + ": " + std::string(text, static_cast<std::size_t>(length)));
+  throw RuntimeError(std::string(what) + ": " +
+                     std::string(text, static_cast<std::size_t>(length)));
 }
 
 int mod(int a, int n) { return ((a % n) + n) % n; }
@@ -24,81 +25,112 @@ constexpr std::size_t kMaxSegments = 32767;
 
 }  // namespace
 
-RingAllreduce::RingAllreduce(MPI_Comm comm, std::span<float> data, std::size_t segment_elems,
-                             std::vector<float>& scratch)
-    : comm_(comm), data_(data) {
+RingCollective::RingCollective(MPI_Comm comm, RingKind kind, const float* input, float* output,
+                               std::size_t total, std::size_t segment_elems,
+                               std::vector<float>& scratch)
+    : comm_(comm), kind_(kind), input_(input), output_(output), total_(total) {
   MPI_Comm_rank(comm, &rank_);
   MPI_Comm_size(comm, &size_);
   const auto n = static_cast<std::size_t>(size_);
-  chunk_elems_ = (data.size() + n - 1) / n;
+  const std::size_t block = total / n;  // reduce-scatter and allgather: total = n blocks
+  // allgather: this rank's block starts the ring from the output (one copy, unless it is
+  // there already); a world of one has nothing else to do.
+  if (kind == RingKind::kAllgather && input != output + static_cast<std::size_t>(rank_) * block) {
+    std::copy(input, input + block, output + static_cast<std::size_t>(rank_) * block);
+  }
+  if (kind == RingKind::kReduceScatter && size_ == 1) std::copy(input, input + total, output);
+  chunk_elems_ = (total + n - 1) / n;
   segment_elems_ = std::max<std::size_t>(
       {std::size_t{1}, segment_elems, (chunk_elems_ + kMaxSegments - 1) / kMaxSegments});
+  steps_ = kind == RingKind::kAllreduce ? 2 * (size_ - 1) : size_ - 1;
+  slots_ = kind == RingKind::kAllreduce ? 1 : kind == RingKind::kReduceScatter ? 2 : 0;
   const std::size_t count =
       size_ > 1 && chunk_elems_ > 0 ? (chunk_elems_ + segment_elems_ - 1) / segment_elems_ : 0;
   segments_.resize(count);
   unfinished_ = static_cast<int>(count);
-  if (scratch.size() < count * segment_elems_) scratch.resize(count * segment_elems_);
+  if (scratch.size() < count * slots_ * segment_elems_)
+    scratch.resize(count * slots_ * segment_elems_);
   scratch_ = scratch.data();
 }
 
-std::pair<std::size_t, std::size_t> RingAllreduce::range(int chunk, int k) const {
+std::pair<std::size_t, std::size_t> RingCollective::range(int chunk, int k) const {
   const auto n = static_cast<std::size_t>(size_);
   // Balanced chunks: chunk c is [c*N/n, (c+1)*N/n).
-  const std::size_t chunk_begin = static_cast<std::size_t>(chunk) * data_.size() / n;
-  const std::size_t chunk_end = static_cast<std::size_t>(chunk + 1) * data_.size() / n;
-  const std::size_t begin = std::min(chunk_end, chunk_begin + static_cast<std::size_t>(k) * segment_elems_);
+  const std::size_t chunk_begin = static_cast<std::size_t>(chunk) * total_ / n;
+  const std::size_t chunk_end = static_cast<std::size_t>(chunk + 1) * total_ / n;
+  const std::size_t begin =
+      std::min(chunk_end, chunk_begin + static_cast<std::size_t>(k) * segment_elems_);
   return {begin, std::min(chunk_end, begin + segment_elems_)};
 }
 
-void RingAllreduce::post(int k) {
+void RingCollective::post(int k) {
   Segment& seg = segments_[static_cast<std::size_t>(k)];
   const int n = size_;
   const int right = mod(rank_ + 1, n);
   const int left = mod(rank_ - 1, n);
-  int send_chunk, recv_chunk;
+  const float* send_from;
   float* recv_into;
-  if (seg.step < n - 1) {  // reduce-scatter
+  int send_chunk, recv_chunk;
+  if (kind_ == RingKind::kReduceScatter) {
+    send_chunk = mod(rank_ - seg.step - 1, n);
+    recv_chunk = mod(rank_ - seg.step - 2, n);
+    send_from = seg.step == 0 ? input_ + range(send_chunk, k).first : slot(k, 1);
+    recv_into = slot(k, 0);
+  } else if (kind_ == RingKind::kAllgather || seg.step >= n - 1) {  // gathering
+    const int t = kind_ == RingKind::kAllgather ? seg.step : seg.step - (n - 1);
+    const int shift = kind_ == RingKind::kAllgather ? 0 : 1;  // allreduce: r holds r+1
+    send_chunk = mod(rank_ + shift - t, n);
+    recv_chunk = mod(rank_ + shift - t - 1, n);
+    send_from = output_ + range(send_chunk, k).first;
+    recv_into = output_ + range(recv_chunk, k).first;
+  } else {  // allreduce, reduce-scatter phase
     send_chunk = mod(rank_ - seg.step, n);
     recv_chunk = mod(rank_ - seg.step - 1, n);
-    recv_into = scratch_ + static_cast<std::size_t>(k) * segment_elems_;
-  } else {  // allgather
-    const int t = seg.step - (n - 1);
-    send_chunk = mod(rank_ + 1 - t, n);
-    recv_chunk = mod(rank_ - t, n);
-    recv_into = data_.data() + range(recv_chunk, k).first;
+    send_from = output_ + range(send_chunk, k).first;
+    recv_into = slot(k, 0);
   }
   const auto [send_begin, send_end] = range(send_chunk, k);
   const auto [recv_begin, recv_end] = range(recv_chunk, k);
   check(MPI_Irecv(recv_into, static_cast<int>(recv_end - recv_begin), MPI_FLOAT, left, k, comm_,
                   &seg.requests[1]),
-        "ring allreduce MPI_Irecv");
-  check(MPI_Isend(data_.data() + send_begin, static_cast<int>(send_end - send_begin), MPI_FLOAT,
-                  right, k, comm_, &seg.requests[0]),
-        "ring allreduce MPI_Isend");
+        "ring MPI_Irecv");
+  check(MPI_Isend(send_from, static_cast<int>(send_end - send_begin), MPI_FLOAT, right, k, comm_,
+                  &seg.requests[0]),
+        "ring MPI_Isend");
   seg.posted = true;
 }
 
-void RingAllreduce::finish_step(int k) {
+void RingCollective::finish_step(int k) {
   Segment& seg = segments_[static_cast<std::size_t>(k)];
   const int n = size_;
-  if (seg.step < n - 1) {
+  const float* __restrict in = slot(k, 0);
+  if (kind_ == RingKind::kReduceScatter) {
+    // The received partial sum plus this rank's share: sent on at the next step, or, at
+    // the last, this rank's block of the result.
+    const int chunk = mod(rank_ - seg.step - 2, n);
+    const auto [begin, end] = range(chunk, k);
+    const float* __restrict mine = input_ + begin;
+    const std::size_t block_begin =
+        static_cast<std::size_t>(rank_) * (total_ / static_cast<std::size_t>(n));
+    float* __restrict sum = seg.step == n - 2 ? output_ + (begin - block_begin) : slot(k, 1);
+    for (std::size_t i = 0, len = end - begin; i < len; ++i) sum[i] = in[i] + mine[i];
+  } else if (kind_ == RingKind::kAllreduce && seg.step < n - 1) {
     const auto [begin, end] = range(mod(rank_ - seg.step - 1, n), k);
-    float* __restrict acc = data_.data() + begin;
-    const float* __restrict in = scratch_ + static_cast<std::size_t>(k) * segment_elems_;
+    float* __restrict acc = output_ + begin;
     for (std::size_t i = 0, len = end - begin; i < len; ++i) acc[i] += in[i];
   }
   seg.posted = false;
-  if (++seg.step == 2 * (n - 1)) --unfinished_;
+  if (++seg.step == steps_) --unfinished_;
 }
 
-bool RingAllreduce::progress() {
+bool RingCollective::progress() {
   for (int k = 0; k < static_cast<int>(segments_.size()); ++k) {
     Segment& seg = segments_[static_cast<std::size_t>(k)];
     // A segment may finish a step and post the next in one pass.
-    while (seg.step < 2 * (size_ - 1)) {
+    while (seg.step < steps_) {
       if (!seg.posted) post(k);
       int done = 0;
-      check(MPI_Testall(2, seg.requests, &done, MPI_STATUSES_IGNORE), "ring allreduce MPI_Testall");
+      check(MPI_Testall(2, seg.requests, &done, MPI_STATUSES_IGNORE), "ring MPI_Testall");
       if (!done) break;
       finish_step(k);
     }

@@ -1,16 +1,24 @@
-// Internal to the `mpi` backend: a segmented ring allreduce (sum) over MPI
-// point-to-point messages, progressed without blocking by the communication thread.
+// Internal to the `mpi` backend: segmented ring collectives (allreduce sum,
+// reduce-scatter sum, allgather) over MPI point-to-point messages, progressed without
+// blocking by the communication thread.
 //
-// The buffer is cut into size() chunks and every chunk into segments. Each segment index
-// k runs its own textbook ring, independently of the others, so transfers of one
-// segment overlap the reduction of another (a pipeline):
-//   reduce-scatter, steps s = 0..n-2: send chunk (r-s) to the right neighbour, receive
-//     chunk (r-s-1) from the left one into scratch and add it in;
-//   allgather, steps t = 0..n-2: send chunk (r+1-t), receive chunk (r-t) in place.
+// The whole array (allreduce: the buffer; reduce-scatter: the input; allgather: the
+// output) is cut into size() chunks and every chunk into segments. Each segment index k
+// runs its own textbook ring, independently of the others, so transfers of one segment
+// overlap the reduction of another (a pipeline). On rank r, n ranks:
+//   allreduce, reduce-scatter steps s = 0..n-2: send chunk (r-s) to the right neighbour,
+//     receive chunk (r-s-1) from the left one into scratch and add it in; then allgather
+//     steps t = 0..n-2: send chunk (r+1-t), receive chunk (r-t) in place.
+//   reduce-scatter alone, s = 0..n-2: send chunk (r-s-1) (the input's at s = 0, else the
+//     partial sum of the step before), receive chunk (r-s-2) and add the input's chunk to
+//     it; the last sum is chunk r, written to the output. The input is only read, and the
+//     scratch is two segments per segment index: a fraction 2/n of the input, where
+//     Open MPI's non-blocking reduce-scatter allocates a temporary the input's size.
+//   allgather alone, t = 0..n-2: send chunk (r-t), receive chunk (r-t-1) in place.
 // A segment moves to its next step only when both its send and its receive are done, so
 // no buffer is overwritten while a send still reads it. Each chunk is finished on one
 // rank and copied to the others, so every rank ends with the same bits. Bytes sent per
-// rank: 2(n-1)/n of the buffer, as any ring.
+// rank: (n-1)/n of the whole array per phase, as any ring.
 //
 // Message matching: segment k uses tag k on a communicator of its own; one ring runs at
 // a time per communicator, and MPI's non-overtaking rule orders the steps.
@@ -19,42 +27,56 @@
 #include <mpi.h>
 
 #include <cstddef>
-#include <span>
 #include <vector>
 
 namespace tandem {
 
-class RingAllreduce {
- public:
-  // `scratch` is grown as needed and must outlive this object; `data` must stay alive
-  // and untouched until done() is true.
-  RingAllreduce(MPI_Comm comm, std::span<float> data, std::size_t segment_elems,
-                std::vector<float>& scratch);
+enum class RingKind { kAllreduce, kReduceScatter, kAllgather };
 
-  // Posts what is ready, reduces what has arrived; returns true once the whole buffer
-  // holds the sum on this rank. Throws RuntimeError on an MPI error.
+class RingCollective {
+ public:
+  // allreduce: `input` == `output`, `total` elements. reduce-scatter: `input` has `total`
+  // elements, `output` receives block rank of them (total / n). allgather: `input` is this
+  // rank's block (total / n elements; it may be the output's block rank), `output` has
+  // `total`. `scratch` is grown as needed and must outlive this object; the buffers must
+  // stay alive and untouched until progress() returns true.
+  RingCollective(MPI_Comm comm, RingKind kind, const float* input, float* output, std::size_t total,
+                 std::size_t segment_elems, std::vector<float>& scratch);
+
+  // Posts what is ready, reduces what has arrived; returns true once this rank's output
+  // is complete. Throws RuntimeError on an MPI error.
   bool progress();
 
  private:
   struct Segment {
-    int step = 0;  // 0..2(n-1); 2(n-1) = finished
+    int step = 0;  // 0..steps_; steps_ = finished
     bool posted = false;
     MPI_Request requests[2] = {MPI_REQUEST_NULL, MPI_REQUEST_NULL};  // send, recv
   };
 
-  // [begin, end) of segment k of chunk c; empty when the chunk is shorter.
+  // [begin, end) of segment k of chunk c in the whole array; empty when the chunk is
+  // shorter.
   std::pair<std::size_t, std::size_t> range(int chunk, int k) const;
+  float* slot(int k, int which) const {  // scratch: `which` 0 receives, 1 holds a sum
+    return scratch_ + (static_cast<std::size_t>(k) * slots_ + static_cast<std::size_t>(which)) *
+                          segment_elems_;
+  }
   void post(int k);
   void finish_step(int k);
 
   MPI_Comm comm_;
+  RingKind kind_;
   int rank_ = 0;
   int size_ = 1;
-  std::span<float> data_;
+  const float* input_;
+  float* output_;
+  std::size_t total_ = 0;
   std::size_t segment_elems_ = 1;
   std::size_t chunk_elems_ = 0;  // the largest chunk
+  std::size_t slots_ = 0;        // scratch segments per segment index
+  int steps_ = 0;
   std::vector<Segment> segments_;
-  float* scratch_ = nullptr;  // segment k's receive slot: scratch_ + k * segment_elems_
+  float* scratch_ = nullptr;
   int unfinished_ = 0;
 };
 
