@@ -194,6 +194,48 @@ std::vector<float> ModelLayout::packed(std::vector<float> flat) const {
   return flat;
 }
 
+TransformerOffsets transformer_offsets(const ModelLayout& layout) {
+  const ModelSpec& spec = layout.spec();
+  TANDEM_CHECK(spec.is_transformer());
+  const bool gpt = spec.kind == ModelKind::kGpt;
+  auto at = [&](const std::string& name) { return layout.param(name).offset; };
+  TransformerOffsets out;
+  out.wte = at("wte");
+  if (gpt) {
+    out.wpe = at("wpe");
+    out.lnf_w = at("lnf.weight");
+    out.lnf_b = at("lnf.bias");
+  } else {
+    out.lnf_w = at("norm.weight");
+    out.head_w = at("lm_head.weight");
+  }
+  for (int l = 0; l < spec.transformer.layers; ++l) {
+    const std::string h = "h" + std::to_string(l) + ".";
+    if (gpt) {
+      out.block_params.push_back({.ln1_w = at(h + "ln1.weight"),
+                                  .ln1_b = at(h + "ln1.bias"),
+                                  .qkv_w = at(h + "attn.qkv.weight"),
+                                  .qkv_b = at(h + "attn.qkv.bias"),
+                                  .proj_w = at(h + "attn.proj.weight"),
+                                  .proj_b = at(h + "attn.proj.bias"),
+                                  .ln2_w = at(h + "ln2.weight"),
+                                  .ln2_b = at(h + "ln2.bias"),
+                                  .up_w = at(h + "mlp.fc.weight"),
+                                  .up_b = at(h + "mlp.fc.bias"),
+                                  .down_w = at(h + "mlp.proj.weight"),
+                                  .down_b = at(h + "mlp.proj.bias")});
+    } else {
+      out.block_params.push_back({.ln1_w = at(h + "attn_norm.weight"),
+                                  .qkv_w = at(h + "attn.qkv.weight"),
+                                  .proj_w = at(h + "attn.proj.weight"),
+                                  .ln2_w = at(h + "mlp_norm.weight"),
+                                  .up_w = at(h + "mlp.gate_up.weight"),
+                                  .down_w = at(h + "mlp.down.weight")});
+    }
+  }
+  return out;
+}
+
 const ParamInfo& ModelLayout::param(std::string_view name) const {
   for (const ParamInfo& p : params_) {
     if (p.name == name) return p;

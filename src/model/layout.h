@@ -132,6 +132,20 @@ class ModelLayout {
   int widest_ = 0;
 };
 
+// Where a transformer's tensors lie in the flat arrays (docs/MODELS.md lists them), for
+// every device's transformer. A tensor the architecture lacks (gpt's head is wte; llama
+// has no biases and no wpe) stays 0 and is never read.
+struct TransformerOffsets {
+  struct BlockParams {
+    std::size_t ln1_w = 0, ln1_b = 0, qkv_w = 0, qkv_b = 0, proj_w = 0, proj_b = 0;
+    std::size_t ln2_w = 0, ln2_b = 0, up_w = 0, up_b = 0, down_w = 0, down_b = 0;
+  };
+  std::size_t wte = 0, wpe = 0, lnf_w = 0, lnf_b = 0, head_w = 0;
+  std::vector<BlockParams> block_params;  // per block
+};
+// gpt and llama only (checked).
+TransformerOffsets transformer_offsets(const ModelLayout& layout);
+
 // A zero flat array (parameters or gradients) for `layout`: each unit's memory (up to
 // owned_end) is advised to use huge pages on its own (core/page_array.h), so that a unit
 // given back and touched again costs a fault per 2 MiB, not per 4 KiB. On a sharded

@@ -23,7 +23,7 @@ namespace tandem {
 // silu(gate) * up). Backward runs on shared scratch: dx is the stream's gradient, carried
 // from the head down to the embedding, updated in place by each residual branch.
 template <typename T>
-struct BasicTransformer<T>::Impl {
+struct BasicTransformer<T>::Impl : TransformerOffsets {  // the tensors, then the buffers
   struct Block {
     std::vector<T> ln1, ln1_mean, ln1_rstd;  // llama: rms norm (mean unused)
     std::vector<T> qkv, att, atty, xmid;
@@ -32,11 +32,6 @@ struct BasicTransformer<T>::Impl {
     std::vector<T> act;  // gpt: GELU(fc); llama: silu(gate) * up; [N, F]
   };
   // One block's parameters, resolved from the layout once.
-  struct BlockParams {
-    std::size_t ln1_w = 0, ln1_b = 0, qkv_w = 0, qkv_b = 0, proj_w = 0, proj_b = 0;
-    std::size_t ln2_w = 0, ln2_b = 0, up_w = 0, up_b = 0, down_w = 0, down_b = 0;
-  };
-
   int max_batch = 0;
   int rows = 0;  // sequences of the last set_input; 0 before the first
   bool gpt = true;
@@ -44,8 +39,6 @@ struct BasicTransformer<T>::Impl {
   std::vector<std::int32_t> targets;  // [B, T]
   std::vector<std::vector<T>> x;      // L + 1 residual streams [N, D]
   std::vector<Block> blocks;
-  std::vector<BlockParams> block_params;
-  std::size_t wte = 0, wpe = 0, lnf_w = 0, lnf_b = 0, head_w = 0;
   std::vector<T> lnf, lnf_mean, lnf_rstd;
   std::vector<T> logits;  // [N, V]; probabilities after forward_loss, then dlogits
   std::vector<T> rope;    // llama: [T, hd/2, 2]
@@ -129,42 +122,7 @@ BasicTransformer<T>::BasicTransformer(const ModelSpec& spec, int max_batch, std:
     layers::Ops<T>::rope_table(m.rope.data(), s.seq, s.head_dim());
   }
 
-  auto at = [&](const std::string& name) { return layout_.param(name).offset; };
-  m.wte = at("wte");
-  if (m.gpt) {
-    m.wpe = at("wpe");
-    m.lnf_w = at("lnf.weight");
-    m.lnf_b = at("lnf.bias");
-  } else {
-    m.lnf_w = at("norm.weight");
-    m.head_w = at("lm_head.weight");
-  }
-  for (int l = 0; l < s.layers; ++l) {
-    const std::string h = "h" + std::to_string(l) + ".";
-    typename Impl::BlockParams p;
-    if (m.gpt) {
-      p = {.ln1_w = at(h + "ln1.weight"),
-           .ln1_b = at(h + "ln1.bias"),
-           .qkv_w = at(h + "attn.qkv.weight"),
-           .qkv_b = at(h + "attn.qkv.bias"),
-           .proj_w = at(h + "attn.proj.weight"),
-           .proj_b = at(h + "attn.proj.bias"),
-           .ln2_w = at(h + "ln2.weight"),
-           .ln2_b = at(h + "ln2.bias"),
-           .up_w = at(h + "mlp.fc.weight"),
-           .up_b = at(h + "mlp.fc.bias"),
-           .down_w = at(h + "mlp.proj.weight"),
-           .down_b = at(h + "mlp.proj.bias")};
-    } else {
-      p = {.ln1_w = at(h + "attn_norm.weight"),
-           .qkv_w = at(h + "attn.qkv.weight"),
-           .proj_w = at(h + "attn.proj.weight"),
-           .ln2_w = at(h + "mlp_norm.weight"),
-           .up_w = at(h + "mlp.gate_up.weight"),
-           .down_w = at(h + "mlp.down.weight")};
-    }
-    m.block_params.push_back(p);
-  }
+  static_cast<TransformerOffsets&>(m) = transformer_offsets(layout_);
 }
 
 template <typename T>
@@ -272,7 +230,7 @@ void BasicTransformer<T>::forward_unit(int unit, RankRecorder& recorder, int ste
 
   const auto l = static_cast<std::size_t>(unit - 1);
   typename Impl::Block& b = m.blocks[l];
-  const typename Impl::BlockParams& p = m.block_params[l];
+  const TransformerOffsets::BlockParams& p = m.block_params[l];
   const T* x = m.x[l].data();
   auto norm = [&](T* out, T* mean, T* rstd, const T* inp, std::size_t gain, std::size_t bias) {
     auto sn = span(ModelOp::kNorm, 0);
@@ -382,7 +340,7 @@ void BasicTransformer<T>::backward_unit(int unit, RankRecorder& recorder, int st
   // A block: m.dx holds dL/d(its output); it leaves holding dL/d(its input).
   const auto l = static_cast<std::size_t>(unit - 1);
   typename Impl::Block& b = m.blocks[l];
-  const typename Impl::BlockParams& p = m.block_params[l];
+  const TransformerOffsets::BlockParams& p = m.block_params[l];
   T* dx = m.dx.data();
   T* no_bias = nullptr;
   auto dbias = [&](std::size_t offset) { return m.gpt ? g + offset : no_bias; };

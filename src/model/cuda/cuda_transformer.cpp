@@ -29,7 +29,7 @@ namespace tandem::cuda {
 // probabilities in forward_loss and dlogits in backward_loss, in place, as on the CPU.
 // Backward scratch as on the CPU, except that attention's dP scratch holds all H heads
 // of one sequence ([H, T, T]: one strided-batched GEMM per sequence).
-struct CudaTransformer::Impl {
+struct CudaTransformer::Impl : TransformerOffsets {  // the tensors, then the buffers
   struct Block {
     DeviceBuffer<float> ln1, ln1_mean, ln1_rstd;  // llama: rms norm (mean unused)
     DeviceBuffer<float> qkv, att, atty, xmid;
@@ -37,11 +37,6 @@ struct CudaTransformer::Impl {
     DeviceBuffer<float> up;   // gpt: fc output [N, F]; llama: gate|up [N, 2F]
     DeviceBuffer<float> act;  // gpt: GELU(fc); llama: silu(gate) * up; [N, F]
   };
-  struct BlockParams {
-    std::size_t ln1_w = 0, ln1_b = 0, qkv_w = 0, qkv_b = 0, proj_w = 0, proj_b = 0;
-    std::size_t ln2_w = 0, ln2_b = 0, up_w = 0, up_b = 0, down_w = 0, down_b = 0;
-  };
-
   explicit Impl(const ModelSpec& spec) : layout(spec) {}
 
   ModelLayout layout;
@@ -59,8 +54,6 @@ struct CudaTransformer::Impl {
   DeviceBuffer<float> grads;
   std::vector<DeviceBuffer<float>> x;  // L + 1 residual streams [N, D]
   std::vector<Block> blocks;
-  std::vector<BlockParams> block_params;
-  std::size_t wte = 0, wpe = 0, lnf_w = 0, lnf_b = 0, head_w = 0;
   DeviceBuffer<float> lnf, lnf_mean, lnf_rstd;
   DeviceBuffer<float> logits;  // [N, V]
   DeviceBuffer<float> row_loss;
@@ -184,42 +177,7 @@ CudaTransformer::CudaTransformer(const ModelSpec& spec, int max_batch, std::uint
   }
   TANDEM_CUDA_CHECK(cudaStreamSynchronize(stream));  // `initial` and `table` die here
 
-  auto at = [&](const std::string& name) { return m.layout.param(name).offset; };
-  m.wte = at("wte");
-  if (m.gpt) {
-    m.wpe = at("wpe");
-    m.lnf_w = at("lnf.weight");
-    m.lnf_b = at("lnf.bias");
-  } else {
-    m.lnf_w = at("norm.weight");
-    m.head_w = at("lm_head.weight");
-  }
-  for (int l = 0; l < s.layers; ++l) {
-    const std::string h = "h" + std::to_string(l) + ".";
-    Impl::BlockParams p;
-    if (m.gpt) {
-      p = {.ln1_w = at(h + "ln1.weight"),
-           .ln1_b = at(h + "ln1.bias"),
-           .qkv_w = at(h + "attn.qkv.weight"),
-           .qkv_b = at(h + "attn.qkv.bias"),
-           .proj_w = at(h + "attn.proj.weight"),
-           .proj_b = at(h + "attn.proj.bias"),
-           .ln2_w = at(h + "ln2.weight"),
-           .ln2_b = at(h + "ln2.bias"),
-           .up_w = at(h + "mlp.fc.weight"),
-           .up_b = at(h + "mlp.fc.bias"),
-           .down_w = at(h + "mlp.proj.weight"),
-           .down_b = at(h + "mlp.proj.bias")};
-    } else {
-      p = {.ln1_w = at(h + "attn_norm.weight"),
-           .qkv_w = at(h + "attn.qkv.weight"),
-           .proj_w = at(h + "attn.proj.weight"),
-           .ln2_w = at(h + "mlp_norm.weight"),
-           .up_w = at(h + "mlp.gate_up.weight"),
-           .down_w = at(h + "mlp.down.weight")};
-    }
-    m.block_params.push_back(p);
-  }
+  static_cast<TransformerOffsets&>(m) = transformer_offsets(m.layout);
 }
 
 CudaTransformer::~CudaTransformer() = default;
@@ -319,7 +277,7 @@ void CudaTransformer::forward_unit(int unit, EventTimer* timer, int step) {
 
   const auto l = static_cast<std::size_t>(unit - 1);
   Impl::Block& b = m.blocks[l];
-  const Impl::BlockParams& p = m.block_params[l];
+  const TransformerOffsets::BlockParams& p = m.block_params[l];
   const float* x = m.x[l].data();
   auto norm = [&](float* out, float* mean, float* rstd, const float* inp, std::size_t gain,
                   std::size_t bias) {
@@ -426,7 +384,7 @@ void CudaTransformer::backward_unit(int unit, EventTimer* timer, int step) {
   // A block: m.dx holds dL/d(its output); it leaves holding dL/d(its input).
   const auto l = static_cast<std::size_t>(unit - 1);
   Impl::Block& b = m.blocks[l];
-  const Impl::BlockParams& p = m.block_params[l];
+  const TransformerOffsets::BlockParams& p = m.block_params[l];
   float* dx = m.dx.data();
   auto dbias = [&](std::size_t offset) { return m.gpt ? m.g(offset) : nullptr; };
   auto norm_backward = [&](const float* inp, const float* mean, const float* rstd, std::size_t gain,
