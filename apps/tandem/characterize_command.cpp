@@ -357,12 +357,14 @@ void add_characterize_command(CLI::App& app, RunCommand& run) {
                   "(COUNT calls, default: as many as cover the all-reduce) while an all-reduce "
                   "of SIZE runs");
   cmd->add_option("--synthetic", flags->synthetic,
-                  "Instead of training: compute=D,comm=D,chunks=N[,mode=sleep|busy], phases "
-                  "of known duration (sleep: no contention by construction)");
-  cmd->add_option("--sweep", flags->sweeps,
-                  "KEY=V1,V2,... (repeatable: a grid); keys: strategy bucket-mb chunks batch "
-                  "model prefetch ranks link threads (not ranks or link under mpirun); separate values "
-                  "with ';' when they hold commas");
+                  "Instead of training: compute=D,comm=D,chunks=N[,mode=sleep|busy|ideal], phases "
+                  "of known duration (sleep: no contention by construction; ideal: spans on the "
+                  "ideal schedule, a virtual clock, nothing runs)");
+  cmd->add_option(
+      "--sweep", flags->sweeps,
+      "KEY=V1,V2,... (repeatable: a grid); keys: strategy bucket-mb chunks batch "
+      "model prefetch ranks link threads (not ranks or link under mpirun); separate values "
+      "with ';' when they hold commas");
   cmd->add_option("--out", flags->out,
                   "Results directory: summary.json, iterations.csv, trace.json, report.html, "
                   "points/<id>/ (under mpirun written by rank 0 alone, for the whole job)");

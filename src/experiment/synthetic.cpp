@@ -2,6 +2,7 @@
 // of the metric suite (every metric can be computed by hand from the spec).
 #include <sys/prctl.h>
 
+#include <algorithm>
 #include <atomic>
 #include <condition_variable>
 #include <cstring>
@@ -20,7 +21,7 @@ namespace tandem {
 
 SyntheticSpec SyntheticSpec::parse(std::string_view text) {
   if (!text.starts_with("synthetic:")) {
-    throw UsageError("expected synthetic:compute=D,comm=D,chunks=N[,mode=sleep|busy], got '" +
+    throw UsageError("expected synthetic:compute=D,comm=D,chunks=N[,mode=sleep|busy|ideal], got '" +
                      std::string(text) + "'");
   }
   const auto kv = parse_key_values(text.substr(10), "synthetic", "compute comm chunks mode");
@@ -41,18 +42,34 @@ SyntheticSpec SyntheticSpec::parse(std::string_view text) {
   }
   if (kv.count("mode")) {
     const std::string& mode = kv.at("mode");
-    if (mode != "sleep" && mode != "busy") {
-      throw UsageError("synthetic: mode must be sleep or busy, got '" + mode + "'");
+    if (mode != "sleep" && mode != "busy" && mode != "ideal") {
+      throw UsageError("synthetic: mode must be sleep, busy or ideal, got '" + mode + "'");
     }
-    spec.busy = mode == "busy";
+    spec.mode = mode == "busy"    ? SyntheticMode::kBusy
+                : mode == "ideal" ? SyntheticMode::kIdeal
+                                  : SyntheticMode::kSleep;
   }
   return spec;
 }
 
+namespace {
+std::string_view mode_name(SyntheticMode mode) {
+  switch (mode) {
+    case SyntheticMode::kBusy:
+      return "busy";
+    case SyntheticMode::kIdeal:
+      return "ideal";
+    case SyntheticMode::kSleep:
+      break;
+  }
+  return "sleep";
+}
+}  // namespace
+
 std::string SyntheticSpec::to_string() const {
   return "synthetic:compute=" + format_duration_ns(static_cast<double>(compute_ns)) +
          ",comm=" + format_duration_ns(static_cast<double>(comm_ns)) +
-         ",chunks=" + std::to_string(chunks) + ",mode=" + (busy ? "busy" : "sleep");
+         ",chunks=" + std::to_string(chunks) + ",mode=" + std::string(mode_name(mode));
 }
 
 namespace {
@@ -191,20 +208,23 @@ class SyntheticWorkload final : public Workload {
     return spec_.to_string() + ", " + std::to_string(spec_.ranks) + " ranks";
   }
   nlohmann::json config_json() const override {
-    return {{"workload", "synthetic"},
-            {"compute_ns", spec_.compute_ns},
-            {"comm_ns", spec_.comm_ns},
-            {"chunks", spec_.chunks},
-            {"mode", spec_.busy ? "busy" : "sleep"},
-            {"ranks", spec_.ranks}};
+    return {{"workload", "synthetic"}, {"compute_ns", spec_.compute_ns}, {"comm_ns", spec_.comm_ns},
+            {"chunks", spec_.chunks},  {"mode", mode_name(spec_.mode)},  {"ranks", spec_.ranks}};
   }
 
   Timeline run(Job& job, Scenario scenario, int steps) override {
-    if (spec_.busy && !busy_) busy_ = std::make_unique<BusyWork>();
+    if (spec_.busy() && !busy_) busy_ = std::make_unique<BusyWork>();
     const std::size_t capacity = static_cast<std::size_t>(steps) * (spec_.chunks + 4) + 64;
     return job
         .run({.ranks = spec_.ranks, .span_capacity_per_lane = capacity},
              [&](RankEnv& env) {
+               if (spec_.mode == SyntheticMode::kIdeal) {
+                 std::int64_t clock_ns = now_ns();
+                 for (int step = 0; step < steps; ++step) {
+                   clock_ns = ideal_iteration(scenario, step, env.recorder, clock_ns);
+                 }
+                 return std::string();
+               }
                ChunkRunner runner(env.recorder, busy_.get());
                for (int step = 0; step < steps; ++step) {
                  iteration(scenario, step, env.recorder, runner);
@@ -254,6 +274,42 @@ class SyntheticWorkload final : public Workload {
       // Closes the iteration after communication, as an optimizer step would. No work.
       ScopedSpan span(recorder, Lane::kCompute, SpanKind::kOptimizer, step);
     }
+  }
+
+  // The ideal schedule of one iteration from `start_ns` on a virtual clock, as sleep mode
+  // aims for it: compute chunks back to back; comm chunk i ready when compute chunk i
+  // ends (overlapped) or all at the end of compute (sequential), run in issue order on
+  // one comm lane; the wait from the end of compute to the end of communication; the
+  // optimizer closes the iteration. Returns its end.
+  std::int64_t ideal_iteration(Scenario scenario, int step, RankRecorder& recorder,
+                               std::int64_t start_ns) const {
+    const int n = spec_.chunks;
+    const bool computes = scenario != Scenario::kCommOnly;
+    const bool communicates = scenario != Scenario::kComputeOnly;
+    auto record = [&](Lane lane, SpanKind kind, int tag, std::int64_t from, std::int64_t to) {
+      recorder.record(Span{
+          .lane = lane, .kind = kind, .step = step, .tag = tag, .start_ns = from, .end_ns = to});
+    };
+    std::int64_t t = start_ns, comm_end = start_ns;
+    const auto run_comm = [&](int i, std::int64_t ready_ns) {
+      const std::int64_t begin = std::max(ready_ns, comm_end);
+      comm_end = begin + comm_chunk_ns(i);
+      record(Lane::kComm, SpanKind::kOther, i, begin, comm_end);
+    };
+    for (int i = 0; i < n && computes; ++i) {
+      record(Lane::kCompute, SpanKind::kKernel, i, t, t + compute_chunk_ns(i));
+      t += compute_chunk_ns(i);
+      if (scenario == Scenario::kOverlapped) run_comm(i, t);
+    }
+    if (scenario == Scenario::kSequential || scenario == Scenario::kCommOnly) {
+      for (int i = 0; i < n; ++i) run_comm(i, t);
+    }
+    if (communicates) {
+      record(Lane::kWait, SpanKind::kWait, -1, t, std::max(t, comm_end));
+      t = std::max(t, comm_end);
+    }
+    if (computes) record(Lane::kCompute, SpanKind::kOptimizer, -1, t, t);
+    return t;
   }
 
   SyntheticSpec spec_;

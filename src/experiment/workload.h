@@ -63,15 +63,20 @@ std::unique_ptr<Workload> make_microbench_workload(const MicrobenchSpec& spec);
 // which runs chunks one after another. `sleep` mode sleeps (an offloaded NIC: no
 // contention by construction); `busy` mode does real work calibrated to the durations
 // when run alone (arithmetic for compute, memory copies for communication), so
-// contention shows.
+// contention shows; `ideal` mode runs nothing and records the spans of the ideal
+// schedule on a virtual clock, so its timeline is exactly the one computed by hand: the
+// metric suite's oracle, free of the machine's timing.
+enum class SyntheticMode : std::uint8_t { kSleep, kBusy, kIdeal };
+
 struct SyntheticSpec {
   std::int64_t compute_ns = 0;
   std::int64_t comm_ns = 0;
   int chunks = 1;
-  bool busy = false;
+  SyntheticMode mode = SyntheticMode::kSleep;
+  bool busy() const { return mode == SyntheticMode::kBusy; }
   int ranks = 1;  // in-process jobs; a process job has its own count
 
-  // "synthetic:compute=350ms,comm=175ms,chunks=10[,mode=sleep|busy]"; UsageError.
+  // "synthetic:compute=350ms,comm=175ms,chunks=10[,mode=sleep|busy|ideal]"; UsageError.
   static SyntheticSpec parse(std::string_view text);
   std::string to_string() const;
 };

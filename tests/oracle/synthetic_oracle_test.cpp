@@ -1,5 +1,7 @@
-// The metric suite's oracle: synthetic phases in sleep mode have a timeline known in
-// advance, so every metric must come out within 1% of the value computed by hand.
+// The metric suite's oracle: synthetic phases in ideal mode put their spans on the
+// schedule computed by hand (a virtual clock, nothing sleeps), so every metric, through
+// the four scenarios, the launcher, the timeline and the statistics, must come out as the
+// value computed by hand, to the nanosecond; no timing of this machine is involved.
 #include <gtest/gtest.h>
 
 #include "core/error.h"
@@ -16,35 +18,36 @@ struct Expected {
       efficiency, exposed;
 };
 
-// Within 1% of the expected value; for an expected 0, within 1% of `scale`.
-void expect_near_1pct(const char* what, double got, double want, double scale) {
-  const double tolerance = 0.01 * (want != 0 ? std::abs(want) : scale);
+// Equal to the expected value up to floating-point rounding (times are whole
+// nanoseconds; ratios are quotients of them).
+void expect_exact(const char* what, double got, double want, double scale) {
+  const double tolerance = 1e-12 * (want != 0 ? std::abs(want) : scale) + 1e-9;
   EXPECT_NEAR(got, want, tolerance) << what;
 }
 
 void check(const Characterization& c, const Expected& e) {
   const ScenarioMetrics& m = c.metrics;
   const double base = e.t_comp_iso * kMs;
-  expect_near_1pct("T_comp_iso", m.t_comp_iso_ns.median, e.t_comp_iso * kMs, base);
-  expect_near_1pct("T_comm_iso", m.t_comm_iso_ns.median, e.t_comm_iso * kMs, base);
-  expect_near_1pct("E2E_seq", m.e2e_seq_ns.median, e.e2e_seq * kMs, base);
-  expect_near_1pct("T_comp_ovl", m.t_comp_ovl_ns.median, e.t_comp_ovl * kMs, base);
-  expect_near_1pct("T_comm_ovl", m.t_comm_ovl_ns.median, e.t_comm_ovl * kMs, base);
-  expect_near_1pct("T_ovl", m.t_ovl_ns.median, e.t_ovl * kMs, base);
-  expect_near_1pct("E2E_ovl", m.e2e_ovl_ns.median, e.e2e_ovl * kMs, base);
-  expect_near_1pct("S", m.compute_slowdown.median, e.slowdown, 1.0);
-  expect_near_1pct("R", m.overlap_ratio.median, e.overlap_ratio, 1.0);
-  expect_near_1pct("E2E_ideal", m.e2e_ideal_ns.median, e.e2e_ideal * kMs, base);
-  expect_near_1pct("E2E_seq_model", m.e2e_seq_model_ns.median, e.e2e_seq_model * kMs, base);
-  expect_near_1pct("hidden share", m.hidden_share.median, e.hidden_share, 1.0);
-  expect_near_1pct("overlap benefit", m.overlap_benefit_ns.median, e.benefit * kMs, base);
-  expect_near_1pct("contention loss", m.contention_loss_ns.median, e.contention_loss * kMs, base);
-  expect_near_1pct("overlap efficiency", m.overlap_efficiency.median, e.efficiency, 1.0);
-  expect_near_1pct("exposed comm", m.exposed_comm_ns.median, e.exposed * kMs, base);
+  expect_exact("T_comp_iso", m.t_comp_iso_ns.median, e.t_comp_iso * kMs, base);
+  expect_exact("T_comm_iso", m.t_comm_iso_ns.median, e.t_comm_iso * kMs, base);
+  expect_exact("E2E_seq", m.e2e_seq_ns.median, e.e2e_seq * kMs, base);
+  expect_exact("T_comp_ovl", m.t_comp_ovl_ns.median, e.t_comp_ovl * kMs, base);
+  expect_exact("T_comm_ovl", m.t_comm_ovl_ns.median, e.t_comm_ovl * kMs, base);
+  expect_exact("T_ovl", m.t_ovl_ns.median, e.t_ovl * kMs, base);
+  expect_exact("E2E_ovl", m.e2e_ovl_ns.median, e.e2e_ovl * kMs, base);
+  expect_exact("S", m.compute_slowdown.median, e.slowdown, 1.0);
+  expect_exact("R", m.overlap_ratio.median, e.overlap_ratio, 1.0);
+  expect_exact("E2E_ideal", m.e2e_ideal_ns.median, e.e2e_ideal * kMs, base);
+  expect_exact("E2E_seq_model", m.e2e_seq_model_ns.median, e.e2e_seq_model * kMs, base);
+  expect_exact("hidden share", m.hidden_share.median, e.hidden_share, 1.0);
+  expect_exact("overlap benefit", m.overlap_benefit_ns.median, e.benefit * kMs, base);
+  expect_exact("contention loss", m.contention_loss_ns.median, e.contention_loss * kMs, base);
+  expect_exact("overlap efficiency", m.overlap_efficiency.median, e.efficiency, 1.0);
+  expect_exact("exposed comm", m.exposed_comm_ns.median, e.exposed * kMs, base);
 }
 
 Characterization run(std::string_view spec_text, int ranks) {
-  SyntheticSpec spec = SyntheticSpec::parse(spec_text);
+  SyntheticSpec spec = SyntheticSpec::parse(std::string(spec_text) + ",mode=ideal");
   spec.ranks = ranks;
   auto workload = make_synthetic_workload(spec);
   return characterize(*workload, {.warmup = 1, .iterations = 5});
@@ -54,7 +57,6 @@ TEST(SyntheticOracleTest, PartialOverlapCommShorterThanCompute) {
   // 5 compute chunks of 80 ms; after chunk i, comm chunk i (40 ms) runs at once, so it
   // ends before compute chunk i+1 does: chunks 0..3 hide fully, chunk 4 runs after
   // compute, exposed. T_ovl = 4 x 40 = 160; E2E_ovl = 400 + 40; sequential = 400 + 200.
-  // Chunks are long because every wake-up after a gap is ~0.1 ms late on a VM.
   const Characterization c = run("synthetic:compute=400ms,comm=200ms,chunks=5", 2);
   check(c, {.t_comp_iso = 400,
             .t_comm_iso = 200,
@@ -123,8 +125,11 @@ TEST(SyntheticSpecTest, ParsesAndRejects) {
   EXPECT_EQ(s.compute_ns, 350'000'000);
   EXPECT_EQ(s.comm_ns, 175'000'000);
   EXPECT_EQ(s.chunks, 10);
-  EXPECT_FALSE(s.busy);
-  EXPECT_TRUE(SyntheticSpec::parse("synthetic:compute=1ms,comm=1ms,mode=busy").busy);
+  EXPECT_EQ(s.mode, SyntheticMode::kSleep);
+  EXPECT_EQ(SyntheticSpec::parse("synthetic:compute=1ms,comm=1ms,mode=busy").mode,
+            SyntheticMode::kBusy);
+  EXPECT_EQ(SyntheticSpec::parse("synthetic:compute=1ms,comm=1ms,mode=ideal").mode,
+            SyntheticMode::kIdeal);
   for (const char* bad :
        {"synthetic:compute=1ms", "synthetic:compute=1ms,comm=0ms",
         "synthetic:compute=1ms,comm=1ms,chunks=0", "synthetic:compute=1ms,comm=1ms,mode=fast",
