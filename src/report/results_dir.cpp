@@ -188,6 +188,8 @@ namespace {
 std::string setting_text(const nlohmann::json& value) {
   if (value.is_null()) return "not given";
   if (value.is_string()) return "'" + value.get<std::string>() + "'";
+  // A flag without a value, as the command line records it.
+  if (value == nlohmann::json::array({"true"})) return "given";
   return value.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
 }
 
