@@ -70,7 +70,8 @@ void add_workload_flags(CLI::App& app, WorkloadFlags& f) {
                  "Gradient synchronization: DDP's sequential (after backward, no overlap), "
                  "layerwise, bucketed, chunked:N; or sharded data parallelism: zero1 "
                  "(optimizer state sharded), zero2 (gradients too), fsdp (parameters too, "
-                 "gathered unit by unit; docs/SHARDING.md)")
+                 "gathered unit by unit; docs/SHARDING.md), on either device (on cuda: "
+                 "compiled, not yet run on a GPU)")
       ->capture_default_str();
   app.add_option("--prefetch", f.prefetch,
                  "fsdp: units whose all-gather runs ahead of the unit computing (0: each "

@@ -7,6 +7,25 @@
 
 namespace tandem {
 
+// Note [ordering on a device]: on --device cuda every buffer here is device memory, and
+// the strategy's own work (the fsdp constructor's copies, SGD on the shards, the
+// discards' memsets) is enqueued on the model's compute stream. Collectives are ordered
+// after everything enqueued on the bound stream when they are issued, and Work::wait()
+// makes that stream wait for them (comm/work.h). So:
+// - a discard after a wait: settle_reduces discards a unit's gradient only after waiting
+//   for its reduce-scatter, and release_after discards parameters only of a resident unit,
+//   whose gather was waited for (wait_gathered); the memset runs on the stream after the
+//   stream waited, so it never overwrites what a collective still reads or writes;
+// - a gather after a discard: a unit's gather is issued only when it is neither resident
+//   nor being gathered, that is after its last discard was enqueued, so the gather is
+//   ordered after that memset; the same holds for the backward's += into gradients given
+//   back, and for zero1/zero2's in-place gathers after SGD wrote the rank's block;
+// - SGD reads the gradient shards after before_optimizer waited for every reduce-scatter.
+// On a device settle_reduces(false) only tests completion where the memory is the host's:
+// the host cannot see a device collective end without blocking, so reduce-scatters are
+// settled (and gradients given back) at the next wait, before the optimizer at the latest,
+// and grads_peak counts them until then.
+
 LayoutOptions sharded_layout(int ranks) {
   TANDEM_CHECK(ranks >= 1);
   // Huge pages (core/page_array.h): a unit's whole 2 MiB pages are its own, and the gap
@@ -16,7 +35,7 @@ LayoutOptions sharded_layout(int ranks) {
 }
 
 ShardedSync::ShardedSync(Communicator& comm, RankModel& model, StrategyKind kind, CommMode mode,
-                         ShardOptions options, SgdOptions sgd, int micro_batches)
+                         ShardOptions options, int micro_batches)
     : comm_(comm), model_(model), kind_(kind), mode_(mode), options_(options), ranks_(comm.size()) {
   TANDEM_CHECK(kind == StrategyKind::kZero1 || kind == StrategyKind::kZero2 || fsdp());
   TANDEM_CHECK(micro_batches >= 1 && options.prefetch >= 0);
@@ -38,14 +57,14 @@ ShardedSync::ShardedSync(Communicator& comm, RankModel& model, StrategyKind kind
   events_ = micro_batches * events_per_micro_;
   if (!communicates()) return;  // compute-only: a full local replica, the model's optimizer
 
-  grad_shards_.assign(offset, 0.0f);
-  for (const Unit& unit : units_) sgd_.emplace_back(sgd, unit.shard);
+  shard_numel_ = offset;
+  grad_shards_ = model_.allocate_zeroed(shard_numel_);
+  velocity_shards_ = model_.allocate_zeroed(shard_numel_);
   if (fsdp()) {
     // The rank keeps its block of every unit; the model keeps nothing until gathered.
-    param_shards_.assign(offset, 0.0f);
+    param_shards_ = model_.allocate_zeroed(shard_numel_);
     for (Unit& unit : units_) {
-      const std::span<float> own = own_params(unit);
-      std::copy(own.begin(), own.end(), param_shard(unit).begin());
+      model_.copy(own_params(unit), param_shard(unit));
       model_.discard_params(unit.begin, unit.owned_end);
     }
   }
@@ -59,11 +78,15 @@ std::span<float> ShardedSync::own_params(Unit& unit) {
 }
 
 std::span<float> ShardedSync::param_shard(Unit& unit) {
-  return std::span<float>(param_shards_).subspan(unit.offset, unit.shard);
+  return param_shards_->span().subspan(unit.offset, unit.shard);
 }
 
 std::span<float> ShardedSync::grad_shard(Unit& unit) {
-  return std::span<float>(grad_shards_).subspan(unit.offset, unit.shard);
+  return grad_shards_->span().subspan(unit.offset, unit.shard);
+}
+
+std::span<float> ShardedSync::velocity_shard(Unit& unit) {
+  return velocity_shards_->span().subspan(unit.offset, unit.shard);
 }
 
 const std::vector<int>& ShardedSync::needs(int event) const {
@@ -222,9 +245,9 @@ void ShardedSync::optimizer_step(RankModel& model, float grad_scale) {
     GradSync::optimizer_step(model, grad_scale);
     return;
   }
-  for (std::size_t u = 0; u < units_.size(); ++u) {
-    Unit& unit = units_[u];
-    sgd_[u].step(fsdp() ? param_shard(unit) : own_params(unit), grad_shard(unit), grad_scale);
+  for (Unit& unit : units_) {
+    model.sgd_step(fsdp() ? param_shard(unit) : own_params(unit), grad_shard(unit),
+                   velocity_shard(unit), grad_scale);
   }
   if (kind_ == StrategyKind::kZero1) model.zero_grad();  // zero2, fsdp: given back already
 }
@@ -288,7 +311,7 @@ StateBytes ShardedSync::state_bytes() const {
     full += static_cast<std::int64_t>((unit.padded_end - unit.begin) * sizeof(float));
   }
   if (!communicates()) return {.params = full, .grads = full, .optimizer = full};
-  const auto shards = static_cast<std::int64_t>(grad_shards_.size() * sizeof(float));
+  const auto shards = static_cast<std::int64_t>(shard_numel_ * sizeof(float));
   StateBytes out{.params = fsdp() ? shards : full,
                  .grads = shards,
                  .optimizer = shards,

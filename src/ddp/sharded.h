@@ -21,6 +21,10 @@
 //          reshard_after_forward). SGD updates the shard; nothing is gathered after the
 //          step.
 //
+// On a device (--device cuda) the same code runs: the shards are device memory, copies,
+// SGD and discards are enqueued on the model's stream, and Note [ordering on a device] in
+// sharded.cpp says why nothing races.
+//
 // On the local backend reduce_scatter equals the matching block of allreduce bit for bit
 // and SGD is elementwise, so every stage ends with the same parameters, bit for bit, as
 // DDP's sequential strategy.
@@ -31,6 +35,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -57,8 +62,10 @@ class ShardedSync final : public GradSync {
   // the communicator's N ranks. For fsdp the model's parameters are taken into the shards
   // and given back here (so construct after the initial broadcast).
   // `micro_batches`: per step, as the rank loop runs them (--accumulate).
+  // The shards and the optimizer live in the model's memory (RankModel::allocate_zeroed)
+  // and SGD runs there with the model's options, so the same code runs on every device.
   ShardedSync(Communicator& comm, RankModel& model, StrategyKind kind, CommMode mode,
-              ShardOptions options, SgdOptions sgd, int micro_batches);
+              ShardOptions options, int micro_batches);
   ~ShardedSync() override;
 
   void begin_step(int step) override;
@@ -108,6 +115,7 @@ class ShardedSync final : public GradSync {
   std::span<float> own_params(Unit& unit);  // the rank's block of the model's parameters
   std::span<float> param_shard(Unit& unit);
   std::span<float> grad_shard(Unit& unit);
+  std::span<float> velocity_shard(Unit& unit);
   void note_transient();
 
   Communicator& comm_;
@@ -116,10 +124,13 @@ class ShardedSync final : public GradSync {
   CommMode mode_;
   ShardOptions options_;
   int ranks_;
+  // In the model's memory, every unit's shard at Unit::offset; declared before units_ so
+  // that they outlive the collectives in flight there.
+  std::size_t shard_numel_ = 0;                  // the rank's shards of every unit
+  std::unique_ptr<ModelArray> param_shards_;     // fsdp: the parameters this rank keeps
+  std::unique_ptr<ModelArray> grad_shards_;      // every stage: the averaged gradient block
+  std::unique_ptr<ModelArray> velocity_shards_;  // SGD's momentum for the rank's block
   std::vector<Unit> units_;
-  std::vector<float> param_shards_;  // fsdp: the parameters this rank keeps
-  std::vector<float> grad_shards_;   // every stage: the averaged gradient block
-  std::vector<Sgd> sgd_;             // per unit: SGD on the rank's block, its velocity shard
   int step_ = -1;
   bool in_step_ = false;
   int event_ = 0;             // the compute event now running or next

@@ -57,10 +57,6 @@ void validate(const TrainConfig& config) {
   if (config.shard.prefetch < 0 || config.shard.prefetch > 64) {
     throw UsageError("--prefetch must be 0..64");
   }
-  if (config.reducer.plan.strategy.sharded() && config.device != Device::kCpu) {
-    throw UsageError("--strategy " + config.reducer.plan.strategy.to_string() +
-                     ": sharded strategies run on the cpu device only so far (docs/SHARDING.md)");
-  }
   if (config.model.is_transformer() &&
       (config.precision == Precision::kFp16 || config.precision == Precision::kBf16)) {
     throw UsageError("--precision " + std::string(to_string(config.precision)) +
@@ -201,7 +197,7 @@ std::unique_ptr<GradSync> make_grad_sync(const TrainConfig& config, Communicator
   const Strategy& strategy = config.reducer.plan.strategy;
   if (!strategy.sharded()) return std::make_unique<Reducer>(comm, model, config.reducer);
   return std::make_unique<ShardedSync>(comm, model, strategy.kind, config.reducer.mode,
-                                       config.shard, config.sgd, config.accumulate);
+                                       config.shard, config.accumulate);
 }
 
 // One step of the rank loop (see trainer.h).

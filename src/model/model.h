@@ -119,6 +119,10 @@ struct SgdOptions {
   float weight_decay = 0.0f;
 };
 
+// One step of that rule on spans of equal size; `velocity` is the momentum state.
+void sgd_update(const SgdOptions& options, std::span<float> params, std::span<const float> grads,
+                std::span<float> velocity, float grad_scale);
+
 class Sgd {
  public:
   // The velocity (numel floats, zero) is allocated by the first step.

@@ -10,6 +10,7 @@
 #include "compute/cpu/blas.h"
 #include "core/clock.h"
 #include "core/error.h"
+#include "core/page_array.h"
 #include "core/parse.h"
 #include "model/token_data.h"
 #include "model/transformer.h"
@@ -119,6 +120,16 @@ class TransformerNet final : public NetOver<Transformer> {
   int rows_;
 };
 
+// Anonymous pages (core/page_array.h): zero without being touched, resident once written.
+class HostArray final : public ModelArray {
+ public:
+  explicit HostArray(std::size_t numel) : array_(numel) {}
+  std::span<float> span() override { return array_; }
+
+ private:
+  PageArray<float> array_;
+};
+
 class CpuRankModel final : public RankModel {
  public:
   CpuRankModel(const ModelConfig& config, RankRecorder& recorder)
@@ -135,6 +146,17 @@ class CpuRankModel final : public RankModel {
   }
   void discard_grads(std::size_t begin, std::size_t end) override {
     net_->discard_grads(begin, end);
+  }
+  std::unique_ptr<ModelArray> allocate_zeroed(std::size_t numel) override {
+    return std::make_unique<HostArray>(numel);
+  }
+  void copy(std::span<const float> from, std::span<float> to) override {
+    TANDEM_CHECK_EQ(from.size(), to.size());
+    std::copy(from.begin(), from.end(), to.begin());
+  }
+  void sgd_step(std::span<float> params, std::span<const float> grads, std::span<float> velocity,
+                float grad_scale) override {
+    sgd_update(sgd_.options(), params, grads, velocity, grad_scale);
   }
 
   std::int64_t begin_step(int step) override {

@@ -45,6 +45,13 @@ struct ModelConfig {
   LayoutOptions layout{};  // how the flat arrays hold the units (a sharded strategy pads)
 };
 
+// An array of floats in a rank model's memory (RankModel::allocate_zeroed).
+class ModelArray {
+ public:
+  virtual ~ModelArray() = default;
+  virtual std::span<float> span() = 0;
+};
+
 class RankModel {
  public:
   virtual ~RankModel() = default;
@@ -56,12 +63,27 @@ class RankModel {
   virtual std::span<float> grads() = 0;
   // Elements [begin, end) of params() or grads() are not needed now: they read as zero
   // afterwards, and the model may give their memory back (the CPU model returns the whole
-  // pages among them to the operating system). Sharded strategies (ddp/sharded.h) keep
-  // only the units they have gathered this way.
+  // pages among them to the operating system; the CUDA model zeroes them on its stream
+  // and keeps the memory). Sharded strategies (ddp/sharded.h) keep only the units they
+  // have gathered this way.
   virtual void discard_params(std::size_t begin, std::size_t end) = 0;
   virtual void discard_grads(std::size_t begin, std::size_t end) = 0;
   // Where device work is enqueued (collectives are ordered after it); null on the CPU.
   virtual ComputeStream stream() const { return nullptr; }
+
+  // State that a sharded strategy (ddp/sharded.h) keeps beside the flat arrays, in the
+  // same memory, so that one strategy serves every device. On a device the operations
+  // are enqueued on stream(), in order with the passes and the collectives.
+  //
+  // `numel` zeroed floats in the model's memory (device memory on a GPU), freed with the
+  // returned array, which must not outlive the model.
+  virtual std::unique_ptr<ModelArray> allocate_zeroed(std::size_t numel) = 0;
+  // Copies `from` into `to` (the same size), both in the model's memory.
+  virtual void copy(std::span<const float> from, std::span<float> to) = 0;
+  // One SGD step with the model's options (model.h's rule) on spans of the model's
+  // memory: `velocity` is the caller's momentum state for `params`.
+  virtual void sgd_step(std::span<float> params, std::span<const float> grads,
+                        std::span<float> velocity, float grad_scale) = 0;
 
   // Starts `step`; returns its start time on the spans' clock.
   virtual std::int64_t begin_step(int step) = 0;

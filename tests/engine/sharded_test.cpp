@@ -10,6 +10,7 @@
 #include <set>
 
 #include "engine/trainer.h"
+#include "model/rank_model.h"
 
 namespace tandem {
 namespace {
@@ -189,6 +190,32 @@ TEST(ShardedTest, ComputeOnlyScenarioSendsNothing) {
       EXPECT_NE(s.lane, Lane::kComm);
     }
   }
+}
+
+// What ShardedSync keeps its state with (RankModel::allocate_zeroed, copy, sgd_step), on
+// the CPU model: zeroed arrays, exact copies, and the model's own SGD bit for bit.
+TEST(ShardedTest, TheCpuModelKeepsAStrategysStateWithItsOwnSgd) {
+  RankRecorder recorder(0, 0, /*enabled=*/false);
+  ModelConfig model_config;
+  model_config.spec = ModelSpec::parse("mlp:2x8");
+  model_config.sgd = {.lr = 0.1f, .momentum = 0.9f, .weight_decay = 0.01f};
+  const std::unique_ptr<RankModel> model = make_rank_model(model_config, recorder);
+  const std::vector<float> initial = {0.5f, -1.25f, 3.0f, 0.0f, 7.5f};
+  const std::vector<float> grads = {0.1f, 0.2f, -0.3f, 0.4f, -0.5f};
+  std::unique_ptr<ModelArray> params = model->allocate_zeroed(initial.size());
+  std::unique_ptr<ModelArray> grad = model->allocate_zeroed(initial.size());
+  std::unique_ptr<ModelArray> velocity = model->allocate_zeroed(initial.size());
+  ASSERT_EQ(velocity->span().size(), initial.size());
+  for (float v : velocity->span()) EXPECT_EQ(v, 0.0f);
+  model->copy(initial, params->span());
+  model->copy(grads, grad->span());
+  Sgd reference(model_config.sgd, initial.size());
+  std::vector<float> want = initial;
+  for (int step = 0; step < 3; ++step) {
+    reference.step(want, grads, 0.5f);
+    model->sgd_step(params->span(), grad->span(), velocity->span(), 0.5f);
+  }
+  EXPECT_EQ(std::memcmp(params->span().data(), want.data(), want.size() * sizeof(float)), 0);
 }
 
 TEST(ShardedTest, BadOptionsAreUsageErrors) {

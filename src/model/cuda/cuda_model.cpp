@@ -27,7 +27,7 @@ namespace tandem::cuda {
 // read again by the weight gradient), lp_weights the cast copy of the flat parameters
 // (per layer, at that layer's forward) and lp_dout the cast output gradient.
 struct CudaModel::Impl {
-  explicit Impl(const ModelSpec& spec) : layout(spec) {}
+  Impl(const ModelSpec& spec, LayoutOptions options) : layout(spec, options) {}
 
   ModelLayout layout;
   Precision precision = Precision::kFp32;
@@ -71,8 +71,8 @@ float lp_dout_scale(Precision precision, int rows) {
 }  // namespace
 
 CudaModel::CudaModel(const ModelSpec& spec, int max_batch, std::uint64_t seed, Precision precision,
-                     cudaStream_t stream)
-    : impl_(std::make_unique<Impl>(spec)) {
+                     cudaStream_t stream, LayoutOptions layout_options)
+    : impl_(std::make_unique<Impl>(spec, layout_options)) {
   Impl& m = *impl_;
   if (max_batch < 1) {
     throw UsageError("model '" + spec.text + "': batch must be >= 1 (got " +
@@ -355,6 +355,15 @@ CudaSgd::CudaSgd(SgdOptions options, std::size_t numel, cudaStream_t stream)
 void CudaSgd::step(float* params, const float* grads, float grad_scale, cudaStream_t stream) {
   sgd_step(params, velocity_.data(), grads, velocity_.size(), options_.lr, options_.momentum,
            options_.weight_decay, grad_scale, stream);
+}
+
+void CudaSgd::step(std::span<float> params, std::span<const float> grads, std::span<float> velocity,
+                   float grad_scale, cudaStream_t stream) const {
+  TANDEM_CHECK_EQ(params.size(), velocity.size());
+  TANDEM_CHECK_EQ(grads.size(), velocity.size());
+  if (params.empty()) return;
+  sgd_step(params.data(), velocity.data(), grads.data(), params.size(), options_.lr,
+           options_.momentum, options_.weight_decay, grad_scale, stream);
 }
 
 }  // namespace tandem::cuda

@@ -46,10 +46,11 @@ struct DeviceBatch {
 
 class CudaModel {
  public:
-  // On the calling thread's current device. Throws UsageError like Model for bad
-  // batches, RuntimeError when CUDA fails (out of memory included).
+  // On the calling thread's current device, the flat arrays laid out by `layout` (a
+  // sharded strategy pads them). Throws UsageError like Model for bad batches,
+  // RuntimeError when CUDA fails (out of memory included).
   CudaModel(const ModelSpec& spec, int max_batch, std::uint64_t seed, Precision precision,
-            cudaStream_t stream);
+            cudaStream_t stream, LayoutOptions layout = {});
   ~CudaModel();
   CudaModel(const CudaModel&) = delete;
   CudaModel& operator=(const CudaModel&) = delete;
@@ -113,6 +114,9 @@ class CudaSgd {
   // Velocity zeroed on `stream` (the current device's), before any step on that stream.
   CudaSgd(SgdOptions options, std::size_t numel, cudaStream_t stream);
   void step(float* params, const float* grads, float grad_scale, cudaStream_t stream);
+  // The same rule on spans of device memory with the caller's `velocity` (a shard's).
+  void step(std::span<float> params, std::span<const float> grads, std::span<float> velocity,
+            float grad_scale, cudaStream_t stream) const;
   const SgdOptions& options() const { return options_; }
 
  private:

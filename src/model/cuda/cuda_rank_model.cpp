@@ -192,7 +192,7 @@ class CudaNetOf : public CudaNet {
 class MlpNet final : public CudaNetOf<cuda::CudaModel> {
  public:
   MlpNet(const ModelConfig& c, cudaStream_t stream)
-      : CudaNetOf(c.spec, c.batch, c.seed, c.precision, stream), data_(c, stream) {}
+      : CudaNetOf(c.spec, c.batch, c.seed, c.precision, stream, c.layout), data_(c, stream) {}
   void set_micro_batch(int index) override { net_.set_input(data_.batch(index)); }
 
  private:
@@ -202,7 +202,9 @@ class MlpNet final : public CudaNetOf<cuda::CudaModel> {
 class TransformerNet final : public CudaNetOf<cuda::CudaTransformer> {
  public:
   TransformerNet(const ModelConfig& c, cudaStream_t stream)
-      : CudaNetOf(c.spec, c.batch, c.seed, c.precision, stream), tokens_(c), stream_(stream) {}
+      : CudaNetOf(c.spec, c.batch, c.seed, c.precision, stream, c.layout),
+        tokens_(c),
+        stream_(stream) {}
   void set_micro_batch(int index) override {
     net_.set_input(tokens_.next(index, /*validation=*/false, stream_));
   }
@@ -226,6 +228,17 @@ class TransformerNet final : public CudaNetOf<cuda::CudaTransformer> {
  private:
   DeviceTokenStream tokens_;
   cudaStream_t stream_;
+};
+
+// Device memory, zeroed on the stream that will use it. Freeing it (cudaFree) waits for
+// the device, so no queued kernel outlives it.
+class DeviceArray final : public ModelArray {
+ public:
+  DeviceArray(std::size_t numel, cudaStream_t stream) : buffer_(numel) { buffer_.zero(stream); }
+  std::span<float> span() override { return {buffer_.data(), buffer_.size()}; }
+
+ private:
+  cuda::DeviceBuffer<float> buffer_;
 };
 
 int current(int ordinal) {
@@ -256,12 +269,26 @@ class CudaRankModel final : public RankModel {
   std::span<float> params() override { return net_->params(); }
   std::span<float> grads() override { return net_->grads(); }
   ComputeStream stream() const override { return stream_.get(); }
-  // Zeroed on the stream; the memory stays allocated (sharded strategies run on the cpu
-  // device only so far, docs/SHARDING.md).
+  // Zeroed on the stream; the memory stays allocated (giving device memory back would
+  // take CUDA's virtual memory management, docs/SHARDING.md).
   void discard_params(std::size_t begin, std::size_t end) override {
     zero(net_->params(), begin, end);
   }
   void discard_grads(std::size_t begin, std::size_t end) override { zero(net_->grads(), begin, end); }
+  std::unique_ptr<ModelArray> allocate_zeroed(std::size_t numel) override {
+    TANDEM_CUDA_CHECK(cudaSetDevice(device_));
+    return std::make_unique<DeviceArray>(numel, stream_.get());
+  }
+  void copy(std::span<const float> from, std::span<float> to) override {
+    TANDEM_CHECK_EQ(from.size(), to.size());
+    if (from.empty()) return;
+    TANDEM_CUDA_CHECK(cudaMemcpyAsync(to.data(), from.data(), from.size_bytes(),
+                                      cudaMemcpyDeviceToDevice, stream_.get()));
+  }
+  void sgd_step(std::span<float> params, std::span<const float> grads, std::span<float> velocity,
+                float grad_scale) override {
+    sgd_.step(params, grads, velocity, grad_scale, stream_.get());
+  }
 
   std::int64_t begin_step(int step) override {
     TANDEM_CUDA_CHECK(cudaSetDevice(device_));

@@ -37,7 +37,7 @@ struct CudaTransformer::Impl : TransformerOffsets {  // the tensors, then the bu
     DeviceBuffer<float> up;   // gpt: fc output [N, F]; llama: gate|up [N, 2F]
     DeviceBuffer<float> act;  // gpt: GELU(fc); llama: silu(gate) * up; [N, F]
   };
-  explicit Impl(const ModelSpec& spec) : layout(spec) {}
+  Impl(const ModelSpec& spec, LayoutOptions options) : layout(spec, options) {}
 
   ModelLayout layout;
   Precision precision = Precision::kFp32;
@@ -104,8 +104,9 @@ void check_precision(Precision precision) {
 }  // namespace
 
 CudaTransformer::CudaTransformer(const ModelSpec& spec, int max_batch, std::uint64_t seed,
-                                 Precision precision, cudaStream_t stream)
-    : impl_(std::make_unique<Impl>(spec)) {
+                                 Precision precision, cudaStream_t stream,
+                                 LayoutOptions layout_options)
+    : impl_(std::make_unique<Impl>(spec, layout_options)) {
   TANDEM_CHECK(spec.is_transformer());
   check_precision(precision);
   const TransformerShape& s = spec.transformer;

@@ -42,8 +42,9 @@ class CudaTransformer {
   // On the calling thread's current device; every buffer is allocated here, for up to
   // max_batch sequences. Throws UsageError for bad batches and for fp16/bf16,
   // RuntimeError when CUDA fails (out of memory included).
+  // `layout`: how the flat arrays hold the units (a sharded strategy pads them).
   CudaTransformer(const ModelSpec& spec, int max_batch, std::uint64_t seed, Precision precision,
-                  cudaStream_t stream);
+                  cudaStream_t stream, LayoutOptions layout = {});
   ~CudaTransformer();
   CudaTransformer(const CudaTransformer&) = delete;
   CudaTransformer& operator=(const CudaTransformer&) = delete;
