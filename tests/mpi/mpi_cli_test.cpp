@@ -284,13 +284,16 @@ TEST(MpiTimeout, ASkippedCollectiveStopsEveryRankWithOneLineEach) {
 // with a deadline.
 // `workload`: the train flags; `late`: a regex of how rank 1's line names the collective
 // that timed out ("allreduce bucket \\d+").
-void expect_stopped_rank_ends_the_job(const std::string& workload, const std::string& late) {
+// `timeout_s`: --timeout, which also bounds the job's start-up handshakes (clock
+// alignment) on a loaded machine.
+void expect_stopped_rank_ends_the_job(const std::string& workload, const std::string& late,
+                                      int timeout_s) {
   ASSERT_EQ(::prctl(PR_SET_CHILD_SUBREAPER, 1), 0);
   TempDir dir;
   const auto path = [&](const char* name) { return (dir.path() / name).string(); };
   const std::string train = std::string(TANDEM_BINARY) +
                             " train --backend mpi --steps 100000 "
-                            "--timeout 2 " +
+                            "--timeout " + std::to_string(timeout_s) + " " +
                             workload;
   {
     std::ofstream script(path("rank0.sh"));
@@ -329,7 +332,8 @@ void expect_stopped_rank_ends_the_job(const std::string& workload, const std::st
     FAIL() << "the job did not end after rank 1's timeout: " << job_err;
   }
   EXPECT_TRUE(WIFEXITED(job_status) && WEXITSTATUS(job_status) == 1) << job_status << job_err;
-  const std::regex rank1("tandem: rank 1: (" + late + ") \\(.*not complete after 2 s");
+  const std::regex rank1("tandem: rank 1: (" + late + ") \\(.*not complete after " +
+                         std::to_string(timeout_s) + " s");
   EXPECT_EQ(std::distance(std::sregex_iterator(job_err.begin(), job_err.end(), rank1),
                           std::sregex_iterator()),
             1)
@@ -360,13 +364,13 @@ void expect_stopped_rank_ends_the_job(const std::string& workload, const std::st
 
 TEST(MpiFault, ARankStoppedUntilTheJobTimedOutEndsWithoutASignalWhenResumed) {
   expect_stopped_rank_ends_the_job("--model mlp:4x256 --mpi-allreduce ring",
-                                   "allreduce bucket \\d+");
+                                   "allreduce bucket \\d+", 2);
 }
 
 // fsdp's forward waits on all-gathers: a rank stopped mid-gather ends the job the same way.
 TEST(MpiFault, ARankStoppedMidGatherEndsTheJobNamingTheGather) {
   expect_stopped_rank_ends_the_job("--model mlp:4x256 --strategy fsdp --prefetch 0",
-                                   "(allgather|reduce_scatter) unit \\d+");
+                                   "(allgather|reduce_scatter) unit \\d+", 4);
 }
 
 }  // namespace
