@@ -62,16 +62,7 @@ BasicTransformer<T>::BasicTransformer(const ModelSpec& spec, int max_batch, std:
     : layout_(spec, layout), impl_(std::make_unique<Impl>()) {
   TANDEM_CHECK(spec.is_transformer());
   const TransformerShape& s = spec.transformer;
-  if (max_batch < 1) {
-    throw UsageError("model '" + spec.text + "': batch must be >= 1 (got " +
-                     std::to_string(max_batch) + ")");
-  }
-  const std::int64_t N = static_cast<std::int64_t>(max_batch) * s.seq;
-  // BLAS takes int dimensions and the largest product is N x vocab.
-  if (N * std::max({s.vocab, 3 * s.dim, 2 * s.hidden}) > std::numeric_limits<int>::max()) {
-    throw UsageError("model '" + spec.text + "': batch " + std::to_string(max_batch) + " x seq " +
-                     std::to_string(s.seq) + " is too large for one matrix product");
-  }
+  const std::int64_t N = transformer_batch_tokens(spec, max_batch);
   Impl& m = *impl_;
   m.max_batch = max_batch;
   m.gpt = spec.kind == ModelKind::kGpt;
@@ -174,6 +165,20 @@ void BasicTransformer<T>::set_input(const TokenBatch& batch) {
   }
   m.rows = batch.rows;
   m.next_backward = -1;
+}
+
+std::int64_t transformer_batch_tokens(const ModelSpec& spec, int max_batch) {
+  const TransformerShape& s = spec.transformer;
+  if (max_batch < 1) {
+    throw UsageError("model '" + spec.text + "': batch must be >= 1 (got " +
+                     std::to_string(max_batch) + ")");
+  }
+  const std::int64_t tokens = static_cast<std::int64_t>(max_batch) * s.seq;
+  if (tokens * std::max({s.vocab, 3 * s.dim, 2 * s.hidden}) > std::numeric_limits<int>::max()) {
+    throw UsageError("model '" + spec.text + "': batch " + std::to_string(max_batch) + " x seq " +
+                     std::to_string(s.seq) + " is too large for one matrix product");
+  }
+  return tokens;
 }
 
 TransformerFlops transformer_flops(const ModelSpec& spec, int rows) {

@@ -48,6 +48,12 @@ struct TransformerFlops {
 };
 TransformerFlops transformer_flops(const ModelSpec& spec, int rows);
 
+// Tokens of a batch of max_batch sequences (max_batch x seq); throws UsageError when
+// max_batch < 1 or the largest matrix product (tokens x max(vocab, 3 dim, 2 hidden))
+// would not fit the int dimensions BLAS and cuBLAS take. Every device's transformer
+// checks its batch with it.
+std::int64_t transformer_batch_tokens(const ModelSpec& spec, int max_batch);
+
 template <typename T>
 class BasicTransformer {
  public:

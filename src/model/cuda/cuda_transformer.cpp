@@ -110,16 +110,7 @@ CudaTransformer::CudaTransformer(const ModelSpec& spec, int max_batch, std::uint
   TANDEM_CHECK(spec.is_transformer());
   check_precision(precision);
   const TransformerShape& s = spec.transformer;
-  if (max_batch < 1) {
-    throw UsageError("model '" + spec.text + "': batch must be >= 1 (got " +
-                     std::to_string(max_batch) + ")");
-  }
-  const std::int64_t N64 = static_cast<std::int64_t>(max_batch) * s.seq;
-  // cuBLAS takes int dimensions; the same limit as the CPU Transformer's.
-  if (N64 * std::max({s.vocab, 3 * s.dim, 2 * s.hidden}) > std::numeric_limits<int>::max()) {
-    throw UsageError("model '" + spec.text + "': batch " + std::to_string(max_batch) + " x seq " +
-                     std::to_string(s.seq) + " is too large for one matrix product");
-  }
+  const std::int64_t N64 = transformer_batch_tokens(spec, max_batch);
   Impl& m = *impl_;
   m.precision = precision;
   m.stream = stream;
