@@ -15,6 +15,7 @@
 
 #include "engine/trainer.h"
 #include "gpu/gpu_support.h"
+#include "gpu/train_support.h"
 
 namespace tandem {
 namespace {
@@ -25,17 +26,13 @@ constexpr const char* kMlp = "mlp:3x64";
 constexpr const char* kGpt = "gpt:layers=2,dim=32,heads=4,seq=16,vocab=64";
 
 TrainConfig run(const std::string& model, const char* strategy, int ranks) {
-  TrainConfig c;
-  c.model = ModelSpec::parse(model);
-  c.ranks = ranks;
-  c.batch = model.starts_with("mlp") ? 16 : 4;
-  c.steps = 3;
-  c.reducer.plan.strategy = Strategy::parse(strategy);
+  TrainConfig c = testing::cuda_train_config({.model = model,
+                                              .strategy = strategy,
+                                              .ranks = ranks,
+                                              .batch = model.starts_with("mlp") ? 16 : 4,
+                                              .steps = 3});
   c.sgd.weight_decay = 0.01f;  // the shard's SGD reads the parameters too
-  c.timeout_ns = 60'000'000'000;
-  c.device = Device::kCuda;
   if (ranks > 1) c.device_comm = "nccl";
-  c.verify = true;
   return c;
 }
 

@@ -2,6 +2,8 @@
 // communicator): against the CPU on the same run, strategies against each other, and the
 // timeline it records. One rank (the emulated ring) runs on
 // any single GPU; the multi-rank test needs two devices and skips otherwise.
+#include "engine/trainer.h"
+
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -9,8 +11,8 @@
 #include <set>
 #include <vector>
 
-#include "engine/trainer.h"
 #include "gpu/gpu_support.h"
+#include "gpu/train_support.h"
 #include "model/rank_model.h"
 
 namespace tandem {
@@ -19,19 +21,13 @@ namespace {
 using testing::l2_rel_diff;
 
 TrainConfig small_run(const char* strategy, int ranks = 1) {
-  TrainConfig c;
-  c.model = ModelSpec::parse("mlp:3x64");
-  c.ranks = ranks;
-  c.batch = 16;
-  c.steps = 4;
-  c.reducer.plan.strategy = Strategy::parse(strategy);
-  // Small caps: several buckets even for this small model.
-  c.reducer.plan.bucket_cap_bytes = 8 << 10;
-  c.reducer.plan.first_bucket_cap_bytes = 4 << 10;
-  c.timeout_ns = 60'000'000'000;
-  c.device = Device::kCuda;
-  c.verify = true;
-  return c;
+  return testing::cuda_train_config({.model = "mlp:3x64",
+                                     .strategy = strategy,
+                                     .ranks = ranks,
+                                     .batch = 16,
+                                     .steps = 4,
+                                     .bucket_cap_bytes = 8 << 10,
+                                     .first_bucket_cap_bytes = 4 << 10});
 }
 
 TEST(CudaTrainerTest, OneRankMatchesTheCpuTrainer) {

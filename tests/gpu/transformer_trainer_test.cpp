@@ -12,6 +12,7 @@
 #include "core/error.h"
 #include "engine/trainer.h"
 #include "gpu/gpu_support.h"
+#include "gpu/train_support.h"
 
 namespace tandem {
 namespace {
@@ -19,19 +20,12 @@ namespace {
 using testing::l2_rel_diff;
 
 TrainConfig transformer_run(const char* model, const char* strategy) {
-  TrainConfig c;
-  c.model = ModelSpec::parse(model);
-  c.ranks = 1;
-  c.batch = 4;
-  c.steps = 3;
-  c.reducer.plan.strategy = Strategy::parse(strategy);
-  // Small caps: several buckets even for these small models.
-  c.reducer.plan.bucket_cap_bytes = 16 << 10;
-  c.reducer.plan.first_bucket_cap_bytes = 8 << 10;
-  c.timeout_ns = 60'000'000'000;
-  c.device = Device::kCuda;
-  c.verify = true;
-  return c;
+  return testing::cuda_train_config({.model = model,
+                                     .strategy = strategy,
+                                     .batch = 4,
+                                     .steps = 3,
+                                     .bucket_cap_bytes = 16 << 10,
+                                     .first_bucket_cap_bytes = 8 << 10});
 }
 
 constexpr const char* kGpt = "gpt:layers=2,dim=32,heads=4,seq=16,vocab=64";
