@@ -43,7 +43,6 @@
 #include "ddp/grad_sync.h"
 #include "ddp/reducer.h"
 #include "model/layout.h"
-#include "model/model.h"
 #include "model/rank_model.h"
 
 namespace tandem {
