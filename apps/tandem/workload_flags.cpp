@@ -70,8 +70,8 @@ void add_workload_flags(CLI::App& app, WorkloadFlags& f) {
                  "Gradient synchronization: DDP's sequential (after backward, no overlap), "
                  "layerwise, bucketed, chunked:N; or sharded data parallelism: zero1 "
                  "(optimizer state sharded), zero2 (gradients too), fsdp (parameters too, "
-                 "gathered unit by unit; docs/SHARDING.md), on either device (on cuda: "
-                 "compiled, not yet run on a GPU)")
+                 "gathered unit by unit; docs/SHARDING.md), on either device (on cuda the "
+                 "device memory is not given back)")
       ->capture_default_str();
   app.add_option("--prefetch", f.prefetch,
                  "fsdp: units whose all-gather runs ahead of the unit computing (0: each "
@@ -114,8 +114,8 @@ void add_workload_flags(CLI::App& app, WorkloadFlags& f) {
   app.add_option("--device", f.device,
                  "Where the math runs: cpu (OpenBLAS, fp32) or cuda (one GPU per rank: rank r "
                  "on device r, or device rank % GPUs under mpirun; cuBLAS plus tandem's "
-                 "kernels, spans timed with CUDA events; mlp and transformer models, the "
-                 "transformers not yet run on a GPU; see docs/GPU.md)")
+                 "kernels, spans timed with CUDA events; mlp and transformer models; run on "
+                 "one H100, not yet on several GPUs; see docs/GPU.md)")
       ->capture_default_str();
   app.add_option("--precision", f.precision,
                  "GEMM precision with --device cuda: fp32, tf32 (tensor cores, fp32 storage), "

@@ -1,6 +1,7 @@
 // The device backends' shared machinery (device_communicator.h).
 #include "comm/device/device_communicator.h"
 
+#include <algorithm>
 #include <chrono>
 #include <thread>
 #include <utility>
@@ -53,12 +54,75 @@ int make_current(int device) {
   return device;
 }
 
+bool has_memory_pools(int device) {
+  int pools = 0;
+  if (cudaDeviceGetAttribute(&pools, cudaDevAttrMemoryPoolsSupported, device) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return false;
+  }
+  return pools != 0;
+}
+
 }  // namespace
 
 DeviceCommunicator::DeviceCommunicator(ProgressOptions options, int device)
-    : ProgressCommunicator(options), device_(make_current(device)), clock_(device) {}
+    : ProgressCommunicator(options),
+      device_(make_current(device)),
+      clock_(device),
+      stream_ordered_alloc_(has_memory_pools(device)) {}
 
-DeviceCommunicator::~DeviceCommunicator() = default;
+// The derived backend stopped its thread and synchronized stream() before this runs.
+DeviceCommunicator::~DeviceCommunicator() {
+  for (const Staged& s : staged_) cudaFree(s.data);
+}
+
+void DeviceCommunicator::copy_on_stream(float* dst, const float* src, std::size_t count) {
+  if (count == 0 || dst == src) return;
+  TANDEM_CUDA_CHECK(
+      cudaMemcpyAsync(dst, src, count * sizeof(float), cudaMemcpyDeviceToDevice, stream()));
+}
+
+bool DeviceCommunicator::enqueue_self_p2p(Op& op) {
+  if ((op.kind != SpanKind::kSend && op.kind != SpanKind::kRecv) || op.peer != rank()) {
+    return false;
+  }
+  if (op.kind == SpanKind::kSend) {
+    Staged staged{.tag = op.tag, .count = op.input_count};
+    if (op.input_count > 0) {
+      void* data = nullptr;
+      const std::size_t bytes = op.input_count * sizeof(float);
+      TANDEM_CUDA_CHECK(stream_ordered_alloc_ ? cudaMallocAsync(&data, bytes, stream())
+                                              : cudaMalloc(&data, bytes));
+      staged.data = static_cast<float*>(data);
+      copy_on_stream(staged.data, op.input, op.input_count);
+    }
+    staged_.push_back(staged);
+    return true;
+  }
+  const auto it = std::find_if(staged_.begin(), staged_.end(),
+                               [&](const Staged& s) { return s.tag == op.tag; });
+  if (it == staged_.end()) {
+    throw RuntimeError(std::string(backend_name()) + ": rank " + std::to_string(rank()) +
+                       " receives from itself (tag " + std::to_string(op.tag) +
+                       ") before sending to itself");
+  }
+  if (it->count != op.output_count) {
+    throw RuntimeError("size mismatch: rank " + std::to_string(rank()) + " sends " +
+                       std::to_string(it->count) + " elements to itself and receives " +
+                       std::to_string(op.output_count));
+  }
+  copy_on_stream(op.output, it->data, op.output_count);
+  if (it->data != nullptr) {
+    if (stream_ordered_alloc_) {
+      TANDEM_CUDA_CHECK(cudaFreeAsync(it->data, stream()));
+    } else {
+      TANDEM_CUDA_CHECK(cudaStreamSynchronize(stream()));
+      TANDEM_CUDA_CHECK(cudaFree(it->data));
+    }
+  }
+  staged_.erase(it);
+  return true;
+}
 
 void DeviceCommunicator::prepare(Op& op) {
   TANDEM_CUDA_CHECK(cudaSetDevice(device_));

@@ -20,6 +20,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "comm/progress_communicator.h"
 #include "cuda/event_clock.h"
@@ -50,6 +51,16 @@ class DeviceCommunicator : public ProgressCommunicator {
   // After on_timeout(), the backend's kernels no longer touch the buffers.
   virtual bool can_cancel() const { return false; }
 
+  // Point to point with this rank itself, as device copies on stream(): a send is copied
+  // into a staging buffer until the receive with its tag comes (NCCL refuses a send to
+  // self that is not in the same group as its receive). True when `op` was such a send or
+  // receive and is enqueued. Issuing thread, with the device current.
+  bool enqueue_self_p2p(Op& op);
+  // The device has memory pools: buffers can be allocated and freed in stream order.
+  bool stream_ordered_alloc() const { return stream_ordered_alloc_; }
+  // Device-to-device copy on stream() (nothing when empty or in place).
+  void copy_on_stream(float* dst, const float* src, std::size_t count);
+
   bool starts_on_issue() const final { return true; }
   void prepare(Op& op) final;
   void start(Op& op) final;
@@ -65,6 +76,14 @@ class DeviceCommunicator : public ProgressCommunicator {
   cuda::EventClock clock_;  // communication thread only, after construction
   ComputeStream consumer_ = nullptr;
   bool timed_out_ = false;  // on_timeout() was called; communication thread only
+  bool stream_ordered_alloc_ = false;  // the device has memory pools (cudaMallocAsync)
+  // A send to self waiting for its receive; issuing thread only.
+  struct Staged {
+    int tag = 0;
+    float* data = nullptr;
+    std::size_t count = 0;
+  };
+  std::vector<Staged> staged_;
 };
 
 }  // namespace tandem

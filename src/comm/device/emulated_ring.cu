@@ -57,12 +57,6 @@ class EmulatedRing final : public DeviceCommunicator {
       : DeviceCommunicator({.rank = 0, .size = 1, .timeout = options.timeout}, device),
         peers_(options.emulated_peers),
         blocks_(options.emulated_blocks > 0 ? options.emulated_blocks : kEmulatedDefaultBlocks) {
-    int pools = 0;
-    if (cudaDeviceGetAttribute(&pools, cudaDevAttrMemoryPoolsSupported, device) != cudaSuccess) {
-      (void)cudaGetLastError();
-      pools = 0;
-    }
-    stream_ordered_alloc_ = pools != 0;
     start_thread();
   }
 
@@ -71,7 +65,6 @@ class EmulatedRing final : public DeviceCommunicator {
     cudaSetDevice(device());
     cudaStreamSynchronize(stream());
     if (inbox_ != nullptr) cudaFree(inbox_);
-    for (const Staged& s : staged_) cudaFree(s.data);
   }
 
   std::string_view backend_name() const override { return "emulated"; }
@@ -92,20 +85,6 @@ class EmulatedRing final : public DeviceCommunicator {
   }
 
  private:
-  // A send waiting for its receive: a device copy of the sent data.
-  struct Staged {
-    int tag = 0;
-    float* data = nullptr;
-    std::size_t count = 0;
-  };
-
-  void copy(float* dst, const float* src, std::size_t count) {
-    if (count == 0 || dst == src) return;
-    check_cuda_status(cudaMemcpyAsync(dst, src, count * sizeof(float), cudaMemcpyDeviceToDevice,
-                                      stream()),
-                      "cudaMemcpyAsync (emulated ring)");
-  }
-
   // A world of one: what each operation leaves in the output (comm/communicator.h), the
   // all-reduce with the cost of a ring of peers_ (Note [emulated ring]).
   void enqueue_one(Op& op) {
@@ -115,42 +94,15 @@ class EmulatedRing final : public DeviceCommunicator {
         return;
       case SpanKind::kReduceScatter:
       case SpanKind::kAllgather:
-        copy(op.output, op.input, op.output_count);
+        copy_on_stream(op.output, op.input, op.output_count);
         return;
       case SpanKind::kBroadcast:
       case SpanKind::kBarrier:
         return;
-      case SpanKind::kSend: {
-        Staged staged{.tag = op.tag, .count = op.input_count};
-        if (op.input_count > 0) {
-          check_cuda_status(cudaMalloc(&staged.data, op.input_count * sizeof(float)),
-                            "cudaMalloc (emulated send)");
-          copy(staged.data, op.input, op.input_count);
-        }
-        staged_.push_back(staged);
+      case SpanKind::kSend:
+      case SpanKind::kRecv:
+        enqueue_self_p2p(op);
         return;
-      }
-      case SpanKind::kRecv: {
-        const auto it = std::find_if(staged_.begin(), staged_.end(),
-                                     [&](const Staged& s) { return s.tag == op.tag; });
-        if (it == staged_.end()) {
-          throw RuntimeError("emulated: a receive must follow its send (tag " +
-                             std::to_string(op.tag) + ") in a world of one");
-        }
-        if (it->count != op.output_count) {
-          throw RuntimeError("size mismatch: rank 0 sends " + std::to_string(it->count) +
-                             " elements, rank 0 receives " + std::to_string(op.output_count));
-        }
-        copy(op.output, it->data, op.output_count);
-        if (it->data != nullptr) {
-          check_cuda_status(stream_ordered_alloc_ ? cudaFreeAsync(it->data, stream())
-                                                  : cudaStreamSynchronize(stream()),
-                            "freeing an emulated send");
-          if (!stream_ordered_alloc_) cudaFree(it->data);
-        }
-        staged_.erase(it);
-        return;
-      }
       default:
         throw RuntimeError("unsupported operation");
     }
@@ -162,7 +114,7 @@ class EmulatedRing final : public DeviceCommunicator {
   void ensure_inbox(std::size_t bytes) {
     if (bytes <= inbox_bytes_) return;
     if (inbox_ != nullptr) {
-      if (stream_ordered_alloc_) {
+      if (stream_ordered_alloc()) {
         check_cuda_status(cudaFreeAsync(inbox_, stream()), "cudaFreeAsync (emulated ring inbox)");
       } else {
         check_cuda_status(cudaStreamSynchronize(stream()), "cudaStreamSynchronize (emulated ring)");
@@ -171,9 +123,9 @@ class EmulatedRing final : public DeviceCommunicator {
       inbox_ = nullptr;
       inbox_bytes_ = 0;
     }
-    const std::string what = std::string(stream_ordered_alloc_ ? "cudaMallocAsync" : "cudaMalloc") +
+    const std::string what = std::string(stream_ordered_alloc() ? "cudaMallocAsync" : "cudaMalloc") +
                              " of " + std::to_string(bytes) + " bytes (emulated ring inbox)";
-    check_cuda_status(stream_ordered_alloc_ ? cudaMallocAsync(&inbox_, bytes, stream())
+    check_cuda_status(stream_ordered_alloc() ? cudaMallocAsync(&inbox_, bytes, stream())
                                             : cudaMalloc(&inbox_, bytes),
                       what.c_str());
     inbox_bytes_ = bytes;
@@ -197,11 +149,9 @@ class EmulatedRing final : public DeviceCommunicator {
 
   const int peers_;
   const int blocks_;
-  bool stream_ordered_alloc_ = false;
   // Issuing thread only.
   void* inbox_ = nullptr;  // (peers - 1) chunk slots
   std::size_t inbox_bytes_ = 0;
-  std::vector<Staged> staged_;
 };
 
 }  // namespace

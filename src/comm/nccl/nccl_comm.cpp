@@ -10,6 +10,7 @@
 #include <string>
 #include <thread>
 #include <utility>
+#include <vector>
 
 #include "comm/device/device_communicator.h"
 #include "cuda/check.h"
@@ -134,9 +135,15 @@ class NcclCommunicator final : public DeviceCommunicator {
   void enqueue(std::span<Op* const> ops) override {
     std::lock_guard lock(comm_mutex_);
     throw_if_aborted();
+    // Point to point with itself never reaches NCCL, which wants both halves in one group.
+    std::vector<Op*> group;
+    for (Op* op : ops) {
+      if (!enqueue_self_p2p(*op)) group.push_back(op);
+    }
+    if (group.empty()) return;
     check_nccl(ncclGroupStart(), "ncclGroupStart");
     std::string what;
-    for (Op* op : ops) {
+    for (Op* op : group) {
       what = op->work->info().describe() + " on rank " + std::to_string(rank());
       const ncclResult_t result = launch(*op);
       if (result != ncclSuccess && result != ncclInProgress) {
