@@ -36,7 +36,12 @@ void print_header(const TrainConfig& c, const std::string& where) {
   std::printf("tandem train: %d ranks (%s), model %s (%lld parameters), batch %d per rank", c.ranks,
               where.c_str(), c.model.text.c_str(),
               static_cast<long long>(c.model.parameter_count()), c.batch);
-  if (c.accumulate > 1) std::printf(" x %d micro-batches", c.accumulate);
+  if (c.pipeline.micro_batches > 0) {
+    std::printf(" in %d micro-batches of %d", micro_batches(c), micro_batch_rows(c));
+  } else if (c.accumulate > 1) {
+    std::printf(" x %d micro-batches", c.accumulate);
+  }
+  if (c.pipeline.stages > 1) std::printf("\n  pipeline %s", stage_plan(c).describe().c_str());
   std::printf("\n  strategy %s, bucket cap %s (first %s)",
               c.reducer.plan.strategy.to_string().c_str(),
               format_bytes(static_cast<double>(c.reducer.plan.bucket_cap_bytes)).c_str(),

@@ -92,6 +92,23 @@ void add_workload_flags(CLI::App& app, WorkloadFlags& f) {
                  "Micro-batches per synchronization (gradient accumulation)")
       ->check(integer_in(1, 1 << 20))
       ->capture_default_str();
+  app.add_option("--pipeline", f.pipeline,
+                 "Pipeline stages P: the model cut into P stages on different ranks, "
+                 "--ranks = P (docs/PIPELINE.md)")
+      ->check(integer_in(1, 1024))
+      ->capture_default_str();
+  app.add_option("--schedule", f.schedule,
+                 "Pipeline schedule: gpipe (all forwards, then all backwards), 1f1b "
+                 "(PipeDream-flush, Megatron's), interleaved:V (V model chunks per stage; "
+                 "micro-batches a multiple of P)")
+      ->capture_default_str();
+  app.add_option("--micro-batches", f.micro_batches,
+                 "Micro-batches per step: --batch is cut into M of --batch/M rows (with or "
+                 "without --pipeline; instead of --accumulate)")
+      ->check(integer_in(1, 4096));
+  app.add_option("--split", f.split,
+                 "Units per model chunk in model order, e.g. 3,3,2 (P x V numbers adding up to "
+                 "the model's units); default: balanced by FLOPs");
   app.add_option("--link", f.link,
                  "Emulate a slower interconnect: BANDWIDTH,LATENCY (e.g. 25GB/s,5us; "
                  "bandwidth 1B/s to 1000TB/s, latency at most 1000s); alpha-beta wire time "
@@ -141,6 +158,13 @@ TrainConfig to_train_config(const WorkloadFlags& f, bool batch_given) {
   c.batch = !batch_given && c.model.default_batch > 0 ? c.model.default_batch : f.batch;
   c.steps = f.steps;
   c.accumulate = f.accumulate;
+  c.pipeline.stages = f.pipeline;
+  c.pipeline.schedule = parse_schedule(f.schedule);  // its errors name --schedule
+  c.pipeline.micro_batches = f.micro_batches;
+  for (const std::string& item : f.split.empty() ? std::vector<std::string>{} : split(f.split, ',')) {
+    c.pipeline.split.push_back(
+        static_cast<int>(parse_int_in(trim(item), "--split", 1, 1 << 20)));
+  }
   c.sgd = {.lr = f.lr, .momentum = f.momentum, .weight_decay = f.weight_decay};
   c.reducer.plan.strategy = for_flag("--strategy", [&] { return Strategy::parse(f.strategy); });
   c.shard = {.prefetch = f.prefetch, .reshard_after_forward = !f.no_reshard_after_forward};

@@ -29,6 +29,10 @@ struct WorkloadFlags {
   double bucket_mb = 25;
   double first_bucket_mb = 1;
   int accumulate = 1;
+  int pipeline = 1;                    // stages
+  std::string schedule = "1f1b";
+  int micro_batches = 0;               // 0: not given
+  std::string split;                   // units per model chunk, "3,3,2"
   int prefetch = 1;                    // fsdp
   bool no_reshard_after_forward = false;  // fsdp
   std::string link;

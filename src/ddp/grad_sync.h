@@ -46,6 +46,9 @@ struct StateBytes {
   std::int64_t optimizer = 0;      // SGD's velocity
   std::int64_t gathered_peak = 0;  // fsdp: units' parameters gathered or being gathered
   std::int64_t grads_peak = 0;     // zero2, fsdp: units' full gradients not yet reduced
+  // Activations kept for the micro-batches in flight at once (one, or a pipeline stage's
+  // slots), set by the rank loop: the model's, not the strategy's.
+  std::int64_t activations = 0;
 
   std::int64_t persistent() const { return params + grads + optimizer; }
 };

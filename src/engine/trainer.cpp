@@ -31,6 +31,68 @@ std::uint64_t hash_floats(std::span<const float> values) {
   return h;
 }
 
+int micro_batches(const TrainConfig& config) {
+  return config.pipeline.micro_batches > 0 ? config.pipeline.micro_batches : config.accumulate;
+}
+
+int micro_batch_rows(const TrainConfig& config) {
+  return config.pipeline.micro_batches > 0 ? config.batch / config.pipeline.micro_batches
+                                           : config.batch;
+}
+
+int global_batch(const TrainConfig& config) {
+  return micro_batch_rows(config) * micro_batches(config) *
+         (config.ranks / std::max(1, config.pipeline.stages));
+}
+
+StagePlan stage_plan(const TrainConfig& config) {
+  return plan_stages(config.pipeline, micro_batches(config), config.ranks,
+                     ModelLayout(config.model));
+}
+
+namespace {
+
+void validate_pipeline(const TrainConfig& config) {
+  const PipelineOptions& p = config.pipeline;
+  if (p.micro_batches != 0) {
+    if (p.micro_batches < 1 || p.micro_batches > 4096) {
+      throw UsageError("--micro-batches must be 1..4096");
+    }
+    if (config.accumulate != 1) {
+      throw UsageError("--micro-batches and --accumulate both set the micro-batches of a step; "
+                       "give one (--micro-batches M cuts --batch into M)");
+    }
+    if (config.batch % p.micro_batches != 0) {
+      throw UsageError("--micro-batches " + std::to_string(p.micro_batches) +
+                       " does not divide --batch " + std::to_string(config.batch));
+    }
+  }
+  if (p.stages == 1 && p.split.empty() && p.schedule.kind == ScheduleKind::k1F1B) return;
+  (void)stage_plan(config);  // names --pipeline, --schedule or --split
+  if (p.stages == 1) return;
+  if (config.device != Device::kCpu) {
+    throw UsageError("--pipeline runs on the cpu device so far (--device " +
+                     std::string(to_string(config.device)) + ": docs/PIPELINE.md, Limits)");
+  }
+  if (config.ranks != p.stages) {
+    throw UsageError("--pipeline " + std::to_string(p.stages) + " with --ranks " +
+                     std::to_string(config.ranks) +
+                     ": data-parallel replicas of a pipeline are not supported yet; give --ranks " +
+                     std::to_string(p.stages));
+  }
+  if (config.reducer.plan.strategy.sharded()) {
+    throw UsageError("--strategy " + config.reducer.plan.strategy.to_string() +
+                     " shards a whole replica across ranks; with --pipeline each rank holds a "
+                     "stage (docs/PIPELINE.md)");
+  }
+  if (config.verify) {
+    throw UsageError("--verify compares whole replicas across ranks; with --pipeline each rank "
+                     "holds one stage");
+  }
+}
+
+}  // namespace
+
 void validate(const TrainConfig& config) {
   if (config.ranks < 1 || config.ranks > 1024) throw UsageError("--ranks must be 1..1024");
   if (config.batch < 1 || config.batch > (1 << 20)) throw UsageError("--batch must be 1..1048576");
@@ -57,6 +119,7 @@ void validate(const TrainConfig& config) {
   if (config.shard.prefetch < 0 || config.shard.prefetch > 64) {
     throw UsageError("--prefetch must be 0..64");
   }
+  validate_pipeline(config);
   if (config.model.is_transformer() &&
       (config.precision == Precision::kFp16 || config.precision == Precision::kBf16)) {
     throw UsageError("--precision " + std::string(to_string(config.precision)) +
@@ -143,7 +206,11 @@ void verify_identical(Communicator& comm, std::uint64_t hash, int step) {
 std::size_t train_span_capacity(const TrainConfig& config) {
   const ModelLayout layout(config.model);
   const std::size_t buckets = plan_buckets(layout, config.reducer.plan).size();
-  std::size_t per_micro = static_cast<std::size_t>(layout.compute_spans_per_micro_batch()) + 4;
+  // Pipeline transfers: per micro-batch and chunk, a receive and a send each way, and the
+  // waits for them.
+  const std::size_t chunks = static_cast<std::size_t>(config.pipeline.schedule.virtual_stages);
+  std::size_t per_micro = static_cast<std::size_t>(layout.compute_spans_per_micro_batch()) + 4 +
+                          (config.pipeline.stages > 1 ? 8 * chunks : 0);
   std::size_t per_step = buckets + 4;
   if (config.reducer.plan.strategy.sharded()) {
     // fsdp: a gather and its wait per unit read, forward and backward; every stage: a
@@ -152,7 +219,7 @@ std::size_t train_span_capacity(const TrainConfig& config) {
     per_step += 4 * static_cast<std::size_t>(layout.units());
   }
   return static_cast<std::size_t>(config.steps) *
-             (per_micro * static_cast<std::size_t>(config.accumulate) + per_step) +
+             (per_micro * static_cast<std::size_t>(micro_batches(config)) + per_step) +
          64;
 }
 
@@ -174,16 +241,18 @@ RunSpec train_run_spec(const TrainConfig& config) {
 
 namespace {
 
-ModelConfig model_config(const TrainConfig& config, const RankEnv& env) {
+// Every stage of a pipeline reads its replica's data: the first stage the inputs, the
+// last the targets.
+ModelConfig model_config(const TrainConfig& config, const RankEnv& env, const StagePlan& plan) {
   return {.spec = config.model,
-          .batch = config.batch,
+          .batch = micro_batch_rows(config),
           .data_batches = config.data_batches,
           .seed = config.seed,
           .sgd = config.sgd,
           .device = config.device,
           .precision = config.precision,
-          .rank = env.comm.rank(),
-          .ranks = env.comm.size(),
+          .rank = plan.replica_of(env.comm.rank()),
+          .ranks = plan.replicas,
           .data_path = config.data_path,
           .ordinal = env.ordinal,
           .layout = config.reducer.plan.strategy.sharded() ? sharded_layout(env.comm.size())
@@ -192,51 +261,57 @@ ModelConfig model_config(const TrainConfig& config, const RankEnv& env) {
 
 // The strategy of `config` over `model`; sharded ones take the model's parameters into
 // their shards, so they are made after the initial broadcast.
-std::unique_ptr<GradSync> make_grad_sync(const TrainConfig& config, Communicator& comm,
-                                         RankModel& model) {
+std::unique_ptr<GradSync> make_grad_sync(const TrainConfig& config, const StagePlan& plan,
+                                         Communicator& comm, RankModel& model) {
+  if (plan.shape.stages > 1) return make_stage_sync(plan, comm, model);
   const Strategy& strategy = config.reducer.plan.strategy;
   if (!strategy.sharded()) return std::make_unique<Reducer>(comm, model, config.reducer);
   return std::make_unique<ShardedSync>(comm, model, strategy.kind, config.reducer.mode,
-                                       config.shard, config.accumulate);
+                                       config.shard, micro_batches(config));
 }
 
-// One step of the rank loop (see trainer.h).
+// One step of the rank loop (see trainer.h): the passes as the stage's schedule orders
+// them (one stage: each micro-batch's forward, then its backward), then the update.
 StepRecord run_step(const TrainConfig& config, int step, RankModel& model, GradSync& sync,
-                    int rank) {
+                    StageRunner& stage, int rank) {
   StepRecord record{.rank = rank, .step = step};
   record.start_ns = model.begin_step(step);
   sync.begin_step(step);
-  const int units = model.units();
-  for (int micro = 0; micro < config.accumulate; ++micro) {
-    const bool last = micro + 1 == config.accumulate;
-    if (config.compute) model.set_micro_batch(step * config.accumulate + micro);
-    for (int u = 0; u < units; ++u) {
-      sync.before_forward(u);
-      if (config.compute) model.forward_unit(u);
-      sync.after_forward(u);
-    }
-    if (config.compute) {
-      model.forward_loss();
-      model.backward_loss();
-    }
-    for (int u = units - 1; u >= 0; --u) {
-      sync.before_backward(u);
-      if (config.compute) model.backward_unit(u);
-      sync.after_backward(u, last);
-    }
-  }
+  const int micro = micro_batches(config);
+  stage.run_passes(step, step * micro);
+  stage.reduce_tied_grads(step);
   sync.before_optimizer();
   if (config.compute) {
     model.begin_span(Lane::kCompute, SpanKind::kOptimizer);
-    sync.optimizer_step(model, 1.0f / static_cast<float>(config.accumulate));
+    sync.optimizer_step(model, 1.0f / static_cast<float>(micro));
     model.end_span();
   }
   sync.after_optimizer();
+  stage.finish_step();
   sync.end_step();
   const RankModel::StepEnd end = model.end_step();
   record.end_ns = end.end_ns;
-  if (config.compute) record.loss = static_cast<float>(end.loss_sum / config.accumulate);
+  record.has_loss = config.compute && stage.has_loss();
+  record.loss = record.has_loss ? static_cast<float>(end.loss_sum / micro) : 0.0f;
   return record;
+}
+
+// The first stage reports the step's loss, which the last stage computed: a message on
+// the control communicator after the step, outside its timing.
+void forward_loss_to_first_stage(const StagePlan& plan, Communicator& control, int rank,
+                                 StepRecord& record) {
+  const int stage = plan.stage_of(rank);
+  const int last = plan.stage_of_chunk(static_cast<int>(plan.chunks.size()) - 1);
+  if (last == 0 || (stage != 0 && stage != last)) return;
+  constexpr int kLossTag = 1 << 20;
+  std::vector<float> loss{record.loss};
+  if (stage == last) {
+    control.send(loss, plan.rank_of(0, plan.replica_of(rank)), kLossTag)->synchronize();
+  } else {
+    control.recv(loss, plan.rank_of(last, plan.replica_of(rank)), kLossTag)->synchronize();
+    record.loss = loss[0];
+    record.has_loss = true;
+  }
 }
 
 }  // namespace
@@ -244,9 +319,12 @@ StepRecord run_step(const TrainConfig& config, int step, RankModel& model, GradS
 std::string train_rank(const TrainConfig& config, RankEnv& env, const StepCallback& on_step) {
   Communicator& comm = env.comm;
   const int rank = comm.rank();
-  std::unique_ptr<RankModel> model = make_rank_model(model_config(config, env), env.recorder);
+  const StagePlan plan = stage_plan(config);
+  std::unique_ptr<RankModel> model =
+      make_rank_model(model_config(config, env, plan), env.recorder);
   comm.bind_stream(model->stream());
   std::unique_ptr<GradSync> sync;
+  std::unique_ptr<StageRunner> stage;
 
   std::vector<StepRecord> steps;
   std::vector<float> final_params;
@@ -260,7 +338,13 @@ std::string train_rank(const TrainConfig& config, RankEnv& env, const StepCallba
     if (comm.size() > 1) {
       comm.broadcast(model->params(), 0, {.kind = SpanKind::kBroadcast})->synchronize();
     }
-    sync = make_grad_sync(config, comm, *model);
+    sync = make_grad_sync(config, plan, comm, *model);
+    stage = std::make_unique<StageRunner>(
+        plan,
+        StageRunner::Options{.micro_batches = micro_batches(config),
+                             .mode = config.reducer.mode,
+                             .compute = config.compute},
+        comm, *model, *sync);
     // Note [peak RSS]: the process's peak so far covers building the model (every rank
     // initializes a whole replica, then a sharded strategy keeps its shards); it is reset
     // here so that the peak read after the last step is the steps' own. In-process ranks
@@ -269,7 +353,10 @@ std::string train_rank(const TrainConfig& config, RankEnv& env, const StepCallba
     setup_peak_rss = peak_rss_bytes();
     const bool reset = reset_peak_rss();
     for (int step = 0; step < config.steps; ++step) {
-      StepRecord record = run_step(config, step, *model, *sync, rank);
+      StepRecord record = run_step(config, step, *model, *sync, *stage, rank);
+      if (config.compute && plan.shape.stages > 1) {
+        forward_loss_to_first_stage(plan, env.control, rank, record);
+      }
       // Every rank evaluates (the replicas are equal, so are their losses): the ranks
       // stay in step, and no rank waits for rank 0's evaluation inside the next step.
       const bool last = step + 1 == config.steps;
@@ -301,10 +388,12 @@ std::string train_rank(const TrainConfig& config, RankEnv& env, const StepCallba
     throw;
   }
 
-  const RankMemory memory{.rank = rank,
-                          .state = sync->state_bytes(),
-                          .peak_rss_bytes = std::max(setup_peak_rss, peak_rss_bytes()),
-                          .steps_peak_rss_bytes = steps_peak_rss};
+  RankMemory memory{.rank = rank,
+                    .state = sync->state_bytes(),
+                    .peak_rss_bytes = std::max(setup_peak_rss, peak_rss_bytes()),
+                    .steps_peak_rss_bytes = steps_peak_rss,
+                    .micro_batches_in_flight = stage->slots()};
+  memory.state.activations = stage->activation_bytes();
   ByteWriter out;
   out.put_vector(steps);
   out.put_vector(final_params);
@@ -313,7 +402,7 @@ std::string train_rank(const TrainConfig& config, RankEnv& env, const StepCallba
   out.put_string(model->timing_source());
   out.put_string(sync->describe());
   out.put_vector(std::vector<RankMemory>{memory});
-  out.put_vector(std::vector<std::int64_t>{sync->bytes_per_step()});
+  out.put_vector(std::vector<std::int64_t>{sync->bytes_per_step() + stage->bytes_per_step()});
   return out.take();
 }
 
@@ -334,6 +423,7 @@ TrainResult train(const TrainConfig& config, Job& job, const StepCallback& on_st
   result.ranks_per_host = run.ranks_per_host;
   result.clock_uncertainty_ns = run.clock_uncertainty_ns;
   result.device = std::string(to_string(config.device));
+  if (config.pipeline.stages > 1) result.pipeline = stage_plan(config).describe();
   for (std::size_t r = 0; r < run.payloads.size(); ++r) {
     ByteReader in(run.payloads[r]);
     const std::vector<StepRecord> steps = in.get_vector<StepRecord>();

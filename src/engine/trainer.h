@@ -22,6 +22,7 @@
 #include "ddp/reducer.h"
 #include "ddp/sharded.h"
 #include "engine/launch.h"
+#include "engine/pipeline.h"
 #include "model/rank_model.h"
 #include "timeline/recorder.h"
 
@@ -32,7 +33,10 @@ struct TrainConfig {
   int ranks = 2;
   int batch = 64;  // per rank, as in DDP
   int steps = 50;
-  int accumulate = 1;  // micro-batches per synchronization
+  int accumulate = 1;  // micro-batches per synchronization (of `batch` rows each)
+  // Pipeline stages, their schedule and micro-batches (engine/pipeline.h); the default is
+  // one stage.
+  PipelineOptions pipeline{};
   SgdOptions sgd{};
   ReducerOptions reducer{};  // the strategy, its bucket plan and the scenario's CommMode
   ShardOptions shard{};      // zero1, zero2, fsdp (ddp/sharded.h)
@@ -56,7 +60,8 @@ struct TrainConfig {
 struct StepRecord {
   int rank = 0;
   int step = 0;
-  float loss = 0;                // mean over the step's micro-batches
+  float loss = 0;                // mean over the step's micro-batches, where has_loss
+  bool has_loss = true;          // false: a pipeline stage without the loss, or comm-only
   std::int64_t start_ns = 0;     // first forward
   std::int64_t end_ns = 0;       // optimizer done
   std::uint64_t param_hash = 0;  // with verify: FNV-1a of the parameters' bits
@@ -72,6 +77,7 @@ struct RankMemory {
   // training steps alone (after the model was built; Note [peak RSS] in trainer.cpp).
   std::int64_t peak_rss_bytes = -1;
   std::int64_t steps_peak_rss_bytes = -1;
+  int micro_batches_in_flight = 1;  // at most, at once (a pipeline stage's slots)
 };
 
 struct TrainResult {
@@ -81,6 +87,7 @@ struct TrainResult {
   std::vector<Bucket> buckets;      // the plan every rank used
   std::vector<float> final_params;  // rank 0's, in the packed layout (layout.h)
   std::string sync;                 // the strategy's describe() line
+  std::string pipeline;             // StagePlan::describe(), with pipeline stages
   std::int64_t bytes_per_step = 0;  // rank 0's collectives in the last step (GradSync)
   std::size_t spans_dropped = 0;
   std::string blas;  // BLAS in use (threads included), or cuBLAS and the GEMM precision
@@ -98,6 +105,15 @@ struct TrainResult {
   std::string timing_source = "host-clock";
   bool leader = true;  // false on the other processes of a job: only their own steps
 };
+
+// Micro-batches per step: --micro-batches (the batch cut into them) or --accumulate.
+int micro_batches(const TrainConfig& config);
+// Rows of one micro-batch: batch / micro-batches with --micro-batches, else batch.
+int micro_batch_rows(const TrainConfig& config);
+// Samples per step over every replica.
+int global_batch(const TrainConfig& config);
+// The run's pipeline stages (one stage without --pipeline); throws UsageError.
+StagePlan stage_plan(const TrainConfig& config);
 
 // Called on rank 0's thread after each step with that rank's record.
 using StepCallback = std::function<void(const StepRecord&)>;

@@ -19,19 +19,67 @@ namespace tandem {
 // the GELU backward needs it (pre[last] are the logits). Backward ping-pongs between
 // two scratch arrays: dout holds dL/d(output of layer L), the layer turns it into
 // dL/d(input of layer L) in dinp, and the two swap.
-struct Model::Impl {
-  int max_batch = 0;
-  int rows = 0;  // of the last set_input; 0 before the first
+namespace {
 
+// What one micro-batch keeps from its forward to its backward (Note [activation slots] in
+// transformer.cpp): a whole model keeps one, a pipeline stage one per micro-batch in
+// flight, holding only its layers' arrays.
+struct MlpActs {
+  int rows = 0;  // of the last set_input; 0 before the first
   std::vector<std::vector<float>> acts;
   std::vector<std::vector<float>> pre;
   std::vector<float> probs;
   std::vector<std::int32_t> targets;
+
+  std::int64_t bytes() const {
+    std::size_t n = probs.size() + targets.size();
+    for (const auto& v : acts) n += v.size();
+    for (const auto& v : pre) n += v.size();
+    return static_cast<std::int64_t>(n * sizeof(float));
+  }
+};
+
+// Sizes `a` for `rows` rows and the layers in `owned`: a layer's input and output.
+void allocate_acts(MlpActs& a, const ModelLayout& layout, int rows,
+                   const std::vector<bool>& owned) {
+  const auto n = static_cast<std::size_t>(rows);
+  const auto depth = static_cast<std::size_t>(layout.units());
+  auto own = [&](std::size_t l) { return l < owned.size() && owned[l]; };
+  auto sized = [](std::vector<float>& v, std::size_t size, bool keep) {
+    if (keep) {
+      v.assign(size, 0.0f);
+    } else {
+      std::vector<float>().swap(v);
+    }
+  };
+  a.rows = 0;
+  a.acts.resize(depth);
+  a.pre.resize(depth);
+  for (std::size_t l = 0; l < depth; ++l) {
+    const LinearLayout& layer = layout.layer(static_cast<int>(l));
+    sized(a.acts[l], n * static_cast<std::size_t>(layer.in), own(l) || (l > 0 && own(l - 1)));
+    sized(a.pre[l], n * static_cast<std::size_t>(layer.out), own(l));
+  }
+  sized(a.probs, n * static_cast<std::size_t>(layout.spec().classes), own(depth - 1));
+  a.targets.assign(n, 0);
+}
+
+}  // namespace
+
+struct Model::Impl : MlpActs {
+  int max_batch = 0;
   std::vector<float> grad_a;
   std::vector<float> grad_b;
   float* dout = nullptr;  // backward's current output gradient
   float* dinp = nullptr;
   int next_backward = -1;  // the layer backward_unit expects next (-1: none)
+  // Pipeline stages: the layers this model runs, the current slot and the others'.
+  std::vector<bool> owned;
+  int slot = 0;
+  std::vector<MlpActs> parked;  // parked[slot] is empty: it is current
+
+  MlpActs& current() { return *this; }
+  MlpActs& acts_of(int s) { return s == slot ? current() : parked.at(static_cast<std::size_t>(s)); }
 };
 
 Model::Model(const ModelSpec& spec, int max_batch, std::uint64_t seed, LayoutOptions layout)
@@ -52,15 +100,8 @@ Model::Model(const ModelSpec& spec, int max_batch, std::uint64_t seed, LayoutOpt
   layout_.initialize(params_flat_, seed);
 
   const std::size_t rows = static_cast<std::size_t>(max_batch);
-  const int depth = layout_.units();
-  m.acts.resize(static_cast<std::size_t>(depth));
-  m.pre.resize(static_cast<std::size_t>(depth));
-  for (int l = 0; l < depth; ++l) {
-    m.acts[static_cast<std::size_t>(l)].assign(rows * static_cast<std::size_t>(layout_.layer(l).in), 0.0f);
-    m.pre[static_cast<std::size_t>(l)].assign(rows * static_cast<std::size_t>(layout_.layer(l).out), 0.0f);
-  }
-  m.probs.assign(rows * static_cast<std::size_t>(spec.classes), 0.0f);
-  m.targets.assign(rows, 0);
+  m.owned.assign(static_cast<std::size_t>(layout_.units()), true);
+  allocate_acts(m, layout_, max_batch, m.owned);
   m.grad_a.assign(rows * static_cast<std::size_t>(layout_.widest()), 0.0f);
   m.grad_b.assign(rows * static_cast<std::size_t>(layout_.widest()), 0.0f);
 }
@@ -90,6 +131,56 @@ std::size_t Model::layer_grad_end(int layer) const {
   TANDEM_CHECK(layer >= 0 && layer < layer_count());
   return layout_.unit_end(layer);
 }
+
+void Model::configure_stage(const std::vector<bool>& owned, int slots) {
+  Impl& m = *impl_;
+  TANDEM_CHECK_EQ(owned.size(), static_cast<std::size_t>(layer_count()));
+  TANDEM_CHECK(slots >= 1);
+  m.owned = owned;
+  m.slot = 0;
+  allocate_acts(m, layout_, m.max_batch, owned);
+  m.parked.assign(static_cast<std::size_t>(slots), {});
+  for (int k = 1; k < slots; ++k) {
+    allocate_acts(m.parked[static_cast<std::size_t>(k)], layout_, m.max_batch, owned);
+  }
+  m.next_backward = -1;
+}
+
+void Model::select_slot(int slot) {
+  Impl& m = *impl_;
+  TANDEM_CHECK(slot >= 0 && (slot == 0 || static_cast<std::size_t>(slot) < m.parked.size()));
+  if (slot == m.slot) return;
+  std::swap(m.current(), m.parked[static_cast<std::size_t>(m.slot)]);
+  std::swap(m.current(), m.parked[static_cast<std::size_t>(slot)]);
+  m.slot = slot;
+}
+
+std::span<float> Model::unit_input(int layer, int slot) {
+  Impl& m = *impl_;
+  TANDEM_CHECK(layer >= 1 && layer < layer_count());
+  std::vector<float>& in = m.acts_of(slot).acts[static_cast<std::size_t>(layer)];
+  TANDEM_CHECK(!in.empty());  // a layer of this stage, or the one after it
+  return in;
+}
+
+void Model::begin_backward(int layer, std::span<const float> output_grad) {
+  Impl& m = *impl_;
+  TANDEM_CHECK(layer >= 0 && layer < layer_count() - 1);  // the last starts from the loss
+  TANDEM_CHECK_EQ(output_grad.size(),
+                  static_cast<std::size_t>(m.max_batch) * layout_.layer(layer).out);
+  m.dout = m.grad_a.data();
+  m.dinp = m.grad_b.data();
+  std::copy(output_grad.begin(), output_grad.end(), m.dout);
+  m.next_backward = layer;
+}
+
+std::span<const float> Model::input_grad(int layer) const {
+  const Impl& m = *impl_;
+  TANDEM_CHECK(layer >= 1 && layer < layer_count() && m.next_backward == layer - 1);
+  return {m.dout, static_cast<std::size_t>(m.max_batch) * layout_.layer(layer).in};
+}
+
+std::int64_t Model::activation_bytes() const { return impl_->bytes(); }
 
 std::span<const float> Model::logits() const {
   const Impl& m = *impl_;
@@ -143,7 +234,9 @@ void Model::set_input(const Batch& batch) {
   m.rows = B;
   // Copied so backward does not depend on the caller keeping the batch alive; B*input
   // floats are small next to the layer's B*input*output multiply-adds.
-  std::copy_n(batch.x.data(), static_cast<std::size_t>(B) * spec().input, m.acts[0].data());
+  if (!m.acts[0].empty()) {  // a pipeline stage without layer 0 reads no x
+    std::copy_n(batch.x.data(), static_cast<std::size_t>(B) * spec().input, m.acts[0].data());
+  }
   std::copy_n(batch.y.data(), B, m.targets.data());
   m.next_backward = -1;
 }
@@ -152,6 +245,7 @@ void Model::forward_unit(int l, RankRecorder& recorder, int step) {
   Impl& m = *impl_;
   const int B = m.rows;
   TANDEM_CHECK(B >= 1);  // set_input() first
+  TANDEM_CHECK(l >= 0 && l < layer_count() && m.owned[static_cast<std::size_t>(l)]);
   const LinearLayout& layer = layout_.layer(l);
   ScopedSpan span(recorder, Lane::kCompute, SpanKind::kForward, step, l, kNoName,
                   2.0 * B * layer.in * layer.out);
@@ -188,6 +282,7 @@ void Model::backward_loss(RankRecorder& recorder, int step) {
 void Model::backward_unit(int l, RankRecorder& recorder, int step) {
   Impl& m = *impl_;
   TANDEM_CHECK_EQ(l, m.next_backward);  // backward_loss, then layers last..0
+  TANDEM_CHECK(m.owned[static_cast<std::size_t>(l)]);
   const int B = m.rows;
   const LinearLayout& layer = layout_.layer(l);
   {

@@ -82,6 +82,21 @@ class Model {
   void backward_loss(RankRecorder& recorder, int step);
   void backward_unit(int layer, RankRecorder& recorder, int step);
 
+  // ---- pipeline stages (rank_model.h) ----
+  // Runs only the layers marked in `owned` (one flag per layer), keeping activations for
+  // `slots` micro-batches in flight, of those layers only; slot 0 is current.
+  void configure_stage(const std::vector<bool>& owned, int slots);
+  // The slot that set_input and the passes use from now on.
+  void select_slot(int slot);
+  // The activation `layer` reads (layer - 1's output) in `slot`, max_batch rows.
+  std::span<float> unit_input(int layer, int slot);
+  // A layer whose output feeds another stage starts backward from dL/d(its output).
+  void begin_backward(int layer, std::span<const float> output_grad);
+  // After backward_unit(layer): dL/d(layer's input), until the next backward_unit.
+  std::span<const float> input_grad(int layer) const;
+  // Bytes of the activations one slot keeps.
+  std::int64_t activation_bytes() const;
+
   // ---- whole passes ----
   // Forward + softmax cross-entropy (mean over rows). Records one compute span per
   // Linear layer (activation included) and one for the loss into `recorder`.

@@ -16,6 +16,20 @@
 #include "model/transformer.h"
 
 namespace tandem {
+
+namespace {
+[[noreturn]] void no_stages(const RankModel& model) {
+  throw RuntimeError("pipeline stages are not implemented for this device's model (" +
+                     model.describe() + ")");
+}
+}  // namespace
+
+void RankModel::configure_stage(const std::vector<bool>&, int) { no_stages(*this); }
+void RankModel::select_slot(int) { no_stages(*this); }
+std::span<float> RankModel::unit_input(int, int) { no_stages(*this); }
+void RankModel::begin_backward(int, std::span<const float>) { no_stages(*this); }
+std::span<const float> RankModel::input_grad(int) { no_stages(*this); }
+
 namespace {
 
 // What CpuRankModel needs of a network on the CPU: the unit-by-unit passes over its flat
@@ -35,6 +49,12 @@ class CpuNet {
   virtual void backward_unit(int unit, RankRecorder& recorder, int step) = 0;
   virtual void zero_grad() = 0;
   virtual std::optional<double> validation_loss() { return std::nullopt; }
+  virtual void configure_stage(const std::vector<bool>& owned, int slots) = 0;
+  virtual void select_slot(int slot) = 0;
+  virtual std::span<float> unit_input(int unit, int slot) = 0;
+  virtual void begin_backward(int unit, std::span<const float> output_grad) = 0;
+  virtual std::span<const float> input_grad(int unit) = 0;
+  virtual std::int64_t activation_bytes() const = 0;
 };
 
 // The passes of a CPU model class (Model, Transformer), which spell them alike; a
@@ -63,6 +83,18 @@ class NetOver : public CpuNet {
     model_.backward_unit(unit, r, step);
   }
   void zero_grad() override { model_.zero_grad(); }
+  void configure_stage(const std::vector<bool>& owned, int slots) override {
+    model_.configure_stage(owned, slots);
+  }
+  void select_slot(int slot) override { model_.select_slot(slot); }
+  std::span<float> unit_input(int unit, int slot) override {
+    return model_.unit_input(unit, slot);
+  }
+  void begin_backward(int unit, std::span<const float> output_grad) override {
+    model_.begin_backward(unit, output_grad);
+  }
+  std::span<const float> input_grad(int unit) override { return model_.input_grad(unit); }
+  std::int64_t activation_bytes() const override { return model_.activation_bytes(); }
 
  protected:
   M model_;
@@ -147,6 +179,11 @@ class CpuRankModel final : public RankModel {
   void discard_grads(std::size_t begin, std::size_t end) override {
     net_->discard_grads(begin, end);
   }
+  void zero_grads(std::size_t begin, std::size_t end) override {
+    TANDEM_CHECK(begin <= end && end <= net_->grads().size());
+    std::fill(net_->grads().begin() + static_cast<std::ptrdiff_t>(begin),
+              net_->grads().begin() + static_cast<std::ptrdiff_t>(end), 0.0f);
+  }
   std::unique_ptr<ModelArray> allocate_zeroed(std::size_t numel) override {
     return std::make_unique<HostArray>(numel);
   }
@@ -174,6 +211,16 @@ class CpuRankModel final : public RankModel {
   }
   void zero_grad() override { net_->zero_grad(); }
   std::optional<double> validation_loss() override { return net_->validation_loss(); }
+  void configure_stage(const std::vector<bool>& owned, int slots) override {
+    net_->configure_stage(owned, slots);
+  }
+  void select_slot(int slot) override { net_->select_slot(slot); }
+  std::span<float> unit_input(int unit, int slot) override { return net_->unit_input(unit, slot); }
+  void begin_backward(int unit, std::span<const float> output_grad) override {
+    net_->begin_backward(unit, output_grad);
+  }
+  std::span<const float> input_grad(int unit) override { return net_->input_grad(unit); }
+  std::int64_t activation_bytes() const override { return net_->activation_bytes(); }
 
   void begin_span(Lane lane, SpanKind kind, int tag) override {
     open_.push_back(

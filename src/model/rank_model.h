@@ -68,6 +68,10 @@ class RankModel {
   // have gathered this way.
   virtual void discard_params(std::size_t begin, std::size_t end) = 0;
   virtual void discard_grads(std::size_t begin, std::size_t end) = 0;
+  // Elements [begin, end) of grads() become zero and keep their memory (a pipeline stage
+  // zeroes its own units between steps). By default discard_grads, which on a device
+  // zeroes and keeps.
+  virtual void zero_grads(std::size_t begin, std::size_t end) { discard_grads(begin, end); }
   // Where device work is enqueued (collectives are ordered after it); null on the CPU.
   virtual ComputeStream stream() const { return nullptr; }
 
@@ -84,6 +88,26 @@ class RankModel {
   // memory: `velocity` is the caller's momentum state for `params`.
   virtual void sgd_step(std::span<float> params, std::span<const float> grads,
                         std::span<float> velocity, float grad_scale) = 0;
+
+  // Pipeline stages (engine/pipeline.h, docs/PIPELINE.md): a rank that holds some units
+  // of the model and keeps several micro-batches in flight. Devices that cannot run a
+  // stage keep these defaults, which throw (the trainer refuses such runs first).
+  //
+  // Before the first step: run only the units marked in `owned` and keep activations for
+  // `slots` micro-batches (slot 0 current), of those units only.
+  virtual void configure_stage(const std::vector<bool>& owned, int slots);
+  // set_micro_batch and the passes use `slot`'s activations from now on.
+  virtual void select_slot(int slot);
+  // The activation `unit` reads (unit - 1's output) in `slot`: a stage receives into it
+  // before forward_unit(unit), or sends it after forward_unit(unit - 1).
+  virtual std::span<float> unit_input(int unit, int slot);
+  // A stage whose last unit is not the model's starts backward at `unit` from
+  // dL/d(unit's output) (copied), instead of backward_loss().
+  virtual void begin_backward(int unit, std::span<const float> output_grad);
+  // After backward_unit(unit): dL/d(unit's input), valid until the next backward_unit.
+  virtual std::span<const float> input_grad(int unit);
+  // Bytes of the activations one micro-batch keeps (one slot), for this rank's units.
+  virtual std::int64_t activation_bytes() const { return 0; }
 
   // Starts `step`; returns its start time on the spans' clock.
   virtual std::int64_t begin_step(int step) = 0;

@@ -22,8 +22,14 @@ namespace tandem {
 // (xmid), and the MLP's inner activations (gpt: before and after GELU; llama: gate|up and
 // silu(gate) * up). Backward runs on shared scratch: dx is the stream's gradient, carried
 // from the head down to the embedding, updated in place by each residual branch.
+namespace {
+
+// Note [activation slots]: what one micro-batch keeps from its forward to its backward.
+// A whole model keeps one; a pipeline stage (configure_stage) keeps one per micro-batch in
+// flight, holding only its units' tensors, and select_slot swaps the current one with a
+// parked one (vector swaps: nothing is copied).
 template <typename T>
-struct BasicTransformer<T>::Impl : TransformerOffsets {  // the tensors, then the buffers
+struct TransformerActs {
   struct Block {
     std::vector<T> ln1, ln1_mean, ln1_rstd;  // llama: rms norm (mean unused)
     std::vector<T> qkv, att, atty, xmid;
@@ -31,20 +37,53 @@ struct BasicTransformer<T>::Impl : TransformerOffsets {  // the tensors, then th
     std::vector<T> up;   // gpt: fc output [N, F]; llama: gate|up [N, 2F]
     std::vector<T> act;  // gpt: GELU(fc); llama: silu(gate) * up; [N, F]
   };
-  // One block's parameters, resolved from the layout once.
-  int max_batch = 0;
-  int rows = 0;  // sequences of the last set_input; 0 before the first
-  bool gpt = true;
+  int rows = 0;                       // sequences of the last set_input; 0 before the first
   std::vector<std::int32_t> inputs;   // [B, T]
   std::vector<std::int32_t> targets;  // [B, T]
   std::vector<std::vector<T>> x;      // L + 1 residual streams [N, D]
   std::vector<Block> blocks;
   std::vector<T> lnf, lnf_mean, lnf_rstd;
   std::vector<T> logits;  // [N, V]; probabilities after forward_loss, then dlogits
-  std::vector<T> rope;    // llama: [T, hd/2, 2]
+
+  std::int64_t bytes() const {
+    std::int64_t n = 0;
+    auto add = [&](const auto& v) {
+      n += static_cast<std::int64_t>(v.size() * sizeof(typename std::decay_t<decltype(v)>::value_type));
+    };
+    add(inputs);
+    add(targets);
+    for (const auto& v : x) add(v);
+    for (const Block& b : blocks) {
+      for (const auto* v : {&b.ln1, &b.ln1_mean, &b.ln1_rstd, &b.qkv, &b.att, &b.atty, &b.xmid,
+                            &b.ln2, &b.ln2_mean, &b.ln2_rstd, &b.up, &b.act}) {
+        add(*v);
+      }
+    }
+    for (const auto* v : {&lnf, &lnf_mean, &lnf_rstd, &logits}) add(*v);
+    return n;
+  }
+};
+
+}  // namespace
+
+template <typename T>
+struct BasicTransformer<T>::Impl : TransformerOffsets, TransformerActs<T> {
+  using Block = typename TransformerActs<T>::Block;
+  // One block's parameters, resolved from the layout once.
+  int max_batch = 0;
+  bool gpt = true;
+  std::vector<T> rope;  // llama: [T, hd/2, 2]
   // Backward scratch.
   std::vector<T> dx, dln, dqkv, datty, dup, dact, att_scratch;
   int next_backward = -1;  // the unit backward_unit expects next (-1: none)
+  // Pipeline stages (Note [activation slots]): the units this model runs (all unless
+  // configure_stage said otherwise), the current slot and the others' activations.
+  std::vector<bool> owned;
+  int slot = 0;
+  std::vector<TransformerActs<T>> parked;  // parked[slot] is empty: it is current
+
+  TransformerActs<T>& acts() { return *this; }
+  TransformerActs<T>& acts_of(int s) { return s == slot ? acts() : parked.at(static_cast<std::size_t>(s)); }
 };
 
 namespace {
@@ -52,6 +91,53 @@ namespace {
 template <typename T>
 void resize(std::vector<T>& v, std::size_t n) {
   v.assign(n, T(0));
+}
+
+// Sizes `a` for max_batch sequences and the units in `owned` (Note [activation slots]):
+// a unit's own tensors, the stream it reads (x[u - 1]) and the one it writes (x[u]).
+template <typename T>
+void allocate_acts(TransformerActs<T>& a, const ModelSpec& spec, int max_batch,
+                   const std::vector<bool>& owned) {
+  const TransformerShape& s = spec.transformer;
+  const bool gpt = spec.kind == ModelKind::kGpt;
+  const auto n = static_cast<std::size_t>(max_batch) * static_cast<std::size_t>(s.seq);
+  const auto D = static_cast<std::size_t>(s.dim), F = static_cast<std::size_t>(s.hidden);
+  const auto L = static_cast<std::size_t>(s.layers);
+  auto own = [&](std::size_t unit) { return unit < owned.size() && owned[unit]; };
+  auto sized = [](std::vector<T>& v, std::size_t size, bool keep) {
+    if (keep) {
+      v.assign(size, T(0));
+    } else {
+      std::vector<T>().swap(v);
+    }
+  };
+  a.rows = 0;
+  a.inputs.assign(n, 0);
+  a.targets.assign(n, 0);
+  a.x.resize(L + 1);
+  for (std::size_t i = 0; i <= L; ++i) sized(a.x[i], n * D, own(i) || own(i + 1));
+  a.blocks.resize(L);
+  for (std::size_t l = 0; l < L; ++l) {
+    typename TransformerActs<T>::Block& b = a.blocks[l];
+    const bool keep = own(l + 1);
+    sized(b.ln1, n * D, keep);
+    sized(b.ln1_mean, n, keep);
+    sized(b.ln1_rstd, n, keep);
+    sized(b.qkv, n * 3 * D, keep);
+    sized(b.att, static_cast<std::size_t>(max_batch) * s.heads * s.seq * s.seq, keep);
+    sized(b.atty, n * D, keep);
+    sized(b.xmid, n * D, keep);
+    sized(b.ln2, n * D, keep);
+    sized(b.ln2_mean, n, keep);
+    sized(b.ln2_rstd, n, keep);
+    sized(b.up, n * (gpt ? F : 2 * F), keep);
+    sized(b.act, n * F, keep);
+  }
+  const bool head = own(L + 1);
+  sized(a.lnf, n * D, head);
+  sized(a.lnf_mean, n, head);
+  sized(a.lnf_rstd, n, head);
+  sized(a.logits, n * static_cast<std::size_t>(s.vocab), head);
 }
 
 }  // namespace
@@ -78,29 +164,8 @@ BasicTransformer<T>::BasicTransformer(const ModelSpec& spec, int max_batch, std:
 
   const auto n = static_cast<std::size_t>(N);
   const auto D = static_cast<std::size_t>(s.dim), F = static_cast<std::size_t>(s.hidden);
-  m.inputs.assign(n, 0);
-  m.targets.assign(n, 0);
-  m.x.resize(static_cast<std::size_t>(s.layers) + 1);
-  for (auto& x : m.x) resize(x, n * D);
-  m.blocks.resize(static_cast<std::size_t>(s.layers));
-  for (auto& b : m.blocks) {
-    resize(b.ln1, n * D);
-    resize(b.ln1_mean, n);
-    resize(b.ln1_rstd, n);
-    resize(b.qkv, n * 3 * D);
-    resize(b.att, static_cast<std::size_t>(max_batch) * s.heads * s.seq * s.seq);
-    resize(b.atty, n * D);
-    resize(b.xmid, n * D);
-    resize(b.ln2, n * D);
-    resize(b.ln2_mean, n);
-    resize(b.ln2_rstd, n);
-    resize(b.up, n * (m.gpt ? F : 2 * F));
-    resize(b.act, n * F);
-  }
-  resize(m.lnf, n * D);
-  resize(m.lnf_mean, n);
-  resize(m.lnf_rstd, n);
-  resize(m.logits, n * static_cast<std::size_t>(s.vocab));
+  m.owned.assign(static_cast<std::size_t>(units()), true);
+  allocate_acts(m.acts(), spec, max_batch, m.owned);
   resize(m.dx, n * D);
   resize(m.dln, n * D);
   resize(m.dqkv, n * 3 * D);
@@ -142,6 +207,61 @@ BasicTransformer<T>& BasicTransformer<T>::operator=(BasicTransformer&&) noexcept
 template <typename T>
 void BasicTransformer<T>::zero_grad() {
   std::fill(grads_.begin(), grads_.end(), T(0));
+}
+
+template <typename T>
+void BasicTransformer<T>::configure_stage(const std::vector<bool>& owned, int slots) {
+  Impl& m = *impl_;
+  TANDEM_CHECK_EQ(owned.size(), static_cast<std::size_t>(units()));
+  TANDEM_CHECK(slots >= 1);
+  m.owned = owned;
+  m.slot = 0;
+  allocate_acts(m.acts(), spec(), m.max_batch, owned);
+  m.parked.assign(static_cast<std::size_t>(slots), {});
+  for (int k = 1; k < slots; ++k) {
+    allocate_acts(m.parked[static_cast<std::size_t>(k)], spec(), m.max_batch, owned);
+  }
+  m.next_backward = -1;
+}
+
+template <typename T>
+void BasicTransformer<T>::select_slot(int slot) {
+  Impl& m = *impl_;
+  TANDEM_CHECK(slot >= 0 && (slot == 0 || static_cast<std::size_t>(slot) < m.parked.size()));
+  if (slot == m.slot) return;
+  std::swap(m.acts(), m.parked[static_cast<std::size_t>(m.slot)]);
+  std::swap(m.acts(), m.parked[static_cast<std::size_t>(slot)]);
+  m.slot = slot;
+}
+
+template <typename T>
+std::span<T> BasicTransformer<T>::unit_input(int unit, int slot) {
+  Impl& m = *impl_;
+  TANDEM_CHECK(unit >= 1 && unit < units());
+  std::vector<T>& x = m.acts_of(slot).x[static_cast<std::size_t>(unit - 1)];
+  TANDEM_CHECK(!x.empty());  // a unit of this stage, or the one after it
+  return x;
+}
+
+template <typename T>
+void BasicTransformer<T>::begin_backward(int unit, std::span<const T> output_grad) {
+  Impl& m = *impl_;
+  TANDEM_CHECK(unit >= 1 && unit < units() - 1);  // blocks: the head starts from the loss
+  TANDEM_CHECK_EQ(output_grad.size(), m.dx.size());
+  std::copy(output_grad.begin(), output_grad.end(), m.dx.begin());
+  m.next_backward = unit;
+}
+
+template <typename T>
+std::span<const T> BasicTransformer<T>::input_grad(int unit) const {
+  const Impl& m = *impl_;
+  TANDEM_CHECK(unit >= 1 && unit < units() && m.next_backward == unit - 1);
+  return m.dx;
+}
+
+template <typename T>
+std::int64_t BasicTransformer<T>::activation_bytes() const {
+  return const_cast<Impl&>(*impl_).acts().bytes();
 }
 
 template <typename T>
@@ -196,7 +316,7 @@ void BasicTransformer<T>::forward_unit(int unit, RankRecorder& recorder, int ste
   using Ops = layers::Ops<T>;
   Impl& m = *impl_;
   TANDEM_CHECK(m.rows >= 1);  // set_input() first
-  TANDEM_CHECK(unit >= 0 && unit < units());
+  TANDEM_CHECK(unit >= 0 && unit < units() && m.owned[static_cast<std::size_t>(unit)]);
   const TransformerShape& s = spec().transformer;
   const int B = m.rows, Tn = s.seq, D = s.dim, H = s.heads, F = s.hidden, L = s.layers;
   const int N = B * Tn;
@@ -298,6 +418,7 @@ void BasicTransformer<T>::backward_unit(int unit, RankRecorder& recorder, int st
   using Ops = layers::Ops<T>;
   Impl& m = *impl_;
   TANDEM_CHECK_EQ(unit, m.next_backward);  // backward_loss, then units last..0
+  TANDEM_CHECK(m.owned[static_cast<std::size_t>(unit)]);
   m.next_backward = unit - 1;
   const TransformerShape& s = spec().transformer;
   const int B = m.rows, Tn = s.seq, D = s.dim, H = s.heads, F = s.hidden, L = s.layers;

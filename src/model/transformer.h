@@ -91,6 +91,21 @@ class BasicTransformer {
   // Units last..0, in that order; parameter gradients accumulate (+=).
   void backward_unit(int unit, RankRecorder& recorder, int step);
 
+  // ---- pipeline stages (rank_model.h) ----
+  // Runs only the units marked in `owned` (one flag per unit), keeping activations for
+  // `slots` micro-batches in flight, of those units only; slot 0 is current.
+  void configure_stage(const std::vector<bool>& owned, int slots);
+  // The slot that set_input and the passes use from now on.
+  void select_slot(int slot);
+  // The residual stream `unit` reads (unit - 1's output) in `slot`, max_batch sequences.
+  std::span<T> unit_input(int unit, int slot);
+  // A block whose output feeds another stage starts backward from dL/d(its output).
+  void begin_backward(int unit, std::span<const T> output_grad);
+  // After backward_unit(unit): dL/d(unit's input), until the next backward_unit.
+  std::span<const T> input_grad(int unit) const;
+  // Bytes of the activations one slot keeps (inputs and targets included).
+  std::int64_t activation_bytes() const;
+
   // ---- whole passes ----
   double forward(const TokenBatch& batch, RankRecorder& recorder, int step);
   void backward(RankRecorder& recorder, int step);

@@ -86,8 +86,10 @@ TrainSummary summarize_training(const TrainConfig& config, const TrainResult& re
   for (const auto& r : result.steps) {
     double& slowest = step_ms[r.step];
     slowest = std::max(slowest, static_cast<double>(r.end_ns - r.start_ns) / 1e6);
-    loss[r.step].first += r.loss;
-    loss[r.step].second += 1;
+    if (r.has_loss) {
+      loss[r.step].first += r.loss;
+      loss[r.step].second += 1;
+    }
     if (r.has_val_loss && r.rank == 0 && r.step + 1 >= out.val_step) {
       out.has_val_loss = true;
       out.val_loss = r.val_loss;
@@ -101,7 +103,7 @@ TrainSummary summarize_training(const TrainConfig& config, const TrainResult& re
   out.measured_steps = measured.size();
   out.step_ms = summarize(measured);
   const double global_samples =
-      static_cast<double>(config.batch) * config.accumulate * config.ranks;
+      static_cast<double>(global_batch(config));
   out.samples_per_s = global_samples / (out.step_ms.median / 1e3);
   if (config.model.is_transformer())
     out.tokens_per_s = out.samples_per_s * config.model.transformer.seq;
@@ -139,7 +141,7 @@ std::string format_train_summary(const TrainConfig& config, const TrainResult& r
       config.reducer.plan.strategy.to_string().c_str(), result.buckets.size());
   add("  step time        %s\n", ms(s.step_ms).c_str());
   add("  throughput       %10.1f samples/s (global batch %d)\n", s.samples_per_s,
-      config.batch * config.accumulate * config.ranks);
+      global_batch(config));
   if (s.tokens_per_s > 0) add("                   %10.0f tokens/s\n", s.tokens_per_s);
   add("  communicated     %s per rank per step%s\n",
       format_bytes(static_cast<double>(s.bytes_per_step)).c_str(),
@@ -241,9 +243,15 @@ std::string steps_csv(const TrainResult& result) {
   std::string csv = "step,rank,loss,start_ns,end_ns,step_ms,param_hash,val_loss\n";
   char row[224];
   for (const auto& r : result.steps) {
-    std::snprintf(row, sizeof row, "%d,%d,%.6f,%lld,%lld,%.4f,%016llx,", r.step, r.rank, r.loss,
-                  static_cast<long long>(r.start_ns), static_cast<long long>(r.end_ns),
-                  static_cast<double>(r.end_ns - r.start_ns) / 1e6,
+    // A pipeline stage without the loss (and a comm-only run) leaves it empty.
+    std::snprintf(row, sizeof row, "%d,%d,", r.step, r.rank);
+    csv += row;
+    if (r.has_loss) {
+      std::snprintf(row, sizeof row, "%.6f", r.loss);
+      csv += row;
+    }
+    std::snprintf(row, sizeof row, ",%lld,%lld,%.4f,%016llx,", static_cast<long long>(r.start_ns),
+                  static_cast<long long>(r.end_ns), static_cast<double>(r.end_ns - r.start_ns) / 1e6,
                   static_cast<unsigned long long>(r.param_hash));
     csv += row;
     if (r.has_val_loss) {
