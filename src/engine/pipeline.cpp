@@ -281,6 +281,12 @@ void StageRunner::run_passes(int step, int first_batch) {
     if (ahead) {
       post_receive(i, step);
       post_receive(i + 1, step);
+    } else {
+      // Sequential: the last action's send and this action's receive run together, as
+      // Megatron's paired send_forward_recv_backward, and both end before it computes (a
+      // send waited for alone could wait for a peer that waits for this stage).
+      post_receive(i, step);
+      finish_step();
     }
     current_ = i;
     const PipelineAction& a = actions_[i];
@@ -314,11 +320,7 @@ void StageRunner::forward(const PipelineAction& a, int step, int first_batch) {
   const int peer = plan_.rank_of(plan_.stage_of_chunk(g + 1), replica_);
   WorkPtr send = comm_.send(out, peer, activation_tag(g), {.step = step, .tag = a.micro});
   bytes_per_step_ += static_cast<std::int64_t>(out.size_bytes());
-  if (options_.mode == CommMode::kSequential) {
-    wait_timed(model_, comm_, *send, a.micro);
-  } else {
-    sends_.push_back(std::move(send));
-  }
+  sends_.push_back(std::move(send));
 }
 
 void StageRunner::backward(const PipelineAction& a, int step) {
@@ -358,11 +360,7 @@ void StageRunner::backward(const PipelineAction& a, int step) {
                             {.step = step, .tag = a.micro});
   bytes_per_step_ += static_cast<std::int64_t>(floats * sizeof(float));
   buffer.busy = send;
-  if (options_.mode == CommMode::kSequential) {
-    wait_timed(model_, comm_, *send, a.micro);
-  } else {
-    sends_.push_back(std::move(send));
-  }
+  sends_.push_back(std::move(send));
 }
 
 void StageRunner::finish_step() {

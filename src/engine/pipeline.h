@@ -14,9 +14,11 @@
 // of the next action is posted before the current one computes and sends stay in flight
 // until the step ends; a forward's activation is sent from the micro-batch's activation
 // slot, which stays untouched until that micro-batch's backward, and an input gradient
-// is copied into a send buffer of its own. In the sequential scenario every transfer is
-// issued when needed and waited for at once; with communication off (compute-only) none
-// is, and each stage computes on what its buffers hold.
+// is copied into a send buffer of its own. In the sequential scenario no transfer overlaps
+// compute: before an action computes, its receive and the previous action's sends are
+// issued together and waited for (Megatron's paired send/receive; waiting for a send alone
+// can deadlock 1F1B). With communication off (compute-only) nothing is sent, and each
+// stage computes on what its buffers hold.
 //
 // Gradients: a stage's units accumulate over the micro-batches in micro order, as a
 // single-stage run with --accumulate does (bit for bit the same on the local backend). A

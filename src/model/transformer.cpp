@@ -246,7 +246,7 @@ std::span<T> BasicTransformer<T>::unit_input(int unit, int slot) {
 template <typename T>
 void BasicTransformer<T>::begin_backward(int unit, std::span<const T> output_grad) {
   Impl& m = *impl_;
-  TANDEM_CHECK(unit >= 1 && unit < units() - 1);  // blocks: the head starts from the loss
+  TANDEM_CHECK(unit >= 0 && unit < units() - 1);  // the head starts from the loss
   TANDEM_CHECK_EQ(output_grad.size(), m.dx.size());
   std::copy(output_grad.begin(), output_grad.end(), m.dx.begin());
   m.next_backward = unit;

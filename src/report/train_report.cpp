@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <map>
 
+#include "analysis/pipeline_metrics.h"
 #include "core/parse.h"
 
 namespace tandem {
@@ -67,6 +68,8 @@ nlohmann::json memory_json(const TrainResult& result) {
                      {"persistent_bytes", m.state.persistent()},
                      {"gathered_peak_bytes", m.state.gathered_peak},
                      {"grads_peak_bytes", m.state.grads_peak},
+                     {"activations_bytes", m.state.activations},
+                     {"micro_batches_in_flight", m.micro_batches_in_flight},
                      {"peak_rss_bytes", m.peak_rss_bytes < 0 ? nlohmann::json(nullptr)
                                                              : nlohmann::json(m.peak_rss_bytes)},
                      {"steps_peak_rss_bytes", m.steps_peak_rss_bytes < 0
@@ -125,6 +128,19 @@ TrainSummary summarize_training(const TrainConfig& config, const TrainResult& re
   }
   out.hidden_share = comm > 0 ? ovl / comm : std::nan("");
   out.bytes_per_step = config.ranks > 1 ? result.bytes_per_step : 0;
+
+  if (config.pipeline.stages > 1 && config.record && !result.timeline.spans.empty()) {
+    const StagePlan plan = stage_plan(config);
+    out.textbook_bubble = textbook_bubble(plan.shape);
+    std::map<int, std::vector<double>> per_rank;
+    for (const StageBubble& b : pipeline_bubbles(result.timeline, plan.shape.stages)) {
+      if (b.step >= static_cast<int>(skip)) per_rank[b.rank].push_back(b.bubble());
+    }
+    for (auto& [rank, values] : per_rank) {
+      out.stage_bubble.resize(static_cast<std::size_t>(rank) + 1, std::nan(""));
+      out.stage_bubble[static_cast<std::size_t>(rank)] = summarize(values).median;
+    }
+  }
   return out;
 }
 
@@ -156,7 +172,29 @@ std::string format_train_summary(const TrainConfig& config, const TrainResult& r
   } else {
     add("  (--no-timeline: no compute/communication breakdown)\n");
   }
+  if (!s.stage_bubble.empty()) {
+    std::string bubbles;
+    for (std::size_t r = 0; r < s.stage_bubble.size() && r < 16; ++r) {
+      std::snprintf(line, sizeof line, "%s%.1f%%", r == 0 ? "" : " ", 100 * s.stage_bubble[r]);
+      bubbles += line;
+    }
+    if (s.stage_bubble.size() > 16) bubbles += " ...";
+    add("  pipeline bubble  %s per rank (textbook for equal stages %.1f%%)\n", bubbles.c_str(),
+        100 * s.textbook_bubble);
+  }
   text += format_memory(result);
+  if (!result.pipeline.empty()) {
+    std::string slots;
+    for (const RankMemory& m : result.memory) {
+      slots += (slots.empty() ? "" : " ") + std::to_string(m.micro_batches_in_flight) + " (" +
+               mib(m.state.activations) + ")";
+      if (slots.size() > 200) {
+        slots += " ...";
+        break;
+      }
+    }
+    add("  micro-batches in flight (activations) per rank: %s\n", slots.c_str());
+  }
   add("  loss             %.4f -> %.4f\n", s.first_loss, s.last_loss);
   if (s.has_val_loss) {
     add("  validation loss  %.4f (held-out tail, after step %d)\n", s.val_loss, s.val_step);
@@ -213,6 +251,28 @@ nlohmann::json train_config_json(const TrainConfig& c, const TrainResult& result
   };
 }
 
+nlohmann::json pipeline_json(const TrainConfig& config, const TrainResult& result,
+                             const TrainSummary& s) {
+  if (config.pipeline.stages == 1) return nullptr;
+  const StagePlan plan = stage_plan(config);
+  nlohmann::json chunks = nlohmann::json::array();
+  for (const auto& [first, last] : plan.chunks) chunks.push_back({first, last});
+  nlohmann::json bubble = nlohmann::json::array();
+  for (double b : s.stage_bubble) bubble.push_back(number_or_null(b));
+  nlohmann::json in_flight = nlohmann::json::array();
+  for (const RankMemory& m : result.memory) in_flight.push_back(m.micro_batches_in_flight);
+  return {{"stages", plan.shape.stages},
+          {"replicas", plan.replicas},
+          {"schedule", to_string(config.pipeline.schedule)},
+          {"micro_batches", plan.shape.micro_batches},
+          {"chunks", chunks},
+          {"describe", result.pipeline},
+          {"bubble", bubble},
+          {"textbook_bubble", s.stage_bubble.empty() ? nlohmann::json(nullptr)
+                                                     : nlohmann::json(s.textbook_bubble)},
+          {"micro_batches_in_flight", in_flight}};
+}
+
 nlohmann::json train_summary_body(const TrainConfig& config, const TrainResult& result,
                                   const TrainSummary& s) {
   return {
@@ -235,6 +295,7 @@ nlohmann::json train_summary_body(const TrainConfig& config, const TrainResult& 
       {"val_step", s.has_val_loss ? nlohmann::json(s.val_step) : nlohmann::json(nullptr)},
       {"spans_dropped", result.spans_dropped},
       {"memory", memory_json(result)},
+      {"pipeline", pipeline_json(config, result, s)},
   };
 }
 

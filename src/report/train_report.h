@@ -27,6 +27,11 @@ struct TrainSummary {
   bool has_val_loss = false;
   float val_loss = 0;
   int val_step = 0;  // 1-based
+  // Pipeline stages: per rank, the median over measured steps of its bubble
+  // (analysis/pipeline_metrics.h; empty without stages or a timeline), and the textbook
+  // value for equal stages.
+  std::vector<double> stage_bubble;
+  double textbook_bubble = 0;
 };
 
 TrainSummary summarize_training(const TrainConfig& config, const TrainResult& result, int warmup);
