@@ -22,6 +22,11 @@
 // - abort() ends what can end: later operations fail at once, and peers waiting for this
 //   rank fail instead of waiting forever; drain() returns once no operation touches a
 //   caller's buffer any more. A rank that fails calls both before its buffers die.
+// - split() makes a communicator over a group of this one's ranks (a child). It is a
+//   collective like the others and blocks until the child exists; the child is a
+//   communicator of the same backend with this one's recorder, timeout and options, and
+//   this one's abort() reaches it (and its own children). The child's own abort() does
+//   not reach this one.
 #pragma once
 
 #include <cstdint>
@@ -80,6 +85,17 @@ class Communicator {
   // returns its own Work. Host backends start every operation as issued anyway.
   virtual void group_start() {}
   virtual void group_end() {}
+
+  // A communicator over the ranks of this one that pass the same `color` (>= 0), ranked
+  // by (key, rank here): like MPI_Comm_split, ncclCommSplit or c10d's new_group.
+  // Collective and blocking: every rank calls it, in the same order with respect to the
+  // other collectives, from the thread that issues them, with nothing in flight on this
+  // communicator (MPI and NCCL make it a blocking collective of their own). The child
+  // uses the same recorder, timeout and options; its spans record as this rank's.
+  // Aborting this communicator aborts its children (the launcher aborts only the run's
+  // communicators, so a failure must reach the children too). Destroy the children
+  // before this one. A negative color is a UsageError, thrown before anything is sent.
+  virtual std::unique_ptr<Communicator> split(int color, int key) = 0;
 
   // Device backends: the stream whose work precedes later operations and that
   // Work::wait() makes wait. Host backends ignore it. Set before issuing.

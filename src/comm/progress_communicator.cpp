@@ -39,6 +39,7 @@ void ProgressCommunicator::start_thread() {
 }
 
 void ProgressCommunicator::stop_thread() {
+  leave_parent();
   if (!thread_.joinable()) return;
   {
     std::lock_guard lock(mutex_);
@@ -244,6 +245,40 @@ void ProgressCommunicator::abort(const std::string& reason) {
   }
   on_abort(reason);
   wake();
+  // Under the children's lock, so that none dies meanwhile (leave_parent waits).
+  std::lock_guard lock(children_->mutex);
+  children_->abort_reason = reason;
+  for (ProgressCommunicator* child : children_->live) child->abort(reason);
+}
+
+std::unique_ptr<Communicator> ProgressCommunicator::split(int color, int key) {
+  if (color < 0) {
+    throw UsageError("split: color must be >= 0, got " + std::to_string(color) + " on rank " +
+                     std::to_string(rank()));
+  }
+  std::unique_ptr<ProgressCommunicator> child = make_split(color, key);
+  child->set_recorder(recorder());
+  adopt(*child);
+  return child;
+}
+
+void ProgressCommunicator::adopt(ProgressCommunicator& child) {
+  std::string aborted;
+  {
+    std::lock_guard lock(children_->mutex);
+    child.parent_ = children_;
+    children_->live.push_back(&child);
+    aborted = children_->abort_reason;
+  }
+  // This one aborted while the child was being made: the child starts aborted.
+  if (!aborted.empty()) child.abort(aborted);
+}
+
+void ProgressCommunicator::leave_parent() {
+  if (parent_ == nullptr) return;
+  std::lock_guard lock(parent_->mutex);
+  std::erase(parent_->live, this);
+  parent_.reset();
 }
 
 std::string ProgressCommunicator::abort_reason() const {

@@ -17,6 +17,9 @@
 // - an Op in flight past the timeout is failed with TimeoutError where cancel() allows;
 // - drain() returns once nothing is queued or in flight; the destructor drains.
 // Backend tasks (run_task) run on the communication thread once nothing is in flight.
+// - split(color, key): checks the color, asks the backend for the child (make_split),
+//   gives it this rank's recorder and ties it to this communicator's abort: abort()
+//   aborts every live child, at once or, for a child made after it, when it is made.
 #pragma once
 
 #include <chrono>
@@ -94,8 +97,13 @@ class ProgressCommunicator : public Communicator {
 
   void abort(const std::string& reason) override;
   void drain() override;
+  std::unique_ptr<Communicator> split(int color, int key) final;
 
  protected:
+  // The backend's half of split(): this rank's communicator over the ranks of `color`,
+  // made together with them. Called on the issuing thread; color >= 0.
+  virtual std::unique_ptr<ProgressCommunicator> make_split(int color, int key) = 0;
+
   // ---- backend hooks ----
   // Called on the issuing thread for every operation before it is queued (device
   // backends: create events, record the ready event on the bound stream, set the Work's
@@ -136,7 +144,9 @@ class ProgressCommunicator : public Communicator {
 
   // ---- for backends ----
   void start_thread();  // at the end of the derived constructor
-  void stop_thread();   // at the start of the derived destructor: drains, then joins
+  // At the start of the derived destructor: leaves the parent's children (abort() no
+  // longer reaches this one), drains, then joins.
+  void stop_thread();
   // Makes the thread poll again (a peer moved data this rank waits for). Any thread.
   void wake();
   // Blocks the thread until woken or `deadline_ns` (0: no deadline). Thread only.
@@ -165,8 +175,20 @@ class ProgressCommunicator : public Communicator {
   void fail(Op& op, const std::string& reason);
   void run_task_here(Op& op);
 
+  // The communicators split from one communicator; shared by it and its children, so
+  // either may die first.
+  struct Children {
+    std::mutex mutex;
+    std::vector<ProgressCommunicator*> live;
+    std::string abort_reason;  // the parent's, once it aborted
+  };
+  void adopt(ProgressCommunicator& child);
+  void leave_parent();
+
   const ProgressOptions options_;
   std::thread thread_;
+  const std::shared_ptr<Children> children_ = std::make_shared<Children>();
+  std::shared_ptr<Children> parent_;  // the set this one is in, while it is
 
   // Issuing threads -> communication thread, under mutex_.
   mutable std::mutex mutex_;

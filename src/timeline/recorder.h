@@ -1,13 +1,17 @@
 // Per-rank span recording off the hot path's way: preallocated storage, no lock,
 // no allocation while recording.
 //
-// Each lane has exactly one writer thread (compute and wait: the training thread;
-// comm: the communication thread), so a lane buffer is a plain array and a count.
-// Reading happens after the writers are joined or synchronized with (Work::wait),
-// which gives the happens-before edge.
+// Writers: compute and wait spans come from the training thread; comm spans from the
+// communication thread of each of the rank's communicators, which may be several (a
+// communicator and those split from it, Communicator::split). So a lane buffer is a
+// plain array whose slots writers reserve with one atomic increment; each slot has one
+// writer. Reading happens after the writers are joined or synchronized with
+// (Work::wait), which gives the happens-before edge.
 #pragma once
 
+#include <algorithm>
 #include <array>
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <vector>
@@ -20,24 +24,22 @@ namespace tandem {
 class SpanBuffer {
  public:
   void reserve(std::size_t capacity) { spans_.resize(capacity); }
-  // Records the span, or counts it as dropped when the buffer is full.
+  // Records the span, or counts it as dropped when the buffer is full. Any thread.
   void push(const Span& span) noexcept {
-    if (size_ < spans_.size()) {
-      spans_[size_++] = span;
-    } else {
-      ++dropped_;
-    }
+    const std::size_t slot = pushed_.fetch_add(1, std::memory_order_relaxed);
+    if (slot < spans_.size()) spans_[slot] = span;
   }
-  std::size_t size() const { return size_; }
-  std::size_t dropped() const { return dropped_; }
+  std::size_t size() const { return std::min(pushed(), spans_.size()); }
+  std::size_t dropped() const { return pushed() - size(); }
   const Span* begin() const { return spans_.data(); }
-  const Span* end() const { return spans_.data() + size_; }
-  void clear() { size_ = dropped_ = 0; }
+  const Span* end() const { return spans_.data() + size(); }
+  void clear() { pushed_.store(0, std::memory_order_relaxed); }
 
  private:
+  std::size_t pushed() const { return pushed_.load(std::memory_order_relaxed); }
+
   std::vector<Span> spans_;
-  std::size_t size_ = 0;
-  std::size_t dropped_ = 0;
+  std::atomic<std::size_t> pushed_{0};  // spans offered, kept or dropped
 };
 
 class RankRecorder {

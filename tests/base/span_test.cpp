@@ -142,6 +142,36 @@ TEST(RankRecorder, CollectMergesLanesSortedByStartAndStampsRank) {
   EXPECT_EQ(spans[4].lane, Lane::kWait);
 }
 
+// A communicator and one split from it record on one comm lane from two threads: every
+// span lands in its own slot, and what exceeds the capacity is counted, not lost.
+TEST(RankRecorder, SeveralWritersOfOneLaneKeepEverySpan) {
+  constexpr int kWriters = 4;
+  constexpr int kPerWriter = 1000;
+  RankRecorder rec(1, kWriters * kPerWriter - 10);
+  std::vector<std::thread> writers;
+  for (int w = 0; w < kWriters; ++w) {
+    writers.emplace_back([&rec, w] {
+      for (int i = 0; i < kPerWriter; ++i) {
+        Span span = make_span(Lane::kComm, SpanKind::kAllreduce, i, i + 1);
+        span.tag = w * kPerWriter + i;
+        rec.record(span);
+      }
+    });
+  }
+  for (std::thread& t : writers) t.join();
+  const SpanBuffer& lane = rec.lane(Lane::kComm);
+  EXPECT_EQ(lane.size(), static_cast<std::size_t>(kWriters * kPerWriter - 10));
+  EXPECT_EQ(lane.dropped(), 10u);
+  std::vector<int> seen(kWriters * kPerWriter, 0);
+  for (const Span& s : lane) ++seen[static_cast<std::size_t>(s.tag)];
+  int kept = 0;
+  for (int count : seen) {
+    EXPECT_LE(count, 1);
+    kept += count;
+  }
+  EXPECT_EQ(kept, kWriters * kPerWriter - 10);
+}
+
 TEST(RankRecorder, DisabledRecordsNothing) {
   RankRecorder rec(0, 16, /*enabled=*/false);
   EXPECT_FALSE(rec.enabled());

@@ -4,10 +4,12 @@
 #include <algorithm>
 #include <cmath>
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "core/error.h"
+#include "timeline/recorder.h"
 
 namespace tandem {
 namespace {
@@ -282,6 +284,201 @@ void contract_timeout_names_operation(Communicator& comm) {
   wait_ok(comm, "allreduce after a timeout", *work, SpanKind::kAllreduce, data.size());
   check_values(comm, "allreduce after a timeout", data,
                [&](std::size_t) { return static_cast<float>(n); });
+}
+
+}  // namespace tandem
+
+namespace tandem {
+namespace {
+
+// "rank R of N" of a child, for messages.
+std::string rank_of(const Communicator& c) {
+  return "rank " + std::to_string(c.rank()) + " of " + std::to_string(c.size());
+}
+
+void expect_child(const Communicator& comm, const std::string& what, const Communicator& child,
+                  int rank, int size) {
+  if (child.rank() != rank || child.size() != size) {
+    fail(comm, what,
+         "child is " + rank_of(child) + ", expected rank " + std::to_string(rank) + " of " +
+             std::to_string(size));
+  }
+  if (child.backend_name() != comm.backend_name()) fail(comm, what, "child of another backend");
+}
+
+}  // namespace
+
+void contract_split_by_parity(Communicator& comm, bool keys_reversed) {
+  const int rank = comm.rank();
+  const int n = comm.size();
+  const std::string what =
+      std::string("split(rank % 2") + (keys_reversed ? ", keys reversed)" : ")");
+  // My group's ranks here, in the child's rank order.
+  std::vector<int> group;
+  for (int r = 0; r < n; ++r) {
+    if (r % 2 == rank % 2) group.push_back(r);
+  }
+  if (keys_reversed) std::reverse(group.begin(), group.end());
+  const int m = static_cast<int>(group.size());
+  const int me = static_cast<int>(std::find(group.begin(), group.end(), rank) - group.begin());
+  std::unique_ptr<Communicator> child = comm.split(rank % 2, keys_reversed ? -rank : rank);
+  expect_child(comm, what, *child, me, m);
+  const auto group_sum = [&](std::size_t i) {
+    float sum = 0;
+    for (int r : group) sum += input_value(r, i);
+    return sum;
+  };
+
+  // The allreduce sums exactly the group's inputs, which depend on the rank here. The
+  // larger size takes the mpi backend's ring (from 256 KiB).
+  for (const std::size_t elems : {std::size_t{7}, std::size_t{1} << 17}) {
+    std::vector<float> data(elems);
+    for (std::size_t i = 0; i < elems; ++i) data[i] = input_value(rank, i);
+    const std::string op = what + " allreduce of " + std::to_string(elems);
+    wait_ok(comm, op, *child->allreduce(data, ReduceOp::kSum), SpanKind::kAllreduce, elems);
+    check_values(comm, op, data, group_sum);
+  }
+
+  // Send/recv around the child's ring: the message from the left comes from the rank
+  // here that is the child's left neighbour.
+  {
+    const int right = (me + 1) % m;
+    const int left = (me + m - 1) % m;
+    std::vector<float> out(9), in(9, -99.0f);
+    for (std::size_t i = 0; i < out.size(); ++i) out[i] = input_value(rank, i);
+    WorkPtr recv = child->recv(in, left, 3);
+    WorkPtr send = child->send(out, right, 3);
+    wait_ok(comm, what + " send", *send, SpanKind::kSend, out.size());
+    wait_ok(comm, what + " recv", *recv, SpanKind::kRecv, in.size());
+    const int from = group[static_cast<std::size_t>(left)];
+    check_values(comm, what + " recv from the child's left", in,
+                 [&](std::size_t i) { return input_value(from, i); });
+  }
+
+  // Parent and child operations in flight together, waited in reverse order.
+  {
+    constexpr std::size_t kElems = 1000;
+    constexpr std::size_t kBlock = 5;
+    std::vector<float> parent_sum(kElems), child_sum(kElems), child_bcast(kElems);
+    for (std::size_t i = 0; i < kElems; ++i) {
+      parent_sum[i] = child_sum[i] = child_bcast[i] = input_value(rank, i);
+    }
+    const std::vector<float> block(parent_sum.begin(), parent_sum.begin() + kBlock);
+    std::vector<float> gathered(kBlock * static_cast<std::size_t>(n));
+    std::vector<WorkPtr> works;
+    works.push_back(comm.allreduce(parent_sum, ReduceOp::kSum));
+    works.push_back(child->allreduce(child_sum, ReduceOp::kSum));
+    works.push_back(comm.allgather(block, gathered));
+    works.push_back(child->broadcast(child_bcast, m - 1));
+    works.push_back(child->barrier());
+    works.push_back(comm.barrier());
+    for (auto it = works.rbegin(); it != works.rend(); ++it) (*it)->wait();
+    const std::string mixed = what + " with the parent's operations in flight";
+    check_values(comm, mixed + ": parent allreduce", parent_sum,
+                 [&](std::size_t i) { return reduced_value(n, i, ReduceOp::kSum); });
+    check_values(comm, mixed + ": child allreduce", child_sum, group_sum);
+    check_values(comm, mixed + ": parent allgather", gathered, [&](std::size_t i) {
+      return input_value(static_cast<int>(i / kBlock), i % kBlock);
+    });
+    const int root = group[static_cast<std::size_t>(m - 1)];
+    check_values(comm, mixed + ": child broadcast", child_bcast,
+                 [&](std::size_t i) { return input_value(root, i); });
+  }
+
+  // The child keeps the generic contract.
+  contract_allreduce(*child, 4099, ReduceOp::kAverage);
+  contract_send_recv(*child, 7);
+  contract_barrier(*child);
+  // Every rank is done with its child before any destroys it.
+  comm.barrier()->wait();
+  child.reset();
+  contract_allreduce(comm, 4099, ReduceOp::kSum);
+}
+
+void contract_split_singletons(Communicator& comm) {
+  std::unique_ptr<Communicator> child = comm.split(comm.rank(), 0);
+  expect_child(comm, "split(color rank)", *child, 0, 1);
+  contract_allreduce(*child, 7, ReduceOp::kSum);
+  contract_send_recv(*child, 7);
+  contract_broadcast(*child, 7, 0);
+  bool threw = false;
+  try {
+    comm.split(-1, 0);
+  } catch (const UsageError&) {
+    threw = true;
+  }
+  if (!threw) fail(comm, "split(-1, 0)", "no UsageError");
+  comm.barrier()->wait();
+  child.reset();
+  contract_barrier(comm);
+}
+
+void contract_split_records_spans(Communicator& comm) {
+  RankRecorder recorder(comm.rank(), 64);
+  comm.set_recorder(&recorder);
+  std::unique_ptr<Communicator> child;
+  try {
+    child = comm.split(0, comm.rank());
+  } catch (...) {
+    comm.set_recorder(nullptr);
+    throw;
+  }
+  comm.set_recorder(nullptr);  // from here on only the child records
+  std::vector<float> data(1000, 1.0f);
+  WorkPtr work = child->allreduce(data, ReduceOp::kSum, {.step = 3, .tag = 4});
+  wait_ok(comm, "child allreduce", *work, SpanKind::kAllreduce, data.size());
+  std::vector<Span> allreduces;
+  for (const Span& s : recorder.collect()) {
+    if (s.lane == Lane::kComm && s.kind == SpanKind::kAllreduce) allreduces.push_back(s);
+  }
+  const std::string what = "child's comm span";
+  if (allreduces.size() != 1) {
+    fail(comm, what, "expected 1 allreduce span, got " + std::to_string(allreduces.size()));
+  }
+  const Span& s = allreduces[0];
+  if (s.rank != comm.rank() || s.step != 3 || s.tag != 4 || s.bytes != 4000) {
+    fail(comm, what, "fields differ from the operation's (rank " + std::to_string(s.rank) + ")");
+  }
+  if (s.start_ns != work->start_ns() || s.end_ns != work->end_ns()) {
+    fail(comm, what, "times differ from the Work's");
+  }
+  comm.barrier()->wait();
+  child.reset();
+}
+
+void contract_split_abort_reaches_children(Communicator& comm) {
+  std::unique_ptr<Communicator> child = comm.split(0, comm.rank());
+  std::unique_ptr<Communicator> grandchild = child->split(0, child->rank());
+  std::vector<float> data(5, 1.0f);
+  // Nobody ever sends with this tag.
+  WorkPtr recv = grandchild->recv(data, (grandchild->rank() + 1) % grandchild->size(), 4242);
+  comm.barrier()->wait();  // every rank's receive is pending
+  const std::string reason = "the test aborts the child";
+  child->abort(reason);
+  const std::string what = "grandchild's pending recv after its parent's abort";
+  try {
+    recv->wait();
+    fail(comm, what, "completed");
+  } catch (const AbortedError& e) {
+    if (std::string(e.what()).find(reason) == std::string::npos) {
+      fail(comm, what, "error '" + std::string(e.what()) + "' does not name the abort's reason");
+    }
+  } catch (const TimeoutError& e) {
+    fail(comm, what, std::string("waited until its timeout: ") + e.what());
+  }
+  bool failed_at_once = false;
+  try {
+    grandchild->allreduce(data, ReduceOp::kSum)->wait();
+  } catch (const AbortedError&) {
+    failed_at_once = true;
+  }
+  if (!failed_at_once) fail(comm, "grandchild allreduce after the abort", "no AbortedError");
+  grandchild->drain();
+  child->drain();
+  comm.barrier()->wait();
+  grandchild.reset();
+  child.reset();
+  contract_barrier(comm);
 }
 
 }  // namespace tandem

@@ -43,4 +43,21 @@ void contract_invalid_arguments(Communicator& comm);
 // communicator stays usable.
 void contract_timeout_names_operation(Communicator& comm);
 
+// split(color = rank % 2, key = rank, or -rank when keys_reversed): the child's size and
+// rank; an allreduce in the child sums exactly its group's inputs (which depend on the
+// rank here, so a wrong grouping shows); send/recv around the child's ring; parent and
+// child operations in flight together, waited in reverse order; the child's generic
+// contract (allreduce, send/recv, barrier); the parent still works afterwards.
+void contract_split_by_parity(Communicator& comm, bool keys_reversed);
+// Every rank its own color: worlds of one that work; a negative color is a UsageError
+// thrown before anything is sent (so every rank throws, none waits).
+void contract_split_singletons(Communicator& comm);
+// The child's comm spans land in the recorder the parent had at split(), stamped with
+// this rank.
+void contract_split_records_spans(Communicator& comm);
+// A grandchild's receive that no one will ever match is pending; aborting its parent
+// (the child) makes it fail with AbortedError instead of waiting, and later operations
+// on the grandchild fail at once. The communicator the case runs on is not aborted.
+void contract_split_abort_reaches_children(Communicator& comm);
+
 }  // namespace tandem

@@ -10,6 +10,7 @@
 
 #include "comm/contract.h"
 #include "comm/local/local_comm.h"
+#include "core/error.h"
 
 namespace tandem {
 namespace {
@@ -103,7 +104,77 @@ TEST_P(LocalContractRanks, TimeoutNamesTheOperation) {
   run_ranks(GetParam(), contract_timeout_names_operation, std::chrono::milliseconds(100));
 }
 
+TEST_P(LocalContractRanks, SplitByParity) {
+  run_ranks(GetParam(), [](Communicator& c) { contract_split_by_parity(c, false); });
+}
+
+TEST_P(LocalContractRanks, SplitByParityKeysReversed) {
+  run_ranks(GetParam(), [](Communicator& c) { contract_split_by_parity(c, true); });
+}
+
+TEST_P(LocalContractRanks, SplitIntoWorldsOfOne) {
+  run_ranks(GetParam(), contract_split_singletons);
+}
+
+TEST_P(LocalContractRanks, SplitRecordsSpansAsThisRank) {
+  run_ranks(GetParam(), contract_split_records_spans);
+}
+
+TEST_P(LocalContractRanks, SplitAbortReachesChildren) {
+  run_ranks(GetParam(), contract_split_abort_reaches_children);
+}
+
 INSTANTIATE_TEST_SUITE_P(Ranks, LocalContractRanks, ::testing::Range(1, 9));
+
+// A rank that fails (its communicator destroyed, as run_ranks and the launcher do) makes
+// a peer's pending operation on a child fail instead of waiting: the failing rank's own
+// child stays alive here, so only the parent's abort can reach the peer's child.
+TEST(LocalSplit, ARankFailingFailsAPeersPendingChildOperation) {
+  constexpr int kRanks = 4;
+  std::vector<std::unique_ptr<Communicator>> children(kRanks);
+  std::string rank0_error;
+  EXPECT_THROW(run_ranks(
+                   kRanks,
+                   [&](Communicator& c) {
+                     std::unique_ptr<Communicator> child = c.split(c.rank() % 2, c.rank());
+                     Communicator& mine = *child;
+                     children[static_cast<std::size_t>(c.rank())] = std::move(child);
+                     if (c.rank() == 2) throw ContractFailure("rank 2 gives up");
+                     if (c.rank() != 0) return;
+                     std::vector<float> data(3, 1.0f);
+                     try {
+                       mine.allreduce(data, ReduceOp::kSum)->wait();  // waits for rank 2
+                       rank0_error = "completed";
+                     } catch (const AbortedError&) {
+                     } catch (const std::exception& e) {
+                       rank0_error = e.what();
+                     }
+                   },
+                   std::chrono::seconds(120)),
+               ContractFailure);
+  EXPECT_EQ(rank0_error, "");
+  children.clear();
+}
+
+// The child emulates the same link as its parent.
+TEST(LocalSplit, ChildKeepsTheLinkModel) {
+  auto comms = make_local_communicators(
+      {.ranks = 2, .link = LinkModel::parse("10GB/s,5us"), .timeout = std::chrono::seconds(60)});
+  std::vector<std::unique_ptr<Communicator>> children(2);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < 2; ++r) {
+    threads.emplace_back([&, r] {
+      children[static_cast<std::size_t>(r)] = comms[static_cast<std::size_t>(r)]->split(0, r);
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  for (int r = 0; r < 2; ++r) {
+    ASSERT_NE(children[static_cast<std::size_t>(r)], nullptr);
+    EXPECT_EQ(children[static_cast<std::size_t>(r)]->describe(),
+              comms[static_cast<std::size_t>(r)]->describe());
+    EXPECT_NE(comms[static_cast<std::size_t>(r)]->describe().find("link"), std::string::npos);
+  }
+}
 
 // The harness itself: a failing rank's error comes back, and its peers do not hang.
 TEST(LocalContractHarness, FirstFailureIsRethrownWithoutHanging) {

@@ -133,6 +133,50 @@ TEST(NcclCommTest, OneRankDoesEveryOperation) {
   EXPECT_NE(comms[0]->describe().find("NCCL"), std::string::npos) << comms[0]->describe();
 }
 
+// Communicator::split of a world of one: a world of one of the same backend, on the
+// same device, that does every operation; aborting the parent fails the child's later
+// operations at once.
+void expect_split_of_one(Communicator& parent) {
+  std::unique_ptr<Communicator> child = parent.split(3, 7);
+  ASSERT_NE(child, nullptr);
+  EXPECT_EQ(child->rank(), 0);
+  EXPECT_EQ(child->size(), 1);
+  EXPECT_EQ(child->backend_name(), parent.backend_name());
+  EXPECT_EQ(child->device(), parent.device());
+  EXPECT_EQ(child->emulated(), parent.emulated());
+  expect_world_of_one(*child);
+  // The parent still works with the child alive.
+  DeviceFloats one(small_integers(5));
+  parent.barrier()->synchronize();
+  parent.abort("the test aborts the parent");
+  EXPECT_THROW(child->allreduce(one.span(), ReduceOp::kSum)->synchronize(), AbortedError);
+  child->drain();
+  child->begin_shutdown();
+  child.reset();
+}
+
+TEST(GpuCommTest, EmulatedRingSplitIsAWorldOfOne) {
+  TANDEM_SKIP_WITHOUT_GPU();
+  TANDEM_WORLD_OR_SKIP(comms, "emulated", {.ranks = 1, .emulated_peers = 4});
+  {
+    // The child's all-reduce emulates the same ring: 4 peers holding the same data.
+    std::unique_ptr<Communicator> child = comms[0]->split(0, 0);
+    const std::vector<float> data = small_integers(1000);
+    DeviceFloats buffer(data);
+    child->allreduce(buffer.span(), ReduceOp::kSum)->synchronize();
+    const std::vector<float> got = buffer.host();
+    for (std::size_t i = 0; i < data.size(); ++i) ASSERT_EQ(got[i], data[i] * 4) << i;
+  }
+  expect_split_of_one(*comms[0]);
+}
+
+// Built against NCCL 2.18 or later (ncclCommSplit).
+TEST(NcclCommTest, OneRankSplitIsAWorldOfOne) {
+  TANDEM_SKIP_WITHOUT_GPU();
+  TANDEM_WORLD_OR_SKIP(comms, "nccl", {.ranks = 1});
+  expect_split_of_one(*comms[0]);
+}
+
 TEST(GpuCommTest, EmulatedRingSaysSoAndRecordsSpans) {
   TANDEM_SKIP_WITHOUT_GPU();
   TANDEM_WORLD_OR_SKIP(comms, "emulated", {.ranks = 1, .emulated_peers = 4});

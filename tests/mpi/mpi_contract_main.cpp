@@ -84,6 +84,20 @@ TEST(MpiContractRanks, Barrier) { run_case(contract_barrier); }
 
 TEST(MpiContractRanks, InvalidArguments) { run_case(contract_invalid_arguments); }
 
+TEST(MpiSplit, ByParity) {
+  run_case([](Communicator& c) { contract_split_by_parity(c, false); });
+}
+
+TEST(MpiSplit, ByParityKeysReversed) {
+  run_case([](Communicator& c) { contract_split_by_parity(c, true); });
+}
+
+TEST(MpiSplit, IntoWorldsOfOne) { run_case(contract_split_singletons); }
+
+TEST(MpiSplit, RecordsSpansAsThisRank) { run_case(contract_split_records_spans); }
+
+TEST(MpiSplit, AbortReachesChildren) { run_case(contract_split_abort_reaches_children); }
+
 // Run by its own ctest entry with --timeout=1 (every other case keeps the default).
 TEST(MpiContractRanks, TimeoutNamesTheOperation) {
   if (g_comm->timeout() > std::chrono::seconds(5)) GTEST_SKIP() << "needs --timeout=1";

@@ -19,10 +19,11 @@
 #include <vector>
 
 #include "comm/device/device_communicator.h"
-#include "cuda/check.h"
+#include "comm/device/device_select.h"
 #include "comm/device/emulated_ring.h"
 #include "comm/device/emulated_ring_plan.h"
 #include "core/error.h"
+#include "cuda/check.h"
 
 namespace tandem {
 
@@ -79,6 +80,18 @@ class EmulatedRing final : public DeviceCommunicator {
   }
 
  protected:
+  // A world of one splits into a world of one whatever the color: a new emulated ring
+  // on the same device with the same options (its own stream and inbox), so that the
+  // child's all-reduce costs what this one's does.
+  std::unique_ptr<ProgressCommunicator> make_split(int color, int key) override {
+    (void)color;
+    (void)key;
+    const CurrentDeviceRestorer restore;
+    return std::make_unique<EmulatedRing>(
+        BackendOptions{.timeout = timeout(), .emulated_peers = peers_, .emulated_blocks = blocks_},
+        device());
+  }
+
   // The kernels of one stream already run in issue order: a group is its operations.
   void enqueue(std::span<Op* const> ops) override {
     for (Op* op : ops) enqueue_one(*op);

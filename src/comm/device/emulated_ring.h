@@ -8,7 +8,8 @@
 // element is scaled by a small integer ratio once). size() is 1 (one real rank); the
 // other operations are those of a world of one, as device copies without emulated cost
 // (a receive must follow its send). emulated() is true and describe() says so, and every
-// output that shows the backend must.
+// output that shows the backend must. split() gives a world of one for any color: a new
+// emulated ring on the same device with the same options (peers, blocks, timeout).
 #pragma once
 
 #include <memory>

@@ -136,8 +136,9 @@ LocalCommunicator::LocalCommunicator(std::shared_ptr<LocalWorld> world, int rank
                                      std::chrono::nanoseconds timeout)
     : ProgressCommunicator({.rank = rank, .size = world->size(), .timeout = timeout}),
       world_(std::move(world)) {
-  world_->join(rank, this);
+  const std::string aborted = world_->join(rank, this);
   start_thread();
+  if (!aborted.empty()) abort(aborted);
 }
 
 LocalCommunicator::~LocalCommunicator() {
@@ -239,6 +240,39 @@ bool LocalCommunicator::cancel(Op& op) {
   if (st.released) return true;  // only emulated wire time is left
   if (st.moved) return false;    // peers may still read or write this rank's buffer
   return world_->withdraw(st.seq, rank());
+}
+
+// Note [split exchange]: the host contract moves floats only; an int travels as its two
+// 16-bit halves, each exact in fp32.
+std::unique_ptr<ProgressCommunicator> LocalCommunicator::make_split(int color, int key) {
+  constexpr std::size_t kFloatsPerRank = 4;
+  const auto halves = [](int v, float* out) {
+    const auto u = static_cast<std::uint32_t>(v);
+    out[0] = static_cast<float>(u >> 16);
+    out[1] = static_cast<float>(u & 0xffffu);
+  };
+  const auto whole = [](const float* in) {
+    return static_cast<int>((static_cast<std::uint32_t>(in[0]) << 16) |
+                            static_cast<std::uint32_t>(in[1]));
+  };
+  std::vector<float> mine(kFloatsPerRank);
+  halves(color, &mine[0]);
+  halves(key, &mine[2]);
+  std::vector<float> all(kFloatsPerRank * static_cast<std::size_t>(size()));
+  allgather(mine, all)->wait();
+  // The group: ranks of my color, ordered by (key, rank here).
+  std::vector<std::pair<int, int>> group;  // (key, rank)
+  for (int r = 0; r < size(); ++r) {
+    const float* theirs = all.data() + kFloatsPerRank * static_cast<std::size_t>(r);
+    if (whole(theirs) == color) group.emplace_back(whole(theirs + 2), r);
+  }
+  std::sort(group.begin(), group.end());
+  const auto me = std::find(group.begin(), group.end(), std::make_pair(key, rank()));
+  TANDEM_CHECK(me != group.end());
+  const int child_rank = static_cast<int>(me - group.begin());
+  const int child_size = static_cast<int>(group.size());
+  return std::make_unique<LocalCommunicator>(world_->split_world(next_split_++, color, child_size),
+                                             child_rank, timeout());
 }
 
 std::vector<std::unique_ptr<Communicator>> make_local_communicators(const LocalOptions& options) {

@@ -22,6 +22,11 @@
 // Destroy the communicators after every rank has waited for its last operation. An
 // operation withdrawn by its timeout leaves the world's collective numbering out of step:
 // use the communicator for nothing but failing afterwards.
+//
+// split(): the ranks exchange (color, key) with an allgather on this world (so it takes
+// its place in issue order, and shows as one in the timeline), each computes its group,
+// and the group's ranks pick up one child world from this one (LocalWorld::split_world),
+// with the same link emulation, timeout and recorder.
 #pragma once
 
 #include <chrono>
@@ -62,6 +67,7 @@ class LocalCommunicator final : public ProgressCommunicator {
   bool test(Op& op) override;
   bool cancel(Op& op) override;
   void on_abort(const std::string& reason) override;
+  std::unique_ptr<ProgressCommunicator> make_split(int color, int key) override;
 
  private:
   bool test_collective(Op& op);
@@ -71,6 +77,7 @@ class LocalCommunicator final : public ProgressCommunicator {
 
   std::shared_ptr<LocalWorld> world_;
   std::uint64_t next_seq_ = 0;  // communication thread only
+  std::uint64_t next_split_ = 0;  // issuing thread only
 };
 
 }  // namespace tandem

@@ -17,9 +17,19 @@ std::string rank_str(int rank) { return "rank " + std::to_string(rank); }
 LocalWorld::LocalWorld(int ranks, LinkModel link)
     : ranks_(ranks), link_(link), members_(static_cast<std::size_t>(ranks), nullptr) {}
 
-void LocalWorld::join(int rank, LocalCommunicator* member) {
+std::string LocalWorld::join(int rank, LocalCommunicator* member) {
   std::lock_guard lock(mutex_);
   members_[static_cast<std::size_t>(rank)] = member;
+  return abort_reason_;
+}
+
+std::shared_ptr<LocalWorld> LocalWorld::split_world(std::uint64_t split, int color, int ranks) {
+  std::lock_guard lock(mutex_);
+  PendingSplit& pending = splits_[{split, color}];
+  if (pending.world == nullptr) pending.world = std::make_shared<LocalWorld>(ranks, link_);
+  std::shared_ptr<LocalWorld> world = pending.world;
+  if (++pending.taken == ranks) splits_.erase({split, color});
+  return world;
 }
 
 void LocalWorld::leave(int rank) {
@@ -183,6 +193,7 @@ void LocalWorld::abort(const std::string& reason) {
   // Under the lock, so no member leaves (and dies) meanwhile. A member's abort() calls
   // back into this function, which returns at once now, and takes no world lock.
   std::lock_guard lock(mutex_);
+  abort_reason_ = reason;
   for (LocalCommunicator* member : members_) {
     if (member != nullptr) member->abort(reason);
   }

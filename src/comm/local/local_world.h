@@ -11,13 +11,17 @@
 // - Abort: posts to groups that have not formed and parked point-to-point operations can
 //   be withdrawn (they fail); formed groups run to their end, which needs only the
 //   ranks' communication threads.
-// Every call is made from a rank's communication thread, except abort().
+// - Split: the ranks of one color pick up one child world (split_world), made by
+//   whichever of them comes first, with this world's link model.
+// Every call is made from a rank's communication thread, except join(), leave(),
+// split_world() and abort().
 #pragma once
 
 #include <atomic>
 #include <cstdint>
 #include <deque>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <tuple>
@@ -51,8 +55,14 @@ class LocalWorld {
   int size() const { return ranks_; }
   const LinkModel& link() const { return link_; }
 
-  void join(int rank, LocalCommunicator* member);
+  // Returns "" or, when this world was aborted already, the reason (the member aborts
+  // itself: a rank joining a split's child after a peer's failure must not wait for it).
+  std::string join(int rank, LocalCommunicator* member);
   void leave(int rank);
+
+  // The child world of `color` for this world's split number `split` (every rank counts
+  // its splits alike), of `ranks` ranks; the same object for every rank that asks.
+  std::shared_ptr<LocalWorld> split_world(std::uint64_t split, int color, int ranks);
 
   // ---- collectives ----
   // Posts `post` as this rank's part of group `seq`; wakes every rank once it forms.
@@ -112,7 +122,13 @@ class LocalWorld {
   std::vector<LocalCommunicator*> members_;
   std::map<std::uint64_t, Group> groups_;
   std::map<std::tuple<int, int, int>, std::deque<P2p*>> sends_, recvs_;  // (src, dst, tag)
+  struct PendingSplit {
+    std::shared_ptr<LocalWorld> world;
+    int taken = 0;  // ranks that picked it up; dropped from the map once all did
+  };
+  std::map<std::pair<std::uint64_t, int>, PendingSplit> splits_;  // (split, color)
   std::atomic<bool> aborted_{false};
+  std::string abort_reason_;  // under mutex_
 };
 
 }  // namespace tandem

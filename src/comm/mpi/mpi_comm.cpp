@@ -82,6 +82,7 @@ struct MpiState {
 };
 
 MpiState init_mpi();
+void find_placement(MPI_Comm comm, MpiState& m);
 
 // An operation's MPI side.
 struct MpiOpState final : OpState {
@@ -176,6 +177,26 @@ class MpiCommunicator final : public ProcessCommunicator {
   }
 
  protected:
+  // Note [mpi split]: the child is an MpiCommunicator of its own on MPI_Comm_split of
+  // this one's communicator (and duplicates of it for tasks and ring messages), with its
+  // own communication thread; this thread makes it, as a task in issue order. MPI
+  // functions that create communicators block without a timeout, so a barrier bounded
+  // by the timeout first makes sure every rank has come. Two communication threads call
+  // MPI at once: that needs MPI_THREAD_MULTIPLE (same on every rank, so every rank
+  // refuses alike). The child does not own MPI: destroy it before this one finalizes.
+  std::unique_ptr<ProgressCommunicator> make_split(int color, int key) override {
+    if (m_.thread_level != MPI_THREAD_MULTIPLE) {
+      throw RuntimeError(std::string("mpi backend: split() needs MPI_THREAD_MULTIPLE (the child's "
+                                     "communication thread calls MPI alongside this one's); "
+                                     "the library provides ") +
+                         thread_level_name(m_.thread_level));
+    }
+    MpiState child;
+    run_task([&] { child = split_state(color, key); });
+    const BackendOptions options{.timeout = timeout(), .poll_sleep_ns = poll_sleep_ns_};
+    return std::make_unique<MpiCommunicator>(options, algorithm_, std::move(child));
+  }
+
   void start(Op& op) override {
     check_job_abort();
     validate(op);
@@ -432,6 +453,34 @@ class MpiCommunicator final : public ProcessCommunicator {
     return offsets;
   }
 
+  // Communication thread: the MPI side of a split (Note [mpi split]).
+  MpiState split_state(int color, int key) {
+    MPI_Request request;
+    check_mpi(MPI_Ibarrier(m_.task_comm, &request), "MPI_Ibarrier (split)");
+    wait_request(request, "split: every rank's arrival");
+    MpiState s;
+    s.thread_level = m_.thread_level;
+    s.tag_ub = m_.tag_ub;
+    s.host_name = m_.host_name;
+    s.library = m_.library;
+    try {
+      check_mpi(MPI_Comm_split(m_.comm, color, key, &s.comm), "MPI_Comm_split");
+      check_mpi(MPI_Comm_set_errhandler(s.comm, MPI_ERRORS_RETURN), "MPI_Comm_set_errhandler");
+      check_mpi(MPI_Comm_dup(s.comm, &s.task_comm), "MPI_Comm_dup (split tasks)");
+      check_mpi(MPI_Comm_dup(s.comm, &s.ring_comm), "MPI_Comm_dup (split rings)");
+      for (MPI_Comm c : {s.task_comm, s.ring_comm}) MPI_Comm_set_errhandler(c, MPI_ERRORS_RETURN);
+      MPI_Comm_rank(s.comm, &s.rank);
+      MPI_Comm_size(s.comm, &s.size);
+      find_placement(s.task_comm, s);
+    } catch (...) {
+      for (MPI_Comm* c : {&s.ring_comm, &s.task_comm, &s.comm}) {
+        if (*c != MPI_COMM_NULL) MPI_Comm_free(c);
+      }
+      throw;
+    }
+    return s;
+  }
+
   std::vector<std::string> gather(std::string_view mine, int root) {
     if (mine.size() > static_cast<std::size_t>(INT_MAX)) {
       throw RuntimeError("gather of more than 2 GiB from one rank");
@@ -536,19 +585,27 @@ MpiState init_mpi() {
   int length = 0;
   MPI_Get_processor_name(name, &length);
   m.host_name.assign(name, static_cast<std::size_t>(length));
-  MPI_Comm host_comm;
-  MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, m.rank, MPI_INFO_NULL, &host_comm);
-  MPI_Comm_size(host_comm, &m.ranks_on_host);
-  MPI_Comm_rank(host_comm, &m.local_rank);
-  MPI_Comm_free(&host_comm);
-  int leader = m.local_rank == 0 ? 1 : 0;
-  MPI_Allreduce(&leader, &m.hosts, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+  find_placement(MPI_COMM_WORLD, m);
 
   char version[MPI_MAX_LIBRARY_VERSION_STRING];
   MPI_Get_library_version(version, &length);
   m.library.assign(version, static_cast<std::size_t>(length));
   m.library = m.library.substr(0, m.library.find_first_of(",\n"));
   return m;
+}
+
+// The hosts of `comm`'s ranks and this rank's place among its host's (blocking: every
+// rank of `comm` calls it).
+void find_placement(MPI_Comm comm, MpiState& m) {
+  int rank = 0;
+  MPI_Comm_rank(comm, &rank);
+  MPI_Comm host_comm;
+  MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &host_comm);
+  MPI_Comm_size(host_comm, &m.ranks_on_host);
+  MPI_Comm_rank(host_comm, &m.local_rank);
+  MPI_Comm_free(&host_comm);
+  int leader = m.local_rank == 0 ? 1 : 0;
+  MPI_Allreduce(&leader, &m.hosts, 1, MPI_INT, MPI_SUM, comm);
 }
 
 }  // namespace

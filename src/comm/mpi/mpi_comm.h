@@ -18,6 +18,12 @@
 //
 // MPI can be initialized once per process: a second communicator after the first was
 // destroyed is a RuntimeError.
+//
+// split(): MPI_Comm_split of this communicator, made on the communication thread after a
+// barrier bounded by the timeout; the child is an mpi communicator of its own (its own
+// communication thread, ring and task communicators) and needs MPI_THREAD_MULTIPLE.
+// Abort reaches it as the contract says; destroy it before its parent, which finalizes
+// MPI.
 #pragma once
 
 #include <memory>

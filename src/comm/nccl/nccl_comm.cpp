@@ -13,10 +13,11 @@
 #include <vector>
 
 #include "comm/device/device_communicator.h"
-#include "cuda/check.h"
+#include "comm/device/device_select.h"
 #include "core/clock.h"
 #include "core/error.h"
 #include "core/parse.h"
+#include "cuda/check.h"
 
 namespace tandem {
 
@@ -164,6 +165,47 @@ class NcclCommunicator final : public DeviceCommunicator {
     if (result != ncclSuccess) return "ncclCommGetAsyncError: " + nccl_text(result, comm_);
     if (state == ncclSuccess || state == ncclInProgress) return "";
     return "NCCL asynchronous error: " + nccl_text(state, comm_);
+  }
+
+  // Note [nccl split]: ncclCommSplit (NCCL 2.18 and later) of this communicator, with
+  // this one's config (non-blocking, CTA limits); like init, the non-blocking split is
+  // done once both communicators stop answering ncclInProgress. Not yet run on GPUs.
+  std::unique_ptr<ProgressCommunicator> make_split(int color, int key) override {
+#if NCCL_VERSION_CODE >= NCCL_VERSION(2, 18, 0)
+    const CurrentDeviceRestorer restore;
+    check_cuda_status(cudaSetDevice(device()), "cudaSetDevice (split)");
+    ncclConfig_t config = make_config(options_);
+    ncclComm_t child = nullptr;
+    const std::string what = "ncclCommSplit (rank " + std::to_string(rank()) + ", color " +
+                             std::to_string(color) + ", key " + std::to_string(key) + ")";
+    {
+      std::lock_guard lock(comm_mutex_);
+      throw_if_aborted();
+      const ncclResult_t result = ncclCommSplit(comm_, color, key, &child, &config);
+      if (result != ncclSuccess && result != ncclInProgress) {
+        if (child != nullptr) ncclCommAbort(child);
+        check_nccl(result, what, comm_);
+      }
+      wait_until_ready(comm_, what, timeout());
+    }
+    int child_rank = 0;
+    int child_size = 0;
+    try {
+      wait_until_ready(child, what, timeout());
+      check_nccl(ncclCommUserRank(child, &child_rank), "ncclCommUserRank", child);
+      check_nccl(ncclCommCount(child, &child_size), "ncclCommCount", child);
+    } catch (...) {
+      ncclCommAbort(child);
+      throw;
+    }
+    return std::make_unique<NcclCommunicator>(child, child_rank, child_size, device(), options_);
+#else
+    (void)color;
+    (void)key;
+    throw RuntimeError(
+        "nccl backend: split() needs ncclCommSplit, NCCL 2.18 or later; built with " +
+        nccl_version());
+#endif
   }
 
   // ncclCommAbort ends the communicator's kernels: the buffers are free afterwards, and the

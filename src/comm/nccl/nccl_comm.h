@@ -12,6 +12,11 @@
 // also polls ncclCommGetAsyncError. NCCL has no tags: sends and receives between two
 // ranks match in issue order.
 //
+// split(): ncclCommSplit (NCCL 2.18 or later; older NCCL: a RuntimeError) with this
+// communicator's config; the child is an nccl communicator on the same device. Not yet
+// run on GPUs (built only). A thread that owns several ranks calls begin_shutdown() on
+// every rank's child before destroying any, as for the parents.
+//
 // Where NCCL is not found at build time the backend is not built and not registered.
 #pragma once
 
