@@ -86,8 +86,10 @@ std::vector<Bucket> plan_grouped(const std::vector<GradParam>& params,
       const bool full = open.bytes() + bytes > cap;
       if (by_layer ? new_layer : full) close_bucket(buckets, open);
     }
+    // A bucket is one range: it ends where the next parameter does not follow (the units of
+    // a pipeline stage's chunks need not be neighbours).
+    if (!open.params.empty() && open.end != param.offset) close_bucket(buckets, open);
     if (open.params.empty()) open.begin = open.end = param.offset;
-    TANDEM_CHECK_EQ(open.end, param.offset);  // the flat layout is contiguous
     open.end += param.numel;
     open.params.push_back(p);
   }
@@ -160,12 +162,24 @@ std::string_view to_string(CommMode mode) {
   return "?";
 }
 
-Reducer::Reducer(Communicator& comm, RankModel& model, const ReducerOptions& options)
+namespace {
+
+std::vector<GradParam> params_of_units(const ModelLayout& layout, const std::vector<bool>& units) {
+  std::vector<GradParam> params = grad_params(layout);
+  if (units.empty()) return params;
+  std::erase_if(params, [&](const GradParam& p) { return !units.at(static_cast<std::size_t>(p.unit)); });
+  return params;
+}
+
+}  // namespace
+
+Reducer::Reducer(Communicator& comm, RankModel& model, const ReducerOptions& options,
+                 const std::vector<bool>& units)
     : comm_(comm),
       model_(model),
       grads_(model.grads()),
       options_(options),
-      params_(grad_params(model.layout())),
+      params_(params_of_units(model.layout(), units)),
       buckets_(plan_buckets(params_, grads_.size(), options.plan)),
       schedule_(params_, buckets_),
       works_(buckets_.size()) {}
@@ -213,7 +227,9 @@ void Reducer::end_step() {
 
 std::int64_t Reducer::bytes_per_step() const {
   if (options_.mode == CommMode::kOff) return 0;
-  return static_cast<std::int64_t>(grads_.size() * sizeof(float));
+  std::int64_t bytes = 0;
+  for (const Bucket& b : buckets_) bytes += b.bytes();
+  return bytes;
 }
 
 StateBytes Reducer::state_bytes() const {

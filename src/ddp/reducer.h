@@ -93,7 +93,9 @@ class Reducer final : public GradSync {
  public:
   // Reduces model.grads() over `comm` (bound to the model's stream on a device). Wait
   // spans are timed by the model (RankModel::begin_span).
-  Reducer(Communicator& comm, RankModel& model, const ReducerOptions& options);
+  // `units`: the units whose gradients it reduces (a pipeline stage's; empty: all).
+  Reducer(Communicator& comm, RankModel& model, const ReducerOptions& options,
+          const std::vector<bool>& units = {});
 
   const std::vector<Bucket>& buckets() const { return buckets_; }
   const ReducerOptions& options() const { return options_; }

@@ -6,6 +6,7 @@
 #include <numeric>
 
 #include "core/error.h"
+#include "ddp/reducer.h"
 #include "model/transformer.h"
 
 namespace tandem {
@@ -375,10 +376,16 @@ namespace {
 
 class StageSync final : public GradSync {
  public:
-  StageSync(const StagePlan& plan, Communicator& comm, RankModel& model)
-      : plan_(plan), comm_(comm), model_(model), stage_(plan.stage_of(comm.rank())) {
+  StageSync(const StagePlan& plan, Communicator& comm, RankModel& model,
+            std::unique_ptr<Communicator> replicas, const ReducerOptions& options)
+      : plan_(plan),
+        comm_(comm),
+        model_(model),
+        stage_(plan.stage_of(comm.rank())),
+        replicas_(std::move(replicas)) {
     const ModelLayout& layout = model.layout();
     keep_ = kept_units(stage_);
+    if (replicas_) reducer_ = std::make_unique<Reducer>(*replicas_, model, options, keep_);
     for (int u = 0; u < layout.units(); ++u) {
       const std::size_t begin = layout.unit_begin(u), end = layout.owned_end(u);
       if (keep_[static_cast<std::size_t>(u)]) {
@@ -388,6 +395,19 @@ class StageSync final : public GradSync {
         model.discard_grads(begin, end);
       }
     }
+  }
+
+  void begin_step(int step) override {
+    if (reducer_) reducer_->begin_step(step);
+  }
+  void after_backward(int unit, bool last_micro_batch) override {
+    if (reducer_) reducer_->after_backward(unit, last_micro_batch);
+  }
+  void before_optimizer() override {
+    if (reducer_) reducer_->before_optimizer();
+  }
+  void end_step() override {
+    if (reducer_) reducer_->end_step();
   }
 
   void optimizer_step(RankModel& model, float grad_scale) override {
@@ -426,7 +446,9 @@ class StageSync final : public GradSync {
     return all;
   }
 
-  std::int64_t bytes_per_step() const override { return 0; }
+  std::int64_t bytes_per_step() const override {
+    return reducer_ ? reducer_->bytes_per_step() : 0;
+  }
   StateBytes state_bytes() const override {
     std::int64_t floats = 0;
     for (const Range& r : ranges_) floats += static_cast<std::int64_t>(r.end - r.begin);
@@ -434,8 +456,11 @@ class StageSync final : public GradSync {
     return {.params = bytes, .grads = bytes, .optimizer = bytes};
   }
   std::string describe() const override {
-    return "pipeline stage " + std::to_string(stage_) + " of " +
-           std::to_string(plan_.shape.stages) + ", no data parallelism (1 replica)";
+    const std::string stage =
+        "pipeline stage " + std::to_string(stage_) + " of " + std::to_string(plan_.shape.stages);
+    if (!reducer_) return stage + ", no data parallelism (1 replica)";
+    return stage + ", its gradients averaged over " + std::to_string(plan_.replicas) +
+           " replicas: " + reducer_->describe();
   }
 
  private:
@@ -462,14 +487,18 @@ class StageSync final : public GradSync {
   const int stage_;
   std::vector<bool> keep_;
   std::vector<Range> ranges_;
+  std::unique_ptr<Communicator> replicas_;  // outlives reducer_
+  std::unique_ptr<Reducer> reducer_;
 };
 
 }  // namespace
 
 std::unique_ptr<GradSync> make_stage_sync(const StagePlan& plan, Communicator& comm,
-                                          RankModel& model) {
-  TANDEM_CHECK_EQ(plan.replicas, 1);
-  return std::make_unique<StageSync>(plan, comm, model);
+                                          RankModel& model,
+                                          std::unique_ptr<Communicator> replicas,
+                                          const ReducerOptions& options) {
+  TANDEM_CHECK_EQ(replicas != nullptr, plan.replicas > 1);
+  return std::make_unique<StageSync>(plan, comm, model, std::move(replicas), options);
 }
 
 void StageRunner::reduce_tied_grads(int step) {

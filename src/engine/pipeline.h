@@ -35,6 +35,7 @@
 
 #include "comm/communicator.h"
 #include "ddp/grad_sync.h"
+#include "ddp/reducer.h"
 #include "engine/pipeline_schedule.h"
 #include "model/layout.h"
 #include "model/rank_model.h"
@@ -151,11 +152,17 @@ class StageRunner {
   std::size_t current_ = 0;  // the action running
 };
 
-// The strategy of a pipeline stage without replicas: the stage's units (and, for a gpt
-// whose head is on this stage, the tied embedding it reads) keep their parameters,
-// gradients and SGD velocity; every other unit's memory is given back. SGD runs on those
-// ranges. full_params() gathers every stage's units at rank 0 (point to point).
+// The strategy of a pipeline stage: the stage's units (and, for a gpt whose head is on
+// this stage, the tied embedding it reads) keep their parameters, gradients and SGD
+// velocity; every other unit's memory is given back. SGD runs on those ranges.
+// With replicas, `replicas` is the communicator of this stage's replicas (split from the
+// run's), and DDP's Reducer with `options` averages the stage's gradients over it, its
+// buckets launched as the last micro-batch's backward makes them ready (Megatron's
+// overlap of the data-parallel all-reduce). full_params() gathers every stage's units at
+// rank 0 (point to point over `comm`).
 std::unique_ptr<GradSync> make_stage_sync(const StagePlan& plan, Communicator& comm,
-                                          RankModel& model);
+                                          RankModel& model,
+                                          std::unique_ptr<Communicator> replicas,
+                                          const ReducerOptions& options);
 
 }  // namespace tandem

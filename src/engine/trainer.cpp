@@ -74,11 +74,10 @@ void validate_pipeline(const TrainConfig& config) {
     throw UsageError("--pipeline runs on the cpu device so far (--device " +
                      std::string(to_string(config.device)) + ": docs/PIPELINE.md, Limits)");
   }
-  if (config.ranks != p.stages) {
-    throw UsageError("--pipeline " + std::to_string(p.stages) + " with --ranks " +
-                     std::to_string(config.ranks) +
-                     ": data-parallel replicas of a pipeline are not supported yet; give --ranks " +
-                     std::to_string(p.stages));
+  if (config.reducer.plan.strategy.kind == StrategyKind::kChunked) {
+    throw UsageError("--strategy " + config.reducer.plan.strategy.to_string() +
+                     " cuts the whole flat gradient; a pipeline stage's replicas average only "
+                     "its units (use bucketed, layerwise or sequential)");
   }
   if (config.reducer.plan.strategy.sharded()) {
     throw UsageError("--strategy " + config.reducer.plan.strategy.to_string() +
@@ -263,7 +262,14 @@ ModelConfig model_config(const TrainConfig& config, const RankEnv& env, const St
 // their shards, so they are made after the initial broadcast.
 std::unique_ptr<GradSync> make_grad_sync(const TrainConfig& config, const StagePlan& plan,
                                          Communicator& comm, RankModel& model) {
-  if (plan.shape.stages > 1) return make_stage_sync(plan, comm, model);
+  if (plan.shape.stages > 1) {
+    // Each stage's replicas average its gradients among themselves.
+    std::unique_ptr<Communicator> replicas;
+    if (plan.replicas > 1) {
+      replicas = comm.split(plan.stage_of(comm.rank()), plan.replica_of(comm.rank()));
+    }
+    return make_stage_sync(plan, comm, model, std::move(replicas), config.reducer);
+  }
   const Strategy& strategy = config.reducer.plan.strategy;
   if (!strategy.sharded()) return std::make_unique<Reducer>(comm, model, config.reducer);
   return std::make_unique<ShardedSync>(comm, model, strategy.kind, config.reducer.mode,

@@ -92,6 +92,30 @@ TEST(PipelineTest, EverySchedulesEqualsAccumulationBitForBit) {
   }
 }
 
+// Stages x replicas: each stage's replicas average its gradients (DDP's Reducer over a
+// communicator split from the run's), which equals DDP over the replicas bit for bit.
+TEST(PipelineTest, ReplicasOfAPipelineEqualDataParallelAccumulationBitForBit) {
+  for (const char* strategy : {"bucketed", "layerwise", "sequential"}) {
+    for (const Case& k : {Case{"mlp:6x32", 2, "1f1b", 4}, Case{"mlp:6x32", 3, "gpipe", 2},
+                          Case{"mlp:6x32", 2, "interleaved:2", 2},
+                          Case{"llama:layers=4,dim=32,heads=2,seq=8", 2, "1f1b", 2}}) {
+      TrainConfig ddp = config(k.model, k.micro_batches, 2 * k.micro_batches);
+      ddp.ranks = 2;
+      ddp.reducer.plan.strategy = Strategy::parse(strategy);
+      ddp.reducer.plan.first_bucket_cap_bytes = 4096;  // several buckets
+      ddp.reducer.plan.bucket_cap_bytes = 8192;
+      const TrainResult reference = train_local(ddp);
+      TrainConfig pipe = pipelined(ddp, k.stages, k.schedule);
+      pipe.ranks = 2 * k.stages;
+      const TrainResult result = train_local(pipe);
+      EXPECT_EQ(losses(result), losses(reference)) << name(k) << " " << strategy;
+      EXPECT_EQ(differing_floats(result.final_params, reference.final_params), 0u)
+          << name(k) << " " << strategy;
+      EXPECT_GT(result.bytes_per_step, 0);
+    }
+  }
+}
+
 TEST(PipelineTest, BlockingTransfersAndSequentialModeGiveTheSameParameters) {
   TrainConfig c = pipelined(config("mlp:6x32", 4, 8), 3, "1f1b");
   c.timeout_ns = 60'000'000'000;  // a deadlock fails in a minute, not five
@@ -195,6 +219,9 @@ TEST(PipelineTest, ShapesThatCannotRunAreUsageErrorsNamingTheFlag) {
   TrainConfig ranks = pipelined(base, 2, "1f1b");
   ranks.ranks = 3;
   expect_usage_error(ranks, "not a multiple of the stages");
+  TrainConfig chunked = pipelined(base, 2, "1f1b");
+  chunked.reducer.plan.strategy = Strategy::parse("chunked:4");
+  expect_usage_error(chunked, "--strategy chunked:4");
   TrainConfig split = pipelined(base, 2, "1f1b");
   split.pipeline.split = {1, 2};
   expect_usage_error(split, "--split");
