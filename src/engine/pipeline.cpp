@@ -182,12 +182,13 @@ int peak_micro_batches(const std::vector<PipelineAction>& actions, const std::ve
 }  // namespace
 
 StageRunner::StageRunner(const StagePlan& plan, Options options, Communicator& comm,
-                         RankModel& model, GradSync& sync)
+                         RankModel& model, GradSync& sync, RankRecorder* recorder)
     : plan_(plan),
       options_(options),
       comm_(comm),
       model_(model),
       sync_(sync),
+      recorder_(recorder),
       rank_(comm.rank()),
       stage_(plan.stage_of(comm.rank())),
       replica_(plan.replica_of(comm.rank())),
@@ -297,9 +298,11 @@ void StageRunner::run_passes(int step, int first_batch) {
       backward(a, step);
     }
   }
+  label_spans(-1);
 }
 
 void StageRunner::forward(const PipelineAction& a, int step, int first_batch) {
+  label_spans(a.micro);
   const int g = global_chunk(plan_.shape, stage_, a.chunk);
   const auto [first, last] = plan_.chunks[static_cast<std::size_t>(g)];
   const bool new_micro = chunks_in_flight_[static_cast<std::size_t>(a.micro)]++ == 0;
@@ -325,6 +328,7 @@ void StageRunner::forward(const PipelineAction& a, int step, int first_batch) {
 }
 
 void StageRunner::backward(const PipelineAction& a, int step) {
+  label_spans(a.micro);
   const int g = global_chunk(plan_.shape, stage_, a.chunk);
   const auto [first, last] = plan_.chunks[static_cast<std::size_t>(g)];
   const int slot = slot_for(a.micro);
@@ -364,7 +368,12 @@ void StageRunner::backward(const PipelineAction& a, int step) {
   sends_.push_back(std::move(send));
 }
 
+void StageRunner::label_spans(int micro) {
+  if (recorder_ != nullptr && model_.stream() == nullptr) recorder_->set_micro(micro);
+}
+
 void StageRunner::finish_step() {
+  label_spans(-1);
   for (WorkPtr& send : sends_) wait_timed(model_, comm_, *send, send->info().tag);
   sends_.clear();
 }

@@ -92,8 +92,9 @@ class StageRunner {
     CommMode mode = CommMode::kOverlapped;
     bool compute = true;  // false: comm-only, the transfers without the math
   };
+  // `recorder`: the rank's, whose compute and wait spans get their micro-batch (may be null).
   StageRunner(const StagePlan& plan, Options options, Communicator& comm, RankModel& model,
-              GradSync& sync);
+              GradSync& sync, RankRecorder* recorder);
   ~StageRunner();
   StageRunner(const StageRunner&) = delete;
   StageRunner& operator=(const StageRunner&) = delete;
@@ -126,12 +127,15 @@ class StageRunner {
   Work& received(std::size_t index, int step);
   Buffer& free_buffer(std::size_t floats);
   int slot_for(int micro);
+  // Compute and wait spans from now on belong to `micro` (-1: none).
+  void label_spans(int micro);
 
   const StagePlan& plan_;
   const Options options_;
   Communicator& comm_;
   RankModel& model_;
   GradSync& sync_;
+  RankRecorder* const recorder_;
   const int rank_;
   const int stage_;
   const int replica_;

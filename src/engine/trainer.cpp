@@ -350,7 +350,7 @@ std::string train_rank(const TrainConfig& config, RankEnv& env, const StepCallba
         StageRunner::Options{.micro_batches = micro_batches(config),
                              .mode = config.reducer.mode,
                              .compute = config.compute},
-        comm, *model, *sync);
+        comm, *model, *sync, &env.recorder);
     // Note [peak RSS]: the process's peak so far covers building the model (every rank
     // initializes a whole replica, then a sharded strategy keeps its shards); it is reset
     // here so that the peak read after the last step is the steps' own. In-process ranks

@@ -152,6 +152,7 @@ json span_event(const Timeline& timeline, const Span& s, std::int64_t t0) {
   json args = json::object();
   if (s.step >= 0) args["step"] = s.step;
   if (s.tag >= 0) args[tag_key(s.lane)] = s.tag;
+  if (s.micro >= 0) args["micro"] = s.micro;
   if (s.bytes != 0) args["bytes"] = s.bytes;
   if (s.flops != 0) args["flops"] = s.flops;
   if (has_issue_time(s)) args["queued_ns"] = s.start_ns - s.issue_ns;
@@ -409,6 +410,7 @@ Timeline parse_chrome_trace(const json& trace, std::string_view source) {
       if (!args.is_object()) malformed(source, i, "\"args\" is not an object");
       s.step = static_cast<std::int32_t>(optional_int(args, "step", -1, source, i));
       s.tag = static_cast<std::int32_t>(optional_int(args, tag_key(s.lane), -1, source, i));
+      s.micro = static_cast<std::int32_t>(optional_int(args, "micro", -1, source, i));
       s.bytes = optional_int(args, "bytes", 0, source, i);
       const std::int64_t queued_ns = optional_int(args, "queued_ns", -1, source, i);
       if (queued_ns >= 0 && s.lane == Lane::kComm) s.issue_ns = s.start_ns - queued_ns;

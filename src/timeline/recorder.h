@@ -54,8 +54,13 @@ class RankRecorder {
   void record(Span span) noexcept {
     if (!enabled_) return;
     span.rank = rank_;
+    if (span.lane != Lane::kComm && span.micro < 0) span.micro = micro_;
     lanes_[static_cast<int>(span.lane)].push(span);
   }
+  // The micro-batch that compute and wait spans recorded from now on belong to (-1:
+  // none): set by the training thread, which alone records those lanes, on models that
+  // record as they compute (a device model records its spans later, at the step's end).
+  void set_micro(int micro) noexcept { micro_ = micro; }
 
   const SpanBuffer& lane(Lane lane) const { return lanes_[static_cast<int>(lane)]; }
   std::size_t dropped() const;
@@ -66,6 +71,7 @@ class RankRecorder {
  private:
   int rank_;
   bool enabled_;
+  int micro_ = -1;  // training thread only
   std::array<SpanBuffer, kLaneCount> lanes_;
 };
 

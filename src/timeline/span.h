@@ -56,6 +56,7 @@ struct Span {
   NameId name = kNoName;     // into the owning NameTable; kNoName: use the kind's name
   std::int32_t step = -1;    // training iteration (-1: none)
   std::int32_t tag = -1;     // layer index for compute, bucket index for comm (-1: none)
+  std::int32_t micro = -1;   // compute and wait: the micro-batch within the step (-1: none)
   std::int64_t start_ns = 0;
   std::int64_t end_ns = 0;
   std::int64_t bytes = 0;    // payload of a collective

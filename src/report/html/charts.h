@@ -26,9 +26,18 @@ struct GanttSpan {
   std::string name;
 };
 
+// A run of compute spans of one micro-batch's forward or backward: "F3", "B3" (pipelines
+// and gradient accumulation), written over the compute lane where it is wide enough.
+struct GanttLabel {
+  std::int64_t start_ns = 0;
+  std::int64_t end_ns = 0;
+  std::string text;
+};
+
 struct GanttRank {
   int rank = 0;
   std::vector<GanttSpan> spans;
+  std::vector<GanttLabel> labels;
   IntervalSet overlap;  // ∪compute ∩ ∪comm: shaded across both lanes
 };
 

@@ -74,6 +74,12 @@ std::string gantt_chart(const GanttInput& in) {
       const double w = std::max(0.6, px(s.end_ns) - x0);
       svg.rect(x0, ly, w, kLaneH, kLaneClasses[s.lane], span_title(s));
     }
+    // Micro-batch labels ("F3", "B3") over the compute lane, where the run is wide enough.
+    for (const GanttLabel& l : rank.labels) {
+      const double x0 = px(l.start_ns), x1 = px(l.end_ns);
+      if (x1 - x0 < 7.0 * static_cast<double>(l.text.size()) + 2) continue;
+      svg.text((x0 + x1) / 2, y + kLaneH - 3, l.text, "micro-label");
+    }
     // Overlap shading on top of the spans: a hatch over compute and comm lanes.
     for (const Interval& o : rank.overlap) {
       svg.rect(px(o.start_ns), y, std::max(0.6, px(o.end_ns) - px(o.start_ns)),

@@ -42,6 +42,7 @@ svg text{font-family:system-ui,"DejaVu Sans",sans-serif;fill:var(--ink)}
 .legend,.row-label,.lane-label,.pt-label,.na{font-size:11px}
 .lane-label{fill:var(--muted)}
 .rank-label{font-size:12px;font-weight:600}
+.micro-label{font-size:9px;text-anchor:middle;fill:#fff;pointer-events:none}
 .axis{stroke:#333;stroke-width:1}
 .grid{stroke:#e2e2e2;stroke-width:1}
 .zero{stroke:#777;stroke-dasharray:3 3}

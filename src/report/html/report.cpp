@@ -36,6 +36,33 @@ std::string json_cell(const nlohmann::json& v) {
 
 }  // namespace
 
+// Consecutive forward (or backward) spans of one micro-batch, as one labelled run.
+std::vector<GanttLabel> micro_batch_labels(const std::vector<const Span*>& spans) {
+  std::vector<const Span*> compute;
+  for (const Span* s : spans) {
+    if (s->lane == Lane::kCompute && s->micro >= 0 &&
+        (s->kind == SpanKind::kForward || s->kind == SpanKind::kBackward)) {
+      compute.push_back(s);
+    }
+  }
+  std::sort(compute.begin(), compute.end(),
+            [](const Span* a, const Span* b) { return a->start_ns < b->start_ns; });
+  std::vector<GanttLabel> labels;
+  const Span* previous = nullptr;
+  for (const Span* s : compute) {
+    if (previous != nullptr && previous->micro == s->micro && previous->kind == s->kind) {
+      labels.back().end_ns = std::max(labels.back().end_ns, s->end_ns);
+    } else {
+      labels.push_back({.start_ns = s->start_ns,
+                        .end_ns = s->end_ns,
+                        .text = (s->kind == SpanKind::kForward ? "F" : "B") +
+                                std::to_string(s->micro)});
+    }
+    previous = s;
+  }
+  return labels;
+}
+
 GanttInput gantt_for_step(const Timeline& timeline, int step, int max_ranks,
                           const std::string& label, int& ranks_total) {
   std::map<int, std::vector<const Span*>> by_rank;
@@ -60,6 +87,7 @@ GanttInput gantt_for_step(const Timeline& timeline, int step, int max_ranks,
                            .bytes = s->bytes,
                            .name = chrome_event_name(timeline, *s)});
     }
+    row.labels = micro_batch_labels(spans);
     in.ranks.push_back(std::move(row));
   }
   if (in.ranks.empty()) in.t0_ns = in.t1_ns = 0;
