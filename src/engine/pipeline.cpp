@@ -309,7 +309,13 @@ void StageRunner::forward(const PipelineAction& a, int step, int first_batch) {
   const int slot = slot_for(a.micro);
   if (slots_ > 1) model_.select_slot(slot);
   if (options_.compute && new_micro) model_.set_micro_batch(first_batch + a.micro);
-  if (first > 0 && options_.mode != CommMode::kOff) received(current_, step);
+  if (first > 0) {
+    if (options_.mode != CommMode::kOff) {
+      received(current_, step);
+    } else {
+      local_copy(model_.unit_input(first, slot), /*into_model=*/true);
+    }
+  }
   for (int u = first; u <= last; ++u) {
     sync_.before_forward(u);
     if (options_.compute) model_.forward_unit(u);
@@ -319,7 +325,10 @@ void StageRunner::forward(const PipelineAction& a, int step, int first_batch) {
     if (options_.compute) model_.forward_loss();
     return;
   }
-  if (options_.mode == CommMode::kOff) return;
+  if (options_.mode == CommMode::kOff) {
+    local_copy(model_.unit_input(last + 1, slot), /*into_model=*/false);
+    return;
+  }
   const std::span<float> out = model_.unit_input(last + 1, slot);
   const int peer = plan_.rank_of(plan_.stage_of_chunk(g + 1), replica_);
   WorkPtr send = comm_.send(out, peer, activation_tag(g), {.step = step, .tag = a.micro});
@@ -341,9 +350,10 @@ void StageRunner::backward(const PipelineAction& a, int step) {
     if (options_.compute) model_.begin_backward(last, buffer.array->span());
     buffer.received = false;
   } else if (options_.compute) {
-    // Compute-only: the gradient this stage would have received is whatever its scratch
-    // holds; the same arithmetic runs.
-    model_.begin_backward(last, model_.unit_input(last + 1, slot));
+    // Compute-only: the transfer is a local copy of as many bytes, and the gradient this
+    // stage would have received is whatever the copy holds; the same arithmetic runs.
+    Buffer& copy = free_buffer(model_.unit_input(last + 1, slot).size());
+    model_.begin_backward(last, copy.array->span());
   }
   const bool last_micro = a.micro == options_.micro_batches - 1;
   for (int u = last; u >= first; --u) {
@@ -355,17 +365,28 @@ void StageRunner::backward(const PipelineAction& a, int step) {
     free_slots_.push_back(slot);
     slot_of_micro_[static_cast<std::size_t>(a.micro)] = -1;
   }
-  if (first == 0 || options_.mode == CommMode::kOff) return;
+  if (first == 0) return;
   // The input gradient lives in scratch the next backward overwrites: send a copy.
   const std::size_t floats = model_.unit_input(first, slot).size();
   Buffer& buffer = free_buffer(floats);
   if (options_.compute) model_.copy(model_.input_grad(first), buffer.array->span());
+  if (options_.mode == CommMode::kOff) return;  // compute-only: the copy is the transfer
   const int peer = plan_.rank_of(plan_.stage_of_chunk(g - 1), replica_);
   WorkPtr send = comm_.send(buffer.array->span(), peer, gradient_tag(g - 1),
                             {.step = step, .tag = a.micro});
   bytes_per_step_ += static_cast<std::int64_t>(floats * sizeof(float));
   buffer.busy = send;
   sends_.push_back(std::move(send));
+}
+
+void StageRunner::local_copy(std::span<float> activation, bool into_model) {
+  if (!options_.compute) return;
+  Buffer& buffer = free_buffer(activation.size());
+  if (into_model) {
+    model_.copy(buffer.array->span(), activation);
+  } else {
+    model_.copy(activation, buffer.array->span());
+  }
 }
 
 void StageRunner::label_spans(int micro) {

@@ -18,7 +18,8 @@
 // compute: before an action computes, its receive and the previous action's sends are
 // issued together and waited for (Megatron's paired send/receive; waiting for a send alone
 // can deadlock 1F1B). With communication off (compute-only) nothing is sent, and each
-// stage computes on what its buffers hold.
+// stage copies what it would send or receive within its own memory instead (the same bytes
+// moved) and computes on what the copies hold.
 //
 // Gradients: a stage's units accumulate over the micro-batches in micro order, as a
 // single-stage run with --accumulate does (bit for bit the same on the local backend). A
@@ -127,6 +128,9 @@ class StageRunner {
   Work& received(std::size_t index, int step);
   Buffer& free_buffer(std::size_t floats);
   int slot_for(int micro);
+  // Compute-only: a transfer becomes a copy of as many bytes within this rank, into the
+  // activation or out of it.
+  void local_copy(std::span<float> activation, bool into_model);
   // Compute and wait spans from now on belong to `micro` (-1: none).
   void label_spans(int micro);
 

@@ -31,6 +31,11 @@ class TrainWorkload final : public Workload {
     std::string text = "train " + config_.model.text + ", " + std::to_string(config_.ranks) +
                        " ranks, batch " + std::to_string(config_.batch) + ", " +
                        config_.reducer.plan.strategy.to_string();
+    if (config_.pipeline.stages > 1) {
+      text += ", pipeline " + std::to_string(config_.pipeline.stages) + " stages " +
+              to_string(config_.pipeline.schedule) + " x " +
+              std::to_string(micro_batches(config_)) + " micro-batches";
+    }
     if (config_.device != Device::kCpu) {
       text += ", " + std::string(to_string(config_.device)) + " " +
               std::string(to_string(config_.precision));

@@ -225,6 +225,10 @@ nlohmann::json train_config_json(const TrainConfig& c, const TrainResult& result
       {"batch_per_rank", c.batch},
       {"steps", c.steps},
       {"accumulate", c.accumulate},
+      {"micro_batches", micro_batches(c)},
+      {"pipeline_stages", c.pipeline.stages},
+      {"schedule", c.pipeline.stages > 1 ? nlohmann::json(to_string(c.pipeline.schedule))
+                                         : nlohmann::json(nullptr)},
       {"lr", c.sgd.lr},
       {"momentum", c.sgd.momentum},
       {"weight_decay", c.sgd.weight_decay},
