@@ -81,13 +81,14 @@ void print_device_lines(const TrainResult& result) {
 int run_train(const TrainFlags& flags, bool batch_given, bool ranks_given,
               const CommandLine& argv) {
   const std::string backend = resolve_backend(flags.job.backend);
-  TrainConfig config = to_train_config(flags.workload, batch_given);
+  // Under a launcher the job's size is the ranks, before anything that depends on them.
+  WorkloadFlags workload = flags.workload;
+  workload.ranks = job_ranks(backend, workload.ranks, ranks_given);
+  TrainConfig config = to_train_config(workload, batch_given);
   if (backend != "local" && config.link.enabled()) {
     throw UsageError("--link: link emulation is for the local backend; under " + backend +
                      " the real interconnect is measured");
   }
-  config.ranks = job_ranks(backend, config.ranks, ranks_given);
-  validate(config);
   const bool leader_process = backend == "local" || launched_world().rank == 0;
   // Locked for the whole run; the results appear at --out only when all are written.
   std::optional<ResultsWriter> out;
