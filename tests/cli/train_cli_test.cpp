@@ -20,7 +20,8 @@ TEST(TrainCliTest, HelpExplainsEveryFlag) {
   EXPECT_EQ(r.exit_code, 0);
   for (const char* flag : {"--ranks", "--model", "--batch", "--steps", "--lr", "--strategy",
                            "--bucket-mb", "--accumulate", "--link", "--seed", "--threads", "--out",
-                           "--device", "--precision", "--device-comm"}) {
+                           "--device", "--precision", "--device-comm", "--pipeline", "--schedule",
+                           "--micro-batches", "--split"}) {
     EXPECT_NE(r.out.find(flag), std::string::npos) << flag;
   }
 }
@@ -112,7 +113,20 @@ INSTANTIATE_TEST_SUITE_P(
         BadInput{"--steps 3 --steps 4", "--steps"}, BadInput{"--link ''", "--link"},
         // A link slower than 1 B/s made a wire time beyond int64: it ran with no delay.
         BadInput{"--link 0.000001B/s,0us", "--link"}, BadInput{"--link 1001TB/s,0us", "--link"},
-        BadInput{"--link 1GB/s,1001s", "--link"}));
+        BadInput{"--link 1GB/s,1001s", "--link"},
+        // Pipelines (docs/PIPELINE.md); mlp:2x16 has two units, --batch 4.
+        BadInput{"--ranks 3 --pipeline 3", "--pipeline 3"}, BadInput{"--pipeline 0", "--pipeline"},
+        BadInput{"--ranks 3 --pipeline 2", "--pipeline 2"},
+        BadInput{"--ranks 2 --pipeline 2 --schedule zigzag", "--schedule"},
+        BadInput{"--ranks 2 --pipeline 2 --schedule interleaved:2", "--schedule interleaved:2"},
+        BadInput{"--micro-batches 3", "--micro-batches"},
+        BadInput{"--micro-batches 2 --accumulate 2", "--micro-batches"},
+        BadInput{"--micro-batches 0", "--micro-batches"},
+        BadInput{"--ranks 2 --pipeline 2 --split 1,2", "--split"},
+        BadInput{"--ranks 2 --pipeline 2 --split 1,x", "--split"},
+        BadInput{"--ranks 2 --pipeline 2 --verify", "--verify"},
+        BadInput{"--ranks 2 --pipeline 2 --strategy fsdp", "--strategy"},
+        BadInput{"--ranks 2 --pipeline 2 --device cuda", "--device"}));
 
 // Range errors state the bounds as people write them: no 309-digit DBL_MAX, no "too
 // small" for a value that is too large.
