@@ -283,13 +283,11 @@ void StageRunner::run_passes(int step, int first_batch) {
     if (ahead) {
       post_receive(i, step);
       post_receive(i + 1, step);
-    } else {
-      // Sequential: the last action's send and this action's receive run together, as
-      // Megatron's paired send_forward_recv_backward, and both end before it computes (a
-      // send waited for alone could wait for a peer that waits for this stage).
-      post_receive(i, step);
-      finish_step();
     }
+    // Sequential: each receive is posted when its action starts and waited for before it
+    // computes, so its whole transfer is exposed. Sends are left in flight: waiting for
+    // one can wait for a peer that waits for this stage (1F1B with blocking sends
+    // deadlocks; Megatron pairs them in batched exchanges instead).
     current_ = i;
     const PipelineAction& a = actions_[i];
     if (a.kind == PipelineAction::kForward) {

@@ -14,12 +14,12 @@
 // of the next action is posted before the current one computes and sends stay in flight
 // until the step ends; a forward's activation is sent from the micro-batch's activation
 // slot, which stays untouched until that micro-batch's backward, and an input gradient
-// is copied into a send buffer of its own. In the sequential scenario no transfer overlaps
-// compute: before an action computes, its receive and the previous action's sends are
-// issued together and waited for (Megatron's paired send/receive; waiting for a send alone
-// can deadlock 1F1B). With communication off (compute-only) nothing is sent, and each
-// stage copies what it would send or receive within its own memory instead (the same bytes
-// moved) and computes on what the copies hold.
+// is copied into a send buffer of its own. In the sequential scenario a receive is posted
+// only when its action starts and waited for before it computes, so the receiver sees
+// each transfer whole (sends still complete in the background: a stage that waited for
+// its own send could wait for a peer waiting for it, and 1F1B would deadlock). With
+// communication off (compute-only) nothing is sent: each stage copies what it would send
+// or receive within its own memory (the same bytes moved) and computes on the copies.
 //
 // Gradients: a stage's units accumulate over the micro-batches in micro order, as a
 // single-stage run with --accumulate does (bit for bit the same on the local backend). A

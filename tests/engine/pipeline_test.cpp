@@ -185,17 +185,25 @@ TEST(PipelineTest, StagesKeepTheirUnitsAndTheirScheduleMicroBatches) {
   }
 }
 
-TEST(PipelineTest, ScenariosWithoutTransfersOrWithoutComputeRun) {
-  TrainConfig c = pipelined(config("mlp:6x32", 4, 8), 3, "1f1b");
-  c.reducer.mode = CommMode::kOff;  // compute-only
-  const TrainResult compute_only = train_local(c);
-  for (const RankMemory& m : compute_only.memory) (void)m;
-  EXPECT_EQ(compute_only.bytes_per_step, 0);
-  c.reducer.mode = CommMode::kOverlapped;
-  c.compute = false;  // comm-only: the transfers alone
-  const TrainResult comm_only = train_local(c);
-  EXPECT_GT(comm_only.bytes_per_step, 0);
-  for (const StepRecord& s : comm_only.steps) EXPECT_FALSE(s.has_loss);
+// Every scenario of characterize runs every schedule to its end: a deadlock would fail
+// with the timeout's error instead.
+TEST(PipelineTest, EveryScenarioRunsEverySchedule) {
+  for (const Case& k : {Case{"mlp:6x32", 2, "interleaved:2", 8}, Case{"mlp:6x32", 3, "1f1b", 6},
+                        Case{"mlp:6x32", 3, "gpipe", 3}, Case{"mlp:6x32", 2, "interleaved:3", 4}}) {
+    TrainConfig c = pipelined(config(k.model, k.micro_batches, 2 * k.micro_batches), k.stages,
+                              k.schedule);
+    c.timeout_ns = 30'000'000'000;
+    c.ranks = 2 * k.stages;  // with replicas
+    c.reducer.mode = CommMode::kSequential;
+    EXPECT_GT(train_local(c).bytes_per_step, 0) << name(k);
+    c.reducer.mode = CommMode::kOff;  // compute-only
+    EXPECT_EQ(train_local(c).bytes_per_step, 0) << name(k);
+    c.reducer.mode = CommMode::kOverlapped;
+    c.compute = false;  // comm-only: the transfers alone
+    const TrainResult comm_only = train_local(c);
+    EXPECT_GT(comm_only.bytes_per_step, 0) << name(k);
+    for (const StepRecord& s : comm_only.steps) EXPECT_FALSE(s.has_loss) << name(k);
+  }
 }
 
 void expect_usage_error(const TrainConfig& c, const std::string& needle) {
