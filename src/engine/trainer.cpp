@@ -366,7 +366,8 @@ std::string train_rank(const TrainConfig& config, RankEnv& env, const StepCallba
       // Every rank evaluates (the replicas are equal, so are their losses): the ranks
       // stay in step, and no rank waits for rank 0's evaluation inside the next step.
       const bool last = step + 1 == config.steps;
-      if (config.compute &&
+      // A pipeline stage holds some units: no held-out pass (docs/PIPELINE.md, Limits).
+      if (config.compute && plan.shape.stages == 1 &&
           (last || (config.eval_every > 0 && (step + 1) % config.eval_every == 0))) {
         if (const std::optional<double> val = model->validation_loss()) {
           record.val_loss = static_cast<float>(*val);
