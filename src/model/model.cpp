@@ -9,6 +9,7 @@
 #include <utility>
 
 #include "core/error.h"
+#include "model/activation_slots.h"
 #include "model/layers.h"
 
 namespace tandem {
@@ -73,13 +74,11 @@ struct Model::Impl : MlpActs {
   float* dout = nullptr;  // backward's current output gradient
   float* dinp = nullptr;
   int next_backward = -1;  // the layer backward_unit expects next (-1: none)
-  // Pipeline stages: the layers this model runs, the current slot and the others'.
+  // Pipeline stages: the layers this model runs, and the other slots' activations.
   std::vector<bool> owned;
-  int slot = 0;
-  std::vector<MlpActs> parked;  // parked[slot] is empty: it is current
+  ActivationSlots<MlpActs> slots;
 
   MlpActs& current() { return *this; }
-  MlpActs& acts_of(int s) { return s == slot ? current() : parked.at(static_cast<std::size_t>(s)); }
 };
 
 Model::Model(const ModelSpec& spec, int max_batch, std::uint64_t seed, LayoutOptions layout)
@@ -137,28 +136,17 @@ void Model::configure_stage(const std::vector<bool>& owned, int slots) {
   TANDEM_CHECK_EQ(owned.size(), static_cast<std::size_t>(layer_count()));
   TANDEM_CHECK(slots >= 1);
   m.owned = owned;
-  m.slot = 0;
   allocate_acts(m, layout_, m.max_batch, owned);
-  m.parked.assign(static_cast<std::size_t>(slots), {});
-  for (int k = 1; k < slots; ++k) {
-    allocate_acts(m.parked[static_cast<std::size_t>(k)], layout_, m.max_batch, owned);
-  }
+  m.slots.configure(slots, [&](MlpActs& a) { allocate_acts(a, layout_, m.max_batch, owned); });
   m.next_backward = -1;
 }
 
-void Model::select_slot(int slot) {
-  Impl& m = *impl_;
-  TANDEM_CHECK(slot >= 0 && (slot == 0 || static_cast<std::size_t>(slot) < m.parked.size()));
-  if (slot == m.slot) return;
-  std::swap(m.current(), m.parked[static_cast<std::size_t>(m.slot)]);
-  std::swap(m.current(), m.parked[static_cast<std::size_t>(slot)]);
-  m.slot = slot;
-}
+void Model::select_slot(int slot) { impl_->slots.select(impl_->current(), slot); }
 
 std::span<float> Model::unit_input(int layer, int slot) {
   Impl& m = *impl_;
   TANDEM_CHECK(layer >= 1 && layer < layer_count());
-  std::vector<float>& in = m.acts_of(slot).acts[static_cast<std::size_t>(layer)];
+  std::vector<float>& in = m.slots.of(m.current(), slot).acts[static_cast<std::size_t>(layer)];
   TANDEM_CHECK(!in.empty());  // a layer of this stage, or the one after it
   return in;
 }

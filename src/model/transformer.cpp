@@ -9,6 +9,7 @@
 
 #include "compute/cpu/blas.h"
 #include "core/error.h"
+#include "model/activation_slots.h"
 #include "model/layers.h"
 #include "model/model_ops.h"
 
@@ -77,13 +78,11 @@ struct BasicTransformer<T>::Impl : TransformerOffsets, TransformerActs<T> {
   std::vector<T> dx, dln, dqkv, datty, dup, dact, att_scratch;
   int next_backward = -1;  // the unit backward_unit expects next (-1: none)
   // Pipeline stages (Note [activation slots]): the units this model runs (all unless
-  // configure_stage said otherwise), the current slot and the others' activations.
+  // configure_stage said otherwise), and the other slots' activations.
   std::vector<bool> owned;
-  int slot = 0;
-  std::vector<TransformerActs<T>> parked;  // parked[slot] is empty: it is current
+  ActivationSlots<TransformerActs<T>> slots;
 
   TransformerActs<T>& acts() { return *this; }
-  TransformerActs<T>& acts_of(int s) { return s == slot ? acts() : parked.at(static_cast<std::size_t>(s)); }
 };
 
 namespace {
@@ -215,30 +214,22 @@ void BasicTransformer<T>::configure_stage(const std::vector<bool>& owned, int sl
   TANDEM_CHECK_EQ(owned.size(), static_cast<std::size_t>(units()));
   TANDEM_CHECK(slots >= 1);
   m.owned = owned;
-  m.slot = 0;
   allocate_acts(m.acts(), spec(), m.max_batch, owned);
-  m.parked.assign(static_cast<std::size_t>(slots), {});
-  for (int k = 1; k < slots; ++k) {
-    allocate_acts(m.parked[static_cast<std::size_t>(k)], spec(), m.max_batch, owned);
-  }
+  m.slots.configure(slots,
+                    [&](TransformerActs<T>& a) { allocate_acts(a, spec(), m.max_batch, owned); });
   m.next_backward = -1;
 }
 
 template <typename T>
 void BasicTransformer<T>::select_slot(int slot) {
-  Impl& m = *impl_;
-  TANDEM_CHECK(slot >= 0 && (slot == 0 || static_cast<std::size_t>(slot) < m.parked.size()));
-  if (slot == m.slot) return;
-  std::swap(m.acts(), m.parked[static_cast<std::size_t>(m.slot)]);
-  std::swap(m.acts(), m.parked[static_cast<std::size_t>(slot)]);
-  m.slot = slot;
+  impl_->slots.select(impl_->acts(), slot);
 }
 
 template <typename T>
 std::span<T> BasicTransformer<T>::unit_input(int unit, int slot) {
   Impl& m = *impl_;
   TANDEM_CHECK(unit >= 1 && unit < units());
-  std::vector<T>& x = m.acts_of(slot).x[static_cast<std::size_t>(unit - 1)];
+  std::vector<T>& x = m.slots.of(m.acts(), slot).x[static_cast<std::size_t>(unit - 1)];
   TANDEM_CHECK(!x.empty());  // a unit of this stage, or the one after it
   return x;
 }
