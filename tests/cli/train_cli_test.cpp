@@ -68,6 +68,59 @@ TEST(TrainCliTest, LinkEmulationIsReportedAsEmulated) {
   EXPECT_NE(r.out.find("emulated"), std::string::npos) << r.out;
 }
 
+// A pipeline run as a user meets it (docs/PIPELINE.md): the header names the stages, the
+// summary the bubble per rank, summary.json the pipeline, steps.csv leaves a middle stage's
+// loss empty, and the report labels micro-batches and has a section per stage.
+TEST(TrainCliTest, APipelineRunReportsItsStagesBubbleAndMicroBatches) {
+  TempDir dir;
+  const fs::path out = dir.path() / "run";
+  const CliResult r = run_tandem(
+      "train --model mlp:6x512 --ranks 3 --pipeline 3 --schedule gpipe --micro-batches 4 "
+      "--batch 64 --steps 4 --out " + out.string());
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("pipeline 3 stages x 1 replica, gpipe, 4 micro-batches; units"),
+            std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("pipeline bubble"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("micro-batches in flight"), std::string::npos) << r.out;
+  const auto summary = nlohmann::json::parse(slurp(out / "summary.json"));
+  const auto& p = summary["pipeline"];
+  EXPECT_EQ(p["stages"], 3);
+  EXPECT_EQ(p["schedule"], "gpipe");
+  ASSERT_EQ(p["bubble"].size(), 3u);
+  for (const auto& b : p["bubble"]) {
+    EXPECT_GE(b.get<double>(), 0.0);
+    EXPECT_LT(b.get<double>(), 1.0);
+  }
+  EXPECT_EQ(p["micro_batches_in_flight"], nlohmann::json({4, 4, 4}));
+  EXPECT_NEAR(p["textbook_bubble"].get<double>(), 2.0 / 6.0, 1e-12);
+  std::istringstream csv(slurp(out / "steps.csv"));
+  std::string line;
+  std::getline(csv, line);
+  int rows = 0;
+  while (std::getline(csv, line)) {
+    std::vector<std::string> f;
+    std::stringstream fields(line);
+    for (std::string x; std::getline(fields, x, ',');) f.push_back(x);
+    ASSERT_GE(f.size(), 3u) << line;
+    EXPECT_EQ(f[2].empty(), f[1] == "1") << "only rank 1, the middle stage, has no loss: " << line;
+    ++rows;
+  }
+  EXPECT_EQ(rows, 3 * 4);
+  EXPECT_NE(slurp(out / "report.html").find("Pipeline stages"), std::string::npos);
+  // Every forward and backward span names its micro-batch (the report's F3/B3 labels).
+  const auto trace = nlohmann::json::parse(slurp(out / "trace.json"));
+  std::set<int> micros;
+  int passes = 0;
+  for (const auto& e : trace["traceEvents"]) {
+    if (e.value("ph", "") != "X" || !e.contains("args") || !e["args"].contains("layer")) continue;
+    ++passes;
+    ASSERT_TRUE(e["args"].contains("micro")) << e.dump();
+    micros.insert(e["args"]["micro"].get<int>());
+  }
+  EXPECT_GT(passes, 0);
+  EXPECT_EQ(micros, (std::set<int>{0, 1, 2, 3}));
+}
+
 struct BadInput {
   std::string args;
   std::string flag;

@@ -125,6 +125,31 @@ std::string train_body(const Results& r, const ReportOptions& options) {
                     "communication hidden behind compute.",
                     breakdown_html);
   }
+  // Pipeline stages (docs/PIPELINE.md): per rank its bubble and micro-batches in flight.
+  if (s.contains("pipeline") && s["pipeline"].is_object()) {
+    const nlohmann::json& p = s["pipeline"];
+    std::vector<std::vector<std::string>> stage_rows;
+    const nlohmann::json bubble = p.value("bubble", nlohmann::json::array());
+    const nlohmann::json in_flight = p.value("micro_batches_in_flight", nlohmann::json::array());
+    const int stages = std::max(1, p.value("stages", 1));
+    for (std::size_t rank = 0; rank < std::max(bubble.size(), in_flight.size()); ++rank) {
+      const bool has_bubble = rank < bubble.size() && bubble[rank].is_number();
+      stage_rows.push_back(
+          {std::to_string(rank), std::to_string(static_cast<int>(rank) % stages),
+           has_bubble ? format_percent(bubble[rank].get<double>()) : "n/a",
+           rank < in_flight.size() ? std::to_string(in_flight[rank].get<int>()) : "n/a"});
+    }
+    const std::string textbook = p.contains("textbook_bubble") && p["textbook_bubble"].is_number()
+                                     ? format_percent(p["textbook_bubble"].get<double>())
+                                     : std::string("n/a");
+    body += section("pipeline", "Pipeline stages",
+                    p.value("describe", std::string()) +
+                        ". The bubble is each stage's idle share of the pipeline's pass window "
+                        "(median over measured steps); the textbook value for equal stages is " +
+                        textbook + ". The timeline labels each micro-batch's forward (F) and "
+                        "backward (B).",
+                    table({"rank", "stage", "bubble", "micro-batches in flight"}, stage_rows));
+  }
   std::vector<std::vector<std::string>> rows;
   for (const auto& [key, label] : std::vector<std::pair<const char*, const char*>>{
            {"step_ms", "step time (slowest rank)"},
