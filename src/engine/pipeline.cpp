@@ -210,6 +210,16 @@ StageRunner::StageRunner(const StagePlan& plan, Options options, Communicator& c
     model_.configure_stage(plan_.owned_units(stage_, model_.units()), slots_);
   }
   activation_bytes_ = static_cast<std::int64_t>(slots_) * model_.activation_bytes();
+  // gpt's tied embedding on two stages: its first and last stage of each replica form an
+  // embedding group (Megatron's), ranked first stage first; every other rank is a group of
+  // one that is never used. A collective of every rank, before any step.
+  if (plan_.tied_across_stages) {
+    const int first_stage = plan_.stage_of_chunk(0);
+    const int last_stage = plan_.stage_of_chunk(static_cast<int>(plan_.chunks.size()) - 1);
+    const bool member = stage_ == first_stage || stage_ == last_stage;
+    embedding_group_ = comm_.split(member ? replica_ : plan_.replicas + rank_,
+                                   stage_ == first_stage ? 0 : 1);
+  }
 }
 
 StageRunner::~StageRunner() = default;
@@ -534,21 +544,16 @@ void StageRunner::reduce_tied_grads(int step) {
   const int first_stage = plan_.stage_of_chunk(0);
   const int last_stage = plan_.stage_of_chunk(static_cast<int>(plan_.chunks.size()) - 1);
   if (stage_ != first_stage && stage_ != last_stage) return;
-  const int peer = plan_.rank_of(stage_ == first_stage ? last_stage : first_stage, replica_);
+  TANDEM_CHECK_EQ(embedding_group_->size(), 2);
   const ModelLayout& layout = model_.layout();
   const std::size_t begin = layout.unit_begin(0), end = layout.unit_end(0);
-  const std::span<float> mine = model_.grads().subspan(begin, end - begin);
-  Buffer& theirs = free_buffer(mine.size());
-  const int tag = gradient_tag(static_cast<int>(plan_.chunks.size()));  // past every boundary
-  WorkPtr recv = comm_.recv(theirs.array->span(), peer, tag, {.step = step, .tag = -1});
-  WorkPtr send = comm_.send(mine, peer, tag, {.step = step, .tag = -1});
-  wait_timed(model_, comm_, *recv, -1);
-  wait_timed(model_, comm_, *send, -1);
-  bytes_per_step_ += static_cast<std::int64_t>(mine.size_bytes());
-  if (!options_.compute) return;
-  // a + b == b + a: both stages hold the same sum, bit for bit.
-  const std::span<const float> other = theirs.array->span();
-  for (std::size_t i = 0; i < mine.size(); ++i) mine[i] += other[i];
+  const std::span<float> grads = model_.grads().subspan(begin, end - begin);
+  // The embedding group's sum: the first stage's half, then the last's, on both (on the
+  // device where the model is; in comm-only the gradient is whatever the memory holds).
+  WorkPtr sum = embedding_group_->allreduce(grads, ReduceOp::kSum,
+                                            {.kind = SpanKind::kAllreduce, .step = step});
+  wait_timed(model_, *embedding_group_, *sum, -1);
+  bytes_per_step_ += static_cast<std::int64_t>(grads.size_bytes());
 }
 
 }  // namespace tandem

@@ -103,8 +103,8 @@ class StageRunner {
   // The step's forward and backward passes (between GradSync::begin_step and
   // before_optimizer); `first_batch` is the data index of micro-batch 0.
   void run_passes(int step, int first_batch);
-  // gpt with the head on another stage than the embedding: adds the other stage's half
-  // of the tied embedding's gradient (collective between those two stages).
+  // gpt with the head on another stage than the embedding: the two stages' halves of the
+  // tied embedding's gradient summed on both (an all-reduce over the embedding group).
   void reduce_tied_grads(int step);
   // Sends still in flight complete (the step's end).
   void finish_step();
@@ -158,6 +158,8 @@ class StageRunner {
   std::vector<int> free_slots_;
   std::vector<std::unique_ptr<Buffer>> buffers_;
   std::size_t current_ = 0;  // the action running
+  // gpt with its head and embedding on two stages: those two ranks (split from comm_).
+  std::unique_ptr<Communicator> embedding_group_;
 };
 
 // The strategy of a pipeline stage: the stage's units (and, for a gpt whose head is on
