@@ -70,10 +70,6 @@ void validate_pipeline(const TrainConfig& config) {
   if (p.stages == 1 && p.split.empty() && p.schedule.kind == ScheduleKind::k1F1B) return;
   (void)stage_plan(config);  // names --pipeline, --schedule or --split
   if (p.stages == 1) return;
-  if (config.device != Device::kCpu) {
-    throw UsageError("--pipeline runs on the cpu device so far (--device " +
-                     std::string(to_string(config.device)) + ": docs/PIPELINE.md, Limits)");
-  }
   if (config.reducer.plan.strategy.kind == StrategyKind::kChunked) {
     throw UsageError("--strategy " + config.reducer.plan.strategy.to_string() +
                      " cuts the whole flat gradient; a pipeline stage's replicas average only "

@@ -21,7 +21,8 @@ class ActivationSlots {
   void configure(int slots, Allocate allocate) {
     TANDEM_CHECK(slots >= 1);
     slot_ = 0;
-    parked_.assign(static_cast<std::size_t>(slots), Acts{});
+    parked_.clear();  // Acts may be move-only (device buffers)
+    parked_.resize(static_cast<std::size_t>(slots));
     for (std::size_t k = 1; k < parked_.size(); ++k) allocate(parked_[k]);
   }
   int current() const { return slot_; }

@@ -15,6 +15,7 @@
 #include "core/error.h"
 #include "cuda/check.h"
 #include "cuda/resources.h"
+#include "model/activation_slots.h"
 #include "model/cuda/loss_sum.h"
 
 namespace tandem::cuda {
@@ -26,16 +27,70 @@ namespace tandem::cuda {
 // With fp16/bf16, lp_acts[L] is the cast copy of layer L's input (written in forward,
 // read again by the weight gradient), lp_weights the cast copy of the flat parameters
 // (per layer, at that layer's forward) and lp_dout the cast output gradient.
-struct CudaModel::Impl {
+namespace {
+
+// What one micro-batch keeps from its forward to its backward (Note [activation slots] in
+// model/transformer.cpp): the batch (resident in the data's device memory), the layers'
+// inputs and outputs, the probabilities, and with fp16/bf16 the cast inputs.
+struct CudaMlpActs {
+  int rows = 0;              // of the last set_input
+  const float* x = nullptr;  // the last set_input's batch
+  const std::int32_t* targets = nullptr;
+  std::vector<DeviceBuffer<float>> acts;  // acts[0] unused (the batch)
+  std::vector<DeviceBuffer<float>> pre;
+  DeviceBuffer<float> probs;
+  std::vector<DeviceBuffer<std::uint16_t>> lp_acts;  // fp16/bf16 only
+
+  std::int64_t bytes() const {
+    std::size_t n = probs.size() * sizeof(float);
+    for (const auto& b : acts) n += b.size() * sizeof(float);
+    for (const auto& b : pre) n += b.size() * sizeof(float);
+    for (const auto& b : lp_acts) n += b.size() * sizeof(std::uint16_t);
+    return static_cast<std::int64_t>(n);
+  }
+};
+
+// Sizes `a` for `rows` rows and the layers in `owned`: a layer's input and output.
+void allocate_acts(CudaMlpActs& a, const ModelLayout& layout, int rows, bool low_precision,
+                   const std::vector<bool>& owned) {
+  const auto n = static_cast<std::size_t>(rows);
+  const auto depth = static_cast<std::size_t>(layout.units());
+  auto own = [&](std::size_t l) { return l < owned.size() && owned[l]; };
+  a.rows = 0;
+  a.acts.clear();
+  a.pre.clear();
+  a.lp_acts.clear();
+  a.acts.resize(depth);
+  a.pre.resize(depth);
+  for (std::size_t l = 0; l < depth; ++l) {
+    const LinearLayout& layer = layout.layer(static_cast<int>(l));
+    if (l > 0 && (own(l) || own(l - 1))) {
+      a.acts[l] = DeviceBuffer<float>(n * static_cast<std::size_t>(layer.in));
+    }
+    if (own(l)) a.pre[l] = DeviceBuffer<float>(n * static_cast<std::size_t>(layer.out));
+  }
+  a.probs = own(depth - 1) ? DeviceBuffer<float>(n * static_cast<std::size_t>(layout.spec().classes))
+                           : DeviceBuffer<float>();
+  if (low_precision) {
+    a.lp_acts.resize(depth);
+    for (std::size_t l = 0; l < depth; ++l) {
+      if (own(l)) {
+        a.lp_acts[l] = DeviceBuffer<std::uint16_t>(
+            n * static_cast<std::size_t>(layout.layer(static_cast<int>(l)).in));
+      }
+    }
+  }
+}
+
+}  // namespace
+
+struct CudaModel::Impl : CudaMlpActs {
   Impl(const ModelSpec& spec, LayoutOptions options) : layout(spec, options) {}
 
   ModelLayout layout;
   Precision precision = Precision::kFp32;
   cudaStream_t stream = nullptr;
   int max_batch = 0;
-  int rows = 0;              // of the last set_input
-  const float* x = nullptr;  // the last set_input's batch
-  const std::int32_t* targets = nullptr;
   float* dout = nullptr;  // backward's current output gradient
   float* dinp = nullptr;
   int next_backward = -1;  // the layer backward_unit expects next
@@ -43,17 +98,17 @@ struct CudaModel::Impl {
   CublasHandle blas;
   DeviceBuffer<float> params_flat;
   DeviceBuffer<float> grads_flat;
-  std::vector<DeviceBuffer<float>> acts;  // acts[0] unused (the batch)
-  std::vector<DeviceBuffer<float>> pre;
-  DeviceBuffer<float> probs;
   DeviceBuffer<float> row_loss;
   std::unique_ptr<DeviceLossSum> loss;  // made once the stream is known
   DeviceBuffer<float> grad_a;
   DeviceBuffer<float> grad_b;
-  std::vector<DeviceBuffer<std::uint16_t>> lp_acts;  // fp16/bf16 only
   DeviceBuffer<std::uint16_t> lp_weights;
   DeviceBuffer<std::uint16_t> lp_dout;
+  // Pipeline stages: the layers this model runs, and the other slots' activations.
+  std::vector<bool> owned;
+  ActivationSlots<CudaMlpActs> slots;
 
+  CudaMlpActs& current() { return *this; }
   bool low_precision() const {
     return precision == Precision::kFp16 || precision == Precision::kBf16;
   }
@@ -96,23 +151,12 @@ CudaModel::CudaModel(const ModelSpec& spec, int max_batch, std::uint64_t seed, P
   const std::size_t rows = static_cast<std::size_t>(max_batch);
   m.params_flat = DeviceBuffer<float>(numel);
   m.grads_flat = DeviceBuffer<float>(numel);
-  m.acts.resize(static_cast<std::size_t>(depth));
-  m.pre.resize(static_cast<std::size_t>(depth));
-  for (int l = 0; l < depth; ++l) {
-    const auto u = static_cast<std::size_t>(l);
-    if (l > 0) m.acts[u] = DeviceBuffer<float>(rows * static_cast<std::size_t>(layout.layer(l).in));
-    m.pre[u] = DeviceBuffer<float>(rows * static_cast<std::size_t>(layout.layer(l).out));
-  }
-  m.probs = DeviceBuffer<float>(rows * static_cast<std::size_t>(spec.classes));
+  m.owned.assign(static_cast<std::size_t>(depth), true);
+  allocate_acts(m, layout, max_batch, m.low_precision(), m.owned);
   m.row_loss = DeviceBuffer<float>(rows);
   m.grad_a = DeviceBuffer<float>(rows * static_cast<std::size_t>(widest));
   m.grad_b = DeviceBuffer<float>(rows * static_cast<std::size_t>(widest));
   if (m.low_precision()) {
-    m.lp_acts.resize(static_cast<std::size_t>(depth));
-    for (int l = 0; l < depth; ++l) {
-      m.lp_acts[static_cast<std::size_t>(l)] =
-          DeviceBuffer<std::uint16_t>(rows * static_cast<std::size_t>(layout.layer(l).in));
-    }
     m.lp_weights = DeviceBuffer<std::uint16_t>(numel);
     m.lp_dout = DeviceBuffer<std::uint16_t>(rows * static_cast<std::size_t>(widest));
   }
@@ -222,6 +266,47 @@ void activation_backward_in_place(Activation activation, float* dout, const floa
 
 }  // namespace
 
+void CudaModel::configure_stage(const std::vector<bool>& owned, int slots) {
+  Impl& m = *impl_;
+  TANDEM_CHECK_EQ(owned.size(), static_cast<std::size_t>(layer_count()));
+  m.owned = owned;
+  allocate_acts(m, m.layout, m.max_batch, m.low_precision(), owned);
+  m.slots.configure(slots, [&](CudaMlpActs& a) {
+    allocate_acts(a, m.layout, m.max_batch, m.low_precision(), owned);
+  });
+  m.next_backward = -1;
+}
+
+void CudaModel::select_slot(int slot) { impl_->slots.select(impl_->current(), slot); }
+
+std::span<float> CudaModel::unit_input(int layer, int slot) {
+  Impl& m = *impl_;
+  TANDEM_CHECK(layer >= 1 && layer < layer_count());
+  DeviceBuffer<float>& in = m.slots.of(m.current(), slot).acts[static_cast<std::size_t>(layer)];
+  TANDEM_CHECK(in.size() > 0);  // a layer of this stage, or the one after it
+  return {in.data(), in.size()};
+}
+
+void CudaModel::begin_backward(int layer, std::span<const float> output_grad) {
+  Impl& m = *impl_;
+  TANDEM_CHECK(layer >= 0 && layer < layer_count() - 1);  // the last starts from the loss
+  TANDEM_CHECK_EQ(output_grad.size(),
+                  static_cast<std::size_t>(m.max_batch) * m.layout.layer(layer).out);
+  m.dout = m.grad_a.data();
+  m.dinp = m.grad_b.data();
+  TANDEM_CUDA_CHECK(cudaMemcpyAsync(m.dout, output_grad.data(), output_grad.size_bytes(),
+                                    cudaMemcpyDeviceToDevice, m.stream));
+  m.next_backward = layer;
+}
+
+std::span<const float> CudaModel::input_grad(int layer) const {
+  const Impl& m = *impl_;
+  TANDEM_CHECK(layer >= 1 && layer < layer_count() && m.next_backward == layer - 1);
+  return {m.dout, static_cast<std::size_t>(m.max_batch) * m.layout.layer(layer).in};
+}
+
+std::int64_t CudaModel::activation_bytes() const { return impl_->bytes(); }
+
 // Shapes, B = rows: x [B, input] -> layer L: [B, in_L] . [in_L, out_L] + [out_L] ->
 // activation (all but the last) -> logits [B, classes] -> softmax cross-entropy.
 void CudaModel::set_input(const DeviceBatch& batch) {
@@ -238,6 +323,7 @@ void CudaModel::forward_unit(int l, EventTimer* timer, int step) {
   Impl& m = *impl_;
   const int B = m.rows;
   TANDEM_CHECK(B >= 1);  // set_input() first
+  TANDEM_CHECK(l >= 0 && l < layer_count() && m.owned[static_cast<std::size_t>(l)]);
   const LinearLayout& layer = m.layout.layer(l);
   const auto u = static_cast<std::size_t>(l);
   TimedSection span(timer, m.stream, SpanKind::kForward, step, l, 2.0 * B * layer.in * layer.out);
@@ -292,6 +378,7 @@ void CudaModel::backward_loss(EventTimer* timer, int step) {
 void CudaModel::backward_unit(int l, EventTimer* timer, int step) {
   Impl& m = *impl_;
   TANDEM_CHECK_EQ(l, m.next_backward);  // backward_loss, then layers last..0
+  TANDEM_CHECK(m.owned[static_cast<std::size_t>(l)]);
   const int B = m.rows;
   const bool lp = m.low_precision();
   const float scale = lp_dout_scale(m.precision, B);

@@ -83,6 +83,14 @@ class CudaModel {
   void backward_loss(EventTimer* timer, int step);
   void backward_unit(int layer, EventTimer* timer, int step);
 
+  // ---- pipeline stages (model/rank_model.h; device memory, enqueued on the stream) ----
+  void configure_stage(const std::vector<bool>& owned, int slots);
+  void select_slot(int slot);
+  std::span<float> unit_input(int unit, int slot);
+  void begin_backward(int unit, std::span<const float> output_grad);
+  std::span<const float> input_grad(int unit) const;
+  std::int64_t activation_bytes() const;
+
   // ---- whole passes ----
   // Forward + softmax cross-entropy; the batch's mean loss is *added* to a device
   // accumulator (read with read_loss_sum after a synchronization; reset_loss_sum zeroes

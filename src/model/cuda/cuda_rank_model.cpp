@@ -157,6 +157,12 @@ class CudaNet {
   virtual double loss_sum_host() const = 0;
   virtual std::vector<float> download_params() = 0;
   virtual std::optional<double> validation_loss() { return std::nullopt; }
+  virtual void configure_stage(const std::vector<bool>& owned, int slots) = 0;
+  virtual void select_slot(int slot) = 0;
+  virtual std::span<float> unit_input(int unit, int slot) = 0;
+  virtual void begin_backward(int unit, std::span<const float> output_grad) = 0;
+  virtual std::span<const float> input_grad(int unit) = 0;
+  virtual std::int64_t activation_bytes() const = 0;
 };
 
 // The passes of a CudaModel or a CudaTransformer (the same unit-by-unit interface).
@@ -184,6 +190,16 @@ class CudaNetOf : public CudaNet {
   void enqueue_loss_readback() override { net_.enqueue_loss_readback(); }
   double loss_sum_host() const override { return net_.loss_sum_host(); }
   std::vector<float> download_params() override { return net_.download_params(); }
+  void configure_stage(const std::vector<bool>& owned, int slots) override {
+    net_.configure_stage(owned, slots);
+  }
+  void select_slot(int slot) override { net_.select_slot(slot); }
+  std::span<float> unit_input(int unit, int slot) override { return net_.unit_input(unit, slot); }
+  void begin_backward(int unit, std::span<const float> output_grad) override {
+    net_.begin_backward(unit, output_grad);
+  }
+  std::span<const float> input_grad(int unit) override { return net_.input_grad(unit); }
+  std::int64_t activation_bytes() const override { return net_.activation_bytes(); }
 
  protected:
   Net net_;
@@ -298,6 +314,17 @@ class CudaRankModel final : public RankModel {
     return timer_.enabled() ? timer_.anchor_ns() : now_ns();
   }
   void set_micro_batch(int index) override { net_->set_micro_batch(index); }
+  void configure_stage(const std::vector<bool>& owned, int slots) override {
+    TANDEM_CUDA_CHECK(cudaSetDevice(device_));
+    net_->configure_stage(owned, slots);
+  }
+  void select_slot(int slot) override { net_->select_slot(slot); }
+  std::span<float> unit_input(int unit, int slot) override { return net_->unit_input(unit, slot); }
+  void begin_backward(int unit, std::span<const float> output_grad) override {
+    net_->begin_backward(unit, output_grad);
+  }
+  std::span<const float> input_grad(int unit) override { return net_->input_grad(unit); }
+  std::int64_t activation_bytes() const override { return net_->activation_bytes(); }
   void forward_unit(int unit) override { net_->forward_unit(unit, &timer_, step_); }
   void forward_loss() override { net_->forward_loss(&timer_, step_); }
   void backward_loss() override { net_->backward_loss(&timer_, step_); }

@@ -14,6 +14,7 @@
 #include "core/error.h"
 #include "cuda/check.h"
 #include "cuda/resources.h"
+#include "model/activation_slots.h"
 #include "model/cuda/loss_sum.h"
 #include "model/layers.h"
 #include "model/model_ops.h"
@@ -29,7 +30,12 @@ namespace tandem::cuda {
 // probabilities in forward_loss and dlogits in backward_loss, in place, as on the CPU.
 // Backward scratch as on the CPU, except that attention's dP scratch holds all H heads
 // of one sequence ([H, T, T]: one strided-batched GEMM per sequence).
-struct CudaTransformer::Impl : TransformerOffsets {  // the tensors, then the buffers
+namespace {
+
+// What one micro-batch keeps from its forward to its backward (Note [activation slots] in
+// model/transformer.cpp). A pipeline stage's slots hold their own copy of the tokens
+// (`tokens`): the rank model's staging buffer is refilled by the next micro-batch.
+struct CudaTransformerActs {
   struct Block {
     DeviceBuffer<float> ln1, ln1_mean, ln1_rstd;  // llama: rms norm (mean unused)
     DeviceBuffer<float> qkv, att, atty, xmid;
@@ -37,6 +43,77 @@ struct CudaTransformer::Impl : TransformerOffsets {  // the tensors, then the bu
     DeviceBuffer<float> up;   // gpt: fc output [N, F]; llama: gate|up [N, 2F]
     DeviceBuffer<float> act;  // gpt: GELU(fc); llama: silu(gate) * up; [N, F]
   };
+  int rows = 0;  // of the last set_input
+  const std::int32_t* inputs = nullptr;
+  const std::int32_t* targets = nullptr;
+  DeviceBuffer<std::int32_t> tokens;  // stages: inputs [N], then targets [N]
+  std::vector<DeviceBuffer<float>> x;  // L + 1 residual streams [N, D]
+  std::vector<Block> blocks;
+  DeviceBuffer<float> lnf, lnf_mean, lnf_rstd;
+  DeviceBuffer<float> logits;  // [N, V]
+
+  std::int64_t bytes() const {
+    std::size_t n = tokens.size() * sizeof(std::int32_t);
+    auto add = [&](const DeviceBuffer<float>& b) { n += b.size() * sizeof(float); };
+    for (const auto& b : x) add(b);
+    for (const Block& b : blocks) {
+      for (const auto* v : {&b.ln1, &b.ln1_mean, &b.ln1_rstd, &b.qkv, &b.att, &b.atty, &b.xmid,
+                            &b.ln2, &b.ln2_mean, &b.ln2_rstd, &b.up, &b.act}) {
+        add(*v);
+      }
+    }
+    for (const auto* v : {&lnf, &lnf_mean, &lnf_rstd, &logits}) add(*v);
+    return static_cast<std::int64_t>(n);
+  }
+};
+
+// Sizes `a` for max_batch sequences and the units in `owned`, as the CPU's allocate_acts.
+void allocate_acts(CudaTransformerActs& a, const ModelSpec& spec, int max_batch,
+                   const std::vector<bool>& owned, bool stage) {
+  const TransformerShape& s = spec.transformer;
+  const bool gpt = spec.kind == ModelKind::kGpt;
+  const auto n = static_cast<std::size_t>(max_batch) * static_cast<std::size_t>(s.seq);
+  const auto D = static_cast<std::size_t>(s.dim), F = static_cast<std::size_t>(s.hidden);
+  const auto L = static_cast<std::size_t>(s.layers);
+  const std::size_t TT = static_cast<std::size_t>(s.seq) * static_cast<std::size_t>(s.seq);
+  auto own = [&](std::size_t unit) { return unit < owned.size() && owned[unit]; };
+  auto sized = [](std::size_t size, bool keep) {
+    return keep ? DeviceBuffer<float>(size) : DeviceBuffer<float>();
+  };
+  a.rows = 0;
+  a.inputs = a.targets = nullptr;
+  a.tokens = stage ? DeviceBuffer<std::int32_t>(2 * n) : DeviceBuffer<std::int32_t>();
+  a.x.clear();
+  for (std::size_t i = 0; i <= L; ++i) a.x.push_back(sized(n * D, own(i) || own(i + 1)));
+  a.blocks.clear();
+  a.blocks.resize(L);
+  for (std::size_t l = 0; l < L; ++l) {
+    CudaTransformerActs::Block& b = a.blocks[l];
+    const bool keep = own(l + 1);
+    b.ln1 = sized(n * D, keep);
+    b.ln1_mean = sized(n, keep);
+    b.ln1_rstd = sized(n, keep);
+    b.qkv = sized(n * 3 * D, keep);
+    b.att = sized(static_cast<std::size_t>(max_batch) * static_cast<std::size_t>(s.heads) * TT, keep);
+    b.atty = sized(n * D, keep);
+    b.xmid = sized(n * D, keep);
+    b.ln2 = sized(n * D, keep);
+    b.ln2_mean = sized(n, keep);
+    b.ln2_rstd = sized(n, keep);
+    b.up = sized(n * (gpt ? F : 2 * F), keep);
+    b.act = sized(n * F, keep);
+  }
+  const bool head = own(L + 1);
+  a.lnf = sized(n * D, head);
+  a.lnf_mean = sized(n, head);
+  a.lnf_rstd = sized(n, head);
+  a.logits = sized(n * static_cast<std::size_t>(s.vocab), head);
+}
+
+}  // namespace
+
+struct CudaTransformer::Impl : TransformerOffsets, CudaTransformerActs {  // tensors, buffers
+  using Block = CudaTransformerActs::Block;
   Impl(const ModelSpec& spec, LayoutOptions options) : layout(spec, options) {}
 
   ModelLayout layout;
@@ -44,18 +121,17 @@ struct CudaTransformer::Impl : TransformerOffsets {  // the tensors, then the bu
   cudaStream_t stream = nullptr;
   CublasHandle blas;
   int max_batch = 0;
-  int rows = 0;  // of the last set_input
   bool gpt = true;
-  const std::int32_t* inputs = nullptr;
-  const std::int32_t* targets = nullptr;
   int next_backward = -1;
+  // Pipeline stages: the units this model runs, and the other slots' activations.
+  std::vector<bool> owned;
+  bool stage = false;  // configure_stage was called: slots keep their own tokens
+  ActivationSlots<CudaTransformerActs> slots;
+
+  CudaTransformerActs& acts() { return *this; }
 
   DeviceBuffer<float> params;
   DeviceBuffer<float> grads;
-  std::vector<DeviceBuffer<float>> x;  // L + 1 residual streams [N, D]
-  std::vector<Block> blocks;
-  DeviceBuffer<float> lnf, lnf_mean, lnf_rstd;
-  DeviceBuffer<float> logits;  // [N, V]
   DeviceBuffer<float> row_loss;
   DeviceBuffer<float> rope;  // llama: [T, hd/2, 2]
   DeviceBuffer<float> dx, dln, dqkv, datty, dup, dact, att_scratch;
@@ -125,26 +201,8 @@ CudaTransformer::CudaTransformer(const ModelSpec& spec, int max_batch, std::uint
   const auto H = static_cast<std::size_t>(s.heads);
   m.params = DeviceBuffer<float>(m.layout.numel());
   m.grads = DeviceBuffer<float>(m.layout.numel());
-  for (int l = 0; l <= s.layers; ++l) m.x.emplace_back(n * D);
-  m.blocks.resize(static_cast<std::size_t>(s.layers));
-  for (auto& b : m.blocks) {
-    b.ln1 = DeviceBuffer<float>(n * D);
-    b.ln1_mean = DeviceBuffer<float>(n);
-    b.ln1_rstd = DeviceBuffer<float>(n);
-    b.qkv = DeviceBuffer<float>(n * 3 * D);
-    b.att = DeviceBuffer<float>(static_cast<std::size_t>(max_batch) * H * TT);
-    b.atty = DeviceBuffer<float>(n * D);
-    b.xmid = DeviceBuffer<float>(n * D);
-    b.ln2 = DeviceBuffer<float>(n * D);
-    b.ln2_mean = DeviceBuffer<float>(n);
-    b.ln2_rstd = DeviceBuffer<float>(n);
-    b.up = DeviceBuffer<float>(n * up);
-    b.act = DeviceBuffer<float>(n * F);
-  }
-  m.lnf = DeviceBuffer<float>(n * D);
-  m.lnf_mean = DeviceBuffer<float>(n);
-  m.lnf_rstd = DeviceBuffer<float>(n);
-  m.logits = DeviceBuffer<float>(n * static_cast<std::size_t>(s.vocab));
+  m.owned.assign(static_cast<std::size_t>(m.layout.units()), true);
+  allocate_acts(m.acts(), spec, max_batch, m.owned, /*stage=*/false);
   m.row_loss = DeviceBuffer<float>(n);
   m.dx = DeviceBuffer<float>(n * D);
   m.dln = DeviceBuffer<float>(n * D);
@@ -222,15 +280,66 @@ void CudaTransformer::set_input(const DeviceTokens& batch) {
   TANDEM_CHECK(batch.rows >= 1 && batch.rows <= m.max_batch);
   TANDEM_CHECK(batch.inputs != nullptr && batch.targets != nullptr);
   m.rows = batch.rows;
-  m.inputs = batch.inputs;
-  m.targets = batch.targets;
+  m.next_backward = -1;
+  if (!m.stage) {
+    m.inputs = batch.inputs;
+    m.targets = batch.targets;
+    return;
+  }
+  // A stage keeps the tokens with the slot, until that micro-batch's backward.
+  const std::size_t n = static_cast<std::size_t>(batch.rows) * spec().transformer.seq;
+  TANDEM_CHECK(m.tokens.size() >= 2 * n);
+  TANDEM_CUDA_CHECK(cudaMemcpyAsync(m.tokens.data(), batch.inputs, n * sizeof(std::int32_t),
+                                    cudaMemcpyDeviceToDevice, m.stream));
+  TANDEM_CUDA_CHECK(cudaMemcpyAsync(m.tokens.data() + n, batch.targets, n * sizeof(std::int32_t),
+                                    cudaMemcpyDeviceToDevice, m.stream));
+  m.inputs = m.tokens.data();
+  m.targets = m.tokens.data() + n;
+}
+
+void CudaTransformer::configure_stage(const std::vector<bool>& owned, int slots) {
+  Impl& m = *impl_;
+  TANDEM_CHECK_EQ(owned.size(), static_cast<std::size_t>(units()));
+  m.owned = owned;
+  m.stage = true;
+  allocate_acts(m.acts(), spec(), m.max_batch, owned, /*stage=*/true);
+  m.slots.configure(slots, [&](CudaTransformerActs& a) {
+    allocate_acts(a, spec(), m.max_batch, owned, /*stage=*/true);
+  });
   m.next_backward = -1;
 }
+
+void CudaTransformer::select_slot(int slot) { impl_->slots.select(impl_->acts(), slot); }
+
+std::span<float> CudaTransformer::unit_input(int unit, int slot) {
+  Impl& m = *impl_;
+  TANDEM_CHECK(unit >= 1 && unit < units());
+  DeviceBuffer<float>& x = m.slots.of(m.acts(), slot).x[static_cast<std::size_t>(unit - 1)];
+  TANDEM_CHECK(x.size() > 0);  // a unit of this stage, or the one after it
+  return {x.data(), x.size()};
+}
+
+void CudaTransformer::begin_backward(int unit, std::span<const float> output_grad) {
+  Impl& m = *impl_;
+  TANDEM_CHECK(unit >= 0 && unit < units() - 1);  // the head starts from the loss
+  TANDEM_CHECK_EQ(output_grad.size(), m.dx.size());
+  TANDEM_CUDA_CHECK(cudaMemcpyAsync(m.dx.data(), output_grad.data(), output_grad.size_bytes(),
+                                    cudaMemcpyDeviceToDevice, m.stream));
+  m.next_backward = unit;
+}
+
+std::span<const float> CudaTransformer::input_grad(int unit) const {
+  const Impl& m = *impl_;
+  TANDEM_CHECK(unit >= 1 && unit < units() && m.next_backward == unit - 1);
+  return {m.dx.data(), m.dx.size()};
+}
+
+std::int64_t CudaTransformer::activation_bytes() const { return impl_->bytes(); }
 
 void CudaTransformer::forward_unit(int unit, EventTimer* timer, int step) {
   Impl& m = *impl_;
   TANDEM_CHECK(m.rows >= 1);  // set_input() first
-  TANDEM_CHECK(unit >= 0 && unit < units());
+  TANDEM_CHECK(unit >= 0 && unit < units() && m.owned[static_cast<std::size_t>(unit)]);
   const TransformerShape& s = spec().transformer;
   const int B = m.rows, Tn = s.seq, D = s.dim, H = s.heads, F = s.hidden, L = s.layers;
   const int N = B * Tn;
@@ -331,6 +440,7 @@ void CudaTransformer::backward_loss(EventTimer* timer, int step) {
 void CudaTransformer::backward_unit(int unit, EventTimer* timer, int step) {
   Impl& m = *impl_;
   TANDEM_CHECK_EQ(unit, m.next_backward);  // backward_loss, then units last..0
+  TANDEM_CHECK(m.owned[static_cast<std::size_t>(unit)]);
   m.next_backward = unit - 1;
   const TransformerShape& s = spec().transformer;
   const int B = m.rows, Tn = s.seq, D = s.dim, H = s.heads, F = s.hidden, L = s.layers;

@@ -74,6 +74,15 @@ class CudaTransformer {
   void backward_loss(EventTimer* timer, int step);
   void backward_unit(int unit, EventTimer* timer, int step);
 
+  // ---- pipeline stages (model/rank_model.h; device memory, enqueued on the stream) ----
+  void configure_stage(const std::vector<bool>& owned, int slots);
+  void select_slot(int slot);
+  std::span<float> unit_input(int unit, int slot);
+  void begin_backward(int unit, std::span<const float> output_grad);
+  std::span<const float> input_grad(int unit) const;
+  std::int64_t activation_bytes() const;
+
+
   void reset_loss_sum();
   // Synchronizes the stream, then returns the accumulated sum of batch mean losses.
   double read_loss_sum() const;
