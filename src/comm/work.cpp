@@ -11,7 +11,12 @@ namespace tandem {
 
 std::string OpInfo::describe() const {
   std::string text(to_string(kind));
-  if (tag >= 0) text += (unit_tag ? " unit " : " bucket ") + std::to_string(tag);
+  if (tag >= 0) {
+    text += tag_kind == TagKind::kUnit         ? " unit "
+            : tag_kind == TagKind::kMicroBatch ? " micro-batch "
+                                               : " bucket ";
+    text += std::to_string(tag);
+  }
   std::string details;
   if (bytes > 0) details = format_bytes(static_cast<double>(bytes));
   if (step >= 0) details += (details.empty() ? "step " : ", step ") + std::to_string(step);
@@ -25,6 +30,7 @@ Span OpInfo::comm_span(std::int64_t start_ns, std::int64_t end_ns) const {
               .name = name,
               .step = step,
               .tag = tag,
+              .micro = tag_kind == TagKind::kMicroBatch ? tag : -1,
               .start_ns = start_ns,
               .end_ns = end_ns,
               .bytes = bytes};

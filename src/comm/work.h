@@ -39,7 +39,10 @@ struct OpInfo {
   std::int32_t step = -1;  // training step that issued it (-1: none)
   std::int32_t tag = -1;   // bucket, chunk or unit index (-1: none)
   NameId name = kNoName;
-  bool unit_tag = false;  // the tag is a model unit (sharded strategies), not a bucket
+  // What the tag counts: a bucket (DDP), a model unit (sharded strategies) or a
+  // micro-batch (pipeline transfers, whose comm span then carries it as Span::micro).
+  enum class TagKind : std::uint8_t { kBucket, kUnit, kMicroBatch };
+  TagKind tag_kind = TagKind::kBucket;
 
   std::string describe() const;  // "allreduce bucket 3 (25.0 MiB, step 7)", "allgather unit 2 ..."
   // The comm-lane span of this operation over [start_ns, end_ns).

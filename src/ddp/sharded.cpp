@@ -166,7 +166,7 @@ void ShardedSync::issue_gather(int u) {
                     .bytes = static_cast<std::int64_t>(numel * sizeof(float)),
                     .step = in_step_ ? step_ : -1,  // -1: no iteration
                     .tag = u,
-                    .unit_tag = true};
+                    .tag_kind = OpInfo::TagKind::kUnit};
   const std::span<float> full = model_.params().subspan(unit.begin, numel);
   unit.gather = comm_.allgather(fsdp() ? param_shard(unit) : own_params(unit), full, info);
   if (!in_step_) return;  // full_params(): between steps, not training's memory or traffic
@@ -209,7 +209,7 @@ void ShardedSync::issue_reduce(int u) {
                     .bytes = static_cast<std::int64_t>(numel * sizeof(float)),
                     .step = step_,
                     .tag = u,
-                    .unit_tag = true};
+                    .tag_kind = OpInfo::TagKind::kUnit};
   unit.reduce = comm_.reduce_scatter(model_.grads().subspan(unit.begin, numel), grad_shard(unit),
                                      ReduceOp::kAverage, info);
   bytes_this_step_ += info.bytes;

@@ -150,6 +150,11 @@ namespace {
 int activation_tag(int boundary) { return 2 * boundary; }
 int gradient_tag(int boundary) { return 2 * boundary + 1; }
 
+// A transfer's errors and comm span name its micro-batch ("send micro-batch 3").
+OpInfo transfer_info(int step, int micro) {
+  return {.step = step, .tag = micro, .tag_kind = OpInfo::TagKind::kMicroBatch};
+}
+
 // Most micro-batches holding activations at once, as run_passes takes and frees slots: a
 // micro-batch takes one at its first forward, or earlier when that forward's receive is
 // posted ahead (`ahead[i]`: action i's receive is posted before action i - 1 runs), and
@@ -254,7 +259,7 @@ void StageRunner::post_receive(std::size_t index, int step) {
   const PipelineAction& a = actions_[index];
   const int g = global_chunk(plan_.shape, stage_, a.chunk);
   const auto [first, last] = plan_.chunks[static_cast<std::size_t>(g)];
-  OpInfo info{.step = step, .tag = a.micro};
+  const OpInfo info = transfer_info(step, a.micro);
   if (a.kind == PipelineAction::kForward) {
     if (first == 0) return;
     const int peer = plan_.rank_of(plan_.stage_of_chunk(g - 1), replica_);
@@ -339,7 +344,7 @@ void StageRunner::forward(const PipelineAction& a, int step, int first_batch) {
   }
   const std::span<float> out = model_.unit_input(last + 1, slot);
   const int peer = plan_.rank_of(plan_.stage_of_chunk(g + 1), replica_);
-  WorkPtr send = comm_.send(out, peer, activation_tag(g), {.step = step, .tag = a.micro});
+  WorkPtr send = comm_.send(out, peer, activation_tag(g), transfer_info(step, a.micro));
   bytes_per_step_ += static_cast<std::int64_t>(out.size_bytes());
   sends_.push_back(std::move(send));
 }
@@ -381,7 +386,7 @@ void StageRunner::backward(const PipelineAction& a, int step) {
   if (options_.mode == CommMode::kOff) return;  // compute-only: the copy is the transfer
   const int peer = plan_.rank_of(plan_.stage_of_chunk(g - 1), replica_);
   WorkPtr send = comm_.send(buffer.array->span(), peer, gradient_tag(g - 1),
-                            {.step = step, .tag = a.micro});
+                            transfer_info(step, a.micro));
   bytes_per_step_ += static_cast<std::int64_t>(floats * sizeof(float));
   buffer.busy = send;
   sends_.push_back(std::move(send));

@@ -318,7 +318,9 @@ std::string string_field(const json& obj, const char* key, std::string_view sour
 std::string chrome_event_name(const Timeline& timeline, const Span& span) {
   std::string name(timeline.name_of(span));
   const bool has_own_name = span.name != kNoName && !timeline.names->name(span.name).empty();
-  if (!has_own_name && span.tag >= 0) {
+  if (!has_own_name && span.lane == Lane::kComm && span.micro >= 0) {
+    name += " micro-batch " + std::to_string(span.micro);  // a pipeline transfer
+  } else if (!has_own_name && span.tag >= 0) {
     name += ' ';
     name += tag_letter(span.lane);
     name += std::to_string(span.tag);
