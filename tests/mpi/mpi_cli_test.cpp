@@ -413,6 +413,14 @@ TEST(MpiFault, ARankStoppedUntilTheJobTimedOutEndsWithoutASignalWhenResumed) {
                                    "allreduce bucket \\d+", 2);
 }
 
+// A pipeline's last stage waits on the first's activations: stopping the first stage ends
+// the job with one line naming the transfer (or the step's loss message) that timed out.
+TEST(MpiFault, AStoppedPipelineStageEndsTheJobNamingTheTransfer) {
+  expect_stopped_rank_ends_the_job(
+      "--model mlp:4x256 --pipeline 2 --micro-batches 2 --batch 8",
+      "(recv|send)( micro-batch \\d+)?", 4);
+}
+
 // fsdp's forward waits on all-gathers: a rank stopped mid-gather ends the job the same way.
 TEST(MpiFault, ARankStoppedMidGatherEndsTheJobNamingTheGather) {
   expect_stopped_rank_ends_the_job("--model mlp:4x256 --strategy fsdp --prefetch 0",
