@@ -224,6 +224,7 @@ StageRunner::StageRunner(const StagePlan& plan, Options options, Communicator& c
     const bool member = stage_ == first_stage || stage_ == last_stage;
     embedding_group_ = comm_.split(member ? replica_ : plan_.replicas + rank_,
                                    stage_ == first_stage ? 0 : 1);
+    embedding_group_->bind_stream(model_.stream());  // its all-reduce follows the backward
   }
 }
 

@@ -263,6 +263,7 @@ std::unique_ptr<GradSync> make_grad_sync(const TrainConfig& config, const StageP
     std::unique_ptr<Communicator> replicas;
     if (plan.replicas > 1) {
       replicas = comm.split(plan.stage_of(comm.rank()), plan.replica_of(comm.rank()));
+      replicas->bind_stream(model.stream());  // a device's buckets follow their backward
     }
     return make_stage_sync(plan, comm, model, std::move(replicas), config.reducer);
   }
