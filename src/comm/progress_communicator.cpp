@@ -275,10 +275,12 @@ void ProgressCommunicator::adopt(ProgressCommunicator& child) {
 }
 
 void ProgressCommunicator::leave_parent() {
-  if (parent_ == nullptr) return;
-  std::lock_guard lock(parent_->mutex);
-  std::erase(parent_->live, this);
-  parent_.reset();
+  // Moved out first: when the parent is gone this may be the last owner of the set, and
+  // the set's mutex must outlive the lock on it.
+  const std::shared_ptr<Children> parent = std::move(parent_);
+  if (parent == nullptr) return;
+  std::lock_guard lock(parent->mutex);
+  std::erase(parent->live, this);
 }
 
 std::string ProgressCommunicator::abort_reason() const {
