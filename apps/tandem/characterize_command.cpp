@@ -99,6 +99,17 @@ void apply(const std::string& key, const std::string& value, CharacterizeFlags& 
     w.model = value;
   } else if (key == "prefetch") {
     w.prefetch = number(0, 64);
+  } else if (key == "pipeline") {
+    w.pipeline = number(1, 1024);
+  } else if (key == "schedule") {
+    try {
+      (void)parse_schedule(value);
+    } catch (const UsageError& e) {
+      throw UsageError("--sweep schedule: " + std::string(e.what()));
+    }
+    w.schedule = value;
+  } else if (key == "micro-batches") {
+    w.micro_batches = number(1, 4096);
   }
 }
 
@@ -363,7 +374,8 @@ void add_characterize_command(CLI::App& app, RunCommand& run) {
   cmd->add_option(
       "--sweep", flags->sweeps,
       "KEY=V1,V2,... (repeatable: a grid); keys: strategy bucket-mb chunks batch "
-      "model prefetch ranks link threads (not ranks or link under mpirun); separate values "
+      "model prefetch pipeline schedule micro-batches ranks link threads (not ranks or link "
+      "under mpirun); separate values "
       "with ';' when they hold commas");
   cmd->add_option("--out", flags->out,
                   "Results directory: summary.json, iterations.csv, trace.json, report.html, "

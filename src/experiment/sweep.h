@@ -11,7 +11,8 @@
 namespace tandem {
 
 inline constexpr std::string_view kSweepKeys =
-    "strategy bucket-mb chunks batch model prefetch ranks link threads";
+    "strategy bucket-mb chunks batch model prefetch pipeline schedule micro-batches ranks link "
+    "threads";
 
 struct SweepAxis {
   std::string key;

@@ -93,6 +93,31 @@ TEST(CharacterizeCliTest, TransformerPresetsShrinkAndSweep) {
   }
 }
 
+// Pipelines (docs/PIPELINE.md): one point per schedule, each run in all four scenarios.
+TEST(CharacterizeCliTest, PipelineSchedulesSweep) {
+  TempDir dir;
+  const fs::path out = dir.path() / "pipe";
+  const CliResult r = run_tandem(
+      "characterize --model mlp:4x64 --ranks 2 --pipeline 2 --micro-batches 4 --batch 8 "
+      "--warmup 0 --iterations 2 --no-progress --sweep schedule=gpipe,1f1b,interleaved:2 --out " +
+      out.string());
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const auto summary = nlohmann::json::parse(slurp(out / "summary.json"));
+  ASSERT_EQ(summary["points"].size(), 3u);
+  std::vector<std::string> schedules;
+  for (const auto& point : summary["points"]) {
+    EXPECT_EQ(point["config"]["pipeline_stages"], 2);
+    EXPECT_EQ(point["config"]["micro_batches"], 4);
+    schedules.push_back(point["config"]["schedule"].get<std::string>());
+    EXPECT_TRUE(point["metrics"].contains("e2e_ovl_ns")) << point.dump();
+  }
+  EXPECT_EQ(schedules, (std::vector<std::string>{"gpipe", "1f1b", "interleaved:2"}));
+  const CliResult bad = run_tandem("characterize --model mlp:4x64 --ranks 2 --pipeline 2 "
+                                   "--micro-batches 4 --sweep schedule=zigzag");
+  EXPECT_EQ(bad.exit_code, 2);
+  EXPECT_NE(bad.err.find("--sweep schedule"), std::string::npos) << bad.err;
+}
+
 TEST(CharacterizeCliTest, ResumeRunsExactlyTheConfigurationsNotDone) {
   TempDir dir;
   const fs::path out = dir.path() / "sweep";
