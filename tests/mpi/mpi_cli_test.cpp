@@ -181,6 +181,44 @@ TEST(MpiTrain, PipelinesMatchLocal) {
   }
 }
 
+// Across hosts for real (docs/MULTIHOST.md): scripts/multihost makes two hosts as network
+// namespaces joined by a switch, Open MPI starts a rank on each through an rsh agent and
+// moves the data over TCP; DDP and a pipeline give the losses of the same run on the
+// local backend, and the summary names two hosts. Skipped where namespaces are not
+// permitted (the script exits 77 and says so).
+TEST(MultiHost, DdpAndAPipelineAcrossTwoHostsMatchOneHost) {
+  TempDir dir;
+  const std::string workload = " --model mlp:6x64 --batch 8 --steps 6 --quiet --timeout 60";
+  for (const char* flags : {" --strategy bucketed", " --pipeline 2 --micro-batches 4"}) {
+    const auto local_out = dir.path() / "local";
+    const auto hosts_out = dir.path() / "hosts";
+    std::filesystem::remove_all(local_out);
+    std::filesystem::remove_all(hosts_out);
+    const CliResult local = run_shell(std::string(TANDEM_BINARY) + " train --backend local " +
+                                      "--ranks 2" + flags + workload + " --out " +
+                                      local_out.string());
+    ASSERT_EQ(local.exit_code, 0) << flags << ": " << local.err;
+    const CliResult hosts = run_shell(
+        std::string(TANDEM_SOURCE_DIR) + "/scripts/multihost --hosts 2 -- sh -c '$TANDEM_MPIRUN " +
+        "-np 2 " + TANDEM_BINARY + " train --backend mpi" + flags + workload + " --out " +
+        hosts_out.string() + "'");
+    if (hosts.exit_code == 77) GTEST_SKIP() << hosts.err;
+    ASSERT_EQ(hosts.exit_code, 0) << flags << ": " << hosts.err << hosts.out;
+    const auto want = read_steps(local_out / "steps.csv");
+    const auto got = read_steps(hosts_out / "steps.csv");
+    ASSERT_EQ(got.size(), want.size()) << flags;
+    for (const auto& [key, row] : got) {
+      const float w = want.at(key).loss;
+      ASSERT_EQ(std::isnan(row.loss), std::isnan(w)) << flags;
+      if (!std::isnan(w)) {
+        EXPECT_LE(std::fabs(row.loss - w), 1e-5f * std::fabs(w)) << flags;
+      }
+    }
+    const auto summary = nlohmann::json::parse(slurp(hosts_out / "summary.json"));
+    EXPECT_EQ(summary["config"]["hosts"], 2) << flags;
+  }
+}
+
 TEST(MpiTrain, AutoBackendPicksMpiUnderMpirunAndLocalOtherwise) {
   const CliResult under = run_shell(mpirun(2) + TANDEM_BINARY + " train --steps 2" + kModel);
   ASSERT_EQ(under.exit_code, 0) << under.err;
