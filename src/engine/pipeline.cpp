@@ -194,6 +194,7 @@ StageRunner::StageRunner(const StagePlan& plan, Options options, Communicator& c
       model_(model),
       sync_(sync),
       recorder_(recorder),
+      device_(comm.memory() == MemoryKind::kDevice),
       rank_(comm.rank()),
       stage_(plan.stage_of(comm.rank())),
       replica_(plan.replica_of(comm.rank())),
@@ -296,7 +297,7 @@ void StageRunner::run_passes(int step, int first_batch) {
   for (std::size_t i = 0; i < n; ++i) {
     // Receives match in issue order, so they are posted in action order: this action's (if
     // not yet), then the next one's, whose data can arrive while this one computes.
-    if (ahead) {
+    if (ahead && !device_) {
       post_receive(i, step);
       post_receive(i + 1, step);
     }
@@ -345,9 +346,34 @@ void StageRunner::forward(const PipelineAction& a, int step, int first_batch) {
   }
   const std::span<float> out = model_.unit_input(last + 1, slot);
   const int peer = plan_.rank_of(plan_.stage_of_chunk(g + 1), replica_);
-  WorkPtr send = comm_.send(out, peer, activation_tag(g), transfer_info(step, a.micro));
+  WorkPtr send = exchange(out, peer, activation_tag(g), transfer_info(step, a.micro), step);
   bytes_per_step_ += static_cast<std::int64_t>(out.size_bytes());
   sends_.push_back(std::move(send));
+}
+
+// Note [device exchanges]: NCCL matches point to point in issue order, without tags, and
+// runs each operation issued alone to completion on the communication stream before the
+// next. A receive posted ahead of this stage's send (as on the host) would wait for a peer
+// whose own receive waits behind it, and two neighbours' sends would each wait for a
+// receive queued behind the other's: 1F1B deadlocks. So on a device the send of an action
+// and the receive of the next one are one group (Megatron's send_forward_recv_backward),
+// which matches the neighbour's group; a receive with no send before it is posted when
+// its action starts.
+WorkPtr StageRunner::exchange(std::span<const float> data, int peer, int tag, const OpInfo& info,
+                              int step) {
+  if (!device_) return comm_.send(data, peer, tag, info);
+  comm_.group_start();
+  WorkPtr send;
+  try {
+    send = comm_.send(data, peer, tag, info);
+    if (options_.mode == CommMode::kOverlapped) post_receive(current_ + 1, step);
+  } catch (...) {
+    comm_.group_end();
+    throw;
+  }
+  comm_.group_end();
+  if (options_.mode == CommMode::kSequential) wait_timed(model_, comm_, *send, info.tag);
+  return send;
 }
 
 void StageRunner::backward(const PipelineAction& a, int step) {
@@ -386,8 +412,8 @@ void StageRunner::backward(const PipelineAction& a, int step) {
   if (options_.compute) model_.copy(model_.input_grad(first), buffer.array->span());
   if (options_.mode == CommMode::kOff) return;  // compute-only: the copy is the transfer
   const int peer = plan_.rank_of(plan_.stage_of_chunk(g - 1), replica_);
-  WorkPtr send = comm_.send(buffer.array->span(), peer, gradient_tag(g - 1),
-                            transfer_info(step, a.micro));
+  WorkPtr send = exchange(buffer.array->span(), peer, gradient_tag(g - 1),
+                          transfer_info(step, a.micro), step);
   bytes_per_step_ += static_cast<std::int64_t>(floats * sizeof(float));
   buffer.busy = send;
   sends_.push_back(std::move(send));
@@ -420,16 +446,22 @@ namespace {
 
 class StageSync final : public GradSync {
  public:
-  StageSync(const StagePlan& plan, Communicator& comm, RankModel& model,
+  StageSync(const StagePlan& plan, Communicator& comm, Communicator& control, RankModel& model,
             std::unique_ptr<Communicator> replicas, const ReducerOptions& options)
       : plan_(plan),
         comm_(comm),
+        control_(control),
         model_(model),
         stage_(plan.stage_of(comm.rank())),
         replicas_(std::move(replicas)) {
     const ModelLayout& layout = model.layout();
     keep_ = kept_units(stage_);
     if (replicas_) reducer_ = std::make_unique<Reducer>(*replicas_, model, options, keep_);
+    // gpt's tied embedding on two stages: its gradient is summed over the embedding group
+    // after the passes (StageRunner::reduce_tied_grads), then averaged over the replicas.
+    // The first stage's backward must not launch that average early: it would run on the
+    // same memory as the sum, and average only the first stage's half.
+    hold_embedding_ = plan.tied_across_stages && plan.stage_of_chunk(0) == stage_;
     for (int u = 0; u < layout.units(); ++u) {
       const std::size_t begin = layout.unit_begin(u), end = layout.owned_end(u);
       if (keep_[static_cast<std::size_t>(u)]) {
@@ -445,6 +477,7 @@ class StageSync final : public GradSync {
     if (reducer_) reducer_->begin_step(step);
   }
   void after_backward(int unit, bool last_micro_batch) override {
+    if (unit == 0 && hold_embedding_) return;  // launched in before_optimizer
     if (reducer_) reducer_->after_backward(unit, last_micro_batch);
   }
   void before_optimizer() override {
@@ -464,7 +497,8 @@ class StageSync final : public GradSync {
   }
 
   std::vector<float> full_params(RankModel& model, bool copy) override {
-    // Replica 0's stages send their units to rank 0, which holds stage 0.
+    // Replica 0's stages send their units to rank 0, which holds stage 0, over the host
+    // communicator (the copies are host memory).
     const int rank = comm_.rank();
     if (plan_.replica_of(rank) != 0) return {};
     std::vector<float> all;
@@ -472,10 +506,10 @@ class StageSync final : public GradSync {
     for (int s = 1; s < plan_.shape.stages; ++s) {
       if (rank == s) {
         std::vector<float> mine = model.download_params();
-        comm_.send(mine, 0, 0, {.kind = SpanKind::kSend})->synchronize();
+        control_.send(mine, 0, 0, {.kind = SpanKind::kSend})->synchronize();
       } else if (rank == 0) {
         std::vector<float> theirs(all.size());
-        comm_.recv(theirs, s, 0, {.kind = SpanKind::kRecv})->synchronize();
+        control_.recv(theirs, s, 0, {.kind = SpanKind::kRecv})->synchronize();
         const std::vector<bool> owned = plan_.owned_units(s, model.units());
         for (int u = 0; u < model.units(); ++u) {
           if (!owned[static_cast<std::size_t>(u)]) continue;
@@ -527,22 +561,24 @@ class StageSync final : public GradSync {
 
   const StagePlan& plan_;
   Communicator& comm_;
+  Communicator& control_;  // host memory, the same ranks
   RankModel& model_;
   const int stage_;
   std::vector<bool> keep_;
   std::vector<Range> ranges_;
   std::unique_ptr<Communicator> replicas_;  // outlives reducer_
   std::unique_ptr<Reducer> reducer_;
+  bool hold_embedding_ = false;
 };
 
 }  // namespace
 
 std::unique_ptr<GradSync> make_stage_sync(const StagePlan& plan, Communicator& comm,
-                                          RankModel& model,
+                                          Communicator& control, RankModel& model,
                                           std::unique_ptr<Communicator> replicas,
                                           const ReducerOptions& options) {
   TANDEM_CHECK_EQ(replicas != nullptr, plan.replicas > 1);
-  return std::make_unique<StageSync>(plan, comm, model, std::move(replicas), options);
+  return std::make_unique<StageSync>(plan, comm, control, model, std::move(replicas), options);
 }
 
 void StageRunner::reduce_tied_grads(int step) {

@@ -128,6 +128,9 @@ class StageRunner {
   Work& received(std::size_t index, int step);
   Buffer& free_buffer(std::size_t floats);
   int slot_for(int micro);
+  // Sends `data`; on a device grouped with the next action's receive (Note [device
+  // exchanges] in pipeline.cpp).
+  WorkPtr exchange(std::span<const float> data, int peer, int tag, const OpInfo& info, int step);
   // Compute-only: a transfer becomes a copy of as many bytes within this rank, into the
   // activation or out of it.
   void local_copy(std::span<float> activation, bool into_model);
@@ -140,6 +143,7 @@ class StageRunner {
   RankModel& model_;
   GradSync& sync_;
   RankRecorder* const recorder_;
+  const bool device_;  // transfers in device memory: Note [device exchanges]
   const int rank_;
   const int stage_;
   const int replica_;
@@ -169,9 +173,9 @@ class StageRunner {
 // run's), and DDP's Reducer with `options` averages the stage's gradients over it, its
 // buckets launched as the last micro-batch's backward makes them ready (Megatron's
 // overlap of the data-parallel all-reduce). full_params() gathers every stage's units at
-// rank 0 (point to point over `comm`).
+// rank 0 (point to point over `control`, the run's host communicator).
 std::unique_ptr<GradSync> make_stage_sync(const StagePlan& plan, Communicator& comm,
-                                          RankModel& model,
+                                          Communicator& control, RankModel& model,
                                           std::unique_ptr<Communicator> replicas,
                                           const ReducerOptions& options);
 

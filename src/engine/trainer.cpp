@@ -68,8 +68,20 @@ void validate_pipeline(const TrainConfig& config) {
     }
   }
   if (p.stages == 1 && p.split.empty() && p.schedule.kind == ScheduleKind::k1F1B) return;
+  if (p.stages == 1 && p.schedule.kind != ScheduleKind::k1F1B) {
+    throw UsageError("--schedule " + to_string(p.schedule) +
+                     ": needs --pipeline 2 or more (one stage runs each micro-batch's forward "
+                     "and backward in turn)");
+  }
   (void)stage_plan(config);  // names --pipeline, --schedule or --split
   if (p.stages == 1) return;
+  if (config.device != Device::kCpu && p.schedule.kind == ScheduleKind::kInterleaved) {
+    throw UsageError("--schedule " + to_string(p.schedule) + " with --device " +
+                     std::string(to_string(config.device)) +
+                     ": NCCL matches point to point in issue order, without tags, and an "
+                     "interleaved stage exchanges several chunk boundaries with one neighbour; "
+                     "use gpipe or 1f1b there");
+  }
   if (config.reducer.plan.strategy.kind == StrategyKind::kChunked) {
     throw UsageError("--strategy " + config.reducer.plan.strategy.to_string() +
                      " cuts the whole flat gradient; a pipeline stage's replicas average only "
@@ -257,7 +269,8 @@ ModelConfig model_config(const TrainConfig& config, const RankEnv& env, const St
 // The strategy of `config` over `model`; sharded ones take the model's parameters into
 // their shards, so they are made after the initial broadcast.
 std::unique_ptr<GradSync> make_grad_sync(const TrainConfig& config, const StagePlan& plan,
-                                         Communicator& comm, RankModel& model) {
+                                         Communicator& comm, Communicator& control,
+                                         RankModel& model) {
   if (plan.shape.stages > 1) {
     // Each stage's replicas average its gradients among themselves.
     std::unique_ptr<Communicator> replicas;
@@ -265,7 +278,7 @@ std::unique_ptr<GradSync> make_grad_sync(const TrainConfig& config, const StageP
       replicas = comm.split(plan.stage_of(comm.rank()), plan.replica_of(comm.rank()));
       replicas->bind_stream(model.stream());  // a device's buckets follow their backward
     }
-    return make_stage_sync(plan, comm, model, std::move(replicas), config.reducer);
+    return make_stage_sync(plan, comm, control, model, std::move(replicas), config.reducer);
   }
   const Strategy& strategy = config.reducer.plan.strategy;
   if (!strategy.sharded()) return std::make_unique<Reducer>(comm, model, config.reducer);
@@ -341,7 +354,7 @@ std::string train_rank(const TrainConfig& config, RankEnv& env, const StepCallba
     if (comm.size() > 1) {
       comm.broadcast(model->params(), 0, {.kind = SpanKind::kBroadcast})->synchronize();
     }
-    sync = make_grad_sync(config, plan, comm, *model);
+    sync = make_grad_sync(config, plan, comm, env.control, *model);
     stage = std::make_unique<StageRunner>(
         plan,
         StageRunner::Options{.micro_batches = micro_batches(config),

@@ -179,7 +179,8 @@ INSTANTIATE_TEST_SUITE_P(
         BadInput{"--ranks 2 --pipeline 2 --split 1,x", "--split"},
         BadInput{"--ranks 2 --pipeline 2 --verify", "--verify"},
         BadInput{"--ranks 2 --pipeline 2 --strategy fsdp", "--strategy"},
-        BadInput{"--ranks 2 --pipeline 2 --device cuda", "--device"}));
+        BadInput{"--ranks 2 --pipeline 2 --device cuda", "--device"},
+        BadInput{"--schedule gpipe --micro-batches 2", "--schedule"}));
 
 // Range errors state the bounds as people write them: no 309-digit DBL_MAX, no "too
 // small" for a value that is too large.

@@ -115,6 +115,29 @@ TEST(PipelineTest, ReplicasOfAPipelineEqualDataParallelAccumulationBitForBit) {
   }
 }
 
+// gpt with the embedding and head on two stages and 2 replicas: the tied gradient is
+// summed over the embedding group and then averaged over the replicas, never averaged
+// early by the first stage's backward (which raced the sum and averaged half of it).
+TEST(PipelineTest, GptWithReplicasAgreesWithDataParallelToRounding) {
+  const std::string gpt = "gpt:layers=2,dim=32,heads=2,seq=8,vocab=64";
+  for (CommMode mode : {CommMode::kOverlapped, CommMode::kSequential}) {
+    TrainConfig ddp = config(gpt, 2, 4);
+    ddp.ranks = 2;
+    ddp.reducer.mode = mode;
+    const TrainResult reference = train_local(ddp);
+    TrainConfig pipe = pipelined(ddp, 2, "1f1b");
+    pipe.ranks = 4;
+    const TrainResult result = train_local(pipe);
+    ASSERT_EQ(result.final_params.size(), reference.final_params.size());
+    double worst = 0;
+    for (std::size_t i = 0; i < result.final_params.size(); ++i) {
+      const double a = result.final_params[i], b = reference.final_params[i];
+      worst = std::max(worst, std::abs(a - b) / (1e-3 + std::abs(b)));
+    }
+    EXPECT_LT(worst, 1e-5) << to_string(mode);
+  }
+}
+
 TEST(PipelineTest, BlockingTransfersAndSequentialModeGiveTheSameParameters) {
   TrainConfig c = pipelined(config("mlp:6x32", 4, 8), 3, "1f1b");
   c.timeout_ns = 60'000'000'000;  // a deadlock fails in a minute, not five
@@ -238,6 +261,12 @@ TEST(PipelineTest, ShapesThatCannotRunAreUsageErrorsNamingTheFlag) {
   sharded.reducer.plan.strategy = Strategy::parse("fsdp");
   expect_usage_error(sharded, "--strategy fsdp");
   EXPECT_THROW(parse_schedule("zigzag"), UsageError);
+  TrainConfig one_stage = config("mlp:4x32", 2, 8);
+  one_stage.pipeline.schedule = parse_schedule("gpipe");
+  expect_usage_error(one_stage, "--schedule gpipe: needs --pipeline 2 or more");
+  TrainConfig device = pipelined(config("mlp:4x32", 4, 8), 2, "interleaved:2");
+  device.device = Device::kCuda;
+  expect_usage_error(device, "--schedule interleaved:2 with --device cuda");
 }
 
 TEST(PipelineTest, BalancedSplitEvensTheCostAndAnExplicitSplitIsKept) {
