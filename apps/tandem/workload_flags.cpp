@@ -100,7 +100,7 @@ void add_workload_flags(CLI::App& app, WorkloadFlags& f) {
   app.add_option("--schedule", f.schedule,
                  "Pipeline schedule: gpipe (all forwards, then all backwards), 1f1b "
                  "(PipeDream-flush, Megatron's), interleaved:V (V model chunks per stage; "
-                 "micro-batches a multiple of P)")
+                 "micro-batches a multiple of P; cpu only); needs --pipeline 2 or more")
       ->capture_default_str();
   app.add_option("--micro-batches", f.micro_batches,
                  "Micro-batches per step: --batch is cut into M of --batch/M rows (with or "
