@@ -455,8 +455,8 @@ class StageSync final : public GradSync {
         stage_(plan.stage_of(comm.rank())),
         replicas_(std::move(replicas)) {
     const ModelLayout& layout = model.layout();
-    keep_ = kept_units(stage_);
-    if (replicas_) reducer_ = std::make_unique<Reducer>(*replicas_, model, options, keep_);
+    const std::vector<bool> keep = kept_units(stage_);
+    if (replicas_) reducer_ = std::make_unique<Reducer>(*replicas_, model, options, keep);
     // gpt's tied embedding on two stages: its gradient is summed over the embedding group
     // after the passes (StageRunner::reduce_tied_grads), then averaged over the replicas.
     // The first stage's backward must not launch that average early: it would run on the
@@ -464,7 +464,7 @@ class StageSync final : public GradSync {
     hold_embedding_ = plan.tied_across_stages && plan.stage_of_chunk(0) == stage_;
     for (int u = 0; u < layout.units(); ++u) {
       const std::size_t begin = layout.unit_begin(u), end = layout.owned_end(u);
-      if (keep_[static_cast<std::size_t>(u)]) {
+      if (keep[static_cast<std::size_t>(u)]) {
         ranges_.push_back({begin, end, model.allocate_zeroed(end - begin)});
       } else {
         model.discard_params(begin, end);
@@ -564,7 +564,6 @@ class StageSync final : public GradSync {
   Communicator& control_;  // host memory, the same ranks
   RankModel& model_;
   const int stage_;
-  std::vector<bool> keep_;
   std::vector<Range> ranges_;
   std::unique_ptr<Communicator> replicas_;  // outlives reducer_
   std::unique_ptr<Reducer> reducer_;
