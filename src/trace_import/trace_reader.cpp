@@ -1,5 +1,6 @@
 #include "trace_import/trace_reader.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <nlohmann/json.hpp>
@@ -46,7 +47,14 @@ enum class Field : std::uint8_t {
   kTag,
   kBytes,
   kFlops,
-  kQueued,  // event args
+  kQueued,
+  kStream,
+  kDevice,
+  kCollective,
+  kInElements,
+  kOutElements,
+  kGroupSize,
+  kDtype,  // event args
   kRank,
   kTandemTrace,
   kT0,
@@ -81,6 +89,13 @@ Field field_of(Frame frame, std::string_view key) {
       if (key == "bytes"sv) return Field::kBytes;
       if (key == "flops"sv) return Field::kFlops;
       if (key == "queued_ns"sv) return Field::kQueued;
+      if (key == "stream"sv) return Field::kStream;
+      if (key == "device"sv) return Field::kDevice;
+      if (key == "Collective name"sv) return Field::kCollective;
+      if (key == "In msg nelems"sv) return Field::kInElements;
+      if (key == "Out msg nelems"sv) return Field::kOutElements;
+      if (key == "Group size"sv) return Field::kGroupSize;
+      if (key == "dtype"sv) return Field::kDtype;
       return Field::kNone;
     case Frame::kDistributed:
       return key == "rank"sv ? Field::kRank : Field::kNone;
@@ -133,6 +148,20 @@ const char* field_name(Field f) {
       return "args.flops";
     case Field::kQueued:
       return "args.queued_ns";
+    case Field::kStream:
+      return "args.stream";
+    case Field::kDevice:
+      return "args.device";
+    case Field::kCollective:
+      return "args.\"Collective name\"";
+    case Field::kInElements:
+      return "args.\"In msg nelems\"";
+    case Field::kOutElements:
+      return "args.\"Out msg nelems\"";
+    case Field::kGroupSize:
+      return "args.\"Group size\"";
+    case Field::kDtype:
+      return "args.dtype";
     case Field::kRank:
       return "distributedInfo.rank";
     case Field::kTandemTrace:
@@ -160,19 +189,32 @@ struct Value {
 // The event being read; reset at each '{' in traceEvents.
 struct EventFields {
   std::string name, cat;  // reused buffers: no allocation per event once warm
+  std::string collective, dtype;
   bool complete = false;  // "ph":"X"
   bool has_name = false, has_ts = false, has_dur = false;
   bool name_cut = false;
+  bool has_args = false;  // one of CollectiveArgs' fields
   RawEvent raw;
+  CollectiveArgs args;
   std::int64_t dur_ns = 0;
   void reset() {
-    complete = has_name = has_ts = has_dur = name_cut = false;
+    complete = has_name = has_ts = has_dur = name_cut = has_args = false;
     name.clear();
     cat.clear();
+    collective.clear();
+    dtype.clear();
     raw = RawEvent{};
+    args = CollectiveArgs{};
     dur_ns = 0;
   }
 };
+
+// An int64 that fits int32, else -1 (a field the reader only compares).
+std::int32_t as_int32(std::int64_t v) {
+  return v >= std::numeric_limits<std::int32_t>::min() && v <= std::numeric_limits<std::int32_t>::max()
+             ? static_cast<std::int32_t>(v)
+             : -1;
+}
 
 bool starts_with(std::string_view s, std::string_view prefix) { return s.starts_with(prefix); }
 
@@ -224,7 +266,10 @@ class Handler : public nlohmann::json_sax<json> {
   bool end_object() override {
     const Frame done = frames_.back();
     frames_.pop_back();
-    if (done == Frame::kEvent) finish_event();
+    if (done == Frame::kEvent) {
+      if (!event_.has_ts) out_.fractional_ts = true;  // HTA: a missing ts is a NaN
+      finish_event();
+    }
     return true;
   }
   bool start_array(std::size_t) override {
@@ -409,14 +454,15 @@ class Handler : public nlohmann::json_sax<json> {
         }
         break;
       case Field::kPid:
-        event_.raw.pid = v.type == Value::kInt ? v.i : -1;  // Kineto writes some as strings
+        event_.raw.pid = v.type == Value::kInt ? as_int32(v.i) : -1;  // Kineto writes some as strings
         break;
       case Field::kTid:
-        event_.raw.tid = v.type == Value::kInt ? v.i : -1;
+        event_.raw.tid = v.type == Value::kInt ? as_int32(v.i) : -1;
         break;
       case Field::kTs:
         event_.raw.start_ns = time_ns(f, v, kMaxAbsTsUs);
         event_.has_ts = true;
+        if (v.type != Value::kInt) out_.fractional_ts = true;
         break;
       case Field::kDur:
         event_.dur_ns = time_ns(f, v, kMaxDurUs);
@@ -443,9 +489,30 @@ class Handler : public nlohmann::json_sax<json> {
       if (v.is_number() && std::isfinite(v.d)) event_.raw.flops = v.d;
       return;
     }
+    if (f == Field::kCollective || f == Field::kDtype) {
+      if (v.type != Value::kString) return;
+      (f == Field::kCollective ? event_.collective : event_.dtype).assign(v.text);
+      event_.has_args = true;
+      return;
+    }
     // Integer args with another type are someone else's convention: not ours to judge.
     if (v.type != Value::kInt) return;
     switch (f) {
+      case Field::kStream:
+        event_.raw.stream = as_int32(v.i);
+        break;
+      case Field::kDevice:
+        event_.raw.device = v.i >= 0 && v.i <= 1'000'000 ? static_cast<std::int32_t>(v.i) : -1;
+        break;
+      case Field::kInElements:
+      case Field::kOutElements:
+        if (v.i >= 0) (f == Field::kInElements ? event_.args.in_elements : event_.args.out_elements) = v.i;
+        event_.has_args = true;
+        break;
+      case Field::kGroupSize:
+        if (v.i > 0 && v.i <= 1'000'000) event_.args.group_size = static_cast<std::int32_t>(v.i);
+        event_.has_args = true;
+        break;
       case Field::kCorrelation:
         event_.raw.correlation = v.i;
         break;
@@ -488,17 +555,49 @@ class Handler : public nlohmann::json_sax<json> {
     return last_category_ = static_cast<std::uint8_t>(out_.categories.size() - 1);
   }
 
+  std::int32_t push_args() {
+    CollectiveArgs a = event_.args;
+    if (!event_.collective.empty()) a.collective = names_.intern(event_.collective);
+    if (!event_.dtype.empty()) a.dtype = names_.intern(event_.dtype);
+    out_.collective_args.push_back(a);
+    return static_cast<std::int32_t>(out_.collective_args.size() - 1);
+  }
+
+  // A cpu_op: extends the outermost interval open on its thread, or opens one. Kept only
+  // while the trace has shown no GPU event (a GPU job's compute is its kernels).
+  void add_cpu_op() {
+    if (gpu_seen_) return;
+    const RawEvent& e = event_.raw;
+    for (auto& [tid, index] : open_cpu_ops_) {
+      if (tid != e.tid) continue;
+      CpuInterval& open = out_.cpu_ops[index];
+      if (e.start_ns < open.end_ns) {
+        open.end_ns = std::max(open.end_ns, e.end_ns);
+      } else {
+        index = out_.cpu_ops.size();
+        out_.cpu_ops.push_back({e.start_ns, e.end_ns, e.tid, names_.intern(event_.name), -1});
+      }
+      return;
+    }
+    open_cpu_ops_.emplace_back(e.tid, out_.cpu_ops.size());
+    out_.cpu_ops.push_back({e.start_ns, e.end_ns, e.tid, names_.intern(event_.name), -1});
+  }
+
   void finish_event() {
     if (!event_.complete) return;  // metadata, instants, flows, counters
-    const bool step_window = starts_with(event_.name, "ProfilerStep#") &&
-                             std::string_view(event_.cat) != "gpu_user_annotation"sv;
+    const std::string_view name = event_.name;
+    const bool step_mark = name.find("ProfilerStep"sv) != std::string_view::npos;
+    const bool step_window =
+        name.starts_with("ProfilerStep#"sv) && std::string_view(event_.cat) != "gpu_user_annotation"sv;
     std::uint8_t cat = category(event_.cat);
     const bool plain = cat == 255;
-    const bool span = !plain && (out_.categories[cat].gpu || out_.categories[cat].tandem_kind ||
-                                 starts_with(event_.name, "gloo:"));
+    const bool gpu = !plain && out_.categories[cat].gpu;
+    const bool span = gpu || (!plain && out_.categories[cat].tandem_kind) || name.starts_with("gloo:"sv);
     // Launches are CPU-side; GPU-side annotations can carry correlations too.
     const bool launch = !span && event_.raw.correlation >= 0 && !starts_with(event_.cat, "gpu_");
-    if (!span && !launch && !step_window) return;
+    const bool cpu_op = !span && std::string_view(event_.cat) == "cpu_op"sv;
+    const bool collective_op = !span && event_.has_args && !event_.collective.empty();
+    if (!span && !launch && !step_window && !step_mark && !cpu_op && !collective_op) return;
     if (!event_.has_ts) fail(event_label() + ": missing \"ts\"");
     if (launch) {
       out_.launches.push_back({event_.raw.correlation, event_.raw.start_ns});
@@ -506,20 +605,43 @@ class Handler : public nlohmann::json_sax<json> {
     }
     if (!event_.has_dur) fail(event_label() + ": missing \"dur\"");
     event_.raw.end_ns = event_.raw.start_ns + event_.dur_ns;
+    if (step_mark) {
+      out_.step_marks.push_back({0, event_.raw.start_ns, event_.raw.end_ns});
+      const NameId id = names_.intern(name);
+      if (std::find(out_.step_mark_names.begin(), out_.step_mark_names.end(), id) ==
+          out_.step_mark_names.end()) {
+        out_.step_mark_names.push_back(id);
+      }
+    }
     if (step_window) {
       std::int64_t n = 0;
-      const std::string_view digits = std::string_view(event_.name).substr(13);
+      const std::string_view digits = name.substr(13);
+      bool number = !digits.empty();
       for (char c : digits) {
-        if (c < '0' || c > '9' || n > 100'000'000) return;  // not ProfilerStep#<number>
+        if (c < '0' || c > '9' || n > 100'000'000) {  // not ProfilerStep#<number>
+          number = false;
+          break;
+        }
         n = n * 10 + (c - '0');
       }
-      if (!digits.empty()) {
-        out_.steps.push_back(
-            {static_cast<std::int32_t>(n), event_.raw.start_ns, event_.raw.end_ns});
+      if (number) {
+        out_.steps.push_back({static_cast<std::int32_t>(n), event_.raw.start_ns, event_.raw.end_ns});
       }
-      return;
     }
+    if (collective_op) {
+      out_.collective_ops.push_back(
+          {event_.raw.start_ns, event_.raw.end_ns, event_.raw.tid, kNoName, push_args()});
+    }
+    if (cpu_op) add_cpu_op();
+    if (!span) return;
     if (!event_.has_name) fail(event_label() + ": missing \"name\"");
+    if (gpu && !gpu_seen_) {
+      gpu_seen_ = true;
+      out_.cpu_ops.clear();
+      out_.cpu_ops.shrink_to_fit();
+      open_cpu_ops_.clear();
+    }
+    if (event_.has_args) event_.raw.args = push_args();
     event_.raw.category = cat;
     event_.raw.name = names_.intern(event_.name);
     out_.names_cut += event_.name_cut;
@@ -535,6 +657,8 @@ class Handler : public nlohmann::json_sax<json> {
   EventFields event_;
   std::uint8_t last_category_ = 0;
   std::uint64_t strings_ = 0;  // strings seen, keys included: the next one's ordinal
+  std::vector<std::pair<std::int64_t, std::size_t>> open_cpu_ops_;  // tid -> its last cpu_ops entry
+  bool gpu_seen_ = false;
   bool saw_events_ = false;
   bool saw_anything_ = false;
 };

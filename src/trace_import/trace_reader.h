@@ -8,9 +8,15 @@
 // What is kept (everything else is skipped as it streams past):
 //   - complete events ("ph":"X") whose category is a GPU one (kernel, gpu_memcpy,
 //     gpu_memset) or one of tandem's span kinds, and CPU collectives named "gloo:*";
+//   - the collective's arguments that PyTorch records ("Collective name", "In msg
+//     nelems", "Out msg nelems", "Group size", "dtype"), of a kept event (an NCCL kernel)
+//     or of a CPU op (record_param_comms): CollectiveArgs;
+//   - CPU operators (cat cpu_op), merged per thread into their outermost intervals, the
+//     compute of a job without GPU events (gloo on CPUs);
 //   - launches: other complete events that carry args.correlation (cudaLaunchKernel and
 //     friends), as (correlation, start) pairs, to find the step that launched a kernel;
-//   - ProfilerStep#N windows (CPU-side; the GPU copies, gpu_user_annotation, are not);
+//   - ProfilerStep#N windows (CPU-side; the GPU copies, gpu_user_annotation, are not),
+//     and every complete event whose name holds "ProfilerStep" (HTA's step marks);
 //   - distributedInfo.rank, baseTimeNanoseconds and otherData.tandem_trace.
 // Which format the file is in is only known at its end (tandem writes otherData last),
 // so interpretation is left to trace_import.
@@ -44,19 +50,41 @@ struct TraceCategory {
   SpanKind kind = SpanKind::kOther;
 };
 
+// What PyTorch records about a collective (torch.profiler, record_param_comms): element
+// counts of the input and output, the group size and the element type.
+struct CollectiveArgs {
+  NameId collective = kNoName;  // "Collective name": "allreduce", "_allgather_base", ...
+  NameId dtype = kNoName;       // "dtype": "Float", "BFloat16", ...
+  std::int64_t in_elements = -1;
+  std::int64_t out_elements = -1;
+  std::int32_t group_size = -1;
+};
+
 struct RawEvent {
   std::int64_t start_ns = 0;  // ts as written, in ns (no base time added)
   std::int64_t end_ns = 0;
-  std::int64_t pid = -1;  // -1: absent or not an integer
-  std::int64_t tid = -1;
   std::int64_t correlation = -1;
   std::int64_t bytes = 0;
   std::int64_t queued_ns = -1;  // args.queued_ns (tandem comm spans), -1: absent
   double flops = 0;
+  std::int32_t pid = -1;  // -1: absent or not an integer in int32's range
+  std::int32_t tid = -1;
   NameId name = kNoName;
   std::int32_t step = -1;  // args.step (tandem traces)
   std::int32_t tag = -1;   // args.layer / args.bucket / args.tag (tandem traces)
+  std::int32_t stream = -1;  // args.stream (GPU events); -1: absent or not an integer
+  std::int32_t device = -1;  // args.device (GPU events)
+  std::int32_t args = -1;    // index into RawTrace::collective_args, -1: none
   std::uint8_t category = 0;
+};
+
+// A CPU-side interval: a CPU operator (merged per thread) or a collective's CPU op.
+struct CpuInterval {
+  std::int64_t start_ns = 0;
+  std::int64_t end_ns = 0;
+  std::int64_t tid = -1;
+  NameId name = kNoName;
+  std::int32_t args = -1;  // index into RawTrace::collective_args
 };
 
 struct Launch {
@@ -75,6 +103,16 @@ struct RawTrace {
   std::vector<RawEvent> events;
   std::vector<Launch> launches;
   std::vector<StepWindow> steps;
+  // Complete events whose name contains "ProfilerStep", GPU annotations included (HTA
+  // finds the last step among them); a few per iteration.
+  std::vector<StepWindow> step_marks;
+  std::vector<NameId> step_mark_names;  // their distinct names
+  std::vector<CollectiveArgs> collective_args;
+  std::vector<CpuInterval> collective_ops;  // CPU ops carrying CollectiveArgs
+  std::vector<CpuInterval> cpu_ops;         // outermost cpu_op intervals, per thread
+  // Some traceEvents entry has a "ts" that is not an integer literal (or none): HTA then
+  // rounds every event inwards to whole microseconds (hta_overlap.h).
+  bool fractional_ts = false;
   std::optional<std::int64_t> distributed_rank;
   std::optional<std::int64_t> base_time_ns;
   bool tandem = false;  // otherData.tandem_trace present
