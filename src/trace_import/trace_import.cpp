@@ -148,10 +148,72 @@ void TraceImporter::add(TraceBytes& bytes, const std::string& source, int file_i
   info.format = "kineto";
   info.rank = raw.distributed_rank ? static_cast<std::int32_t>(*raw.distributed_rank) : file_index;
   info.rank_source = raw.distributed_rank ? "distributedInfo.rank" : "file order";
-  claim_rank(info.rank);
   const std::int64_t base_ns = raw.base_time_ns.value_or(0);
+
+  // Devices: args.device of the GPU events, else their pid (Kineto's GPU rows).
+  const auto device_of = [](const RawEvent& e) { return e.device >= 0 ? e.device : std::max(e.pid, 0); };
+  std::vector<std::int32_t> devices;
+  for (const RawEvent& e : raw.events) {
+    if (raw.categories[e.category].gpu) devices.push_back(device_of(e));
+  }
+  std::sort(devices.begin(), devices.end());
+  devices.erase(std::unique(devices.begin(), devices.end()), devices.end());
+  const auto rank_of_device = [&](std::int32_t device) {
+    const auto it = std::lower_bound(devices.begin(), devices.end(), device);
+    return info.rank + static_cast<std::int32_t>(it - devices.begin());
+  };
+  for (std::size_t d = 0; d < std::max<std::size_t>(devices.size(), 1); ++d) {
+    claim_rank(info.rank + static_cast<std::int32_t>(d));
+  }
+
+  // HTA's view of each device's GPU events, before the launches move into the index.
+  for (std::string_view mark : [&] {
+         std::vector<std::string_view> v;
+         for (NameId id : raw.step_mark_names) v.push_back(names.name(id));
+         return v;
+       }()) {
+    if (std::find(step_mark_names_.begin(), step_mark_names_.end(), mark) == step_mark_names_.end()) {
+      step_mark_names_.emplace_back(mark);
+    }
+  }
+  for (std::size_t d = 0; d < std::max<std::size_t>(devices.size(), 1); ++d) {
+    HtaInput hta{.events = {},
+                 .launches = &raw.launches,
+                 .step_marks = &raw.step_marks,
+                 .fractional_ts = raw.fractional_ts};
+    for (const RawEvent& e : raw.events) {
+      if (!raw.categories[e.category].gpu || (!devices.empty() && device_of(e) != devices[d])) continue;
+      hta.events.push_back({.start_ns = e.start_ns,
+                            .end_ns = e.end_ns,
+                            .correlation = e.correlation,
+                            .stream = e.stream,
+                            .type = hta_kernel_type(names.name(e.name))});
+    }
+    result_.ranks.push_back({.rank = info.rank + static_cast<std::int32_t>(d),
+                             .file = source,
+                             .device = devices.size() > 1 ? devices[d] : -1,
+                             .hta = hta_overlap(hta)});
+  }
+
+  // CPU ops carrying a collective's arguments, by start: a comm span without arguments
+  // of its own takes those of the op around its CPU-side moment.
+  std::sort(raw.collective_ops.begin(), raw.collective_ops.end(),
+            [](const CpuInterval& a, const CpuInterval& b) { return a.start_ns < b.start_ns; });
+  const auto enclosing_op = [&](std::int64_t t, CollectiveType type) -> const CollectiveArgs* {
+    auto it = std::upper_bound(raw.collective_ops.begin(), raw.collective_ops.end(), t,
+                               [](std::int64_t v, const CpuInterval& op) { return v < op.start_ns; });
+    while (it != raw.collective_ops.begin()) {
+      --it;
+      if (it->end_ns < t) continue;
+      const CollectiveArgs& a = raw.collective_args[static_cast<std::size_t>(it->args)];
+      if (type == CollectiveType::kUnknown || collective_type(names.name(a.collective)) == type) return &a;
+    }
+    return nullptr;
+  };
+
   const StepFinder steps(std::move(raw.steps));
   const LaunchIndex launches(std::move(raw.launches));
+  const auto step_of = [&](std::int64_t cpu_time) { return steps.empty() ? 0 : steps.step_at(cpu_time); };
   timeline.spans.reserve(timeline.spans.size() + raw.events.size());
   for (const RawEvent& e : raw.events) {
     const TraceCategory& cat = raw.categories[e.category];
@@ -168,15 +230,32 @@ void TraceImporter::add(TraceBytes& bytes, const std::string& source, int file_i
       continue;
     }
     Span s = role_span(role, names.name(e.name));
-    s.rank = info.rank;
+    s.rank = cat.gpu ? rank_of_device(device_of(e)) : info.rank;
     s.name = e.name;
     s.start_ns = e.start_ns + base_ns;
     s.end_ns = e.end_ns + base_ns;
-    if (steps.empty()) {
-      s.step = 0;
-    } else {
-      const Launch* launch = cat.gpu && e.correlation >= 0 ? launches.find(e.correlation) : nullptr;
-      s.step = steps.step_at(launch != nullptr ? launch->start_ns : e.start_ns);
+    const Launch* launch = cat.gpu && e.correlation >= 0 ? launches.find(e.correlation) : nullptr;
+    const std::int64_t cpu_time = launch != nullptr ? launch->start_ns : e.start_ns;
+    s.step = step_of(cpu_time);
+    if (role == EventRole::kComm) {
+      CommInfo c{.span = timeline.spans.size()};
+      const CollectiveArgs* args =
+          e.args >= 0 ? &raw.collective_args[static_cast<std::size_t>(e.args)] : nullptr;
+      c.type = collective_type(args != nullptr && args->collective != kNoName
+                                   ? names.name(args->collective)
+                                   : names.name(e.name));
+      if (args == nullptr) args = enclosing_op(cpu_time, c.type);
+      if (args != nullptr) {
+        if (c.type == CollectiveType::kUnknown) c.type = collective_type(names.name(args->collective));
+        c.group_size = args->group_size;
+        c.dtype = names.name(args->dtype);
+        const std::optional<int> element = dtype_bytes(c.dtype);
+        const std::int64_t elements = std::max(args->in_elements, args->out_elements);
+        if (element && elements >= 0) c.bytes = elements * *element;
+      }
+      if (c.type != CollectiveType::kUnknown) s.kind = span_kind(c.type);
+      if (c.bytes >= 0) s.bytes = c.bytes;
+      result_.comm.push_back(std::move(c));
     }
     info.compute += role == EventRole::kCompute;
     info.comm += role == EventRole::kComm;
@@ -184,10 +263,39 @@ void TraceImporter::add(TraceBytes& bytes, const std::string& source, int file_i
     info.outside_steps += s.step < 0;
     timeline.spans.push_back(s);
   }
+  // A job without GPU events: its compute is the CPU operators (the reader kept their
+  // outermost intervals per thread), less the collectives' own ops.
+  if (devices.empty()) {
+    for (const CpuInterval& op : raw.cpu_ops) {
+      const std::string_view name = names.name(op.name);
+      if (name.starts_with("record_param_comms") || name.starts_with("c10d::") ||
+          name.starts_with("gloo:")) {
+        continue;
+      }
+      Span s{.rank = info.rank, .lane = Lane::kCompute, .kind = SpanKind::kKernel, .name = op.name};
+      s.start_ns = op.start_ns + base_ns;
+      s.end_ns = op.end_ns + base_ns;
+      s.step = step_of(op.start_ns);
+      ++info.compute;
+      info.outside_steps += s.step < 0;
+      timeline.spans.push_back(s);
+    }
+  }
+  info.devices = devices.size();
   result_.files.push_back(std::move(info));
 }
 
-ImportResult TraceImporter::finish() { return std::move(result_); }
+ImportResult TraceImporter::finish() {
+  result_.hta_step_filter = step_mark_names_.size() >= 2;
+  std::sort(result_.ranks.begin(), result_.ranks.end(),
+            [](const ImportedRank& a, const ImportedRank& b) { return a.rank < b.rank; });
+  return std::move(result_);
+}
+
+const HtaOverlap& ImportResult::hta(const ImportedRank& r, bool include_last_step) const {
+  if (!hta_step_filter) return r.hta.unfiltered;
+  return include_last_step ? r.hta.last_step_in : r.hta.last_step_out;
+}
 
 ImportResult import_traces(const std::vector<std::string>& paths,
                            const ClassificationRules& rules) {

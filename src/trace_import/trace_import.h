@@ -13,6 +13,13 @@
 //   memcpy / memset   -> Lane::kIdle, SpanKind::kMemory: drawn in the trace, but neither
 //                        compute nor communication for the metrics
 //   gloo:* CPU ops    -> Lane::kComm (CPU-side collectives)
+//   cpu_op intervals  -> Lane::kCompute, only in a trace without GPU events (a CPU job):
+//                        the outermost operator intervals of each thread, collectives'
+//                        own ops (record_param_comms, c10d::*) left out
+// A file whose GPU events name several devices (args.device, else the pid) becomes one
+// rank per device: ranks r, r+1, ... in device order, r the file's rank; CPU-side spans go
+// to its first device. Communication spans carry the collective and its size
+// (collectives.h) in ImportResult::comm.
 // Step: the ProfilerStep#N window (CPU side) containing the launch of the kernel (found
 // through args.correlation), else the kernel's own start; -1 outside every window. A
 // file without ProfilerStep annotations is one iteration, step 0.
@@ -26,6 +33,8 @@
 
 #include "timeline/recorder.h"
 #include "trace_import/classify.h"
+#include "trace_import/collectives.h"
+#include "trace_import/hta_overlap.h"
 
 namespace tandem {
 
@@ -41,11 +50,28 @@ struct TraceFileInfo {
   std::size_t outside_steps = 0;                  // spans in no ProfilerStep window (step -1)
   std::size_t step_windows = 0;                   // ProfilerStep#N annotations
   std::size_t names_cut = 0;  // events kept whose name was longer than 64 KiB (cut to it)
+  std::size_t devices = 0;    // distinct GPUs of its events (kineto); > 1: a rank each
+};
+
+// One rank of the timeline that came from a Kineto trace: the file, and the GPU when the
+// file holds several (each GPU of a file is a rank of its own).
+struct ImportedRank {
+  std::int32_t rank = 0;
+  std::string file;
+  std::int32_t device = -1;  // -1: the file's only device, or none (a CPU-only trace)
+  HtaRankModes hta;          // HTA's overlap of this rank (hta_overlap.h)
 };
 
 struct ImportResult {
   Timeline timeline;
   std::vector<TraceFileInfo> files;
+  std::vector<ImportedRank> ranks;  // Kineto ranks, in rank order
+  std::vector<CommInfo> comm;       // one per communication span of a Kineto trace
+  // HTA drops the last ProfilerStep only when the traces hold two or more distinct
+  // ProfilerStep names (hta_overlap.h); otherwise both of its modes keep everything.
+  bool hta_step_filter = false;
+  // HTA's number for a rank in either mode.
+  const HtaOverlap& hta(const ImportedRank& r, bool include_last_step) const;
 };
 
 class TraceImporter {
@@ -68,6 +94,7 @@ class TraceImporter {
   EventClassifier classifier_;
   ImportResult result_;
   std::map<std::int32_t, std::string> rank_owner_;  // rank -> the file that supplied it
+  std::vector<std::string> step_mark_names_;         // distinct, over all files
 };
 
 // Convenience: every path in order (file_index = position).
