@@ -23,6 +23,7 @@ struct AnalyzeFlags {
   bool force = false;
   ClassificationRules rules;
   int warmup = 0;
+  int kernels = 10;
   bool quiet = false;
 };
 
@@ -63,9 +64,12 @@ int run_analyze(const AnalyzeFlags& flags, const CommandLine& argv) {
   }
 
   const AnalyzeResult result =
-      analyze_timeline(run.timeline, baseline ? &baseline->timeline : nullptr, flags.warmup);
+      analyze_imports(run, baseline ? &*baseline : nullptr, static_cast<std::size_t>(flags.warmup));
   if (!flags.quiet) std::fputs(format_iteration_table(result).c_str(), stdout);
   std::fputs(format_analyze_summary(result).c_str(), stdout);
+  std::fputs(format_rank_table(result).c_str(), stdout);
+  std::fputs(format_collective_table(result, flags.quiet ? 8 : 20).c_str(), stdout);
+  std::fputs(format_kernel_table(result, static_cast<std::size_t>(flags.kernels)).c_str(), stdout);
   // The same table `tandem characterize` prints; rows of scenarios a profile cannot
   // contain (comm-only, sequential) read n/a.
   std::printf("\nmetrics (as tandem characterize; the baseline is the compute-only scenario)\n");
@@ -75,13 +79,15 @@ int run_analyze(const AnalyzeFlags& flags, const CommandLine& argv) {
     out->write_summary(
         analyze_summary_body(result, run, baseline ? &*baseline : nullptr, flags.rules));
     out->write("iterations.csv", iterations_csv(result));
+    out->write("collectives.csv", collectives_csv(result));
+    if (result.kernels) out->write("kernels.csv", kernels_csv(result));
     out->write_trace(
         "trace.json", run.timeline,
         {.other_data = {{"source", "tandem analyze"}, {"inputs", inputs}}, .counters = {}});
     out->write_report();
     out->commit();
-    std::printf("wrote %s/{summary.json,iterations.csv,trace.json,report.html}\n",
-                out->path().c_str());
+    std::printf("wrote %s/{summary.json,iterations.csv,collectives.csv,%strace.json,report.html}\n",
+                out->path().c_str(), result.kernels ? "kernels.csv," : "");
   }
   return 0;
 }
@@ -101,6 +107,7 @@ void add_analyze_command(CLI::App& app, RunCommand& run) {
                   "compute slowdown (eq. 1) and ideal iteration time (eq. 4)");
   cmd->add_option("--out", flags->out,
                   "Directory for summary.json, iterations.csv (a row per rank per iteration), "
+                  "collectives.csv, kernels.csv (with --baseline), "
                   "trace.json (all ranks merged, Chrome/Perfetto) and report.html; it appears "
                   "when the analysis is done, and one that holds results is refused without "
                   "--force");
@@ -117,7 +124,13 @@ void add_analyze_command(CLI::App& app, RunCommand& run) {
   cmd->add_option("--warmup", flags->warmup, "Iterations left out at the start")
       ->check(integer_in(0, 1'000'000))
       ->capture_default_str();
-  cmd->add_flag("--quiet", flags->quiet, "No row per rank per iteration, only the summary");
+  cmd->add_option("--kernels", flags->kernels,
+                  "With --baseline: rows of the table of kernels slowed by overlap (all of them "
+                  "in summary.json and kernels.csv)")
+      ->check(integer_in(0, 1'000'000))
+      ->capture_default_str();
+  cmd->add_flag("--quiet", flags->quiet,
+                "No row per rank per iteration and at most 8 collective rows, only the summary");
   cmd->callback([flags, &run] {
     run = [flags](const CommandLine& argv) { return run_analyze(*flags, argv); };
   });

@@ -187,3 +187,202 @@ std::string iterations_csv(const AnalyzeResult& result) {
 }
 
 }  // namespace tandem
+
+namespace tandem {
+namespace {
+
+std::string size_text(std::int64_t bytes) {
+  if (bytes < 0) return "?";
+  char buf[32];
+  const double b = static_cast<double>(bytes);
+  if (bytes < 1024) {
+    std::snprintf(buf, sizeof buf, "%lld B", static_cast<long long>(bytes));
+  } else if (bytes < (1 << 20)) {
+    std::snprintf(buf, sizeof buf, "%.1f KiB", b / 1024);
+  } else if (bytes < (std::int64_t{1} << 30)) {
+    std::snprintf(buf, sizeof buf, "%.1f MiB", b / (1 << 20));
+  } else {
+    std::snprintf(buf, sizeof buf, "%.2f GiB", b / (1 << 30));
+  }
+  return buf;
+}
+
+std::string number_text(double v, const char* format) {
+  if (std::isnan(v)) return "n/a";
+  char buf[32];
+  std::snprintf(buf, sizeof buf, format, v);
+  return buf;
+}
+
+std::string csv_number(double v) { return std::isnan(v) ? std::string() : std::to_string(v); }
+
+// CSV text field: quoted, quotes doubled (kernel names hold commas).
+std::string csv_text(std::string_view s) {
+  std::string out = "\"";
+  for (char c : s) {
+    if (c == '"') out += '"';
+    out += c;
+  }
+  return out + "\"";
+}
+
+std::string cut(std::string_view s, std::size_t width) {
+  if (s.size() <= width) return std::string(s);
+  return std::string(s.substr(0, width - 3)) + "...";
+}
+
+std::vector<std::int32_t> step_ids(const std::vector<StepMetrics>& steps) {
+  std::vector<std::int32_t> ids;
+  for (const StepMetrics& s : steps) ids.push_back(s.step);
+  std::sort(ids.begin(), ids.end());
+  return ids;
+}
+
+}  // namespace
+
+AnalyzeResult analyze_imports(const ImportResult& run, const ImportResult* baseline,
+                              std::size_t warmup) {
+  AnalyzeResult r =
+      analyze_timeline(run.timeline, baseline != nullptr ? &baseline->timeline : nullptr, warmup);
+  r.hta_step_filter = run.hta_step_filter;
+  for (const ImportedRank& rank : run.ranks) {
+    r.ranks.push_back({rank, run.hta(rank, false), run.hta(rank, true)});
+  }
+  r.collectives = collective_table(run.timeline, run.comm, step_ids(r.steps));
+  if (baseline != nullptr && !run.ranks.empty()) {
+    r.kernels = kernel_slowdown(run.timeline, run.comm, step_ids(r.steps), baseline->timeline,
+                                step_ids(r.baseline_steps));
+  }
+  return r;
+}
+
+std::string format_rank_table(const AnalyzeResult& r) {
+  if (r.ranks.empty()) return "";
+  std::string text =
+      "\nper rank, as HTA's get_comm_comp_overlap (whole trace, not per iteration; HTA's "
+      "default leaves the last ProfilerStep out, 'all' keeps it)\n";
+  if (!r.hta_step_filter) {
+    text += "  (fewer than two ProfilerStep names in the traces: HTA keeps every kernel in both)\n";
+  }
+  text += "rank  device   hidden  hidden(all)  compute_ms    comm_ms  overlap_ms    idle_ms  file\n";
+  char row[512];
+  for (const AnalyzeResult::Rank& k : r.ranks) {
+    const HtaOverlap& h = k.last_step_out;
+    const std::string device = k.import.device >= 0 ? std::to_string(k.import.device) : "-";
+    const auto pct = [](const HtaOverlap& o) {
+      return o.defined ? number_text(o.hidden_pct, "%.2f%%") : std::string("n/a");
+    };
+    std::snprintf(row, sizeof row, "%4d  %6s  %7s  %11s  %10.3f %10.3f  %10.3f %10.3f  %s\n",
+                  k.import.rank, device.c_str(), pct(h).c_str(), pct(k.last_step_in).c_str(),
+                  h.compute_us / 1e3, h.comm_us / 1e3, h.overlap_us / 1e3, h.idle_us / 1e3,
+                  k.import.file.c_str());
+    text += row;
+  }
+  return text;
+}
+
+std::string format_collective_table(const AnalyzeResult& r, std::size_t max_rows) {
+  if (r.collectives.empty()) return "";
+  std::string text =
+      "\ncollectives over the measured iterations (size and bandwidths as nccl-tests; longest "
+      "total time first)\n"
+      "collective          size  group  dtype       count    time_ms   mean_us   hidden  "
+      "algbw_GB/s  busbw_GB/s\n";
+  char row[320];
+  std::size_t shown = 0, rest_count = 0;
+  std::int64_t rest_ns = 0;
+  for (const CollectiveRow& c : r.collectives) {
+    if (shown == max_rows) {
+      rest_count += c.count;
+      rest_ns += c.time_ns;
+      continue;
+    }
+    ++shown;
+    const std::string group = c.group_size > 0 ? std::to_string(c.group_size) : "?";
+    std::snprintf(row, sizeof row, "%-14s %9s  %5s  %-10s %6zu %10.3f %9.1f %8s %11s %11s\n",
+                  std::string(to_string(c.type)).c_str(), size_text(c.bytes).c_str(),
+                  group.c_str(), cut(c.dtype.empty() ? "?" : c.dtype, 10).c_str(), c.count,
+                  c.time_ns / 1e6, c.time_ns / 1e3 / static_cast<double>(c.count),
+                  percent(c.hidden_share()).c_str(), number_text(c.algbw_gbps(), "%.2f").c_str(),
+                  number_text(c.busbw_gbps(), "%.2f").c_str());
+    text += row;
+  }
+  if (rest_count > 0) {
+    std::snprintf(row, sizeof row, "  ... %zu more in %zu rows, %.3f ms (all in summary.json)\n",
+                  rest_count, r.collectives.size() - shown, rest_ns / 1e6);
+    text += row;
+  }
+  return text;
+}
+
+std::string format_kernel_table(const AnalyzeResult& r, std::size_t max_rows) {
+  if (!r.kernels) return "";
+  const KernelSlowdownReport& k = *r.kernels;
+  char line[640];
+  std::snprintf(line, sizeof line,
+                "\nkernels slowed by overlap: run against baseline, %zu (rank, iteration) pairs, "
+                "kernels matched by name and occurrence;\n  unmatched occurrences: %zu only in "
+                "the run, %zu only in the baseline (%zu and %zu kernel names)\n",
+                k.iterations_paired, k.unmatched_run, k.unmatched_baseline, k.names_only_run,
+                k.names_only_baseline);
+  std::string text = line;
+  text +=
+      "kernel                                         count  alone_ms  overlap_ms  slowdown  "
+      "under_comm  collectives running over it\n";
+  std::size_t shown = 0;
+  for (const KernelSlowdown& s : k.kernels) {
+    if (shown++ == max_rows) break;
+    std::string over;
+    for (std::size_t i = 0; i < s.collectives.size() && i < 3; ++i) {
+      const ContendingCollective& c = s.collectives[i];
+      char part[96];
+      std::snprintf(part, sizeof part, "%s%s %s %.2f ms", i > 0 ? ", " : "",
+                    std::string(to_string(c.type)).c_str(), size_text(c.bytes).c_str(),
+                    c.overlap_ns / 1e6);
+      over += part;
+    }
+    if (over.empty()) over = "-";
+    const double under = s.overlapped_ns > 0 ? static_cast<double>(s.under_comm_ns) /
+                                                   static_cast<double>(s.overlapped_ns)
+                                             : kUndefined;
+    std::snprintf(line, sizeof line, "%-45s %6zu %9.3f %11.3f %9s %11s  %s\n",
+                  cut(s.name, 45).c_str(), s.count, s.alone_ns / 1e6, s.overlapped_ns / 1e6,
+                  number_text(100 * s.slowdown(), "%+.1f%%").c_str(), percent(under).c_str(),
+                  over.c_str());
+    text += line;
+  }
+  return text;
+}
+
+std::string collectives_csv(const AnalyzeResult& r) {
+  std::string csv =
+      "collective,bytes,group_size,dtype,count,time_ns,hidden_ns,hidden_share,algbw_GBps,"
+      "busbw_GBps\n";
+  for (const CollectiveRow& c : r.collectives) {
+    csv += std::string(to_string(c.type)) + "," + (c.bytes >= 0 ? std::to_string(c.bytes) : "") +
+           "," + (c.group_size > 0 ? std::to_string(c.group_size) : "") + "," +
+           csv_text(c.dtype) + "," + std::to_string(c.count) + "," + std::to_string(c.time_ns) +
+           "," + std::to_string(c.hidden_ns) + "," + csv_number(c.hidden_share()) + "," +
+           csv_number(c.algbw_gbps()) + "," + csv_number(c.busbw_gbps()) + "\n";
+  }
+  return csv;
+}
+
+std::string kernels_csv(const AnalyzeResult& r) {
+  std::string csv = "kernel,count,alone_ns,overlapped_ns,slowdown,under_comm_ns,collectives\n";
+  if (!r.kernels) return csv;
+  for (const KernelSlowdown& s : r.kernels->kernels) {
+    std::string over;
+    for (const ContendingCollective& c : s.collectives) {
+      if (!over.empty()) over += ";";
+      over += std::string(to_string(c.type)) + ":" + (c.bytes >= 0 ? std::to_string(c.bytes) : "?") +
+              ":" + std::to_string(c.overlap_ns);
+    }
+    csv += csv_text(s.name) + "," + std::to_string(s.count) + "," + std::to_string(s.alone_ns) +
+           "," + std::to_string(s.overlapped_ns) + "," + csv_number(s.slowdown()) + "," +
+           std::to_string(s.under_comm_ns) + "," + csv_text(over) + "\n";
+  }
+  return csv;
+}
+
+}  // namespace tandem

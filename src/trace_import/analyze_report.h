@@ -4,10 +4,12 @@
 // is report/analyze_summary.h's: the importer does not know the results layout).
 #pragma once
 
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "analysis/metrics.h"
+#include "trace_import/kernel_slowdown.h"
 #include "trace_import/trace_import.h"
 
 namespace tandem {
@@ -35,12 +37,35 @@ struct AnalyzeResult {
   double hidden_share = kUndefined;  // Σ T_ovl / Σ T_comm over measured steps (HTA)
   // Per step, ms: E2E (slowest rank), the rest the mean over ranks.
   Summary e2e_ms, compute_ms, comm_ms, overlap_ms, exposed_comm_ms, idle_ms;
+
+  // From analyze_imports: the parts that need more than a timeline.
+  struct Rank {
+    ImportedRank import;
+    HtaOverlap last_step_out, last_step_in;  // HTA's default and include_last_profiler_step
+  };
+  std::vector<Rank> ranks;                      // Kineto ranks, HTA's whole-trace numbers
+  bool hta_step_filter = false;                 // HTA left the last ProfilerStep out
+  std::vector<CollectiveRow> collectives;       // measured iterations
+  std::optional<KernelSlowdownReport> kernels;  // with a Kineto baseline
 };
 
 // `baseline` may be null. Throws UsageError when nothing is left to analyze.
 AnalyzeResult analyze_timeline(const Timeline& run, const Timeline* baseline, std::size_t warmup);
 
+// analyze_timeline and, for Kineto inputs, HTA's per-rank overlap, the collectives table
+// and (with a baseline) the kernels contention slows.
+AnalyzeResult analyze_imports(const ImportResult& run, const ImportResult* baseline,
+                              std::size_t warmup);
+
 std::string format_iteration_table(const AnalyzeResult& result);
+// A row per rank, HTA's numbers (empty when no input was a Kineto trace).
+std::string format_rank_table(const AnalyzeResult& result);
+// The collectives, longest total time first, at most `max_rows` (the rest summed up).
+std::string format_collective_table(const AnalyzeResult& result, std::size_t max_rows);
+// The kernels that gained the most time under overlap, at most `max_rows`.
+std::string format_kernel_table(const AnalyzeResult& result, std::size_t max_rows);
+std::string collectives_csv(const AnalyzeResult& result);
+std::string kernels_csv(const AnalyzeResult& result);
 std::string format_analyze_summary(const AnalyzeResult& result);
 // A row per rank per measured iteration.
 std::string iterations_csv(const AnalyzeResult& result);
