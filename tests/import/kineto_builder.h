@@ -87,6 +87,35 @@ class KinetoBuilder {
                        {"args", {{"External id", 3}, {"Input Dims", {{1, 2}, {3}}}}}});
     return *this;
   }
+  // Any event, as given.
+  KinetoBuilder& event(nlohmann::json e) {
+    events_.push_back(std::move(e));
+    return *this;
+  }
+  // An NCCL kernel with the collective arguments PyTorch records (no arguments when
+  // `collective` is empty).
+  KinetoBuilder& nccl(const std::string& name, double ts, double dur, long correlation,
+                      const std::string& collective = "", long in = 0, long out = 0,
+                      int group = 0, const std::string& dtype = "Float", int device = 0) {
+    nlohmann::json args = {{"device", device}, {"stream", 20}, {"correlation", correlation}};
+    if (!collective.empty()) {
+      args["Collective name"] = collective;
+      args["In msg nelems"] = in;
+      args["Out msg nelems"] = out;
+      args["Group size"] = group;
+      args["dtype"] = dtype;
+      args["Process Group Name"] = "0";
+    }
+    events_.push_back({{"ph", "X"},
+                       {"cat", "kernel"},
+                       {"name", name},
+                       {"pid", device},
+                       {"tid", 20},
+                       {"ts", ts},
+                       {"dur", dur},
+                       {"args", args}});
+    return *this;
+  }
   KinetoBuilder& base_time_ns(long long ns) {
     base_time_ns_ = ns;
     return *this;
