@@ -44,7 +44,8 @@ TEST(AnalyzeCliTest, HelpExplainsEveryFlag) {
   const CliResult r = run_tandem("analyze --help");
   EXPECT_EQ(r.exit_code, 0);
   for (const char* flag :
-       {"--baseline", "--out", "--comm-regex", "--memory-regex", "--compute-regex", "--warmup"}) {
+       {"--baseline", "--out", "--comm-regex", "--memory-regex", "--compute-regex", "--warmup",
+        "--kernels"}) {
     EXPECT_NE(r.out.find(flag), std::string::npos) << flag;
   }
 }
@@ -122,6 +123,49 @@ TEST(AnalyzeCliTest, BaselineAddsSlowdownAndIdealTime) {
   const std::string table = r.out.substr(r.out.find(table_head));
   EXPECT_NE(line_of(table, "compute slowdown S (eq. 1)").find("20.0%"), std::string::npos) << r.out;
   EXPECT_NE(line_of(table, "E2E_ideal (eq. 4)").find("0.100 ms"), std::string::npos) << r.out;
+}
+
+// Round two as a user meets it: HTA's per-rank number, the collectives with their sizes
+// and bandwidths, and the kernels contention slows, on the terminal and in the files.
+TEST(AnalyzeCliTest, RanksCollectivesAndSlowedKernels) {
+  TempDir dir;
+  // Three steps; per step a gemm [t, t+120) and a 4 MiB all-reduce of 8 ranks [t+60, t+160).
+  KinetoBuilder run(0), iso(0);
+  for (int step = 1; step <= 3; ++step) {
+    const double t = 1000.0 * step;
+    run.profiler_step(step, t, 1000).launch(t + 1, 2 * step).launch(t + 2, 2 * step + 1);
+    run.kernel("sm80_gemm", t, 120, 7, 2 * step);
+    run.nccl("ncclDevKernel_AllReduce_Sum_f32_RING_LL", t + 60, 100, 2 * step + 1, "allreduce",
+             1 << 20, 1 << 20, 8, "Float");
+    iso.profiler_step(step, t, 1000).kernel("sm80_gemm", t, 100);
+  }
+  std::ofstream(dir.path() / "run.json") << run.str();
+  std::ofstream(dir.path() / "iso.json") << iso.str();
+  const fs::path out = dir.path() / "a";
+  const CliResult r = run_tandem("analyze " + (dir.path() / "run.json").string() + " --baseline " +
+                                 (dir.path() / "iso.json").string() + " --out " + out.string());
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  // HTA: steps 1 and 2 (the last left out): overlap 60 of 100 each -> 60.00%; all: 60.00%.
+  EXPECT_NE(r.out.find("per rank, as HTA"), std::string::npos) << r.out;
+  EXPECT_NE(line_of(r.out, "   0       -").find("60.00%       60.00%"), std::string::npos) << r.out;
+  // 4 MiB in 100 us: algbw 41.94 GB/s, busbw x 1.75 = 73.40.
+  const std::string row = line_of(r.out, "AllReduce ");
+  EXPECT_NE(row.find("4.0 MiB"), std::string::npos) << r.out;
+  EXPECT_NE(row.find("41.94"), std::string::npos) << r.out;
+  EXPECT_NE(row.find("73.40"), std::string::npos) << r.out;
+  EXPECT_NE(line_of(r.out, "sm80_gemm").find("+20.0%"), std::string::npos) << r.out;
+  EXPECT_NE(line_of(r.out, "sm80_gemm").find("AllReduce 4.0 MiB"), std::string::npos) << r.out;
+
+  const auto summary = nlohmann::json::parse(slurp(out / "summary.json"));
+  ASSERT_EQ(summary["ranks"].size(), 1u);
+  EXPECT_DOUBLE_EQ(summary["ranks"][0]["hidden_share_pct"].get<double>(), 60.0);
+  EXPECT_TRUE(summary["hta_last_step_filter"].get<bool>());
+  EXPECT_EQ(summary["collectives"][0]["bytes"], 4 << 20);
+  EXPECT_EQ(summary["collectives"][0]["count"], 3);
+  EXPECT_DOUBLE_EQ(summary["kernel_slowdown"]["kernels"][0]["slowdown"].get<double>(), 0.2);
+  EXPECT_EQ(count_lines(slurp(out / "collectives.csv")), 2);
+  EXPECT_EQ(count_lines(slurp(out / "kernels.csv")), 2);
+  EXPECT_NE(slurp(out / "kernels.csv").find("\"sm80_gemm\",3,"), std::string::npos);
 }
 
 // Round trip: tandem's own trace.json gives exactly the metrics `tandem train` reported:
