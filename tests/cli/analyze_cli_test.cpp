@@ -166,6 +166,11 @@ TEST(AnalyzeCliTest, RanksCollectivesAndSlowedKernels) {
   EXPECT_EQ(count_lines(slurp(out / "collectives.csv")), 2);
   EXPECT_EQ(count_lines(slurp(out / "kernels.csv")), 2);
   EXPECT_NE(slurp(out / "kernels.csv").find("\"sm80_gemm\",3,"), std::string::npos);
+  const std::string html = slurp(out / "report.html");
+  for (const char* part : {"Per rank, as HTA", "60.00%", "Collectives", "73.40",
+                           "Kernels slowed by overlap", "+20.0%"}) {
+    EXPECT_NE(html.find(part), std::string::npos) << part;
+  }
 }
 
 // Round trip: tandem's own trace.json gives exactly the metrics `tandem train` reported:

@@ -145,6 +145,101 @@ std::string inputs_table(const json& inputs) {
          "</div>";
 }
 
+// j[key], or null when j is not an object or lacks it (summary.json may be old or edited).
+const json& field(const json& j, const char* key) {
+  static const json kNull;
+  if (!j.is_object()) return kNull;
+  const auto it = j.find(key);
+  return it == j.end() ? kNull : *it;
+}
+
+// A JSON number as text with `format`, "n/a" for null or absent.
+std::string num(const json& j, const char* key, const char* format, double scale = 1) {
+  const json& v = field(j, key);
+  if (!v.is_number()) return "n/a";
+  char buf[48];
+  std::snprintf(buf, sizeof buf, format, v.get<double>() * scale);
+  return buf;
+}
+
+std::string bytes_text(const json& j) {
+  const json& v = field(j, "bytes");
+  if (!v.is_number()) return "?";
+  const double b = v.get<double>();
+  char buf[32];
+  if (b < 1024) std::snprintf(buf, sizeof buf, "%.0f B", b);
+  else if (b < 1 << 20) std::snprintf(buf, sizeof buf, "%.1f KiB", b / 1024);
+  else std::snprintf(buf, sizeof buf, "%.1f MiB", b / (1 << 20));
+  return buf;
+}
+
+// HTA's per-rank numbers (summary.json "ranks").
+std::string hta_ranks(const json& ranks) {
+  std::vector<std::vector<std::string>> rows;
+  for (const json& k : ranks) {
+    if (rows.size() == kMaxRankRows) break;
+    rows.push_back({json(k.value("rank", -1)).dump(),
+                    field(k, "device").is_number() ? field(k, "device").dump() : "-",
+                    num(k, "hidden_share_pct", "%.2f%%"), num(k, "hidden_share_pct_all_steps", "%.2f%%"),
+                    num(k, "compute_ms", "%.3f ms"), num(k, "comm_ms", "%.3f ms"),
+                    num(k, "overlap_ms", "%.3f ms"), num(k, "idle_ms", "%.3f ms")});
+  }
+  return "<div class=\"scroll\">" +
+         table({"rank", "device", "hidden (HTA)", "hidden, last step kept", "compute",
+                "communication", "overlapped", "idle"},
+               rows) +
+         "</div>";
+}
+
+std::string collectives(const json& rows_json) {
+  std::vector<std::vector<std::string>> rows;
+  for (const json& c : rows_json) {
+    if (rows.size() == 30) break;
+    const double count = c.value("count", 0.0);
+    rows.push_back({c.value("collective", std::string("?")), bytes_text(c),
+                    field(c, "group_size").is_number() ? field(c, "group_size").dump() : "?",
+                    field(c, "dtype").is_string() ? field(c, "dtype").get<std::string>() : "?",
+                    json(c.value("count", 0)).dump(), num(c, "time_ns", "%.3f ms", 1e-6),
+                    count > 0 ? format_ms(c.value("time_ns", 0.0) / count) : "n/a",
+                    format_percent(field(c, "hidden_share").is_number() ? field(c, "hidden_share").get<double>() : NAN),
+                    num(c, "algbw_GBps", "%.2f"), num(c, "busbw_GBps", "%.2f")});
+  }
+  std::string out = "<div class=\"scroll\">" +
+                    table({"collective", "size", "group", "dtype", "count", "time", "mean",
+                           "hidden", "algbw GB/s", "busbw GB/s"},
+                          rows) +
+                    "</div>";
+  if (rows_json.size() > rows.size()) {
+    out += note("The first " + std::to_string(rows.size()) + " of " +
+                std::to_string(rows_json.size()) + " rows; collectives.csv has them all.");
+  }
+  return out;
+}
+
+std::string slowed_kernels(const json& k) {
+  std::vector<std::vector<std::string>> rows;
+  for (const json& s : field(k, "kernels")) {
+    if (rows.size() == 20) break;
+    std::string over;
+    for (const json& c : field(s, "collectives")) {
+      if (!over.empty()) over += ", ";
+      over += c.value("collective", std::string("?")) + " " + bytes_text(c) + " (" +
+              format_ms(c.value("overlap_ns", 0.0)) + ")";
+    }
+    rows.push_back({s.value("name", std::string("?")), json(s.value("count", 0)).dump(),
+                    num(s, "alone_ns", "%.3f ms", 1e-6), num(s, "overlapped_ns", "%.3f ms", 1e-6),
+                    num(s, "slowdown", "%+.1f%%", 100), over.empty() ? "-" : over});
+  }
+  return "<div class=\"scroll\">" +
+         table({"kernel", "matched", "alone", "under overlap", "slowdown",
+                "collectives running over it"},
+               rows) +
+         "</div>" +
+         note(json(k.value("unmatched_run", 0)).dump() + " occurrences only in the run, " +
+              json(k.value("unmatched_baseline", 0)).dump() +
+              " only in the baseline (not compared); kernels.csv has every kernel.");
+}
+
 }  // namespace
 
 std::string analyze_body(const Results& r, const ReportOptions& options) {
@@ -187,6 +282,27 @@ std::string analyze_body(const Results& r, const ReportOptions& options) {
                   breakdown(steps));
   body += section("ranks", "Per rank", "Means over the analysed iterations.",
                   per_rank(s["iterations"]));
+  if (s.contains("ranks") && s["ranks"].is_array() && !s["ranks"].empty()) {
+    body += section("hta", "Per rank, as HTA",
+                    "Holistic Trace Analysis's get_comm_comp_overlap, computed as HTA does over "
+                    "the whole trace: by default without the last ProfilerStep "
+                    "(docs/ANALYZE.md).",
+                    hta_ranks(s["ranks"]));
+  }
+  if (s.contains("collectives") && s["collectives"].is_array() && !s["collectives"].empty()) {
+    body += section("collectives", "Collectives",
+                    "Over the analysed iterations, longest total time first; size, algbw and "
+                    "busbw as nccl-tests define them; hidden: the share of the collective's "
+                    "time during which compute ran on its rank.",
+                    collectives(s["collectives"]));
+  }
+  if (s.contains("kernel_slowdown") && s["kernel_slowdown"].is_object()) {
+    body += section("kernels", "Kernels slowed by overlap",
+                    "Compute kernels matched with the baseline by name and occurrence within "
+                    "an iteration, most time added first, with the collectives that ran over "
+                    "them.",
+                    slowed_kernels(s["kernel_slowdown"]));
+  }
   body += section("metrics", "Metrics",
                   std::string("The same definitions as tandem characterize (docs/METRICS.md); "
                               "a profile has no comm-only or sequential run, so those rows "
