@@ -64,6 +64,22 @@ constexpr std::size_t kRingSegmentElems = (256 << 10) / sizeof(float);  // 256 K
 // MPI may be initialized once per process.
 std::atomic<bool> g_mpi_used{false};
 
+// MPI_Abort asks Open MPI's runtime to end the whole job. With a host unreachable the
+// runtime can take minutes (mpirun 4.1 was seen to hang ~2 min, then crash): this
+// process does not wait for it. A few seconds after asking, it ends itself with the same
+// code, so every rank's end is bounded by its own --timeout plus this grace
+// (docs/MULTIHOST.md, "Network faults").
+constexpr auto kAbortGrace = std::chrono::seconds(3);
+
+[[noreturn]] void abort_job_now(int code) {
+  std::thread([code] {
+    std::this_thread::sleep_for(kAbortGrace);
+    std::_Exit(code);
+  }).detach();
+  MPI_Abort(MPI_COMM_WORLD, code);
+  std::_Exit(code);
+}
+
 // What MPI initialization learns, before the communicator (and its skeleton) exists.
 struct MpiState {
   bool owns_mpi = false;
@@ -156,7 +172,7 @@ class MpiCommunicator final : public ProcessCommunicator {
   [[noreturn]] void abort_job(int exit_code) override {
     std::fflush(stdout);
     std::fflush(stderr);
-    if (m_.thread_level == MPI_THREAD_MULTIPLE) MPI_Abort(MPI_COMM_WORLD, exit_code);
+    if (m_.thread_level == MPI_THREAD_MULTIPLE) abort_job_now(exit_code);
     // SERIALIZED: only the communication thread may call MPI now; it aborts at its next
     // poll. If it is stuck outside MPI for long, leave without MPI's help.
     abort_code_.store(exit_code);
@@ -294,7 +310,7 @@ class MpiCommunicator final : public ProcessCommunicator {
  private:
   void check_job_abort() {
     const int code = abort_code_.load();
-    if (code >= 0) MPI_Abort(MPI_COMM_WORLD, code);
+    if (code >= 0) abort_job_now(code);
   }
 
   // See drain(): one line naming why, then the whole job ends.
@@ -309,8 +325,7 @@ class MpiCommunicator final : public ProcessCommunicator {
                    format_duration_ns(static_cast<double>(now_ns() - op->issue_ns)).c_str());
     }
     std::fflush(stderr);
-    MPI_Abort(MPI_COMM_WORLD, 1);
-    std::_Exit(1);
+    abort_job_now(1);
   }
 
   void validate(const Op& op) const {
