@@ -247,6 +247,8 @@ RunResult Job::run_in_job(const RunSpec& spec, const RankBody& body) {
     const ClockOffset& a = after[static_cast<std::size_t>(r)];
     result.clock_uncertainty_ns =
         std::max({result.clock_uncertainty_ns, b.uncertainty_ns, a.uncertainty_ns});
+    result.clock_offset_ns = std::max(
+        {result.clock_offset_ns, std::abs(b.offset_ns), std::abs(a.offset_ns)});
     ByteReader in(all[static_cast<std::size_t>(r)]);
     result.payloads.push_back(in.get_string());
     for (Span s : in.get_vector<Span>()) {

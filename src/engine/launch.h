@@ -69,6 +69,10 @@ struct RunPlacement {
   int hosts = 1;
   int ranks_per_host = 0;                 // 0: all ranks are threads of one process
   std::int64_t clock_uncertainty_ns = 0;  // largest over ranks; 0 in one process
+  // Largest |estimated offset| of a rank's clock from rank 0's, before or after the run; 0
+  // in one process. Hosts that share one clock (namespaces on one machine) should read
+  // at most clock_uncertainty_ns.
+  std::int64_t clock_offset_ns = 0;
 };
 
 struct RunResult : RunPlacement {

@@ -439,6 +439,7 @@ TrainResult train(const TrainConfig& config, Job& job, const StepCallback& on_st
   result.hosts = run.hosts;
   result.ranks_per_host = run.ranks_per_host;
   result.clock_uncertainty_ns = run.clock_uncertainty_ns;
+  result.clock_offset_ns = run.clock_offset_ns;
   result.device = std::string(to_string(config.device));
   if (config.pipeline.stages > 1) result.pipeline = stage_plan(config).describe();
   for (std::size_t r = 0; r < run.payloads.size(); ++r) {

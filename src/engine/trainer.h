@@ -98,6 +98,7 @@ struct TrainResult {
   int hosts = 1;
   int ranks_per_host = 0;                 // 0: all ranks are threads of one process
   std::int64_t clock_uncertainty_ns = 0;  // largest over ranks; 0 for one process
+  std::int64_t clock_offset_ns = 0;       // largest |offset| from rank 0's clock (launch.h)
   // Where compute ran and how its spans were timed: "host-clock" (spans taken on the
   // training thread around each kernel call) or "cuda-events".
   std::string device = "cpu";

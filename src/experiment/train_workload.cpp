@@ -47,7 +47,7 @@ class TrainWorkload final : public Workload {
     nlohmann::json j = train_config_json(config_, {});
     // What only a run knows: characterize() adds where the runs ran.
     for (const char* key : {"buckets", "steps", "backend", "backend_details", "hosts",
-                            "ranks_per_host", "clock_uncertainty_ns"}) {
+                            "ranks_per_host", "clock_uncertainty_ns", "clock_offset_ns"}) {
       j.erase(key);
     }
     j["workload"] = "train";

@@ -220,6 +220,7 @@ nlohmann::json train_config_json(const TrainConfig& c, const TrainResult& result
       {"hosts", result.hosts},
       {"ranks_per_host", result.ranks_per_host > 0 ? result.ranks_per_host : c.ranks},
       {"clock_uncertainty_ns", result.clock_uncertainty_ns},
+      {"clock_offset_ns", result.clock_offset_ns},
       {"model", c.model.text},
       {"parameters", c.model.parameter_count()},
       {"batch_per_rank", c.batch},
