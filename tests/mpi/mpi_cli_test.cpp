@@ -379,6 +379,31 @@ TEST(MultiHost, AStoppedHostEndsTheOtherRanksNamingTheCollective) {
   expect_fault_ends_the_ranks("stop");
 }
 
+int count_of(const std::string& text, const std::string& what) {
+  int n = 0;
+  for (auto at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
+  return n;
+}
+
+// Slurm (issue 17): the variables srun sets for a step of 2 tasks make --backend auto
+// pick mpi; started by hand with them (no srun, so MPI sees one process) tandem says the
+// launcher and the job disagree, in one line. A batch script's own environment
+// (SLURM_NTASKS, SLURM_JOB_ID, no step variables) stays local.
+TEST(Slurm, AStepsEnvironmentMeansMpiAndABatchScriptsMeansLocal) {
+  const std::string train = std::string(TANDEM_BINARY) + " train --model mlp:2x64 --steps 1";
+  const CliResult step = run_shell(
+      "env SLURM_JOB_ID=77 SLURM_NTASKS=2 SLURM_STEP_NUM_TASKS=2 SLURM_PROCID=1 "
+      "SLURM_LOCALID=1 SLURM_NODEID=0 " + train);
+  EXPECT_NE(step.exit_code, 0);
+  EXPECT_EQ(count_of(step.err, "tandem: "), 1) << step.err;
+  EXPECT_NE(step.err.find("the launcher's environment says 2 processes but the job has 1"),
+            std::string::npos)
+      << step.err;
+  const CliResult batch = run_shell("env SLURM_JOB_ID=77 SLURM_NTASKS=4 " + train);
+  ASSERT_EQ(batch.exit_code, 0) << batch.err;
+  EXPECT_NE(batch.out.find("(local backend"), std::string::npos) << batch.out;
+}
+
 TEST(MpiTrain, AutoBackendPicksMpiUnderMpirunAndLocalOtherwise) {
   const CliResult under = run_shell(mpirun(2) + TANDEM_BINARY + " train --steps 2" + kModel);
   ASSERT_EQ(under.exit_code, 0) << under.err;
@@ -397,11 +422,6 @@ TEST(MpiTrain, RanksThatDisagreeWithTheJobAreAUsageError) {
   EXPECT_NE(r.err.find("--ranks 3 does not match the 2 processes"), std::string::npos) << r.err;
 }
 
-int count_of(const std::string& text, const std::string& what) {
-  int n = 0;
-  for (auto at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
-  return n;
-}
 
 // characterize under mpirun -np 2: the job's two processes are the ranks, rank 0 alone
 // prints (one header, one table) and writes one results directory for the job.
