@@ -38,6 +38,16 @@ void print_inputs(const ImportResult& imported, const char* what) {
       std::printf("  %zu spans outside every ProfilerStep window (not in any iteration)\n",
                   f.outside_steps);
     }
+    if (f.hta_file) {
+      const HtaOverlap& h = imported.hta(*f.hta_file, false);
+      std::printf("  %zu GPUs, a rank each; HTA's number for the whole file (devices merged): ",
+                  f.devices);
+      if (h.defined) {
+        std::printf("%.2f%%\n", h.hidden_pct);
+      } else {
+        std::printf("n/a\n");
+      }
+    }
     if (f.names_cut > 0) {
       std::printf("  %zu event name%s longer than 64 KiB, cut to the first 64 KiB\n", f.names_cut,
                   f.names_cut == 1 ? "" : "s");

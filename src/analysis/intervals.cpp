@@ -97,4 +97,14 @@ IntervalSet clip(const IntervalSet& a, Interval window) {
   return intersect(a, IntervalSet{window});
 }
 
+std::int64_t covered_length(const IntervalSet& a, Interval window) {
+  auto it = std::upper_bound(a.begin(), a.end(), window.start_ns,
+                             [](std::int64_t t, const Interval& i) { return t < i.end_ns; });
+  std::int64_t sum = 0;
+  for (; it != a.end() && it->start_ns < window.end_ns; ++it) {
+    sum += std::min(window.end_ns, it->end_ns) - std::max(window.start_ns, it->start_ns);
+  }
+  return sum;
+}
+
 }  // namespace tandem

@@ -39,5 +39,7 @@ IntervalSet unite(const IntervalSet& a, const IntervalSet& b);
 IntervalSet subtract(const IntervalSet& a, const IntervalSet& b);
 // a ∩ window.
 IntervalSet clip(const IntervalSet& a, Interval window);
+// len(a ∩ window) in O(log |a| + pieces): for many windows against one large set.
+std::int64_t covered_length(const IntervalSet& a, Interval window);
 
 }  // namespace tandem

@@ -6,6 +6,10 @@ namespace {
 
 nlohmann::json files_json(const ImportResult& imported) {
   nlohmann::json files = nlohmann::json::array();
+  const auto pct = [&](const HtaRankModes& modes, bool all) {
+    const HtaOverlap& h = imported.hta(modes, all);
+    return h.defined ? nlohmann::json(h.hidden_pct) : nlohmann::json(nullptr);
+  };
   for (const TraceFileInfo& f : imported.files) {
     files.push_back({{"path", f.path},
                      {"format", f.format},
@@ -20,7 +24,11 @@ nlohmann::json files_json(const ImportResult& imported) {
                      {"outside_steps", f.outside_steps},
                      {"step_windows", f.step_windows},
                      {"names_cut", f.names_cut},
-                     {"devices", f.devices}});
+                     {"devices", f.devices},
+                     {"hta_file_hidden_share_pct",
+                      f.hta_file ? pct(*f.hta_file, false) : nlohmann::json(nullptr)},
+                     {"hta_file_hidden_share_pct_all_steps",
+                      f.hta_file ? pct(*f.hta_file, true) : nlohmann::json(nullptr)}});
   }
   return files;
 }

@@ -272,11 +272,10 @@ std::string format_rank_table(const AnalyzeResult& r) {
     const auto pct = [](const HtaOverlap& o) {
       return o.defined ? number_text(o.hidden_pct, "%.2f%%") : std::string("n/a");
     };
-    std::snprintf(row, sizeof row, "%4d  %6s  %7s  %11s  %10.3f %10.3f  %10.3f %10.3f  %s\n",
+    std::snprintf(row, sizeof row, "%4d  %6s  %7s  %11s  %10.3f %10.3f  %10.3f %10.3f  ",
                   k.import.rank, device.c_str(), pct(h).c_str(), pct(k.last_step_in).c_str(),
-                  h.compute_us / 1e3, h.comm_us / 1e3, h.overlap_us / 1e3, h.idle_us / 1e3,
-                  k.import.file.c_str());
-    text += row;
+                  h.compute_us / 1e3, h.comm_us / 1e3, h.overlap_us / 1e3, h.idle_us / 1e3);
+    text += row + k.import.file + "\n";
   }
   return text;
 }

@@ -26,16 +26,6 @@ std::string squash(std::string_view name) {
   return out;
 }
 
-// Length of [start, end) covered by a canonical set.
-std::int64_t covered(const IntervalSet& set, std::int64_t start, std::int64_t end) {
-  auto it = std::upper_bound(set.begin(), set.end(), start,
-                             [](std::int64_t t, const Interval& i) { return t < i.end_ns; });
-  std::int64_t sum = 0;
-  for (; it != set.end() && it->start_ns < end; ++it) {
-    sum += std::min(end, it->end_ns) - std::max(start, it->start_ns);
-  }
-  return sum;
-}
 
 }  // namespace
 
@@ -184,9 +174,9 @@ std::vector<CollectiveRow> collective_table(const Timeline& timeline,
     row.group_size = c.group_size;
     row.dtype = c.dtype;
     ++row.count;
-    row.time_ns += s.duration_ns();
+    row.time_ns = add_saturating(row.time_ns, s.duration_ns());
     if (auto it = compute.find(s.rank); it != compute.end()) {
-      row.hidden_ns += covered(it->second, s.start_ns, s.end_ns);
+      row.hidden_ns = add_saturating(row.hidden_ns, covered_length(it->second, {s.start_ns, s.end_ns}));
     }
   }
   std::vector<CollectiveRow> out;

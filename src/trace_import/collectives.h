@@ -13,6 +13,7 @@
 #pragma once
 
 #include <cstdint>
+#include <climits>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -53,6 +54,14 @@ std::optional<int> dtype_bytes(std::string_view dtype);
 
 // nccl-tests' bus-bandwidth factor; NaN when the group size is unknown (< 1).
 double bus_factor(CollectiveType type, int group_size);
+
+// a + b, held at the int64 bounds instead of wrapping: sums of durations a hostile trace
+// can make (each up to 1e15 ns) stay meaningful numbers.
+inline std::int64_t add_saturating(std::int64_t a, std::int64_t b) {
+  std::int64_t sum = 0;
+  if (!__builtin_add_overflow(a, b, &sum)) return sum;
+  return b > 0 ? INT64_MAX : INT64_MIN;
+}
 
 // What is known about one imported communication span.
 struct CommInfo {

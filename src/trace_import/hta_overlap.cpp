@@ -92,51 +92,58 @@ double hta_us(std::int64_t ns) {
   return value;
 }
 
+namespace {
+
+UsInterval hta_interval(bool round, std::int64_t start_ns, std::int64_t end_ns) {
+  const double ts = hta_us(start_ns);
+  const double dur = hta_us(end_ns - start_ns);
+  if (round) return UsInterval{std::ceil(ts), std::floor(ts + dur)};
+  return UsInterval{ts, ts + dur};
+}
+
+}  // namespace
+
+HtaCpuSide::HtaCpuSide(const std::vector<Launch>& launches,
+                       const std::vector<StepWindow>& step_marks, bool fractional_ts,
+                       bool has_cpu_events)
+    : last_start_(-std::numeric_limits<double>::infinity()),
+      last_end_(std::numeric_limits<double>::infinity()),
+      fractional_ts_(fractional_ts),
+      filters_(has_cpu_events) {
+  if (!step_marks.empty()) last_end_ = -std::numeric_limits<double>::infinity();
+  for (const StepWindow& m : step_marks) {
+    const UsInterval i = hta_interval(fractional_ts, m.start_ns, m.end_ns);
+    last_start_ = std::max(last_start_, i.ts);
+    last_end_ = std::max(last_end_, i.end);
+  }
+  launches_.reserve(launches.size());
+  for (const Launch& l : launches) {
+    const double ts = hta_us(l.start_ns);
+    launches_.emplace_back(l.correlation, fractional_ts ? std::ceil(ts) : ts);
+  }
+  std::sort(launches_.begin(), launches_.end());
+}
+
+template <typename Keep>
+bool HtaCpuSide::launched(std::int64_t correlation, Keep&& keep) const {
+  // The earliest start of the correlation's CPU events: a later one passes only if it does.
+  auto it = std::lower_bound(launches_.begin(), launches_.end(),
+                             std::pair{correlation, -std::numeric_limits<double>::infinity()});
+  return it != launches_.end() && it->first == correlation && keep(it->second);
+}
+
 HtaRankModes hta_overlap(const HtaInput& input) {
-  const bool round = input.fractional_ts;
-  const auto hta_interval = [round](std::int64_t start_ns, std::int64_t end_ns) {
-    const double ts = hta_us(start_ns);
-    const double dur = hta_us(end_ns - start_ns);
-    if (round) return UsInterval{std::ceil(ts), std::floor(ts + dur)};
-    return UsInterval{ts, ts + dur};
-  };
-  const auto hta_start = [round](std::int64_t start_ns) {
-    const double ts = hta_us(start_ns);
-    return round ? std::ceil(ts) : ts;
-  };
-
-  // The last ProfilerStep mark: its start and the latest end among the marks.
-  double last_start = -std::numeric_limits<double>::infinity();
-  double last_end = last_start;
-  if (input.step_marks != nullptr) {
-    for (const StepWindow& m : *input.step_marks) {
-      const UsInterval i = hta_interval(m.start_ns, m.end_ns);
-      last_start = std::max(last_start, i.ts);
-      last_end = std::max(last_end, i.end);
-    }
-  }
-  // Correlation -> the earliest start of a CPU event carrying it.
-  std::vector<std::pair<std::int64_t, double>> launches;
-  if (input.launches != nullptr) {
-    launches.reserve(input.launches->size());
-    for (const Launch& l : *input.launches) launches.emplace_back(l.correlation, hta_start(l.start_ns));
-    std::sort(launches.begin(), launches.end());
-  }
-  const auto launched_by = [&](std::int64_t correlation, auto&& keep) {
-    auto it = std::lower_bound(launches.begin(), launches.end(),
-                               std::pair{correlation, -std::numeric_limits<double>::infinity()});
-    return it != launches.end() && it->first == correlation && keep(it->second);
-  };
-
-  const auto compute_mode = [&](auto&& keep_cpu, bool filter) {
+  const HtaCpuSide& cpu = *input.cpu;
+  const bool round = cpu.fractional_ts();
+  const auto compute_mode = [&](auto&& keep_cpu) {
     HtaOverlap out;
     std::vector<UsInterval> comm, comp, all;
     for (const HtaEvent& e : input.events) {
       if (e.stream == -1) continue;  // HTA's gpu_kernels: stream != -1
-      const UsInterval i = hta_interval(e.start_ns, e.end_ns);
-      if (filter) {
+      const UsInterval i = hta_interval(round, e.start_ns, e.end_ns);
+      if (cpu.filters()) {
         const bool gpu = e.stream >= 0 && e.correlation >= 0;
-        if (gpu ? !launched_by(e.correlation, keep_cpu) : !keep_cpu(i.ts)) continue;
+        if (gpu ? !cpu.launched(e.correlation, keep_cpu) : !keep_cpu(i.ts)) continue;
       }
       ++out.kernels;
       all.push_back(i);
@@ -156,11 +163,9 @@ HtaRankModes hta_overlap(const HtaInput& input) {
     if (out.defined) out.hidden_pct = std::nearbyint(100 * (out.overlap_us / out.comm_us) * 100) / 100;
     return out;
   };
-
   HtaRankModes modes;
-  modes.unfiltered = compute_mode([](double) { return true; }, false);
-  modes.last_step_out = compute_mode([&](double ts) { return ts < last_start; }, true);
-  modes.last_step_in = compute_mode([&](double ts) { return ts <= last_end; }, true);
+  modes.last_step_out = compute_mode([&](double ts) { return ts < cpu.last_start(); });
+  modes.last_step_in = compute_mode([&](double ts) { return ts <= cpu.last_end(); });
   return modes;
 }
 

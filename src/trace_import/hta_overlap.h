@@ -2,17 +2,23 @@
 // (HTA) computes it, so that `tandem analyze` prints the number a user checks against
 // `TraceAnalysis.get_comm_comp_overlap()` (docs/ANALYZE.md, "Per rank, as HTA").
 //
-// HTA works on a rank's whole trace at once, not per iteration:
+// HTA works on a rank's whole trace at once, not per iteration. tandem follows HTA's
+// main branch as of 2025 (TraceCollection._filter_irrelevant_gpu_kernels with
+// filter_gpu_kernels_with_cpu_correlation; older releases differ in step 2):
 //   1. Times. If any traceEvents entry has a "ts" that is not an integer literal (or has
 //      none), HTA rounds every event inwards to whole microseconds: ts' = ceil(ts),
 //      end' = floor(ts + dur), in float64 arithmetic on the values as written (so a
 //      sub-microsecond kernel can end before it starts). Otherwise ts and ts + dur as is.
-//   2. Which kernels. When the traces hold at least two distinct names containing
-//      "ProfilerStep" (over all ranks), HTA keeps the CPU events that start before the
-//      last ProfilerStep mark starts (include_last_profiler_step=True: that start at or
-//      before the last mark ends) and the GPU events (a stream >= 0 and a correlation >= 0)
-//      whose correlation is one of those CPU events'. The marks include the GPU copies of
-//      the ProfilerStep annotations (gpu_user_annotation). Fewer names: everything is kept.
+//   2. Which kernels. GPU events are those with a stream >= 0 and a correlation >= 0; every
+//      other event with a duration is a CPU event. A GPU event is kept when a kept CPU
+//      event carries its correlation. The CPU events kept: by default those starting
+//      before the last ProfilerStep mark starts; with include_last_profiler_step=True (or
+//      when the traces hold fewer than two distinct ProfilerStep names, over all ranks)
+//      those starting at or before the latest end of a mark (of any CPU event when there
+//      is no mark). The marks are the CPU events whose name holds "ProfilerStep", which
+//      includes the GPU copies of the annotation (gpu_user_annotation has no stream), so
+//      the last mark usually starts after the CPU one. A trace without CPU events keeps
+//      every GPU event.
 //   3. Kernel types by name: communication ^nccl.*Kernel, memory ^(Memcpy|Memset|dma),
 //      other: a name containing Memcpy or Sync, or starting with Memset; compute the rest.
 //      Only events with a stream take part.
@@ -44,12 +50,30 @@ struct HtaEvent {
   HtaKernelType type = HtaKernelType::kOther;
 };
 
+// The CPU side of one trace file as HTA sees it, prepared once for all its devices.
+class HtaCpuSide {
+ public:
+  HtaCpuSide(const std::vector<Launch>& launches, const std::vector<StepWindow>& step_marks,
+             bool fractional_ts, bool has_cpu_events);
+  bool fractional_ts() const { return fractional_ts_; }
+  bool filters() const { return filters_; }  // false: no CPU events, every GPU event kept
+  // Whether a CPU event carrying `correlation` passes `keep` (on its HTA start time).
+  template <typename Keep>
+  bool launched(std::int64_t correlation, Keep&& keep) const;
+  double last_start() const { return last_start_; }  // -inf without marks
+  double last_end() const { return last_end_; }      // +inf without marks
+
+ private:
+  std::vector<std::pair<std::int64_t, double>> launches_;  // correlation -> earliest start
+  double last_start_, last_end_;
+  bool fractional_ts_ = false;
+  bool filters_ = true;
+};
+
 // What HTA reads of one rank's trace.
 struct HtaInput {
   std::vector<HtaEvent> events;
-  const std::vector<Launch>* launches = nullptr;       // CPU events with a correlation
-  const std::vector<StepWindow>* step_marks = nullptr;  // events named *ProfilerStep*
-  bool fractional_ts = false;
+  const HtaCpuSide* cpu = nullptr;
 };
 
 // HTA's per-rank numbers in one selection mode. Times in microseconds (HTA's unit).
@@ -63,10 +87,11 @@ struct HtaOverlap {
   bool defined = false;    // false: no communication time (HTA divides by zero)
 };
 
-// The rank under HTA's three selections: nothing left out (fewer than two ProfilerStep
-// names), the last step left out (HTA's default), and include_last_profiler_step=True.
+// The rank under HTA's two selections: the last step left out (HTA's default when the
+// traces hold two or more ProfilerStep names), and include_last_profiler_step=True (also
+// what HTA does with fewer names).
 struct HtaRankModes {
-  HtaOverlap unfiltered, last_step_out, last_step_in;
+  HtaOverlap last_step_out, last_step_in;
 };
 
 HtaRankModes hta_overlap(const HtaInput& input);

@@ -35,7 +35,6 @@ Iterations measured_kernels(const Timeline& t, const std::vector<std::int32_t>& 
 // A rank's comm spans sorted by start, with what each ran, and their union.
 struct RankComm {
   std::vector<std::pair<const Span*, const CommInfo*>> spans;
-  std::int64_t longest_ns = 0;
   IntervalSet busy;
 };
 
@@ -62,7 +61,6 @@ KernelSlowdownReport kernel_slowdown(const Timeline& run, const std::vector<Comm
     const Span& s = run.spans.at(c.span);
     RankComm& r = comm[s.rank];
     r.spans.emplace_back(&s, &c);
-    r.longest_ns = std::max(r.longest_ns, s.duration_ns());
   }
   for (auto& [rank, r] : comm) {
     std::stable_sort(r.spans.begin(), r.spans.end(), [](const auto& a, const auto& b) {
@@ -96,7 +94,8 @@ KernelSlowdownReport kernel_slowdown(const Timeline& run, const std::vector<Comm
   for (const auto& [rank, run_iterations] : run_kernels) {
     const auto base_it = base_kernels.find(rank);
     if (base_it == base_kernels.end()) continue;
-    const RankComm* rank_comm = comm.contains(rank) ? &comm.at(rank) : nullptr;
+    // The rank's matched run kernels, each with its row, for the sweep below.
+    std::vector<std::pair<const Span*, KernelSlowdown*>> matched_here;
     auto run_iter = run_iterations.begin();
     auto base_iter = base_it->second.begin();
     for (; run_iter != run_iterations.end() && base_iter != base_it->second.end();
@@ -119,23 +118,38 @@ KernelSlowdownReport kernel_slowdown(const Timeline& run, const std::vector<Comm
         auto [entry, fresh] = by_name.try_emplace(std::string(name));
         KernelSlowdown& row = entry->second;
         if (fresh) row.name = std::string(name);
-        auto& contended = contention[row.name];
         for (std::size_t i = 0; i < matched; ++i) {
-          const Span& k = *run_list[i];
           ++row.count;
-          row.alone_ns += found->second[i]->duration_ns();
-          row.overlapped_ns += k.duration_ns();
-          if (rank_comm == nullptr) continue;
-          const IntervalSet window{{k.start_ns, k.end_ns}};
-          row.under_comm_ns += intersection_length(rank_comm->busy, window);
-          // Comm spans that can reach k: those starting after k.start - the longest span.
-          auto first = std::lower_bound(
-              rank_comm->spans.begin(), rank_comm->spans.end(), k.start_ns - rank_comm->longest_ns,
-              [](const auto& p, std::int64_t t) { return p.first->start_ns < t; });
-          for (auto it = first; it != rank_comm->spans.end() && it->first->start_ns < k.end_ns; ++it) {
-            const std::int64_t ov = overlap_length(k, *it->first);
-            if (ov > 0) contended[{it->second->type, it->second->bytes}] += ov;
-          }
+          row.alone_ns = add_saturating(row.alone_ns, found->second[i]->duration_ns());
+          row.overlapped_ns = add_saturating(row.overlapped_ns, run_list[i]->duration_ns());
+          matched_here.emplace_back(run_list[i], &row);
+        }
+      }
+    }
+    const auto comm_it = comm.find(rank);
+    if (comm_it == comm.end()) continue;
+    const RankComm& rank_comm = comm_it->second;
+    // One sweep over the matched kernels and the comm spans, both by start: the active
+    // spans are those begun before the kernel ends and not ended before it began (kernels
+    // come in start order, so a span ended before one kernel's start is done for all).
+    std::stable_sort(matched_here.begin(), matched_here.end(), [](const auto& a, const auto& b) {
+      return a.first->start_ns < b.first->start_ns;
+    });
+    std::vector<std::pair<const Span*, const CommInfo*>> active;
+    std::size_t next = 0;
+    for (const auto& [k, row] : matched_here) {
+      while (next < rank_comm.spans.size() && rank_comm.spans[next].first->start_ns < k->end_ns) {
+        active.push_back(rank_comm.spans[next++]);
+      }
+      std::erase_if(active, [&](const auto& a) { return a.first->end_ns <= k->start_ns; });
+      row->under_comm_ns = add_saturating(
+          row->under_comm_ns, covered_length(rank_comm.busy, {k->start_ns, k->end_ns}));
+      auto& contended = contention[row->name];
+      for (const auto& [c, info] : active) {
+        const std::int64_t ov = overlap_length(*k, *c);
+        if (ov > 0) {
+          auto& sum = contended[{info->type, info->bytes}];
+          sum = add_saturating(sum, ov);
         }
       }
     }

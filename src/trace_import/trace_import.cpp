@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <limits>
 #include <map>
 #include <system_error>
 
@@ -150,7 +151,9 @@ void TraceImporter::add(TraceBytes& bytes, const std::string& source, int file_i
   info.rank_source = raw.distributed_rank ? "distributedInfo.rank" : "file order";
   const std::int64_t base_ns = raw.base_time_ns.value_or(0);
 
-  // Devices: args.device of the GPU events, else their pid (Kineto's GPU rows).
+  // Devices: args.device of the GPU events, else their pid (Kineto's GPU rows). A file
+  // of a distributed job (distributedInfo) is one rank whatever devices it names; a
+  // file without it that names several is a rank per device.
   const auto device_of = [](const RawEvent& e) { return e.device >= 0 ? e.device : std::max(e.pid, 0); };
   std::vector<std::int32_t> devices;
   for (const RawEvent& e : raw.events) {
@@ -158,55 +161,70 @@ void TraceImporter::add(TraceBytes& bytes, const std::string& source, int file_i
   }
   std::sort(devices.begin(), devices.end());
   devices.erase(std::unique(devices.begin(), devices.end()), devices.end());
-  const auto rank_of_device = [&](std::int32_t device) {
-    const auto it = std::lower_bound(devices.begin(), devices.end(), device);
-    return info.rank + static_cast<std::int32_t>(it - devices.begin());
+  info.devices = devices.size();
+  if (raw.distributed_rank) devices.clear();
+  const std::size_t timelines = std::max<std::size_t>(devices.size(), 1);
+  const auto timeline_of = [&](const RawEvent& e) -> std::size_t {
+    if (devices.size() <= 1) return 0;
+    return static_cast<std::size_t>(std::lower_bound(devices.begin(), devices.end(), device_of(e)) -
+                                    devices.begin());
   };
-  for (std::size_t d = 0; d < std::max<std::size_t>(devices.size(), 1); ++d) {
-    claim_rank(info.rank + static_cast<std::int32_t>(d));
-  }
+  for (std::size_t d = 0; d < timelines; ++d) claim_rank(info.rank + static_cast<std::int32_t>(d));
 
-  // HTA's view of each device's GPU events, before the launches move into the index.
-  for (std::string_view mark : [&] {
-         std::vector<std::string_view> v;
-         for (NameId id : raw.step_mark_names) v.push_back(names.name(id));
-         return v;
-       }()) {
-    if (std::find(step_mark_names_.begin(), step_mark_names_.end(), mark) == step_mark_names_.end()) {
+  // HTA's view (hta_overlap.h): per timeline, and for a file split by device also the
+  // whole file, which is what HTA itself reports for it.
+  for (NameId id : raw.step_mark_names) {
+    const std::string_view mark = names.name(id);
+    if (step_mark_names_.size() < 2 &&
+        std::find(step_mark_names_.begin(), step_mark_names_.end(), mark) == step_mark_names_.end()) {
       step_mark_names_.emplace_back(mark);
     }
   }
-  for (std::size_t d = 0; d < std::max<std::size_t>(devices.size(), 1); ++d) {
-    HtaInput hta{.events = {},
-                 .launches = &raw.launches,
-                 .step_marks = &raw.step_marks,
-                 .fractional_ts = raw.fractional_ts};
+  {
+    const HtaCpuSide cpu(raw.launches, raw.step_marks, raw.fractional_ts, raw.cpu_events > 0);
+    std::vector<HtaInput> hta(timelines, HtaInput{.events = {}, .cpu = &cpu});
     for (const RawEvent& e : raw.events) {
-      if (!raw.categories[e.category].gpu || (!devices.empty() && device_of(e) != devices[d])) continue;
-      hta.events.push_back({.start_ns = e.start_ns,
-                            .end_ns = e.end_ns,
-                            .correlation = e.correlation,
-                            .stream = e.stream,
-                            .type = hta_kernel_type(names.name(e.name))});
+      if (!raw.categories[e.category].gpu) continue;
+      hta[timeline_of(e)].events.push_back({.start_ns = e.start_ns,
+                                           .end_ns = e.end_ns,
+                                           .correlation = e.correlation,
+                                           .stream = e.stream,
+                                           .type = hta_kernel_type(names.name(e.name))});
     }
-    result_.ranks.push_back({.rank = info.rank + static_cast<std::int32_t>(d),
-                             .file = source,
-                             .device = devices.size() > 1 ? devices[d] : -1,
-                             .hta = hta_overlap(hta)});
+    if (timelines > 1) {
+      HtaInput whole{.events = {}, .cpu = &cpu};
+      for (const HtaInput& one : hta) whole.events.insert(whole.events.end(), one.events.begin(), one.events.end());
+      info.hta_file = hta_overlap(whole);
+    }
+    for (std::size_t d = 0; d < timelines; ++d) {
+      result_.ranks.push_back({.rank = info.rank + static_cast<std::int32_t>(d),
+                               .file = source,
+                               .device = timelines > 1 ? devices[d] : -1,
+                               .hta = hta_overlap(hta[d])});
+    }
   }
 
   // CPU ops carrying a collective's arguments, by start: a comm span without arguments
-  // of its own takes those of the op around its CPU-side moment.
+  // of its own takes those of the innermost such op around its CPU-side moment (the
+  // launch of a kernel, the start of a gloo range), if it is the same collective. NCCL
+  // runs send, recv and all-to-all as SendRecv kernels: a SendRecv or unnamed span takes
+  // the op's collective.
   std::sort(raw.collective_ops.begin(), raw.collective_ops.end(),
             [](const CpuInterval& a, const CpuInterval& b) { return a.start_ns < b.start_ns; });
+  std::int64_t longest_op = 0;
+  for (const CpuInterval& op : raw.collective_ops) longest_op = std::max(longest_op, op.end_ns - op.start_ns);
   const auto enclosing_op = [&](std::int64_t t, CollectiveType type) -> const CollectiveArgs* {
     auto it = std::upper_bound(raw.collective_ops.begin(), raw.collective_ops.end(), t,
                                [](std::int64_t v, const CpuInterval& op) { return v < op.start_ns; });
+    // Only ops starting within the longest op's length before t can hold t.
     while (it != raw.collective_ops.begin()) {
       --it;
+      if (it->start_ns < t - longest_op) break;
       if (it->end_ns < t) continue;
       const CollectiveArgs& a = raw.collective_args[static_cast<std::size_t>(it->args)];
-      if (type == CollectiveType::kUnknown || collective_type(names.name(a.collective)) == type) return &a;
+      const CollectiveType theirs = collective_type(names.name(a.collective));
+      const bool any = type == CollectiveType::kUnknown || type == CollectiveType::kSendRecv;
+      return any || theirs == type ? &a : nullptr;
     }
     return nullptr;
   };
@@ -230,7 +248,7 @@ void TraceImporter::add(TraceBytes& bytes, const std::string& source, int file_i
       continue;
     }
     Span s = role_span(role, names.name(e.name));
-    s.rank = cat.gpu ? rank_of_device(device_of(e)) : info.rank;
+    s.rank = info.rank + static_cast<std::int32_t>(cat.gpu ? timeline_of(e) : 0);
     s.name = e.name;
     s.start_ns = e.start_ns + base_ns;
     s.end_ns = e.end_ns + base_ns;
@@ -244,14 +262,21 @@ void TraceImporter::add(TraceBytes& bytes, const std::string& source, int file_i
       c.type = collective_type(args != nullptr && args->collective != kNoName
                                    ? names.name(args->collective)
                                    : names.name(e.name));
-      if (args == nullptr) args = enclosing_op(cpu_time, c.type);
+      if (args == nullptr) {
+        args = enclosing_op(cpu_time, c.type);
+        if (args != nullptr && args->collective != kNoName) {
+          c.type = collective_type(names.name(args->collective));
+        }
+      }
       if (args != nullptr) {
-        if (c.type == CollectiveType::kUnknown) c.type = collective_type(names.name(args->collective));
         c.group_size = args->group_size;
         c.dtype = names.name(args->dtype);
         const std::optional<int> element = dtype_bytes(c.dtype);
         const std::int64_t elements = std::max(args->in_elements, args->out_elements);
-        if (element && elements >= 0) c.bytes = elements * *element;
+        // A size beyond int64 is not a real collective's: unknown rather than wrapped.
+        if (element && elements >= 0 && elements <= std::numeric_limits<std::int64_t>::max() / *element) {
+          c.bytes = elements * *element;
+        }
       }
       if (c.type != CollectiveType::kUnknown) s.kind = span_kind(c.type);
       if (c.bytes >= 0) s.bytes = c.bytes;
@@ -264,9 +289,21 @@ void TraceImporter::add(TraceBytes& bytes, const std::string& source, int file_i
     timeline.spans.push_back(s);
   }
   // A job without GPU events: its compute is the CPU operators (the reader kept their
-  // outermost intervals per thread), less the collectives' own ops.
-  if (devices.empty()) {
+  // outermost intervals per thread; merged here once more, in case a thread's ops came
+  // out of start order), less the collectives' own ops.
+  if (info.devices == 0) {
+    std::stable_sort(raw.cpu_ops.begin(), raw.cpu_ops.end(), [](const CpuInterval& a, const CpuInterval& b) {
+      return a.tid != b.tid ? a.tid < b.tid : a.start_ns < b.start_ns;
+    });
+    std::vector<CpuInterval> outermost;
     for (const CpuInterval& op : raw.cpu_ops) {
+      if (!outermost.empty() && outermost.back().tid == op.tid && op.start_ns < outermost.back().end_ns) {
+        outermost.back().end_ns = std::max(outermost.back().end_ns, op.end_ns);
+      } else {
+        outermost.push_back(op);
+      }
+    }
+    for (const CpuInterval& op : outermost) {
       const std::string_view name = names.name(op.name);
       if (name.starts_with("record_param_comms") || name.starts_with("c10d::") ||
           name.starts_with("gloo:")) {
@@ -281,7 +318,6 @@ void TraceImporter::add(TraceBytes& bytes, const std::string& source, int file_i
       timeline.spans.push_back(s);
     }
   }
-  info.devices = devices.size();
   result_.files.push_back(std::move(info));
 }
 
@@ -292,9 +328,8 @@ ImportResult TraceImporter::finish() {
   return std::move(result_);
 }
 
-const HtaOverlap& ImportResult::hta(const ImportedRank& r, bool include_last_step) const {
-  if (!hta_step_filter) return r.hta.unfiltered;
-  return include_last_step ? r.hta.last_step_in : r.hta.last_step_out;
+const HtaOverlap& ImportResult::hta(const HtaRankModes& modes, bool include_last_step) const {
+  return include_last_step || !hta_step_filter ? modes.last_step_in : modes.last_step_out;
 }
 
 ImportResult import_traces(const std::vector<std::string>& paths,

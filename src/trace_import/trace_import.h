@@ -16,9 +16,9 @@
 //   cpu_op intervals  -> Lane::kCompute, only in a trace without GPU events (a CPU job):
 //                        the outermost operator intervals of each thread, collectives'
 //                        own ops (record_param_comms, c10d::*) left out
-// A file whose GPU events name several devices (args.device, else the pid) becomes one
-// rank per device: ranks r, r+1, ... in device order, r the file's rank; CPU-side spans go
-// to its first device. Communication spans carry the collective and its size
+// A file without distributedInfo whose GPU events name several devices (args.device, else
+// the pid) becomes one rank per device: ranks r, r+1, ... in device order, r the file's
+// rank; CPU-side spans go to its first device. A distributed job's file is one rank. Communication spans carry the collective and its size
 // (collectives.h) in ImportResult::comm.
 // Step: the ProfilerStep#N window (CPU side) containing the launch of the kernel (found
 // through args.correlation), else the kernel's own start; -1 outside every window. A
@@ -27,6 +27,7 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -50,7 +51,10 @@ struct TraceFileInfo {
   std::size_t outside_steps = 0;                  // spans in no ProfilerStep window (step -1)
   std::size_t step_windows = 0;                   // ProfilerStep#N annotations
   std::size_t names_cut = 0;  // events kept whose name was longer than 64 KiB (cut to it)
-  std::size_t devices = 0;    // distinct GPUs of its events (kineto); > 1: a rank each
+  std::size_t devices = 0;    // distinct GPUs of its events (kineto)
+  // A file split into a rank per device (several GPUs, no distributedInfo): HTA's number
+  // for the whole file, which is what HTA reports for it.
+  std::optional<HtaRankModes> hta_file;
 };
 
 // One rank of the timeline that came from a Kineto trace: the file, and the GPU when the
@@ -70,8 +74,11 @@ struct ImportResult {
   // HTA drops the last ProfilerStep only when the traces hold two or more distinct
   // ProfilerStep names (hta_overlap.h); otherwise both of its modes keep everything.
   bool hta_step_filter = false;
-  // HTA's number for a rank in either mode.
-  const HtaOverlap& hta(const ImportedRank& r, bool include_last_step) const;
+  // HTA's number for a rank (or a whole file) in either mode.
+  const HtaOverlap& hta(const HtaRankModes& modes, bool include_last_step) const;
+  const HtaOverlap& hta(const ImportedRank& r, bool include_last_step) const {
+    return hta(r.hta, include_last_step);
+  }
 };
 
 class TraceImporter {

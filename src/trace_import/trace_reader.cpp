@@ -4,6 +4,7 @@
 #include <cmath>
 #include <limits>
 #include <nlohmann/json.hpp>
+#include <unordered_map>
 
 #include "core/error.h"
 #include "trace_import/bounded_json.h"
@@ -567,19 +568,18 @@ class Handler : public nlohmann::json_sax<json> {
   // while the trace has shown no GPU event (a GPU job's compute is its kernels).
   void add_cpu_op() {
     if (gpu_seen_) return;
+    // Ops nested in the open one (the common case: a thread's ops arrive in start order)
+    // extend it; anything else opens an interval, and trace_import merges per thread.
     const RawEvent& e = event_.raw;
-    for (auto& [tid, index] : open_cpu_ops_) {
-      if (tid != e.tid) continue;
-      CpuInterval& open = out_.cpu_ops[index];
-      if (e.start_ns < open.end_ns) {
+    const auto [it, fresh] = open_cpu_ops_.try_emplace(e.tid, out_.cpu_ops.size());
+    if (!fresh) {
+      CpuInterval& open = out_.cpu_ops[it->second];
+      if (e.start_ns >= open.start_ns && e.start_ns < open.end_ns) {
         open.end_ns = std::max(open.end_ns, e.end_ns);
-      } else {
-        index = out_.cpu_ops.size();
-        out_.cpu_ops.push_back({e.start_ns, e.end_ns, e.tid, names_.intern(event_.name), -1});
+        return;
       }
-      return;
+      it->second = out_.cpu_ops.size();
     }
-    open_cpu_ops_.emplace_back(e.tid, out_.cpu_ops.size());
     out_.cpu_ops.push_back({e.start_ns, e.end_ns, e.tid, names_.intern(event_.name), -1});
   }
 
@@ -592,6 +592,7 @@ class Handler : public nlohmann::json_sax<json> {
     std::uint8_t cat = category(event_.cat);
     const bool plain = cat == 255;
     const bool gpu = !plain && out_.categories[cat].gpu;
+    if (!gpu && event_.has_dur) ++out_.cpu_events;
     const bool span = gpu || (!plain && out_.categories[cat].tandem_kind) || name.starts_with("gloo:"sv);
     // Launches are CPU-side; GPU-side annotations can carry correlations too.
     const bool launch = !span && event_.raw.correlation >= 0 && !starts_with(event_.cat, "gpu_");
@@ -607,10 +608,12 @@ class Handler : public nlohmann::json_sax<json> {
     event_.raw.end_ns = event_.raw.start_ns + event_.dur_ns;
     if (step_mark) {
       out_.step_marks.push_back({0, event_.raw.start_ns, event_.raw.end_ns});
-      const NameId id = names_.intern(name);
-      if (std::find(out_.step_mark_names.begin(), out_.step_mark_names.end(), id) ==
-          out_.step_mark_names.end()) {
-        out_.step_mark_names.push_back(id);
+      if (out_.step_mark_names.size() < 2) {
+        const NameId id = names_.intern(name);
+        if (std::find(out_.step_mark_names.begin(), out_.step_mark_names.end(), id) ==
+            out_.step_mark_names.end()) {
+          out_.step_mark_names.push_back(id);
+        }
       }
     }
     if (step_window) {
@@ -657,7 +660,7 @@ class Handler : public nlohmann::json_sax<json> {
   EventFields event_;
   std::uint8_t last_category_ = 0;
   std::uint64_t strings_ = 0;  // strings seen, keys included: the next one's ordinal
-  std::vector<std::pair<std::int64_t, std::size_t>> open_cpu_ops_;  // tid -> its last cpu_ops entry
+  std::unordered_map<std::int64_t, std::size_t> open_cpu_ops_;  // tid -> its last cpu_ops entry
   bool gpu_seen_ = false;
   bool saw_events_ = false;
   bool saw_anything_ = false;

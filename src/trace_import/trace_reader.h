@@ -106,7 +106,8 @@ struct RawTrace {
   // Complete events whose name contains "ProfilerStep", GPU annotations included (HTA
   // finds the last step among them); a few per iteration.
   std::vector<StepWindow> step_marks;
-  std::vector<NameId> step_mark_names;  // their distinct names
+  std::vector<NameId> step_mark_names;  // their distinct names, the first two (HTA asks for two)
+  std::size_t cpu_events = 0;           // complete events with a duration, not GPU ones
   std::vector<CollectiveArgs> collective_args;
   std::vector<CpuInterval> collective_ops;  // CPU ops carrying CollectiveArgs
   std::vector<CpuInterval> cpu_ops;         // outermost cpu_op intervals, per thread

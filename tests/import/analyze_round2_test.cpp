@@ -99,6 +99,22 @@ TEST(HtaOverlapTest, IntegerTimestampsAreNotRounded) {
   EXPECT_DOUBLE_EQ(r.hta(r.ranks[0], false).hidden_pct, 50);
 }
 
+// HTA keeps a GPU event only when a CPU event carries its correlation, also with fewer
+// than two ProfilerStep names (it then keeps CPU events up to the marks' end); a trace
+// without CPU events keeps every GPU event.
+TEST(HtaOverlapTest, KernelsWithoutALaunchAreLeftOutOnceTheTraceHasCpuEvents) {
+  KinetoBuilder b(0);
+  b.profiler_step(1, 0, 1000).launch(1, 1).launch(2, 2);
+  b.kernel("gemm", 10, 10, 7, 1).nccl("ncclDevKernel_AllReduce_Sum_f32_RING_LL", 15, 10, 2);
+  b.kernel("orphan_gemm", 20, 10, 7, 99);  // correlation 99: no CPU event carries it
+  b.kernel("late_gemm", 20, 10, 7, 3);
+  b.launch(1500, 3);  // launched after the only mark ended
+  const ImportResult r = import_text(b.str());
+  const HtaOverlap& h = r.hta(r.ranks[0], false);
+  EXPECT_EQ(h.kernels, 2u);
+  EXPECT_DOUBLE_EQ(h.hidden_pct, 50);  // [15,20) of [15,25)
+}
+
 TEST(HtaOverlapTest, KernelTypesFollowHtaNames) {
   EXPECT_EQ(hta_kernel_type("ncclDevKernel_AllReduce_Sum_f32_RING_LL"),
             HtaKernelType::kCommunication);
@@ -180,6 +196,32 @@ TEST(CollectivesTest, KernelWithoutArgumentsTakesTheCpuOpsAroundItsLaunch) {
   EXPECT_EQ(r.comm[0].group_size, 8);
 }
 
+// NCCL runs send/recv and all-to-all as SendRecv kernels: one without arguments takes
+// the collective of the op around its launch.
+TEST(CollectivesTest, SendRecvKernelTakesTheAllToAllOfItsOp) {
+  KinetoBuilder b(0);
+  b.event({{"ph", "X"}, {"cat", "cpu_op"}, {"name", "record_param_comms"}, {"pid", 1},
+           {"tid", 1}, {"ts", 5}, {"dur", 10},
+           {"args", {{"Collective name", "all_to_all"}, {"In msg nelems", 1000},
+                     {"Out msg nelems", 1000}, {"Group size", 4}, {"dtype", "Float"}}}});
+  b.launch(8, 1).nccl("ncclDevKernel_SendRecv", 100, 10, 1);
+  const ImportResult r = import_text(b.str());
+  ASSERT_EQ(r.comm.size(), 1u);
+  EXPECT_EQ(r.comm[0].type, CollectiveType::kAllToAll);
+  EXPECT_EQ(r.comm[0].bytes, 4000);
+  EXPECT_EQ(r.comm[0].group_size, 4);
+}
+
+// A size beyond int64 (hostile arguments) is unknown, not wrapped around.
+TEST(CollectivesTest, AnAbsurdElementCountLeavesTheSizeUnknown) {
+  KinetoBuilder b(0);
+  b.nccl("ncclDevKernel_AllReduce_Sum_f64_RING_LL", 100, 10, 1, "allreduce",
+         4611686018427387905L, 4611686018427387905L, 2, "Double");
+  const ImportResult r = import_text(b.str());
+  ASSERT_EQ(r.comm.size(), 1u);
+  EXPECT_EQ(r.comm[0].bytes, -1);
+}
+
 TEST(CollectivesTest, TypesFromNamesAndDtypeSizes) {
   EXPECT_EQ(collective_type("reduce_scatter_tensor_coalesced"), CollectiveType::kReduceScatter);
   EXPECT_EQ(collective_type("allgather_into_tensor_coalesced"), CollectiveType::kAllGather);
@@ -224,7 +266,7 @@ TEST(MultiGpuFileTest, EachDeviceIsARank) {
 }
 
 TEST(MultiGpuFileTest, ItsRanksCollideWithAnotherFilesRankClearly) {
-  KinetoBuilder two(0);
+  KinetoBuilder two;  // no distributedInfo: a rank per device, 0 and 1
   for (int device : {0, 1}) {
     two.event({{"ph", "X"}, {"cat", "kernel"}, {"name", "gemm"}, {"pid", device}, {"tid", 7},
                {"ts", 0}, {"dur", 10}, {"args", {{"device", device}, {"stream", 7}}}});
@@ -243,6 +285,39 @@ TEST(MultiGpuFileTest, ItsRanksCollideWithAnotherFilesRankClearly) {
         }
       },
       UsageError);
+}
+
+// A distributed job's file is one rank, whatever devices it names (a stray memset on
+// device 0 must not move the rank's work to rank r + 1); HTA's number for a split file
+// as a whole is kept too.
+TEST(MultiGpuFileTest, ADistributedJobsFileStaysOneRank) {
+  KinetoBuilder b(3);
+  b.event({{"ph", "X"}, {"cat", "gpu_memset"}, {"name", "Memset (Device)"}, {"pid", 0},
+           {"tid", 7}, {"ts", 0}, {"dur", 1}, {"args", {{"device", 0}, {"stream", 7}}}});
+  b.event({{"ph", "X"}, {"cat", "kernel"}, {"name", "gemm"}, {"pid", 3}, {"tid", 7},
+           {"ts", 0}, {"dur", 10}, {"args", {{"device", 3}, {"stream", 7}}}});
+  const ImportResult r = import_text(b.str());
+  ASSERT_EQ(r.ranks.size(), 1u);
+  EXPECT_EQ(r.ranks[0].rank, 3);
+  EXPECT_EQ(r.files[0].devices, 2u);
+  EXPECT_FALSE(r.files[0].hta_file);
+  for (const Span& s : r.timeline.spans) EXPECT_EQ(s.rank, 3);
+}
+
+TEST(MultiGpuFileTest, ASplitFileAlsoHasHtasWholeFileNumber) {
+  KinetoBuilder b;
+  const auto kernel_on = [&](int device, const std::string& name, int ts, int dur) {
+    b.event({{"ph", "X"}, {"cat", "kernel"}, {"name", name}, {"pid", device}, {"tid", 7},
+             {"ts", ts}, {"dur", dur}, {"args", {{"device", device}, {"stream", 7}}}});
+  };
+  kernel_on(0, "gemm", 0, 10);
+  kernel_on(1, "ncclDevKernel_AllReduce_Sum_f32_RING_LL", 5, 10);  // device 1: no compute
+  const ImportResult r = import_text(b.str());
+  ASSERT_EQ(r.ranks.size(), 2u);
+  EXPECT_DOUBLE_EQ(r.hta(r.ranks[1], false).hidden_pct, 0);
+  ASSERT_TRUE(r.files[0].hta_file);
+  // HTA merges the file's devices: comm [5,15) against compute [0,10) -> 50%.
+  EXPECT_DOUBLE_EQ(r.files[0].hta_file->last_step_in.hidden_pct, 50);
 }
 
 // A CPU-only DDP job (gloo): CPU operators are the compute, gloo ops the communication,
@@ -270,6 +345,22 @@ TEST(CpuOnlyTraceTest, GlooJobIsAnalyzed) {
   const IterationMetrics m = iteration(t, 0, 1);
   EXPECT_EQ(m.t_comm_ns, us(200));
   EXPECT_EQ(m.t_ovl_ns, us(100));
+}
+
+// A thread's CPU ops out of start order still make one outermost interval each.
+TEST(CpuOnlyTraceTest, OpsOutOfOrderAreMergedPerThread) {
+  KinetoBuilder b(0);
+  b.profiler_step(1, 0, 1000);
+  b.cpu_op("aten::addmm", 20, 50).cpu_op("aten::linear", 10, 100);  // child first
+  b.cpu_op("aten::relu", 300, 10);
+  const ImportResult r = import_text(b.str());
+  std::vector<std::pair<std::int64_t, std::int64_t>> compute;
+  for (const Span& s : r.timeline.spans) {
+    if (s.lane == Lane::kCompute) compute.emplace_back(s.start_ns, s.end_ns);
+  }
+  std::sort(compute.begin(), compute.end());
+  EXPECT_EQ(compute, (std::vector<std::pair<std::int64_t, std::int64_t>>{{us(10), us(110)},
+                                                                         {us(300), us(310)}}));
 }
 
 // Kernel slowdown: the run's gemm takes 12 us where the baseline's took 10.

@@ -162,6 +162,12 @@ std::string num(const json& j, const char* key, const char* format, double scale
   return buf;
 }
 
+// j[key] if it is a string, else "?".
+std::string text(const json& j, const char* key) {
+  const json& v = field(j, key);
+  return v.is_string() ? v.get<std::string>() : std::string("?");
+}
+
 std::string bytes_text(const json& j) {
   const json& v = field(j, "bytes");
   if (!v.is_number()) return "?";
@@ -169,7 +175,8 @@ std::string bytes_text(const json& j) {
   char buf[32];
   if (b < 1024) std::snprintf(buf, sizeof buf, "%.0f B", b);
   else if (b < 1 << 20) std::snprintf(buf, sizeof buf, "%.1f KiB", b / 1024);
-  else std::snprintf(buf, sizeof buf, "%.1f MiB", b / (1 << 20));
+  else if (b < 1 << 30) std::snprintf(buf, sizeof buf, "%.1f MiB", b / (1 << 20));
+  else std::snprintf(buf, sizeof buf, "%.2f GiB", b / (1 << 30));
   return buf;
 }
 
@@ -178,7 +185,8 @@ std::string hta_ranks(const json& ranks) {
   std::vector<std::vector<std::string>> rows;
   for (const json& k : ranks) {
     if (rows.size() == kMaxRankRows) break;
-    rows.push_back({json(k.value("rank", -1)).dump(),
+    if (!k.is_object()) continue;
+    rows.push_back({num(k, "rank", "%.0f"),
                     field(k, "device").is_number() ? field(k, "device").dump() : "-",
                     num(k, "hidden_share_pct", "%.2f%%"), num(k, "hidden_share_pct_all_steps", "%.2f%%"),
                     num(k, "compute_ms", "%.3f ms"), num(k, "comm_ms", "%.3f ms"),
@@ -195,12 +203,13 @@ std::string collectives(const json& rows_json) {
   std::vector<std::vector<std::string>> rows;
   for (const json& c : rows_json) {
     if (rows.size() == 30) break;
-    const double count = c.value("count", 0.0);
-    rows.push_back({c.value("collective", std::string("?")), bytes_text(c),
+    if (!c.is_object()) continue;
+    const double count = number(c, "count");
+    rows.push_back({text(c, "collective"), bytes_text(c),
                     field(c, "group_size").is_number() ? field(c, "group_size").dump() : "?",
                     field(c, "dtype").is_string() ? field(c, "dtype").get<std::string>() : "?",
-                    json(c.value("count", 0)).dump(), num(c, "time_ns", "%.3f ms", 1e-6),
-                    count > 0 ? format_ms(c.value("time_ns", 0.0) / count) : "n/a",
+                    num(c, "count", "%.0f"), num(c, "time_ns", "%.3f ms", 1e-6),
+                    count > 0 ? format_ms(number(c, "time_ns") / count) : "n/a",
                     format_percent(field(c, "hidden_share").is_number() ? field(c, "hidden_share").get<double>() : NAN),
                     num(c, "algbw_GBps", "%.2f"), num(c, "busbw_GBps", "%.2f")});
   }
@@ -220,13 +229,15 @@ std::string slowed_kernels(const json& k) {
   std::vector<std::vector<std::string>> rows;
   for (const json& s : field(k, "kernels")) {
     if (rows.size() == 20) break;
+    if (!s.is_object()) continue;
     std::string over;
     for (const json& c : field(s, "collectives")) {
+      if (!c.is_object()) continue;
       if (!over.empty()) over += ", ";
-      over += c.value("collective", std::string("?")) + " " + bytes_text(c) + " (" +
-              format_ms(c.value("overlap_ns", 0.0)) + ")";
+      over += text(c, "collective") + " " + bytes_text(c) + " (" +
+              format_ms(number(c, "overlap_ns")) + ")";
     }
-    rows.push_back({s.value("name", std::string("?")), json(s.value("count", 0)).dump(),
+    rows.push_back({text(s, "name"), num(s, "count", "%.0f"),
                     num(s, "alone_ns", "%.3f ms", 1e-6), num(s, "overlapped_ns", "%.3f ms", 1e-6),
                     num(s, "slowdown", "%+.1f%%", 100), over.empty() ? "-" : over});
   }
@@ -235,8 +246,8 @@ std::string slowed_kernels(const json& k) {
                 "collectives running over it"},
                rows) +
          "</div>" +
-         note(json(k.value("unmatched_run", 0)).dump() + " occurrences only in the run, " +
-              json(k.value("unmatched_baseline", 0)).dump() +
+         note(num(k, "unmatched_run", "%.0f") + " occurrences only in the run, " +
+              num(k, "unmatched_baseline", "%.0f") +
               " only in the baseline (not compared); kernels.csv has every kernel.");
 }
 
