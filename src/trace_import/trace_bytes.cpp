@@ -34,8 +34,21 @@ TraceBytes::TraceBytes(const std::string& path) : path_(path) {
 
 TraceBytes::TraceBytes(std::string_view data) {
   // std::streambuf wants mutable pointers but the reader never writes through them.
-  char* begin = const_cast<char*>(data.data());
-  setg(begin, begin, begin + data.size());
+  data_begin_ = const_cast<char*>(data.data());
+  data_end_ = data_begin_ + data.size();
+  setg(data_begin_, data_begin_, data_end_);
+}
+
+void TraceBytes::rewind() {
+  if (file_ == nullptr) {
+    setg(data_begin_, data_begin_, data_end_);
+    return;
+  }
+  if (gzrewind(file_) != 0) {
+    throw UsageError(path_ + ": cannot read it again: " + std::strerror(errno));
+  }
+  consumed_before_ = 0;
+  setg(buffer_.data(), buffer_.data(), buffer_.data());
 }
 
 TraceBytes::~TraceBytes() {

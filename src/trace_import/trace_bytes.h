@@ -32,6 +32,9 @@ class TraceBytes : public std::streambuf {
   }
   // True when the file is gzip-compressed (positions are then in the decompressed data).
   bool compressed() const { return compressed_; }
+  // Back to the first byte, for a second reading (the fast reader hands a file it cannot
+  // take to the reference reader; trace_reader.h). Throws UsageError like a read.
+  void rewind();
 
  protected:
   int_type underflow() override;
@@ -41,6 +44,8 @@ class TraceBytes : public std::streambuf {
   gzFile file_ = nullptr;  // null for the in-memory form
   bool compressed_ = false;
   std::vector<char> buffer_;
+  char* data_begin_ = nullptr;  // the in-memory form's bytes
+  char* data_end_ = nullptr;
   std::uint64_t consumed_before_ = 0;  // bytes of the buffers before the current one
 };
 

@@ -1,9 +1,13 @@
 // Streaming reader of Chrome-trace JSON (PyTorch profiler / Kineto, or tandem's own
-// trace.json): one pass with nlohmann's SAX interface, keeping only the events an
-// overlap analysis can use. No document tree is built, and the text reaches the parser
-// through BoundedJson (bounded_json.h: strings cut at 64 KiB, numbers and nesting
-// bounded), so memory grows with the kept events, not with the file or its longest
-// string.
+// trace.json), keeping only the events an overlap analysis can use. No document tree is
+// built: memory grows with the kept events, not with the file or its longest string.
+//
+// Two tokenizers feed one semantic layer (trace_semantics.h, which decides what is
+// kept): the fast reader (fast_trace_reader.h: a framer, simdjson over batches of
+// events; about 5x the speed) reads every file it can, and the reference reader
+// (nlohmann's SAX parser over BoundedJson, bounded_json.h) reads the rest: files with an
+// event over 64 KiB, odd but valid forms, and every file with an error, which it reports
+// (so errors and their offsets are the reference reader's).
 //
 // What is kept (everything else is skipped as it streams past):
 //   - complete events ("ph":"X") whose category is a GPU one (kernel, gpu_memcpy,
@@ -23,7 +27,7 @@
 //
 // Errors: UsageError("<source>: <what> at byte <offset>") for anything malformed:
 // invalid JSON, a wrong type in a field the reader uses, a timestamp out of range, a
-// number or nesting beyond BoundedJson's bounds.
+// number or nesting beyond BoundedJson's bounds (nesting: kMaxJsonDepth, both readers).
 #pragma once
 
 #include <cstdint>
@@ -126,6 +130,8 @@ struct RawTrace {
 
 // Reads one trace; names of kept events are interned into `names`.
 RawTrace read_raw_trace(TraceBytes& bytes, std::string_view source, NameTable& names);
+// The same with the reference reader only (tests compare the two).
+RawTrace read_raw_trace_reference(TraceBytes& bytes, std::string_view source, NameTable& names);
 
 // "12.3456" (microseconds, as JSON writes it) -> 12346 ns, exactly, rounding half away
 // from zero; nullopt for text that is not a plain decimal (exponents) or is out of range.

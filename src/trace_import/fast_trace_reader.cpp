@@ -1,0 +1,531 @@
+#include "trace_import/fast_trace_reader.h"
+
+#include <simdjson.h>
+
+#include <algorithm>
+#include <bit>
+#include <charconv>
+#include <cstring>
+#include <limits>
+#include <vector>
+
+#include "core/error.h"
+#include "trace_import/bounded_json.h"
+#include "trace_import/trace_semantics.h"
+
+namespace tandem {
+namespace {
+
+namespace od = simdjson::ondemand;
+using namespace std::string_view_literals;
+
+// Thrown inside the fast reader when it gives up; never leaves this file.
+struct GiveUp {};
+
+constexpr std::size_t kBlock = 64;
+// An event (or top-level value) longer than this may hold a number longer than
+// kMaxJsonNumberChars, which the reference reader refuses: such ones are checked.
+constexpr std::size_t kLongNumberPossible = kMaxJsonNumberChars;
+
+bool is_space(char c) { return c == ' ' || c == '\n' || c == '\r' || c == '\t'; }
+
+// Which bytes of a stream are inside strings, 64 bytes at a time, carried across blocks.
+// A quote is a string's delimiter unless a backslash escapes it; a backslash escapes the
+// byte after it unless it is itself escaped. Backslashes are rare in traces, so they are
+// walked one by one; quotes become string regions with a prefix XOR.
+class StringMask {
+ public:
+  // Brackets ({}[]) outside strings in p[0, 64): `open` and `close`.
+  void brackets(const char* p, std::uint64_t& open, std::uint64_t& close) {
+    std::uint64_t quote = 0, backslash = 0, opens = 0, closes = 0;
+    for (int i = 0; i < 64; ++i) {
+      const char c = p[i];
+      const char folded = static_cast<char>(c | 0x20);  // '[' -> '{', ']' -> '}'
+      quote |= static_cast<std::uint64_t>(c == '"') << i;
+      backslash |= static_cast<std::uint64_t>(c == '\\') << i;
+      opens |= static_cast<std::uint64_t>(folded == '{') << i;
+      closes |= static_cast<std::uint64_t>(folded == '}') << i;
+    }
+    std::uint64_t escaped = 0;
+    if (backslash != 0 || escape_next_) {
+      std::uint64_t b = backslash;
+      if (escape_next_) {
+        escaped |= 1;
+        b &= ~std::uint64_t{1};
+      }
+      escape_next_ = false;
+      while (b != 0) {
+        const int i = std::countr_zero(b);
+        if (i == 63) {
+          escape_next_ = true;
+          break;
+        }
+        escaped |= std::uint64_t{2} << i;
+        b &= ~(std::uint64_t{3} << i);
+      }
+    }
+    // inside: bit i set when an odd number of delimiting quotes are at or before i, from
+    // the block's start, then flipped if the block began inside a string.
+    std::uint64_t inside = quote & ~escaped;
+    inside ^= inside << 1;
+    inside ^= inside << 2;
+    inside ^= inside << 4;
+    inside ^= inside << 8;
+    inside ^= inside << 16;
+    inside ^= inside << 32;
+    inside ^= in_string_;
+    in_string_ = static_cast<std::uint64_t>(static_cast<std::int64_t>(inside) >> 63);
+    open = opens & ~inside;
+    close = closes & ~inside;
+  }
+  void reset() {
+    in_string_ = 0;
+    escape_next_ = false;
+  }
+
+ private:
+  std::uint64_t in_string_ = 0;  // all ones when the next block begins inside a string
+  bool escape_next_ = false;     // the next block's first byte is escaped
+};
+
+// A run of more than kMaxJsonNumberChars bytes that may be part of a number (strings
+// included: a false alarm only sends the file to the reference reader).
+bool has_long_number(std::string_view text) {
+  std::size_t run = 0;
+  for (const char c : text) {
+    const bool number = (c >= '0' && c <= '9') || c == '-' || c == '+' || c == '.' || c == 'e' ||
+                        c == 'E';
+    run = number ? run + 1 : 0;
+    if (run > kMaxJsonNumberChars) return true;
+  }
+  return false;
+}
+
+// A number token as nlohmann's lexer types it (see JsonScalar).
+JsonScalar number_scalar(std::string_view token, double d) {
+  while (!token.empty() && is_space(token.back())) token.remove_suffix(1);
+  if (token.find_first_of(".eE") == std::string_view::npos) {
+    if (token.starts_with('-')) {
+      std::int64_t v = 0;
+      const auto [end, ec] = std::from_chars(token.data(), token.data() + token.size(), v);
+      if (ec == std::errc() && end == token.data() + token.size()) {
+        return {.type = JsonScalar::kInt, .i = v, .d = static_cast<double>(v)};
+      }
+    } else {
+      std::uint64_t v = 0;
+      const auto [end, ec] = std::from_chars(token.data(), token.data() + token.size(), v);
+      if (ec == std::errc() && end == token.data() + token.size()) {
+        if (v > static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max())) {
+          return {.type = JsonScalar::kFloat, .d = static_cast<double>(v), .text = "1e99"};
+        }
+        const auto i = static_cast<std::int64_t>(v);
+        return {.type = JsonScalar::kInt, .i = i, .d = static_cast<double>(i)};
+      }
+    }
+    // Beyond 64 bits: simdjson refuses those, so this is not reached.
+    throw GiveUp{};
+  }
+  return {.type = JsonScalar::kFloat, .d = d, .text = token};
+}
+
+class FastReader {
+ public:
+  FastReader(TraceBytes& bytes, std::string_view source, NameTable& names, RawTrace& out)
+      : bytes_(bytes),
+        semantics_(source, names, out, [] { return std::string(" at byte ?"); }) {
+    window_.resize(kWindowBytes + simdjson::SIMDJSON_PADDING);
+    batch_.resize(kWindowBytes + 2 + simdjson::SIMDJSON_PADDING);
+    if (dom_.allocate(kWindowBytes + 2) != simdjson::SUCCESS) throw GiveUp{};
+    if (on_demand_.allocate(kWindowBytes + 2) != simdjson::SUCCESS) throw GiveUp{};
+  }
+
+  void read() {
+    char c = next_token();
+    if (c == '[') {
+      semantics_.start_array();
+      events(1);
+      semantics_.end_array();
+    } else if (c == '{') {
+      semantics_.start_object();
+      members();
+      semantics_.end_object();
+    } else {
+      throw GiveUp{};  // empty, a scalar document, not JSON: the reference says which
+    }
+    skip_space();
+    if (!at_end()) throw GiveUp{};
+    if (!semantics_.saw_events()) throw GiveUp{};
+  }
+
+ private:
+  // --- the window ---
+
+  // Makes at least one byte available at pos_; false at the end of the input. Moves the
+  // window's content so that keep_ is at 0 (pos_ and the marks move with it).
+  bool more() {
+    if (pos_ < end_) return true;
+    refill();
+    return pos_ < end_;
+  }
+  void refill() {
+    if (eof_) return;
+    if (keep_ > 0) {
+      std::memmove(window_.data(), window_.data() + keep_, end_ - keep_);
+      end_ -= keep_;
+      pos_ -= keep_;
+      batch_start_ -= std::min(batch_start_, keep_);
+      last_end_ -= std::min(last_end_, keep_);
+      event_start_ -= std::min(event_start_, keep_);
+      keep_ = 0;
+    }
+    while (end_ < kWindowBytes && !eof_) {
+      const std::streamsize n = bytes_.sgetn(window_.data() + end_,
+                                             static_cast<std::streamsize>(kWindowBytes - end_));
+      if (n <= 0) {
+        eof_ = true;
+      } else {
+        end_ += static_cast<std::size_t>(n);
+      }
+    }
+  }
+  bool at_end() { return !more(); }
+  void skip_space() {
+    while (more() && is_space(window_[pos_])) ++pos_;
+    keep_ = pos_;
+  }
+  // The next byte that is not whitespace, consumed; GiveUp at the end of the input.
+  char next_token() {
+    skip_space();
+    if (!more()) throw GiveUp{};
+    return window_[pos_++];
+  }
+
+  // --- the top level ---
+
+  void members() {
+    char c = next_token();
+    if (c == '}') return;
+    for (;;) {
+      if (c != '"') throw GiveUp{};
+      keep_ = pos_ - 1;  // the key and its value are kept together from here
+      // Keys with escapes are rare: the reference reader decodes them.
+      while (more() && window_[pos_] != '"') {
+        if (window_[pos_] == '\\' || pos_ - keep_ > kMaxFastEventBytes) throw GiveUp{};
+        ++pos_;
+      }
+      if (!more()) throw GiveUp{};
+      ++pos_;
+      const std::size_t key_bytes = pos_ - keep_;
+      skip_space_keeping();
+      if (!more() || window_[pos_] != ':') throw GiveUp{};
+      ++pos_;
+      skip_space_keeping();
+      if (!more()) throw GiveUp{};
+      const std::size_t key_at = keep_;  // may have moved with the window
+      if (std::string_view(window_.data() + key_at, key_bytes) == "\"traceEvents\""sv) {
+        if (window_[pos_] != '[') throw GiveUp{};  // the reference says what it is instead
+        ++pos_;
+        semantics_.key("traceEvents");
+        semantics_.start_array();
+        events(2);
+        semantics_.end_array();
+      } else {
+        member();
+      }
+      c = next_token();
+      if (c == '}') return;
+      if (c != ',') throw GiveUp{};
+      c = next_token();
+    }
+  }
+
+  void skip_space_keeping() {
+    while (more() && is_space(window_[pos_])) ++pos_;
+  }
+
+  // A top-level member other than traceEvents: keep_ is its key's opening quote, pos_ its
+  // value's first byte. Parsed as {"key": value}, validated whole.
+  void member() {
+    const char first = window_[pos_];
+    if (first == '{' || first == '[') {
+      strings_.reset();
+      depth_ = semantics_.depth();
+      scan_value();
+    } else if (first == '"') {
+      ++pos_;
+      bool escape = false;
+      for (;; ++pos_) {
+        if (!more() || pos_ - keep_ > kMaxFastEventBytes) throw GiveUp{};
+        const char c = window_[pos_];
+        if (escape) {
+          escape = false;
+        } else if (c == '\\') {
+          escape = true;
+        } else if (c == '"') {
+          break;
+        }
+      }
+      ++pos_;
+    } else {
+      while (more() && !is_space(window_[pos_]) && window_[pos_] != ',' && window_[pos_] != '}') {
+        if (pos_ - keep_ > kMaxFastEventBytes) throw GiveUp{};
+        ++pos_;
+      }
+    }
+    // window_[keep_, pos_): "key" ws : ws value
+    const std::string_view text(window_.data() + keep_, pos_ - keep_);
+    if (text.size() > kLongNumberPossible && has_long_number(text)) throw GiveUp{};
+    std::size_t n = 0;
+    batch_[n++] = '{';
+    std::memcpy(batch_.data() + n, text.data(), text.size());
+    n += text.size();
+    batch_[n++] = '}';
+    validate(n);
+    od::document doc;
+    if (on_demand_.iterate(batch_.data(), n, batch_.size()).get(doc) != simdjson::SUCCESS) {
+      throw GiveUp{};
+    }
+    od::object object;
+    if (doc.get_object().get(object) != simdjson::SUCCESS) throw GiveUp{};
+    for (auto result : object) {
+      od::field field;
+      std::string_view key;
+      if (std::move(result).get(field) != simdjson::SUCCESS) throw GiveUp{};
+      if (field.unescaped_key().get(key) != simdjson::SUCCESS) throw GiveUp{};
+      if (semantics_.key(key)) walk(field.value());
+    }
+    keep_ = pos_;
+  }
+
+  // Scans a container from its opening bracket at pos_ to its end (pos_ just past it),
+  // bounding its size and nesting.
+  void scan_value() {
+    const std::size_t base = depth_;
+    for (;;) {
+      std::uint64_t open = 0, close = 0;
+      const char* block = next_block();
+      strings_.brackets(block, open, close);
+      std::uint64_t bits = open | close;
+      while (bits != 0) {
+        const int i = std::countr_zero(bits);
+        bits &= bits - 1;
+        if ((open >> i) & 1) {
+          if (++depth_ > static_cast<std::size_t>(kMaxJsonDepth)) throw GiveUp{};
+        } else if (--depth_ == base) {
+          pos_ += static_cast<std::size_t>(i) + 1;
+          return;
+        }
+      }
+      pos_ += kBlock;
+      if (pos_ - keep_ > kMaxFastEventBytes) throw GiveUp{};
+    }
+  }
+
+  // The 64 bytes at pos_: in the window, or at the end of the input, the rest padded with
+  // spaces (whose masks are then final). GiveUp when nothing is left.
+  const char* next_block() {
+    if (pos_ + kBlock > end_) refill();
+    if (pos_ + kBlock <= end_) return window_.data() + pos_;
+    if (pos_ >= end_) throw GiveUp{};  // truncated
+    std::memset(tail_, ' ', sizeof tail_);
+    std::memcpy(tail_, window_.data() + pos_, end_ - pos_);
+    return tail_;
+  }
+
+  // --- traceEvents ---
+
+  // The traceEvents array, from just past its '[' (depth `array_depth` counts it) to just
+  // past its ']'.
+  void events(std::size_t array_depth) {
+    strings_.reset();
+    depth_ = array_depth;
+    batch_start_ = pos_;
+    keep_ = pos_;
+    last_end_ = 0;
+    first_batch_ = true;
+    bool have_end = false;  // an event ended since batch_start_
+    for (;;) {
+      if (pos_ + kBlock > end_ && !eof_) {
+        // Before the window moves: the complete events so far go to the parser, and
+        // what is left (the event being read) must be short.
+        if (have_end) {
+          parse_events(batch_start_, last_end_);
+          batch_start_ = last_end_;
+          have_end = false;
+        }
+        if (pos_ - batch_start_ > kMaxFastEventBytes) throw GiveUp{};
+        keep_ = batch_start_;
+        refill();
+        continue;
+      }
+      std::uint64_t open = 0, close = 0;
+      const char* block = next_block();
+      strings_.brackets(block, open, close);
+      std::uint64_t bits = open | close;
+      while (bits != 0) {
+        const int i = std::countr_zero(bits);
+        bits &= bits - 1;
+        const std::size_t at = pos_ + static_cast<std::size_t>(i);
+        if ((open >> i) & 1) {
+          if (++depth_ > static_cast<std::size_t>(kMaxJsonDepth)) throw GiveUp{};
+          if (depth_ == array_depth + 1) event_start_ = at;
+          continue;
+        }
+        if (--depth_ == array_depth) {
+          const std::size_t size = at + 1 - event_start_;
+          if (size > kMaxFastEventBytes) throw GiveUp{};
+          if (size > kLongNumberPossible &&
+              has_long_number(std::string_view(window_.data() + event_start_, size))) {
+            throw GiveUp{};
+          }
+          last_end_ = at + 1;
+          have_end = true;
+        } else if (depth_ < array_depth) {
+          // The array's ']': what is left since the last batch is the final one.
+          parse_events(batch_start_, at);
+          pos_ = at + 1;
+          keep_ = pos_;
+          return;
+        }
+      }
+      pos_ += kBlock;
+    }
+  }
+
+  // Parses window_[from, to) as the next events of the array: the first batch starts
+  // just past '[', later ones just past the previous event (so with a comma).
+  void parse_events(std::size_t from, std::size_t to) {
+    std::size_t i = from;
+    while (i < to && is_space(window_[i])) ++i;
+    if (!first_batch_) {
+      if (i == to || window_[i] != ',') {
+        if (i == to) return;  // nothing after the last event: the array ends
+        throw GiveUp{};
+      }
+      ++i;
+      while (i < to && is_space(window_[i])) ++i;
+      if (i == to) throw GiveUp{};  // a comma before ']'
+    } else if (i == to) {
+      return;  // an empty array
+    }
+    first_batch_ = false;
+    const std::string_view text(window_.data() + i, to - i);
+    std::size_t n = 0;
+    batch_[n++] = '[';
+    std::memcpy(batch_.data() + n, text.data(), text.size());
+    n += text.size();
+    batch_[n++] = ']';
+    validate(n);
+    od::document doc;
+    if (on_demand_.iterate(batch_.data(), n, batch_.size()).get(doc) != simdjson::SUCCESS) {
+      throw GiveUp{};
+    }
+    od::array array;
+    if (doc.get_array().get(array) != simdjson::SUCCESS) throw GiveUp{};
+    for (auto element : array) {
+      od::value v;
+      if (element.get(v) != simdjson::SUCCESS) throw GiveUp{};
+      walk(v);
+    }
+  }
+
+  // simdjson's DOM parser checks batch_[0, n) is JSON, all of it: the On-Demand walk
+  // below only looks at what it uses.
+  void validate(std::size_t n) {
+    simdjson::dom::element root;
+    if (dom_.parse(reinterpret_cast<const std::uint8_t*>(batch_.data()), n, false).get(root) !=
+        simdjson::SUCCESS) {
+      throw GiveUp{};
+    }
+  }
+
+  // One value, as SAX-like calls to the semantics; what they ignore is skipped unseen.
+  void walk(od::value v) {
+    od::json_type type;
+    if (v.type().get(type) != simdjson::SUCCESS) throw GiveUp{};
+    switch (type) {
+      case od::json_type::object: {
+        semantics_.start_object();
+        if (!semantics_.skipping()) {
+          od::object object;
+          if (v.get_object().get(object) != simdjson::SUCCESS) throw GiveUp{};
+          for (auto result : object) {
+            od::field field;
+            std::string_view key;
+            if (std::move(result).get(field) != simdjson::SUCCESS) throw GiveUp{};
+            if (field.unescaped_key().get(key) != simdjson::SUCCESS) throw GiveUp{};
+            if (semantics_.key(key)) walk(field.value());
+          }
+        }
+        semantics_.end_object();
+        return;
+      }
+      case od::json_type::array: {
+        semantics_.start_array();
+        if (!semantics_.skipping()) {
+          od::array array;
+          if (v.get_array().get(array) != simdjson::SUCCESS) throw GiveUp{};
+          for (auto element : array) {
+            od::value e;
+            if (element.get(e) != simdjson::SUCCESS) throw GiveUp{};
+            walk(e);
+          }
+        }
+        semantics_.end_array();
+        return;
+      }
+      case od::json_type::number: {
+        std::string_view token;
+        double d = 0;
+        token = v.raw_json_token();
+        const bool integer = token.find_first_of(".eE") == std::string_view::npos;
+        if (!integer && v.get_double().get(d) != simdjson::SUCCESS) throw GiveUp{};
+        semantics_.scalar(number_scalar(token, d));
+        return;
+      }
+      case od::json_type::string: {
+        std::string_view s;
+        if (v.get_string().get(s) != simdjson::SUCCESS) throw GiveUp{};
+        semantics_.scalar({.type = JsonScalar::kString, .text = s});
+        return;
+      }
+      default:
+        semantics_.scalar({});
+        return;
+    }
+  }
+
+  TraceBytes& bytes_;
+  TraceSemantics semantics_;
+  simdjson::dom::parser dom_;
+  od::parser on_demand_;
+  std::vector<char> window_, batch_;
+  std::size_t pos_ = 0, end_ = 0;
+  std::size_t keep_ = 0;         // the window keeps [keep_, end_) when it moves
+  std::size_t batch_start_ = 0;  // traceEvents: where the next batch starts
+  std::size_t last_end_ = 0;     // just past the last complete event
+  std::size_t event_start_ = 0;  // the current event's '{'
+  std::size_t depth_ = 0;        // open containers, the document's included
+  bool first_batch_ = true;
+  bool eof_ = false;
+  StringMask strings_;
+  char tail_[kBlock];
+};
+
+}  // namespace
+
+bool read_raw_trace_fast(TraceBytes& bytes, std::string_view source, NameTable& names,
+                         RawTrace& out) {
+  try {
+    FastReader reader(bytes, source, names, out);
+    reader.read();
+    out.bytes_read = bytes.position();
+    return true;
+  } catch (const GiveUp&) {
+    return false;
+  } catch (const UsageError&) {
+    return false;  // the reference reader says it, with the offset
+  }
+}
+
+}  // namespace tandem

@@ -1,0 +1,46 @@
+// The fast path of read_raw_trace (trace_reader.h): simdjson over framed batches of
+// trace events, at several times the speed of the reference reader (nlohmann's SAX
+// parser over BoundedJson), with the same result for every trace it accepts.
+//
+// How it reads. A framer streams the file through a window of kWindowBytes (refilled
+// from TraceBytes, never the whole file) and parses the document's outer structure
+// itself: the top-level object (or the bare array form), its keys, and the traceEvents
+// array's brackets and commas. Inside the array it looks only for brackets outside
+// strings, 64 bytes at a time (bit masks for quotes, backslashes and brackets; a prefix
+// XOR gives the bytes inside strings), which is enough to find where each event ends.
+// The complete events in the window form a batch: the batch's text, wrapped in '[' ']',
+// is parsed by simdjson's DOM parser, which validates all of it (grammar, numbers,
+// escapes, UTF-8, control characters: simdjson and nlohmann agree on what is JSON), and
+// then walked with simdjson's On-Demand API, which gives the text of numbers
+// (timestamps are read from their decimal text, decimal_us_to_ns) and skips what the
+// semantics do not use. The walk drives TraceSemantics (trace_semantics.h), shared
+// with the reference reader. Other top-level members are parsed the same way, one at a
+// time, as {"key": value}.
+//
+// Bounds. What it holds at once is the window, one batch (kWindowBytes) and simdjson's
+// buffers for it, whatever the file's size; an event larger than kMaxFastEventBytes, a
+// top-level value larger than the window, nesting beyond kMaxJsonDepth, and anything
+// else it does not take (a key with escapes, an integer beyond 64 bits) make it give
+// up, and so does every error: invalid JSON, a wrong type, a truncated file. Giving up
+// (returning false) costs nothing but the time spent: the caller rewinds the bytes and
+// reads the file with the reference reader, which takes every input with its own bounds
+// (BoundedJson) and reports every error exactly as before, with its byte offset.
+#pragma once
+
+#include <cstddef>
+#include <string_view>
+
+#include "trace_import/trace_bytes.h"
+#include "trace_import/trace_reader.h"
+
+namespace tandem {
+
+inline constexpr std::size_t kWindowBytes = 1 << 20;         // 1 MiB
+inline constexpr std::size_t kMaxFastEventBytes = 64 << 10;  // 64 KiB
+
+// Reads `bytes` into `out` (names into `names`); false if it gave up, and then `out`
+// and `bytes` are in no particular state (names interned so far stay interned).
+bool read_raw_trace_fast(TraceBytes& bytes, std::string_view source, NameTable& names,
+                         RawTrace& out);
+
+}  // namespace tandem
