@@ -2,6 +2,10 @@
 
 #include <simdjson.h>
 
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
+
 #include <algorithm>
 #include <bit>
 #include <charconv>
@@ -38,6 +42,24 @@ class StringMask {
   // Brackets ({}[]) outside strings in p[0, 64): `open` and `close`.
   void brackets(const char* p, std::uint64_t& open, std::uint64_t& close) {
     std::uint64_t quote = 0, backslash = 0, opens = 0, closes = 0;
+#if defined(__SSE2__)
+    // '[' and ']' differ from '{' and '}' in bit 0x20 alone: one compare each for opens
+    // and closes.
+    const __m128i quotes = _mm_set1_epi8('"'), backslashes = _mm_set1_epi8('\\');
+    const __m128i fold = _mm_set1_epi8(0x20);
+    const __m128i o = _mm_set1_epi8('{'), c = _mm_set1_epi8('}');
+    for (int k = 0; k < 4; ++k) {
+      const __m128i x = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 16 * k));
+      const __m128i folded = _mm_or_si128(x, fold);
+      const auto bits = [](__m128i m) {
+        return static_cast<std::uint64_t>(static_cast<std::uint16_t>(_mm_movemask_epi8(m)));
+      };
+      quote |= bits(_mm_cmpeq_epi8(x, quotes)) << (16 * k);
+      backslash |= bits(_mm_cmpeq_epi8(x, backslashes)) << (16 * k);
+      opens |= bits(_mm_cmpeq_epi8(folded, o)) << (16 * k);
+      closes |= bits(_mm_cmpeq_epi8(folded, c)) << (16 * k);
+    }
+#else
     for (int i = 0; i < 64; ++i) {
       const char c = p[i];
       const char folded = static_cast<char>(c | 0x20);  // '[' -> '{', ']' -> '}'
@@ -46,6 +68,7 @@ class StringMask {
       opens |= static_cast<std::uint64_t>(folded == '{') << i;
       closes |= static_cast<std::uint64_t>(folded == '}') << i;
     }
+#endif
     std::uint64_t escaped = 0;
     if (backslash != 0 || escape_next_) {
       std::uint64_t b = backslash;
@@ -101,10 +124,17 @@ bool has_long_number(std::string_view text) {
   return false;
 }
 
-// A number token as nlohmann's lexer types it (see JsonScalar).
+bool is_integer_token(std::string_view token) {
+  for (const char c : token) {
+    if (c == '.' || c == 'e' || c == 'E') return false;
+  }
+  return true;
+}
+
+// A number token as nlohmann's lexer types it (see JsonScalar); `d` is its value when it
+// is not an integer literal.
 JsonScalar number_scalar(std::string_view token, double d) {
-  while (!token.empty() && is_space(token.back())) token.remove_suffix(1);
-  if (token.find_first_of(".eE") == std::string_view::npos) {
+  if (is_integer_token(token)) {
     if (token.starts_with('-')) {
       std::int64_t v = 0;
       const auto [end, ec] = std::from_chars(token.data(), token.data() + token.size(), v);
@@ -478,8 +508,8 @@ class FastReader {
         std::string_view token;
         double d = 0;
         token = v.raw_json_token();
-        const bool integer = token.find_first_of(".eE") == std::string_view::npos;
-        if (!integer && v.get_double().get(d) != simdjson::SUCCESS) throw GiveUp{};
+        while (!token.empty() && is_space(token.back())) token.remove_suffix(1);
+        if (!is_integer_token(token) && v.get_double().get(d) != simdjson::SUCCESS) throw GiveUp{};
         semantics_.scalar(number_scalar(token, d));
         return;
       }
