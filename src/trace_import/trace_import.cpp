@@ -4,7 +4,12 @@
 #include <filesystem>
 #include <limits>
 #include <map>
+#include <condition_variable>
+#include <exception>
+#include <memory>
+#include <mutex>
 #include <system_error>
+#include <thread>
 
 #include "core/error.h"
 #include "timeline/chrome_trace.h"
@@ -89,9 +94,93 @@ void TraceImporter::add_bytes(std::string_view data, const std::string& source, 
 }
 
 void TraceImporter::add(TraceBytes& bytes, const std::string& source, int file_index) {
+  RawTrace raw = read_raw_trace(bytes, source, *result_.timeline.names);
+  interpret(std::move(raw), source, file_index);
+}
+
+void TraceImporter::add_files(const std::vector<std::string>& paths) {
+  if (paths.size() == 1) {
+    add_file(paths[0], 0);
+    return;
+  }
+  // Read on up to one thread per core, interpret here in input order: the result and the
+  // error (the first failing file in input order) are those of a sequential read. Each
+  // file is read with its own names, mapped into the timeline's before interpretation.
+  struct Slot {
+    NameTable names;
+    RawTrace raw;
+    std::exception_ptr error;
+    bool done = false;
+  };
+  const std::size_t n = paths.size();
+  const std::size_t threads =
+      std::min<std::size_t>(n, std::max(1u, std::thread::hardware_concurrency()));
+  std::vector<std::unique_ptr<Slot>> slots(n);
+  for (auto& slot : slots) slot = std::make_unique<Slot>();
+  std::mutex mutex;
+  std::condition_variable changed;
+  std::size_t next = 0;         // the next file a reader takes
+  std::size_t interpreted = 0;  // files interpreted (and freed) so far
+  bool stop = false;
+  const auto reader = [&] {
+    std::unique_lock lock(mutex);
+    for (;;) {
+      // At most `threads` files read ahead of the interpretation: memory stays that of
+      // `threads` raw traces, however many files there are.
+      changed.wait(lock, [&] { return stop || next >= n || next < interpreted + threads; });
+      if (stop || next >= n) return;
+      const std::size_t i = next++;
+      lock.unlock();
+      Slot& slot = *slots[i];
+      try {
+        TraceBytes bytes(paths[i]);
+        slot.raw = read_raw_trace(bytes, paths[i], slot.names);
+      } catch (...) {
+        slot.error = std::current_exception();
+      }
+      lock.lock();
+      slot.done = true;
+      changed.notify_all();
+    }
+  };
+  std::vector<std::jthread> pool;
+  for (std::size_t t = 0; t < threads; ++t) pool.emplace_back(reader);
+  const auto stop_readers = [&] {
+    {
+      std::lock_guard guard(mutex);
+      stop = true;
+    }
+    changed.notify_all();
+    pool.clear();  // joins
+  };
+  try {
+    for (std::size_t i = 0; i < n; ++i) {
+      {
+        std::unique_lock lock(mutex);
+        changed.wait(lock, [&] { return slots[i]->done; });
+      }
+      Slot& slot = *slots[i];
+      if (slot.error) std::rethrow_exception(slot.error);
+      remap_names(slot.raw, slot.names, *result_.timeline.names);
+      interpret(std::move(slot.raw), paths[i], static_cast<int>(i));
+      slots[i].reset();
+      {
+        std::lock_guard guard(mutex);
+        ++interpreted;
+      }
+      changed.notify_all();
+    }
+  } catch (...) {
+    stop_readers();
+    throw;
+  }
+  stop_readers();
+}
+
+// The body of add: one file's raw trace, names in the timeline's table, into spans.
+void TraceImporter::interpret(RawTrace raw, const std::string& source, int file_index) {
   Timeline& timeline = result_.timeline;
   NameTable& names = *timeline.names;
-  RawTrace raw = read_raw_trace(bytes, source, names);
 
   TraceFileInfo info{.path = source,
                      .bytes = raw.bytes_read,
@@ -335,7 +424,7 @@ const HtaOverlap& ImportResult::hta(const HtaRankModes& modes, bool include_last
 ImportResult import_traces(const std::vector<std::string>& paths,
                            const ClassificationRules& rules) {
   TraceImporter importer(rules);
-  for (std::size_t i = 0; i < paths.size(); ++i) importer.add_file(paths[i], static_cast<int>(i));
+  importer.add_files(paths);
   return importer.finish();
 }
 

@@ -91,12 +91,17 @@ class TraceImporter {
   void add_file(const std::string& path, int file_index);
   // The same from bytes in memory; `source` names it in errors.
   void add_bytes(std::string_view data, const std::string& source, int file_index);
+  // Every path, file_index = position, read on up to one thread per core (at most that
+  // many files read ahead) and interpreted in order: the same result, and the same error
+  // (the first failing file in input order), as add_file on each in turn.
+  void add_files(const std::vector<std::string>& paths);
 
   // The result so far; throws UsageError if two inputs claim the same rank.
   ImportResult finish();
 
  private:
   void add(class TraceBytes& bytes, const std::string& source, int file_index);
+  void interpret(struct RawTrace raw, const std::string& source, int file_index);
 
   EventClassifier classifier_;
   ImportResult result_;
@@ -104,7 +109,7 @@ class TraceImporter {
   std::vector<std::string> step_mark_names_;         // distinct, over all files
 };
 
-// Convenience: every path in order (file_index = position).
+// Convenience: add_files(paths), then finish().
 ImportResult import_traces(const std::vector<std::string>& paths,
                            const ClassificationRules& rules = {});
 

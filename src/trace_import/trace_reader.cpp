@@ -149,6 +149,24 @@ RawTrace read_raw_trace_reference(TraceBytes& bytes, std::string_view source, Na
   return out;
 }
 
+void remap_names(RawTrace& raw, const NameTable& from, NameTable& to) {
+  std::vector<NameId> ids(from.size(), kNoName);  // from's id -> to's, filled on first use
+  const auto map = [&](NameId& id) {
+    if (id == kNoName) return;
+    NameId& mapped = ids.at(static_cast<std::size_t>(id));
+    if (mapped == kNoName) mapped = to.intern(from.name(id));
+    id = mapped;
+  };
+  for (RawEvent& e : raw.events) map(e.name);
+  for (CpuInterval& op : raw.collective_ops) map(op.name);
+  for (CpuInterval& op : raw.cpu_ops) map(op.name);
+  for (CollectiveArgs& a : raw.collective_args) {
+    map(a.collective);
+    map(a.dtype);
+  }
+  for (NameId& id : raw.step_mark_names) map(id);
+}
+
 RawTrace read_raw_trace(TraceBytes& bytes, std::string_view source, NameTable& names) {
   {
     RawTrace out;

@@ -130,6 +130,10 @@ struct RawTrace {
 
 // Reads one trace; names of kept events are interned into `names`.
 RawTrace read_raw_trace(TraceBytes& bytes, std::string_view source, NameTable& names);
+// Moves every NameId in `raw` (events, CPU intervals, collective args, step marks) from
+// `from` to `to`, for traces read with a table of their own (TraceImporter::add_files).
+// A new NameId field in RawTrace is mapped here too.
+void remap_names(RawTrace& raw, const NameTable& from, NameTable& to);
 // The same with the reference reader only (tests compare the two).
 RawTrace read_raw_trace_reference(TraceBytes& bytes, std::string_view source, NameTable& names);
 
