@@ -27,6 +27,9 @@ using namespace std::string_view_literals;
 struct GiveUp {};
 
 constexpr std::size_t kBlock = 64;
+// Events parsed at once: simdjson's buffers for a batch (about 20 bytes per byte of
+// JSON) stay in the caches.
+constexpr std::size_t kBatchBytes = 256 << 10;
 // An event (or top-level value) longer than this may hold a number longer than
 // kMaxJsonNumberChars, which the reference reader refuses: such ones are checked.
 constexpr std::size_t kLongNumberPossible = kMaxJsonNumberChars;
@@ -165,8 +168,6 @@ class FastReader {
         semantics_(source, names, out, [] { return std::string(" at byte ?"); }) {
     window_.resize(kWindowBytes + simdjson::SIMDJSON_PADDING);
     batch_.resize(kWindowBytes + 2 + simdjson::SIMDJSON_PADDING);
-    if (dom_.allocate(kWindowBytes + 2) != simdjson::SUCCESS) throw GiveUp{};
-    if (on_demand_.allocate(kWindowBytes + 2) != simdjson::SUCCESS) throw GiveUp{};
   }
 
   void read() {
@@ -208,6 +209,8 @@ class FastReader {
       event_start_ -= std::min(event_start_, keep_);
       keep_ = 0;
     }
+    // What must be kept fills the window: more than any bound here allows.
+    if (end_ == kWindowBytes) throw GiveUp{};
     while (end_ < kWindowBytes && !eof_) {
       const std::streamsize n = bytes_.sgetn(window_.data() + end_,
                                              static_cast<std::streamsize>(kWindowBytes - end_));
@@ -220,8 +223,10 @@ class FastReader {
   }
   bool at_end() { return !more(); }
   void skip_space() {
-    while (more() && is_space(window_[pos_])) ++pos_;
-    keep_ = pos_;
+    for (;; ++pos_) {
+      keep_ = pos_;  // whitespace is not kept, however long the run
+      if (!more() || !is_space(window_[pos_])) return;
+    }
   }
   // The next byte that is not whitespace, consumed; GiveUp at the end of the input.
   char next_token() {
@@ -410,6 +415,11 @@ class FastReader {
           }
           last_end_ = at + 1;
           have_end = true;
+          if (last_end_ - batch_start_ >= kBatchBytes) {
+            parse_events(batch_start_, last_end_);
+            batch_start_ = last_end_;
+            have_end = false;
+          }
         } else if (depth_ < array_depth) {
           // The array's ']': what is left since the last batch is the final one.
           parse_events(batch_start_, at);
