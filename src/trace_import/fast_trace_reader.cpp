@@ -479,6 +479,17 @@ class FastReader {
     }
   }
 
+  // A key as written when it has no escapes (the common case: no copy), else unescaped.
+  static std::string_view key_of(od::field& field) {
+    const char* begin = field.key().raw();
+    const char* end = begin;
+    while (*end != '"' && *end != '\\') ++end;  // validated: a closing quote follows
+    if (*end == '"') return {begin, static_cast<std::size_t>(end - begin)};
+    std::string_view key;
+    if (field.unescaped_key().get(key) != simdjson::SUCCESS) throw GiveUp{};
+    return key;
+  }
+
   // One value, as SAX-like calls to the semantics; what they ignore is skipped unseen.
   void walk(od::value v) {
     od::json_type type;
@@ -491,10 +502,8 @@ class FastReader {
           if (v.get_object().get(object) != simdjson::SUCCESS) throw GiveUp{};
           for (auto result : object) {
             od::field field;
-            std::string_view key;
             if (std::move(result).get(field) != simdjson::SUCCESS) throw GiveUp{};
-            if (field.unescaped_key().get(key) != simdjson::SUCCESS) throw GiveUp{};
-            if (semantics_.key(key)) walk(field.value());
+            if (semantics_.key(key_of(field))) walk(field.value());
           }
         }
         semantics_.end_object();
