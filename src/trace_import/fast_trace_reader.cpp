@@ -8,7 +8,6 @@
 
 #include <algorithm>
 #include <bit>
-#include <charconv>
 #include <cstring>
 #include <limits>
 #include <vector>
@@ -20,7 +19,6 @@
 namespace tandem {
 namespace {
 
-namespace od = simdjson::ondemand;
 using namespace std::string_view_literals;
 
 // Thrown inside the fast reader when it gives up; never leaves this file.
@@ -127,39 +125,79 @@ bool has_long_number(std::string_view text) {
   return false;
 }
 
-bool is_integer_token(std::string_view token) {
-  for (const char c : token) {
-    if (c == '.' || c == 'e' || c == 'E') return false;
-  }
-  return true;
-}
+// The text of the values inside one container of validated JSON, found by position
+// (member or element index, increasing), scanning forward only and only as far as asked:
+// simdjson's DOM keeps numbers as binary, and timestamps are read from their decimal
+// text. A container inside is found through its parent when first asked.
+class RawText {
+ public:
+  explicit RawText(const char* open) { start(open); }
+  RawText(RawText& parent, std::size_t index) : parent_(&parent), index_(index) {}
 
-// A number token as nlohmann's lexer types it (see JsonScalar); `d` is its value when it
-// is not an integer literal.
-JsonScalar number_scalar(std::string_view token, double d) {
-  if (is_integer_token(token)) {
-    if (token.starts_with('-')) {
-      std::int64_t v = 0;
-      const auto [end, ec] = std::from_chars(token.data(), token.data() + token.size(), v);
-      if (ec == std::errc() && end == token.data() + token.size()) {
-        return {.type = JsonScalar::kInt, .i = v, .d = static_cast<double>(v)};
-      }
-    } else {
-      std::uint64_t v = 0;
-      const auto [end, ec] = std::from_chars(token.data(), token.data() + token.size(), v);
-      if (ec == std::errc() && end == token.data() + token.size()) {
-        if (v > static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max())) {
-          return {.type = JsonScalar::kFloat, .d = static_cast<double>(v), .text = "1e99"};
-        }
-        const auto i = static_cast<std::int64_t>(v);
-        return {.type = JsonScalar::kInt, .i = i, .d = static_cast<double>(i)};
+  // The text of member (element) `index`'s value.
+  std::string_view value(std::size_t index) {
+    const char* begin = value_start(index);
+    p_ = skip_value(begin);
+    pending_ = false;
+    return {begin, static_cast<std::size_t>(p_ - begin)};
+  }
+
+ private:
+  void start(const char* open) {
+    object_ = *open == '{';
+    p_ = open + 1;
+  }
+  const char* value_start(std::size_t index) {
+    if (p_ == nullptr) start(parent_->value_start(index_));
+    if (index < next_) throw GiveUp{};  // not reached: the walk goes forward
+    for (;;) {
+      if (pending_) p_ = skip_value(p_);
+      p_ = skip_space(p_);
+      if (*p_ == ',') p_ = skip_space(p_ + 1);
+      if (object_) p_ = skip_space(skip_space(skip_string(p_)) + 1);  // "key" :
+      pending_ = true;
+      if (next_++ == index) return p_;
+    }
+  }
+  static const char* skip_space(const char* p) {
+    while (is_space(*p)) ++p;
+    return p;
+  }
+  static const char* skip_string(const char* p) {  // p at the opening quote
+    for (++p;; ++p) {
+      if (*p == '\\') {
+        ++p;
+      } else if (*p == '"') {
+        return p + 1;
       }
     }
-    // Beyond 64 bits: simdjson refuses those, so this is not reached.
-    throw GiveUp{};
   }
-  return {.type = JsonScalar::kFloat, .d = d, .text = token};
-}
+  static const char* skip_value(const char* p) {
+    if (*p == '"') return skip_string(p);
+    if (*p == '{' || *p == '[') {
+      std::size_t depth = 0;
+      for (;;) {
+        const char c = *p;
+        if (c == '"') {
+          p = skip_string(p);
+          continue;
+        }
+        if (c == '{' || c == '[') ++depth;
+        if ((c == '}' || c == ']') && --depth == 0) return p + 1;
+        ++p;
+      }
+    }
+    while (!is_space(*p) && *p != ',' && *p != '}' && *p != ']') ++p;
+    return p;
+  }
+
+  RawText* parent_ = nullptr;
+  std::size_t index_ = 0;
+  const char* p_ = nullptr;  // before member next_, or at its value when pending_
+  std::size_t next_ = 0;
+  bool object_ = false;
+  bool pending_ = false;
+};
 
 class FastReader {
  public:
@@ -207,6 +245,7 @@ class FastReader {
       batch_start_ -= std::min(batch_start_, keep_);
       last_end_ -= std::min(last_end_, keep_);
       event_start_ -= std::min(event_start_, keep_);
+      for (std::size_t& start : event_starts_) start -= keep_;
       keep_ = 0;
     }
     // What must be kept fills the window: more than any bound here allows.
@@ -315,20 +354,9 @@ class FastReader {
     std::memcpy(batch_.data() + n, text.data(), text.size());
     n += text.size();
     batch_[n++] = '}';
-    validate(n);
-    od::document doc;
-    if (on_demand_.iterate(batch_.data(), n, batch_.size()).get(doc) != simdjson::SUCCESS) {
-      throw GiveUp{};
-    }
-    od::object object;
-    if (doc.get_object().get(object) != simdjson::SUCCESS) throw GiveUp{};
-    for (auto result : object) {
-      od::field field;
-      std::string_view key;
-      if (std::move(result).get(field) != simdjson::SUCCESS) throw GiveUp{};
-      if (field.unescaped_key().get(key) != simdjson::SUCCESS) throw GiveUp{};
-      if (semantics_.key(key)) walk(field.value());
-    }
+    // The wrapper is not the document's: its one member is walked as the top level's.
+    RawText raw(batch_.data());
+    walk_members(parse(n), raw);
     keep_ = pos_;
   }
 
@@ -374,6 +402,7 @@ class FastReader {
   void events(std::size_t array_depth) {
     strings_.reset();
     depth_ = array_depth;
+    event_starts_.clear();
     batch_start_ = pos_;
     keep_ = pos_;
     last_end_ = 0;
@@ -403,7 +432,10 @@ class FastReader {
         const std::size_t at = pos_ + static_cast<std::size_t>(i);
         if ((open >> i) & 1) {
           if (++depth_ > static_cast<std::size_t>(kMaxJsonDepth)) throw GiveUp{};
-          if (depth_ == array_depth + 1) event_start_ = at;
+          if (depth_ == array_depth + 1) {
+            event_start_ = at;
+            event_starts_.push_back(at);
+          }
           continue;
         }
         if (--depth_ == array_depth) {
@@ -455,90 +487,99 @@ class FastReader {
     std::memcpy(batch_.data() + n, text.data(), text.size());
     n += text.size();
     batch_[n++] = ']';
-    validate(n);
-    od::document doc;
-    if (on_demand_.iterate(batch_.data(), n, batch_.size()).get(doc) != simdjson::SUCCESS) {
-      throw GiveUp{};
+    const simdjson::dom::element root = parse(n);
+    // The events' texts, by the framer's record of where each began: event k is the
+    // array's element k, unless some element is no object (then the semantics refuse).
+    std::size_t events = 0;
+    while (events < event_starts_.size() && event_starts_[events] < to) ++events;
+    std::size_t k = 0;
+    const simdjson::dom::array array = root.get_array().value_unsafe();
+    for (const simdjson::dom::element event : array) {
+      if (k == events) throw GiveUp{};
+      RawText raw(batch_.data() + (event_starts_[k++] - i + 1));
+      walk_root(event, raw);
     }
-    od::array array;
-    if (doc.get_array().get(array) != simdjson::SUCCESS) throw GiveUp{};
-    for (auto element : array) {
-      od::value v;
-      if (element.get(v) != simdjson::SUCCESS) throw GiveUp{};
-      walk(v);
-    }
+    if (k != events) throw GiveUp{};
+    event_starts_.erase(event_starts_.begin(), event_starts_.begin() + static_cast<std::ptrdiff_t>(events));
   }
 
-  // simdjson's DOM parser checks batch_[0, n) is JSON, all of it: the On-Demand walk
-  // below only looks at what it uses.
-  void validate(std::size_t n) {
+  // simdjson's DOM parser checks that batch_[0, n) is JSON, all of it (grammar, numbers,
+  // escapes, UTF-8), and gives its tree.
+  simdjson::dom::element parse(std::size_t n) {
     simdjson::dom::element root;
     if (dom_.parse(reinterpret_cast<const std::uint8_t*>(batch_.data()), n, false).get(root) !=
         simdjson::SUCCESS) {
       throw GiveUp{};
     }
+    return root;
   }
 
-  // A key as written when it has no escapes (the common case: no copy), else unescaped.
-  static std::string_view key_of(od::field& field) {
-    const char* begin = field.key().raw();
-    const char* end = begin;
-    while (*end != '"' && *end != '\\') ++end;  // validated: a closing quote follows
-    if (*end == '"') return {begin, static_cast<std::size_t>(end - begin)};
-    std::string_view key;
-    if (field.unescaped_key().get(key) != simdjson::SUCCESS) throw GiveUp{};
-    return key;
-  }
-
-  // One value, as SAX-like calls to the semantics; what they ignore is skipped unseen.
-  void walk(od::value v) {
-    od::json_type type;
-    if (v.type().get(type) != simdjson::SUCCESS) throw GiveUp{};
-    switch (type) {
-      case od::json_type::object: {
+  // The tree as SAX-like calls to the semantics; what they ignore is skipped unseen.
+  // `raw` is the text of the container being walked (for numbers' decimal text).
+  void walk_root(simdjson::dom::element v, RawText& raw) {
+    switch (v.type()) {
+      case simdjson::dom::element_type::OBJECT:
         semantics_.start_object();
-        if (!semantics_.skipping()) {
-          od::object object;
-          if (v.get_object().get(object) != simdjson::SUCCESS) throw GiveUp{};
-          for (auto result : object) {
-            od::field field;
-            if (std::move(result).get(field) != simdjson::SUCCESS) throw GiveUp{};
-            if (semantics_.key(key_of(field))) walk(field.value());
-          }
-        }
+        if (!semantics_.skipping()) walk_members(v, raw);
         semantics_.end_object();
         return;
-      }
-      case od::json_type::array: {
+      case simdjson::dom::element_type::ARRAY:
         semantics_.start_array();
-        if (!semantics_.skipping()) {
-          od::array array;
-          if (v.get_array().get(array) != simdjson::SUCCESS) throw GiveUp{};
-          for (auto element : array) {
-            od::value e;
-            if (element.get(e) != simdjson::SUCCESS) throw GiveUp{};
-            walk(e);
-          }
-        }
+        if (!semantics_.skipping()) walk_members(v, raw);
         semantics_.end_array();
         return;
-      }
-      case od::json_type::number: {
-        std::string_view token;
-        double d = 0;
-        token = v.raw_json_token();
-        while (!token.empty() && is_space(token.back())) token.remove_suffix(1);
-        if (!is_integer_token(token) && v.get_double().get(d) != simdjson::SUCCESS) throw GiveUp{};
-        semantics_.scalar(number_scalar(token, d));
-        return;
-      }
-      case od::json_type::string: {
-        std::string_view s;
-        if (v.get_string().get(s) != simdjson::SUCCESS) throw GiveUp{};
-        semantics_.scalar({.type = JsonScalar::kString, .text = s});
-        return;
-      }
       default:
+        semantics_.scalar({});  // an event that is no object: the semantics refuse it
+        throw GiveUp{};
+    }
+  }
+  void walk_members(simdjson::dom::element v, RawText& raw) {
+    std::size_t index = 0;
+    if (v.type() == simdjson::dom::element_type::OBJECT) {
+      const simdjson::dom::object object = v.get_object().value_unsafe();
+      for (const simdjson::dom::key_value_pair member : object) {
+        if (semantics_.key(member.key)) walk_value(member.value, raw, index);
+        ++index;
+      }
+    } else {
+      const simdjson::dom::array array = v.get_array().value_unsafe();
+      for (const simdjson::dom::element element : array) {
+        walk_value(element, raw, index++);
+      }
+    }
+  }
+  void walk_value(simdjson::dom::element v, RawText& parent, std::size_t index) {
+    switch (v.type()) {
+      case simdjson::dom::element_type::OBJECT:
+      case simdjson::dom::element_type::ARRAY: {
+        const bool object = v.type() == simdjson::dom::element_type::OBJECT;
+        object ? semantics_.start_object() : semantics_.start_array();
+        if (!semantics_.skipping()) {
+          RawText raw(parent, index);
+          walk_members(v, raw);
+        }
+        object ? semantics_.end_object() : semantics_.end_array();
+        return;
+      }
+      case simdjson::dom::element_type::INT64: {
+        const std::int64_t i = v.get_int64().value_unsafe();
+        semantics_.scalar({.type = JsonScalar::kInt, .i = i, .d = static_cast<double>(i)});
+        return;
+      }
+      case simdjson::dom::element_type::UINT64:  // beyond int64 (simdjson's INT64 otherwise)
+        semantics_.scalar({.type = JsonScalar::kFloat,
+                           .d = static_cast<double>(v.get_uint64().value_unsafe()),
+                           .text = "1e99"});
+        return;
+      case simdjson::dom::element_type::DOUBLE:
+        semantics_.scalar({.type = JsonScalar::kFloat,
+                           .d = v.get_double().value_unsafe(),
+                           .text = parent.value(index)});
+        return;
+      case simdjson::dom::element_type::STRING:
+        semantics_.scalar({.type = JsonScalar::kString, .text = v.get_string().value_unsafe()});
+        return;
+      default:  // true, false, null
         semantics_.scalar({});
         return;
     }
@@ -547,7 +588,7 @@ class FastReader {
   TraceBytes& bytes_;
   TraceSemantics semantics_;
   simdjson::dom::parser dom_;
-  od::parser on_demand_;
+  std::vector<std::size_t> event_starts_;  // window offsets of the events since batch_start_
   std::vector<char> window_, batch_;
   std::size_t pos_ = 0, end_ = 0;
   std::size_t keep_ = 0;         // the window keeps [keep_, end_) when it moves

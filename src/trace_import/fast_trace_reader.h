@@ -8,18 +8,22 @@
 // array's brackets and commas. Inside the array it looks only for brackets outside
 // strings, 64 bytes at a time (bit masks for quotes, backslashes and brackets; a prefix
 // XOR gives the bytes inside strings), which is enough to find where each event ends.
-// The complete events in the window form a batch: the batch's text, wrapped in '[' ']',
+// The complete events form batches of about 256 KiB: a batch's text, wrapped in '[' ']',
 // is parsed by simdjson's DOM parser, which validates all of it (grammar, numbers,
 // escapes, UTF-8, control characters: simdjson and nlohmann agree on what is JSON), and
-// then walked with simdjson's On-Demand API, which gives the text of numbers
-// (timestamps are read from their decimal text, decimal_us_to_ns) and skips what the
-// semantics do not use. The walk drives TraceSemantics (trace_semantics.h), shared
-// with the reference reader. Other top-level members are parsed the same way, one at a
-// time, as {"key": value}.
+// its tree is walked, skipping what the semantics do not use. The walk drives
+// TraceSemantics (trace_semantics.h), shared with the reference reader. Numbers that are
+// not integer literals are read from their decimal text, as the reference reader does
+// (decimal_us_to_ns: a double would lose the nanoseconds of an epoch timestamp): the
+// framer records where each event begins, and the text of a value is found from there
+// by position (RawText). Other top-level members are parsed the same way, one at a time,
+// as {"key": value}.
 //
-// Bounds. What it holds at once is the window, one batch (kWindowBytes) and simdjson's
-// buffers for it, whatever the file's size; an event larger than kMaxFastEventBytes, a
-// top-level value larger than the window, nesting beyond kMaxJsonDepth, and anything
+// Bounds. What it holds at once is the window, one batch (at most kWindowBytes, about
+// 256 KiB) and simdjson's buffers for it (about 20 bytes a byte), whatever the file's
+// size; an event or a top-level value larger than kMaxFastEventBytes (so no string it
+// holds is cut by the reference reader's rules, and no number reaches their bound),
+// nesting beyond kMaxJsonDepth, and anything
 // else it does not take (a key with escapes, an integer beyond 64 bits) make it give
 // up, and so does every error: invalid JSON, a wrong type, a truncated file. Giving up
 // (returning false) costs nothing but the time spent: the caller rewinds the bytes and
