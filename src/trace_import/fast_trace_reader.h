@@ -21,9 +21,9 @@
 //
 // Bounds. What it holds at once is the window, one batch (at most kWindowBytes, about
 // 256 KiB) and simdjson's buffers for it (about 20 bytes a byte), whatever the file's
-// size; an event or a top-level value larger than kMaxFastEventBytes (so no string it
-// holds is cut by the reference reader's rules, and no number reaches their bound),
-// nesting beyond kMaxJsonDepth, and anything
+// size; an event or a top-level value larger than kMaxFastEventBytes (so that no string
+// it takes is one the reference reader would cut), a number longer than the reference
+// reader's bound, nesting beyond kMaxJsonDepth, and anything
 // else it does not take (a key with escapes, an integer beyond 64 bits) make it give
 // up, and so does every error: invalid JSON, a wrong type, a truncated file. Giving up
 // (returning false) costs nothing but the time spent: the caller rewinds the bytes and

@@ -1,4 +1,4 @@
-// The bytes of one trace file as a std::streambuf, for nlohmann's streaming (SAX) parser.
+// The bytes of one trace file as a std::streambuf, for the trace readers (trace_reader.h).
 //
 // Plain and gzip files read the same way: zlib's gzread passes non-gzip files through
 // unchanged, so callers never look at the extension. The buffer counts the bytes it has
