@@ -35,7 +35,8 @@ bool same_events(const tandem::RawTrace& a, const tandem::NameTable& an, const t
          a.step_marks.size() == b.step_marks.size() &&
          a.collective_args.size() == b.collective_args.size() &&
          a.collective_ops.size() == b.collective_ops.size() &&
-         a.cpu_ops.size() == b.cpu_ops.size() && a.fractional_ts == b.fractional_ts &&
+         a.cpu_ops.size() == b.cpu_ops.size() && a.cpu_events == b.cpu_events &&
+         a.fractional_ts == b.fractional_ts &&
          a.distributed_rank == b.distributed_rank && a.base_time_ns == b.base_time_ns &&
          a.tandem == b.tandem && a.tandem_t0_ns == b.tandem_t0_ns &&
          a.tandem_ranks == b.tandem_ranks && a.trace_events == b.trace_events &&

@@ -48,6 +48,7 @@ std::string describe(const RawTrace& t, const NameTable& names) {
         << c.args << '\n';
     }
   }
+  o << "cpu events " << t.cpu_events << '\n';
   o << "fractional " << t.fractional_ts << " rank " << t.distributed_rank.value_or(-7) << " base "
     << t.base_time_ns.value_or(-7) << " tandem " << t.tandem << ' ' << t.tandem_t0_ns << ' '
     << t.tandem_ranks << " events " << t.trace_events << " cut " << t.names_cut << " bytes "
