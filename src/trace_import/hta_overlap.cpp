@@ -81,6 +81,10 @@ HtaKernelType hta_kernel_type(std::string_view name) {
 }
 
 double hta_us(std::int64_t ns) {
+  // Below 2^53 the int64 is exact as a double and IEEE division rounds correctly: the
+  // double nearest ns / 1000, as Python's float() of the text.
+  constexpr std::int64_t kExact = std::int64_t{1} << 53;
+  if (ns > -kExact && ns < kExact) return static_cast<double>(ns) / 1000.0;
   // Python's float() of the decimal text: from_chars rounds correctly, as it does.
   char text[40];
   const unsigned long long magnitude =
@@ -135,12 +139,17 @@ bool HtaCpuSide::launched(std::int64_t correlation, Keep&& keep) const {
 HtaRankModes hta_overlap(const HtaInput& input) {
   const HtaCpuSide& cpu = *input.cpu;
   const bool round = cpu.fractional_ts();
+  // HTA's gpu_kernels (stream != -1), their times in HTA's arithmetic once for both modes.
+  std::vector<std::pair<const HtaEvent*, UsInterval>> kernels;
+  kernels.reserve(input.events.size());
+  for (const HtaEvent& e : input.events) {
+    if (e.stream != -1) kernels.emplace_back(&e, hta_interval(round, e.start_ns, e.end_ns));
+  }
   const auto compute_mode = [&](auto&& keep_cpu) {
     HtaOverlap out;
     std::vector<UsInterval> comm, comp, all;
-    for (const HtaEvent& e : input.events) {
-      if (e.stream == -1) continue;  // HTA's gpu_kernels: stream != -1
-      const UsInterval i = hta_interval(round, e.start_ns, e.end_ns);
+    for (const auto& [event, i] : kernels) {
+      const HtaEvent& e = *event;
       if (cpu.filters()) {
         const bool gpu = e.stream >= 0 && e.correlation >= 0;
         if (gpu ? !cpu.launched(e.correlation, keep_cpu) : !keep_cpu(i.ts)) continue;
