@@ -417,7 +417,13 @@ class FastReader {
           batch_start_ = last_end_;
           have_end = false;
         }
-        if (pos_ - batch_start_ > kMaxFastEventBytes) throw GiveUp{};
+        if (pos_ - batch_start_ > kMaxFastEventBytes) {
+          // An event this long goes through the slow lane; anything else is not a trace.
+          if (depth_ == array_depth) throw GiveUp{};
+          slow_event(array_depth);
+          have_end = false;
+          continue;
+        }
         keep_ = batch_start_;
         refill();
         continue;
@@ -426,6 +432,7 @@ class FastReader {
       const char* block = next_block();
       strings_.brackets(block, open, close);
       std::uint64_t bits = open | close;
+      bool slow = false;
       while (bits != 0) {
         const int i = std::countr_zero(bits);
         bits &= bits - 1;
@@ -440,10 +447,17 @@ class FastReader {
         }
         if (--depth_ == array_depth) {
           const std::size_t size = at + 1 - event_start_;
-          if (size > kMaxFastEventBytes) throw GiveUp{};
-          if (size > kLongNumberPossible &&
-              has_long_number(std::string_view(window_.data() + event_start_, size))) {
-            throw GiveUp{};
+          if (size > kMaxFastEventBytes ||
+              (size > kLongNumberPossible &&
+               has_long_number(std::string_view(window_.data() + event_start_, size)))) {
+            if (have_end) {
+              parse_events(batch_start_, last_end_);
+              batch_start_ = last_end_;
+              have_end = false;
+            }
+            slow_event(array_depth);
+            slow = true;
+            break;
           }
           last_end_ = at + 1;
           have_end = true;
@@ -460,9 +474,88 @@ class FastReader {
           return;
         }
       }
-      pos_ += kBlock;
+      if (!slow) pos_ += kBlock;
     }
   }
+
+  // The slow lane: the event that begins at event_start_ (all events before it parsed,
+  // batch_start_ just past the last of them) is longer than kMaxFastEventBytes, or may
+  // hold a number longer than the reference reader's bound. It is read by the reference
+  // reader's tokenizer (BoundedJson, nlohmann's SAX parser) streamed from the window, so
+  // its size does not matter; the fast lane goes on after it.
+  void slow_event(std::size_t array_depth) {
+    // What separates it from the events before: whitespace, and a comma unless it is
+    // the first.
+    std::size_t i = batch_start_;
+    while (i < event_start_ && is_space(window_[i])) ++i;
+    if (!first_batch_) {
+      if (i == event_start_ || window_[i] != ',') throw GiveUp{};
+      ++i;
+      while (i < event_start_ && is_space(window_[i])) ++i;
+    }
+    if (i != event_start_) throw GiveUp{};
+    first_batch_ = false;
+    event_starts_.clear();
+    pos_ = event_start_;
+    keep_ = pos_;
+    EventStream stream(*this);
+    read_value_with_reference(stream, semantics_);
+    if (!stream.done()) throw GiveUp{};
+    // Back to the fast lane, just past the event.
+    strings_.reset();
+    depth_ = array_depth;
+    batch_start_ = last_end_ = keep_ = pos_;
+  }
+
+  // The bytes of one JSON value from the window, starting at pos_ and ending just past
+  // its closing bracket (pos_ then there), refilling the window as they are consumed.
+  class EventStream : public std::streambuf {
+   public:
+    explicit EventStream(FastReader& reader) : reader_(reader) {}
+    bool done() const { return done_; }
+
+   protected:
+    int_type underflow() override {
+      if (gptr() < egptr()) return traits_type::to_int_type(*gptr());
+      FastReader& r = reader_;
+      if (done_) return traits_type::eof();
+      if (r.pos_ >= r.end_) {
+        r.keep_ = r.pos_;  // what was served is the parser's now
+        r.refill();
+        if (r.pos_ >= r.end_) return traits_type::eof();  // truncated: the parser says so
+      }
+      char* const begin = r.window_.data() + r.pos_;
+      std::size_t i = r.pos_;
+      for (; i < r.end_; ++i) {
+        const char c = r.window_[i];
+        if (in_string_) {
+          if (escape_) {
+            escape_ = false;
+          } else if (c == '\\') {
+            escape_ = true;
+          } else if (c == '"') {
+            in_string_ = false;
+          }
+        } else if (c == '"') {
+          in_string_ = true;
+        } else if (c == '{' || c == '[') {
+          ++depth_;
+        } else if ((c == '}' || c == ']') && --depth_ == 0) {
+          ++i;
+          done_ = true;
+          break;
+        }
+      }
+      setg(begin, begin, r.window_.data() + i);
+      r.pos_ = i;
+      return traits_type::to_int_type(*begin);
+    }
+
+   private:
+    FastReader& reader_;
+    std::size_t depth_ = 0;
+    bool in_string_ = false, escape_ = false, done_ = false;
+  };
 
   // Parses window_[from, to) as the next events of the array: the first batch starts
   // just past '[', later ones just past the previous event (so with a comma).

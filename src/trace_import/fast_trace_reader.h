@@ -32,6 +32,7 @@
 #pragma once
 
 #include <cstddef>
+#include <streambuf>
 #include <string_view>
 
 #include "trace_import/trace_bytes.h"
@@ -46,5 +47,11 @@ inline constexpr std::size_t kMaxFastEventBytes = 64 << 10;  // 64 KiB
 // and `bytes` are in no particular state (names interned so far stay interned).
 bool read_raw_trace_fast(TraceBytes& bytes, std::string_view source, NameTable& names,
                          RawTrace& out);
+
+class TraceSemantics;
+// The reference reader's tokenizer (trace_reader.cpp) on one JSON value, which must end
+// where `bytes` ends: BoundedJson, then nlohmann's SAX parser, into `semantics`. The fast
+// reader's slow lane. Throws UsageError.
+void read_value_with_reference(std::streambuf& bytes, TraceSemantics& semantics);
 
 }  // namespace tandem

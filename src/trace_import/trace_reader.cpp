@@ -134,6 +134,13 @@ std::optional<std::int64_t> decimal_us_to_ns(std::string_view text) {
   return negative ? -ns : ns;
 }
 
+void read_value_with_reference(std::streambuf& bytes, TraceSemantics& semantics) {
+  BoundedJson text(bytes, "", false);  // messages are the reference reader's, on a rereading
+  SaxAdapter handler(text, "", semantics);
+  std::istream in(&text);
+  json::sax_parse(in, &handler, json::input_format_t::json, /*strict=*/true);
+}
+
 RawTrace read_raw_trace_reference(TraceBytes& bytes, std::string_view source, NameTable& names) {
   RawTrace out;
   BoundedJson text(bytes, std::string(source), bytes.compressed());

@@ -152,21 +152,59 @@ TEST(FastReaderTest, AgreesOnStringsThatLookLikeStructureAcrossWindowRefills) {
   EXPECT_EQ(b.fast.find("error"), std::string::npos) << b.fast.substr(0, 300);
 }
 
+TEST(FastReaderTest, LongEventsGoThroughTheSlowLaneAndTheFastLaneGoesOn) {
+  // Events over 64 KiB (a long arg, a name cut at 64 KiB and counted, a long number in a
+  // skipped string) first, among many short ones across window refills, and last.
+  const std::string big = std::string(kMaxFastEventBytes, 'a');
+  const std::string big_arg =
+      R"({"ph":"X","cat":"kernel","name":"big","ts":1.5,"dur":2,"args":{"a":")" + big +
+      R"(","b":[1,{"c":"]"}],"correlation":7}})";
+  const std::string long_name =
+      R"({"ph":"X","cat":"kernel","name":")" + big + big + R"(","ts":1,"dur":2})";
+  const std::string digits_in_a_string =
+      R"({"ph":"X","cat":"kernel","name":"d","ts":3,"dur":1,"args":{"s":")" +
+      std::string(kMaxJsonNumberChars + 10, '1') + R"("}})";
+  std::mt19937_64 rng(3);
+  std::string many = tricky_trace(rng, 3000);
+  const std::size_t events_at = many.find("\"traceEvents\": [") + 16;
+  std::string middle = many;
+  middle.insert(middle.find(", {\"ph\"", many.size() / 2) + 2, big_arg + ", " + long_name + ",\n");
+  std::string first = many;
+  first.insert(events_at, digits_in_a_string + ",");
+  // Longer than the window: read while the window refills.
+  const std::string huge =
+      R"({"ph":"X","cat":"kernel","name":"huge","ts":4,"dur":1,"args":{"a":")" +
+      std::string(3 * kWindowBytes, 'h') + R"("}})";
+  const std::vector<std::string> texts = {
+      R"({"traceEvents":[)" + big_arg + "]}",
+      "[" + huge + ", " + big_arg + ",\n" + huge + "]",
+      "[" + long_name + "," + big_arg + "]",
+      middle,
+      first,
+  };
+  for (const std::string& text : texts) {
+    const Both b = read_both(text);
+    EXPECT_TRUE(b.fast_took_it) << text.substr(0, 100);
+    EXPECT_EQ(b.fast, b.reference) << text.substr(0, 100);
+    EXPECT_EQ(b.fast.find("error"), std::string::npos) << b.fast.substr(0, 300);
+  }
+  EXPECT_NE(read_both(texts[2]).fast.find(" cut 1 "), std::string::npos);
+}
+
 TEST(FastReaderTest, GivesUpWhereItMustAndTheReferenceReads) {
-  const std::string big_arg = std::string(kMaxFastEventBytes, 'a');
   const std::string long_number = "0." + std::string(kMaxJsonNumberChars + 10, '1');
   const std::vector<std::string> texts = {
-      // An event over 64 KiB, and one whose name is cut at 64 KiB.
-      R"({"traceEvents":[{"ph":"X","cat":"kernel","name":"k","ts":1,"dur":2,"args":{"a":")" +
-          big_arg + R"("}}]})",
-      R"({"traceEvents":[{"ph":"X","cat":"kernel","name":")" + big_arg + big_arg +
-          R"(","ts":1,"dur":2}]})",
       // A key with an escape (it might be traceEvents), an integer beyond 64 bits.
       R"({"trace\u0045vents":[{"ph":"X","cat":"kernel","name":"k","ts":1,"dur":2}]})",
       R"({"traceEvents":[{"ph":"X","cat":"kernel","name":"k","ts":1,"dur":2,"args":{"a":123456789012345678901234567890}}]})",
       // A number longer than the reference reader's bound: an error there, so here too.
       R"({"traceEvents":[{"ph":"X","cat":"kernel","name":"k","ts":1,"dur":2,"args":{"a":)" +
           long_number + "}}]}",
+      // A top-level value over 64 KiB.
+      R"({"x":")" + std::string(kMaxFastEventBytes, 'a') + R"(","traceEvents":[]})",
+      // An invalid long event.
+      R"({"traceEvents":[{"ph":"X","cat":"kernel","name":"k","ts":1,"dur":2,"args":{"a":")" +
+          std::string(kMaxFastEventBytes, 'a') + R"(\q"}}]})",
   };
   for (const std::string& text : texts) {
     const Both b = read_both(text);
