@@ -19,16 +19,21 @@
 // by position (RawText). Other top-level members are parsed the same way, one at a time,
 // as {"key": value}.
 //
-// Bounds. What it holds at once is the window, one batch (at most kWindowBytes, about
-// 256 KiB) and simdjson's buffers for it (about 20 bytes a byte), whatever the file's
-// size; an event or a top-level value larger than kMaxFastEventBytes (so that no string
-// it takes is one the reference reader would cut), a number longer than the reference
-// reader's bound, nesting beyond kMaxJsonDepth, and anything
-// else it does not take (a key with escapes, an integer beyond 64 bits) make it give
-// up, and so does every error: invalid JSON, a wrong type, a truncated file. Giving up
-// (returning false) costs nothing but the time spent: the caller rewinds the bytes and
-// reads the file with the reference reader, which takes every input with its own bounds
-// (BoundedJson) and reports every error exactly as before, with its byte offset.
+// Long events. An event longer than kMaxFastEventBytes (or one that may hold a number
+// longer than the reference reader's bound) goes through a slow lane: the reference
+// reader's tokenizer (BoundedJson, nlohmann's SAX parser) streamed from the window, into
+// the same semantics; its strings are cut at 64 KiB as they always were, and the fast
+// lane goes on after it. A 2 GiB string costs its reading time, not its size.
+//
+// Bounds. What it holds at once is the window, one batch (about 256 KiB, at most
+// kWindowBytes) and simdjson's buffers for it (about 20 bytes a byte), or the slow
+// lane's BoundedJson, whatever the file's size. A top-level value other than traceEvents
+// larger than kMaxFastEventBytes, nesting beyond kMaxJsonDepth, and anything else it does
+// not take (a key with escapes, an integer beyond 64 bits) make it give up, and so does
+// every error: invalid JSON, a wrong type, a truncated file. Giving up (returning false)
+// costs nothing but the time spent: the caller rewinds the bytes and reads the file with
+// the reference reader, which takes every input with its own bounds (BoundedJson) and
+// reports every error exactly as before, with its byte offset.
 #pragma once
 
 #include <cstddef>

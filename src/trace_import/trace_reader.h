@@ -4,10 +4,11 @@
 //
 // Two tokenizers feed one semantic layer (trace_semantics.h, which decides what is
 // kept): the fast reader (fast_trace_reader.h: a framer, simdjson over batches of
-// events; about 5x the speed) reads every file it can, and the reference reader
-// (nlohmann's SAX parser over BoundedJson, bounded_json.h) reads the rest: files with an
-// event over 64 KiB, odd but valid forms, and every file with an error, which it reports
-// (so errors and their offsets are the reference reader's).
+// events, about 4x the speed; events over 64 KiB through the other tokenizer) reads
+// every file it can, and the reference reader (nlohmann's SAX parser over BoundedJson,
+// bounded_json.h) reads the rest: odd but valid forms (a key with escapes, an integer
+// beyond 64 bits, a top-level value over 64 KiB) and every file with an error, which it
+// reports (so errors and their offsets are the reference reader's).
 //
 // What is kept (everything else is skipped as it streams past):
 //   - complete events ("ph":"X") whose category is a GPU one (kernel, gpu_memcpy,
