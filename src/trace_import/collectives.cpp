@@ -168,11 +168,12 @@ std::vector<CollectiveRow> collective_table(const Timeline& timeline,
   for (const CommInfo& c : comm) {
     const Span& s = timeline.spans.at(c.span);
     if (!steps.empty() && !std::binary_search(steps.begin(), steps.end(), s.step)) continue;
-    CollectiveRow& row = rows[Key{c.type, c.bytes, c.group_size, c.dtype}];
+    const std::string dtype = timeline.names->name(c.dtype);
+    CollectiveRow& row = rows[Key{c.type, c.bytes, c.group_size, dtype}];
     row.type = c.type;
     row.bytes = c.bytes;
     row.group_size = c.group_size;
-    row.dtype = c.dtype;
+    row.dtype = dtype;
     ++row.count;
     row.time_ns = add_saturating(row.time_ns, s.duration_ns());
     if (auto it = compute.find(s.rank); it != compute.end()) {

@@ -66,10 +66,10 @@ inline std::int64_t add_saturating(std::int64_t a, std::int64_t b) {
 // What is known about one imported communication span.
 struct CommInfo {
   std::size_t span = 0;  // index into the timeline's spans
-  CollectiveType type = CollectiveType::kUnknown;
-  std::int32_t group_size = -1;  // -1: unknown
   std::int64_t bytes = -1;       // nccl-tests size; -1: unknown
-  std::string dtype;             // as written; empty: unknown
+  std::int32_t group_size = -1;  // -1: unknown
+  CollectiveType type = CollectiveType::kUnknown;
+  NameId dtype = kNoName;        // as written, in the timeline's names; kNoName: unknown
 };
 
 // One row of the collectives table: the spans of one collective type, size and group size.

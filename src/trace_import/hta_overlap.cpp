@@ -15,22 +15,66 @@ struct UsInterval {
   double end = 0;
 };
 
-// HTA's merge_kernel_intervals: sorted by start, a row opens a new group when it starts
-// after every earlier row has ended; a group spans [its first start, its latest end].
-std::vector<UsInterval> merge(std::vector<UsInterval> rows) {
-  std::stable_sort(rows.begin(), rows.end(),
-                   [](const UsInterval& a, const UsInterval& b) { return a.ts < b.ts; });
-  std::vector<UsInterval> merged;
+// HTA's merge_kernel_intervals, in place: sorted by start, a row opens a new group when
+// it starts after every earlier row has ended; a group spans [its first start, its latest
+// end]. The sort is not stable (nor is pandas'): rows tied at one start merge alike
+// unless one is inverted, which HTA's order decides too. In place and without a sort
+// buffer: a 1 GB trace's kernels are tens of MB of intervals.
+void merge(std::vector<UsInterval>& rows) {
+  std::sort(rows.begin(), rows.end(), [](const UsInterval& a, const UsInterval& b) {
+    return a.ts != b.ts ? a.ts < b.ts : a.end < b.end;
+  });
+  std::size_t groups = 0;
   double latest_end = -std::numeric_limits<double>::infinity();
-  for (const UsInterval& r : rows) {
-    if (merged.empty() || r.ts > latest_end) {
-      merged.push_back(r);
+  for (std::size_t k = 0; k < rows.size(); ++k) {
+    const UsInterval r = rows[k];
+    if (groups == 0 || r.ts > latest_end) {
+      rows[groups++] = r;
     } else {
-      merged.back().end = std::max(merged.back().end, r.end);
+      rows[groups - 1].end = std::max(rows[groups - 1].end, r.end);
     }
     latest_end = std::max(latest_end, r.end);
   }
-  return merged;
+  rows.resize(groups);
+}
+
+// The kernel span and busy time of the union of several merged lists (HTA's temporal
+// breakdown: last end - first start, less the merged time), walking them in start order
+// as merge() would walk their rows, without building the union.
+struct Union {
+  double first_ts = 0, last_end = 0, busy = 0;
+  bool empty = true;
+};
+Union union_of_merged(const std::vector<const std::vector<UsInterval>*>& lists) {
+  std::vector<std::size_t> at(lists.size(), 0);
+  Union u;
+  UsInterval group{};
+  double latest_end = -std::numeric_limits<double>::infinity();
+  for (;;) {
+    std::size_t best = lists.size();
+    for (std::size_t l = 0; l < lists.size(); ++l) {
+      if (at[l] < lists[l]->size() &&
+          (best == lists.size() || (*lists[l])[at[l]].ts < (*lists[best])[at[best]].ts)) {
+        best = l;
+      }
+    }
+    if (best == lists.size()) break;
+    const UsInterval r = (*lists[best])[at[best]++];
+    if (u.empty || r.ts > latest_end) {
+      if (!u.empty) u.busy += group.end - group.ts;
+      if (u.empty) u.first_ts = r.ts;
+      u.empty = false;
+      group = r;
+    } else {
+      group.end = std::max(group.end, r.end);
+    }
+    latest_end = std::max(latest_end, r.end);
+  }
+  if (!u.empty) {
+    u.busy += group.end - group.ts;
+    u.last_end = group.end;
+  }
+  return u;
 }
 
 double total(const std::vector<UsInterval>& merged) {
@@ -52,8 +96,7 @@ double overlap(const std::vector<UsInterval>& comm, const std::vector<UsInterval
     points.emplace_back(i.ts, 2);
     points.emplace_back(i.end, -2);
   }
-  std::stable_sort(points.begin(), points.end(),
-                   [](const auto& a, const auto& b) { return a.first < b.first; });
+  std::sort(points.begin(), points.end());  // ties add nothing, whatever their order
   double sum = 0;
   int running = 0;
   for (std::size_t k = 0; k + 1 < points.size(); ++k) {
@@ -107,10 +150,22 @@ UsInterval hta_interval(bool round, std::int64_t start_ns, std::int64_t end_ns) 
 
 }  // namespace
 
-HtaCpuSide::HtaCpuSide(const std::vector<Launch>& launches,
-                       const std::vector<StepWindow>& step_marks, bool fractional_ts,
-                       bool has_cpu_events)
-    : last_start_(-std::numeric_limits<double>::infinity()),
+LaunchIndex::LaunchIndex(std::vector<Launch> launches) : launches_(std::move(launches)) {
+  std::sort(launches_.begin(), launches_.end(), [](const Launch& a, const Launch& b) {
+    return a.correlation != b.correlation ? a.correlation < b.correlation : a.start_ns < b.start_ns;
+  });
+}
+
+const Launch* LaunchIndex::find(std::int64_t correlation) const {
+  auto it = std::lower_bound(launches_.begin(), launches_.end(), correlation,
+                             [](const Launch& l, std::int64_t c) { return l.correlation < c; });
+  return it != launches_.end() && it->correlation == correlation ? &*it : nullptr;
+}
+
+HtaCpuSide::HtaCpuSide(const LaunchIndex& launches, const std::vector<StepWindow>& step_marks,
+                       bool fractional_ts, bool has_cpu_events)
+    : launches_(launches),
+      last_start_(-std::numeric_limits<double>::infinity()),
       last_end_(std::numeric_limits<double>::infinity()),
       fractional_ts_(fractional_ts),
       filters_(has_cpu_events) {
@@ -120,54 +175,52 @@ HtaCpuSide::HtaCpuSide(const std::vector<Launch>& launches,
     last_start_ = std::max(last_start_, i.ts);
     last_end_ = std::max(last_end_, i.end);
   }
-  launches_.reserve(launches.size());
-  for (const Launch& l : launches) {
-    const double ts = hta_us(l.start_ns);
-    launches_.emplace_back(l.correlation, fractional_ts ? std::ceil(ts) : ts);
-  }
-  std::sort(launches_.begin(), launches_.end());
-}
-
-template <typename Keep>
-bool HtaCpuSide::launched(std::int64_t correlation, Keep&& keep) const {
-  // The earliest start of the correlation's CPU events: a later one passes only if it does.
-  auto it = std::lower_bound(launches_.begin(), launches_.end(),
-                             std::pair{correlation, -std::numeric_limits<double>::infinity()});
-  return it != launches_.end() && it->first == correlation && keep(it->second);
 }
 
 HtaRankModes hta_overlap(const HtaInput& input) {
   const HtaCpuSide& cpu = *input.cpu;
   const bool round = cpu.fractional_ts();
-  // HTA's gpu_kernels (stream != -1), their times in HTA's arithmetic once for both modes.
-  std::vector<std::pair<const HtaEvent*, UsInterval>> kernels;
-  kernels.reserve(input.events.size());
-  for (const HtaEvent& e : input.events) {
-    if (e.stream != -1) kernels.emplace_back(&e, hta_interval(round, e.start_ns, e.end_ns));
-  }
+  const std::vector<RawEvent>& events = *input.events;
+  const std::vector<std::uint8_t>& types = *input.types;
   const auto compute_mode = [&](auto&& keep_cpu) {
     HtaOverlap out;
-    std::vector<UsInterval> comm, comp, all;
-    for (const auto& [event, i] : kernels) {
-      const HtaEvent& e = *event;
+    // Compute and communication kernels; the rest (memory, other) only for idle time.
+    std::vector<UsInterval> comm, comp, rest;
+    const std::size_t n = input.subset != nullptr ? input.subset->size() : events.size();
+    for (std::size_t j = 0; j < n; ++j) {
+      const std::size_t k = input.subset != nullptr ? (*input.subset)[j] : j;
+      const RawEvent& e = events[k];
+      if (types[k] == kNotHere || e.stream == -1) continue;  // HTA's gpu_kernels: stream != -1
+      const UsInterval i = hta_interval(round, e.start_ns, e.end_ns);
       if (cpu.filters()) {
         const bool gpu = e.stream >= 0 && e.correlation >= 0;
-        if (gpu ? !cpu.launched(e.correlation, keep_cpu) : !keep_cpu(i.ts)) continue;
+        if (gpu) {
+          // The earliest CPU event carrying the correlation: a later one passes only if it does.
+          const Launch* l = cpu.launches().find(e.correlation);
+          if (l == nullptr) continue;
+          const double ts = hta_us(l->start_ns);
+          if (!keep_cpu(round ? std::ceil(ts) : ts)) continue;
+        } else if (!keep_cpu(i.ts)) {
+          continue;
+        }
       }
       ++out.kernels;
-      all.push_back(i);
-      if (e.type == HtaKernelType::kCommunication) comm.push_back(i);
-      if (e.type == HtaKernelType::kComputation) comp.push_back(i);
+      const auto type = static_cast<HtaKernelType>(types[k]);
+      (type == HtaKernelType::kCommunication   ? comm
+       : type == HtaKernelType::kComputation ? comp
+                                              : rest)
+          .push_back(i);
     }
-    const std::vector<UsInterval> comm_merged = merge(std::move(comm));
-    const std::vector<UsInterval> comp_merged = merge(std::move(comp));
-    const std::vector<UsInterval> all_merged = merge(std::move(all));
-    out.comm_us = total(comm_merged);
-    out.compute_us = total(comp_merged);
-    out.overlap_us = overlap(comm_merged, comp_merged);
-    if (!all_merged.empty()) {
-      out.idle_us = (all_merged.back().end - all_merged.front().ts) - total(all_merged);
-    }
+    merge(comm);
+    merge(comp);
+    merge(rest);
+    out.comm_us = total(comm);
+    out.compute_us = total(comp);
+    out.overlap_us = overlap(comm, comp);
+    // Every kernel merged: the merged lists together (the same union as merging every
+    // kernel at once, except around inverted intervals, which HTA's order decides anyway).
+    const Union all = union_of_merged({&comm, &comp, &rest});
+    if (!all.empty) out.idle_us = (all.last_end - all.first_ts) - all.busy;
     out.defined = out.comm_us != 0;
     if (out.defined) out.hidden_pct = std::nearbyint(100 * (out.overlap_us / out.comm_us) * 100) / 100;
     return out;

@@ -41,39 +41,43 @@ enum class HtaKernelType : std::uint8_t { kCommunication, kMemory, kComputation,
 
 HtaKernelType hta_kernel_type(std::string_view name);
 
-// One GPU event as HTA sees it.
-struct HtaEvent {
-  std::int64_t start_ns = 0;  // as written
-  std::int64_t end_ns = 0;
-  std::int64_t correlation = -1;
-  std::int32_t stream = -1;
-  HtaKernelType type = HtaKernelType::kOther;
+// Correlation id -> the earliest CPU event carrying it (a launch), shared by step
+// assignment (trace_import) and HTA's kernel selection.
+class LaunchIndex {
+ public:
+  explicit LaunchIndex(std::vector<Launch> launches);
+  const Launch* find(std::int64_t correlation) const;  // the earliest; null if none
+
+ private:
+  std::vector<Launch> launches_;  // by (correlation, start)
 };
 
 // The CPU side of one trace file as HTA sees it, prepared once for all its devices.
 class HtaCpuSide {
  public:
-  HtaCpuSide(const std::vector<Launch>& launches, const std::vector<StepWindow>& step_marks,
+  HtaCpuSide(const LaunchIndex& launches, const std::vector<StepWindow>& step_marks,
              bool fractional_ts, bool has_cpu_events);
   bool fractional_ts() const { return fractional_ts_; }
   bool filters() const { return filters_; }  // false: no CPU events, every GPU event kept
-  // Whether a CPU event carrying `correlation` passes `keep` (on its HTA start time).
-  template <typename Keep>
-  bool launched(std::int64_t correlation, Keep&& keep) const;
+  const LaunchIndex& launches() const { return launches_; }
   double last_start() const { return last_start_; }  // -inf without marks
   double last_end() const { return last_end_; }      // +inf without marks
 
  private:
-  std::vector<std::pair<std::int64_t, double>> launches_;  // correlation -> earliest start
+  const LaunchIndex& launches_;
   double last_start_, last_end_;
   bool fractional_ts_ = false;
   bool filters_ = true;
 };
 
-// What HTA reads of one rank's trace.
+// One rank's GPU events as HTA reads them: the file's raw events, those of this rank
+// (`types[i]` its kernel type, or kNotHere), and the file's CPU side. Nothing is copied.
+inline constexpr std::uint8_t kNotHere = 0xff;
 struct HtaInput {
-  std::vector<HtaEvent> events;
+  const std::vector<RawEvent>* events = nullptr;
+  const std::vector<std::uint8_t>* types = nullptr;  // per event: HtaKernelType or kNotHere
   const HtaCpuSide* cpu = nullptr;
+  const std::vector<std::uint32_t>* subset = nullptr;  // indices of this rank's; null: all
 };
 
 // HTA's per-rank numbers in one selection mode. Times in microseconds (HTA's unit).

@@ -137,7 +137,9 @@ KernelSlowdownReport kernel_slowdown(const Timeline& run, const std::vector<Comm
     });
     std::vector<std::pair<const Span*, const CommInfo*>> active;
     std::size_t next = 0;
-    for (const auto& [k, row] : matched_here) {
+    for (const auto& match : matched_here) {
+      const Span* k = match.first;  // not a structured binding: lambdas capture it (clang 14)
+      KernelSlowdown* row = match.second;
       while (next < rank_comm.spans.size() && rank_comm.spans[next].first->start_ns < k->end_ns) {
         active.push_back(rank_comm.spans[next++]);
       }

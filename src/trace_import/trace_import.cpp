@@ -2,6 +2,9 @@
 
 #include <algorithm>
 #include <filesystem>
+#ifdef __GLIBC__
+#include <malloc.h>
+#endif
 #include <limits>
 #include <map>
 #include <condition_variable>
@@ -42,22 +45,15 @@ class StepFinder {
   std::vector<StepWindow> windows_;
 };
 
-// Correlation id -> launch time, for attributing a kernel to the step that launched it.
-class LaunchIndex {
- public:
-  explicit LaunchIndex(std::vector<Launch> launches) : launches_(std::move(launches)) {
-    std::sort(launches_.begin(), launches_.end(),
-              [](const Launch& a, const Launch& b) { return a.correlation < b.correlation; });
-  }
-  const Launch* find(std::int64_t correlation) const {
-    auto it = std::lower_bound(launches_.begin(), launches_.end(), correlation,
-                               [](const Launch& l, std::int64_t c) { return l.correlation < c; });
-    return it != launches_.end() && it->correlation == correlation ? &*it : nullptr;
-  }
-
- private:
-  std::vector<Launch> launches_;
-};
+// Gives the heap's free memory back to the system. The reader's growing vectors and HTA's
+// temporary interval lists are freed below glibc's mmap threshold, so their pages stay
+// resident until trimmed; the spans allocated next would come on top of them (a 1 GB
+// trace peaked 57 MB higher without this: docs/PERFORMANCE.md).
+void release_free_memory() {
+#ifdef __GLIBC__
+  malloc_trim(0);
+#endif
+}
 
 Span role_span(EventRole role, std::string_view name) {
   Span s;
@@ -181,6 +177,7 @@ void TraceImporter::add_files(const std::vector<std::string>& paths) {
 void TraceImporter::interpret(RawTrace raw, const std::string& source, int file_index) {
   Timeline& timeline = result_.timeline;
   NameTable& names = *timeline.names;
+  release_free_memory();  // what the reader's growing vectors left behind
 
   TraceFileInfo info{.path = source,
                      .bytes = raw.bytes_read,
@@ -269,29 +266,36 @@ void TraceImporter::interpret(RawTrace raw, const std::string& source, int file_
       step_mark_names_.emplace_back(mark);
     }
   }
+  const LaunchIndex launches(std::move(raw.launches));
   {
-    const HtaCpuSide cpu(raw.launches, raw.step_marks, raw.fractional_ts, raw.cpu_events > 0);
-    std::vector<HtaInput> hta(timelines, HtaInput{.events = {}, .cpu = &cpu});
-    for (const RawEvent& e : raw.events) {
-      if (!raw.categories[e.category].gpu) continue;
-      hta[timeline_of(e)].events.push_back({.start_ns = e.start_ns,
-                                           .end_ns = e.end_ns,
-                                           .correlation = e.correlation,
-                                           .stream = e.stream,
-                                           .type = hta_kernel_type(names.name(e.name))});
+    const HtaCpuSide cpu(launches, raw.step_marks, raw.fractional_ts, raw.cpu_events > 0);
+    // Per event its HTA kernel type (GPU events) once; each timeline selects its own.
+    std::vector<std::uint8_t> types(raw.events.size(), kNotHere);
+    for (std::size_t k = 0; k < raw.events.size(); ++k) {
+      const RawEvent& e = raw.events[k];
+      if (raw.categories[e.category].gpu) {
+        types[k] = static_cast<std::uint8_t>(hta_kernel_type(names.name(e.name)));
+      }
     }
+    // A file split by device: each timeline's GPU events by index, and the whole file's
+    // number (what HTA reports for it).
+    std::vector<std::vector<std::uint32_t>> subsets(timelines > 1 ? timelines : 0);
     if (timelines > 1) {
-      HtaInput whole{.events = {}, .cpu = &cpu};
-      for (const HtaInput& one : hta) whole.events.insert(whole.events.end(), one.events.begin(), one.events.end());
-      info.hta_file = hta_overlap(whole);
+      for (std::size_t k = 0; k < raw.events.size(); ++k) {
+        if (types[k] != kNotHere) subsets[timeline_of(raw.events[k])].push_back(static_cast<std::uint32_t>(k));
+      }
+      info.hta_file = hta_overlap({&raw.events, &types, &cpu, nullptr});
     }
     for (std::size_t d = 0; d < timelines; ++d) {
       result_.ranks.push_back({.rank = info.rank + static_cast<std::int32_t>(d),
                                .file = source,
                                .device = timelines > 1 ? devices[d] : -1,
-                               .hta = hta_overlap(hta[d])});
+                               .hta = hta_overlap({&raw.events, &types, &cpu,
+                                                   timelines > 1 ? &subsets[d] : nullptr})});
     }
   }
+
+  release_free_memory();
 
   // CPU ops carrying a collective's arguments, by start: a comm span without arguments
   // of its own takes those of the innermost such op around its CPU-side moment (the
@@ -319,7 +323,6 @@ void TraceImporter::interpret(RawTrace raw, const std::string& source, int file_
   };
 
   const StepFinder steps(std::move(raw.steps));
-  const LaunchIndex launches(std::move(raw.launches));
   const auto step_of = [&](std::int64_t cpu_time) { return steps.empty() ? 0 : steps.step_at(cpu_time); };
   timeline.spans.reserve(timeline.spans.size() + raw.events.size());
   for (const RawEvent& e : raw.events) {
@@ -359,8 +362,8 @@ void TraceImporter::interpret(RawTrace raw, const std::string& source, int file_
       }
       if (args != nullptr) {
         c.group_size = args->group_size;
-        c.dtype = names.name(args->dtype);
-        const std::optional<int> element = dtype_bytes(c.dtype);
+        c.dtype = args->dtype;
+        const std::optional<int> element = dtype_bytes(names.name(c.dtype));
         const std::int64_t elements = std::max(args->in_elements, args->out_elements);
         // A size beyond int64 is not a real collective's: unknown rather than wrapped.
         if (element && elements >= 0 && elements <= std::numeric_limits<std::int64_t>::max() / *element) {

@@ -78,10 +78,12 @@ struct RawEvent {
   std::int32_t step = -1;  // args.step (tandem traces)
   std::int32_t tag = -1;   // args.layer / args.bucket / args.tag (tandem traces)
   std::int32_t stream = -1;  // args.stream (GPU events); -1: absent or not an integer
-  std::int32_t device = -1;  // args.device (GPU events)
   std::int32_t args = -1;    // index into RawTrace::collective_args, -1: none
+  std::int16_t device = -1;  // args.device (GPU events), 0..32767; -1: absent or beyond
   std::uint8_t category = 0;
 };
+// 80 bytes: a GPU event of a large trace costs this until it is a span.
+static_assert(sizeof(RawEvent) <= 80);
 
 // A CPU-side interval: a CPU operator (merged per thread) or a collective's CPU op.
 struct CpuInterval {

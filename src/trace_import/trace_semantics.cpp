@@ -440,7 +440,7 @@ class TraceSemantics::Impl {
         event_.raw.stream = as_int32(v.i);
         break;
       case Field::kDevice:
-        event_.raw.device = v.i >= 0 && v.i <= 1'000'000 ? static_cast<std::int32_t>(v.i) : -1;
+        event_.raw.device = v.i >= 0 && v.i <= 32767 ? static_cast<std::int16_t>(v.i) : -1;
         break;
       case Field::kInElements:
       case Field::kOutElements:
