@@ -86,6 +86,41 @@ double total(const std::vector<UsInterval>& merged) {
 // HTA's sweep: +1/-1 at communication starts/ends, +2/-2 at compute's; the time during
 // which the running sum is 3. Ties at one instant add nothing whatever their order.
 double overlap(const std::vector<UsInterval>& comm, const std::vector<UsInterval>& comp) {
+  const auto ends_sorted = [](const std::vector<UsInterval>& v) {
+    return std::is_sorted(v.begin(), v.end(),
+                          [](const UsInterval& a, const UsInterval& b) { return a.end < b.end; });
+  };
+  if (ends_sorted(comm) && ends_sorted(comp)) {
+    // The usual case (no inverted group): starts and ends of both lists are four sorted
+    // sequences; walk them in time order instead of sorting the points.
+    struct Seq {
+      const std::vector<UsInterval>* v;
+      bool end;
+      int delta;
+      std::size_t at = 0;
+      double time() const { return end ? (*v)[at].end : (*v)[at].ts; }
+      bool done() const { return at >= v->size(); }
+    };
+    Seq seqs[4] = {{&comm, false, 1}, {&comm, true, -1}, {&comp, false, 2}, {&comp, true, -2}};
+    const auto next = [&]() -> Seq* {
+      Seq* best = nullptr;
+      for (Seq& s : seqs) {
+        if (!s.done() && (best == nullptr || s.time() < best->time())) best = &s;
+      }
+      return best;
+    };
+    double sum = 0;
+    int running = 0;
+    Seq* at = next();
+    while (at != nullptr) {
+      const double t = at->time();
+      running += at->delta;
+      ++at->at;
+      at = next();
+      if (at != nullptr && running == 3) sum += at->time() - t;
+    }
+    return sum;
+  }
   std::vector<std::pair<double, int>> points;
   points.reserve(2 * (comm.size() + comp.size()));
   for (const UsInterval& i : comm) {
