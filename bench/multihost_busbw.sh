@@ -119,12 +119,14 @@ for rate in $rates; do
       ARGS="--min-bytes $min_bytes --max-bytes $max_bytes --iters $iters --warmup $warmup" \
       TCP="$work/tcp_ring.py" MAXB="$max_b" sh -c '
       set -- $ALGS
+      # --bind-to none: every "host" is this machine, and by default Open MPI binds the
+      # rank of each host to core 0, the same core for all (docs/PERFORMANCE.md).
       for round in $(seq 1 "$REPEATS"); do
         for alg in "$@"; do
-          $TANDEM_MPIRUN -np "$N" "$BENCH" --table nccl --algorithm "$alg" --link-rate "$LINK" \
+          $TANDEM_MPIRUN --bind-to none -np "$N" "$BENCH" --table nccl --algorithm "$alg" --link-rate "$LINK" \
             $ARGS | sed "s/^/$RATE $N $round /"
         done
-        $TANDEM_MPIRUN -np "$N" python3 "$TCP" "$MAXB" 3 | sed "s/^/$RATE $N $round /"
+        $TANDEM_MPIRUN --bind-to none -np "$N" python3 "$TCP" "$MAXB" 3 | sed "s/^/$RATE $N $round /"
         first=$1; shift; set -- "$@" "$first"  # rotate the order for the next round
       done' | tee -a "$log"
   done
