@@ -47,8 +47,6 @@ RingCollective::RingCollective(MPI_Comm comm, RingKind kind, const float* input,
   const std::size_t count =
       size_ > 1 && chunk_elems_ > 0 ? (chunk_elems_ + segment_elems_ - 1) / segment_elems_ : 0;
   segments_.resize(count);
-  requests_.assign(2 * count, MPI_REQUEST_NULL);
-  completed_.resize(2 * count);
   unfinished_ = static_cast<int>(count);
   if (scratch.size() < count * slots_ * segment_elems_)
     scratch.resize(count * slots_ * segment_elems_);
@@ -93,12 +91,11 @@ void RingCollective::post(int k) {
   }
   const auto [send_begin, send_end] = range(send_chunk, k);
   const auto [recv_begin, recv_end] = range(recv_chunk, k);
-  MPI_Request* requests = &requests_[2 * static_cast<std::size_t>(k)];
   check(MPI_Irecv(recv_into, static_cast<int>(recv_end - recv_begin), MPI_FLOAT, left, k, comm_,
-                  &requests[1]),
+                  &seg.requests[1]),
         "ring MPI_Irecv");
   check(MPI_Isend(send_from, static_cast<int>(send_end - send_begin), MPI_FLOAT, right, k, comm_,
-                  &requests[0]),
+                  &seg.requests[0]),
         "ring MPI_Isend");
   seg.posted = true;
 }
@@ -126,35 +123,19 @@ void RingCollective::finish_step(int k) {
   if (++seg.step == steps_) --unfinished_;
 }
 
-// Note [one test per pass]: every MPI test call that finds nothing runs the library's
-// progress engine once; over TCP that is a poll() of the sockets. Testing segment by
-// segment (MPI_Testall on each send/receive pair) ran it once per segment per pass, 128
-// times for the 256 KiB segments of a 64 MiB all-reduce on 2 ranks, which on 2 shared
-// cores took the CPU that moving the bytes needed (docs/PERFORMANCE.md, "tandem's
-// all-reduce against the wire"). One MPI_Testsome over all the segments' requests runs it
-// once, then the finished segments reduce and post their next step.
 bool RingCollective::progress() {
-  for (;;) {
-    for (int k = 0; k < static_cast<int>(segments_.size()); ++k) {
-      const Segment& seg = segments_[static_cast<std::size_t>(k)];
-      if (seg.step < steps_ && !seg.posted) post(k);
-    }
-    if (unfinished_ == 0) return true;
-    int count = 0;
-    check(MPI_Testsome(static_cast<int>(requests_.size()), requests_.data(), &count,
-                       completed_.data(), MPI_STATUSES_IGNORE),
-          "ring MPI_Testsome");
-    if (count == MPI_UNDEFINED || count == 0) return false;
-    // A completed request is MPI_REQUEST_NULL now; a segment whose send and receive both
-    // are has finished its step (both of its indices may be listed: the first finishes it).
-    for (int i = 0; i < count; ++i) {
-      const auto k = static_cast<std::size_t>(completed_[static_cast<std::size_t>(i)]) / 2;
-      if (segments_[k].posted && requests_[2 * k] == MPI_REQUEST_NULL &&
-          requests_[2 * k + 1] == MPI_REQUEST_NULL) {
-        finish_step(static_cast<int>(k));
-      }
+  for (int k = 0; k < static_cast<int>(segments_.size()); ++k) {
+    Segment& seg = segments_[static_cast<std::size_t>(k)];
+    // A segment may finish a step and post the next in one pass.
+    while (seg.step < steps_) {
+      if (!seg.posted) post(k);
+      int done = 0;
+      check(MPI_Testall(2, seg.requests, &done, MPI_STATUSES_IGNORE), "ring MPI_Testall");
+      if (!done) break;
+      finish_step(k);
     }
   }
+  return unfinished_ == 0;
 }
 
 }  // namespace tandem

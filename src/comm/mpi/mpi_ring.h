@@ -51,6 +51,7 @@ class RingCollective {
   struct Segment {
     int step = 0;  // 0..steps_; steps_ = finished
     bool posted = false;
+    MPI_Request requests[2] = {MPI_REQUEST_NULL, MPI_REQUEST_NULL};  // send, recv
   };
 
   // [begin, end) of segment k of chunk c in the whole array; empty when the chunk is
@@ -75,10 +76,6 @@ class RingCollective {
   std::size_t slots_ = 0;        // scratch segments per segment index
   int steps_ = 0;
   std::vector<Segment> segments_;
-  // Segment k's send and receive are requests_[2k] and [2k + 1], in one array so that a
-  // pass tests them all with one MPI_Testsome (Note [one test per pass], mpi_ring.cpp).
-  std::vector<MPI_Request> requests_;
-  std::vector<int> completed_;  // MPI_Testsome's indices
   float* scratch_ = nullptr;
   int unfinished_ = 0;
 };
