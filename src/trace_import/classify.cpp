@@ -3,9 +3,9 @@
 #include <re2/re2.h>
 
 #include <algorithm>
-#include <cctype>
 
 #include "core/error.h"
+#include "trace_import/collectives.h"
 
 namespace tandem {
 namespace {
@@ -24,18 +24,6 @@ std::unique_ptr<re2::RE2> compile(const std::string& pattern, const char* flag) 
   return re;
 }
 
-// Lower case without separators, so "AllReduce", "all_reduce" and "allreduce" agree.
-std::string squash(std::string_view name) {
-  std::string out;
-  out.reserve(name.size());
-  for (char c : name) {
-    if (std::isalnum(static_cast<unsigned char>(c))) {
-      out += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-    }
-  }
-  return out;
-}
-
 }  // namespace
 
 std::string_view to_string(EventRole role) {
@@ -52,20 +40,7 @@ std::string_view to_string(EventRole role) {
   return "unknown";
 }
 
-SpanKind guess_comm_kind(std::string_view name) {
-  const std::string s = squash(name);
-  // Longest names first: "reducescatter" contains "reduce", "sendrecv" both halves.
-  static const std::pair<const char*, SpanKind> kRules[] = {
-      {"allreduce", SpanKind::kAllreduce}, {"reducescatter", SpanKind::kReduceScatter},
-      {"allgather", SpanKind::kAllgather}, {"broadcast", SpanKind::kBroadcast},
-      {"barrier", SpanKind::kBarrier},     {"sendrecv", SpanKind::kOther},
-      {"send", SpanKind::kSend},           {"recv", SpanKind::kRecv},
-  };
-  for (const auto& [needle, kind] : kRules) {
-    if (s.find(needle) != std::string::npos) return kind;
-  }
-  return SpanKind::kOther;
-}
+SpanKind guess_comm_kind(std::string_view name) { return span_kind(collective_type(name)); }
 
 EventClassifier::EventClassifier(const ClassificationRules& rules)
     : comm_(compile(rules.comm, "--comm-regex")),

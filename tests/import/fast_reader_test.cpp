@@ -87,17 +87,7 @@ Both read_both(const std::string& text) {
   return b;
 }
 
-std::string seed_trace() {
-  return KinetoBuilder(1)
-      .profiler_step(1, 0, 100)
-      .launch(5, 1)
-      .kernel("ampere_sgemm", 10, 20.5, 7, 1)
-      .kernel("ncclDevKernel_AllReduce_Sum_f32", 15, 30, 13)
-      .memcpy(40, 2)
-      .cpu_op("gloo:all_reduce", 50, 5)
-      .base_time_ns(1000)
-      .str();
-}
+std::string seed_trace() { return seed_kineto_trace(); }
 
 TEST(FastReaderTest, TakesOrdinaryTracesAndAgrees) {
   for (const std::string& text :

@@ -68,15 +68,7 @@ TEST(ImportFuzzTest, CorruptedTracesImportOrFailCleanly) {
                 .bytes = 64,
                 .flops = 0}};
   const std::vector<std::string> seeds = {
-      KinetoBuilder(1)
-          .profiler_step(1, 0, 100)
-          .launch(5, 1)
-          .kernel("ampere_sgemm", 10, 20.5, 7, 1)
-          .kernel("ncclDevKernel_AllReduce_Sum_f32", 15, 30, 13)
-          .memcpy(40, 2)
-          .cpu_op("gloo:all_reduce", 50, 5)
-          .base_time_ns(1000)
-          .str(),
+      seed_kineto_trace(),
       to_chrome_trace(own).dump(),
   };
   std::mt19937_64 rng(20250101);  // fixed: the same variants on every run

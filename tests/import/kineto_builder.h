@@ -136,4 +136,18 @@ class KinetoBuilder {
   nlohmann::json events_ = nlohmann::json::array();
 };
 
+// A small trace with one of everything the reader keeps: the seed the fuzz and the fast
+// reader's tests corrupt.
+inline std::string seed_kineto_trace() {
+  return KinetoBuilder(1)
+      .profiler_step(1, 0, 100)
+      .launch(5, 1)
+      .kernel("ampere_sgemm", 10, 20.5, 7, 1)
+      .kernel("ncclDevKernel_AllReduce_Sum_f32", 15, 30, 13)
+      .memcpy(40, 2)
+      .cpu_op("gloo:all_reduce", 50, 5)
+      .base_time_ns(1000)
+      .str();
+}
+
 }  // namespace tandem::testing
