@@ -228,25 +228,9 @@ TEST(FastReaderTest, AgreesWithTheReferenceOnCorruptedTraces) {
   // in a small one: whatever the outcome, both readers have the same.
   std::mt19937_64 rng(11);
   const std::vector<std::string> seeds = {seed_trace(), tricky_trace(rng, 40)};
-  const auto pick = [&](std::size_t n) { return std::uniform_int_distribution<std::size_t>(0, n - 1)(rng); };
-  static constexpr char kSignificant[] = "{}[]\":,.-0123456789eE\\ \x00\xff";
   int took = 0;
   for (int i = 0; i < 1500; ++i) {
-    std::string s = seeds[i % seeds.size()];
-    for (int e = 0; e < 1 + static_cast<int>(pick(3)); ++e) {
-      switch (pick(3)) {
-        case 0:
-          s[pick(s.size())] = static_cast<char>(pick(256));
-          break;
-        case 1:
-          s[pick(s.size())] = kSignificant[pick(sizeof kSignificant - 1)];
-          break;
-        default:
-          s.resize(pick(s.size()));
-          break;
-      }
-      if (s.empty()) break;
-    }
+    const std::string s = mutate(seeds[i % seeds.size()], rng);
     const Both b = read_both(s);
     ASSERT_EQ(b.fast, b.reference) << "variant " << i << ": " << s.substr(0, 200);
     took += b.fast_took_it;

@@ -13,37 +13,6 @@
 namespace tandem::testing {
 namespace {
 
-std::string mutate(const std::string& seed, std::mt19937_64& rng) {
-  std::string s = seed;
-  static constexpr char kSignificant[] = "{}[]\":,.-0123456789eE\\ \x00\xff";
-  const auto pick = [&](std::size_t n) {
-    return std::uniform_int_distribution<std::size_t>(0, n - 1)(rng);
-  };
-  const int edits = 1 + static_cast<int>(pick(4));
-  for (int e = 0; e < edits && !s.empty(); ++e) {
-    switch (pick(5)) {
-      case 0:
-        s[pick(s.size())] = static_cast<char>(pick(256));
-        break;
-      case 1:
-        s[pick(s.size())] = kSignificant[pick(sizeof kSignificant - 1)];
-        break;
-      case 2:
-        s.resize(pick(s.size()));
-        break;
-      case 3: {
-        const std::size_t at = pick(s.size());
-        s.insert(at, s.substr(pick(s.size()), pick(64)));
-        break;
-      }
-      default:
-        s.erase(pick(s.size()), pick(16));
-        break;
-    }
-  }
-  return s;
-}
-
 TEST(ImportFuzzTest, CorruptedTracesImportOrFailCleanly) {
   Timeline own;
   own.ranks = 1;
