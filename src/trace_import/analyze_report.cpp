@@ -7,6 +7,7 @@
 
 #include "analysis/metric_catalogue.h"
 #include "core/error.h"
+#include "core/parse.h"
 
 namespace tandem {
 namespace {
@@ -191,20 +192,9 @@ std::string iterations_csv(const AnalyzeResult& result) {
 namespace tandem {
 namespace {
 
+// A collective's size as format_bytes prints it, "?" when unknown.
 std::string size_text(std::int64_t bytes) {
-  if (bytes < 0) return "?";
-  char buf[32];
-  const double b = static_cast<double>(bytes);
-  if (bytes < 1024) {
-    std::snprintf(buf, sizeof buf, "%lld B", static_cast<long long>(bytes));
-  } else if (bytes < (1 << 20)) {
-    std::snprintf(buf, sizeof buf, "%.1f KiB", b / 1024);
-  } else if (bytes < (std::int64_t{1} << 30)) {
-    std::snprintf(buf, sizeof buf, "%.1f MiB", b / (1 << 20));
-  } else {
-    std::snprintf(buf, sizeof buf, "%.2f GiB", b / (1 << 30));
-  }
-  return buf;
+  return bytes < 0 ? std::string("?") : format_bytes(static_cast<double>(bytes));
 }
 
 std::string number_text(double v, const char* format) {

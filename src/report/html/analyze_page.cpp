@@ -7,6 +7,7 @@
 #include <map>
 
 #include "core/error.h"
+#include "core/parse.h"
 #include "report/html/page.h"
 #include "report/html/sections.h"
 #include "trace_import/trace_import.h"
@@ -170,14 +171,7 @@ std::string text(const json& j, const char* key) {
 
 std::string bytes_text(const json& j) {
   const json& v = field(j, "bytes");
-  if (!v.is_number()) return "?";
-  const double b = v.get<double>();
-  char buf[32];
-  if (b < 1024) std::snprintf(buf, sizeof buf, "%.0f B", b);
-  else if (b < 1 << 20) std::snprintf(buf, sizeof buf, "%.1f KiB", b / 1024);
-  else if (b < 1 << 30) std::snprintf(buf, sizeof buf, "%.1f MiB", b / (1 << 20));
-  else std::snprintf(buf, sizeof buf, "%.2f GiB", b / (1 << 30));
-  return buf;
+  return v.is_number() ? format_bytes(v.get<double>()) : std::string("?");
 }
 
 // HTA's per-rank numbers (summary.json "ranks").
