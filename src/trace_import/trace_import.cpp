@@ -270,12 +270,15 @@ void TraceImporter::interpret(RawTrace raw, const std::string& source, int file_
   {
     const HtaCpuSide cpu(launches, raw.step_marks, raw.fractional_ts, raw.cpu_events > 0);
     // Per event its HTA kernel type (GPU events) once; each timeline selects its own.
+    // Kernel names repeat: the type is worked out once per name.
     std::vector<std::uint8_t> types(raw.events.size(), kNotHere);
+    std::vector<std::uint8_t> type_of_name(names.size(), kNotHere);
     for (std::size_t k = 0; k < raw.events.size(); ++k) {
       const RawEvent& e = raw.events[k];
-      if (raw.categories[e.category].gpu) {
-        types[k] = static_cast<std::uint8_t>(hta_kernel_type(names.name(e.name)));
-      }
+      if (!raw.categories[e.category].gpu) continue;
+      std::uint8_t& type = type_of_name[e.name];
+      if (type == kNotHere) type = static_cast<std::uint8_t>(hta_kernel_type(names.name(e.name)));
+      types[k] = type;
     }
     // A file split by device: each timeline's GPU events by index, and the whole file's
     // number (what HTA reports for it).
