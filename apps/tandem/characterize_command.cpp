@@ -108,6 +108,20 @@ void apply(const std::string& key, const std::string& value, CharacterizeFlags& 
       throw UsageError("--sweep schedule: " + std::string(e.what()));
     }
     w.schedule = value;
+  } else if (key == "precision") {
+    try {
+      (void)parse_precision(value);
+    } catch (const UsageError& e) {
+      throw UsageError("--sweep precision: " + std::string(e.what()));
+    }
+    w.precision = value;
+  } else if (key == "gemm") {
+    try {
+      (void)parse_gemm_library(value);
+    } catch (const UsageError& e) {
+      throw UsageError("--sweep gemm: " + std::string(e.what()));
+    }
+    w.gemm = value;
   } else if (key == "micro-batches") {
     w.micro_batches = number(1, 4096);
   }
@@ -374,7 +388,8 @@ void add_characterize_command(CLI::App& app, RunCommand& run) {
   cmd->add_option(
       "--sweep", flags->sweeps,
       "KEY=V1,V2,... (repeatable: a grid); keys: strategy bucket-mb chunks batch "
-      "model prefetch pipeline schedule micro-batches ranks link threads (not ranks or link "
+      "model prefetch pipeline schedule micro-batches ranks link threads precision gemm (not "
+      "ranks or link "
       "under mpirun); separate values "
       "with ';' when they hold commas");
   cmd->add_option("--out", flags->out,

@@ -104,8 +104,11 @@ int run_train(const TrainFlags& flags, bool batch_given, bool ranks_given,
     print_header(config, where);
     if (job.process() != nullptr) std::printf("  %s\n", job.process()->describe().c_str());
     if (config.device == Device::kCpu) {
-      set_blas_threads(config.blas_threads);
-      std::printf("  BLAS: %s per rank\n", blas_description().c_str());
+      configure_cpu_gemm(config);
+      std::printf("  GEMM: %s per rank\n", blas_description().c_str());
+      if (const std::string warning = gemm_report().warning; !warning.empty()) {
+        std::printf("  warning: %s\n", warning.c_str());
+      }
     } else {
       std::printf("  device %s, %s GEMMs, fp32 master weights and gradients\n",
                   std::string(to_string(config.device)).c_str(),

@@ -129,16 +129,21 @@ void add_workload_flags(CLI::App& app, WorkloadFlags& f) {
   app.add_flag("--verify", f.verify,
                "Check after every step that all ranks hold identical parameters");
   app.add_option("--device", f.device,
-                 "Where the math runs: cpu (OpenBLAS, fp32) or cuda (one GPU per rank: rank r "
+                 "Where the math runs: cpu (oneDNN or OpenBLAS, see --gemm) or cuda (one GPU per rank: rank r "
                  "on device r, or device rank % GPUs under mpirun; cuBLAS plus tandem's "
                  "kernels, spans timed with CUDA events; mlp and transformer models; run on "
                  "one H100, not yet on several GPUs; see docs/GPU.md)")
       ->capture_default_str();
   app.add_option("--precision", f.precision,
-                 "GEMM precision with --device cuda: fp32, tf32 (tensor cores, fp32 storage), "
-                 "fp16 or bf16 (cast GEMM inputs, fp32 accumulation); master weights, "
-                 "gradients and all-reduce stay fp32. Transformers take fp32 or tf32; the cpu "
-                 "device takes fp32 only")
+                 "GEMM precision: fp32, bf16 (cast GEMM inputs, fp32 accumulation; on the cpu "
+                 "where it has AVX512-BF16 or AMX), and with --device cuda also tf32 (tensor "
+                 "cores, fp32 storage) and fp16; master weights, gradients and all-reduce stay "
+                 "fp32. On cuda, transformers take fp32 or tf32")
+      ->capture_default_str();
+  app.add_option("--gemm", f.gemm,
+                 "The cpu device's GEMM library: onednn (kernels picked from the CPU's "
+                 "features at run time; the default where built) or openblas (the system's, "
+                 "kernels picked by CPU model)")
       ->capture_default_str();
   app.add_option("--device-comm", f.device_comm,
                  "Gradient all-reduce between GPUs with --device cuda: nccl, emulated (a "
@@ -185,6 +190,7 @@ TrainConfig to_train_config(const WorkloadFlags& f, bool batch_given) {
   c.verify = f.verify;
   c.device = for_flag("--device", [&] { return parse_device(f.device); });
   c.precision = for_flag("--precision", [&] { return parse_precision(f.precision); });
+  c.gemm = for_flag("--gemm", [&] { return parse_gemm_library(f.gemm); });
   c.device_comm = f.device_comm;
   validate(c);
   check_device_available(c.device);

@@ -43,6 +43,7 @@ struct WorkloadFlags {
   bool verify = false;
   std::string device = "cpu";
   std::string precision = "fp32";
+  std::string gemm = std::string(to_string(default_gemm_library()));
   std::string device_comm = "auto";
 };
 

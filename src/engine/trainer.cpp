@@ -111,9 +111,11 @@ void validate(const TrainConfig& config) {
   }
   if (config.timeout_ns <= 0) throw UsageError("--timeout must be > 0");
   if (config.reducer.plan.bucket_cap_bytes <= 0) throw UsageError("--bucket-mb must be > 0");
-  if (config.device == Device::kCpu && config.precision != Precision::kFp32) {
-    throw UsageError("--precision " + std::string(to_string(config.precision)) +
-                     ": the cpu device computes in fp32 only (use --device cuda)");
+  if (config.device == Device::kCpu) {
+    if (const std::string why = cpu_precision_error(config.precision, config.gemm);
+        !why.empty()) {
+      throw UsageError("--precision " + std::string(to_string(config.precision)) + ": " + why);
+    }
   }
   if (config.device != Device::kCpu && config.link.enabled()) {
     throw UsageError(
@@ -127,7 +129,7 @@ void validate(const TrainConfig& config) {
     throw UsageError("--prefetch must be 0..64");
   }
   validate_pipeline(config);
-  if (config.model.is_transformer() &&
+  if (config.device == Device::kCuda && config.model.is_transformer() &&
       (config.precision == Precision::kFp16 || config.precision == Precision::kBf16)) {
     throw UsageError("--precision " + std::string(to_string(config.precision)) +
                      ": transformers compute in fp32 or tf32 (fp16 and bf16 GEMMs are for the "
@@ -423,9 +425,15 @@ std::string train_rank(const TrainConfig& config, RankEnv& env, const StepCallba
   return out.take();
 }
 
+void configure_cpu_gemm(const TrainConfig& config) {
+  set_blas_threads(config.blas_threads);
+  set_gemm_library(config.gemm);
+  set_gemm_precision(config.precision);
+}
+
 TrainResult train(const TrainConfig& config, Job& job, const StepCallback& on_step) {
   validate(config);
-  if (config.device == Device::kCpu) set_blas_threads(config.blas_threads);
+  if (config.device == Device::kCpu) configure_cpu_gemm(config);
   const RunResult run = job.run(train_run_spec(config),
                                 [&](RankEnv& env) { return train_rank(config, env, on_step); });
 

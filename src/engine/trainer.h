@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "comm/link_model.h"
+#include "compute/cpu/blas.h"
 #include "compute/precision.h"
 #include "ddp/reducer.h"
 #include "ddp/sharded.h"
@@ -52,7 +53,10 @@ struct TrainConfig {
   bool verify = false;   // hash parameters after every step and compare across ranks
   // Where the math runs; devices besides the CPU register in model/rank_model.h.
   Device device = Device::kCpu;
-  Precision precision = Precision::kFp32;  // GEMM precision; the CPU computes in fp32 only
+  // GEMM precision: the CPU runs fp32 or bf16 (where it has AVX512-BF16 or AMX), a GPU
+  // also tf32 and fp16.
+  Precision precision = Precision::kFp32;
+  GemmLibrary gemm = default_gemm_library();  // the CPU's GEMM library (compute/cpu/blas.h)
   std::string device_comm = "auto";        // device collectives: auto, nccl or emulated
 };
 
@@ -124,6 +128,9 @@ using StepCallback = std::function<void(const StepRecord&)>;
 // leader the result holds every rank's steps and spans; elsewhere (leader false) only
 // the run's description.
 TrainResult train(const TrainConfig& config, Job& job, const StepCallback& on_step = {});
+// The CPU's GEMM settings of `config` (library, precision, threads per rank), process-wide;
+// train() applies them, and headers call it first to describe what will run.
+void configure_cpu_gemm(const TrainConfig& config);
 // train() on a job of threads of this process (the local backend).
 TrainResult train_local(const TrainConfig& config, const StepCallback& on_step = {});
 

@@ -12,7 +12,7 @@ namespace tandem {
 
 inline constexpr std::string_view kSweepKeys =
     "strategy bucket-mb chunks batch model prefetch pipeline schedule micro-batches ranks link "
-    "threads";
+    "threads precision gemm";
 
 struct SweepAxis {
   std::string key;

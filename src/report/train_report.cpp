@@ -248,6 +248,7 @@ nlohmann::json train_config_json(const TrainConfig& c, const TrainResult& result
       {"seed", c.seed},
       {"blas_threads_per_rank", c.blas_threads},
       {"blas", result.blas},
+      {"gemm_library", std::string(to_string(c.gemm))},
       {"device", std::string(to_string(c.device))},
       {"precision", std::string(to_string(c.precision))},
       {"device_details", result.device_details},

@@ -2,57 +2,440 @@
 
 #include <cblas.h>
 
+#include <atomic>
+#include <bit>
+#include <cstdint>
+#include <cstring>
+#include <memory>
 #include <sstream>
 #include <string>
+#include <unordered_map>
+#include <vector>
 
 #include "core/error.h"
 
-namespace tandem {
+#if TANDEM_HAVE_ONEDNN
+#include <omp.h>
 
-void set_blas_threads(int threads) {
-  if (threads < 1) {
-    throw UsageError("BLAS threads must be >= 1 (got " + std::to_string(threads) + ")");
+#include <oneapi/dnnl/dnnl.hpp>
+#endif
+
+namespace tandem {
+namespace {
+
+std::atomic<GemmLibrary> g_library{default_gemm_library()};
+std::atomic<Precision> g_precision{Precision::kFp32};
+std::atomic<int> g_threads{0};  // 0: never set, the libraries' own defaults
+
+// ---- What the CPU offers and what a kernel uses, as comparable tiers ----
+
+// Vector tiers of fp32 kernels: a kernel below the CPU's tier leaves speed unused.
+enum class Tier : int { kPortable = 0, kSse = 1, kAvx = 2, kAvx2 = 3, kAvx512 = 4 };
+
+std::string_view tier_name(Tier tier) {
+  switch (tier) {
+    case Tier::kPortable:
+      return "portable";
+    case Tier::kSse:
+      return "SSE";
+    case Tier::kAvx:
+      return "AVX";
+    case Tier::kAvx2:
+      return "AVX2";
+    case Tier::kAvx512:
+      return "AVX-512";
   }
-  openblas_set_num_threads(threads);
+  return "?";
 }
 
-int blas_threads() { return openblas_get_num_threads(); }
+struct CpuFeatures {
+  std::string best;  // in oneDNN's ISA names
+  Tier tier = Tier::kPortable;
+  bool bf16 = false;  // AVX512-BF16 or AMX-BF16: bf16 dot products in hardware
+};
 
-std::string blas_description() {
+CpuFeatures cpu_features() {
+  CpuFeatures f;
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_cpu_init();
+  const bool avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                      __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
+  const bool avx512_bf16 = avx512 && __builtin_cpu_supports("avx512bf16");
+  const bool amx = avx512_bf16 && __builtin_cpu_supports("amx-tile") &&
+                   __builtin_cpu_supports("amx-bf16");
+  f.bf16 = avx512_bf16 || amx;
+  if (amx) {
+    f.best = "avx512_core_amx";
+  } else if (avx512_bf16) {
+    f.best = "avx512_core_bf16";
+  } else if (avx512) {
+    f.best = "avx512_core";
+  } else if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) {
+    f.best = "avx2";
+  } else if (__builtin_cpu_supports("avx")) {
+    f.best = "avx";
+  } else if (__builtin_cpu_supports("sse4.1")) {
+    f.best = "sse41";
+  } else {
+    f.best = "sse2";
+  }
+  f.tier = avx512                             ? Tier::kAvx512
+           : __builtin_cpu_supports("avx2")   ? Tier::kAvx2
+           : __builtin_cpu_supports("avx")    ? Tier::kAvx
+                                              : Tier::kSse;
+#else
+  f.best = "portable";
+#endif
+  return f;
+}
+
+// ---- OpenBLAS ----
+
+std::string openblas_version() {
   // openblas_get_config() reads like "OpenBLAS 0.3.21 DYNAMIC_ARCH NO_AFFINITY Haswell
-  // MAX_THREADS=64"; reports only need the name and version from it.
+  // MAX_THREADS=64"; the name and version are its first two words.
   std::istringstream config(openblas_get_config() ? openblas_get_config() : "OpenBLAS");
   std::string name, version;
   config >> name >> version;
   std::string out = name.empty() ? "OpenBLAS" : name;
   if (!version.empty()) out += " " + version;
+  return out;
+}
 
-  const char* parallel = "unknown threading";
+std::string openblas_threading() {
   switch (openblas_get_parallel()) {
     case 0:
-      parallel = "sequential";
-      break;
+      return "sequential";
     case 1:
-      parallel = "pthreads";
-      break;
+      return "pthreads";
     case 2:
-      parallel = "OpenMP";
-      break;
+      return "OpenMP";
     default:
-      break;
+      return "unknown threading";
   }
-  const int threads = blas_threads();
-  out += std::string(" (") + parallel + ", " + std::to_string(threads) +
-         (threads == 1 ? " thread" : " threads");
-  if (const char* core = openblas_get_corename(); core != nullptr && *core != '\0') {
-    out += std::string(", ") + core;
+}
+
+// The tier of an OpenBLAS DYNAMIC_ARCH core. Anything not named here is one of its
+// generic or pre-AVX cores (Prescott, Core2, Nehalem, Atom, ...).
+Tier openblas_core_tier(std::string_view core) {
+  for (std::string_view c : {"SkylakeX", "Cooperlake", "SapphireRapids"}) {
+    if (core == c) return Tier::kAvx512;
   }
-  out += ")";
-  return out;
+  for (std::string_view c : {"Haswell", "Zen", "Excavator", "Steamroller"}) {
+    if (core == c) return Tier::kAvx2;
+  }
+  for (std::string_view c : {"Sandybridge", "Bulldozer", "Piledriver"}) {
+    if (core == c) return Tier::kAvx;
+  }
+  return Tier::kSse;
+}
+
+#if TANDEM_HAVE_ONEDNN
+
+// ---- oneDNN ----
+
+// OpenMP's thread count is a per-thread setting (each rank thread that calls a GEMM has
+// its own, and its own pool of workers): apply the process-wide bound to the calling
+// thread before its first GEMM and whenever it changes.
+void apply_omp_threads() {
+  thread_local int applied = 0;
+  const int t = g_threads.load(std::memory_order_relaxed);
+  if (t > 0 && t != applied) {
+    omp_set_num_threads(t);
+    applied = t;
+  }
+}
+
+std::string_view onednn_isa_name(dnnl_cpu_isa_t isa) {
+  switch (isa) {
+    case dnnl_cpu_isa_sse41:
+      return "sse41";
+    case dnnl_cpu_isa_avx:
+      return "avx";
+    case dnnl_cpu_isa_avx2:
+      return "avx2";
+    case dnnl_cpu_isa_avx2_vnni:
+      return "avx2_vnni";
+    case dnnl_cpu_isa_avx512_mic:
+    case dnnl_cpu_isa_avx512_mic_4ops:
+      return "avx512_mic";
+    case dnnl_cpu_isa_avx512_core:
+      return "avx512_core";
+    case dnnl_cpu_isa_avx512_core_vnni:
+      return "avx512_core_vnni";
+    case dnnl_cpu_isa_avx512_core_bf16:
+      return "avx512_core_bf16";
+    case dnnl_cpu_isa_avx512_core_amx:
+      return "avx512_core_amx";
+    default:
+      return "none";
+  }
+}
+
+bool isa_at_least(dnnl_cpu_isa_t have, dnnl_cpu_isa_t want) {
+  // oneDNN's ISA values are bit sets, each containing the ones below it.
+  return (static_cast<unsigned>(have) & static_cast<unsigned>(want)) ==
+         static_cast<unsigned>(want);
+}
+
+// The ISA of the jit sgemm kernels oneDNN's gemm driver picks (it has them for
+// AVX-512, AVX2, AVX and SSE4.1, and a reference loop below that).
+std::pair<std::string, Tier> onednn_sgemm_kernel() {
+  const dnnl_cpu_isa_t isa = dnnl_get_effective_cpu_isa();
+  if (isa_at_least(isa, dnnl_cpu_isa_avx512_core)) return {"avx512_core", Tier::kAvx512};
+  if (isa_at_least(isa, dnnl_cpu_isa_avx2)) return {"avx2", Tier::kAvx2};
+  if (isa_at_least(isa, dnnl_cpu_isa_avx)) return {"avx", Tier::kAvx};
+  if (isa_at_least(isa, dnnl_cpu_isa_sse41)) return {"sse41", Tier::kSse};
+  return {"ref", Tier::kPortable};
+}
+
+bool onednn_bf16_in_hardware() {
+  return isa_at_least(dnnl_get_effective_cpu_isa(), dnnl_cpu_isa_avx512_core_bf16);
+}
+
+dnnl::engine& cpu_engine() {
+  static dnnl::engine engine(dnnl::engine::kind::cpu, 0);
+  return engine;
+}
+
+// One bf16 product shape: its primitive and memory objects, created once per thread
+// (oneDNN primitives are not free to build; a step issues the same few shapes again and
+// again).
+struct Bf16Gemm {
+  dnnl::matmul primitive;
+  dnnl::memory a, b, c;
+  std::string impl;
+};
+
+struct Bf16Key {
+  bool ta, tb;
+  int m, n, k, ldc;
+  float alpha, beta;
+  bool operator==(const Bf16Key&) const = default;
+};
+
+struct Bf16KeyHash {
+  std::size_t operator()(const Bf16Key& key) const {
+    std::size_t h = key.ta * 2u + key.tb;
+    for (std::uint64_t v :
+         {std::uint64_t(key.m), std::uint64_t(key.n), std::uint64_t(key.k),
+          std::uint64_t(key.ldc), std::uint64_t(std::bit_cast<std::uint32_t>(key.alpha)),
+          std::uint64_t(std::bit_cast<std::uint32_t>(key.beta))}) {
+      h = h * 0x9E3779B97F4A7C15ull + v;
+    }
+    return h;
+  }
+};
+
+Bf16Gemm make_bf16_gemm(const Bf16Key& key) {
+  using dnnl::memory;
+  const memory::dim m = key.m, n = key.n, k = key.k;
+  // The bf16 copies are dense: A [m, k] (or, transposed, stored [k, m]), B likewise.
+  const memory::dims a_strides = key.ta ? memory::dims{1, m} : memory::dims{k, 1};
+  const memory::dims b_strides = key.tb ? memory::dims{1, k} : memory::dims{n, 1};
+  const memory::desc a_md({m, k}, memory::data_type::bf16, a_strides);
+  const memory::desc b_md({k, n}, memory::data_type::bf16, b_strides);
+  const memory::desc c_md({m, n}, memory::data_type::f32, memory::dims{key.ldc, 1});
+  dnnl::primitive_attr attr;
+  if (key.alpha != 1.0f) attr.set_output_scales(0, {key.alpha});
+  if (key.beta != 0.0f) {
+    dnnl::post_ops ops;
+    ops.append_sum(key.beta);
+    attr.set_post_ops(ops);
+  }
+  dnnl::engine& engine = cpu_engine();
+  const dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a_md, b_md, c_md), attr, engine);
+  return {.primitive = dnnl::matmul(pd),
+          .a = memory(a_md, engine, DNNL_MEMORY_NONE),
+          .b = memory(b_md, engine, DNNL_MEMORY_NONE),
+          .c = memory(c_md, engine, DNNL_MEMORY_NONE),
+          .impl = pd.impl_info_str()};
+}
+
+Bf16Gemm& bf16_gemm(const Bf16Key& key) {
+  thread_local std::unordered_map<Bf16Key, std::unique_ptr<Bf16Gemm>, Bf16KeyHash> cache;
+  auto [it, fresh] = cache.try_emplace(key);
+  if (fresh) it->second = std::make_unique<Bf16Gemm>(make_bf16_gemm(key));
+  return *it->second;
+}
+
+// rows x cols of a row-major matrix with leading dimension ld, as dense bf16.
+void pack_bf16(std::vector<std::uint16_t>& out, const float* in, int rows, int cols, int ld) {
+  out.resize(static_cast<std::size_t>(rows) * cols);
+  for (std::ptrdiff_t r = 0; r < rows; ++r) {
+    to_bf16(out.data() + r * cols, in + r * ld, cols);
+  }
+}
+
+void bf16_gemm_run(bool ta, bool tb, int m, int n, int k, float alpha, const float* a, int lda,
+                   const float* b, int ldb, float beta, float* c, int ldc) {
+  thread_local std::vector<std::uint16_t> a16, b16;
+  pack_bf16(a16, a, ta ? k : m, ta ? m : k, lda);
+  pack_bf16(b16, b, tb ? n : k, tb ? k : n, ldb);
+  Bf16Gemm& g = bf16_gemm({ta, tb, m, n, k, ldc, alpha, beta});
+  g.a.set_data_handle(a16.data());
+  g.b.set_data_handle(b16.data());
+  g.c.set_data_handle(c);
+  thread_local dnnl::stream stream(cpu_engine());
+  g.primitive.execute(stream,
+                      {{DNNL_ARG_SRC, g.a}, {DNNL_ARG_WEIGHTS, g.b}, {DNNL_ARG_DST, g.c}});
+  stream.wait();
+}
+
+std::string onednn_version() {
+  const dnnl_version_t* v = dnnl_version();
+  return "oneDNN " + std::to_string(v->major) + "." + std::to_string(v->minor) + "." +
+         std::to_string(v->patch);
+}
+
+#endif  // TANDEM_HAVE_ONEDNN
+
+}  // namespace
+
+std::string_view to_string(GemmLibrary library) {
+  return library == GemmLibrary::kOneDnn ? "onednn" : "openblas";
+}
+
+bool gemm_library_built(GemmLibrary library) {
+  return library == GemmLibrary::kOpenBlas || TANDEM_HAVE_ONEDNN;
+}
+
+GemmLibrary default_gemm_library() {
+  return TANDEM_HAVE_ONEDNN ? GemmLibrary::kOneDnn : GemmLibrary::kOpenBlas;
+}
+
+GemmLibrary parse_gemm_library(std::string_view text) {
+  GemmLibrary library;
+  if (text == "onednn") {
+    library = GemmLibrary::kOneDnn;
+  } else if (text == "openblas") {
+    library = GemmLibrary::kOpenBlas;
+  } else {
+    throw UsageError("unknown GEMM library '" + std::string(text) +
+                     "' (expected onednn or openblas)");
+  }
+  if (!gemm_library_built(library)) {
+    throw UsageError("this tandem was built without oneDNN (Debian: libdnnl-dev); only "
+                     "openblas is available");
+  }
+  return library;
+}
+
+void set_gemm_library(GemmLibrary library) {
+  TANDEM_CHECK(gemm_library_built(library));
+  g_library.store(library);
+}
+
+GemmLibrary gemm_library() { return g_library.load(); }
+
+std::string cpu_precision_error(Precision precision, GemmLibrary library) {
+  if (precision == Precision::kFp32) return {};
+  if (precision != Precision::kBf16) {
+    return std::string(to_string(precision)) + " runs on GPUs only (the CPU runs fp32 or bf16)";
+  }
+  if (library != GemmLibrary::kOneDnn) {
+    return "bf16 GEMMs on the CPU run on oneDNN (--gemm onednn), not OpenBLAS";
+  }
+#if TANDEM_HAVE_ONEDNN
+  if (!onednn_bf16_in_hardware()) {
+    return "bf16 needs a CPU with AVX512-BF16 or AMX; this one offers " + cpu_features().best +
+           " (oneDNN runs up to " + std::string(onednn_isa_name(dnnl_get_effective_cpu_isa())) +
+           ")";
+  }
+#endif
+  return {};
+}
+
+void set_gemm_precision(Precision precision) {
+  if (const std::string why = cpu_precision_error(precision, gemm_library()); !why.empty()) {
+    throw UsageError("--precision " + std::string(to_string(precision)) + ": " + why);
+  }
+  g_precision.store(precision);
+}
+
+Precision gemm_precision() { return g_precision.load(); }
+
+void set_blas_threads(int threads) {
+  if (threads < 1) {
+    throw UsageError("BLAS threads must be >= 1 (got " + std::to_string(threads) + ")");
+  }
+  g_threads.store(threads);
+  openblas_set_num_threads(threads);
+}
+
+int blas_threads() {
+  const int t = g_threads.load();
+  return t > 0 ? t : openblas_get_num_threads();
+}
+
+GemmReport gemm_report() {
+  const CpuFeatures cpu = cpu_features();
+  GemmReport r;
+  r.cpu_isa = cpu.best;
+  r.threads = blas_threads();
+  r.precision = gemm_precision();
+  Tier tier = Tier::kPortable;
+  if (gemm_library() == GemmLibrary::kOpenBlas) {
+    r.library = openblas_version();
+    r.threading = openblas_threading();
+    const char* core = openblas_get_corename();
+    r.kernel = core != nullptr && *core != '\0' ? core : "unknown";
+#if defined(__x86_64__) || defined(__i386__)
+    tier = openblas_core_tier(r.kernel);
+#endif
+    r.isa = std::string(tier_name(tier));
+  } else {
+#if TANDEM_HAVE_ONEDNN
+    r.library = onednn_version();
+    r.threading = "OpenMP";
+    const auto [isa, sgemm_tier] = onednn_sgemm_kernel();
+    tier = sgemm_tier;
+    if (r.precision == Precision::kBf16) {
+      // The library's own name for the kernel a bf16 product of the model's size runs.
+      apply_omp_threads();
+      r.kernel = bf16_gemm({false, false, 256, 256, 256, 256, 1.0f, 0.0f}).impl;
+      r.isa = onednn_isa_name(dnnl_get_effective_cpu_isa());
+    } else {
+      r.kernel = "jit sgemm " + isa;
+      r.isa = isa;
+    }
+#endif
+  }
+  if (cpu.tier >= Tier::kAvx2 && tier < cpu.tier) {
+    r.warning = "GEMMs run " + r.library + " " + r.kernel + " kernels (" +
+                std::string(tier_name(tier)) + ") on a CPU with " +
+                std::string(tier_name(cpu.tier)) +
+                ": compute runs below what this machine can do" +
+                (gemm_library() == GemmLibrary::kOpenBlas && gemm_library_built(GemmLibrary::kOneDnn)
+                     ? " (--gemm onednn picks kernels by the CPU's features)"
+                     : "");
+  }
+  return r;
+}
+
+std::string blas_description() {
+  const GemmReport r = gemm_report();
+  return r.library + " (" + r.threading + ", " + std::to_string(r.threads) +
+         (r.threads == 1 ? " thread, " : " threads, ") + std::string(to_string(r.precision)) +
+         ", kernel " + r.kernel + "; CPU " + r.cpu_isa + ")";
 }
 
 void sgemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const float* a, int lda,
            const float* b, int ldb, float beta, float* c, int ldc) {
+#if TANDEM_HAVE_ONEDNN
+  if (g_library.load(std::memory_order_relaxed) == GemmLibrary::kOneDnn) {
+    if (m == 0 || n == 0) return;
+    apply_omp_threads();
+    if (g_precision.load(std::memory_order_relaxed) == Precision::kBf16 && k > 0) {
+      bf16_gemm_run(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+      return;
+    }
+    const dnnl_status_t status = dnnl_sgemm(trans_a ? 'T' : 'N', trans_b ? 'T' : 'N', m, n, k,
+                                            alpha, a, lda, b, ldb, beta, c, ldc);
+    TANDEM_CHECK(status == dnnl_success);
+    return;
+  }
+#endif
   cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans,
               trans_b ? CblasTrans : CblasNoTrans, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
 }
@@ -66,6 +449,21 @@ void gemm(bool trans_a, bool trans_b, int m, int n, int k, double alpha, const d
           int lda, const double* b, int ldb, double beta, double* c, int ldc) {
   cblas_dgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans,
               trans_b ? CblasTrans : CblasNoTrans, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+}
+
+void to_bf16(unsigned short* out, const float* in, long n) {
+  for (long i = 0; i < n; ++i) {
+    const std::uint32_t bits = std::bit_cast<std::uint32_t>(in[i]);
+    // Round to nearest, ties to even: add 0x7FFF plus the lowest kept bit. A NaN keeps a
+    // set mantissa bit so that it cannot round into infinity.
+    const std::uint32_t rounded = bits + 0x7FFFu + ((bits >> 16) & 1u);
+    const bool nan = (bits & 0x7FFFFFFFu) > 0x7F800000u;
+    out[i] = static_cast<unsigned short>(nan ? (bits >> 16) | 0x40u : rounded >> 16);
+  }
+}
+
+float bf16_to_float(unsigned short v) {
+  return std::bit_cast<float>(static_cast<std::uint32_t>(v) << 16);
 }
 
 }  // namespace tandem
