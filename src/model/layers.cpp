@@ -1,6 +1,7 @@
 // The kernels of layers.h, once for float and double. Inner loops run over one row of
 // contiguous values with no calls, so the compiler vectorizes them; matrix products go
 // to BLAS (gemm: sgemm or dgemm).
+#define TANDEM_LAYERS_INSTANTIATE  // see the end of layers.h
 #include "model/layers.h"
 
 #include <algorithm>
@@ -9,6 +10,7 @@
 #include <cstring>
 
 #include "compute/cpu/blas.h"
+#include "compute/cpu/dispatch.h"
 #include "model/fast_math.h"
 
 namespace tandem::layers {
@@ -32,14 +34,35 @@ constexpr double kGeluCubic = 0.044715;
 
 inline std::ptrdiff_t at(std::ptrdiff_t row, int width) { return row * width; }
 
-// Row reductions in 8 independent lanes, combined in a fixed order: the compiler
-// vectorizes them (a single running sum or std::max_element it cannot, without
-// reassociating), and the result is the same on every run. Over a GPT's vocabulary rows
-// (50304 wide) this is what keeps the softmax from costing as much as the head's GEMM.
-constexpr int kLanes = 8;
+// Row reductions in 16 independent lanes (one AVX-512 register of floats), combined in a
+// fixed order: the compiler vectorizes them (a single running sum or std::max_element it
+// cannot, without reassociating), and the result is the same on every run and in every
+// build of dispatch.h. Over a GPT's vocabulary rows (50304 wide) this is what keeps the
+// softmax from costing as much as the head's GEMM; over a LayerNorm's rows, what keeps
+// its mean and variance from being a chain of dependent adds.
+constexpr int kLanes = 16;
 
 template <typename T>
-T row_max(const T* x, int n) {
+T combine_lanes(const T (&lane)[kLanes]) {
+  T sum = 0;
+  for (int k = 0; k < kLanes; ++k) sum += lane[k];
+  return sum;
+}
+
+// sum over i < n of f(i), in lanes.
+template <typename T, typename F>
+T lane_sum(int n, F f) {
+  T lane[kLanes] = {};
+  int i = 0;
+  for (; i + kLanes <= n; i += kLanes) {
+    for (int k = 0; k < kLanes; ++k) lane[k] += f(i + k);
+  }
+  for (; i < n; ++i) lane[0] += f(i);
+  return combine_lanes(lane);
+}
+
+template <typename T>
+TANDEM_CPU_CLONES T row_max(const T* x, int n) {
   T lane[kLanes];
   for (int k = 0; k < kLanes; ++k) lane[k] = x[0];
   int i = 0;
@@ -54,17 +77,9 @@ T row_max(const T* x, int n) {
 
 // p[i] = e^(x[i] - shift) for i < n; returns their sum.
 template <typename T>
-T exp_shifted_sum(T* p, const T* x, T shift, int n) {
+TANDEM_CPU_CLONES T exp_shifted_sum(T* p, const T* x, T shift, int n) {
   for (int i = 0; i < n; ++i) p[i] = exp_of(x[i] - shift);
-  T lane[kLanes] = {};
-  int i = 0;
-  for (; i + kLanes <= n; i += kLanes) {
-    for (int k = 0; k < kLanes; ++k) lane[k] += p[i + k];
-  }
-  for (; i < n; ++i) lane[0] += p[i];
-  T sum = 0;
-  for (int k = 0; k < kLanes; ++k) sum += lane[k];
-  return sum;
+  return lane_sum<T>(n, [p](int i) { return p[i]; });
 }
 
 }  // namespace
@@ -72,7 +87,7 @@ T exp_shifted_sum(T* p, const T* x, T shift, int n) {
 // ---- Linear ----
 
 template <typename T>
-void Ops<T>::linear_forward(T* out, const T* inp, const T* weight, const T* bias, int B, int I,
+TANDEM_CPU_CLONES void Ops<T>::linear_forward(T* out, const T* inp, const T* weight, const T* bias, int B, int I,
                             int O) {
   // Broadcast the bias into out first so that one gemm with beta = 1 adds x.W on top,
   // instead of a second pass over out.
@@ -85,7 +100,7 @@ void Ops<T>::linear_forward(T* out, const T* inp, const T* weight, const T* bias
 }
 
 template <typename T>
-void Ops<T>::linear_backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* inp,
+TANDEM_CPU_CLONES void Ops<T>::linear_backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* inp,
                              const T* weight, int B, int I, int O) {
   // dweight[I, O] += inp^T[I, B] . dout[B, O]
   gemm(true, false, I, O, B, T(1), inp, I, dout, O, T(1), dweight, O);
@@ -100,7 +115,7 @@ void Ops<T>::linear_backward(T* dinp, T* dweight, T* dbias, const T* dout, const
 }
 
 template <typename T>
-void Ops<T>::linear_residual_forward(T* out, const T* residual, const T* inp, const T* weight,
+TANDEM_CPU_CLONES void Ops<T>::linear_residual_forward(T* out, const T* residual, const T* inp, const T* weight,
                                      const T* bias, int B, int I, int O) {
   // out = residual (+ bias) first, then one gemm with beta = 1 adds inp . weight.
   for (std::ptrdiff_t n = 0; n < B; ++n) {
@@ -118,17 +133,17 @@ void Ops<T>::linear_residual_forward(T* out, const T* residual, const T* inp, co
 // ---- Elementwise ----
 
 template <typename T>
-void Ops<T>::relu_forward(T* out, const T* inp, std::int64_t n) {
+TANDEM_CPU_CLONES void Ops<T>::relu_forward(T* out, const T* inp, std::int64_t n) {
   for (std::int64_t i = 0; i < n; ++i) out[i] = inp[i] > T(0) ? inp[i] : T(0);
 }
 
 template <typename T>
-void Ops<T>::relu_backward(T* dinp, const T* inp, const T* dout, std::int64_t n) {
+TANDEM_CPU_CLONES void Ops<T>::relu_backward(T* dinp, const T* inp, const T* dout, std::int64_t n) {
   for (std::int64_t i = 0; i < n; ++i) dinp[i] = inp[i] > T(0) ? dout[i] : T(0);
 }
 
 template <typename T>
-void Ops<T>::gelu_forward(T* out, const T* inp, std::int64_t n) {
+TANDEM_CPU_CLONES void Ops<T>::gelu_forward(T* out, const T* inp, std::int64_t n) {
   const T s = T(kGeluScale), c = T(kGeluCubic);
   for (std::int64_t i = 0; i < n; ++i) {
     const T x = inp[i];
@@ -138,7 +153,7 @@ void Ops<T>::gelu_forward(T* out, const T* inp, std::int64_t n) {
 }
 
 template <typename T>
-void Ops<T>::gelu_backward(T* dinp, const T* inp, const T* dout, std::int64_t n) {
+TANDEM_CPU_CLONES void Ops<T>::gelu_backward(T* dinp, const T* inp, const T* dout, std::int64_t n) {
   const T s = T(kGeluScale), c = T(kGeluCubic);
   for (std::int64_t i = 0; i < n; ++i) {
     const T x = inp[i];
@@ -150,7 +165,7 @@ void Ops<T>::gelu_backward(T* dinp, const T* inp, const T* dout, std::int64_t n)
 }
 
 template <typename T>
-void Ops<T>::swiglu_forward(T* out, const T* gate_up, int N, int F) {
+TANDEM_CPU_CLONES void Ops<T>::swiglu_forward(T* out, const T* gate_up, int N, int F) {
   for (std::ptrdiff_t n = 0; n < N; ++n) {
     const T* gate = gate_up + at(n, 2 * F);
     const T* up = gate + F;
@@ -161,7 +176,7 @@ void Ops<T>::swiglu_forward(T* out, const T* gate_up, int N, int F) {
 
 // d silu(g) / dg = sig + g sig (1 - sig).
 template <typename T>
-void Ops<T>::swiglu_backward(T* dgate_up, const T* dout, const T* gate_up, int N, int F) {
+TANDEM_CPU_CLONES void Ops<T>::swiglu_backward(T* dgate_up, const T* dout, const T* gate_up, int N, int F) {
   for (std::ptrdiff_t n = 0; n < N; ++n) {
     const T* gate = gate_up + at(n, 2 * F);
     const T* up = gate + F;
@@ -180,7 +195,7 @@ void Ops<T>::swiglu_backward(T* dgate_up, const T* dout, const T* gate_up, int N
 // ---- Losses ----
 
 template <typename T>
-double Ops<T>::cross_entropy_forward(T* probs, const T* logits, const std::int32_t* targets,
+TANDEM_CPU_CLONES double Ops<T>::cross_entropy_forward(T* probs, const T* logits, const std::int32_t* targets,
                                      int B, int C) {
   double total = 0.0;  // the mean of B terms: double keeps it exact enough
   for (std::ptrdiff_t b = 0; b < B; ++b) {
@@ -201,7 +216,7 @@ double Ops<T>::cross_entropy_forward(T* probs, const T* logits, const std::int32
 }
 
 template <typename T>
-void Ops<T>::cross_entropy_backward(T* dlogits, const T* probs, const std::int32_t* targets,
+TANDEM_CPU_CLONES void Ops<T>::cross_entropy_backward(T* dlogits, const T* probs, const std::int32_t* targets,
                                     int B, int C) {
   const T inv_b = T(1) / static_cast<T>(B);
   for (std::ptrdiff_t b = 0; b < B; ++b) {
@@ -215,7 +230,7 @@ void Ops<T>::cross_entropy_backward(T* dlogits, const T* probs, const std::int32
 // ---- Transformer ----
 
 template <typename T>
-void Ops<T>::embedding_forward(T* out, const std::int32_t* tokens, const T* wte, const T* wpe,
+TANDEM_CPU_CLONES void Ops<T>::embedding_forward(T* out, const std::int32_t* tokens, const T* wte, const T* wpe,
                                int B, int Tn, int D) {
   for (int b = 0; b < B; ++b) {
     for (int t = 0; t < Tn; ++t) {
@@ -233,7 +248,7 @@ void Ops<T>::embedding_forward(T* out, const std::int32_t* tokens, const T* wte,
 }
 
 template <typename T>
-void Ops<T>::embedding_backward(T* dwte, T* dwpe, const T* dout, const std::int32_t* tokens,
+TANDEM_CPU_CLONES void Ops<T>::embedding_backward(T* dwte, T* dwpe, const T* dout, const std::int32_t* tokens,
                                 int B, int Tn, int D) {
   for (int b = 0; b < B; ++b) {
     for (int t = 0; t < Tn; ++t) {
@@ -250,15 +265,12 @@ void Ops<T>::embedding_backward(T* dwte, T* dwpe, const T* dout, const std::int3
 }
 
 template <typename T>
-void Ops<T>::layernorm_forward(T* out, T* mean, T* rstd, const T* inp, const T* weight,
+TANDEM_CPU_CLONES void Ops<T>::layernorm_forward(T* out, T* mean, T* rstd, const T* inp, const T* weight,
                                const T* bias, int N, int D) {
   for (std::ptrdiff_t n = 0; n < N; ++n) {
     const T* x = inp + at(n, D);
-    T sum = 0;
-    for (int i = 0; i < D; ++i) sum += x[i];
-    const T m = sum / static_cast<T>(D);
-    T var = 0;
-    for (int i = 0; i < D; ++i) var += (x[i] - m) * (x[i] - m);
+    const T m = lane_sum<T>(D, [x](int i) { return x[i]; }) / static_cast<T>(D);
+    const T var = lane_sum<T>(D, [x, m](int i) { return (x[i] - m) * (x[i] - m); });
     const T s = T(1) / std::sqrt(var / static_cast<T>(D) + T(kNormEps));
     T* o = out + at(n, D);
     for (int i = 0; i < D; ++i) o[i] = (x[i] - m) * s * weight[i] + bias[i];
@@ -270,7 +282,7 @@ void Ops<T>::layernorm_forward(T* out, T* mean, T* rstd, const T* inp, const T* 
 // With xhat = (x - mean) rstd and g = dout * weight:
 //   dx = rstd * (g - mean(g) - xhat * mean(g * xhat)).
 template <typename T>
-void Ops<T>::layernorm_backward(T* dinp, T* dweight, T* dbias, const T* dresidual, const T* dout,
+TANDEM_CPU_CLONES void Ops<T>::layernorm_backward(T* dinp, T* dweight, T* dbias, const T* dresidual, const T* dout,
                                 const T* inp, const T* weight, const T* mean, const T* rstd,
                                 int N, int D) {
   for (std::ptrdiff_t n = 0; n < N; ++n) {
@@ -278,18 +290,14 @@ void Ops<T>::layernorm_backward(T* dinp, T* dweight, T* dbias, const T* dresidua
     const T* d = dout + at(n, D);
     const T m = mean[n];
     const T s = rstd[n];
-    T g_mean = 0;
-    T gx_mean = 0;
     for (int i = 0; i < D; ++i) {
-      const T xhat = (x[i] - m) * s;
-      const T g = d[i] * weight[i];
-      g_mean += g;
-      gx_mean += g * xhat;
-      dweight[i] += d[i] * xhat;
+      dweight[i] += d[i] * (x[i] - m) * s;
       dbias[i] += d[i];
     }
-    g_mean /= static_cast<T>(D);
-    gx_mean /= static_cast<T>(D);
+    const T g_mean =
+        lane_sum<T>(D, [d, weight](int i) { return d[i] * weight[i]; }) / static_cast<T>(D);
+    const T gx_mean = lane_sum<T>(D, [=](int i) { return d[i] * weight[i] * (x[i] - m) * s; }) /
+                      static_cast<T>(D);
     T* dx = dinp + at(n, D);
     const T* r = dresidual != nullptr ? dresidual + at(n, D) : nullptr;
     for (int i = 0; i < D; ++i) {
@@ -301,11 +309,10 @@ void Ops<T>::layernorm_backward(T* dinp, T* dweight, T* dbias, const T* dresidua
 }
 
 template <typename T>
-void Ops<T>::rmsnorm_forward(T* out, T* rstd, const T* inp, const T* weight, int N, int D) {
+TANDEM_CPU_CLONES void Ops<T>::rmsnorm_forward(T* out, T* rstd, const T* inp, const T* weight, int N, int D) {
   for (std::ptrdiff_t n = 0; n < N; ++n) {
     const T* x = inp + at(n, D);
-    T ss = 0;
-    for (int i = 0; i < D; ++i) ss += x[i] * x[i];
+    const T ss = lane_sum<T>(D, [x](int i) { return x[i] * x[i]; });
     const T s = T(1) / std::sqrt(ss / static_cast<T>(D) + T(kNormEps));
     T* o = out + at(n, D);
     for (int i = 0; i < D; ++i) o[i] = x[i] * s * weight[i];
@@ -315,19 +322,15 @@ void Ops<T>::rmsnorm_forward(T* out, T* rstd, const T* inp, const T* weight, int
 
 // With xhat = x rstd and g = dout * weight: dx = rstd * (g - xhat * mean(g * xhat)).
 template <typename T>
-void Ops<T>::rmsnorm_backward(T* dinp, T* dweight, const T* dresidual, const T* dout,
+TANDEM_CPU_CLONES void Ops<T>::rmsnorm_backward(T* dinp, T* dweight, const T* dresidual, const T* dout,
                               const T* inp, const T* weight, const T* rstd, int N, int D) {
   for (std::ptrdiff_t n = 0; n < N; ++n) {
     const T* x = inp + at(n, D);
     const T* d = dout + at(n, D);
     const T s = rstd[n];
-    T gx_mean = 0;
-    for (int i = 0; i < D; ++i) {
-      const T xhat = x[i] * s;
-      gx_mean += d[i] * weight[i] * xhat;
-      dweight[i] += d[i] * xhat;
-    }
-    gx_mean /= static_cast<T>(D);
+    for (int i = 0; i < D; ++i) dweight[i] += d[i] * x[i] * s;
+    const T gx_mean =
+        lane_sum<T>(D, [=](int i) { return d[i] * weight[i] * x[i] * s; }) / static_cast<T>(D);
     T* dx = dinp + at(n, D);
     const T* r = dresidual != nullptr ? dresidual + at(n, D) : nullptr;
     for (int i = 0; i < D; ++i) {
@@ -341,7 +344,7 @@ namespace {
 
 // Row t of the scores: softmax over s <= t, zero above the diagonal.
 template <typename T>
-void causal_softmax_row(T* row, int t, int Tn) {
+TANDEM_CPU_CLONES void causal_softmax_row(T* row, int t, int Tn) {
   const T max = row_max(row, t + 1);
   const T inv = T(1) / exp_shifted_sum(row, row, max, t + 1);
   for (int s = 0; s <= t; ++s) row[s] *= inv;
@@ -353,7 +356,7 @@ void causal_softmax_row(T* row, int t, int Tn) {
 // Per (sequence, head) the products run on strided views of qkv, so no head is copied
 // out: a head's queries are T rows of hd values, 3D apart.
 template <typename T>
-void Ops<T>::attention_forward(T* out, T* att, const T* qkv, int B, int Tn, int D, int H) {
+TANDEM_CPU_CLONES void Ops<T>::attention_forward(T* out, T* att, const T* qkv, int B, int Tn, int D, int H) {
   const int hd = D / H;
   const int C3 = 3 * D;
   const T scale = T(1) / std::sqrt(static_cast<T>(hd));
@@ -379,7 +382,7 @@ void Ops<T>::attention_forward(T* out, T* att, const T* qkv, int B, int Tn, int 
 //   dS[t, s] = P[t, s] (dP[t, s] - sum_s' P[t, s'] dP[t, s'])  (zero where P is);
 //   dq = dS . k / sqrt(hd);  dk = dS^T . q / sqrt(hd).
 template <typename T>
-void Ops<T>::attention_backward(T* dqkv, T* scratch, const T* dout, const T* qkv, const T* att,
+TANDEM_CPU_CLONES void Ops<T>::attention_backward(T* dqkv, T* scratch, const T* dout, const T* qkv, const T* att,
                                 int B, int Tn, int D, int H) {
   const int hd = D / H;
   const int C3 = 3 * D;
@@ -403,8 +406,7 @@ void Ops<T>::attention_backward(T* dqkv, T* scratch, const T* dout, const T* qkv
       for (int t = 0; t < Tn; ++t) {
         const T* pr = p + at(t, Tn);
         T* dr = dp + at(t, Tn);
-        T dot = 0;
-        for (int s = 0; s <= t; ++s) dot += pr[s] * dr[s];
+        const T dot = lane_sum<T>(t + 1, [pr, dr](int s) { return pr[s] * dr[s]; });
         for (int s = 0; s <= t; ++s) dr[s] = pr[s] * (dr[s] - dot);
         for (int s = t + 1; s < Tn; ++s) dr[s] = 0;
       }
@@ -415,7 +417,7 @@ void Ops<T>::attention_backward(T* dqkv, T* scratch, const T* dout, const T* qkv
 }
 
 template <typename T>
-void Ops<T>::rope_table(T* cos_sin, int Tn, int hd) {
+TANDEM_CPU_CLONES void Ops<T>::rope_table(T* cos_sin, int Tn, int hd) {
   const int pairs = hd / 2;
   for (int t = 0; t < Tn; ++t) {
     for (int i = 0; i < pairs; ++i) {
@@ -461,12 +463,12 @@ void rope_apply(T* qkv, const T* cos_sin, int B, int Tn, int D, int H, T sign) {
 }  // namespace
 
 template <typename T>
-void Ops<T>::rope_forward(T* qkv, const T* cos_sin, int B, int Tn, int D, int H) {
+TANDEM_CPU_CLONES void Ops<T>::rope_forward(T* qkv, const T* cos_sin, int B, int Tn, int D, int H) {
   rope_apply(qkv, cos_sin, B, Tn, D, H, T(1));
 }
 
 template <typename T>
-void Ops<T>::rope_backward(T* dqkv, const T* cos_sin, int B, int Tn, int D, int H) {
+TANDEM_CPU_CLONES void Ops<T>::rope_backward(T* dqkv, const T* cos_sin, int B, int Tn, int D, int H) {
   rope_apply(dqkv, cos_sin, B, Tn, D, H, T(-1));
 }
 

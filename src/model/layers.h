@@ -101,7 +101,11 @@ struct Ops {
   static void rope_backward(T* dqkv, const T* cos_sin, int B, int Tn, int D, int H);
 };
 
+// layers.cpp instantiates both; it must not see these first, or GCC drops the
+// target_clones of the definitions there (compute/cpu/dispatch.h).
+#ifndef TANDEM_LAYERS_INSTANTIATE
 extern template struct Ops<float>;
 extern template struct Ops<double>;
+#endif
 
 }  // namespace tandem::layers

@@ -1,3 +1,4 @@
+#include "compute/cpu/dispatch.h"
 #include "core/error.h"
 #include "model/model.h"
 
@@ -5,7 +6,7 @@ namespace tandem {
 
 Sgd::Sgd(SgdOptions options, std::size_t numel) : options_(options), numel_(numel) {}
 
-void sgd_update(const SgdOptions& options, std::span<float> params, std::span<const float> grads,
+TANDEM_CPU_CLONES void sgd_update(const SgdOptions& options, std::span<float> params, std::span<const float> grads,
                 std::span<float> velocity, float grad_scale) {
   TANDEM_CHECK_EQ(params.size(), velocity.size());
   TANDEM_CHECK_EQ(grads.size(), velocity.size());

@@ -12,6 +12,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "compute/cpu/dispatch.h"
 #include "core/error.h"
 
 #if TANDEM_HAVE_ONEDNN
@@ -291,6 +292,19 @@ std::string onednn_version() {
 #endif  // TANDEM_HAVE_ONEDNN
 
 }  // namespace
+
+std::string cpu_loops_isa() {
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && \
+    !defined(TANDEM_NO_CPU_CLONES)
+  // The same tests GCC's resolvers make for the target_clones of dispatch.h.
+  __builtin_cpu_init();
+  if (__builtin_cpu_supports("x86-64-v4")) return "x86-64-v4 (AVX-512)";
+  if (__builtin_cpu_supports("x86-64-v3")) return "x86-64-v3 (AVX2)";
+  return "x86-64 (SSE2)";
+#else
+  return "portable";
+#endif
+}
 
 std::string_view to_string(GemmLibrary library) {
   return library == GemmLibrary::kOneDnn ? "onednn" : "openblas";
