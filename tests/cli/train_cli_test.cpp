@@ -363,5 +363,71 @@ TEST(TrainCliTest, UnknownFlagAndMissingSubcommandAreUsageErrors) {
   EXPECT_EQ(typo.err, "tandem: error: unknown subcommand 'trian' (did you mean 'train'?)\n");
 }
 
+// The header's GEMM line names what the library really runs. In bf16, oneDNN's own log
+// of every product it executes (ONEDNN_VERBOSE) names the kernel the header names; in
+// fp32, with oneDNN held below the CPU's ISA, the header follows and warns in one line.
+TEST(TrainCliTest, TheGemmKernelReportIsWhatRuns) {
+  const std::string run = std::string(TANDEM_BINARY) +
+                          " train --model gpt:layers=1,dim=32,heads=2,seq=8,vocab=32 --ranks 1 "
+                          "--batch 2 --steps 1 --quiet --gemm onednn";
+  // "kernel NAME;" of the header's GEMM line.
+  auto header_kernel = [](const std::string& out) {
+    const auto line = out.find("  GEMM: ");
+    const auto at = out.find("kernel ", line);
+    if (line == std::string::npos || at == std::string::npos) return std::string();
+    return out.substr(at + 7, out.find(';', at) - at - 7);
+  };
+  auto warnings = [](const std::string& out) {
+    int n = 0;
+    for (auto at = out.find("warning: "); at != std::string::npos; at = out.find("warning: ", at + 1)) {
+      ++n;
+    }
+    return n;
+  };
+  TempDir dir;
+  const CliResult bf16 = run_shell("ONEDNN_VERBOSE=1 " + run + " --precision bf16 --out " +
+                                   (dir.path() / "bf16").string());
+  if (bf16.exit_code == 0) {
+    // After the run, summary.json lists the kernels of the products that ran.
+    const auto summary = nlohmann::json::parse(slurp(dir.path() / "bf16" / "summary.json"));
+    const std::string blas = summary["config"]["blas"].get<std::string>();
+    const auto at = blas.find("kernel ");
+    ASSERT_NE(at, std::string::npos) << blas;
+    std::set<std::string> reported;
+    std::istringstream names(blas.substr(at + 7, blas.find(';', at) - at - 7));
+    for (std::string name; std::getline(names, name, ',');) {
+      reported.insert(name.substr(name.find_first_not_of(' ')));
+    }
+    std::set<std::string> executed;
+    std::istringstream lines(bf16.out);
+    for (std::string line; std::getline(lines, line);) {
+      const std::string prefix = "onednn_verbose,exec,cpu,matmul,";
+      if (line.starts_with(prefix)) {
+        executed.insert(line.substr(prefix.size(), line.find(',', prefix.size()) - prefix.size()));
+      }
+    }
+    EXPECT_FALSE(executed.empty()) << "oneDNN logged the products it ran";
+    EXPECT_EQ(reported, executed) << blas;
+  } else {
+    EXPECT_EQ(bf16.exit_code, 2);
+    EXPECT_NE(bf16.err.find("--precision bf16"), std::string::npos) << bf16.err;
+  }
+
+  const CliResult fp32 = run_shell(run);
+  ASSERT_EQ(fp32.exit_code, 0) << fp32.err;
+  __builtin_cpu_init();
+  const bool avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                      __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
+  if (avx512) {
+    EXPECT_EQ(header_kernel(fp32.out), "jit sgemm avx512_core") << fp32.out;
+    EXPECT_EQ(warnings(fp32.out), 0) << fp32.out;
+  }
+  if (!__builtin_cpu_supports("avx2")) GTEST_SKIP() << "no AVX2: nothing to hold back";
+  const CliResult held = run_shell("ONEDNN_MAX_CPU_ISA=SSE41 " + run);
+  ASSERT_EQ(held.exit_code, 0) << held.err;
+  EXPECT_EQ(header_kernel(held.out), "jit sgemm sse41") << held.out;
+  EXPECT_EQ(warnings(held.out), 1) << held.out;
+}
+
 }  // namespace
 }  // namespace tandem::testing

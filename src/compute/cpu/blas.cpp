@@ -7,6 +7,8 @@
 #include <cstdint>
 #include <cstring>
 #include <memory>
+#include <mutex>
+#include <set>
 #include <sstream>
 #include <string>
 #include <unordered_map>
@@ -253,10 +255,27 @@ Bf16Gemm make_bf16_gemm(const Bf16Key& key) {
           .impl = pd.impl_info_str()};
 }
 
+// The kernels (oneDNN's implementation names) of every bf16 product this process has
+// run: oneDNN picks one per shape (brgemm for large ones, its gemm driver for small), so
+// the report lists them all.
+struct UsedKernels {
+  std::mutex mutex;
+  std::set<std::string> names;
+};
+UsedKernels& used_bf16_kernels() {
+  static UsedKernels used;
+  return used;
+}
+
 Bf16Gemm& bf16_gemm(const Bf16Key& key) {
   thread_local std::unordered_map<Bf16Key, std::unique_ptr<Bf16Gemm>, Bf16KeyHash> cache;
   auto [it, fresh] = cache.try_emplace(key);
-  if (fresh) it->second = std::make_unique<Bf16Gemm>(make_bf16_gemm(key));
+  if (fresh) {
+    it->second = std::make_unique<Bf16Gemm>(make_bf16_gemm(key));
+    UsedKernels& used = used_bf16_kernels();
+    const std::lock_guard lock(used.mutex);
+    used.names.insert(it->second->impl);
+  }
   return *it->second;
 }
 
@@ -405,9 +424,16 @@ GemmReport gemm_report() {
     const auto [isa, sgemm_tier] = onednn_sgemm_kernel();
     tier = sgemm_tier;
     if (r.precision == Precision::kBf16) {
-      // The library's own name for the kernel a bf16 product of the model's size runs.
-      apply_omp_threads();
-      r.kernel = bf16_gemm({false, false, 256, 256, 256, 256, 1.0f, 0.0f}).impl;
+      // The library's own names for the kernels of the bf16 products run so far; before
+      // any, the one a 256^3 product would run.
+      {
+        UsedKernels& used = used_bf16_kernels();
+        const std::lock_guard lock(used.mutex);
+        for (const std::string& name : used.names) {
+          r.kernel += (r.kernel.empty() ? "" : ", ") + name;
+        }
+      }
+      if (r.kernel.empty()) r.kernel = make_bf16_gemm({false, false, 256, 256, 256, 256, 1.0f, 0.0f}).impl;
       r.isa = onednn_isa_name(dnnl_get_effective_cpu_isa());
     } else {
       r.kernel = "jit sgemm " + isa;
