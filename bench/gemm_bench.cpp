@@ -1,0 +1,205 @@
+// Single-thread GEMM rates on the shapes tandem's CPU models run, measured in one run and
+// interleaved over rounds so that noise hits every library alike:
+//   tandem       tandem::sgemm, the path training takes (--gemm onednn: oneDNN's sgemm)
+//   openblas     the system's OpenBLAS as it comes (cblas_sgemm; its kernel by CPU model)
+//   onednn-mm    oneDNN's matmul primitive in fp32 (created once per shape)
+//   blis         BLIS's cblas_sgemm, loaded with dlopen where libblis.so.4 is installed
+//   tandem-bf16  tandem::sgemm with --precision bf16 (where the CPU has AVX512-BF16/AMX)
+// Shapes: the linear layers of gpt:layers=4,dim=256 at 8 x 128 tokens (forward, and the
+// backward's weight and input gradients), and 1024^3 and 2048^3 squares. Prints GFLOP/s
+// (best of the rounds) and the ratio of tandem's path to the fastest fp32 library.
+//
+//   gemm_bench [--rounds 5] [--seconds 0.15]
+#include <dlfcn.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include <cblas.h>
+#include <oneapi/dnnl/dnnl.hpp>
+
+#include "compute/cpu/blas.h"
+#include "core/clock.h"
+#include "report/machine.h"
+
+using namespace tandem;
+
+namespace {
+
+struct Shape {
+  const char* what;
+  bool ta, tb;
+  int m, n, k;
+};
+
+using CblasSgemm = void (*)(CBLAS_ORDER, CBLAS_TRANSPOSE, CBLAS_TRANSPOSE, int, int, int, float,
+                            const float*, int, const float*, int, float, float*, int);
+
+struct Library {
+  std::string name;
+  bool fp32 = true;  // competes for "fastest fp32"
+  std::function<void(const Shape&, const float*, const float*, float*)> run;
+  std::vector<double> best;  // per shape, GFLOP/s
+};
+
+// GFLOP/s of `call` repeated for at least `seconds`.
+double rate(const Shape& s, double seconds, const std::function<void()>& call) {
+  call();  // warm: first-call setup, caches
+  int calls = 0;
+  const std::int64_t t0 = now_ns();
+  std::int64_t t = t0;
+  do {
+    call();
+    ++calls;
+    t = now_ns();
+  } while (static_cast<double>(t - t0) < seconds * 1e9);
+  return 2.0 * s.m * s.n * s.k * calls / static_cast<double>(t - t0);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  int rounds = 5;
+  double seconds = 0.15;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    if (std::strcmp(argv[i], "--rounds") == 0) rounds = std::atoi(argv[i + 1]);
+    if (std::strcmp(argv[i], "--seconds") == 0) seconds = std::atof(argv[i + 1]);
+  }
+  set_blas_threads(1);
+  const int N = 8 * 128, D = 256, F = 4 * D, V = 256;
+  const std::vector<Shape> shapes = {
+      {"qkv fwd", false, false, N, 3 * D, D},     {"qkv dW", true, false, D, 3 * D, N},
+      {"qkv dX", false, true, N, D, 3 * D},       {"proj fwd", false, false, N, D, D},
+      {"proj dW", true, false, D, D, N},          {"up fwd", false, false, N, F, D},
+      {"up dW", true, false, D, F, N},            {"up dX", false, true, N, D, F},
+      {"down fwd", false, false, N, D, F},        {"down dW", true, false, F, D, N},
+      {"down dX", false, true, N, F, D},          {"head fwd", false, true, N, V, D},
+      {"square 1024", false, false, 1024, 1024, 1024},
+      {"square 2048", false, false, 2048, 2048, 2048}};
+
+  std::vector<Library> libs;
+  libs.push_back({"tandem", true, [](const Shape& s, const float* a, const float* b, float* c) {
+                    sgemm(s.ta, s.tb, s.m, s.n, s.k, 1.0f, a, s.ta ? s.m : s.k, b,
+                          s.tb ? s.k : s.n, 0.0f, c, s.n);
+                  }});
+  libs.push_back({"openblas", true, [](const Shape& s, const float* a, const float* b, float* c) {
+                    cblas_sgemm(CblasRowMajor, s.ta ? CblasTrans : CblasNoTrans,
+                                s.tb ? CblasTrans : CblasNoTrans, s.m, s.n, s.k, 1.0f, a,
+                                s.ta ? s.m : s.k, b, s.tb ? s.k : s.n, 0.0f, c, s.n);
+                  }});
+  // oneDNN's matmul: one primitive per shape, built before timing.
+  dnnl::engine engine(dnnl::engine::kind::cpu, 0);
+  dnnl::stream stream(engine);
+  std::vector<dnnl::matmul> matmuls;
+  std::vector<dnnl::matmul::primitive_desc> pds;
+  for (const Shape& s : shapes) {
+    using dnnl::memory;
+    const memory::desc a({s.m, s.k}, memory::data_type::f32,
+                         s.ta ? memory::dims{1, s.m} : memory::dims{s.k, 1});
+    const memory::desc b({s.k, s.n}, memory::data_type::f32,
+                         s.tb ? memory::dims{1, s.k} : memory::dims{s.n, 1});
+    const memory::desc c({s.m, s.n}, memory::data_type::f32, memory::dims{s.n, 1});
+    pds.emplace_back(dnnl::matmul::desc(a, b, c), engine);
+    matmuls.emplace_back(pds.back());
+  }
+  libs.push_back({"onednn-mm", true, [&](const Shape& s, const float* a, const float* b, float* c) {
+                    const std::size_t i = static_cast<std::size_t>(&s - shapes.data());
+                    const dnnl::matmul::primitive_desc& pd = pds[i];
+                    dnnl::memory am(pd.src_desc(), engine, const_cast<float*>(a));
+                    dnnl::memory bm(pd.weights_desc(), engine, const_cast<float*>(b));
+                    dnnl::memory cm(pd.dst_desc(), engine, c);
+                    matmuls[i].execute(stream, {{DNNL_ARG_SRC, am}, {DNNL_ARG_WEIGHTS, bm},
+                                                {DNNL_ARG_DST, cm}});
+                    stream.wait();
+                  }});
+  // BLIS in a namespace of its own (it exports cblas_sgemm too).
+  if (void* blis = ::dlopen("libblis.so.4", RTLD_NOW | RTLD_LOCAL | RTLD_DEEPBIND)) {
+    if (auto fn = reinterpret_cast<CblasSgemm>(::dlsym(blis, "cblas_sgemm"))) {
+      if (auto set_threads = reinterpret_cast<void (*)(long)>(::dlsym(blis, "bli_thread_set_num_threads"))) {
+        set_threads(1);
+      }
+      libs.push_back({"blis", true, [fn](const Shape& s, const float* a, const float* b, float* c) {
+                        fn(CblasRowMajor, s.ta ? CblasTrans : CblasNoTrans,
+                           s.tb ? CblasTrans : CblasNoTrans, s.m, s.n, s.k, 1.0f, a,
+                           s.ta ? s.m : s.k, b, s.tb ? s.k : s.n, 0.0f, c, s.n);
+                      }});
+    }
+  }
+  const bool bf16 = cpu_precision_error(Precision::kBf16, GemmLibrary::kOneDnn).empty();
+  if (bf16) {
+    libs.push_back({"tandem-bf16", false,
+                    [](const Shape& s, const float* a, const float* b, float* c) {
+                      set_gemm_precision(Precision::kBf16);
+                      sgemm(s.ta, s.tb, s.m, s.n, s.k, 1.0f, a, s.ta ? s.m : s.k, b,
+                            s.tb ? s.k : s.n, 0.0f, c, s.n);
+                      set_gemm_precision(Precision::kFp32);
+                    }});
+  }
+
+  const nlohmann::json machine = machine_json();
+  std::printf("gemm_bench: %s, 1 thread, best of %d interleaved rounds of %.2f s\n",
+              machine["cpu"].get<std::string>().c_str(), rounds, seconds);
+  std::printf("  tandem: %s\n  openblas as it comes: %s %s\n", blas_description().c_str(),
+              openblas_get_config(), openblas_get_corename());
+  if (bf16) {
+    set_gemm_precision(Precision::kBf16);
+    std::printf("  tandem-bf16: %s\n", blas_description().c_str());
+    set_gemm_precision(Precision::kFp32);
+  } else {
+    std::printf("  tandem-bf16: not run (%s)\n",
+                cpu_precision_error(Precision::kBf16, GemmLibrary::kOneDnn).c_str());
+  }
+
+  std::vector<float> a(2048 * 2048), b(2048 * 2048), c(2048 * 2048);
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    a[i] = static_cast<float>(i % 17) / 17.0f - 0.5f;
+    b[i] = static_cast<float>(i % 13) / 13.0f - 0.5f;
+  }
+  for (Library& lib : libs) lib.best.assign(shapes.size(), 0);
+  for (int round = 0; round < rounds; ++round) {
+    for (std::size_t i = 0; i < shapes.size(); ++i) {
+      for (Library& lib : libs) {
+        const double r = rate(shapes[i], seconds, [&] { lib.run(shapes[i], a.data(), b.data(), c.data()); });
+        lib.best[i] = std::max(lib.best[i], r);
+      }
+    }
+  }
+
+  std::printf("\n%-12s %-3s %5s %5s %5s", "shape", "op", "m", "n", "k");
+  for (const Library& lib : libs) std::printf(" %11s", lib.name.c_str());
+  std::printf("  %-10s %8s %8s\n", "fastest", "tandem/f", "t/oblas");
+  double worst = 1e9;
+  std::vector<double> ratios, vs_openblas, bf16_ratios;
+  for (std::size_t i = 0; i < shapes.size(); ++i) {
+    const Shape& s = shapes[i];
+    std::printf("%-12s %c%c  %5d %5d %5d", s.what, s.ta ? 'T' : 'N', s.tb ? 'T' : 'N', s.m, s.n,
+                s.k);
+    const Library* fastest = nullptr;
+    for (const Library& lib : libs) {
+      std::printf(" %11.1f", lib.best[i]);
+      if (lib.fp32 && (fastest == nullptr || lib.best[i] > fastest->best[i])) fastest = &lib;
+    }
+    const double ratio = libs[0].best[i] / fastest->best[i];
+    const double oblas = libs[0].best[i] / libs[1].best[i];
+    worst = std::min(worst, ratio);
+    ratios.push_back(ratio);
+    vs_openblas.push_back(oblas);
+    if (bf16) bf16_ratios.push_back(libs.back().best[i] / libs[0].best[i]);
+    std::printf("  %-10s %8.2f %8.2f\n", fastest->name.c_str(), ratio, oblas);
+  }
+  std::sort(vs_openblas.begin(), vs_openblas.end());
+  std::printf("\ntandem / fastest fp32 library: worst %.2f (target >= 0.90)\n", worst);
+  std::printf("tandem / OpenBLAS as it comes: %.2f .. %.2f\n", vs_openblas.front(),
+              vs_openblas.back());
+  if (bf16) {
+    std::sort(bf16_ratios.begin(), bf16_ratios.end());
+    std::printf("tandem bf16 / tandem fp32: %.2f .. %.2f\n", bf16_ratios.front(),
+                bf16_ratios.back());
+  }
+  return 0;
+}
