@@ -20,14 +20,22 @@ int main(int argc, char** argv) {
   Job job("mpi", {.timeout = timeout});
   job.run({.comm = {.timeout = timeout}, .span_capacity_per_lane = 64}, [&](RankEnv& env) {
     Communicator& comm = env.comm;
+    // Both ranks start waiting at the same moment, so that each reaches its own timeout
+    // before the other's failure ends the job: rank 0 builds its model and reducer first
+    // (loading libraries, first touches of the GEMM library), then both pass a barrier.
+    std::unique_ptr<RankModel> model;
+    std::unique_ptr<Reducer> reducer;
     if (comm.rank() == 0) {
       // One unit, one parameter of 1000 floats: one bucket of 4000 bytes.
       const ModelConfig config{.spec = ModelSpec::parse("linear:100x10", 10), .batch = 1};
-      const std::unique_ptr<RankModel> model = make_rank_model(config, env.recorder);
-      Reducer reducer(comm, *model, {});
-      reducer.begin_step(7);
-      reducer.after_backward(0, true);
-      reducer.before_optimizer();  // throws TimeoutError: rank 1 never joins
+      model = make_rank_model(config, env.recorder);
+      reducer = std::make_unique<Reducer>(comm, *model, ReducerOptions{});
+    }
+    comm.barrier()->synchronize();
+    if (comm.rank() == 0) {
+      reducer->begin_step(7);
+      reducer->after_backward(0, true);
+      reducer->before_optimizer();  // throws TimeoutError: rank 1 never joins
     } else {
       // Skips the allreduce; waits for a message rank 0 never sends.
       std::vector<float> data(4);
