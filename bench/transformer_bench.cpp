@@ -71,6 +71,7 @@ Run measure(const TrainConfig& config, int warmup) {
 int main(int argc, char** argv) {
   std::string model = "gpt:layers=4,dim=256,heads=4,seq=128";
   int batch = 8, steps = 8, warmup = 2, rounds = 3;
+  set_blas_threads(1);  // the header below names what runs: one GEMM thread per rank
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string flag = argv[i], value = argv[i + 1];
     if (flag == "--model") model = value;
