@@ -82,6 +82,35 @@ TEST(BlasTest, SgemmMatchesLoopsForAllTransposes) {
   }
 }
 
+// Tall, narrow products with a transposed operand and a long reduction go to oneDNN's
+// matmul primitive instead of its sgemm driver (blas.cpp, use_matmul_for_fp32): the same
+// product either way, and the report names the kernel that ran.
+TEST(BlasTest, ProductsRoutedToTheMatmulPrimitiveMatchLoops) {
+  if (!gemm_library_built(GemmLibrary::kOneDnn)) GTEST_SKIP() << "built without oneDNN";
+  const GemmSettings settings(GemmLibrary::kOneDnn, Precision::kFp32);
+  const int m = 64, n = 16, k = 1024;
+  for (bool ta : {true, false}) {
+    const bool tb = !ta;
+    const int lda = ta ? m : k, ldb = tb ? k : n;
+    std::vector<float> a(static_cast<std::size_t>(m) * k), b(static_cast<std::size_t>(k) * n);
+    for (std::size_t i = 0; i < a.size(); ++i) a[i] = float(i % 7) - 3;
+    for (std::size_t i = 0; i < b.size(); ++i) b[i] = float(i % 5) - 2;
+    std::vector<float> c(m * n, 1.0f), expect(m * n);
+    for (int i = 0; i < m; ++i) {
+      for (int j = 0; j < n; ++j) {
+        float acc = 0;
+        for (int p = 0; p < k; ++p) {
+          acc += (ta ? a[p * lda + i] : a[i * lda + p]) * (tb ? b[j * ldb + p] : b[p * ldb + j]);
+        }
+        expect[i * n + j] = 0.5f * acc + 1.0f;  // beta 1 over ones
+      }
+    }
+    sgemm(ta, tb, m, n, k, 0.5f, a.data(), lda, b.data(), ldb, 1.0f, c.data(), n);
+    EXPECT_EQ(c, expect) << "trans_a " << ta;
+  }
+  EXPECT_NE(gemm_report().kernel.find(", matmul "), std::string::npos) << gemm_report().kernel;
+}
+
 // bf16 means the inputs are rounded to bf16 (nearest, ties to even) and the products
 // summed in fp32: a GEMM of values that need more than 8 bits of mantissa must equal
 // the fp32 GEMM of the rounded values, not of the originals.

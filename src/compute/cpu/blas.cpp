@@ -201,28 +201,30 @@ dnnl::engine& cpu_engine() {
   return engine;
 }
 
-// One bf16 product shape: its primitive and memory objects, created once per thread
-// (oneDNN primitives are not free to build; a step issues the same few shapes again and
-// again).
-struct Bf16Gemm {
+// One product shape on oneDNN's matmul primitive (bf16 always; fp32 for the shapes where
+// it beats the sgemm driver, see use_matmul_for_fp32): its primitive and memory objects,
+// created once per thread (oneDNN primitives are not free to build; a step issues the
+// same few shapes again and again).
+struct Matmul {
   dnnl::matmul primitive;
   dnnl::memory a, b, c;
   std::string impl;
 };
 
-struct Bf16Key {
-  bool ta, tb;
-  int m, n, k, ldc;
+struct MatmulKey {
+  bool bf16, ta, tb;
+  int m, n, k, lda, ldb, ldc;  // bf16: lda and ldb of the dense bf16 copies
   float alpha, beta;
-  bool operator==(const Bf16Key&) const = default;
+  bool operator==(const MatmulKey&) const = default;
 };
 
-struct Bf16KeyHash {
-  std::size_t operator()(const Bf16Key& key) const {
-    std::size_t h = key.ta * 2u + key.tb;
+struct MatmulKeyHash {
+  std::size_t operator()(const MatmulKey& key) const {
+    std::size_t h = key.bf16 * 4u + key.ta * 2u + key.tb;
     for (std::uint64_t v :
          {std::uint64_t(key.m), std::uint64_t(key.n), std::uint64_t(key.k),
-          std::uint64_t(key.ldc), std::uint64_t(std::bit_cast<std::uint32_t>(key.alpha)),
+          std::uint64_t(key.lda), std::uint64_t(key.ldb), std::uint64_t(key.ldc),
+          std::uint64_t(std::bit_cast<std::uint32_t>(key.alpha)),
           std::uint64_t(std::bit_cast<std::uint32_t>(key.beta))}) {
       h = h * 0x9E3779B97F4A7C15ull + v;
     }
@@ -230,14 +232,15 @@ struct Bf16KeyHash {
   }
 };
 
-Bf16Gemm make_bf16_gemm(const Bf16Key& key) {
+Matmul make_matmul(const MatmulKey& key) {
   using dnnl::memory;
   const memory::dim m = key.m, n = key.n, k = key.k;
-  // The bf16 copies are dense: A [m, k] (or, transposed, stored [k, m]), B likewise.
-  const memory::dims a_strides = key.ta ? memory::dims{1, m} : memory::dims{k, 1};
-  const memory::dims b_strides = key.tb ? memory::dims{1, k} : memory::dims{n, 1};
-  const memory::desc a_md({m, k}, memory::data_type::bf16, a_strides);
-  const memory::desc b_md({k, n}, memory::data_type::bf16, b_strides);
+  const memory::data_type in = key.bf16 ? memory::data_type::bf16 : memory::data_type::f32;
+  // Row-major A [m, k] (or, transposed, stored [k, m]) with its leading dimension; B likewise.
+  const memory::dims a_strides = key.ta ? memory::dims{1, key.lda} : memory::dims{key.lda, 1};
+  const memory::dims b_strides = key.tb ? memory::dims{1, key.ldb} : memory::dims{key.ldb, 1};
+  const memory::desc a_md({m, k}, in, a_strides);
+  const memory::desc b_md({k, n}, in, b_strides);
   const memory::desc c_md({m, n}, memory::data_type::f32, memory::dims{key.ldc, 1});
   dnnl::primitive_attr attr;
   if (key.alpha != 1.0f) attr.set_output_scales(0, {key.alpha});
@@ -255,28 +258,48 @@ Bf16Gemm make_bf16_gemm(const Bf16Key& key) {
           .impl = pd.impl_info_str()};
 }
 
-// The kernels (oneDNN's implementation names) of every bf16 product this process has
-// run: oneDNN picks one per shape (brgemm for large ones, its gemm driver for small), so
-// the report lists them all.
+// The kernels (oneDNN's implementation names) of every matmul this process has run, per
+// input precision: oneDNN picks one per shape (brgemm for large ones, its gemm driver for
+// small), so the report lists them all.
 struct UsedKernels {
   std::mutex mutex;
-  std::set<std::string> names;
+  std::set<std::string> fp32, bf16;
 };
-UsedKernels& used_bf16_kernels() {
+UsedKernels& used_kernels() {
   static UsedKernels used;
   return used;
 }
 
-Bf16Gemm& bf16_gemm(const Bf16Key& key) {
-  thread_local std::unordered_map<Bf16Key, std::unique_ptr<Bf16Gemm>, Bf16KeyHash> cache;
+std::string used_kernel_list(bool bf16) {
+  UsedKernels& used = used_kernels();
+  const std::lock_guard lock(used.mutex);
+  std::string out;
+  for (const std::string& name : bf16 ? used.bf16 : used.fp32) {
+    out += (out.empty() ? "" : ", ") + name;
+  }
+  return out;
+}
+
+Matmul& cached_matmul(const MatmulKey& key) {
+  thread_local std::unordered_map<MatmulKey, std::unique_ptr<Matmul>, MatmulKeyHash> cache;
   auto [it, fresh] = cache.try_emplace(key);
   if (fresh) {
-    it->second = std::make_unique<Bf16Gemm>(make_bf16_gemm(key));
-    UsedKernels& used = used_bf16_kernels();
+    it->second = std::make_unique<Matmul>(make_matmul(key));
+    UsedKernels& used = used_kernels();
     const std::lock_guard lock(used.mutex);
-    used.names.insert(it->second->impl);
+    (key.bf16 ? used.bf16 : used.fp32).insert(it->second->impl);
   }
   return *it->second;
+}
+
+void run_matmul(Matmul& g, const void* a, const void* b, float* c) {
+  g.a.set_data_handle(const_cast<void*>(a));
+  g.b.set_data_handle(const_cast<void*>(b));
+  g.c.set_data_handle(c);
+  thread_local dnnl::stream stream(cpu_engine());
+  g.primitive.execute(stream,
+                      {{DNNL_ARG_SRC, g.a}, {DNNL_ARG_WEIGHTS, g.b}, {DNNL_ARG_DST, g.c}});
+  stream.wait();
 }
 
 // rows x cols of a row-major matrix with leading dimension ld, as dense bf16.
@@ -292,14 +315,17 @@ void bf16_gemm_run(bool ta, bool tb, int m, int n, int k, float alpha, const flo
   thread_local std::vector<std::uint16_t> a16, b16;
   pack_bf16(a16, a, ta ? k : m, ta ? m : k, lda);
   pack_bf16(b16, b, tb ? n : k, tb ? k : n, ldb);
-  Bf16Gemm& g = bf16_gemm({ta, tb, m, n, k, ldc, alpha, beta});
-  g.a.set_data_handle(a16.data());
-  g.b.set_data_handle(b16.data());
-  g.c.set_data_handle(c);
-  thread_local dnnl::stream stream(cpu_engine());
-  g.primitive.execute(stream,
-                      {{DNNL_ARG_SRC, g.a}, {DNNL_ARG_WEIGHTS, g.b}, {DNNL_ARG_DST, g.c}});
-  stream.wait();
+  run_matmul(cached_matmul({true, ta, tb, m, n, k, ta ? m : k, tb ? k : n, ldc, alpha, beta}),
+             a16.data(), b16.data(), c);
+}
+
+// Where oneDNN 2.6's sgemm driver falls behind its own matmul primitive: a transposed
+// operand, a tall and narrow result and a long reduction, as the weight gradient of an
+// MLP's down projection (A^T [1024 x 1024] . B [1024 x 256]): 111-117 GFLOP/s against
+// 138-144 on the Xeon of docs/PERFORMANCE.md. A fixed rule, so that the same shape always
+// takes the same kernel and the bits repeat.
+bool use_matmul_for_fp32(bool ta, bool tb, int m, int n, int k) {
+  return ta != tb && m >= 4 * n && k >= 1024;
 }
 
 std::string onednn_version() {
@@ -426,17 +452,17 @@ GemmReport gemm_report() {
     if (r.precision == Precision::kBf16) {
       // The library's own names for the kernels of the bf16 products run so far; before
       // any, the one a 256^3 product would run.
-      {
-        UsedKernels& used = used_bf16_kernels();
-        const std::lock_guard lock(used.mutex);
-        for (const std::string& name : used.names) {
-          r.kernel += (r.kernel.empty() ? "" : ", ") + name;
-        }
+      r.kernel = used_kernel_list(true);
+      if (r.kernel.empty()) {
+        r.kernel = make_matmul({true, false, false, 256, 256, 256, 256, 256, 256, 1.0f, 0.0f}).impl;
       }
-      if (r.kernel.empty()) r.kernel = make_bf16_gemm({false, false, 256, 256, 256, 256, 1.0f, 0.0f}).impl;
       r.isa = onednn_isa_name(dnnl_get_effective_cpu_isa());
     } else {
+      // The sgemm driver's kernels, and the matmul kernels of the shapes routed there.
       r.kernel = "jit sgemm " + isa;
+      if (const std::string matmul = used_kernel_list(false); !matmul.empty()) {
+        r.kernel += ", matmul " + matmul;
+      }
       r.isa = isa;
     }
 #endif
@@ -468,6 +494,11 @@ void sgemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const f
     apply_omp_threads();
     if (g_precision.load(std::memory_order_relaxed) == Precision::kBf16 && k > 0) {
       bf16_gemm_run(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+      return;
+    }
+    if (k > 0 && use_matmul_for_fp32(trans_a, trans_b, m, n, k)) {
+      run_matmul(cached_matmul({false, trans_a, trans_b, m, n, k, lda, ldb, ldc, alpha, beta}),
+                 a, b, c);
       return;
     }
     const dnnl_status_t status = dnnl_sgemm(trans_a ? 'T' : 'N', trans_b ? 'T' : 'N', m, n, k,
