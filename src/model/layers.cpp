@@ -42,8 +42,10 @@ inline std::ptrdiff_t at(std::ptrdiff_t row, int width) { return row * width; }
 // its mean and variance from being a chain of dependent adds.
 constexpr int kLanes = 16;
 
+// Always inlined: each build of dispatch.h gets its own copy at its own width (a helper
+// left out of line would be built once, for the baseline).
 template <typename T>
-T combine_lanes(const T (&lane)[kLanes]) {
+[[gnu::always_inline]] inline T combine_lanes(const T (&lane)[kLanes]) {
   T sum = 0;
   for (int k = 0; k < kLanes; ++k) sum += lane[k];
   return sum;
@@ -51,7 +53,7 @@ T combine_lanes(const T (&lane)[kLanes]) {
 
 // sum over i < n of f(i), in lanes.
 template <typename T, typename F>
-T lane_sum(int n, F f) {
+[[gnu::always_inline]] inline T lane_sum(int n, F f) {
   T lane[kLanes] = {};
   int i = 0;
   for (; i + kLanes <= n; i += kLanes) {
