@@ -4,10 +4,16 @@ on the CPU, for bench/transformer_compare.sh: pre-LayerNorm blocks with a fused 
 projection, causal multi-head attention, a 4 x dim GELU(tanh) MLP, learned positions, a
 final LayerNorm and a head tied to the token embedding; SGD with momentum, fp32.
 
-Prints one line: "torch <version> threads <n> step_ms <median> tokens_per_s <x>".
+With --ranks N (N > 1) it trains data-parallel as tandem's ranks do: N processes on this
+machine, DistributedDataParallel over gloo on loopback (127.0.0.1), its default 25 MiB
+buckets overlapping backward, --batch sequences per rank, --threads per process.
+
+Prints one line: "torch <version> threads <n> step_ms <median> tokens_per_s <x>"
+(tokens per second of the whole job; with --ranks, rank 0's median step).
 
     transformer_torch.py [--layers 4] [--dim 256] [--heads 4] [--seq 128] [--vocab 50304]
-                         [--batch 8] [--steps 8] [--warmup 2] [--threads 1]
+                         [--batch 8] [--steps 8] [--warmup 2] [--threads 1] [--ranks 1]
+                         [--port 29511]
 """
 import argparse
 import math
@@ -29,7 +35,9 @@ class Block(nn.Module):
         self.ln2 = nn.LayerNorm(dim)
         self.fc = nn.Linear(dim, 4 * dim)
         self.fc_proj = nn.Linear(4 * dim, dim)
-        self.register_buffer("mask", torch.ones(seq, seq, dtype=torch.bool).tril())
+        # A plain attribute, not a buffer: DDP would broadcast a buffer, and gloo cannot
+        # send bool tensors.
+        self.mask = torch.ones(seq, seq, dtype=torch.bool).tril()
 
     def forward(self, x):
         b, t, d = x.shape
@@ -60,17 +68,18 @@ class Gpt(nn.Module):
         return F.cross_entropy(logits.view(-1, logits.shape[-1]), targets.reshape(-1))
 
 
-def main():
-    p = argparse.ArgumentParser()
-    for name, default in [("layers", 4), ("dim", 256), ("heads", 4), ("seq", 128),
-                          ("vocab", 50304), ("batch", 8), ("steps", 8), ("warmup", 2),
-                          ("threads", 1)]:
-        p.add_argument("--" + name, type=int, default=default)
-    a = p.parse_args()
+def train(rank, a):
     torch.set_num_threads(a.threads)
+    if a.ranks > 1:
+        import torch.distributed as dist
+        dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{a.port}", rank=rank,
+                                world_size=a.ranks)
     torch.manual_seed(1)
     model = Gpt(a.layers, a.dim, a.heads, a.seq, a.vocab)
+    if a.ranks > 1:
+        model = nn.parallel.DistributedDataParallel(model)
     opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+    torch.manual_seed(1 + rank)  # each rank its own data, as tandem's shards
     data = torch.randint(0, a.vocab, (a.batch, a.seq + 1))
     times = []
     for step in range(a.steps):
@@ -83,8 +92,24 @@ def main():
         if step >= a.warmup:
             times.append(elapsed)
     step_s = statistics.median(times)
-    print(f"torch {torch.__version__} threads {a.threads} step_ms {step_s * 1e3:.2f} "
-          f"tokens_per_s {a.batch * a.seq / step_s:.0f}")
+    if rank == 0:
+        print(f"torch {torch.__version__} threads {a.threads} step_ms {step_s * 1e3:.2f} "
+              f"tokens_per_s {a.ranks * a.batch * a.seq / step_s:.0f}", flush=True)
+    if a.ranks > 1:
+        torch.distributed.destroy_process_group()
+
+
+def main():
+    p = argparse.ArgumentParser()
+    for name, default in [("layers", 4), ("dim", 256), ("heads", 4), ("seq", 128),
+                          ("vocab", 50304), ("batch", 8), ("steps", 8), ("warmup", 2),
+                          ("threads", 1), ("ranks", 1), ("port", 29511)]:
+        p.add_argument("--" + name, type=int, default=default)
+    a = p.parse_args()
+    if a.ranks > 1:
+        torch.multiprocessing.spawn(train, args=(a,), nprocs=a.ranks, join=True)
+    else:
+        train(0, a)
 
 
 if __name__ == "__main__":
