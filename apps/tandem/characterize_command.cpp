@@ -287,6 +287,14 @@ void print_header(const CharacterizeFlags& flags, std::size_t points, const Job&
       points, points == 1 ? "" : "s", flags.warmup, flags.iterations,
       job.in_process() ? "" : " on rank 0's host", power_line.c_str(), describe_ranks(job).c_str());
   if (job.process() != nullptr) std::printf("  %s\n", job.process()->describe().c_str());
+  if (flags.workload.device == "cpu") {
+    // The GEMMs of the flags' settings (a sweep of gemm or precision changes them per
+    // point; summary.json records each point's).
+    std::printf("  GEMM: %s per rank\n", blas_description().c_str());
+    if (const std::string warning = gemm_report().warning; !warning.empty()) {
+      std::printf("  warning: %s\n", warning.c_str());
+    }
+  }
   std::fflush(stdout);
 }
 
@@ -343,6 +351,20 @@ int run_characterize(CharacterizeFlags flags, bool batch_given, const CommandLin
   options.finished = outputs.finished;
 
   set_blas_threads(flags.workload.threads);
+  // The header names the GEMMs of the flags' settings; each point applies its own.
+  try {
+    set_gemm_library(parse_gemm_library(flags.workload.gemm));
+  } catch (const UsageError& e) {
+    throw UsageError(std::string("--gemm: ") + e.what());
+  }
+  try {
+    if (const Precision p = parse_precision(flags.workload.precision);
+        cpu_precision_error(p, gemm_library()).empty()) {
+      set_gemm_precision(p);
+    }
+  } catch (const UsageError& e) {
+    throw UsageError(std::string("--precision: ") + e.what());
+  }
   std::optional<PowerSampler> power;
   // No bar in a process job: Open MPI gives a rank's stdout a pseudo-terminal of its own
   // even when the user's is a file.
