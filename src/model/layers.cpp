@@ -19,9 +19,9 @@ namespace {
 // exp and tanh: fastmath's vectorizable ones in float (libm's are scalar calls that cost
 // as much as a GPT step's matrix products); libm's in double, where the gradient checks
 // want every digit.
-inline float exp_of(float x) { return fastmath::exp(x); }
+[[gnu::always_inline]] inline float exp_of(float x) { return fastmath::exp(x); }
 inline double exp_of(double x) { return std::exp(x); }
-inline float tanh_of(float x) { return fastmath::tanh(x); }
+[[gnu::always_inline]] inline float tanh_of(float x) { return fastmath::tanh(x); }
 inline double tanh_of(double x) { return std::tanh(x); }
 template <typename T>
 T sigmoid_of(T x) {
@@ -33,6 +33,23 @@ constexpr double kGeluScale = 0.7978845608028654;  // sqrt(2 / pi)
 constexpr double kGeluCubic = 0.044715;
 
 inline std::ptrdiff_t at(std::ptrdiff_t row, int width) { return row * width; }
+
+// GELU (tanh form) and its derivative at x, inlined into each loop that needs them.
+template <typename T>
+[[gnu::always_inline]] inline T gelu_of(T x) {
+  const T s = T(kGeluScale), c = T(kGeluCubic);
+  const T t = tanh_of(s * (x + c * x * x * x));
+  return T(0.5) * x * (T(1) + t);
+}
+
+template <typename T>
+[[gnu::always_inline]] inline T gelu_grad_of(T x) {
+  const T s = T(kGeluScale), c = T(kGeluCubic);
+  const T t = tanh_of(s * (x + c * x * x * x));
+  // d/dx of 0.5 x (1 + t): product rule, with dt/dx = (1 - t^2) s (1 + 3 c x^2).
+  const T dt = (T(1) - t * t) * s * (T(1) + T(3) * c * x * x);
+  return T(0.5) * (T(1) + t) + T(0.5) * x * dt;
+}
 
 // Row reductions in 16 independent lanes (one AVX-512 register of floats), combined in a
 // fixed order: the compiler vectorizes them (a single running sum or std::max_element it
@@ -146,23 +163,37 @@ TANDEM_CPU_CLONES void Ops<T>::relu_backward(T* dinp, const T* inp, const T* dou
 
 template <typename T>
 TANDEM_CPU_CLONES void Ops<T>::gelu_forward(T* out, const T* inp, std::int64_t n) {
-  const T s = T(kGeluScale), c = T(kGeluCubic);
-  for (std::int64_t i = 0; i < n; ++i) {
-    const T x = inp[i];
-    const T t = tanh_of(s * (x + c * x * x * x));
-    out[i] = T(0.5) * x * (T(1) + t);
-  }
+  for (std::int64_t i = 0; i < n; ++i) out[i] = gelu_of(inp[i]);
 }
 
 template <typename T>
 TANDEM_CPU_CLONES void Ops<T>::gelu_backward(T* dinp, const T* inp, const T* dout, std::int64_t n) {
-  const T s = T(kGeluScale), c = T(kGeluCubic);
-  for (std::int64_t i = 0; i < n; ++i) {
-    const T x = inp[i];
-    const T t = tanh_of(s * (x + c * x * x * x));
-    // d/dx of 0.5 x (1 + t): product rule, with dt/dx = (1 - t^2) s (1 + 3 c x^2).
-    const T dt = (T(1) - t * t) * s * (T(1) + T(3) * c * x * x);
-    dinp[i] = dout[i] * (T(0.5) * (T(1) + t) + T(0.5) * x * dt);
+  for (std::int64_t i = 0; i < n; ++i) dinp[i] = dout[i] * gelu_grad_of(inp[i]);
+}
+
+template <typename T>
+TANDEM_CPU_CLONES void Ops<T>::bias_gelu_forward(T* out, T* up, const T* bias, int N, int F) {
+  for (std::ptrdiff_t n = 0; n < N; ++n) {
+    T* u = up + at(n, F);
+    T* o = out + at(n, F);
+    for (int i = 0; i < F; ++i) {
+      u[i] += bias[i];
+      o[i] = gelu_of(u[i]);
+    }
+  }
+}
+
+template <typename T>
+TANDEM_CPU_CLONES void Ops<T>::gelu_bias_backward(T* dinp, T* dbias, const T* up, const T* dout,
+                                                  int N, int F) {
+  for (std::ptrdiff_t n = 0; n < N; ++n) {
+    const T* u = up + at(n, F);
+    const T* d = dout + at(n, F);
+    T* di = dinp + at(n, F);
+    for (int i = 0; i < F; ++i) {
+      di[i] = d[i] * gelu_grad_of(u[i]);
+      dbias[i] += di[i];
+    }
   }
 }
 

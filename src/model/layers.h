@@ -44,6 +44,11 @@ struct Ops {
   // GELU, tanh approximation: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))).
   static void gelu_forward(T* out, const T* inp, std::int64_t n);
   static void gelu_backward(T* dinp, const T* inp, const T* dout, std::int64_t n);
+  // The bias of the Linear layer before a GELU, fused with it (one pass over the MLP's
+  // widest activation instead of two): up [N, F] += bias [F], then out = gelu(up).
+  static void bias_gelu_forward(T* out, T* up, const T* bias, int N, int F);
+  // gelu_backward on up [N, F], and dbias [F] += the column sums of dinp, in one pass.
+  static void gelu_bias_backward(T* dinp, T* dbias, const T* up, const T* dout, int N, int F);
   // SwiGLU (llama's MLP) on gate_up [N, 2F], a row's gate then its up:
   // out [N, F] = silu(gate) * up, silu(x) = x * sigmoid(x).
   static void swiglu_forward(T* out, const T* gate_up, int N, int F);

@@ -370,10 +370,9 @@ void BasicTransformer<T>::forward_unit(int unit, RankRecorder& recorder, int ste
   }
   norm(b.ln2.data(), b.ln2_mean.data(), b.ln2_rstd.data(), b.xmid.data(), p.ln2_w, p.ln2_b);
   auto sm = span(ModelOp::kMlp, flops.mlp);
-  const std::int64_t inner = static_cast<std::int64_t>(N) * F;
   if (m.gpt) {
-    Ops::linear_forward(b.up.data(), b.ln2.data(), w + p.up_w, w + p.up_b, N, D, F);
-    Ops::gelu_forward(b.act.data(), b.up.data(), inner);
+    Ops::linear_forward(b.up.data(), b.ln2.data(), w + p.up_w, nullptr, N, D, F);
+    Ops::bias_gelu_forward(b.act.data(), b.up.data(), w + p.up_b, N, F);
   } else {
     Ops::linear_forward(b.up.data(), b.ln2.data(), w + p.up_w, nullptr, N, D, 2 * F);
     Ops::swiglu_forward(b.act.data(), b.up.data(), N, F);
@@ -476,10 +475,9 @@ void BasicTransformer<T>::backward_unit(int unit, RankRecorder& recorder, int st
     auto sm = span(ModelOp::kMlp, flops.mlp);
     Ops::linear_backward(m.dact.data(), g + p.down_w, dbias(p.down_b), dx, b.act.data(),
                          w + p.down_w, N, F, D);
-    const std::int64_t inner = static_cast<std::int64_t>(N) * F;
     if (m.gpt) {
-      Ops::gelu_backward(m.dup.data(), b.up.data(), m.dact.data(), inner);
-      Ops::linear_backward(m.dln.data(), g + p.up_w, g + p.up_b, m.dup.data(), b.ln2.data(),
+      Ops::gelu_bias_backward(m.dup.data(), g + p.up_b, b.up.data(), m.dact.data(), N, F);
+      Ops::linear_backward(m.dln.data(), g + p.up_w, nullptr, m.dup.data(), b.ln2.data(),
                            w + p.up_w, N, D, F);
     } else {
       Ops::swiglu_backward(m.dup.data(), m.dact.data(), b.up.data(), N, F);

@@ -111,6 +111,34 @@ TEST(TransformerOps, GeluTanhApproximation) {
   expect_gradient("dinp", inp, dinp, loss);
 }
 
+// The fused bias + GELU pair is the bias add, gelu_forward and gelu_backward with the
+// bias gradient summed over rows, in one pass each.
+TEST(TransformerOps, BiasGeluIsTheBiasThenGeluAndItsGradient) {
+  const int N = 3, F = 5;
+  const Vec up0 = random_vec(N * F, 21, 2.0);
+  const Vec bias = random_vec(F, 22);
+  const Vec dout = random_vec(N * F, 23);
+  Vec up = up0, act(N * F);
+  Ops::bias_gelu_forward(act.data(), up.data(), bias.data(), N, F);
+  Vec want_up = up0, want_act(N * F);
+  for (int n = 0; n < N; ++n) {
+    for (int f = 0; f < F; ++f) want_up[n * F + f] += bias[f];
+  }
+  Ops::gelu_forward(want_act.data(), want_up.data(), N * F);
+  EXPECT_EQ(up, want_up) << "up holds the pre-activation, bias included";
+  EXPECT_EQ(act, want_act);
+
+  Vec dup(N * F), dbias(F, 1.0);
+  Ops::gelu_bias_backward(dup.data(), dbias.data(), up.data(), dout.data(), N, F);
+  Vec want_dup(N * F), want_dbias(F, 1.0);
+  Ops::gelu_backward(want_dup.data(), up.data(), dout.data(), N * F);
+  for (int n = 0; n < N; ++n) {
+    for (int f = 0; f < F; ++f) want_dbias[f] += want_dup[n * F + f];
+  }
+  EXPECT_EQ(dup, want_dup);
+  for (int f = 0; f < F; ++f) EXPECT_NEAR(dbias[f], want_dbias[f], 1e-15) << "accumulates";
+}
+
 TEST(TransformerOps, SwiGluOnTheFusedGateAndUp) {
   const int N = 3, F = 4;
   Vec gate_up = random_vec(N * 2 * F, 11, 2.0);
