@@ -6,7 +6,8 @@
 // their library (compute/cpu/blas.h).
 //
 // Each build is deterministic on its own; two CPUs that pick different builds may
-// differ in the last bits (FMA contraction), as two BLAS kernels do.
+// differ in the last bits (FMA contraction), as two BLAS kernels do. ThreadSanitizer
+// builds define TANDEM_NO_CPU_CLONES (the loader runs resolvers before its runtime).
 #pragma once
 
 #include <string>
