@@ -9,6 +9,7 @@
 #include <utility>
 #include <vector>
 
+#include "compute/cpu/dispatch.h"
 #include "core/error.h"
 
 namespace tandem {
@@ -195,6 +196,7 @@ TEST(BlasTest, ThreadsAndDescription) {
   EXPECT_NE(text.find(report.library), std::string::npos) << text;
   EXPECT_NE(text.find("1 thread"), std::string::npos) << text;
   EXPECT_NE(text.find(report.kernel), std::string::npos) << text;
+  EXPECT_NE(text.find("loops " + cpu_loops_isa()), std::string::npos) << text;
   EXPECT_FALSE(report.cpu_isa.empty());
   EXPECT_THROW(set_blas_threads(0), UsageError);
   set_blas_threads(before);

@@ -431,6 +431,7 @@ GemmReport gemm_report() {
   const CpuFeatures cpu = cpu_features();
   GemmReport r;
   r.cpu_isa = cpu.best;
+  r.loops = cpu_loops_isa();
   r.threads = blas_threads();
   r.precision = gemm_precision();
   Tier tier = Tier::kPortable;
@@ -483,7 +484,7 @@ std::string blas_description() {
   const GemmReport r = gemm_report();
   return r.library + " (" + r.threading + ", " + std::to_string(r.threads) +
          (r.threads == 1 ? " thread, " : " threads, ") + std::string(to_string(r.precision)) +
-         ", kernel " + r.kernel + "; CPU " + r.cpu_isa + ")";
+         ", kernel " + r.kernel + "; CPU " + r.cpu_isa + ", loops " + r.loops + ")";
 }
 
 void sgemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const float* a, int lda,

@@ -54,9 +54,11 @@ struct GemmReport {
   int threads = 1;
   Precision precision = Precision::kFp32;
   std::string warning;    // one line when the kernel is generic on a CPU with AVX2 or better
+  std::string loops;      // the build of the elementwise loops this CPU runs (dispatch.h)
 };
 GemmReport gemm_report();
-// "oneDNN 2.6.3 (OpenMP, 1 thread, fp32, kernel jit sgemm avx512_core; CPU avx512_core_bf16)":
+// "oneDNN 2.6.3 (OpenMP, 1 thread, fp32, kernel jit sgemm avx512_core; CPU avx512_core_bf16,
+// loops x86-64-v4 (AVX-512))":
 // one line for headers and summary.json.
 std::string blas_description();
 
