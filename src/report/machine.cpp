@@ -31,6 +31,20 @@ double memory_gib() {
   return pages > 0 && page > 0 ? static_cast<double>(pages) * page / (1 << 30) : 0;
 }
 
+// What the CPU's products run on, field by field (compute/cpu/blas.h GemmReport).
+nlohmann::json gemm_json() {
+  const GemmReport r = gemm_report();
+  return {{"library", r.library},
+          {"kernel", r.kernel},
+          {"isa", r.isa},
+          {"cpu_isa", r.cpu_isa},
+          {"loops", r.loops},
+          {"threading", r.threading},
+          {"threads", r.threads},
+          {"precision", std::string(to_string(r.precision))},
+          {"warning", r.warning.empty() ? nlohmann::json(nullptr) : nlohmann::json(r.warning)}};
+}
+
 }  // namespace
 
 std::string utc_timestamp() {
@@ -53,6 +67,7 @@ nlohmann::json machine_json() {
           {"kernel", std::string(u.sysname) + " " + u.release},
           {"hostname", host},
           {"blas", blas_description()},
+          {"gemm", gemm_json()},
           {"compiler", std::string("GCC ") + __VERSION__},
           {"gpu", nullptr},
           {"date", utc_timestamp()}};

@@ -2,7 +2,10 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <bit>
+#include <filesystem>
+#include <thread>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -200,6 +203,44 @@ TEST(BlasTest, ThreadsAndDescription) {
   EXPECT_FALSE(report.cpu_isa.empty());
   EXPECT_THROW(set_blas_threads(0), UsageError);
   set_blas_threads(before);
+}
+
+int threads_of_this_process() {
+  int n = 0;
+  for (const auto& entry : std::filesystem::directory_iterator("/proc/self/task")) {
+    (void)entry;
+    ++n;
+  }
+  return n;
+}
+
+// --threads 1 means one thread per rank: two ranks' threads running large products start
+// no worker threads of the library (oneDNN would split a 512^3 product across the cores
+// if allowed; each rank thread's OpenMP setting is its own). With 2 threads per rank the
+// same count reads 2 more on a 2-core machine.
+TEST(BlasTest, OneThreadPerCallerStartsNoWorkers) {
+  const int before_threads = blas_threads();
+  set_blas_threads(1);
+  const int before = threads_of_this_process();
+  std::atomic<int> arrived{0};
+  std::atomic<int> seen{0};
+  auto rank = [&](bool measure) {
+    const int n = 512;
+    std::vector<float> a(n * n, 0.5f), b(n * n, 0.25f), c(n * n);
+    for (int r = 0; r < 3; ++r) {
+      sgemm(false, false, n, n, n, 1.0f, a.data(), n, b.data(), n, 0.0f, c.data(), n);
+    }
+    arrived.fetch_add(1);
+    while (arrived.load() < 2) std::this_thread::yield();  // both ranks have computed
+    if (measure) seen.store(threads_of_this_process());
+    arrived.fetch_add(1);
+    while (arrived.load() < 4) std::this_thread::yield();  // measured while both live
+  };
+  std::thread r0(rank, true), r1(rank, false);
+  r0.join();
+  r1.join();
+  EXPECT_EQ(seen.load(), before + 2) << "threads besides the two ranks: library workers";
+  set_blas_threads(before_threads);
 }
 
 TEST(BlasTest, UnknownLibraryAndUnsupportedPrecisionAreUsageErrors) {
