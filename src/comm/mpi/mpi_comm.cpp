@@ -58,6 +58,8 @@ constexpr std::int64_t kAutoRingBytes = 256 << 10;
 // Polling (Note [progress polling] below): a few immediate re-polls, then a yield per
 // poll; with a sleep configured, sleeps once this many polls found nothing.
 constexpr int kSpinPolls = 16;
+// The least the first clock alignment waits for a peer (Note [clock alignment]).
+constexpr std::chrono::seconds kMeetingWait{30};
 constexpr int kYieldPolls = 256;
 constexpr std::size_t kRingSegmentElems = (256 << 10) / sizeof(float);  // 256 KiB
 
@@ -406,7 +408,10 @@ class MpiCommunicator final : public ProcessCommunicator {
 
   // Tasks: blocking steps of the backend itself, on m_.task_comm, bounded by the timeout.
   void wait_request(MPI_Request& request, const char* what) {
-    const std::int64_t deadline = now_ns() + timeout().count();
+    wait_request(request, what, timeout());
+  }
+  void wait_request(MPI_Request& request, const char* what, std::chrono::nanoseconds limit) {
+    const std::int64_t deadline = now_ns() + limit.count();
     int idle_polls = 0;
     for (;;) {
       int done = 0;
@@ -414,7 +419,7 @@ class MpiCommunicator final : public ProcessCommunicator {
       if (done) return;
       if (now_ns() > deadline) {
         throw TimeoutError("rank " + std::to_string(rank()) + ": " + what + " not complete after " +
-                           format_duration_ns(static_cast<double>(timeout().count())));
+                           format_duration_ns(static_cast<double>(limit.count())));
       }
       back_off(++idle_polls);
     }
@@ -425,7 +430,13 @@ class MpiCommunicator final : public ProcessCommunicator {
   // legs take equally long, tp was read at rank 0's (t0 + t1) / 2, so the offset is
   // tp - (t0 + t1) / 2, wrong by at most (t1 - t0) / 2. The round with the shortest
   // round trip is kept and its half round trip reported as the uncertainty.
+  // The first alignment is where the processes of a job meet, each arriving when its own
+  // start-up is done: a launcher starts them with some skew, and a loaded host delays
+  // some more, so its waits are bounded by max(--timeout, 30 s); later ones by --timeout.
   std::vector<ClockOffset> ping_pong(int rounds) {
+    const std::chrono::nanoseconds limit =
+        aligned_once_ ? timeout() : std::max<std::chrono::nanoseconds>(timeout(), kMeetingWait);
+    aligned_once_ = true;
     std::vector<ClockOffset> offsets;
     std::int64_t message[2] = {0, 0};
     MPI_Request request;
@@ -433,11 +444,11 @@ class MpiCommunicator final : public ProcessCommunicator {
       for (int round = 0; round < rounds; ++round) {
         check_mpi(MPI_Irecv(message, 1, MPI_INT64_T, 0, 0, m_.task_comm, &request),
                   "clock MPI_Irecv");
-        wait_request(request, "clock ping from rank 0");
+        wait_request(request, "clock ping from rank 0", limit);
         message[0] = now_ns();
         check_mpi(MPI_Isend(message, 1, MPI_INT64_T, 0, 1, m_.task_comm, &request),
                   "clock MPI_Isend");
-        wait_request(request, "clock pong to rank 0");
+        wait_request(request, "clock pong to rank 0", limit);
       }
       return offsets;
     }
@@ -452,10 +463,10 @@ class MpiCommunicator final : public ProcessCommunicator {
         const std::int64_t t0 = message[0];
         check_mpi(MPI_Isend(message, 1, MPI_INT64_T, peer, 0, m_.task_comm, &request),
                   "clock MPI_Isend");
-        wait_request(request, "clock ping");
+        wait_request(request, "clock ping", limit);
         check_mpi(MPI_Irecv(&reply, 1, MPI_INT64_T, peer, 1, m_.task_comm, &request),
                   "clock MPI_Irecv");
-        wait_request(request, "clock pong");
+        wait_request(request, "clock pong", limit);
         const std::int64_t t1 = now_ns();
         if (t1 - t0 < best_rtt) {
           best_rtt = t1 - t0;
@@ -556,6 +567,7 @@ class MpiCommunicator final : public ProcessCommunicator {
 
   // Communication thread only.
   bool ring_busy_ = false;
+  bool aligned_once_ = false;  // the first clock alignment (the job's meeting) is done
   std::vector<float> ring_scratch_;
 };
 
