@@ -10,6 +10,7 @@
 // (best of the rounds) and the ratio of tandem's path to the fastest fp32 library.
 //
 //   gemm_bench [--rounds 5] [--seconds 0.15]
+#include <cblas.h>
 #include <dlfcn.h>
 
 #include <algorithm>
@@ -17,11 +18,9 @@
 #include <cstdlib>
 #include <cstring>
 #include <functional>
+#include <oneapi/dnnl/dnnl.hpp>
 #include <string>
 #include <vector>
-
-#include <cblas.h>
-#include <oneapi/dnnl/dnnl.hpp>
 
 #include "compute/cpu/blas.h"
 #include "core/clock.h"
@@ -72,20 +71,25 @@ int main(int argc, char** argv) {
   }
   set_blas_threads(1);
   const int N = 8 * 128, D = 256, F = 4 * D, V = 256;
-  const std::vector<Shape> shapes = {
-      {"qkv fwd", false, false, N, 3 * D, D},     {"qkv dW", true, false, D, 3 * D, N},
-      {"qkv dX", false, true, N, D, 3 * D},       {"proj fwd", false, false, N, D, D},
-      {"proj dW", true, false, D, D, N},          {"up fwd", false, false, N, F, D},
-      {"up dW", true, false, D, F, N},            {"up dX", false, true, N, D, F},
-      {"down fwd", false, false, N, D, F},        {"down dW", true, false, F, D, N},
-      {"down dX", false, true, N, F, D},          {"head fwd", false, true, N, V, D},
-      {"square 1024", false, false, 1024, 1024, 1024},
-      {"square 2048", false, false, 2048, 2048, 2048}};
+  const std::vector<Shape> shapes = {{"qkv fwd", false, false, N, 3 * D, D},
+                                     {"qkv dW", true, false, D, 3 * D, N},
+                                     {"qkv dX", false, true, N, D, 3 * D},
+                                     {"proj fwd", false, false, N, D, D},
+                                     {"proj dW", true, false, D, D, N},
+                                     {"up fwd", false, false, N, F, D},
+                                     {"up dW", true, false, D, F, N},
+                                     {"up dX", false, true, N, D, F},
+                                     {"down fwd", false, false, N, D, F},
+                                     {"down dW", true, false, F, D, N},
+                                     {"down dX", false, true, N, F, D},
+                                     {"head fwd", false, true, N, V, D},
+                                     {"square 1024", false, false, 1024, 1024, 1024},
+                                     {"square 2048", false, false, 2048, 2048, 2048}};
 
   std::vector<Library> libs;
   libs.push_back({"tandem", true, [](const Shape& s, const float* a, const float* b, float* c) {
-                    sgemm(s.ta, s.tb, s.m, s.n, s.k, 1.0f, a, s.ta ? s.m : s.k, b,
-                          s.tb ? s.k : s.n, 0.0f, c, s.n);
+                    sgemm(s.ta, s.tb, s.m, s.n, s.k, 1.0f, a, s.ta ? s.m : s.k, b, s.tb ? s.k : s.n,
+                          0.0f, c, s.n);
                   }});
   libs.push_back({"openblas", true, [](const Shape& s, const float* a, const float* b, float* c) {
                     cblas_sgemm(CblasRowMajor, s.ta ? CblasTrans : CblasNoTrans,
@@ -113,14 +117,15 @@ int main(int argc, char** argv) {
                     dnnl::memory am(pd.src_desc(), engine, const_cast<float*>(a));
                     dnnl::memory bm(pd.weights_desc(), engine, const_cast<float*>(b));
                     dnnl::memory cm(pd.dst_desc(), engine, c);
-                    matmuls[i].execute(stream, {{DNNL_ARG_SRC, am}, {DNNL_ARG_WEIGHTS, bm},
-                                                {DNNL_ARG_DST, cm}});
+                    matmuls[i].execute(
+                        stream, {{DNNL_ARG_SRC, am}, {DNNL_ARG_WEIGHTS, bm}, {DNNL_ARG_DST, cm}});
                     stream.wait();
                   }});
   // BLIS in a namespace of its own (it exports cblas_sgemm too).
   if (void* blis = ::dlopen("libblis.so.4", RTLD_NOW | RTLD_LOCAL | RTLD_DEEPBIND)) {
     if (auto fn = reinterpret_cast<CblasSgemm>(::dlsym(blis, "cblas_sgemm"))) {
-      if (auto set_threads = reinterpret_cast<void (*)(long)>(::dlsym(blis, "bli_thread_set_num_threads"))) {
+      if (auto set_threads =
+              reinterpret_cast<void (*)(long)>(::dlsym(blis, "bli_thread_set_num_threads"))) {
         set_threads(1);
       }
       libs.push_back({"blis", true, [fn](const Shape& s, const float* a, const float* b, float* c) {
@@ -132,13 +137,13 @@ int main(int argc, char** argv) {
   }
   const bool bf16 = cpu_precision_error(Precision::kBf16, GemmLibrary::kOneDnn).empty();
   if (bf16) {
-    libs.push_back({"tandem-bf16", false,
-                    [](const Shape& s, const float* a, const float* b, float* c) {
-                      set_gemm_precision(Precision::kBf16);
-                      sgemm(s.ta, s.tb, s.m, s.n, s.k, 1.0f, a, s.ta ? s.m : s.k, b,
-                            s.tb ? s.k : s.n, 0.0f, c, s.n);
-                      set_gemm_precision(Precision::kFp32);
-                    }});
+    libs.push_back(
+        {"tandem-bf16", false, [](const Shape& s, const float* a, const float* b, float* c) {
+           set_gemm_precision(Precision::kBf16);
+           sgemm(s.ta, s.tb, s.m, s.n, s.k, 1.0f, a, s.ta ? s.m : s.k, b, s.tb ? s.k : s.n, 0.0f, c,
+                 s.n);
+           set_gemm_precision(Precision::kFp32);
+         }});
   }
 
   const nlohmann::json machine = machine_json();
@@ -164,7 +169,8 @@ int main(int argc, char** argv) {
   for (int round = 0; round < rounds; ++round) {
     for (std::size_t i = 0; i < shapes.size(); ++i) {
       for (Library& lib : libs) {
-        const double r = rate(shapes[i], seconds, [&] { lib.run(shapes[i], a.data(), b.data(), c.data()); });
+        const double r =
+            rate(shapes[i], seconds, [&] { lib.run(shapes[i], a.data(), b.data(), c.data()); });
         lib.best[i] = std::max(lib.best[i], r);
       }
     }

@@ -68,18 +68,21 @@ void apply(const std::string& key, const std::string& value, CharacterizeFlags& 
   auto number = [&](long long min, long long max) {
     return static_cast<int>(parse_int_in(value, "--sweep " + key, min, max));
   };
+  // A value a flag's own parser accepts, its errors named as the sweep's.
+  auto checked_by = [&](const auto& parse) {
+    try {
+      parse();
+    } catch (const UsageError& e) {
+      throw UsageError("--sweep " + key + ": " + e.what());
+    }
+  };
   if (key == "ranks") {
     w.ranks = number(1, 1024);
     f.ranks_given = true;
   } else if (key == "threads") {
     w.threads = number(1, 1024);
   } else if (key == "link") {
-    // The bounds of --link, named as the sweep's.
-    try {
-      (void)LinkModel::parse(value);
-    } catch (const UsageError& e) {
-      throw UsageError("--sweep link: " + std::string(e.what()));
-    }
+    checked_by([&] { (void)LinkModel::parse(value); });  // the bounds of --link
     w.link = value;
   } else if (key == "chunks" && !f.synthetic.empty()) {
     f.synthetic_chunks = number(1, 100000);
@@ -102,25 +105,13 @@ void apply(const std::string& key, const std::string& value, CharacterizeFlags& 
   } else if (key == "pipeline") {
     w.pipeline = number(1, 1024);
   } else if (key == "schedule") {
-    try {
-      (void)parse_schedule(value);
-    } catch (const UsageError& e) {
-      throw UsageError("--sweep schedule: " + std::string(e.what()));
-    }
+    checked_by([&] { (void)parse_schedule(value); });
     w.schedule = value;
   } else if (key == "precision") {
-    try {
-      (void)parse_precision(value);
-    } catch (const UsageError& e) {
-      throw UsageError("--sweep precision: " + std::string(e.what()));
-    }
+    checked_by([&] { (void)parse_precision(value); });
     w.precision = value;
   } else if (key == "gemm") {
-    try {
-      (void)parse_gemm_library(value);
-    } catch (const UsageError& e) {
-      throw UsageError("--sweep gemm: " + std::string(e.what()));
-    }
+    checked_by([&] { (void)parse_gemm_library(value); });
     w.gemm = value;
   } else if (key == "micro-batches") {
     w.micro_batches = number(1, 4096);
@@ -290,10 +281,7 @@ void print_header(const CharacterizeFlags& flags, std::size_t points, const Job&
   if (flags.workload.device == "cpu") {
     // The GEMMs of the flags' settings (a sweep of gemm or precision changes them per
     // point; summary.json records each point's).
-    std::printf("  GEMM: %s per rank\n", blas_description().c_str());
-    if (const std::string warning = gemm_report().warning; !warning.empty()) {
-      std::printf("  warning: %s\n", warning.c_str());
-    }
+    print_cpu_gemm_lines();
   }
   std::fflush(stdout);
 }
@@ -350,21 +338,7 @@ int run_characterize(CharacterizeFlags flags, bool batch_given, const CommandLin
   }
   options.finished = outputs.finished;
 
-  set_blas_threads(flags.workload.threads);
-  // The header names the GEMMs of the flags' settings; each point applies its own.
-  try {
-    set_gemm_library(parse_gemm_library(flags.workload.gemm));
-  } catch (const UsageError& e) {
-    throw UsageError(std::string("--gemm: ") + e.what());
-  }
-  try {
-    if (const Precision p = parse_precision(flags.workload.precision);
-        cpu_precision_error(p, gemm_library()).empty()) {
-      set_gemm_precision(p);
-    }
-  } catch (const UsageError& e) {
-    throw UsageError(std::string("--precision: ") + e.what());
-  }
+  apply_cpu_gemm_flags(flags.workload);  // the header names them; each point applies its own
   std::optional<PowerSampler> power;
   // No bar in a process job: Open MPI gives a rank's stdout a pseudo-terminal of its own
   // even when the user's is a file.

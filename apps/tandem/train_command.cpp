@@ -105,10 +105,7 @@ int run_train(const TrainFlags& flags, bool batch_given, bool ranks_given,
     if (job.process() != nullptr) std::printf("  %s\n", job.process()->describe().c_str());
     if (config.device == Device::kCpu) {
       configure_cpu_gemm(config);
-      std::printf("  GEMM: %s per rank\n", blas_description().c_str());
-      if (const std::string warning = gemm_report().warning; !warning.empty()) {
-        std::printf("  warning: %s\n", warning.c_str());
-      }
+      print_cpu_gemm_lines();
     } else {
       std::printf("  device %s, %s GEMMs, fp32 master weights and gradients\n",
                   std::string(to_string(config.device)).c_str(),

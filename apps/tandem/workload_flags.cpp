@@ -1,5 +1,7 @@
 #include "workload_flags.h"
 
+#include <cstdio>
+
 #include "core/error.h"
 #include "flag_checks.h"
 #include "model/rank_model.h"
@@ -129,7 +131,8 @@ void add_workload_flags(CLI::App& app, WorkloadFlags& f) {
   app.add_flag("--verify", f.verify,
                "Check after every step that all ranks hold identical parameters");
   app.add_option("--device", f.device,
-                 "Where the math runs: cpu (oneDNN or OpenBLAS, see --gemm) or cuda (one GPU per rank: rank r "
+                 "Where the math runs: cpu (oneDNN or OpenBLAS, see --gemm) or cuda (one GPU per "
+                 "rank: rank r "
                  "on device r, or device rank % GPUs under mpirun; cuBLAS plus tandem's "
                  "kernels, spans timed with CUDA events; mlp and transformer models; run on "
                  "one H100, not yet on several GPUs; see docs/GPU.md)")
@@ -152,6 +155,20 @@ void add_workload_flags(CLI::App& app, WorkloadFlags& f) {
       ->capture_default_str();
 }
 
+void apply_cpu_gemm_flags(const WorkloadFlags& f) {
+  set_blas_threads(f.threads);
+  set_gemm_library(for_flag("--gemm", [&] { return parse_gemm_library(f.gemm); }));
+  const Precision precision = for_flag("--precision", [&] { return parse_precision(f.precision); });
+  if (cpu_precision_error(precision, gemm_library()).empty()) set_gemm_precision(precision);
+}
+
+void print_cpu_gemm_lines() {
+  std::printf("  GEMM: %s per rank\n", blas_description().c_str());
+  if (const std::string warning = gemm_report().warning; !warning.empty()) {
+    std::printf("  warning: %s\n", warning.c_str());
+  }
+}
+
 TrainConfig to_train_config(const WorkloadFlags& f, bool batch_given) {
   TrainConfig c;
   c.model = for_flag("--model", [&] { return ModelSpec::parse(f.model); });
@@ -166,9 +183,9 @@ TrainConfig to_train_config(const WorkloadFlags& f, bool batch_given) {
   c.pipeline.stages = f.pipeline;
   c.pipeline.schedule = parse_schedule(f.schedule);  // its errors name --schedule
   c.pipeline.micro_batches = f.micro_batches;
-  for (const std::string& item : f.split.empty() ? std::vector<std::string>{} : split(f.split, ',')) {
-    c.pipeline.split.push_back(
-        static_cast<int>(parse_int_in(trim(item), "--split", 1, 1 << 20)));
+  for (const std::string& item :
+       f.split.empty() ? std::vector<std::string>{} : split(f.split, ',')) {
+    c.pipeline.split.push_back(static_cast<int>(parse_int_in(trim(item), "--split", 1, 1 << 20)));
   }
   c.sgd = {.lr = f.lr, .momentum = f.momentum, .weight_decay = f.weight_decay};
   c.reducer.plan.strategy = for_flag("--strategy", [&] { return Strategy::parse(f.strategy); });

@@ -51,4 +51,12 @@ void add_workload_flags(CLI::App& app, WorkloadFlags& flags);
 // Parses the string-valued flags; throws UsageError naming the flag.
 TrainConfig to_train_config(const WorkloadFlags& flags, bool batch_given);
 
+// --threads, --gemm and, where this CPU runs it, --precision, applied process-wide
+// before a header describes them (a training run applies its own again; a microbenchmark
+// runs on these); throws UsageError naming the flag.
+void apply_cpu_gemm_flags(const WorkloadFlags& flags);
+// The header's "GEMM:" line for the cpu device (library, kernel, threads per rank), and
+// the one warning line of a generic kernel; for train and characterize alike.
+void print_cpu_gemm_lines();
+
 }  // namespace tandem::cli

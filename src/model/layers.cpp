@@ -59,16 +59,8 @@ template <typename T>
 // its mean and variance from being a chain of dependent adds.
 constexpr int kLanes = 16;
 
-// Always inlined: each build of dispatch.h gets its own copy at its own width (a helper
-// left out of line would be built once, for the baseline).
-template <typename T>
-[[gnu::always_inline]] inline T combine_lanes(const T (&lane)[kLanes]) {
-  T sum = 0;
-  for (int k = 0; k < kLanes; ++k) sum += lane[k];
-  return sum;
-}
-
-// sum over i < n of f(i), in lanes.
+// sum over i < n of f(i), in lanes. Always inlined: each build of dispatch.h gets its own
+// copy at its own width (a helper left out of line would be built once, for the baseline).
 template <typename T, typename F>
 [[gnu::always_inline]] inline T lane_sum(int n, F f) {
   T lane[kLanes] = {};
@@ -77,7 +69,9 @@ template <typename T, typename F>
     for (int k = 0; k < kLanes; ++k) lane[k] += f(i + k);
   }
   for (; i < n; ++i) lane[0] += f(i);
-  return combine_lanes(lane);
+  T sum = 0;
+  for (int k = 0; k < kLanes; ++k) sum += lane[k];
+  return sum;
 }
 
 template <typename T>
@@ -106,8 +100,8 @@ TANDEM_CPU_CLONES T exp_shifted_sum(T* p, const T* x, T shift, int n) {
 // ---- Linear ----
 
 template <typename T>
-TANDEM_CPU_CLONES void Ops<T>::linear_forward(T* out, const T* inp, const T* weight, const T* bias, int B, int I,
-                            int O) {
+TANDEM_CPU_CLONES void Ops<T>::linear_forward(T* out, const T* inp, const T* weight, const T* bias,
+                                              int B, int I, int O) {
   // Broadcast the bias into out first so that one gemm with beta = 1 adds x.W on top,
   // instead of a second pass over out.
   T beta = 0;
@@ -119,8 +113,8 @@ TANDEM_CPU_CLONES void Ops<T>::linear_forward(T* out, const T* inp, const T* wei
 }
 
 template <typename T>
-TANDEM_CPU_CLONES void Ops<T>::linear_backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* inp,
-                             const T* weight, int B, int I, int O) {
+TANDEM_CPU_CLONES void Ops<T>::linear_backward(T* dinp, T* dweight, T* dbias, const T* dout,
+                                               const T* inp, const T* weight, int B, int I, int O) {
   // dweight[I, O] += inp^T[I, B] . dout[B, O]
   gemm(true, false, I, O, B, T(1), inp, I, dout, O, T(1), dweight, O);
   if (dbias != nullptr) {
@@ -134,8 +128,9 @@ TANDEM_CPU_CLONES void Ops<T>::linear_backward(T* dinp, T* dweight, T* dbias, co
 }
 
 template <typename T>
-TANDEM_CPU_CLONES void Ops<T>::linear_residual_forward(T* out, const T* residual, const T* inp, const T* weight,
-                                     const T* bias, int B, int I, int O) {
+TANDEM_CPU_CLONES void Ops<T>::linear_residual_forward(T* out, const T* residual, const T* inp,
+                                                       const T* weight, const T* bias, int B, int I,
+                                                       int O) {
   // out = residual (+ bias) first, then one gemm with beta = 1 adds inp . weight.
   for (std::ptrdiff_t n = 0; n < B; ++n) {
     T* o = out + at(n, O);
@@ -209,7 +204,8 @@ TANDEM_CPU_CLONES void Ops<T>::swiglu_forward(T* out, const T* gate_up, int N, i
 
 // d silu(g) / dg = sig + g sig (1 - sig).
 template <typename T>
-TANDEM_CPU_CLONES void Ops<T>::swiglu_backward(T* dgate_up, const T* dout, const T* gate_up, int N, int F) {
+TANDEM_CPU_CLONES void Ops<T>::swiglu_backward(T* dgate_up, const T* dout, const T* gate_up, int N,
+                                               int F) {
   for (std::ptrdiff_t n = 0; n < N; ++n) {
     const T* gate = gate_up + at(n, 2 * F);
     const T* up = gate + F;
@@ -228,8 +224,8 @@ TANDEM_CPU_CLONES void Ops<T>::swiglu_backward(T* dgate_up, const T* dout, const
 // ---- Losses ----
 
 template <typename T>
-TANDEM_CPU_CLONES double Ops<T>::cross_entropy_forward(T* probs, const T* logits, const std::int32_t* targets,
-                                     int B, int C) {
+TANDEM_CPU_CLONES double Ops<T>::cross_entropy_forward(T* probs, const T* logits,
+                                                       const std::int32_t* targets, int B, int C) {
   double total = 0.0;  // the mean of B terms: double keeps it exact enough
   for (std::ptrdiff_t b = 0; b < B; ++b) {
     const T* z = logits + at(b, C);
@@ -242,15 +238,15 @@ TANDEM_CPU_CLONES double Ops<T>::cross_entropy_forward(T* probs, const T* logits
     const T sum = exp_shifted_sum(p, z, max, C);
     const T inv = T(1) / sum;
     for (int c = 0; c < C; ++c) p[c] *= inv;
-    total += std::log(static_cast<double>(sum)) + static_cast<double>(max) -
-             static_cast<double>(target);
+    total +=
+        std::log(static_cast<double>(sum)) + static_cast<double>(max) - static_cast<double>(target);
   }
   return total / B;
 }
 
 template <typename T>
-TANDEM_CPU_CLONES void Ops<T>::cross_entropy_backward(T* dlogits, const T* probs, const std::int32_t* targets,
-                                    int B, int C) {
+TANDEM_CPU_CLONES void Ops<T>::cross_entropy_backward(T* dlogits, const T* probs,
+                                                      const std::int32_t* targets, int B, int C) {
   const T inv_b = T(1) / static_cast<T>(B);
   for (std::ptrdiff_t b = 0; b < B; ++b) {
     const T* p = probs + at(b, C);
@@ -263,8 +259,8 @@ TANDEM_CPU_CLONES void Ops<T>::cross_entropy_backward(T* dlogits, const T* probs
 // ---- Transformer ----
 
 template <typename T>
-TANDEM_CPU_CLONES void Ops<T>::embedding_forward(T* out, const std::int32_t* tokens, const T* wte, const T* wpe,
-                               int B, int Tn, int D) {
+TANDEM_CPU_CLONES void Ops<T>::embedding_forward(T* out, const std::int32_t* tokens, const T* wte,
+                                                 const T* wpe, int B, int Tn, int D) {
   for (int b = 0; b < B; ++b) {
     for (int t = 0; t < Tn; ++t) {
       const std::ptrdiff_t n = static_cast<std::ptrdiff_t>(b) * Tn + t;
@@ -281,8 +277,9 @@ TANDEM_CPU_CLONES void Ops<T>::embedding_forward(T* out, const std::int32_t* tok
 }
 
 template <typename T>
-TANDEM_CPU_CLONES void Ops<T>::embedding_backward(T* dwte, T* dwpe, const T* dout, const std::int32_t* tokens,
-                                int B, int Tn, int D) {
+TANDEM_CPU_CLONES void Ops<T>::embedding_backward(T* dwte, T* dwpe, const T* dout,
+                                                  const std::int32_t* tokens, int B, int Tn,
+                                                  int D) {
   for (int b = 0; b < B; ++b) {
     for (int t = 0; t < Tn; ++t) {
       const std::ptrdiff_t n = static_cast<std::ptrdiff_t>(b) * Tn + t;
@@ -298,8 +295,8 @@ TANDEM_CPU_CLONES void Ops<T>::embedding_backward(T* dwte, T* dwpe, const T* dou
 }
 
 template <typename T>
-TANDEM_CPU_CLONES void Ops<T>::layernorm_forward(T* out, T* mean, T* rstd, const T* inp, const T* weight,
-                               const T* bias, int N, int D) {
+TANDEM_CPU_CLONES void Ops<T>::layernorm_forward(T* out, T* mean, T* rstd, const T* inp,
+                                                 const T* weight, const T* bias, int N, int D) {
   for (std::ptrdiff_t n = 0; n < N; ++n) {
     const T* x = inp + at(n, D);
     const T m = lane_sum<T>(D, [x](int i) { return x[i]; }) / static_cast<T>(D);
@@ -315,9 +312,9 @@ TANDEM_CPU_CLONES void Ops<T>::layernorm_forward(T* out, T* mean, T* rstd, const
 // With xhat = (x - mean) rstd and g = dout * weight:
 //   dx = rstd * (g - mean(g) - xhat * mean(g * xhat)).
 template <typename T>
-TANDEM_CPU_CLONES void Ops<T>::layernorm_backward(T* dinp, T* dweight, T* dbias, const T* dresidual, const T* dout,
-                                const T* inp, const T* weight, const T* mean, const T* rstd,
-                                int N, int D) {
+TANDEM_CPU_CLONES void Ops<T>::layernorm_backward(T* dinp, T* dweight, T* dbias, const T* dresidual,
+                                                  const T* dout, const T* inp, const T* weight,
+                                                  const T* mean, const T* rstd, int N, int D) {
   for (std::ptrdiff_t n = 0; n < N; ++n) {
     const T* x = inp + at(n, D);
     const T* d = dout + at(n, D);
@@ -342,7 +339,8 @@ TANDEM_CPU_CLONES void Ops<T>::layernorm_backward(T* dinp, T* dweight, T* dbias,
 }
 
 template <typename T>
-TANDEM_CPU_CLONES void Ops<T>::rmsnorm_forward(T* out, T* rstd, const T* inp, const T* weight, int N, int D) {
+TANDEM_CPU_CLONES void Ops<T>::rmsnorm_forward(T* out, T* rstd, const T* inp, const T* weight,
+                                               int N, int D) {
   for (std::ptrdiff_t n = 0; n < N; ++n) {
     const T* x = inp + at(n, D);
     const T ss = lane_sum<T>(D, [x](int i) { return x[i] * x[i]; });
@@ -355,8 +353,9 @@ TANDEM_CPU_CLONES void Ops<T>::rmsnorm_forward(T* out, T* rstd, const T* inp, co
 
 // With xhat = x rstd and g = dout * weight: dx = rstd * (g - xhat * mean(g * xhat)).
 template <typename T>
-TANDEM_CPU_CLONES void Ops<T>::rmsnorm_backward(T* dinp, T* dweight, const T* dresidual, const T* dout,
-                              const T* inp, const T* weight, const T* rstd, int N, int D) {
+TANDEM_CPU_CLONES void Ops<T>::rmsnorm_backward(T* dinp, T* dweight, const T* dresidual,
+                                                const T* dout, const T* inp, const T* weight,
+                                                const T* rstd, int N, int D) {
   for (std::ptrdiff_t n = 0; n < N; ++n) {
     const T* x = inp + at(n, D);
     const T* d = dout + at(n, D);
@@ -389,7 +388,8 @@ TANDEM_CPU_CLONES void causal_softmax_row(T* row, int t, int Tn) {
 // Per (sequence, head) the products run on strided views of qkv, so no head is copied
 // out: a head's queries are T rows of hd values, 3D apart.
 template <typename T>
-TANDEM_CPU_CLONES void Ops<T>::attention_forward(T* out, T* att, const T* qkv, int B, int Tn, int D, int H) {
+TANDEM_CPU_CLONES void Ops<T>::attention_forward(T* out, T* att, const T* qkv, int B, int Tn, int D,
+                                                 int H) {
   const int hd = D / H;
   const int C3 = 3 * D;
   const T scale = T(1) / std::sqrt(static_cast<T>(hd));
@@ -415,8 +415,8 @@ TANDEM_CPU_CLONES void Ops<T>::attention_forward(T* out, T* att, const T* qkv, i
 //   dS[t, s] = P[t, s] (dP[t, s] - sum_s' P[t, s'] dP[t, s'])  (zero where P is);
 //   dq = dS . k / sqrt(hd);  dk = dS^T . q / sqrt(hd).
 template <typename T>
-TANDEM_CPU_CLONES void Ops<T>::attention_backward(T* dqkv, T* scratch, const T* dout, const T* qkv, const T* att,
-                                int B, int Tn, int D, int H) {
+TANDEM_CPU_CLONES void Ops<T>::attention_backward(T* dqkv, T* scratch, const T* dout, const T* qkv,
+                                                  const T* att, int B, int Tn, int D, int H) {
   const int hd = D / H;
   const int C3 = 3 * D;
   const T scale = T(1) / std::sqrt(static_cast<T>(hd));
@@ -501,7 +501,8 @@ TANDEM_CPU_CLONES void Ops<T>::rope_forward(T* qkv, const T* cos_sin, int B, int
 }
 
 template <typename T>
-TANDEM_CPU_CLONES void Ops<T>::rope_backward(T* dqkv, const T* cos_sin, int B, int Tn, int D, int H) {
+TANDEM_CPU_CLONES void Ops<T>::rope_backward(T* dqkv, const T* cos_sin, int B, int Tn, int D,
+                                             int H) {
   rope_apply(dqkv, cos_sin, B, Tn, D, H, T(-1));
 }
 

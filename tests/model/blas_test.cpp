@@ -4,11 +4,11 @@
 
 #include <atomic>
 #include <bit>
-#include <filesystem>
-#include <thread>
 #include <cmath>
 #include <cstring>
+#include <filesystem>
 #include <limits>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -71,15 +71,15 @@ TEST(BlasTest, SgemmMatchesLoopsForAllTransposes) {
             for (int j = 0; j < n; ++j) {
               float acc = 0;
               for (int p = 0; p < k; ++p) {
-                acc += (ta ? a[p * lda + i] : a[i * lda + p]) *
-                       (tb ? b[j * ldb + p] : b[p * ldb + j]);
+                acc +=
+                    (ta ? a[p * lda + i] : a[i * lda + p]) * (tb ? b[j * ldb + p] : b[p * ldb + j]);
               }
               expect[i * ldc + j] = 2.0f * acc + beta * c[i * ldc + j];
             }
           }
           sgemm(ta, tb, m, n, k, 2.0f, a.data(), lda, b.data(), ldb, beta, c.data(), ldc);
-          EXPECT_EQ(c, expect) << to_string(library) << " " << to_string(precision)
-                               << " trans_a " << ta << " trans_b " << tb << " beta " << beta;
+          EXPECT_EQ(c, expect) << to_string(library) << " " << to_string(precision) << " trans_a "
+                               << ta << " trans_b " << tb << " beta " << beta;
         }
       }
     }

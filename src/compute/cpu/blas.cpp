@@ -64,8 +64,8 @@ CpuFeatures cpu_features() {
   const bool avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
                       __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
   const bool avx512_bf16 = avx512 && __builtin_cpu_supports("avx512bf16");
-  const bool amx = avx512_bf16 && __builtin_cpu_supports("amx-tile") &&
-                   __builtin_cpu_supports("amx-bf16");
+  const bool amx =
+      avx512_bf16 && __builtin_cpu_supports("amx-tile") && __builtin_cpu_supports("amx-bf16");
   f.bf16 = avx512_bf16 || amx;
   if (amx) {
     f.best = "avx512_core_amx";
@@ -82,10 +82,10 @@ CpuFeatures cpu_features() {
   } else {
     f.best = "sse2";
   }
-  f.tier = avx512                             ? Tier::kAvx512
-           : __builtin_cpu_supports("avx2")   ? Tier::kAvx2
-           : __builtin_cpu_supports("avx")    ? Tier::kAvx
-                                              : Tier::kSse;
+  f.tier = avx512                           ? Tier::kAvx512
+           : __builtin_cpu_supports("avx2") ? Tier::kAvx2
+           : __builtin_cpu_supports("avx")  ? Tier::kAvx
+                                            : Tier::kSse;
 #else
   f.best = "portable";
 #endif
@@ -177,8 +177,7 @@ std::string_view onednn_isa_name(dnnl_cpu_isa_t isa) {
 
 bool isa_at_least(dnnl_cpu_isa_t have, dnnl_cpu_isa_t want) {
   // oneDNN's ISA values are bit sets, each containing the ones below it.
-  return (static_cast<unsigned>(have) & static_cast<unsigned>(want)) ==
-         static_cast<unsigned>(want);
+  return (static_cast<unsigned>(have) & static_cast<unsigned>(want)) == static_cast<unsigned>(want);
 }
 
 // The ISA of the jit sgemm kernels oneDNN's gemm driver picks (it has them for
@@ -221,11 +220,10 @@ struct MatmulKey {
 struct MatmulKeyHash {
   std::size_t operator()(const MatmulKey& key) const {
     std::size_t h = key.bf16 * 4u + key.ta * 2u + key.tb;
-    for (std::uint64_t v :
-         {std::uint64_t(key.m), std::uint64_t(key.n), std::uint64_t(key.k),
-          std::uint64_t(key.lda), std::uint64_t(key.ldb), std::uint64_t(key.ldc),
-          std::uint64_t(std::bit_cast<std::uint32_t>(key.alpha)),
-          std::uint64_t(std::bit_cast<std::uint32_t>(key.beta))}) {
+    for (std::uint64_t v : {std::uint64_t(key.m), std::uint64_t(key.n), std::uint64_t(key.k),
+                            std::uint64_t(key.lda), std::uint64_t(key.ldb), std::uint64_t(key.ldc),
+                            std::uint64_t(std::bit_cast<std::uint32_t>(key.alpha)),
+                            std::uint64_t(std::bit_cast<std::uint32_t>(key.beta))}) {
       h = h * 0x9E3779B97F4A7C15ull + v;
     }
     return h;
@@ -297,8 +295,7 @@ void run_matmul(Matmul& g, const void* a, const void* b, float* c) {
   g.b.set_data_handle(const_cast<void*>(b));
   g.c.set_data_handle(c);
   thread_local dnnl::stream stream(cpu_engine());
-  g.primitive.execute(stream,
-                      {{DNNL_ARG_SRC, g.a}, {DNNL_ARG_WEIGHTS, g.b}, {DNNL_ARG_DST, g.c}});
+  g.primitive.execute(stream, {{DNNL_ARG_SRC, g.a}, {DNNL_ARG_WEIGHTS, g.b}, {DNNL_ARG_DST, g.c}});
   stream.wait();
 }
 
@@ -374,8 +371,9 @@ GemmLibrary parse_gemm_library(std::string_view text) {
                      "' (expected onednn or openblas)");
   }
   if (!gemm_library_built(library)) {
-    throw UsageError("this tandem was built without oneDNN (Debian: libdnnl-dev); only "
-                     "openblas is available");
+    throw UsageError(
+        "this tandem was built without oneDNN (Debian: libdnnl-dev); only "
+        "openblas is available");
   }
   return library;
 }
@@ -469,13 +467,13 @@ GemmReport gemm_report() {
 #endif
   }
   if (cpu.tier >= Tier::kAvx2 && tier < cpu.tier) {
-    r.warning = "GEMMs run " + r.library + " " + r.kernel + " kernels (" +
-                std::string(tier_name(tier)) + ") on a CPU with " +
-                std::string(tier_name(cpu.tier)) +
-                ": compute runs below what this machine can do" +
-                (gemm_library() == GemmLibrary::kOpenBlas && gemm_library_built(GemmLibrary::kOneDnn)
-                     ? " (--gemm onednn picks kernels by the CPU's features)"
-                     : "");
+    r.warning =
+        "GEMMs run " + r.library + " " + r.kernel + " kernels (" + std::string(tier_name(tier)) +
+        ") on a CPU with " + std::string(tier_name(cpu.tier)) +
+        ": compute runs below what this machine can do" +
+        (gemm_library() == GemmLibrary::kOpenBlas && gemm_library_built(GemmLibrary::kOneDnn)
+             ? " (--gemm onednn picks kernels by the CPU's features)"
+             : "");
   }
   return r;
 }
@@ -498,8 +496,8 @@ void sgemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const f
       return;
     }
     if (k > 0 && use_matmul_for_fp32(trans_a, trans_b, m, n, k)) {
-      run_matmul(cached_matmul({false, trans_a, trans_b, m, n, k, lda, ldb, ldc, alpha, beta}),
-                 a, b, c);
+      run_matmul(cached_matmul({false, trans_a, trans_b, m, n, k, lda, ldb, ldc, alpha, beta}), a,
+                 b, c);
       return;
     }
     const dnnl_status_t status = dnnl_sgemm(trans_a ? 'T' : 'N', trans_b ? 'T' : 'N', m, n, k,
@@ -517,13 +515,13 @@ void gemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const fl
   sgemm(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
 }
 
-void gemm(bool trans_a, bool trans_b, int m, int n, int k, double alpha, const double* a,
-          int lda, const double* b, int ldb, double beta, double* c, int ldc) {
+void gemm(bool trans_a, bool trans_b, int m, int n, int k, double alpha, const double* a, int lda,
+          const double* b, int ldb, double beta, double* c, int ldc) {
   cblas_dgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans,
               trans_b ? CblasTrans : CblasNoTrans, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
 }
 
-void to_bf16(unsigned short* out, const float* in, long n) {
+TANDEM_CPU_CLONES void to_bf16(unsigned short* out, const float* in, long n) {
   for (long i = 0; i < n; ++i) {
     const std::uint32_t bits = std::bit_cast<std::uint32_t>(in[i]);
     // Round to nearest, ties to even: add 0x7FFF plus the lowest kept bit. A NaN keeps a

@@ -53,8 +53,8 @@ struct GemmReport {
   std::string threading;  // "OpenMP", "pthreads"
   int threads = 1;
   Precision precision = Precision::kFp32;
-  std::string warning;    // one line when the kernel is generic on a CPU with AVX2 or better
-  std::string loops;      // the build of the elementwise loops this CPU runs (dispatch.h)
+  std::string warning;  // one line when the kernel is generic on a CPU with AVX2 or better
+  std::string loops;    // the build of the elementwise loops this CPU runs (dispatch.h)
 };
 GemmReport gemm_report();
 // "oneDNN 2.6.3 (OpenMP, 1 thread, fp32, kernel jit sgemm avx512_core; CPU avx512_core_bf16,
@@ -64,15 +64,15 @@ std::string blas_description();
 
 // C[m,n] = alpha * op(A) op(B) + beta * C, row-major, in the configured library and
 // precision.
-void sgemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const float* a,
-           int lda, const float* b, int ldb, float beta, float* c, int ldc);
+void sgemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const float* a, int lda,
+           const float* b, int ldb, float beta, float* c, int ldc);
 
 // The same product for kernels written once for float and double (double is what the
 // gradient checks run in): gemm<float> is sgemm, gemm<double> is OpenBLAS's dgemm.
 void gemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const float* a, int lda,
           const float* b, int ldb, float beta, float* c, int ldc);
-void gemm(bool trans_a, bool trans_b, int m, int n, int k, double alpha, const double* a,
-          int lda, const double* b, int ldb, double beta, double* c, int ldc);
+void gemm(bool trans_a, bool trans_b, int m, int n, int k, double alpha, const double* a, int lda,
+          const double* b, int ldb, double beta, double* c, int ldc);
 
 // fp32 -> bf16 with round-to-nearest-even (NaN stays NaN), and back; what the bf16 path
 // feeds its GEMMs, exposed for tests.
