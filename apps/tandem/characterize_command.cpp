@@ -42,8 +42,7 @@ struct CharacterizeFlags {
   bool force = false;
   int warmup = 2;
   int iterations = 25;
-  int power_interval_ms = 50;
-  std::string powercap_root = "/sys/class/powercap";
+  PowerFlags power;
   bool no_progress = false;
   int synthetic_chunks = 0;  // set by --sweep chunks=... over --synthetic's own
   // --device cuda --microbench: the device communicator and kernel timing (the
@@ -180,22 +179,6 @@ std::unique_ptr<Workload> make_workload(const CharacterizeFlags& f, bool batch_g
   return make_train_workload(to_train_config(f.workload, batch_given));
 }
 
-// Power: RAPL zones always; NVML's GPUs with --device cuda (docs/GPU.md, "Power"). Returns
-// the sources and the header's line about them.
-std::pair<std::vector<std::unique_ptr<PowerSource>>, std::string> power_sources(
-    const CharacterizeFlags& flags) {
-  std::vector<std::unique_ptr<PowerSource>> sources = discover_rapl(flags.powercap_root);
-  std::string line = sources.empty() ? "RAPL unavailable (no readable zone)"
-                                     : std::to_string(sources.size()) + " RAPL zone(s)";
-  if (flags.workload.device == "cuda") {
-    NvmlDiscovery nvml = discover_nvml();
-    line +=
-        nvml.sources.empty() ? ", NVML unavailable (" + nvml.status + ")" : ", NVML " + nvml.status;
-    for (auto& s : nvml.sources) sources.push_back(std::move(s));
-  }
-  return {std::move(sources), line};
-}
-
 // Under a launcher the job's processes are its ranks and its interconnect is what is
 // measured: a flag or sweep axis that would change either is refused.
 void check_process_job(const CharacterizeFlags& flags, const std::vector<SweepAxis>& axes,
@@ -291,6 +274,7 @@ void print_results(const SweepOutcome& outcome, SweepOutputs& outputs) {
   if (outcome.last) {
     std::printf("\n%s\n", outcome.last->description.c_str());
     std::fputs(format_metrics_table(outcome.last->metrics).c_str(), stdout);
+    std::fputs(format_power_table(*outcome.last).c_str(), stdout);
   }
   if (outputs.writer) {
     outputs.writer->write_report();
@@ -346,10 +330,11 @@ int run_characterize(CharacterizeFlags flags, bool batch_given, const CommandLin
   try {
     // Power is sampled on rank 0's host only (docs/CHARACTERIZE.md, "Power").
     if (job.leader()) {
-      auto [sources, power_line] = power_sources(flags);
-      power.emplace(std::move(sources), std::chrono::milliseconds(flags.power_interval_ms));
+      // Power: RAPL zones always; NVML's GPUs with --device cuda (docs/GPU.md, "Power").
+      NvmlDiscovery found = discover_power(flags.power.powercap_root, flags.workload.device == "cuda");
+      power.emplace(std::move(found.sources), std::chrono::milliseconds(flags.power.interval_ms));
       options.power = &*power;
-      print_header(flags, points.size(), job, power_line);
+      print_header(flags, points.size(), job, found.status);
     }
     const SweepOutcome outcome =
         run_sweep(points, options, outputs.writer ? &*outputs.writer : nullptr,
@@ -402,12 +387,7 @@ void add_characterize_command(CLI::App& app, RunCommand& run) {
   cmd->add_option("--iterations", flags->iterations, "Measured iterations per scenario")
       ->check(integer_in(1, 1000000))
       ->capture_default_str();
-  cmd->add_option("--power-interval-ms", flags->power_interval_ms, "Power sampling interval")
-      ->check(integer_in(1, 60000))
-      ->capture_default_str();
-  cmd->add_option("--powercap-root", flags->powercap_root,
-                  "Where RAPL zones are read (a directory laid out like /sys/class/powercap)")
-      ->capture_default_str();
+  add_power_flags(*cmd, flags->power);
   cmd->add_flag("--no-progress", flags->no_progress, "No progress bar on a terminal");
   cmd->add_option("--emulated-peers", flags->emulated_peers,
                   "--device cuda on one GPU: ring size the emulated all-reduce mimics")

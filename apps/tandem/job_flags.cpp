@@ -27,6 +27,16 @@ void add_job_flags(CLI::App& app, JobFlags& f) {
       ->capture_default_str();
 }
 
+void add_power_flags(CLI::App& app, PowerFlags& flags) {
+  app.add_option("--power-interval-ms", flags.interval_ms,
+                 "Power sampling interval (RAPL zones; NVML's GPUs with --device cuda)")
+      ->check(integer_in(1, 60000))
+      ->capture_default_str();
+  app.add_option("--powercap-root", flags.powercap_root,
+                 "Where RAPL zones are read (a directory laid out like /sys/class/powercap)")
+      ->capture_default_str();
+}
+
 BackendOptions job_options(const JobFlags& f, std::int64_t timeout_ns) {
   return {.timeout = std::chrono::nanoseconds(timeout_ns),
           .allreduce_algorithm = f.mpi_allreduce,

@@ -19,6 +19,14 @@ struct JobFlags {
 
 void add_job_flags(CLI::App& app, JobFlags& flags);
 
+// How power is sampled on rank 0's host (docs/METRICS.md, "Power").
+struct PowerFlags {
+  int interval_ms = 50;
+  std::string powercap_root = "/sys/class/powercap";
+};
+
+void add_power_flags(CLI::App& app, PowerFlags& flags);
+
 // The options of a Job on `flags`, whose collectives time out after `timeout_ns`.
 BackendOptions job_options(const JobFlags& flags, std::int64_t timeout_ns);
 

@@ -12,6 +12,7 @@
 #include "core/parse.h"
 #include "engine/launch.h"
 #include "engine/trainer.h"
+#include "power/nvml.h"
 #include "flag_checks.h"
 #include "job_flags.h"
 #include "report/results_dir.h"
@@ -29,6 +30,7 @@ struct TrainFlags {
   int warmup = 2;
   bool quiet = false;
   JobFlags job;
+  PowerFlags power;
 };
 
 // `where` says what the ranks are, e.g. "local backend, threads of one process".
@@ -66,7 +68,7 @@ StepCallback step_printer(const TrainFlags& flags, int steps) {
 
 // `out` is null without --out, and on every rank but 0 of a process job.
 int write_outputs(const TrainConfig& config, const TrainResult& result, int warmup,
-                  ResultsWriter* out);
+                  const PowerSampler* power, ResultsWriter* out);
 
 // After a device run: what it ran on, how its gradients moved and how it was timed.
 void print_device_lines(const TrainResult& result) {
@@ -111,21 +113,34 @@ int run_train(const TrainFlags& flags, bool batch_given, bool ranks_given,
                   std::string(to_string(config.device)).c_str(),
                   std::string(to_string(config.precision)).c_str());
     }
+  }
+  // Power on rank 0's host, sampled through the whole run and summarized over the
+  // measured steps: RAPL zones, and NVML's GPUs on cuda (docs/METRICS.md, "Power").
+  std::optional<PowerSampler> power;
+  if (job.leader()) {
+    NvmlDiscovery found =
+        discover_power(flags.power.powercap_root, config.device == Device::kCuda);
+    std::printf("  power%s: %s\n", job.in_process() ? "" : " on rank 0's host",
+                found.status.c_str());
+    power.emplace(std::move(found.sources), std::chrono::milliseconds(flags.power.interval_ms));
+    power->start();
     std::fflush(stdout);
   }
   const TrainResult result = train(config, job, step_printer(flags, config.steps));
+  if (power) power->stop();
   if (!job.leader()) return 0;
   if (config.device != Device::kCpu) print_device_lines(result);
   if (job.process() != nullptr) {
     std::printf("  clocks aligned to rank 0 within +-%s (ping-pong, half the best round trip)\n",
                 format_duration_ns(static_cast<double>(result.clock_uncertainty_ns)).c_str());
   }
-  return write_outputs(config, result, flags.warmup, out ? &*out : nullptr);
+  return write_outputs(config, result, flags.warmup, power ? &*power : nullptr,
+                       out ? &*out : nullptr);
 }
 
 int write_outputs(const TrainConfig& config, const TrainResult& result, int warmup,
-                  ResultsWriter* out) {
-  const TrainSummary summary = summarize_training(config, result, warmup);
+                  const PowerSampler* power, ResultsWriter* out) {
+  const TrainSummary summary = summarize_training(config, result, warmup, power);
   std::fputs(format_train_summary(config, result, summary).c_str(), stdout);
 
   if (out != nullptr) {
@@ -162,6 +177,7 @@ void add_train_command(CLI::App& app, RunCommand& run) {
       ->capture_default_str();
   cmd->add_flag("--quiet", flags->quiet, "No line per step, only the summary");
   add_job_flags(*cmd, flags->job);
+  add_power_flags(*cmd, flags->power);
   cmd->callback([flags, cmd, &run] {
     const bool batch_given = cmd->count("--batch") > 0;
     const bool ranks_given = cmd->count("--ranks") > 0;

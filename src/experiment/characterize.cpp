@@ -1,7 +1,9 @@
 #include "experiment/characterize.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
+#include <limits>
 #include <optional>
 
 #include "core/clock.h"
@@ -34,6 +36,20 @@ void add_placement(nlohmann::json& config, const RunPlacement& where,
   }
 }
 
+// The measured iterations' span on the spans' clock: from the first span of an iteration
+// after warm-up to the last span's end ({0, 0} without one).
+std::pair<std::int64_t, std::int64_t> measured_span(const Timeline& timeline, int warmup) {
+  std::int64_t begin = std::numeric_limits<std::int64_t>::max();
+  std::int64_t end = std::numeric_limits<std::int64_t>::min();
+  for (const Span& s : timeline.spans) {
+    if (s.step < warmup) continue;
+    begin = std::min(begin, s.start_ns);
+    end = std::max(end, s.end_ns);
+  }
+  if (begin > end) return {0, 0};
+  return {begin, end};
+}
+
 }  // namespace
 
 Characterization characterize(Workload& workload, const CharacterizeOptions& options) {
@@ -57,6 +73,14 @@ Characterization characterize(Workload& workload, const CharacterizeOptions& opt
     clock_uncertainty_ns = std::max(clock_uncertainty_ns, job.last_run().clock_uncertainty_ns);
     if (sample_power) {
       run.power = options.power->stop();
+      // Power over the measured iterations only: the setup before them (buffers, CUPTI,
+      // the first kernels' loading) draws power too (docs/METRICS.md, "Power").
+      const auto [begin, end] = measured_span(run.timeline, options.warmup);
+      run.power_iterations = steps;
+      if (begin < end) {
+        run.power = options.power->summarize(begin, end);
+        run.power_iterations = options.iterations;
+      }
       run.power_samples = options.power->samples();
     }
     out.runs.push_back(std::move(run));
@@ -76,13 +100,69 @@ Characterization characterize(Workload& workload, const CharacterizeOptions& opt
   return out;
 }
 
+std::vector<PowerOverlap> power_overlap(const Characterization& c) {
+  std::vector<PowerOverlap> out;
+  if (c.runs.size() != kAllScenarios.size()) return out;
+  const ScenarioRun& compute = c.run(Scenario::kComputeOnly);
+  const ScenarioRun& sequential = c.run(Scenario::kSequential);
+  const ScenarioRun& overlapped = c.run(Scenario::kOverlapped);
+  const std::size_t n = std::min({compute.power.size(), sequential.power.size(), overlapped.power.size()});
+  auto per_iteration = [](const ScenarioRun& r, std::size_t s) {
+    return r.power[s].energy_joules / std::max(1, r.power_iterations);
+  };
+  for (std::size_t s = 0; s < n; ++s) {
+    const double peak_compute = compute.power[s].peak_watts;
+    const double avg_compute = compute.power[s].average_watts;
+    const double seq_energy = per_iteration(sequential, s);
+    out.push_back(
+        {.source = overlapped.power[s].source,
+         .extra_peak = peak_compute > 0 ? overlapped.power[s].peak_watts / peak_compute - 1 : NAN,
+         .extra_average =
+             avg_compute > 0 ? overlapped.power[s].average_watts / avg_compute - 1 : NAN,
+         .energy_vs_sequential = seq_energy > 0 ? per_iteration(overlapped, s) / seq_energy : NAN});
+  }
+  return out;
+}
+
+std::string format_power_table(const Characterization& c) {
+  std::string text;
+  char line[256];
+  for (const ScenarioRun& run : c.runs) {
+    for (const PowerSummary& p : run.power) {
+      if (text.empty()) {
+        text = "  power over the measured iterations   average W     peak W   J/iteration\n";
+      }
+      std::snprintf(line, sizeof line, "  %-13s %-22.22s %9.1f %10.1f %13.3f\n",
+                    std::string(to_string(run.scenario)).c_str(), p.source.c_str(),
+                    p.average_watts, p.peak_watts,
+                    p.energy_joules / std::max(1, run.power_iterations));
+      text += line;
+    }
+  }
+  auto percent = [](double v) {
+    char out[32];
+    std::snprintf(out, sizeof out, "%+.1f%%", 100 * v);
+    return std::isfinite(v) ? std::string(out) : std::string("n/a");
+  };
+  for (const PowerOverlap& o : power_overlap(c)) {
+    char ratio[32] = "n/a";
+    if (std::isfinite(o.energy_vs_sequential)) {
+      std::snprintf(ratio, sizeof ratio, "%.2fx", o.energy_vs_sequential);
+    }
+    text += "  " + o.source + ": overlapped vs compute-only peak " + percent(o.extra_peak) +
+            ", average " + percent(o.extra_average) + "; energy per iteration " + ratio +
+            " sequential's\n";
+  }
+  return text;
+}
+
 nlohmann::json to_json(const Characterization& c) {
   nlohmann::json scenarios = nlohmann::json::object();
   for (const auto& run : c.runs) {
     nlohmann::json power = nlohmann::json::array();
     for (const auto& p : run.power) {
       nlohmann::json j = p;
-      j["energy_per_iteration_joules"] = p.energy_joules / (c.warmup + c.iterations);
+      j["energy_per_iteration_joules"] = p.energy_joules / std::max(1, run.power_iterations);
       power.push_back(j);
     }
     scenarios[std::string(to_string(run.scenario))] = {
@@ -90,8 +170,17 @@ nlohmann::json to_json(const Characterization& c) {
         {"wall_ns", run.wall_ns},
         {"power", run.power.empty() ? nlohmann::json("unavailable") : power}};
   }
-  return {{"description", c.description}, {"config", c.config},   {"warmup", c.warmup},
-          {"iterations", c.iterations},   {"metrics", c.metrics}, {"scenarios", scenarios}};
+  nlohmann::json overlap = nlohmann::json::array();
+  for (const PowerOverlap& o : power_overlap(c)) {
+    overlap.push_back({{"source", o.source},
+                       {"extra_peak", number_or_null(o.extra_peak)},
+                       {"extra_average", number_or_null(o.extra_average)},
+                       {"energy_vs_sequential", number_or_null(o.energy_vs_sequential)}});
+  }
+  return {{"description", c.description}, {"config", c.config},
+          {"warmup", c.warmup},           {"iterations", c.iterations},
+          {"metrics", c.metrics},         {"scenarios", scenarios},
+          {"power_overlap", overlap}};
 }
 
 std::string iterations_csv_rows(const std::string& point_id, const Characterization& c) {

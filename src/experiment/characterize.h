@@ -25,7 +25,8 @@ struct ScenarioRun {
   Scenario scenario = Scenario::kOverlapped;
   Timeline timeline;
   std::vector<StepMetrics> steps;  // measured iterations only
-  std::vector<PowerSummary> power;
+  std::vector<PowerSummary> power;  // over the measured iterations
+  int power_iterations = 0;         // how many iterations `power` spans
   std::vector<PowerSample> power_samples;
   std::int64_t wall_ns = 0;
 };
@@ -44,6 +45,18 @@ struct Characterization {
 // Runs the four scenarios on every rank of options.job. In a process job every rank calls
 // it; the leader's result holds the measurements, the others' only description and config.
 Characterization characterize(Workload& workload, const CharacterizeOptions& options);
+
+// What overlap does to a power source's draw, from the measured iterations of three
+// scenarios (docs/METRICS.md, "Power"): NaN where a denominator is 0.
+struct PowerOverlap {
+  std::string source;
+  double extra_peak = 0;            // overlapped's peak / compute-only's − 1
+  double extra_average = 0;         // the same for the average
+  double energy_vs_sequential = 0;  // overlapped's energy per iteration / sequential's
+};
+std::vector<PowerOverlap> power_overlap(const Characterization& c);
+// The power table printed after the metrics (empty without power).
+std::string format_power_table(const Characterization& c);
 
 // Everything but the timelines (schema in docs/CHARACTERIZE.md).
 nlohmann::json to_json(const Characterization& c);

@@ -181,4 +181,17 @@ NvmlDiscovery discover_nvml(const std::string& library) {
   return out;
 }
 
+NvmlDiscovery discover_power(const std::string& powercap_root, bool gpus) {
+  NvmlDiscovery out{.sources = discover_rapl(powercap_root)};
+  out.status = out.sources.empty() ? "RAPL unavailable (no readable zone)"
+                                   : std::to_string(out.sources.size()) + " RAPL zone(s)";
+  if (gpus) {
+    NvmlDiscovery nvml = discover_nvml();
+    out.status +=
+        nvml.sources.empty() ? ", NVML unavailable (" + nvml.status + ")" : ", NVML " + nvml.status;
+    for (auto& s : nvml.sources) out.sources.push_back(std::move(s));
+  }
+  return out;
+}
+
 }  // namespace tandem

@@ -27,4 +27,9 @@ struct NvmlDiscovery {
 // Every GPU NVML sees. `library` is the name given to dlopen (tests pass a missing one).
 NvmlDiscovery discover_nvml(const std::string& library = "libnvidia-ml.so.1");
 
+// What train and characterize sample: every RAPL zone under `powercap_root`, and with
+// `gpus` every GPU NVML sees. `status` is the header's line about them ("1 RAPL zone(s),
+// NVML 1 GPU(s)", or why there is none of a kind).
+NvmlDiscovery discover_power(const std::string& powercap_root, bool gpus);
+
 }  // namespace tandem

@@ -19,8 +19,12 @@ namespace tandem {
 
 struct PowerSample {
   std::int64_t t_ns = 0;  // steady clock, the spans' clock
+  // The average over the kPeakWindow before t_ns (or since start() where that is shorter):
+  // an energy counter advances in steps (NVML's every few tens of ms), so the difference
+  // between two 50 ms samples alone reads 0 W, then twice the power.
   double watts = 0;
-  int source = 0;  // index into the sampler's sources
+  double joules = 0;  // the source's energy since start()
+  int source = 0;     // index into the sampler's sources
   // Read with the energy where the source has them (GPUs: NVML); absent elsewhere.
   std::optional<double> sm_clock_mhz;
   std::optional<double> temperature_c;
@@ -50,11 +54,14 @@ class PowerSource {
 std::vector<std::unique_ptr<PowerSource>> discover_rapl(
     const std::filesystem::path& root = "/sys/class/powercap");
 
+// Peak power is the highest average over any window this long (docs/METRICS.md, "Power").
+inline constexpr std::chrono::milliseconds kPeakWindow{250};
+
 struct PowerSummary {
   std::string source;
-  double average_watts = 0;
-  double peak_watts = 0;
-  double energy_joules = 0;  // over the measured interval
+  double average_watts = 0;  // energy_joules over the summarized span
+  double peak_watts = 0;     // the highest average over kPeakWindow in it (>= average)
+  double energy_joules = 0;  // over the summarized span
   std::size_t samples = 0;
   double interval_ms = 0;
   // Over the samples, where the source reads them (written to JSON only then).
@@ -62,6 +69,19 @@ struct PowerSummary {
   std::optional<double> peak_temperature_c;
 };
 void to_json(nlohmann::json& j, const PowerSummary& s);
+
+// One source's cumulative energy at a time on the steady clock.
+struct EnergyPoint {
+  std::int64_t t_ns = 0;
+  double joules = 0;
+};
+// Energy, average and peak power over [begin_ns, end_ns] from `points` (sorted by time,
+// covering the span): the ends' energy interpolated linearly between points, the peak the
+// highest average over a window of at least kPeakWindow ending at a point (the span's
+// average where it is shorter, and never below the average). Other fields are left as
+// they are.
+void summarize_energy(const std::vector<EnergyPoint>& points, std::int64_t begin_ns,
+                      std::int64_t end_ns, PowerSummary& out);
 
 class PowerSampler {
  public:
@@ -75,8 +95,12 @@ class PowerSampler {
 
   // Begins a measured interval (clears samples, starts the polling thread).
   void start();
-  // Ends it; returns one summary per source.
+  // Ends it; returns one summary per source over the whole interval.
   std::vector<PowerSummary> stop();
+  // One summary per source over [begin_ns, end_ns] of the last interval (clamped to it):
+  // energy interpolated between samples, so a span that starts after start() (the steps
+  // after warm-up, say) leaves out the setup before it.
+  std::vector<PowerSummary> summarize(std::int64_t begin_ns, std::int64_t end_ns) const;
   // One poll of every source now (the thread calls this; tests call it directly).
   void sample_now();
   std::vector<PowerSample> samples() const;
@@ -89,7 +113,7 @@ class PowerSampler {
   bool running_ = false;
   std::thread thread_;
   std::vector<PowerSample> samples_;
-  std::vector<double> last_joules_;
+  std::vector<double> last_joules_;  // the sources' readings at the last sample
   std::vector<double> start_joules_;
   std::int64_t last_t_ns_ = 0;
   std::int64_t start_t_ns_ = 0;

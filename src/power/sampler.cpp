@@ -1,3 +1,5 @@
+#include <algorithm>
+
 #include "analysis/statistics.h"
 #include "core/clock.h"
 #include "power/power.h"
@@ -44,16 +46,53 @@ void PowerSampler::start() {
   });
 }
 
+namespace {
+
+// The energy at t by linear interpolation between the points around it (points sorted,
+// t within their span).
+double energy_at(const std::vector<EnergyPoint>& points, std::int64_t t) {
+  auto after = std::lower_bound(points.begin(), points.end(), t,
+                                [](const EnergyPoint& p, std::int64_t v) { return p.t_ns < v; });
+  if (after == points.end()) return points.back().joules;
+  if (after == points.begin() || after->t_ns == t) return after->joules;
+  const EnergyPoint& before = *(after - 1);
+  const double f = static_cast<double>(t - before.t_ns) / static_cast<double>(after->t_ns - before.t_ns);
+  return before.joules + f * (after->joules - before.joules);
+}
+
+// The average power over the shortest window of at least kPeakWindow that ends at
+// points[j] (over everything before it where that is shorter).
+double trailing_watts(const std::vector<EnergyPoint>& points, std::size_t j) {
+  const std::int64_t window = std::chrono::nanoseconds(kPeakWindow).count();
+  std::size_t i = j;
+  while (i > 0 && points[j].t_ns - points[i].t_ns < window) --i;
+  const double seconds = static_cast<double>(points[j].t_ns - points[i].t_ns) / 1e9;
+  return seconds > 0 ? (points[j].joules - points[i].joules) / seconds : 0;
+}
+
+}  // namespace
+
 void PowerSampler::sample_now() {
   std::lock_guard lock(mutex_);
   const std::int64_t t = now_ns();
-  const double dt_s = static_cast<double>(t - last_t_ns_) / 1e9;
-  if (dt_s <= 0) return;
+  if (t <= last_t_ns_) return;
   for (std::size_t i = 0; i < sources_.size(); ++i) {
     const double joules = sources_[i]->energy_joules();
     const PowerGauges g = sources_[i]->gauges();
+    // The trailing window: back to this source's newest sample at least kPeakWindow old,
+    // or to the start.
+    EnergyPoint from{start_t_ns_, 0.0};
+    const std::int64_t window = std::chrono::nanoseconds(kPeakWindow).count();
+    for (auto s = samples_.rbegin(); s != samples_.rend(); ++s) {
+      if (s->source == static_cast<int>(i) && t - s->t_ns >= window) {
+        from = {s->t_ns, s->joules};
+        break;
+      }
+    }
+    const double since = static_cast<double>(t - from.t_ns) / 1e9;
     samples_.push_back({.t_ns = t,
-                        .watts = (joules - last_joules_[i]) / dt_s,
+                        .watts = (joules - start_joules_[i] - from.joules) / since,
+                        .joules = joules - start_joules_[i],
                         .source = static_cast<int>(i),
                         .sm_clock_mhz = g.sm_clock_mhz,
                         .temperature_c = g.temperature_c});
@@ -70,19 +109,30 @@ std::vector<PowerSummary> PowerSampler::stop() {
   cv_.notify_all();
   if (thread_.joinable()) thread_.join();
   sample_now();
+  std::int64_t begin = 0, end = 0;
+  {
+    std::lock_guard lock(mutex_);
+    begin = start_t_ns_;
+    end = last_t_ns_;
+  }
+  return summarize(begin, end);
+}
+
+std::vector<PowerSummary> PowerSampler::summarize(std::int64_t begin_ns, std::int64_t end_ns) const {
   std::lock_guard lock(mutex_);
+  begin_ns = std::clamp(begin_ns, start_t_ns_, last_t_ns_);
+  end_ns = std::clamp(end_ns, begin_ns, last_t_ns_);
   std::vector<PowerSummary> out;
-  const double seconds = static_cast<double>(last_t_ns_ - start_t_ns_) / 1e9;
   for (std::size_t i = 0; i < sources_.size(); ++i) {
     PowerSummary s{.source = sources_[i]->name(),
                    .interval_ms = static_cast<double>(interval_.count())};
-    s.energy_joules = last_joules_[i] - start_joules_[i];
-    s.average_watts = seconds > 0 ? s.energy_joules / seconds : 0;
+    std::vector<EnergyPoint> all{{start_t_ns_, 0.0}};
     double clock_sum = 0;
     std::size_t clock_samples = 0;
-    for (const auto& sample : samples_) {
+    for (const PowerSample& sample : samples_) {
       if (sample.source != static_cast<int>(i)) continue;
-      s.peak_watts = std::max(s.peak_watts, sample.watts);
+      all.push_back({sample.t_ns, sample.joules});
+      if (sample.t_ns < begin_ns || sample.t_ns > end_ns) continue;
       ++s.samples;
       if (sample.sm_clock_mhz) {
         clock_sum += *sample.sm_clock_mhz;
@@ -93,10 +143,31 @@ std::vector<PowerSummary> PowerSampler::stop() {
             std::max(s.peak_temperature_c.value_or(*sample.temperature_c), *sample.temperature_c);
       }
     }
+    summarize_energy(all, begin_ns, end_ns, s);
     if (clock_samples > 0) s.average_sm_clock_mhz = clock_sum / static_cast<double>(clock_samples);
     out.push_back(s);
   }
   return out;
+}
+
+void summarize_energy(const std::vector<EnergyPoint>& points, std::int64_t begin_ns,
+                      std::int64_t end_ns, PowerSummary& out) {
+  if (points.empty() || end_ns < begin_ns) return;
+  std::vector<EnergyPoint> span{{begin_ns, energy_at(points, begin_ns)}};
+  for (const EnergyPoint& p : points) {
+    if (p.t_ns > begin_ns && p.t_ns < end_ns) span.push_back(p);
+  }
+  span.push_back({end_ns, energy_at(points, end_ns)});
+  const double seconds = static_cast<double>(end_ns - begin_ns) / 1e9;
+  const std::int64_t window = std::chrono::nanoseconds(kPeakWindow).count();
+  out.energy_joules = span.back().joules - span.front().joules;
+  out.average_watts = seconds > 0 ? out.energy_joules / seconds : 0;
+  out.peak_watts = out.average_watts;
+  for (std::size_t j = 1; j < span.size(); ++j) {
+    if (span[j].t_ns - span.front().t_ns >= window) {
+      out.peak_watts = std::max(out.peak_watts, trailing_watts(span, j));
+    }
+  }
 }
 
 std::vector<PowerSample> PowerSampler::samples() const {

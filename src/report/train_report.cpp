@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <limits>
 #include <map>
 
 #include "analysis/pipeline_metrics.h"
@@ -79,7 +80,8 @@ nlohmann::json memory_json(const TrainResult& result) {
   return ranks;
 }
 
-TrainSummary summarize_training(const TrainConfig& config, const TrainResult& result, int warmup) {
+TrainSummary summarize_training(const TrainConfig& config, const TrainResult& result, int warmup,
+                                const PowerSampler* power) {
   TrainSummary out;
   const std::size_t skip = std::min<std::size_t>(warmup, config.steps - 1);
 
@@ -102,6 +104,16 @@ TrainSummary summarize_training(const TrainConfig& config, const TrainResult& re
   std::vector<double> measured;
   for (const auto& [step, value] : step_ms) {
     if (step >= static_cast<int>(skip)) measured.push_back(value);
+  }
+  if (power != nullptr && power->available()) {
+    // The measured steps' span, every rank's records on rank 0's clock.
+    std::int64_t begin = std::numeric_limits<std::int64_t>::max(), end = 0;
+    for (const auto& r : result.steps) {
+      if (r.step < static_cast<int>(skip)) continue;
+      begin = std::min(begin, r.start_ns);
+      end = std::max(end, r.end_ns);
+    }
+    if (begin < end) out.power = power->summarize(begin, end);
   }
   out.measured_steps = measured.size();
   out.step_ms = summarize(measured);
@@ -181,6 +193,11 @@ std::string format_train_summary(const TrainConfig& config, const TrainResult& r
     if (s.stage_bubble.size() > 16) bubbles += " ...";
     add("  pipeline bubble  %s per rank (textbook for equal stages %.1f%%)\n", bubbles.c_str(),
         100 * s.textbook_bubble);
+  }
+  for (const PowerSummary& p : s.power) {
+    add("  power            %s: average %.1f W, peak %.1f W, %.3f J per step\n", p.source.c_str(),
+        p.average_watts, p.peak_watts,
+        p.energy_joules / static_cast<double>(std::max<std::size_t>(1, s.measured_steps)));
   }
   text += format_memory(result);
   if (!result.pipeline.empty()) {
@@ -279,6 +296,23 @@ nlohmann::json pipeline_json(const TrainConfig& config, const TrainResult& resul
           {"micro_batches_in_flight", in_flight}};
 }
 
+namespace {
+
+// summary.json's "power": per source over the measured steps, or "unavailable".
+nlohmann::json power_json(const TrainSummary& s) {
+  if (s.power.empty()) return "unavailable";
+  nlohmann::json out = nlohmann::json::array();
+  for (const PowerSummary& p : s.power) {
+    nlohmann::json j = p;
+    j["energy_per_step_joules"] =
+        p.energy_joules / static_cast<double>(std::max<std::size_t>(1, s.measured_steps));
+    out.push_back(j);
+  }
+  return out;
+}
+
+}  // namespace
+
 nlohmann::json train_summary_body(const TrainConfig& config, const TrainResult& result,
                                   const TrainSummary& s) {
   return {
@@ -302,6 +336,7 @@ nlohmann::json train_summary_body(const TrainConfig& config, const TrainResult& 
       {"spans_dropped", result.spans_dropped},
       {"memory", memory_json(result)},
       {"pipeline", pipeline_json(config, result, s)},
+      {"power", power_json(s)},
   };
 }
 

@@ -7,6 +7,7 @@
 
 #include "analysis/metrics.h"
 #include "engine/trainer.h"
+#include "power/power.h"
 
 namespace tandem {
 
@@ -32,9 +33,14 @@ struct TrainSummary {
   // value for equal stages.
   std::vector<double> stage_bubble;
   double textbook_bubble = 0;
+  // Over the measured steps, per source sampled on rank 0's host (RAPL zones, NVML's GPUs);
+  // empty where none was readable (docs/METRICS.md, "Power").
+  std::vector<PowerSummary> power;
 };
 
-TrainSummary summarize_training(const TrainConfig& config, const TrainResult& result, int warmup);
+// `power`, where given, sampled the whole run: its summaries cover the measured steps.
+TrainSummary summarize_training(const TrainConfig& config, const TrainResult& result, int warmup,
+                                const PowerSampler* power = nullptr);
 std::string format_train_summary(const TrainConfig& config, const TrainResult& result,
                                  const TrainSummary& summary);
 nlohmann::json train_config_json(const TrainConfig& config, const TrainResult& result);

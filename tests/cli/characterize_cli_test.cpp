@@ -42,6 +42,30 @@ TEST(CharacterizeCliTest, WritesSummaryIterationsAndTraces) {
   EXPECT_TRUE(nlohmann::json::parse(slurp(out / "trace.json")).contains("traceEvents"));
 }
 
+// Power per scenario over the measured iterations, and what overlap does to it: a RAPL
+// fixture whose counter stands still reads 0 W, so the ratios are undefined (null).
+TEST(CharacterizeCliTest, PowerIsTabledPerScenarioWithOverlapsExtraPeak) {
+  TempDir dir;
+  const fs::path zone = dir.path() / "powercap" / "intel-rapl:0";
+  fs::create_directories(zone);
+  std::ofstream(zone / "name") << "package-0\n";
+  std::ofstream(zone / "energy_uj") << "1000000\n";
+  const fs::path out = dir.path() / "r";
+  const CliResult r = run_tandem(kTiny + "--powercap-root " + (dir.path() / "powercap").string() +
+                                 " --out " + out.string());
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("power over the measured iterations"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("rapl package-0 (intel-rapl:0): overlapped vs compute-only peak n/a"),
+            std::string::npos)
+      << r.out;
+  const auto point = nlohmann::json::parse(slurp(out / "summary.json"))["points"][0];
+  const auto& power = point["scenarios"]["overlapped"]["power"];
+  ASSERT_EQ(power.size(), 1u) << power;
+  EXPECT_EQ(power[0]["energy_per_iteration_joules"], 0.0);
+  ASSERT_EQ(point["power_overlap"].size(), 1u);
+  EXPECT_TRUE(point["power_overlap"][0]["extra_peak"].is_null());
+}
+
 TEST(CharacterizeCliTest, TrainWorkloadScenariosDoWhatTheySay) {
   TempDir dir;
   const fs::path out = dir.path() / "t";

@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <fstream>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <sstream>
@@ -58,6 +59,37 @@ TEST(TrainCliTest, WritesStepsTraceAndSummary) {
   for (const auto& entry : fs::directory_iterator(out)) {
     EXPECT_EQ(entry.path().string().find(".tmp"), std::string::npos) << entry.path();
   }
+}
+
+// Power is sampled through the run and summarized over the measured steps, per source:
+// here one RAPL zone of a fixture whose counter stands still (0 J), and none at all.
+TEST(TrainCliTest, PowerIsSummarizedPerSourceOrSaidToBeUnavailable) {
+  TempDir dir;
+  const fs::path zone = dir.path() / "powercap" / "intel-rapl:0";
+  fs::create_directories(zone);
+  std::ofstream(zone / "name") << "package-0\n";
+  std::ofstream(zone / "energy_uj") << "1000000\n";
+  const std::string run = "train --ranks 1 --model mlp:2x16 --batch 4 --steps 3 --quiet ";
+  const CliResult r = run_tandem(run + "--powercap-root " + (dir.path() / "powercap").string() +
+                                 " --out " + (dir.path() / "a").string());
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("  power: 1 RAPL zone(s)"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("  power            rapl package-0 (intel-rapl:0): average 0.0 W"),
+            std::string::npos)
+      << r.out;
+  const auto summary = nlohmann::json::parse(slurp(dir.path() / "a" / "summary.json"));
+  ASSERT_EQ(summary["power"].size(), 1u) << summary["power"];
+  EXPECT_EQ(summary["power"][0]["source"], "rapl package-0 (intel-rapl:0)");
+  EXPECT_EQ(summary["power"][0]["energy_per_step_joules"], 0.0);
+  EXPECT_NE(slurp(dir.path() / "a" / "report.html").find("energy per step, rapl package-0"),
+            std::string::npos);
+
+  const CliResult none = run_tandem(run + "--powercap-root " + (dir.path() / "none").string() +
+                                    " --out " + (dir.path() / "b").string());
+  ASSERT_EQ(none.exit_code, 0) << none.err;
+  EXPECT_NE(none.out.find("  power: RAPL unavailable (no readable zone)"), std::string::npos);
+  EXPECT_EQ(nlohmann::json::parse(slurp(dir.path() / "b" / "summary.json"))["power"],
+            "unavailable");
 }
 
 TEST(TrainCliTest, LinkEmulationIsReportedAsEmulated) {

@@ -58,3 +58,50 @@ TEST(RaplTest, NoPowercapMeansUnavailableNotZero) {
 
 }  // namespace
 }  // namespace tandem
+
+namespace tandem {
+namespace {
+
+// A counter that advances 20 J every 100 ms, read every 50 ms (NVML's counter advances in
+// steps like this): 200 W all along.
+std::vector<EnergyPoint> stepped_counter() {
+  std::vector<EnergyPoint> points;
+  for (std::int64_t ms = 0; ms <= 1000; ms += 50) {
+    points.push_back({ms * 1'000'000, 20.0 * static_cast<double>(ms / 100)});
+  }
+  return points;
+}
+
+TEST(PowerWindowTest, ACounterThatAdvancesInStepsIsNotReadAsTwiceItsPower) {
+  PowerSummary s;
+  summarize_energy(stepped_counter(), 0, 1'000'000'000, s);
+  EXPECT_DOUBLE_EQ(s.energy_joules, 200.0);
+  EXPECT_DOUBLE_EQ(s.average_watts, 200.0);
+  // 50 ms differences alone would read 400 W; a 250 ms window holds at most three steps
+  // of the counter (60 J), 240 W.
+  EXPECT_DOUBLE_EQ(s.peak_watts, 240.0);
+}
+
+TEST(PowerWindowTest, ASpanInsideTheRunLeavesOutWhatCameBefore) {
+  std::vector<EnergyPoint> points = stepped_counter();
+  // A setup burst before the measured span: 500 J in the first 100 ms.
+  for (EnergyPoint& p : points) p.joules += p.t_ns >= 100'000'000 ? 500.0 : 0.0;
+  PowerSummary s;
+  summarize_energy(points, 400'000'000, 900'000'000, s);
+  EXPECT_DOUBLE_EQ(s.energy_joules, 680.0 - 580.0);
+  EXPECT_DOUBLE_EQ(s.average_watts, 200.0);
+  EXPECT_LE(s.peak_watts, 240.0);
+  // An end between samples is interpolated: the counter reads 80 J at 400 and 450 ms,
+  // so at 425 ms too.
+  PowerSummary t;
+  summarize_energy(points, 425'000'000, 1'000'000'000, t);
+  EXPECT_DOUBLE_EQ(t.energy_joules, 700.0 - 580.0);
+  // A span shorter than the window: the peak is its average.
+  PowerSummary u;
+  summarize_energy(points, 500'000'000, 600'000'000, u);
+  EXPECT_DOUBLE_EQ(u.peak_watts, u.average_watts);
+  EXPECT_DOUBLE_EQ(u.energy_joules, 20.0);
+}
+
+}  // namespace
+}  // namespace tandem

@@ -1,6 +1,7 @@
 // The page of a `tandem train --out` directory: one configuration, no baselines, so the
 // timeline, the per-step breakdown and the run's statistics.
 #include <algorithm>
+#include <cstdio>
 #include <cmath>
 #include <optional>
 
@@ -74,6 +75,20 @@ std::string train_body(const Results& r, const ReportOptions& options) {
                  {"waiting per step", med("wait_ms")},
                  {"overlapped per step", med("overlap_ms")},
                  {"hidden share of comm", format_percent(hidden)}});
+  // Power over the measured steps, per source (absent from older summaries).
+  if (s.contains("power") && s["power"].is_array()) {
+    std::vector<std::pair<std::string, std::string>> power;
+    char text[96];
+    for (const json& p : s["power"]) {
+      const std::string source = p.value("source", std::string("?"));
+      std::snprintf(text, sizeof text, "%.0f W / %.0f W", p.value("average_watts", NAN),
+                    p.value("peak_watts", NAN));
+      power.push_back({"average / peak power, " + source, text});
+      std::snprintf(text, sizeof text, "%.3g J", p.value("energy_per_step_joules", NAN));
+      power.push_back({"energy per step, " + source, text});
+    }
+    body += cards(power);
+  }
 
   std::string timeline_html;
   std::string breakdown_html;
