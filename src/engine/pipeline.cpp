@@ -430,7 +430,7 @@ void StageRunner::local_copy(std::span<float> activation, bool into_model) {
 }
 
 void StageRunner::label_spans(int micro) {
-  if (recorder_ != nullptr && model_.stream() == nullptr) recorder_->set_micro(micro);
+  if (recorder_ != nullptr) recorder_->set_micro(micro);
 }
 
 void StageRunner::finish_step() {

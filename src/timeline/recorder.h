@@ -58,9 +58,11 @@ class RankRecorder {
     lanes_[static_cast<int>(span.lane)].push(span);
   }
   // The micro-batch that compute and wait spans recorded from now on belong to (-1:
-  // none): set by the training thread, which alone records those lanes, on models that
-  // record as they compute (a device model records its spans later, at the step's end).
+  // none): set by the training thread, which alone records those lanes. A device model
+  // records its spans later, at the step's end: its timer reads micro() as each span
+  // begins (timeline/gpu/event_timer.h).
   void set_micro(int micro) noexcept { micro_ = micro; }
+  int micro() const noexcept { return micro_; }
 
   const SpanBuffer& lane(Lane lane) const { return lanes_[static_cast<int>(lane)]; }
   std::size_t dropped() const;

@@ -8,6 +8,8 @@
 
 #include <cmath>
 #include <memory>
+#include <set>
+#include <tuple>
 #include <vector>
 
 #include "engine/trainer.h"
@@ -149,6 +151,20 @@ TEST(CudaPipelineTest, TwoGpusTrainAPipelineLikeTheCpu) {
       EXPECT_NEAR(gpu.steps[i].loss, cpu.steps[i].loss, 1e-4 * std::abs(cpu.steps[i].loss))
           << schedule << " step " << cpu.steps[i].step << " rank " << cpu.steps[i].rank;
     }
+    // Every forward and backward span carries its micro-batch, as on the cpu (the GPU's
+    // spans are recorded at the step's end, long after the micro-batch passed).
+    auto labels = [](const TrainResult& r) {
+      std::set<std::tuple<int, int, int, int>> out;  // step, rank, kind, micro
+      for (const Span& s : r.timeline.spans) {
+        if (s.kind == SpanKind::kForward || s.kind == SpanKind::kBackward) {
+          out.insert({s.step, s.rank, static_cast<int>(s.kind), s.micro});
+        }
+      }
+      return out;
+    };
+    const auto gpu_labels = labels(gpu);
+    EXPECT_EQ(gpu_labels, labels(cpu)) << schedule;
+    for (const auto& label : gpu_labels) EXPECT_GE(std::get<3>(label), 0) << schedule;
   }
 }
 

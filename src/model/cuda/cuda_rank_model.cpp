@@ -274,7 +274,7 @@ class CudaRankModel final : public RankModel {
       : device_(current(config.ordinal)),
         net_(make_net(config, stream_.get())),
         sgd_(config.sgd, net_->params().size(), stream_.get()),
-        timer_(device_, recorder.enabled()),
+        timer_(device_, recorder.enabled(), &recorder),
         recorder_(recorder),
         precision_(config.precision) {}
 

@@ -8,7 +8,8 @@
 
 namespace tandem::cuda {
 
-EventTimer::EventTimer(int device, bool enabled) : enabled_(enabled), clock_(device) {}
+EventTimer::EventTimer(int device, bool enabled, const RankRecorder* labels)
+    : enabled_(enabled), labels_(labels), clock_(device) {}
 
 void EventTimer::start_step(cudaStream_t stream) {
   if (!enabled_) return;
@@ -34,6 +35,7 @@ void EventTimer::begin(cudaStream_t stream, Lane lane, SpanKind kind, int step, 
   p.span.tag = tag;
   p.span.flops = flops;
   p.span.name = name;
+  if (labels_ != nullptr && lane != Lane::kComm) p.span.micro = labels_->micro();
   p.begin_event = next_event(stream);
   open_.push_back(pending_.size());
   pending_.push_back(p);

@@ -22,8 +22,10 @@ namespace tandem::cuda {
 class EventTimer {
  public:
   // On `device`; enabled=false: every call is a no-op (the --no-timeline run records
-  // nothing).
-  explicit EventTimer(int device, bool enabled = true);
+  // nothing). `labels`, where given, is the recorder whose current micro-batch
+  // (RankRecorder::micro) a compute span takes when it begins: the spans are recorded
+  // at the step's end, when the micro-batch they belong to has long passed.
+  explicit EventTimer(int device, bool enabled = true, const RankRecorder* labels = nullptr);
 
   bool enabled() const { return enabled_; }
   // Host-synchronizes on the anchor: call when the stream is idle (after the previous
@@ -52,6 +54,7 @@ class EventTimer {
   std::size_t next_event(cudaStream_t stream);
 
   bool enabled_;
+  const RankRecorder* labels_;
   EventClock clock_;
   std::vector<Event> events_;
   std::size_t used_ = 0;  // events recorded this step
