@@ -129,11 +129,16 @@ void validate(const TrainConfig& config) {
     throw UsageError("--prefetch must be 0..64");
   }
   validate_pipeline(config);
+  // fp16's dynamic loss scale skips a step where a gradient overflowed: every rank must
+  // see the whole gradient to decide alike (docs/GPU.md, "Mixed precision").
   if (config.device == Device::kCuda && config.model.is_transformer() &&
-      (config.precision == Precision::kFp16 || config.precision == Precision::kBf16)) {
-    throw UsageError("--precision " + std::string(to_string(config.precision)) +
-                     ": transformers compute in fp32 or tf32 (fp16 and bf16 GEMMs are for the "
-                     "mlp models so far; docs/GPU.md)");
+      config.precision == Precision::kFp16 &&
+      (config.reducer.plan.strategy.sharded() || config.pipeline.stages > 1)) {
+    throw UsageError(
+        "--precision fp16: a transformer's dynamic loss scale needs every rank's whole "
+        "gradient; with --strategy " +
+        config.reducer.plan.strategy.to_string() +
+        (config.pipeline.stages > 1 ? " and --pipeline" : "") + " use --precision bf16");
   }
   if (!config.data_path.empty() && !config.model.is_transformer()) {
     throw UsageError("--data: trains transformer models (gpt, llama and the presets) on text; '" +
@@ -309,6 +314,8 @@ StepRecord run_step(const TrainConfig& config, int step, RankModel& model, GradS
   sync.end_step();
   const RankModel::StepEnd end = model.end_step();
   record.end_ns = end.end_ns;
+  record.loss_scale = end.loss_scale;
+  record.skipped_steps = end.skipped_steps;
   record.has_loss = config.compute && stage.has_loss();
   record.loss = record.has_loss ? static_cast<float>(end.loss_sum / micro) : 0.0f;
   return record;

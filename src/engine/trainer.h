@@ -71,6 +71,8 @@ struct StepRecord {
   std::uint64_t param_hash = 0;  // with verify: FNV-1a of the parameters' bits
   float val_loss = 0;            // the held-out loss after this step, where has_val_loss
   bool has_val_loss = false;
+  float loss_scale = 0;  // fp16 on cuda: the dynamic loss scale after this step (0: none)
+  int skipped_steps = 0;  // and the steps it skipped so far (a gradient overflowed)
 };
 
 // What one rank's training state cost, and its process's peak resident set.

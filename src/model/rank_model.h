@@ -132,6 +132,10 @@ class RankModel {
   struct StepEnd {
     double loss_sum = 0;  // over the step's micro-batches
     std::int64_t end_ns = 0;
+    // fp16's dynamic loss scale after this step, and the steps it skipped so far (0: the
+    // model has none).
+    float loss_scale = 0;
+    int skipped_steps = 0;
   };
   // Ends the step: waits for the device, records its spans, reads the loss back.
   virtual StepEnd end_step() = 0;

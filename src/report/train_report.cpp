@@ -95,6 +95,10 @@ TrainSummary summarize_training(const TrainConfig& config, const TrainResult& re
       loss[r.step].first += r.loss;
       loss[r.step].second += 1;
     }
+    if (r.rank == 0 && r.loss_scale > 0) {  // steps are sorted: the last one wins
+      out.loss_scale = r.loss_scale;
+      out.skipped_steps = r.skipped_steps;
+    }
     if (r.has_val_loss && r.rank == 0 && r.step + 1 >= out.val_step) {
       out.has_val_loss = true;
       out.val_loss = r.val_loss;
@@ -213,6 +217,10 @@ std::string format_train_summary(const TrainConfig& config, const TrainResult& r
     add("  micro-batches in flight (activations) per rank: %s\n", slots.c_str());
   }
   add("  loss             %.4f -> %.4f\n", s.first_loss, s.last_loss);
+  if (s.loss_scale > 0) {
+    add("  fp16 loss scale  %g after the last step; %d step(s) skipped (a gradient overflowed)\n",
+        static_cast<double>(s.loss_scale), s.skipped_steps);
+  }
   if (s.has_val_loss) {
     add("  validation loss  %.4f (held-out tail, after step %d)\n", s.val_loss, s.val_step);
   }
@@ -337,6 +345,9 @@ nlohmann::json train_summary_body(const TrainConfig& config, const TrainResult& 
       {"memory", memory_json(result)},
       {"pipeline", pipeline_json(config, result, s)},
       {"power", power_json(s)},
+      {"loss_scale", s.loss_scale > 0 ? nlohmann::json{{"final", s.loss_scale},
+                                                       {"skipped_steps", s.skipped_steps}}
+                                      : nlohmann::json(nullptr)},
   };
 }
 

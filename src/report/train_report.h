@@ -36,6 +36,10 @@ struct TrainSummary {
   // Over the measured steps, per source sampled on rank 0's host (RAPL zones, NVML's GPUs);
   // empty where none was readable (docs/METRICS.md, "Power").
   std::vector<PowerSummary> power;
+  // fp16 on cuda: the dynamic loss scale after the last step and the steps it skipped
+  // (rank 0's; 0 and 0 without one).
+  float loss_scale = 0;
+  int skipped_steps = 0;
 };
 
 // `power`, where given, sampled the whole run: its summaries cover the measured steps.

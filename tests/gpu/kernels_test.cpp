@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdio>
+#include <limits>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -261,6 +262,67 @@ TEST(SgdTest, StepsMatchCpuSgd) {
   const double diff = max_rel_diff(to_host(d_params, s), params);
   std::printf("sgd: max rel diff %.3g after 3 steps\n", diff);
   EXPECT_LE(diff, 1e-6);
+}
+
+// fp16's dynamic loss scale on the device: an overflowed gradient skips the step and
+// halves the scale; clean steps divide the scale out, and `growth_interval` of them in a
+// row double it.
+TEST(LossScaleTest, AnOverflowSkipsTheStepAndCleanStepsGrowTheScale) {
+  TANDEM_SKIP_WITHOUT_GPU();
+  const std::size_t n = 4099;
+  const SgdOptions options{.lr = 0.05f, .momentum = 0.9f, .weight_decay = 0.01f};
+  auto params = random_floats(n, 70);
+  cuda::Stream stream;
+  const cudaStream_t s = stream.get();
+  auto d_params = to_device(params, s);
+  cuda::CudaSgd gpu(options, n, s);
+  Sgd cpu(options, n);
+  cuda::DeviceBuffer<cuda::LossScaleState> amp(1);
+  const cuda::LossScaleState initial{.scale = 1024.0f};
+  amp.upload(std::span<const cuda::LossScaleState>(&initial, 1), s);
+  auto state = [&] {
+    cuda::LossScaleState out;
+    amp.download(std::span<cuda::LossScaleState>(&out, 1), s);
+    TANDEM_CUDA_CHECK(cudaStreamSynchronize(s));
+    return out;
+  };
+  auto step = [&](const std::vector<float>& grads) {
+    const auto d_grads = to_device(grads, s);
+    cuda::find_nonfinite(d_grads.data(), n, amp.data(), s);
+    gpu.step(d_params.data(), d_grads.data(), 0.5f, s, amp.data());
+    cuda::update_loss_scale(amp.data(), /*growth_interval=*/2, s);
+    TANDEM_CUDA_CHECK(cudaStreamSynchronize(s));
+  };
+
+  // An infinity in the last element: nothing moves, the scale halves.
+  auto grads = random_floats(n, 71);
+  grads.back() = std::numeric_limits<float>::infinity();
+  step(grads);
+  EXPECT_EQ(to_host(d_params, s), params);
+  cuda::LossScaleState now = state();
+  EXPECT_EQ(now.scale, 512.0f);
+  EXPECT_EQ(now.skipped, 1);
+  EXPECT_EQ(now.found_inf, 0);
+  // A NaN too.
+  grads.back() = std::numeric_limits<float>::quiet_NaN();
+  step(grads);
+  EXPECT_EQ(state().scale, 256.0f);
+  EXPECT_EQ(state().skipped, 2);
+
+  // Two clean steps of gradients scaled by 256: the cpu's step on the unscaled ones, then
+  // the scale doubles.
+  for (int i = 0; i < 2; ++i) {
+    const auto clean = random_floats(n, 72 + i);
+    std::vector<float> scaled(clean);
+    for (float& g : scaled) g *= 256.0f;  // a power of two: exact
+    step(scaled);
+    cpu.step(params, clean, 0.5f);
+  }
+  EXPECT_LE(max_rel_diff(to_host(d_params, s), params), 1e-6);
+  now = state();
+  EXPECT_EQ(now.scale, 512.0f);
+  EXPECT_EQ(now.skipped, 2);
+  EXPECT_EQ(now.clean_steps, 0);
 }
 
 TEST(CastTest, RoundTripsWithinTheFormatsPrecision) {

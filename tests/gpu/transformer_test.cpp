@@ -194,19 +194,5 @@ TEST(CudaTransformerSpansTest, SameSpansAsTheCpuTransformer) {
   EXPECT_EQ(want.size(), 2u * (1 + 4 * spec.transformer.layers + 2 + 1));
 }
 
-TEST(CudaTransformerPrecisionTest, Fp16AndBf16AreRefusedNamingPrecision) {
-  TANDEM_SKIP_WITHOUT_GPU();
-  const ModelSpec spec = ModelSpec::parse("gpt:layers=1,dim=32,heads=4,seq=9,vocab=37");
-  cuda::Stream stream;
-  for (Precision p : {Precision::kFp16, Precision::kBf16}) {
-    try {
-      cuda::CudaTransformer model(spec, 2, 1, p, stream.get());
-      ADD_FAILURE() << to_string(p) << " was accepted";
-    } catch (const UsageError& e) {
-      EXPECT_NE(std::string(e.what()).find("--precision"), std::string::npos) << e.what();
-    }
-  }
-}
-
 }  // namespace
 }  // namespace tandem

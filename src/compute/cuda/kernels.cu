@@ -141,7 +141,8 @@ __global__ void accumulate_mean_kernel(double* loss_sum, const float* row_loss, 
 
 __global__ void softmax_ce_backward_kernel(float* dlogits, const float* probs,
                                            const std::int32_t* targets, std::int64_t n, int C,
-                                           float inv_b) {
+                                           float inv_b, const LossScaleState* amp) {
+  if (amp != nullptr) inv_b *= amp->scale;  // a power of two: exact
   for (std::int64_t i = first_index(); i < n; i += grid_stride()) {
     const std::int64_t row = i / C;
     const int c = static_cast<int>(i - row * C);
@@ -154,13 +155,37 @@ __global__ void softmax_ce_backward_kernel(float* dlogits, const float* probs,
 
 // The _rn intrinsics keep nvcc from fusing into FMAs, so the update rounds like the CPU's.
 __global__ void sgd_kernel(float* params, float* velocity, const float* grads, std::int64_t n,
-                           float lr, float momentum, float weight_decay, float grad_scale) {
+                           float lr, float momentum, float weight_decay, float grad_scale,
+                           const LossScaleState* amp) {
+  if (amp != nullptr) {
+    if (amp->found_inf != 0) return;  // the step is skipped
+    grad_scale /= amp->scale;         // a power of two: exact
+  }
   for (std::int64_t i = first_index(); i < n; i += grid_stride()) {
     const float w = params[i];
     const float g = __fadd_rn(__fmul_rn(grads[i], grad_scale), __fmul_rn(weight_decay, w));
     const float v = __fadd_rn(__fmul_rn(momentum, velocity[i]), g);
     velocity[i] = v;
     params[i] = __fsub_rn(w, __fmul_rn(lr, v));
+  }
+}
+
+// Any non-finite x sets found_inf (every writer stores the same 1: no race on the value).
+__global__ void find_nonfinite_kernel(const float* x, std::int64_t n, LossScaleState* amp) {
+  bool bad = false;
+  for (std::int64_t i = first_index(); i < n; i += grid_stride()) bad |= !isfinite(x[i]);
+  if (__syncthreads_or(bad) && threadIdx.x == 0) amp->found_inf = 1;
+}
+
+__global__ void update_loss_scale_kernel(LossScaleState* amp, int growth_interval) {
+  if (amp->found_inf != 0) {
+    amp->scale = fmaxf(amp->scale * 0.5f, 1.0f);
+    amp->clean_steps = 0;
+    amp->skipped += 1;
+    amp->found_inf = 0;
+  } else if (++amp->clean_steps >= growth_interval) {
+    amp->scale = fminf(amp->scale * 2.0f, 16777216.0f);  // 2^24: fp16's gradients fit
+    amp->clean_steps = 0;
   }
 }
 
@@ -241,22 +266,35 @@ void accumulate_mean(double* loss_sum, const float* row_loss, int B, cudaStream_
 }
 
 void softmax_cross_entropy_backward(float* dlogits, const float* probs, const std::int32_t* targets,
-                                    int B, int C, cudaStream_t stream) {
+                                    int B, int C, cudaStream_t stream, const LossScaleState* amp) {
   const std::int64_t n = static_cast<std::int64_t>(B) * C;
   if (n <= 0) return;
   const float inv_b = 1.0f / static_cast<float>(B);
   softmax_ce_backward_kernel<<<blocks_for(n), kThreads, 0, stream>>>(dlogits, probs, targets, n, C,
-                                                                     inv_b);
+                                                                     inv_b, amp);
   TANDEM_CUDA_CHECK_LAUNCH("softmax_ce_backward_kernel");
 }
 
 void sgd_step(float* params, float* velocity, const float* grads, std::size_t n, float lr,
-              float momentum, float weight_decay, float grad_scale, cudaStream_t stream) {
+              float momentum, float weight_decay, float grad_scale, cudaStream_t stream,
+              const LossScaleState* amp) {
   if (n == 0) return;
   const auto count = static_cast<std::int64_t>(n);
   sgd_kernel<<<blocks_for(count), kThreads, 0, stream>>>(params, velocity, grads, count, lr,
-                                                         momentum, weight_decay, grad_scale);
+                                                         momentum, weight_decay, grad_scale, amp);
   TANDEM_CUDA_CHECK_LAUNCH("sgd_kernel");
+}
+
+void find_nonfinite(const float* x, std::size_t n, LossScaleState* amp, cudaStream_t stream) {
+  if (n == 0) return;
+  const auto count = static_cast<std::int64_t>(n);
+  find_nonfinite_kernel<<<blocks_for(count), kThreads, 0, stream>>>(x, count, amp);
+  TANDEM_CUDA_CHECK_LAUNCH("find_nonfinite_kernel");
+}
+
+void update_loss_scale(LossScaleState* amp, int growth_interval, cudaStream_t stream) {
+  update_loss_scale_kernel<<<1, 1, 0, stream>>>(amp, growth_interval);
+  TANDEM_CUDA_CHECK_LAUNCH("update_loss_scale_kernel");
 }
 
 void cast_from_float(void* out, const float* in, std::size_t n, Precision precision, float scale,

@@ -439,9 +439,10 @@ CudaSgd::CudaSgd(SgdOptions options, std::size_t numel, cudaStream_t stream)
   velocity_.zero(stream);  // ordered before every step() on the same stream
 }
 
-void CudaSgd::step(float* params, const float* grads, float grad_scale, cudaStream_t stream) {
+void CudaSgd::step(float* params, const float* grads, float grad_scale, cudaStream_t stream,
+                   const LossScaleState* amp) {
   sgd_step(params, velocity_.data(), grads, velocity_.size(), options_.lr, options_.momentum,
-           options_.weight_decay, grad_scale, stream);
+           options_.weight_decay, grad_scale, stream, amp);
 }
 
 void CudaSgd::step(std::span<float> params, std::span<const float> grads, std::span<float> velocity,

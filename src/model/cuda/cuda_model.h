@@ -117,11 +117,15 @@ class CudaModel {
 };
 
 // SGD (model.h's rule, sgd.cpp's rounding) on the flat fp32 device arrays.
+struct LossScaleState;  // compute/cuda/kernels.h
+
 class CudaSgd {
  public:
   // Velocity zeroed on `stream` (the current device's), before any step on that stream.
   CudaSgd(SgdOptions options, std::size_t numel, cudaStream_t stream);
-  void step(float* params, const float* grads, float grad_scale, cudaStream_t stream);
+  // With `amp`: fp16's loss scale divided out, or the step skipped (compute/cuda/kernels.h).
+  void step(float* params, const float* grads, float grad_scale, cudaStream_t stream,
+            const LossScaleState* amp = nullptr);
   // The same rule on spans of device memory with the caller's `velocity` (a shard's).
   void step(std::span<float> params, std::span<const float> grads, std::span<float> velocity,
             float grad_scale, cudaStream_t stream) const;

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "compute/cuda/gemm.h"
+#include "compute/cuda/kernels.h"
 #include "core/clock.h"
 #include "core/error.h"
 #include "cuda/check.h"
@@ -163,6 +164,8 @@ class CudaNet {
   virtual void begin_backward(int unit, std::span<const float> output_grad) = 0;
   virtual std::span<const float> input_grad(int unit) = 0;
   virtual std::int64_t activation_bytes() const = 0;
+  // fp16 transformers: the loss scale their loss gradient is multiplied by.
+  virtual void set_loss_scale(const cuda::LossScaleState* /*amp*/) {}
 };
 
 // The passes of a CudaModel or a CudaTransformer (the same unit-by-unit interface).
@@ -224,6 +227,7 @@ class TransformerNet final : public CudaNetOf<cuda::CudaTransformer> {
   void set_micro_batch(int index) override {
     net_.set_input(tokens_.next(index, /*validation=*/false, stream_));
   }
+  void set_loss_scale(const cuda::LossScaleState* amp) override { net_.set_loss_scale(amp); }
 
   // Forward passes over the held-out batches, timing nothing, between steps; the loss
   // accumulator is the step's, which the next begin_step resets.
@@ -276,7 +280,15 @@ class CudaRankModel final : public RankModel {
         sgd_(config.sgd, net_->params().size(), stream_.get()),
         timer_(device_, recorder.enabled(), &recorder),
         recorder_(recorder),
-        precision_(config.precision) {}
+        precision_(config.precision) {
+    if (config.precision == Precision::kFp16 && config.spec.is_transformer()) {
+      amp_.emplace(1);
+      amp_host_.emplace(1);
+      const cuda::LossScaleState initial;
+      amp_->upload(std::span<const cuda::LossScaleState>(&initial, 1), stream_.get());
+      net_->set_loss_scale(amp_->data());
+    }
+  }
 
   // Kernels still queued may write the buffers about to be freed.
   ~CudaRankModel() override { cudaStreamSynchronize(stream_.get()); }
@@ -303,6 +315,7 @@ class CudaRankModel final : public RankModel {
   }
   void sgd_step(std::span<float> params, std::span<const float> grads, std::span<float> velocity,
                 float grad_scale) override {
+    TANDEM_CHECK(!amp_);  // fp16 transformers are refused with sharded strategies (trainer.cpp)
     sgd_.step(params, grads, velocity, grad_scale, stream_.get());
   }
 
@@ -333,8 +346,16 @@ class CudaRankModel final : public RankModel {
     TANDEM_CUDA_CHECK(cudaSetDevice(device_));
     return net_->validation_loss();
   }
+  // With fp16's loss scale: an overflowed gradient skips the step, on the device.
   void optimizer_step(float grad_scale) override {
-    sgd_.step(net_->params().data(), net_->grads().data(), grad_scale, stream_.get());
+    if (!amp_) {
+      sgd_.step(net_->params().data(), net_->grads().data(), grad_scale, stream_.get());
+      return;
+    }
+    const std::span<float> grads = net_->grads();
+    cuda::find_nonfinite(grads.data(), grads.size(), amp_->data(), stream_.get());
+    sgd_.step(net_->params().data(), grads.data(), grad_scale, stream_.get(), amp_->data());
+    cuda::update_loss_scale(amp_->data(), kLossScaleGrowthInterval, stream_.get());
   }
   void zero_grad() override { net_->zero_grad(); }
   void begin_span(Lane lane, SpanKind kind, int tag) override {
@@ -345,9 +366,19 @@ class CudaRankModel final : public RankModel {
   // The step's one host synchronization.
   StepEnd end_step() override {
     net_->enqueue_loss_readback();
+    if (amp_) {
+      TANDEM_CUDA_CHECK(cudaMemcpyAsync(amp_host_->data(), amp_->data(),
+                                        sizeof(cuda::LossScaleState), cudaMemcpyDeviceToHost,
+                                        stream_.get()));
+    }
     stream_.synchronize();
     const std::int64_t end = timer_.flush(recorder_);
-    return {.loss_sum = net_->loss_sum_host(), .end_ns = end};
+    StepEnd out{.loss_sum = net_->loss_sum_host(), .end_ns = end};
+    if (amp_) {
+      out.loss_scale = amp_host_->data()->scale;
+      out.skipped_steps = amp_host_->data()->skipped;
+    }
+    return out;
   }
 
   std::vector<float> download_params() override { return net_->download_params(); }
@@ -373,6 +404,10 @@ class CudaRankModel final : public RankModel {
   RankRecorder& recorder_;
   Precision precision_;
   int step_ = -1;
+  // fp16 transformers: the dynamic loss scale on the device, and its copy read each step.
+  static constexpr int kLossScaleGrowthInterval = 2000;  // clean steps before it doubles
+  std::optional<cuda::DeviceBuffer<cuda::LossScaleState>> amp_;
+  std::optional<cuda::PinnedBuffer<cuda::LossScaleState>> amp_host_;
 };
 
 std::unique_ptr<RankModel> make(const ModelConfig& config, RankRecorder& recorder) {
@@ -391,7 +426,8 @@ ReplicaBytes device_replica_bytes(const ModelConfig& config) {
   ReplicaBytes out;
   out.state = 3.0 * static_cast<double>(spec.parameter_count()) * sizeof(float);
   if (spec.is_transformer()) {
-    out.working = static_cast<double>(cuda::CudaTransformer::buffer_bytes(spec, config.batch)) +
+    out.working = static_cast<double>(
+                      cuda::CudaTransformer::buffer_bytes(spec, config.batch, config.precision)) +
                   4.0 * 2 * config.batch * spec.transformer.seq;
   } else {
     out.working =

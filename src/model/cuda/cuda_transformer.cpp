@@ -4,6 +4,8 @@
 #include "model/cuda/cuda_transformer.h"
 
 #include <algorithm>
+#include <cstdint>
+#include <utility>
 #include <limits>
 #include <string>
 
@@ -30,6 +32,17 @@ namespace tandem::cuda {
 // probabilities in forward_loss and dlogits in backward_loss, in place, as on the CPU.
 // Backward scratch as on the CPU, except that attention's dP scratch holds all H heads
 // of one sequence ([H, T, T]: one strided-batched GEMM per sequence).
+// Note [CudaTransformer mixed precision]
+// fp16/bf16 as autocast does it: the linear layers' GEMMs (qkv, projection, MLP, head:
+// nearly all of a large model's FLOPs) read fp16/bf16 copies of their inputs and
+// accumulate in fp32 into fp32 outputs; attention's batched products run in tf32; every
+// elementwise kernel, the master weights, the gradients and the loss stay fp32. The
+// weights are cast at each unit's forward into lp_params (the same layout), which its
+// backward reads again (the parameters do not change within a step); activations and
+// output gradients are cast just before the GEMM that reads them, into two scratch
+// buffers reused in stream order. fp16 adds the rank model's dynamic loss scale: the loss
+// gradient is multiplied by it (softmax_cross_entropy_backward), so the cast output
+// gradients stay in fp16's range, and the SGD step divides it out or skips the step.
 namespace {
 
 // What one micro-batch keeps from its forward to its backward (Note [activation slots] in
@@ -136,45 +149,94 @@ struct CudaTransformer::Impl : TransformerOffsets, CudaTransformerActs {  // ten
   DeviceBuffer<float> rope;  // llama: [T, hd/2, 2]
   DeviceBuffer<float> dx, dln, dqkv, datty, dup, dact, att_scratch;
   std::unique_ptr<DeviceLossSum> loss;
+  const LossScaleState* amp = nullptr;  // fp16: the rank model's loss scale
+  // fp16/bf16 (Note [CudaTransformer mixed precision]): the parameters' cast copy, and
+  // the cast GEMM inputs (activations in lp_in, output gradients in lp_dout).
+  DeviceBuffer<std::uint16_t> lp_params, lp_in, lp_dout;
 
+  bool low_precision() const {
+    return precision == Precision::kFp16 || precision == Precision::kBf16;
+  }
+  // Attention's batched products: tf32 where the linear layers are fp16/bf16.
+  Precision attention_precision() const {
+    return low_precision() ? Precision::kTf32 : precision;
+  }
   const float* w(std::size_t offset) const { return params.data() + offset; }
   float* g(std::size_t offset) { return grads.data() + offset; }
+  // A weight as a GEMM reads it: the fp32 master or its cast copy.
+  const void* gemm_weight(std::size_t offset) const {
+    return low_precision() ? static_cast<const void*>(lp_params.data() + offset) : w(offset);
+  }
+  // An activation (`n` elements) as a GEMM reads it: itself, or cast into lp_in.
+  const void* gemm_input(const float* activation, std::size_t n) {
+    if (!low_precision()) return activation;
+    TANDEM_CHECK(n <= lp_in.size());
+    cast_from_float(lp_in.data(), activation, n, precision, 1.0f, stream);
+    return lp_in.data();
+  }
+  // An output gradient as a GEMM reads it: itself, or cast into lp_dout.
+  const void* gemm_dout(const float* d, std::size_t n) {
+    if (!low_precision()) return d;
+    TANDEM_CHECK(n <= lp_dout.size());
+    cast_from_float(lp_dout.data(), d, n, precision, 1.0f, stream);
+    return lp_dout.data();
+  }
+  // At a unit's forward: its weights' cast copy (and the tied wte for gpt's head).
+  void cast_weights(int unit) {
+    if (!low_precision() || unit == 0) return;  // the embedding runs no GEMM
+    for (int u : layout.units_read(unit)) {
+      const std::size_t begin = layout.unit_begin(u), end = layout.unit_end(u);
+      cast_from_float(lp_params.data() + begin, params.data() + begin, end - begin, precision,
+                      1.0f, stream);
+    }
+  }
 
   // ---- Linear layers: layers::Ops's, with cuBLAS ----
   // out [N, O] = inp [N, I] . weight [I, O] (+ bias).
-  void linear_forward(float* out, const float* inp, const float* weight, const float* bias, int N,
+  void linear_forward(float* out, const float* inp, std::size_t weight, const float* bias, int N,
                       int I, int O) {
     float beta = 0.0f;
     if (bias != nullptr) {
       bias_broadcast(out, bias, N, O, stream);
       beta = 1.0f;
     }
-    gemm(blas, precision, false, false, N, O, I, 1.0f, inp, I, weight, O, beta, out, O);
+    gemm(blas, precision, false, false, N, O, I, 1.0f, gemm_input(inp, elements(N, I)), I,
+         gemm_weight(weight), O, beta, out, O);
   }
   // out = residual (+ bias) + inp . weight; out may alias residual.
   void linear_residual_forward(float* out, const float* residual, const float* inp,
-                               const float* weight, const float* bias, int N, int I, int O) {
+                               std::size_t weight, const float* bias, int N, int I, int O) {
     residual_forward(out, residual, bias, N, O, stream);
-    gemm(blas, precision, false, false, N, O, I, 1.0f, inp, I, weight, O, 1.0f, out, O);
+    gemm(blas, precision, false, false, N, O, I, 1.0f, gemm_input(inp, elements(N, I)), I,
+         gemm_weight(weight), O, 1.0f, out, O);
   }
   // dweight [I, O] += inp^T . dout; dbias [O] += (non-null); dinp [N, I] = dout . weight^T.
   void linear_backward(float* dinp, float* dweight, float* dbias, const float* dout,
-                       const float* inp, const float* weight, int N, int I, int O) {
-    gemm(blas, precision, true, false, I, O, N, 1.0f, inp, I, dout, O, 1.0f, dweight, O);
+                       const float* inp, std::size_t weight, int N, int I, int O) {
+    const void* d = gemm_dout(dout, elements(N, O));
+    gemm(blas, precision, true, false, I, O, N, 1.0f, gemm_input(inp, elements(N, I)), I, d, O,
+         1.0f, dweight, O);
     if (dbias != nullptr) bias_backward(dbias, dout, N, O, stream);
     if (dinp != nullptr) {
-      gemm(blas, precision, false, true, N, I, O, 1.0f, dout, O, weight, O, 0.0f, dinp, I);
+      gemm(blas, precision, false, true, N, I, O, 1.0f, d, O, gemm_weight(weight), O, 0.0f, dinp,
+           I);
     }
+  }
+  static std::size_t elements(int rows, int cols) {
+    return static_cast<std::size_t>(rows) * static_cast<std::size_t>(cols);
   }
 };
 
 namespace {
 
-void check_precision(Precision precision) {
-  if (precision == Precision::kFp32 || precision == Precision::kTf32) return;
-  throw UsageError("--precision " + std::string(to_string(precision)) +
-                   ": transformers on --device cuda compute in fp32 or tf32 (fp16 and bf16 "
-                   "GEMMs are for the mlp models so far)");
+// Elements of the cast GEMM inputs (Note [CudaTransformer mixed precision]): lp_in holds
+// the widest activation a linear layer reads, lp_dout the widest output gradient.
+std::pair<std::size_t, std::size_t> lp_scratch(const ModelSpec& spec, int max_batch) {
+  const TransformerShape& s = spec.transformer;
+  const auto n = static_cast<std::size_t>(max_batch) * static_cast<std::size_t>(s.seq);
+  const auto D = static_cast<std::size_t>(s.dim), F = static_cast<std::size_t>(s.hidden);
+  const std::size_t up = spec.kind == ModelKind::kGpt ? F : 2 * F;
+  return {n * std::max(D, F), n * std::max({3 * D, up, static_cast<std::size_t>(s.vocab)})};
 }
 
 }  // namespace
@@ -184,7 +246,6 @@ CudaTransformer::CudaTransformer(const ModelSpec& spec, int max_batch, std::uint
                                  LayoutOptions layout_options)
     : impl_(std::make_unique<Impl>(spec, layout_options)) {
   TANDEM_CHECK(spec.is_transformer());
-  check_precision(precision);
   const TransformerShape& s = spec.transformer;
   const std::int64_t N64 = transformer_batch_tokens(spec, max_batch);
   Impl& m = *impl_;
@@ -212,6 +273,12 @@ CudaTransformer::CudaTransformer(const ModelSpec& spec, int max_batch, std::uint
   m.dact = DeviceBuffer<float>(n * F);
   m.att_scratch = DeviceBuffer<float>(H * TT);
   m.loss = std::make_unique<DeviceLossSum>(stream);
+  if (m.low_precision()) {
+    const auto [in, dout] = lp_scratch(spec, max_batch);
+    m.lp_params = DeviceBuffer<std::uint16_t>(m.layout.numel());
+    m.lp_in = DeviceBuffer<std::uint16_t>(in);
+    m.lp_dout = DeviceBuffer<std::uint16_t>(dout);
+  }
 
   // The same initial parameters (layout.h) and rotary table as the CPU model.
   std::vector<float> initial(m.layout.numel());
@@ -232,15 +299,25 @@ CudaTransformer::CudaTransformer(const ModelSpec& spec, int max_batch, std::uint
 
 CudaTransformer::~CudaTransformer() = default;
 
-std::int64_t CudaTransformer::buffer_bytes(const ModelSpec& spec, int max_batch) {
+std::int64_t CudaTransformer::buffer_bytes(const ModelSpec& spec, int max_batch,
+                                           Precision precision) {
   // The CPU's buffers (the token ids included, here in device memory), plus what differs
-  // (Note [CudaTransformer buffers]): dP for H heads instead of one, and the rows' losses.
+  // (Note [CudaTransformer buffers]): dP for H heads instead of one, and the rows' losses;
+  // with fp16/bf16 the cast parameters and GEMM inputs.
   const TransformerShape& s = spec.transformer;
   const std::int64_t tokens = static_cast<std::int64_t>(max_batch) * s.seq;
-  return Transformer::buffer_bytes(spec, max_batch) +
+  std::int64_t lp = 0;
+  if (precision == Precision::kFp16 || precision == Precision::kBf16) {
+    const auto [in, dout] = lp_scratch(spec, max_batch);
+    lp = static_cast<std::int64_t>(sizeof(std::uint16_t) *
+                                   (ModelLayout(spec).numel() + in + dout));
+  }
+  return Transformer::buffer_bytes(spec, max_batch) + lp +
          static_cast<std::int64_t>(sizeof(float)) *
              (static_cast<std::int64_t>(s.heads - 1) * s.seq * s.seq + tokens);
 }
+
+void CudaTransformer::set_loss_scale(const LossScaleState* amp) { impl_->amp = amp; }
 
 const ModelSpec& CudaTransformer::spec() const { return impl_->layout.spec(); }
 const ModelLayout& CudaTransformer::layout() const { return impl_->layout; }
@@ -348,6 +425,7 @@ void CudaTransformer::forward_unit(int unit, EventTimer* timer, int step) {
   auto span = [&](ModelOp op, double f) {
     return TimedSection(timer, st, SpanKind::kForward, step, unit, f, op_name(op));
   };
+  m.cast_weights(unit);
 
   if (unit == 0) {
     auto s0 = span(ModelOp::kEmbedding, 0);
@@ -368,10 +446,11 @@ void CudaTransformer::forward_unit(int unit, EventTimer* timer, int step) {
     auto s2 = span(ModelOp::kHead, flops.head);
     if (m.gpt) {
       // Tied: logits [N, V] = lnf [N, D] . wte^T [D, V].
-      gemm(m.blas, m.precision, false, true, N, s.vocab, D, 1.0f, m.lnf.data(), D, m.w(m.wte), D,
-           0.0f, m.logits.data(), s.vocab);
+      gemm(m.blas, m.precision, false, true, N, s.vocab, D, 1.0f,
+           m.gemm_input(m.lnf.data(), Impl::elements(N, D)), D, m.gemm_weight(m.wte), D, 0.0f,
+           m.logits.data(), s.vocab);
     } else {
-      m.linear_forward(m.logits.data(), m.lnf.data(), m.w(m.head_w), nullptr, N, D, s.vocab);
+      m.linear_forward(m.logits.data(), m.lnf.data(), m.head_w, nullptr, N, D, s.vocab);
     }
     return;
   }
@@ -394,24 +473,23 @@ void CudaTransformer::forward_unit(int unit, EventTimer* timer, int step) {
   norm(b.ln1.data(), b.ln1_mean.data(), b.ln1_rstd.data(), x, p.ln1_w, p.ln1_b);
   {
     auto sa = span(ModelOp::kAttention, flops.attention);
-    m.linear_forward(b.qkv.data(), b.ln1.data(), m.w(p.qkv_w), bias(p.qkv_b), N, D, 3 * D);
+    m.linear_forward(b.qkv.data(), b.ln1.data(), p.qkv_w, bias(p.qkv_b), N, D, 3 * D);
     if (!m.gpt) rope_forward(b.qkv.data(), m.rope.data(), B, Tn, D, H, st);
-    attention_forward(m.blas, m.precision, b.atty.data(), b.att.data(), b.qkv.data(), B, Tn, D, H,
-                      st);
-    m.linear_residual_forward(b.xmid.data(), x, b.atty.data(), m.w(p.proj_w), bias(p.proj_b), N, D,
-                              D);
+    attention_forward(m.blas, m.attention_precision(), b.atty.data(), b.att.data(), b.qkv.data(),
+                      B, Tn, D, H, st);
+    m.linear_residual_forward(b.xmid.data(), x, b.atty.data(), p.proj_w, bias(p.proj_b), N, D, D);
   }
   norm(b.ln2.data(), b.ln2_mean.data(), b.ln2_rstd.data(), b.xmid.data(), p.ln2_w, p.ln2_b);
   auto sm = span(ModelOp::kMlp, flops.mlp);
   const std::int64_t inner = static_cast<std::int64_t>(N) * F;
   if (m.gpt) {
-    m.linear_forward(b.up.data(), b.ln2.data(), m.w(p.up_w), m.w(p.up_b), N, D, F);
+    m.linear_forward(b.up.data(), b.ln2.data(), p.up_w, m.w(p.up_b), N, D, F);
     gelu_forward(b.act.data(), b.up.data(), inner, st);
   } else {
-    m.linear_forward(b.up.data(), b.ln2.data(), m.w(p.up_w), nullptr, N, D, 2 * F);
+    m.linear_forward(b.up.data(), b.ln2.data(), p.up_w, nullptr, N, D, 2 * F);
     swiglu_forward(b.act.data(), b.up.data(), N, F, st);
   }
-  m.linear_residual_forward(m.x[l + 1].data(), b.xmid.data(), b.act.data(), m.w(p.down_w),
+  m.linear_residual_forward(m.x[l + 1].data(), b.xmid.data(), b.act.data(), p.down_w,
                             bias(p.down_b), N, F, D);
 }
 
@@ -433,7 +511,7 @@ void CudaTransformer::backward_loss(EventTimer* timer, int step) {
   TimedSection span(timer, m.stream, SpanKind::kBackward, step, units(), 0,
                     op_name(ModelOp::kLoss));
   softmax_cross_entropy_backward(m.logits.data(), m.logits.data(), m.targets, m.rows * s.seq,
-                                 s.vocab, m.stream);
+                                 s.vocab, m.stream, m.amp);
   m.next_backward = units() - 1;
 }
 
@@ -462,13 +540,14 @@ void CudaTransformer::backward_unit(int unit, EventTimer* timer, int step) {
       auto s2 = span(ModelOp::kHead, flops.head);
       if (m.gpt) {
         // dlnf [N, D] = dlogits [N, V] . wte [V, D]; dwte [V, D] += dlogits^T . lnf.
-        gemm(m.blas, m.precision, false, false, N, D, s.vocab, 1.0f, m.logits.data(), s.vocab,
-             m.w(m.wte), D, 0.0f, m.dln.data(), D);
-        gemm(m.blas, m.precision, true, false, s.vocab, D, N, 1.0f, m.logits.data(), s.vocab,
-             m.lnf.data(), D, 1.0f, m.g(m.wte), D);
+        const void* dlogits = m.gemm_dout(m.logits.data(), Impl::elements(N, s.vocab));
+        gemm(m.blas, m.precision, false, false, N, D, s.vocab, 1.0f, dlogits, s.vocab,
+             m.gemm_weight(m.wte), D, 0.0f, m.dln.data(), D);
+        gemm(m.blas, m.precision, true, false, s.vocab, D, N, 1.0f, dlogits, s.vocab,
+             m.gemm_input(m.lnf.data(), Impl::elements(N, D)), D, 1.0f, m.g(m.wte), D);
       } else {
         m.linear_backward(m.dln.data(), m.g(m.head_w), nullptr, m.logits.data(), m.lnf.data(),
-                          m.w(m.head_w), N, D, s.vocab);
+                          m.head_w, N, D, s.vocab);
       }
     }
     auto s1 = span(ModelOp::kNorm, 0);
@@ -502,29 +581,29 @@ void CudaTransformer::backward_unit(int unit, EventTimer* timer, int step) {
 
   {
     auto sm = span(ModelOp::kMlp, flops.mlp);
-    m.linear_backward(m.dact.data(), m.g(p.down_w), dbias(p.down_b), dx, b.act.data(),
-                      m.w(p.down_w), N, F, D);
+    m.linear_backward(m.dact.data(), m.g(p.down_w), dbias(p.down_b), dx, b.act.data(), p.down_w,
+                      N, F, D);
     const std::int64_t inner = static_cast<std::int64_t>(N) * F;
     if (m.gpt) {
       gelu_backward(m.dup.data(), b.up.data(), m.dact.data(), inner, st);
       m.linear_backward(m.dln.data(), m.g(p.up_w), m.g(p.up_b), m.dup.data(), b.ln2.data(),
-                        m.w(p.up_w), N, D, F);
+                        p.up_w, N, D, F);
     } else {
       swiglu_backward(m.dup.data(), m.dact.data(), b.up.data(), N, F, st);
-      m.linear_backward(m.dln.data(), m.g(p.up_w), nullptr, m.dup.data(), b.ln2.data(), m.w(p.up_w),
-                        N, D, 2 * F);
+      m.linear_backward(m.dln.data(), m.g(p.up_w), nullptr, m.dup.data(), b.ln2.data(), p.up_w, N,
+                        D, 2 * F);
     }
   }
   norm_backward(b.xmid.data(), b.ln2_mean.data(), b.ln2_rstd.data(), p.ln2_w, p.ln2_b);
   {
     auto sa = span(ModelOp::kAttention, flops.attention);
-    m.linear_backward(m.datty.data(), m.g(p.proj_w), dbias(p.proj_b), dx, b.atty.data(),
-                      m.w(p.proj_w), N, D, D);
-    attention_backward(m.blas, m.precision, m.dqkv.data(), m.att_scratch.data(), m.datty.data(),
+    m.linear_backward(m.datty.data(), m.g(p.proj_w), dbias(p.proj_b), dx, b.atty.data(), p.proj_w,
+                      N, D, D);
+    attention_backward(m.blas, m.attention_precision(), m.dqkv.data(), m.att_scratch.data(), m.datty.data(),
                        b.qkv.data(), b.att.data(), B, Tn, D, H, st);
     if (!m.gpt) rope_backward(m.dqkv.data(), m.rope.data(), B, Tn, D, H, st);
     m.linear_backward(m.dln.data(), m.g(p.qkv_w), dbias(p.qkv_b), m.dqkv.data(), b.ln1.data(),
-                      m.w(p.qkv_w), N, D, 3 * D);
+                      p.qkv_w, N, D, 3 * D);
   }
   norm_backward(m.x[l].data(), b.ln1_mean.data(), b.ln1_rstd.data(), p.ln1_w, p.ln1_b);
 }

@@ -10,9 +10,9 @@
 // Spans (with an EventTimer): exactly the CPU Transformer's, the same names (ModelOp),
 // kinds, tags and FLOPs (transformer_flops), timed by CUDA events.
 //
-// Precision: fp32, or tf32 GEMMs (attention's products included); every elementwise
-// kernel, the weights, gradients and the loss are fp32. fp16/bf16 are refused (UsageError
-// naming --precision).
+// Precision: fp32, or tf32 GEMMs (attention's products included); fp16/bf16 for the
+// linear layers' GEMMs with attention in tf32 (Note [CudaTransformer mixed precision] in
+// the .cpp). Every elementwise kernel, the master weights, gradients and the loss are fp32.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -28,6 +28,8 @@
 
 namespace tandem::cuda {
 
+struct LossScaleState;  // compute/cuda/kernels.h
+
 // A batch of token ids already in device memory: inputs [rows, seq] and targets [rows,
 // seq] (the inputs shifted by one), in [0, vocab). It must stay unchanged until the stream
 // has run the backward that follows.
@@ -40,8 +42,7 @@ struct DeviceTokens {
 class CudaTransformer {
  public:
   // On the calling thread's current device; every buffer is allocated here, for up to
-  // max_batch sequences. Throws UsageError for bad batches and for fp16/bf16,
-  // RuntimeError when CUDA fails (out of memory included).
+  // max_batch sequences. Throws UsageError for bad batches, RuntimeError when CUDA fails (out of memory included).
   // `layout`: how the flat arrays hold the units (a sharded strategy pads them).
   CudaTransformer(const ModelSpec& spec, int max_batch, std::uint64_t seed, Precision precision,
                   cudaStream_t stream, LayoutOptions layout = {});
@@ -50,7 +51,10 @@ class CudaTransformer {
   CudaTransformer& operator=(const CudaTransformer&) = delete;
   // Device bytes that constructor allocates besides the parameters and gradients (a floor:
   // cuBLAS's workspace is not counted).
-  static std::int64_t buffer_bytes(const ModelSpec& spec, int max_batch);
+  static std::int64_t buffer_bytes(const ModelSpec& spec, int max_batch,
+                                   Precision precision = Precision::kFp32);
+  // fp16: the loss gradient is multiplied by amp->scale from now on (null: by nothing).
+  void set_loss_scale(const LossScaleState* amp);
 
   const ModelSpec& spec() const;
   const ModelLayout& layout() const;
