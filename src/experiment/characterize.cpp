@@ -127,17 +127,31 @@ std::vector<PowerOverlap> power_overlap(const Characterization& c) {
 std::string format_power_table(const Characterization& c) {
   std::string text;
   char line[256];
+  double worst = 0;  // the coarsest energy resolution of a row
   for (const ScenarioRun& run : c.runs) {
     for (const PowerSummary& p : run.power) {
       if (text.empty()) {
-        text = "  power over the measured iterations   average W     peak W   J/iteration\n";
+        text = "  power over the measured iterations   average W     peak W   J/iteration  "
+               "resolution\n";
       }
-      std::snprintf(line, sizeof line, "  %-13s %-22.22s %9.1f %10.1f %13.3f\n",
+      char resolution[16] = "n/a";
+      if (p.resolution) {
+        std::snprintf(resolution, sizeof resolution, "+-%.0f%%", 100 * *p.resolution);
+        worst = std::max(worst, *p.resolution);
+      }
+      std::snprintf(line, sizeof line, "  %-13s %-22.22s %9.1f %10.1f %13.3f  %10s\n",
                     std::string(to_string(run.scenario)).c_str(), p.source.c_str(),
                     p.average_watts, p.peak_watts,
-                    p.energy_joules / std::max(1, run.power_iterations));
+                    p.energy_joules / std::max(1, run.power_iterations), resolution);
       text += line;
     }
+  }
+  if (worst > 0.1) {
+    std::snprintf(line, sizeof line,
+                  "  warning: a scenario's iterations span under ten steps of its energy counter "
+                  "(+-%.0f%%): more --iterations measure power better\n",
+                  100 * worst);
+    text += line;
   }
   auto percent = [](double v) {
     char out[32];

@@ -19,9 +19,10 @@ namespace tandem {
 
 struct PowerSample {
   std::int64_t t_ns = 0;  // steady clock, the spans' clock
-  // The average over the kPeakWindow before t_ns (or since start() where that is shorter):
-  // an energy counter advances in steps (NVML's every few tens of ms), so the difference
-  // between two 50 ms samples alone reads 0 W, then twice the power.
+  // The average over the peak window (peak_window_ns) before t_ns, or since start() where
+  // that is shorter: an energy counter advances in steps (NVML's every 100 ms on an
+  // H200), so the difference between two 50 ms samples alone reads 0 W, then twice the
+  // power.
   double watts = 0;
   double joules = 0;  // the source's energy since start()
   int source = 0;     // index into the sampler's sources
@@ -54,14 +55,25 @@ class PowerSource {
 std::vector<std::unique_ptr<PowerSource>> discover_rapl(
     const std::filesystem::path& root = "/sys/class/powercap");
 
-// Peak power is the highest average over any window this long (docs/METRICS.md, "Power").
+// Peak power is the highest average over a window of ten steps of the source's counter,
+// and at least this long (docs/METRICS.md, "Power").
 inline constexpr std::chrono::milliseconds kPeakWindow{250};
+inline constexpr int kPeakWindowSteps = 10;
+// The window for a counter that advances every `counter_step_ns` (0: not known).
+std::int64_t peak_window_ns(std::int64_t counter_step_ns);
 
 struct PowerSummary {
   std::string source;
   double average_watts = 0;  // energy_joules over the summarized span
-  double peak_watts = 0;     // the highest average over kPeakWindow in it (>= average)
+  double peak_watts = 0;     // the highest average over the peak window in it (>= average)
   double energy_joules = 0;  // over the summarized span
+  // How often the source's counter advanced (the median time between changes of its
+  // reading over the whole interval; absent where it changed fewer than 3 times), the
+  // peak window that gives, and the energy's resolution over the span: one step of the
+  // counter against the span's length (a relative error bound).
+  std::optional<double> counter_step_ms;
+  double peak_window_ms = 0;
+  std::optional<double> resolution;
   std::size_t samples = 0;
   double interval_ms = 0;
   // Over the samples, where the source reads them (written to JSON only then).
@@ -76,10 +88,10 @@ struct EnergyPoint {
   double joules = 0;
 };
 // Energy, average and peak power over [begin_ns, end_ns] from `points` (sorted by time,
-// covering the span): the ends' energy interpolated linearly between points, the peak the
-// highest average over a window of at least kPeakWindow ending at a point (the span's
-// average where it is shorter, and never below the average). Other fields are left as
-// they are.
+// covering the span), with the counter's step and the resolution: the ends' energy
+// interpolated linearly between points, the peak the highest average over a peak window
+// ending at a point (the span's average where the span is shorter, and never below the
+// average). Other fields are left as they are.
 void summarize_energy(const std::vector<EnergyPoint>& points, std::int64_t begin_ns,
                       std::int64_t end_ns, PowerSummary& out);
 
@@ -115,6 +127,10 @@ class PowerSampler {
   std::vector<PowerSample> samples_;
   std::vector<double> last_joules_;  // the sources' readings at the last sample
   std::vector<double> start_joules_;
+  // Per source: when its reading last changed, and the latest gaps between changes (the
+  // samples' trailing window follows their median).
+  std::vector<std::int64_t> last_change_ns_;
+  std::vector<std::vector<std::int64_t>> change_gaps_;
   std::int64_t last_t_ns_ = 0;
   std::int64_t start_t_ns_ = 0;
 };

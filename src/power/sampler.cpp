@@ -9,7 +9,10 @@ namespace tandem {
 void to_json(nlohmann::json& j, const PowerSummary& s) {
   j = {{"source", s.source},         {"average_watts", s.average_watts},
        {"peak_watts", s.peak_watts}, {"energy_joules", s.energy_joules},
-       {"samples", s.samples},       {"interval_ms", s.interval_ms}};
+       {"samples", s.samples},       {"interval_ms", s.interval_ms},
+       {"peak_window_ms", s.peak_window_ms}};
+  if (s.counter_step_ms) j["counter_step_ms"] = *s.counter_step_ms;
+  if (s.resolution) j["resolution"] = *s.resolution;
   if (s.average_sm_clock_mhz) j["average_sm_clock_mhz"] = *s.average_sm_clock_mhz;
   if (s.peak_temperature_c) j["peak_temperature_c"] = *s.peak_temperature_c;
 }
@@ -19,6 +22,8 @@ PowerSampler::PowerSampler(std::vector<std::unique_ptr<PowerSource>> sources,
     : sources_(std::move(sources)), interval_(interval) {
   last_joules_.resize(sources_.size());
   start_joules_.resize(sources_.size());
+  last_change_ns_.resize(sources_.size());
+  change_gaps_.resize(sources_.size());
 }
 
 PowerSampler::~PowerSampler() {
@@ -32,6 +37,8 @@ void PowerSampler::start() {
     start_t_ns_ = last_t_ns_ = now_ns();
     for (std::size_t i = 0; i < sources_.size(); ++i) {
       start_joules_[i] = last_joules_[i] = sources_[i]->energy_joules();
+      last_change_ns_[i] = 0;
+      change_gaps_[i].clear();
     }
     running_ = true;
   }
@@ -60,17 +67,42 @@ double energy_at(const std::vector<EnergyPoint>& points, std::int64_t t) {
   return before.joules + f * (after->joules - before.joules);
 }
 
-// The average power over the shortest window of at least kPeakWindow that ends at
+std::int64_t median(std::vector<std::int64_t> v) {
+  if (v.empty()) return 0;
+  std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(v.size() / 2), v.end());
+  return v[v.size() / 2];
+}
+
+// The median time between the points where the reading changed; 0 where it changed fewer
+// than three times (two gaps).
+std::int64_t counter_step_ns(const std::vector<EnergyPoint>& points) {
+  std::vector<std::int64_t> gaps;
+  std::int64_t last_change = -1;
+  for (std::size_t j = 1; j < points.size(); ++j) {
+    if (points[j].joules == points[j - 1].joules) continue;
+    if (last_change >= 0) gaps.push_back(points[j].t_ns - last_change);
+    last_change = points[j].t_ns;
+  }
+  return gaps.size() >= 2 ? median(std::move(gaps)) : 0;
+}
+
+// The average power over the shortest window of at least `window` ns that ends at
 // points[j] (over everything before it where that is shorter).
-double trailing_watts(const std::vector<EnergyPoint>& points, std::size_t j) {
-  const std::int64_t window = std::chrono::nanoseconds(kPeakWindow).count();
+double trailing_watts(const std::vector<EnergyPoint>& points, std::size_t j, std::int64_t window) {
   std::size_t i = j;
   while (i > 0 && points[j].t_ns - points[i].t_ns < window) --i;
   const double seconds = static_cast<double>(points[j].t_ns - points[i].t_ns) / 1e9;
   return seconds > 0 ? (points[j].joules - points[i].joules) / seconds : 0;
 }
 
+constexpr std::size_t kRecentGaps = 15;
+
 }  // namespace
+
+std::int64_t peak_window_ns(std::int64_t counter_step_ns) {
+  return std::max<std::int64_t>(std::chrono::nanoseconds(kPeakWindow).count(),
+                                kPeakWindowSteps * counter_step_ns);
+}
 
 void PowerSampler::sample_now() {
   std::lock_guard lock(mutex_);
@@ -79,10 +111,17 @@ void PowerSampler::sample_now() {
   for (std::size_t i = 0; i < sources_.size(); ++i) {
     const double joules = sources_[i]->energy_joules();
     const PowerGauges g = sources_[i]->gauges();
-    // The trailing window: back to this source's newest sample at least kPeakWindow old,
-    // or to the start.
+    if (joules != last_joules_[i]) {
+      std::vector<std::int64_t>& gaps = change_gaps_[i];
+      if (last_change_ns_[i] != 0) gaps.push_back(t - last_change_ns_[i]);
+      if (gaps.size() > kRecentGaps) gaps.erase(gaps.begin());
+      last_change_ns_[i] = t;
+    }
+    // The trailing window: back to this source's newest sample at least a peak window
+    // old, or to the start.
     EnergyPoint from{start_t_ns_, 0.0};
-    const std::int64_t window = std::chrono::nanoseconds(kPeakWindow).count();
+    const std::int64_t window =
+        peak_window_ns(change_gaps_[i].size() >= 2 ? median(change_gaps_[i]) : 0);
     for (auto s = samples_.rbegin(); s != samples_.rend(); ++s) {
       if (s->source == static_cast<int>(i) && t - s->t_ns >= window) {
         from = {s->t_ns, s->joules};
@@ -159,13 +198,19 @@ void summarize_energy(const std::vector<EnergyPoint>& points, std::int64_t begin
   }
   span.push_back({end_ns, energy_at(points, end_ns)});
   const double seconds = static_cast<double>(end_ns - begin_ns) / 1e9;
-  const std::int64_t window = std::chrono::nanoseconds(kPeakWindow).count();
+  const std::int64_t step = counter_step_ns(points);
+  const std::int64_t window = peak_window_ns(step);
+  out.peak_window_ms = static_cast<double>(window) / 1e6;
+  if (step > 0) {
+    out.counter_step_ms = static_cast<double>(step) / 1e6;
+    if (seconds > 0) out.resolution = static_cast<double>(step) / 1e9 / seconds;
+  }
   out.energy_joules = span.back().joules - span.front().joules;
   out.average_watts = seconds > 0 ? out.energy_joules / seconds : 0;
   out.peak_watts = out.average_watts;
   for (std::size_t j = 1; j < span.size(); ++j) {
     if (span[j].t_ns - span.front().t_ns >= window) {
-      out.peak_watts = std::max(out.peak_watts, trailing_watts(span, j));
+      out.peak_watts = std::max(out.peak_watts, trailing_watts(span, j, window));
     }
   }
 }

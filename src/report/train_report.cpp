@@ -199,9 +199,11 @@ std::string format_train_summary(const TrainConfig& config, const TrainResult& r
         100 * s.textbook_bubble);
   }
   for (const PowerSummary& p : s.power) {
-    add("  power            %s: average %.1f W, peak %.1f W, %.3f J per step\n", p.source.c_str(),
+    add("  power            %s: average %.1f W, peak %.1f W, %.3f J per step", p.source.c_str(),
         p.average_watts, p.peak_watts,
         p.energy_joules / static_cast<double>(std::max<std::size_t>(1, s.measured_steps)));
+    if (p.resolution) add(" (+-%.0f%%: the counter's step)", 100 * *p.resolution);
+    text += "\n";
   }
   text += format_memory(result);
   if (!result.pipeline.empty()) {

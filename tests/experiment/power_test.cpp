@@ -77,9 +77,38 @@ TEST(PowerWindowTest, ACounterThatAdvancesInStepsIsNotReadAsTwiceItsPower) {
   summarize_energy(stepped_counter(), 0, 1'000'000'000, s);
   EXPECT_DOUBLE_EQ(s.energy_joules, 200.0);
   EXPECT_DOUBLE_EQ(s.average_watts, 200.0);
-  // 50 ms differences alone would read 400 W; a 250 ms window holds at most three steps
-  // of the counter (60 J), 240 W.
-  EXPECT_DOUBLE_EQ(s.peak_watts, 240.0);
+  // The counter advances every 100 ms: one step is 10% of the second.
+  ASSERT_TRUE(s.counter_step_ms.has_value());
+  EXPECT_DOUBLE_EQ(*s.counter_step_ms, 100.0);
+  ASSERT_TRUE(s.resolution.has_value());
+  EXPECT_DOUBLE_EQ(*s.resolution, 0.1);
+  // 50 ms differences alone would read 400 W, 250 ms windows up to 240 W (three steps of
+  // the counter in one); the peak window is ten steps, here the whole second.
+  EXPECT_DOUBLE_EQ(s.peak_window_ms, 1000.0);
+  EXPECT_DOUBLE_EQ(s.peak_watts, 200.0);
+
+  // Over three seconds the peak window slides: 2 s at 200 W, then 1 s at 400 W.
+  std::vector<EnergyPoint> points;
+  for (std::int64_t ms = 0; ms <= 3000; ms += 50) {
+    const std::int64_t steps = ms / 100;
+    points.push_back({ms * 1'000'000, 20.0 * static_cast<double>(std::min<std::int64_t>(steps, 20)) +
+                                          40.0 * static_cast<double>(std::max<std::int64_t>(steps - 20, 0))});
+  }
+  PowerSummary t;
+  summarize_energy(points, 0, 3'000'000'000, t);
+  EXPECT_DOUBLE_EQ(t.average_watts, 800.0 / 3);
+  EXPECT_DOUBLE_EQ(t.peak_watts, 400.0);
+}
+
+TEST(PowerWindowTest, ACounterThatNeverMovesHasNoStepAndTheShortestWindow) {
+  PowerSummary s;
+  summarize_energy({{0, 5.0}, {500'000'000, 5.0}, {1'000'000'000, 5.0}}, 0, 1'000'000'000, s);
+  EXPECT_EQ(s.energy_joules, 0.0);
+  EXPECT_FALSE(s.counter_step_ms.has_value());
+  EXPECT_FALSE(s.resolution.has_value());
+  EXPECT_DOUBLE_EQ(s.peak_window_ms, 250.0);
+  nlohmann::json j = s;
+  EXPECT_FALSE(j.contains("resolution"));
 }
 
 TEST(PowerWindowTest, ASpanInsideTheRunLeavesOutWhatCameBefore) {
