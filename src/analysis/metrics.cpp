@@ -155,6 +155,24 @@ std::vector<StepMetrics> drop_warmup(const std::vector<StepMetrics>& steps, std:
   return sorted;
 }
 
+Summary summarize_ms(const std::vector<StepMetrics>& steps, double StepMetrics::*field) {
+  std::vector<double> values;
+  values.reserve(steps.size());
+  for (const StepMetrics& s : steps) values.push_back(s.*field / 1e6);
+  return summarize(values);
+}
+
+double hidden_share(double t_ovl_ns, double t_comm_ns) { return ratio(t_ovl_ns, t_comm_ns); }
+
+double hidden_share(const std::vector<StepMetrics>& steps) {
+  double ovl = 0, comm = 0;
+  for (const StepMetrics& s : steps) {
+    ovl += s.t_ovl_ns;
+    comm += s.t_comm_ns;
+  }
+  return hidden_share(ovl, comm);
+}
+
 DerivedMetrics derive(double t_comp_iso_ns, double t_comm_iso_ns, double e2e_seq_ns,
                       double t_comp_ovl_ns, double t_comm_ovl_ns, double t_ovl_ns,
                       double e2e_ovl_ns) {
@@ -165,7 +183,7 @@ DerivedMetrics derive(double t_comp_iso_ns, double t_comm_iso_ns, double e2e_seq
   d.e2e_ideal_ns = e2e_ovl_ns - slowdown_ns;
   d.e2e_seq_model_ns = d.e2e_ideal_ns + t_ovl_ns;
   d.e2e_seq_model_error_ns = d.e2e_seq_model_ns - e2e_seq_ns;
-  d.hidden_share = ratio(t_ovl_ns, t_comm_ovl_ns);
+  d.hidden_share = hidden_share(t_ovl_ns, t_comm_ovl_ns);
   d.overlap_benefit_ns = e2e_seq_ns - e2e_ovl_ns;
   d.contention_loss_ns = e2e_ovl_ns - d.e2e_ideal_ns;
   // std::min would return its first argument for a NaN second one; keep NaN sticky.

@@ -75,6 +75,14 @@ std::vector<StepMetrics> aggregate_steps(const std::vector<IterationMetrics>& pe
 std::vector<StepMetrics> compute_step_metrics(const Timeline& timeline);
 // The steps without the first `warmup` ones in step order (empty if fewer).
 std::vector<StepMetrics> drop_warmup(const std::vector<StepMetrics>& steps, std::size_t warmup);
+// One field over steps, in milliseconds (fields are in ns).
+Summary summarize_ms(const std::vector<StepMetrics>& steps, double StepMetrics::*field);
+
+// The hidden share of communication, T_ovl / T_comm (docs/METRICS.md): undefined where
+// nothing was communicated. Over steps, Σ T_ovl / Σ T_comm (HTA's "communication
+// overlap"). The catalogue's hidden_share (T_ovl / T_comm_ovl) is the first form.
+double hidden_share(double t_ovl_ns, double t_comm_ns);
+double hidden_share(const std::vector<StepMetrics>& steps);
 
 // The derived quantities of one overlapped iteration against its baselines
 // (docs/METRICS.md: equations 1-5 and the rest of its table). All times in ns.

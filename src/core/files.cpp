@@ -16,29 +16,71 @@ namespace tandem {
 
 namespace fs = std::filesystem;
 
-void write_file_atomic(const fs::path& path, std::string_view content) {
-  const fs::path tmp = path.string() + ".tmp." + std::to_string(::getpid());
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  if (fd < 0) {
-    throw UsageError("cannot write '" + path.string() + "': " + std::strerror(errno));
+namespace {
+constexpr std::size_t kAtomicFileBuffer = 1 << 20;
+}  // namespace
+
+AtomicFile::AtomicFile(fs::path path)
+    : path_(std::move(path)), tmp_(path_.string() + ".tmp." + std::to_string(::getpid())) {
+  fd_ = ::open(tmp_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd_ < 0) {
+    throw UsageError("cannot write '" + path_.string() + "': " + std::strerror(errno));
   }
+}
+
+AtomicFile::~AtomicFile() {
+  if (fd_ < 0) return;  // committed, or failed and cleaned up
+  ::close(fd_);
+  ::unlink(tmp_.c_str());
+}
+
+void AtomicFile::fail(int error) {
+  if (fd_ >= 0) ::close(fd_);
+  fd_ = -1;
+  ::unlink(tmp_.c_str());
+  throw UsageError("cannot write '" + path_.string() + "': " + std::strerror(error));
+}
+
+void AtomicFile::flush() {
   std::size_t done = 0;
-  while (done < content.size()) {
-    const ssize_t n = ::write(fd, content.data() + done, content.size() - done);
+  while (done < buffer_.size()) {
+    const ssize_t n = ::write(fd_, buffer_.data() + done, buffer_.size() - done);
     if (n < 0) {
       if (errno == EINTR) continue;
-      const std::string reason = std::strerror(errno);
-      ::close(fd);
-      ::unlink(tmp.c_str());
-      throw UsageError("cannot write '" + path.string() + "': " + reason);
+      fail(errno);
     }
     done += static_cast<std::size_t>(n);
   }
-  if (::close(fd) != 0 || ::rename(tmp.c_str(), path.c_str()) != 0) {
-    const std::string reason = std::strerror(errno);
-    ::unlink(tmp.c_str());
-    throw UsageError("cannot write '" + path.string() + "': " + reason);
+  buffer_.clear();
+}
+
+void AtomicFile::write(std::string_view piece) {
+  TANDEM_CHECK(fd_ >= 0);
+  buffer_.append(piece);
+  if (buffer_.size() >= kAtomicFileBuffer) flush();
+}
+
+void AtomicFile::commit() {
+  TANDEM_CHECK(fd_ >= 0);
+  flush();
+  const int fd = fd_;
+  fd_ = -1;
+  if (::close(fd) != 0) {
+    const int error = errno;
+    ::unlink(tmp_.c_str());
+    throw UsageError("cannot write '" + path_.string() + "': " + std::strerror(error));
   }
+  if (::rename(tmp_.c_str(), path_.c_str()) != 0) {
+    const int error = errno;
+    ::unlink(tmp_.c_str());
+    throw UsageError("cannot write '" + path_.string() + "': " + std::strerror(error));
+  }
+}
+
+void write_file_atomic(const fs::path& path, std::string_view content) {
+  AtomicFile file(path);
+  file.write(content);
+  file.commit();
 }
 
 FileLock::FileLock(fs::path path, const std::string& what) : path_(std::move(path)) {

@@ -10,7 +10,31 @@
 
 namespace tandem {
 
-// Writes `content` to `path` atomically; throws UsageError naming the path on failure.
+// A file written piece by piece and then atomically: pieces go to `path`.tmp.PID (through
+// a buffer), commit() renames it over `path`; without commit() (an exception on the way)
+// the temporary is removed and `path` is untouched. Every failure throws UsageError
+// "cannot write 'PATH': REASON".
+class AtomicFile {
+ public:
+  explicit AtomicFile(std::filesystem::path path);
+  ~AtomicFile();
+  AtomicFile(const AtomicFile&) = delete;
+  AtomicFile& operator=(const AtomicFile&) = delete;
+
+  void write(std::string_view piece);
+  void commit();
+
+ private:
+  void flush();
+  [[noreturn]] void fail(int error);
+
+  std::filesystem::path path_;
+  std::filesystem::path tmp_;
+  int fd_ = -1;
+  std::string buffer_;
+};
+
+// Writes `content` to `path` atomically (an AtomicFile of one piece).
 void write_file_atomic(const std::filesystem::path& path, std::string_view content);
 
 // Reads a whole file; throws UsageError naming the path on failure.

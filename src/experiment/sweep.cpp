@@ -1,6 +1,5 @@
 #include "experiment/sweep.h"
 
-#include <cctype>
 #include <map>
 #include <set>
 
@@ -8,20 +7,6 @@
 #include "core/parse.h"
 
 namespace tandem {
-
-namespace {
-
-// A value as it appears in a point's id (and so in its directory's name).
-std::string id_part(std::string_view value) {
-  std::string part;
-  for (char c : value) {
-    const bool safe = std::isalnum(static_cast<unsigned char>(c)) || c == '-';
-    part += safe ? c : '_';
-  }
-  return part;
-}
-
-}  // namespace
 
 SweepAxis parse_sweep(std::string_view text) {
   const auto eq = text.find('=');
@@ -47,7 +32,7 @@ SweepAxis parse_sweep(std::string_view text) {
   // characters a file name cannot hold ("10GB/s" and "10GB_s") would share a directory.
   std::map<std::string, std::string> by_id;
   for (const std::string& value : axis.values) {
-    const auto [at, fresh] = by_id.emplace(id_part(value), value);
+    const auto [at, fresh] = by_id.emplace(point_id_part(value), value);
     if (fresh) continue;
     if (at->second == value) {
       throw UsageError("--sweep " + axis.key + ": value '" + value + "' given twice");
@@ -75,23 +60,6 @@ std::vector<SweepPoint> expand_grid(const std::vector<SweepAxis>& axes) {
     points = std::move(next);
   }
   return points;
-}
-
-std::string point_id(const SweepPoint& point) {
-  if (point.empty()) return "default";
-  std::string id;
-  for (const auto& [key, value] : point) {
-    if (!id.empty()) id += '.';
-    id += key + '-' + id_part(value);
-  }
-  return id;
-}
-
-std::string describe(const SweepPoint& point) {
-  if (point.empty()) return "default";
-  std::string text;
-  for (const auto& [key, value] : point) text += (text.empty() ? "" : " ") + key + "=" + value;
-  return text;
 }
 
 }  // namespace tandem

@@ -1,12 +1,14 @@
-// Sweeps: a grid of configurations from repeatable --sweep KEY=V1,V2,... flags and a
-// stable, file-name-safe id per point (the results directory is ResultsWriter's,
-// report/results_dir.h).
+// Sweeps: a grid of configurations from repeatable --sweep KEY=V1,V2,... flags, each
+// point with a stable, file-name-safe id (report/sweep_point.h; the results directory is
+// ResultsWriter's, report/results_dir.h).
 #pragma once
 
 #include <string>
 #include <string_view>
 #include <utility>
 #include <vector>
+
+#include "report/sweep_point.h"  // SweepPoint, point_id, describe
 
 namespace tandem {
 
@@ -24,15 +26,8 @@ struct SweepAxis {
 // --sweep for an unknown key, an empty list or an empty value.
 SweepAxis parse_sweep(std::string_view text);
 
-using SweepPoint = std::vector<std::pair<std::string, std::string>>;  // (key, value) in axis order
-
 // The cartesian product, first axis slowest; a single empty point when there are no axes.
 // Throws UsageError if a key is swept twice.
 std::vector<SweepPoint> expand_grid(const std::vector<SweepAxis>& axes);
-
-// A file-name-safe, human-readable id: "strategy-chunked_5.batch-32"; "default" for the
-// empty point.
-std::string point_id(const SweepPoint& point);
-std::string describe(const SweepPoint& point);  // "strategy=chunked:5 batch=32"
 
 }  // namespace tandem

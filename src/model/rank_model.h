@@ -90,8 +90,9 @@ class RankModel {
                         std::span<float> velocity, float grad_scale) = 0;
 
   // Pipeline stages (engine/pipeline.h, docs/PIPELINE.md): a rank that holds some units
-  // of the model and keeps several micro-batches in flight. Devices that cannot run a
-  // stage keep these defaults, which throw (the trainer refuses such runs first).
+  // of the model and keeps several micro-batches in flight. The CPU and CUDA models
+  // implement them; a device model that does not keeps these defaults, which throw a
+  // RuntimeError naming the model.
   //
   // Before the first step: run only the units marked in `owned` and keep activations for
   // `slots` micro-batches (slot 0 current), of those units only.

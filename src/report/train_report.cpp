@@ -13,12 +13,6 @@ namespace tandem {
 
 namespace {
 
-Summary summarize_ms(const std::vector<StepMetrics>& steps, double StepMetrics::*field) {
-  std::vector<double> values;
-  for (const auto& s : steps) values.push_back(s.*field / 1e6);
-  return summarize(values);
-}
-
 std::string ms(const Summary& s) {
   char buf[96];
   std::snprintf(buf, sizeof buf, "%8.2f ms  (p10 %.2f, p90 %.2f)", s.median, s.p10, s.p90);
@@ -137,12 +131,7 @@ TrainSummary summarize_training(const TrainConfig& config, const TrainResult& re
   out.wait_ms = summarize_ms(steps, &StepMetrics::t_wait_ns);
   out.overlap_ms = summarize_ms(steps, &StepMetrics::t_ovl_ns);
   out.exposed_comm_ms = summarize_ms(steps, &StepMetrics::t_exposed_comm_ns);
-  double ovl = 0, comm = 0;
-  for (const auto& s : steps) {
-    ovl += s.t_ovl_ns;
-    comm += s.t_comm_ns;
-  }
-  out.hidden_share = comm > 0 ? ovl / comm : std::nan("");
+  out.hidden_share = hidden_share(steps);
   out.bytes_per_step = config.ranks > 1 ? result.bytes_per_step : 0;
 
   if (config.pipeline.stages > 1 && config.record && !result.timeline.spans.empty()) {

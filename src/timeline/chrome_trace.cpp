@@ -16,6 +16,7 @@
 #include <utility>
 
 #include "core/error.h"
+#include "core/files.h"
 
 namespace tandem {
 namespace {
@@ -237,41 +238,6 @@ std::string dump(const json& j) { return j.dump(-1, ' ', false, json::error_hand
 
 // Removes the temporary file unless the write committed, so a failed write leaves
 // nothing behind.
-class TempFile {
- public:
-  explicit TempFile(std::string path) : path_(std::move(path)) {}
-  ~TempFile() {
-    if (file_ != nullptr) std::fclose(file_);
-    if (!committed_) std::remove(path_.c_str());
-  }
-  TempFile(const TempFile&) = delete;
-  TempFile& operator=(const TempFile&) = delete;
-
-  bool open() {
-    file_ = std::fopen(path_.c_str(), "wb");
-    return file_ != nullptr;
-  }
-  bool write(std::string_view text) {
-    return std::fwrite(text.data(), 1, text.size(), file_) == text.size();
-  }
-  bool close() {
-    const int rc = std::fclose(file_);
-    file_ = nullptr;
-    return rc == 0;
-  }
-  void commit() { committed_ = true; }
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-  std::FILE* file_ = nullptr;
-  bool committed_ = false;
-};
-
-[[noreturn]] void fail_write(const std::string& path, int error) {
-  throw UsageError("cannot write " + path + ": " + std::strerror(error));
-}
-
 // Reader helpers: each names the source and the event in its error.
 [[noreturn]] void malformed(std::string_view source, std::size_t index, const std::string& what) {
   throw UsageError(std::string(source) + ": event " + std::to_string(index) + ": " + what);
@@ -340,24 +306,19 @@ json to_chrome_trace(const Timeline& timeline, const ChromeTraceOptions& options
 void write_chrome_trace(const Timeline& timeline, const std::string& path,
                         const ChromeTraceOptions& options) {
   const std::int64_t t0 = earliest_ns(timeline, options);
-  TempFile tmp(path + ".tmp." + std::to_string(::getpid()));
-  if (!tmp.open()) fail_write(path, errno);
+  AtomicFile file(path);
   // Streamed one event per line: no whole-document copy in memory, and diffable.
-  bool ok = tmp.write("{\"traceEvents\":[\n");
+  file.write("{\"traceEvents\":[\n");
   bool first = true;
   for_each_event(timeline, options, t0, [&](const json& e) {
-    if (!ok) return;
-    ok = tmp.write(first ? "" : ",\n") && tmp.write(dump(e));
+    file.write(first ? "" : ",\n");
+    file.write(dump(e));
     first = false;
   });
-  ok = ok && tmp.write("\n],\"displayTimeUnit\":\"ns\",\"otherData\":") &&
-       tmp.write(dump(other_data(timeline, options, t0))) && tmp.write("}\n");
-  if (!ok) fail_write(path, errno);
-  if (!tmp.close()) fail_write(path, errno);
-  if (std::rename(tmp.path().c_str(), path.c_str()) != 0) {
-    fail_write(path, errno);
-  }
-  tmp.commit();
+  file.write("\n],\"displayTimeUnit\":\"ns\",\"otherData\":");
+  file.write(dump(other_data(timeline, options, t0)));
+  file.write("}\n");
+  file.commit();
 }
 
 Timeline parse_chrome_trace(const json& trace, std::string_view source) {

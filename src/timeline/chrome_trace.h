@@ -64,8 +64,9 @@ std::string chrome_event_name(const Timeline& timeline, const Span& span);
 // The whole trace as one JSON document (the writer streams the same content).
 nlohmann::json to_chrome_trace(const Timeline& timeline, const ChromeTraceOptions& options = {});
 
-// Writes atomically: "<path>.tmp.<pid>", then rename, so `path` always holds a complete
-// trace or nothing. Throws UsageError("cannot write <path>: <reason>").
+// Writes atomically (core/files.h's AtomicFile): "<path>.tmp.<pid>", then rename, so
+// `path` always holds a complete trace or nothing. Throws UsageError("cannot write
+// '<path>': <reason>").
 void write_chrome_trace(const Timeline& timeline, const std::string& path,
                         const ChromeTraceOptions& options = {});
 

@@ -14,13 +14,6 @@ namespace {
 
 double ratio(double num, double den) { return den > 0 ? num / den : kUndefined; }
 
-Summary summarize_ms(const std::vector<StepMetrics>& steps, double StepMetrics::*field) {
-  std::vector<double> values;
-  values.reserve(steps.size());
-  for (const StepMetrics& s : steps) values.push_back(s.*field / 1e6);
-  return summarize(values);
-}
-
 std::vector<StepMetrics> measured_steps(const Timeline& timeline, std::size_t warmup) {
   return drop_warmup(compute_step_metrics(timeline), warmup);
 }
@@ -70,7 +63,7 @@ IterationBreakdown breakdown(const IterationMetrics& m) {
   b.exposed_comm_ns = m.t_exposed_comm_ns;
   b.idle_ns = m.t_other_ns;
   b.compute_only_ns = m.e2e_ns - m.t_exposed_comm_ns - m.t_other_ns - m.t_ovl_ns;
-  b.hidden_share = ratio(static_cast<double>(m.t_ovl_ns), static_cast<double>(m.t_comm_ns));
+  b.hidden_share = hidden_share(static_cast<double>(m.t_ovl_ns), static_cast<double>(m.t_comm_ns));
   b.overlap_ratio = ratio(static_cast<double>(m.t_ovl_ns), static_cast<double>(m.t_comp_ns));
   return b;
 }
@@ -98,12 +91,7 @@ AnalyzeResult analyze_timeline(const Timeline& run, const Timeline* baseline, st
   }
   r.scenario = compute_scenario_metrics(scenario_inputs(r.baseline_steps, {}, {}, r.steps));
 
-  double ovl = 0, comm = 0;
-  for (const StepMetrics& s : r.steps) {
-    ovl += s.t_ovl_ns;
-    comm += s.t_comm_ns;
-  }
-  r.hidden_share = ratio(ovl, comm);
+  r.hidden_share = hidden_share(r.steps);
   r.e2e_ms = summarize_ms(r.steps, &StepMetrics::e2e_ns);
   r.compute_ms = summarize_ms(r.steps, &StepMetrics::t_comp_ns);
   r.comm_ms = summarize_ms(r.steps, &StepMetrics::t_comm_ns);

@@ -193,7 +193,7 @@ TEST_F(ChromeTraceTest, UnwritableDirectoryIsAUsageErrorAndLeavesNothing) {
     FAIL() << "expected UsageError";
   } catch (const UsageError& e) {
     const std::string msg = e.what();
-    EXPECT_EQ(msg.rfind("cannot write " + path.string() + ": ", 0), 0u) << msg;
+    EXPECT_EQ(msg.rfind("cannot write '" + path.string() + "': ", 0), 0u) << msg;
   }
   EXPECT_FALSE(fs::exists(dir_ / "missing"));
 }

@@ -30,7 +30,7 @@ TrainConfig small_run(const char* strategy, int ranks = 1) {
                                      .first_bucket_cap_bytes = 4 << 10});
 }
 
-TEST(CudaTrainerTest, OneRankMatchesTheCpuTrainer) {
+TEST(CudaTrainTest, OneRankMatchesTheCpuTrainer) {
   TANDEM_SKIP_WITHOUT_GPU();
   TrainConfig gpu_config = small_run("bucketed");
   TrainConfig cpu_config = gpu_config;
@@ -53,7 +53,7 @@ TEST(CudaTrainerTest, OneRankMatchesTheCpuTrainer) {
   EXPECT_EQ(gpu.timing_source, "cuda-events");
 }
 
-TEST(CudaTrainerTest, RecordsComputeSpansEveryStepAndCommSpansFromTheCommunicator) {
+TEST(CudaTrainTest, RecordsComputeSpansEveryStepAndCommSpansFromTheCommunicator) {
   TANDEM_SKIP_WITHOUT_GPU();
   const TrainConfig config = small_run("layerwise");
   const TrainResult r = train_local(config);
@@ -72,7 +72,7 @@ TEST(CudaTrainerTest, RecordsComputeSpansEveryStepAndCommSpansFromTheCommunicato
   EXPECT_EQ(r.spans_dropped, 0u);
 }
 
-TEST(CudaTrainerTest, StrategiesAndAccumulationAgree) {
+TEST(CudaTrainTest, StrategiesAndAccumulationAgree) {
   TANDEM_SKIP_WITHOUT_GPU();
   const TrainResult reference = train_local(small_run("sequential"));
   for (const char* strategy : {"layerwise", "bucketed", "chunked:5"}) {
@@ -92,7 +92,7 @@ TEST(CudaTrainerTest, StrategiesAndAccumulationAgree) {
   EXPECT_LE(diff, 1e-4);
 }
 
-TEST(CudaTrainerTest, ReducedPrecisionsTrain) {
+TEST(CudaTrainTest, ReducedPrecisionsTrain) {
   TANDEM_SKIP_WITHOUT_GPU();
   for (Precision p : {Precision::kTf32, Precision::kFp16, Precision::kBf16}) {
     TrainConfig config = small_run("bucketed");
@@ -108,7 +108,7 @@ TEST(CudaTrainerTest, ReducedPrecisionsTrain) {
   }
 }
 
-TEST(CudaTrainerTest, TwoGpusHoldIdenticalParameters) {
+TEST(CudaTrainTest, TwoGpusHoldIdenticalParameters) {
   TANDEM_SKIP_WITHOUT_GPU();
   int devices = 0;
   ASSERT_EQ(cudaGetDeviceCount(&devices), cudaSuccess);
@@ -120,7 +120,7 @@ TEST(CudaTrainerTest, TwoGpusHoldIdenticalParameters) {
   EXPECT_EQ(r.backend, "nccl");
 }
 
-TEST(CudaTrainerTest, RegisteredAsTheCudaDevice) {
+TEST(CudaTrainTest, RegisteredAsTheCudaDevice) {
   // No device needed: registration is static, availability is what the machine says.
   const DeviceModels* models = find_device_models(Device::kCuda);
   ASSERT_NE(models, nullptr);

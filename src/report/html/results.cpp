@@ -6,7 +6,7 @@
 #include "analysis/metric_catalogue.h"
 #include "core/error.h"
 #include "core/files.h"
-#include "experiment/sweep.h"
+#include "report/sweep_point.h"
 #include "timeline/chrome_trace.h"
 
 namespace tandem::html {

@@ -1,4 +1,4 @@
-// analyze, second round: HTA's per-rank overlap, collectives with their sizes, one rank
+// analyze: HTA's per-rank overlap, collectives with their sizes, one rank
 // per GPU, CPU-only (gloo) traces, and the kernels contention slows. Every expected
 // value is worked out by hand in the comments.
 #include <gtest/gtest.h>
