@@ -6,7 +6,7 @@
 // stream wait (comm/work.h).
 //
 // Vocabulary (after PyTorch c10d's Reducer):
-// - the flat gradient is laid out in reverse registration order (Model), so every
+// - the flat gradient is laid out in reverse registration order (Mlp), so every
 //   unit of communication (a bucket, a layer, a chunk) is one contiguous range;
 // - each unit has a pending count of parameters it still waits for, and a locator maps
 //   every parameter to the units it touches;

@@ -8,7 +8,7 @@
 #include "compute/cpu/blas.h"
 #include "core/error.h"
 #include "model/layers.h"
-#include "model/model.h"
+#include "model/dataset.h"
 #include "model/rng.h"
 
 namespace tandem {

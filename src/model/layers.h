@@ -1,5 +1,5 @@
 // The models' kernels as forward/backward pairs on raw row-major arrays, in the manner of
-// llm.c: shapes at the top of each pair, no allocation, no state. Model (model.h) and
+// llm.c: shapes at the top of each pair, no allocation, no state. Mlp (mlp.h) and
 // Transformer (transformer.h) compose them.
 //
 // Written once for float (training) and double (the gradient checks of the tests run

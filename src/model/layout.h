@@ -1,4 +1,4 @@
-// A model's units and flat parameter layout, shared by the CPU models (model.h,
+// A model's units and flat parameter layout, shared by the CPU models (mlp.h,
 // transformer.h) and the CUDA model (model/cuda/cuda_model.h), so that gradient bucket
 // plans, parameter hashes and initial parameters are the same on every device.
 //

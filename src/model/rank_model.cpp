@@ -1,4 +1,4 @@
-// The CPU RankModel (Model + its data shard + SGD) and the device registry.
+// The CPU RankModel (Mlp + its data shard + SGD) and the device registry.
 #include "model/rank_model.h"
 
 #include <algorithm>
@@ -12,6 +12,8 @@
 #include "core/error.h"
 #include "core/page_array.h"
 #include "core/parse.h"
+#include "model/dataset.h"
+#include "model/mlp.h"
 #include "model/token_data.h"
 #include "model/transformer.h"
 
@@ -57,7 +59,7 @@ class CpuNet {
   virtual std::int64_t activation_bytes() const = 0;
 };
 
-// The passes of a CPU model class (Model, Transformer), which spell them alike; a
+// The passes of a CPU model class (Mlp, Transformer), which spell them alike; a
 // subclass adds its data.
 template <typename M>
 class NetOver : public CpuNet {
@@ -101,7 +103,7 @@ class NetOver : public CpuNet {
 };
 
 // An mlp on its synthetic teacher's data.
-class MlpNet final : public NetOver<Model> {
+class MlpNet final : public NetOver<Mlp> {
  public:
   explicit MlpNet(const ModelConfig& c)
       : NetOver(c.spec, c.batch, c.seed, c.layout),
@@ -340,7 +342,7 @@ ReplicaBytes replica_bytes(const ModelConfig& config) {
   }
   // The synthetic set's features and labels, and the teacher's outputs while labelling.
   const double samples = static_cast<double>(config.batch) * config.data_batches;
-  out.working = static_cast<double>(Model::buffer_bytes(spec, config.batch)) +
+  out.working = static_cast<double>(Mlp::buffer_bytes(spec, config.batch)) +
                 4 * samples * (spec.input + 1 + 64 + spec.classes);
   return out;
 }

@@ -25,7 +25,7 @@
 #include "compute/precision.h"
 #include "core/stream.h"
 #include "model/layout.h"
-#include "model/model.h"
+#include "model/sgd.h"
 #include "timeline/recorder.h"
 
 namespace tandem {

@@ -1,6 +1,6 @@
 #include "compute/cpu/dispatch.h"
 #include "core/error.h"
-#include "model/model.h"
+#include "model/sgd.h"
 
 namespace tandem {
 

@@ -1,5 +1,5 @@
 // Decoder-only transformers (gpt, llama; model_spec.h) with explicit forward and backward
-// passes on the CPU, over the flat layout of layout.h, driven unit by unit like Model:
+// passes on the CPU, over the flat layout of layout.h, driven unit by unit like Mlp:
 //   set_input, forward_unit(0..L+1), forward_loss, backward_loss, backward_unit(L+1..0).
 // Unit 0 is the embedding, units 1..L the blocks, unit L+1 the final norm and the head
 // (layout.h); docs/MODELS.md draws the whole model.

@@ -12,7 +12,7 @@ namespace tandem {
 namespace {
 
 // Parameters of an L-layer model with weight [w] and bias [b] per layer, laid out in
-// reverse registration order like Model does: layer L-1 first.
+// reverse registration order like Mlp does: layer L-1 first.
 std::vector<GradParam> layered_params(const std::vector<std::pair<std::size_t, std::size_t>>& layers,
                                       std::size_t* total) {
   std::vector<GradParam> params;

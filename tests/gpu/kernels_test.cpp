@@ -1,5 +1,5 @@
 // Each CUDA building block against its CPU twin (compute/cpu/blas.h, model/layers.h,
-// Model's Sgd): GEMM in every precision and transpose, the linear layer's forward and
+// Mlp's Sgd): GEMM in every precision and transpose, the linear layer's forward and
 // backward, activations, softmax cross-entropy, bias gradient, SGD and the casts. Each
 // check prints the largest relative difference it saw.
 #include "compute/cuda/kernels.h"
@@ -18,7 +18,8 @@
 #include "compute/cuda/gemm.h"
 #include "gpu/gpu_support.h"
 #include "model/layers.h"
-#include "model/model.h"
+#include "model/mlp.h"
+#include "model/sgd.h"
 
 namespace tandem {
 namespace {

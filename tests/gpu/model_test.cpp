@@ -1,7 +1,7 @@
 // The whole GPU model against the CPU engine: same spec, same parameters, same batch ->
 // loss, logits and every parameter's gradient within the precision's tolerance; the
 // same layer-ready order and the same list of compute spans.
-#include "model/model.h"
+#include "model/mlp.h"
 
 #include <gtest/gtest.h>
 
@@ -41,7 +41,7 @@ TEST_P(CudaModelTest, LossLogitsAndGradientsMatchCpuModel) {
   const ModelCase& c = GetParam();
   const ModelSpec spec = ModelSpec::parse(c.spec, 10);
   const int rows = 16, max_batch = 21;  // strides must follow the batch, not the capacity
-  Model cpu(spec, max_batch, 7);
+  Mlp cpu(spec, max_batch, 7);
   testing::randomize_params(cpu, 8);  // non-zero biases exercise the bias paths
   const testing::OwnedBatch batch = testing::random_batch(rows, spec.input, spec.classes, 9);
 
@@ -115,7 +115,7 @@ INSTANTIATE_TEST_SUITE_P(SpecsAndPrecisions, CudaModelTest, ::testing::ValuesIn(
 TEST(CudaModelLayoutTest, SameFlatLayoutAndInitialParametersAsCpu) {
   TANDEM_SKIP_WITHOUT_GPU();
   const ModelSpec spec = ModelSpec::parse("mlp:4x32", 10);
-  const Model cpu(spec, 8, 123);
+  const Mlp cpu(spec, 8, 123);
   cuda::Stream stream;
   const cuda::CudaModel gpu(spec, 8, 123, Precision::kFp32, stream.get());
   ASSERT_EQ(gpu.params().size(), cpu.params().size());

@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "compute/cpu/blas.h"
-#include "model/model.h"
+#include "model/mlp.h"
 #include "model/rng.h"
 #include "model/transformer.h"
 #include "timeline/recorder.h"
@@ -103,7 +103,7 @@ TEST(AllocationTest, ATransformerStepAllocatesNothing) {
 TEST(AllocationTest, AnMlpStepAllocatesNothing) {
   const OpenBlasForTheTest openblas;
   const ModelSpec spec = ModelSpec::parse("mlp:3x32", 8);
-  Model model(spec, 16, 1);
+  Mlp model(spec, 16, 1);
   RankRecorder recorder(0, 1024);
   std::vector<float> x(16 * spec.input, 0.5f);
   std::vector<std::int32_t> y(16, 1);

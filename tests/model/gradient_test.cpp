@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "model/model.h"
+#include "model/mlp.h"
 #include "reference.h"
 #include "test_util.h"
 #include "timeline/recorder.h"
@@ -36,7 +36,7 @@ TEST_P(GradientTest, EveryParameterMatchesFiniteDifferences) {
   const GradCase& c = GetParam();
   const ModelSpec spec = ModelSpec::parse(c.spec, c.classes);
   // max_batch above rows: strides must follow the batch, not the capacity.
-  Model model(spec, c.rows + 3, 42);
+  Mlp model(spec, c.rows + 3, 42);
   testing::randomize_params(model, c.seed);
   const OwnedBatch batch = testing::random_batch(c.rows, spec.input, spec.classes, c.seed + 1);
   RankRecorder recorder(0, 256);
@@ -96,7 +96,7 @@ INSTANTIATE_TEST_SUITE_P(
 
 TEST(ForwardTest, LogitsAndLossMatchReferenceForVaryingRows) {
   const ModelSpec spec = ModelSpec::parse("mlp:3x16,gelu", 6);
-  Model model(spec, 8, 7);
+  Mlp model(spec, 8, 7);
   testing::randomize_params(model, 99);
   RankRecorder recorder(0, 256);
   // Shrinking rows after a larger batch catches stale or capacity-strided buffers.
@@ -120,7 +120,7 @@ TEST(ForwardTest, LogitsAndLossMatchReferenceForVaryingRows) {
 TEST(ForwardTest, LossIsStableForHugeLogits) {
   // Logits of +-1e4 overflow a naive exp(); the loss must stay finite and exact.
   const ModelSpec spec = ModelSpec::parse("linear:2x3");
-  Model model(spec, 2, 1);
+  Mlp model(spec, 2, 1);
   auto w = model.flat_params();  // [2, 3]
   const float values[] = {1e4f, 0, -1e4f, 0, 0, 0};
   std::copy(std::begin(values), std::end(values), w.begin());
@@ -136,7 +136,7 @@ TEST(ForwardTest, LossIsStableForHugeLogits) {
 
 TEST(AccumulationTest, TwoBackwardsWithoutZeroGradDoubleTheGradients) {
   const ModelSpec spec = ModelSpec::parse("mlp:4x12,gelu", 5);
-  Model model(spec, 6, 3);
+  Mlp model(spec, 6, 3);
   testing::randomize_params(model, 5);
   const OwnedBatch batch = testing::random_batch(6, spec.input, spec.classes, 6);
   RankRecorder recorder(0, 256);

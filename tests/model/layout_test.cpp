@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "core/error.h"
-#include "model/model.h"
+#include "model/mlp.h"
 #include "test_util.h"
 #include "timeline/recorder.h"
 
@@ -17,7 +17,7 @@ namespace {
 
 TEST(LayoutTest, ParamsAreInForwardOrderAndStoredInReverse) {
   const ModelSpec spec = ModelSpec::parse("mlp:3x8", 4);
-  Model model(spec, 2, 1);
+  Mlp model(spec, 2, 1);
   ASSERT_EQ(model.layer_count(), 3);
   const auto& params = model.params();
   const std::vector<std::string> names = {"fc0.weight", "fc0.bias",   "fc1.weight",
@@ -42,7 +42,7 @@ TEST(LayoutTest, ParamsAreInForwardOrderAndStoredInReverse) {
 TEST(LayoutTest, LayerRangesAreContiguousReversedAndCoverEverything) {
   for (const char* text : {"mlp:5x7", "mlp:1x3", "linear:6x2", "mlp:2x4,gelu"}) {
     SCOPED_TRACE(text);
-    Model model(ModelSpec::parse(text, 3), 1, 1);
+    Mlp model(ModelSpec::parse(text, 3), 1, 1);
     const int n = model.layer_count();
     EXPECT_EQ(model.layer_grad_begin(n - 1), 0u);
     for (int l = n - 1; l > 0; --l) {
@@ -61,7 +61,7 @@ TEST(LayoutTest, LayerRangesAreContiguousReversedAndCoverEverything) {
 
 TEST(LayoutTest, LayerReadyComesLastToFirstOnceWithFinalGradients) {
   const ModelSpec spec = ModelSpec::parse("mlp:4x10,gelu", 6);
-  Model model(spec, 5, 2);
+  Mlp model(spec, 5, 2);
   testing::randomize_params(model, 3);
   const auto batch = testing::random_batch(5, spec.input, spec.classes, 4);
   RankRecorder recorder(0, 256);
@@ -102,7 +102,7 @@ TEST(LayoutTest, LayerReadyComesLastToFirstOnceWithFinalGradients) {
 
 TEST(LayoutTest, RecordsOneSpanPerLayerAndForTheLoss) {
   const ModelSpec spec = ModelSpec::parse("mlp:3x8", 4);
-  Model model(spec, 16, 1);
+  Mlp model(spec, 16, 1);
   const auto batch = testing::random_batch(16, spec.input, spec.classes, 2);
   RankRecorder recorder(3, 256);
   model.forward(batch.view(), recorder, 5);
@@ -138,7 +138,7 @@ TEST(LayoutTest, RecordsOneSpanPerLayerAndForTheLoss) {
 
 TEST(InitTest, SameSeedSameParametersAndKaimingBounds) {
   const ModelSpec spec = ModelSpec::parse("mlp:3x64", 10);
-  Model a(spec, 1, 123), b(spec, 1, 123), c(spec, 1, 124);
+  Mlp a(spec, 1, 123), b(spec, 1, 123), c(spec, 1, 124);
   EXPECT_TRUE(std::equal(a.flat_params().begin(), a.flat_params().end(), b.flat_params().begin()));
   EXPECT_FALSE(std::equal(a.flat_params().begin(), a.flat_params().end(), c.flat_params().begin()));
   for (const ParamInfo& p : a.params()) {
@@ -161,9 +161,9 @@ TEST(InitTest, SameSeedSameParametersAndKaimingBounds) {
 
 TEST(InitTest, MovedModelKeepsWorking) {
   const ModelSpec spec = ModelSpec::parse("mlp:2x4", 3);
-  Model a(spec, 2, 9);
+  Mlp a(spec, 2, 9);
   const std::vector<float> before(a.flat_params().begin(), a.flat_params().end());
-  Model b = std::move(a);
+  Mlp b = std::move(a);
   EXPECT_TRUE(std::equal(before.begin(), before.end(), b.flat_params().begin()));
   const auto batch = testing::random_batch(2, 4, 3, 1);
   RankRecorder recorder(0, 64);
@@ -174,8 +174,8 @@ TEST(InitTest, MovedModelKeepsWorking) {
 
 TEST(InitTest, RejectsBadBatch) {
   const ModelSpec spec = ModelSpec::parse("mlp:2x4", 3);
-  EXPECT_THROW(Model(spec, 0, 1), UsageError);
-  EXPECT_THROW(Model(ModelSpec::parse("mlp:1x65536"), 1 << 16, 1), UsageError);
+  EXPECT_THROW(Mlp(spec, 0, 1), UsageError);
+  EXPECT_THROW(Mlp(ModelSpec::parse("mlp:1x65536"), 1 << 16, 1), UsageError);
 }
 
 }  // namespace

@@ -5,13 +5,15 @@
 #include <algorithm>
 #include <cstdio>
 
-#include "model/model.h"
+#include "model/mlp.h"
+#include "model/sgd.h"
+#include "model/dataset.h"
 #include "timeline/recorder.h"
 
 namespace tandem {
 namespace {
 
-double accuracy(Model& model, const SyntheticDataset& data, int batches, RankRecorder& rec) {
+double accuracy(Mlp& model, const SyntheticDataset& data, int batches, RankRecorder& rec) {
   int correct = 0, total = 0;
   const int classes = model.spec().classes;
   for (int s = 0; s < batches; ++s) {
@@ -31,7 +33,7 @@ TEST(LearnTest, SgdHalvesTheLossAndGeneralizesAcrossRanks) {
   const int classes = 8, rows = 64, batches = 32;
   const ModelSpec spec = ModelSpec::parse("mlp:2x32,gelu", classes);
   const SyntheticDataset data(spec.input, classes, rows, batches, 2024, 0);
-  Model model(spec, rows, 1);
+  Mlp model(spec, rows, 1);
   Sgd sgd({.lr = 0.05f, .momentum = 0.9f}, model.flat_params().size());
   RankRecorder recorder(0, 16, /*enabled=*/false);
 

@@ -1,6 +1,6 @@
 // An independent double-precision reference of tandem's model for the tests: plain loops,
 // no BLAS, written from the formulas rather than from src/model. Parameters are read from
-// a Model's flat array through its ParamInfo offsets, so the reference checks the layout
+// an Mlp's flat array through its ParamInfo offsets, so the reference checks the layout
 // as well as the math.
 #pragma once
 
@@ -10,7 +10,7 @@
 #include <numbers>
 #include <vector>
 
-#include "model/model.h"
+#include "model/mlp.h"
 
 namespace tandem::testing {
 
@@ -27,7 +27,7 @@ struct RefModel {
   int classes = 0;
 };
 
-inline RefModel reference_of(const Model& model) {
+inline RefModel reference_of(const Mlp& model) {
   const ModelSpec& spec = model.spec();
   RefModel ref;
   ref.activation = spec.activation;

@@ -4,7 +4,9 @@
 #include <vector>
 
 #include "core/error.h"
-#include "model/model.h"
+#include "model/mlp.h"
+#include "model/sgd.h"
+#include "model/dataset.h"
 
 namespace tandem {
 namespace {

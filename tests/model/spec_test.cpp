@@ -4,7 +4,7 @@
 #include <tuple>
 
 #include "core/error.h"
-#include "model/model.h"
+#include "model/model_spec.h"
 
 namespace tandem {
 namespace {

@@ -4,7 +4,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "model/model.h"
+#include "model/mlp.h"
 #include "model/rng.h"
 
 namespace tandem::testing {
@@ -29,7 +29,7 @@ inline OwnedBatch random_batch(int rows, int input, int classes, std::uint64_t s
 
 // Overwrites every parameter (biases included, which init leaves at zero) so that the
 // tests exercise the bias paths.
-inline void randomize_params(Model& model, std::uint64_t seed, double scale = 0.5) {
+inline void randomize_params(Mlp& model, std::uint64_t seed, double scale = 0.5) {
   detail::SplitMix64 rng(seed);
   for (float& p : model.flat_params()) p = static_cast<float>(rng.uniform(-scale, scale));
 }

@@ -1,4 +1,4 @@
-// CudaModel: Model's forward and backward (model/model.cpp) as cuBLAS GEMMs and the
+// CudaModel: Mlp's forward and backward (model/model.cpp) as cuBLAS GEMMs and the
 // kernels of compute/cuda/kernels.h, enqueued on one stream.
 #include "model/cuda/cuda_model.h"
 
@@ -21,7 +21,7 @@
 namespace tandem::cuda {
 
 // Note [CudaModel buffers]
-// As Model (model.cpp): pre[L] is layer L's output before the activation (pre[last]
+// As Mlp (model.cpp): pre[L] is layer L's output before the activation (pre[last]
 // holds the logits), acts[L] layer L's input for L >= 1 (activation(pre[L-1])); layer
 // 0 reads the batch's x in place. grad_a/grad_b ping-pong the activation gradient.
 // With fp16/bf16, lp_acts[L] is the cast copy of layer L's input (written in forward,

@@ -14,9 +14,9 @@
 // outputs; for fp16 the output gradient is cast after scaling by a power of two >= the
 // batch (and the GEMM's alpha undoes it), so small gradients do not flush to zero.
 //
-// Compute spans (with an EventTimer) follow Model's list exactly: forward tag L per
+// Compute spans (with an EventTimer) follow Mlp's list exactly: forward tag L per
 // layer (activation included) and tag layer_count() for the loss; backward the loss
-// first, then L = last..0 with the same flops. Driven unit by unit like Model:
+// first, then L = last..0 with the same flops. Driven unit by unit like Mlp:
 // set_input, forward_unit(0..D-1), forward_loss, backward_loss, backward_unit(D-1..0).
 #pragma once
 
@@ -31,7 +31,7 @@
 #include "compute/precision.h"
 #include "cuda/resources.h"
 #include "model/layout.h"
-#include "model/model.h"
+#include "model/sgd.h"
 #include "timeline/gpu/event_timer.h"
 
 namespace tandem::cuda {
@@ -47,7 +47,7 @@ struct DeviceBatch {
 class CudaModel {
  public:
   // On the calling thread's current device, the flat arrays laid out by `layout` (a
-  // sharded strategy pads them). Throws UsageError like Model for bad batches,
+  // sharded strategy pads them). Throws UsageError like Mlp for bad batches,
   // RuntimeError when CUDA fails (out of memory included).
   CudaModel(const ModelSpec& spec, int max_batch, std::uint64_t seed, Precision precision,
             cudaStream_t stream, LayoutOptions layout = {});

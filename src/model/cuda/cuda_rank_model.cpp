@@ -22,7 +22,8 @@
 #include "cuda/resources.h"
 #include "model/cuda/cuda_model.h"
 #include "model/cuda/cuda_transformer.h"
-#include "model/model.h"
+#include "model/mlp.h"
+#include "model/dataset.h"
 #include "model/rank_model.h"
 #include "model/token_data.h"
 #include "timeline/gpu/event_timer.h"
@@ -431,7 +432,7 @@ ReplicaBytes device_replica_bytes(const ModelConfig& config) {
                   4.0 * 2 * config.batch * spec.transformer.seq;
   } else {
     out.working =
-        static_cast<double>(Model::buffer_bytes(spec, config.batch)) + DeviceDataset::bytes(config);
+        static_cast<double>(Mlp::buffer_bytes(spec, config.batch)) + DeviceDataset::bytes(config);
   }
   return out;
 }

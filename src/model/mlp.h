@@ -1,4 +1,4 @@
-// A feed-forward model with explicit forward and backward passes on the CPU (fp32,
+// Mlp: a feed-forward model with explicit forward and backward passes on the CPU (fp32,
 // CBLAS sgemm), built from a spec string, over the flat layout of layout.h.
 //
 // Gradient rule (as in llm.c): parameter gradients accumulate with +=, activation
@@ -22,35 +22,28 @@
 #include <functional>
 #include <memory>
 #include <span>
-#include <string>
-#include <string_view>
 #include <vector>
 
 #include "core/page_array.h"
+#include "model/dataset.h"  // Batch
 #include "model/layout.h"
 #include "timeline/recorder.h"
 
 namespace tandem {
 
-struct Batch {
-  std::span<const float> x;        // [rows, input]
-  std::span<const std::int32_t> y;  // [rows] class labels
-  int rows = 0;
-};
-
-class Model {
+class Mlp {
  public:
   // Deterministic initialization from seed (Kaiming-uniform weights, zero biases):
   // the same seed gives the same parameters on every rank. Every buffer forward and
   // backward need is allocated here for up to max_batch rows; steps do not allocate.
   // Throws UsageError when max_batch < 1 or max_batch rows do not fit. The flat arrays
   // are laid out as `layout` asks (layout.h).
-  Model(const ModelSpec& spec, int max_batch, std::uint64_t seed, LayoutOptions layout = {});
+  Mlp(const ModelSpec& spec, int max_batch, std::uint64_t seed, LayoutOptions layout = {});
   // Bytes of the buffers that constructor allocates besides the parameters and gradients.
   static std::int64_t buffer_bytes(const ModelSpec& spec, int max_batch);
-  ~Model();
-  Model(Model&&) noexcept;
-  Model& operator=(Model&&) noexcept;
+  ~Mlp();
+  Mlp(Mlp&&) noexcept;
+  Mlp& operator=(Mlp&&) noexcept;
 
   const ModelSpec& spec() const { return layout_.spec(); }
   const ModelLayout& layout() const { return layout_; }
@@ -124,48 +117,6 @@ class Model {
   PageArray<float> params_flat_;
   PageArray<float> grads_flat_;
   std::unique_ptr<Impl> impl_;
-};
-
-// SGD with momentum and decoupled-from-nothing L2 weight decay, on the flat arrays:
-//   g = grad * grad_scale + weight_decay * w;  v = momentum * v + g;  w -= lr * v
-struct SgdOptions {
-  float lr = 0.01f;
-  float momentum = 0.9f;
-  float weight_decay = 0.0f;
-};
-
-// One step of that rule on spans of equal size; `velocity` is the momentum state.
-void sgd_update(const SgdOptions& options, std::span<float> params, std::span<const float> grads,
-                std::span<float> velocity, float grad_scale);
-
-class Sgd {
- public:
-  // The velocity (numel floats, zero) is allocated by the first step.
-  Sgd(SgdOptions options, std::size_t numel);
-  void step(std::span<float> params, std::span<const float> grads, float grad_scale = 1.0f);
-  const SgdOptions& options() const { return options_; }
-
- private:
-  SgdOptions options_;
-  std::size_t numel_ = 0;
-  std::vector<float> velocity_;
-};
-
-// A learnable synthetic task: inputs ~ N(0,1), labels = argmax of a fixed random
-// teacher (one hidden layer, GELU) that is the same on every rank. Each rank draws its
-// own shard deterministically from (seed, rank), `batches` batches cycled over steps.
-class SyntheticDataset {
- public:
-  SyntheticDataset(int input, int classes, int rows, int batches, std::uint64_t seed, int rank);
-  Batch batch(int step) const;  // batch (step mod batches)
-  int rows() const { return rows_; }
-
- private:
-  int input_;
-  int rows_;
-  int batches_;
-  std::vector<float> x_;
-  std::vector<std::int32_t> y_;
 };
 
 }  // namespace tandem

@@ -1,5 +1,5 @@
-// Model: composes the kernels of layers.h over the flat reverse-ordered storage.
-#include "model/model.h"
+// Mlp: composes the kernels of layers.h over the flat reverse-ordered storage.
+#include "model/mlp.h"
 
 #include <algorithm>
 #include <cmath>
@@ -14,7 +14,7 @@
 
 namespace tandem {
 
-// Note [Model buffers]
+// Note [Mlp buffers]
 // acts[L] is Linear layer L's input: acts[0] is a copy of the batch's x, acts[L+1] is
 // activation(pre[L]). pre[L] is layer L's output before the activation, kept because
 // the GELU backward needs it (pre[last] are the logits). Backward ping-pongs between
@@ -67,7 +67,7 @@ void allocate_acts(MlpActs& a, const ModelLayout& layout, int rows,
 
 }  // namespace
 
-struct Model::Impl : MlpActs {
+struct Mlp::Impl : MlpActs {
   int max_batch = 0;
   std::vector<float> grad_a;
   std::vector<float> grad_b;
@@ -81,7 +81,7 @@ struct Model::Impl : MlpActs {
   MlpActs& current() { return *this; }
 };
 
-Model::Model(const ModelSpec& spec, int max_batch, std::uint64_t seed, LayoutOptions layout)
+Mlp::Mlp(const ModelSpec& spec, int max_batch, std::uint64_t seed, LayoutOptions layout)
     : layout_(spec, layout), impl_(std::make_unique<Impl>()) {
   if (max_batch < 1) {
     throw UsageError("model '" + spec.text + "': batch must be >= 1 (got " +
@@ -105,33 +105,33 @@ Model::Model(const ModelSpec& spec, int max_batch, std::uint64_t seed, LayoutOpt
   m.grad_b.assign(rows * static_cast<std::size_t>(layout_.widest()), 0.0f);
 }
 
-std::int64_t Model::buffer_bytes(const ModelSpec& spec, int max_batch) {
-  // As the constructor allocates them (Note [Model buffers]).
+std::int64_t Mlp::buffer_bytes(const ModelSpec& spec, int max_batch) {
+  // As the constructor allocates them (Note [Mlp buffers]).
   const ModelLayout layout(spec);
   std::int64_t per_row = spec.classes + 1 + 2 * static_cast<std::int64_t>(layout.widest());
   for (int l = 0; l < layout.units(); ++l) per_row += layout.layer(l).in + layout.layer(l).out;
   return static_cast<std::int64_t>(sizeof(float)) * max_batch * per_row;
 }
 
-Model::~Model() = default;
-Model::Model(Model&&) noexcept = default;
-Model& Model::operator=(Model&&) noexcept = default;
+Mlp::~Mlp() = default;
+Mlp::Mlp(Mlp&&) noexcept = default;
+Mlp& Mlp::operator=(Mlp&&) noexcept = default;
 
-int Model::max_batch() const { return impl_->max_batch; }
+int Mlp::max_batch() const { return impl_->max_batch; }
 
-void Model::zero_grad() { std::fill(grads_flat_.begin(), grads_flat_.end(), 0.0f); }
+void Mlp::zero_grad() { std::fill(grads_flat_.begin(), grads_flat_.end(), 0.0f); }
 
-std::size_t Model::layer_grad_begin(int layer) const {
+std::size_t Mlp::layer_grad_begin(int layer) const {
   TANDEM_CHECK(layer >= 0 && layer < layer_count());
   return layout_.unit_begin(layer);
 }
 
-std::size_t Model::layer_grad_end(int layer) const {
+std::size_t Mlp::layer_grad_end(int layer) const {
   TANDEM_CHECK(layer >= 0 && layer < layer_count());
   return layout_.unit_end(layer);
 }
 
-void Model::configure_stage(const std::vector<bool>& owned, int slots) {
+void Mlp::configure_stage(const std::vector<bool>& owned, int slots) {
   Impl& m = *impl_;
   TANDEM_CHECK_EQ(owned.size(), static_cast<std::size_t>(layer_count()));
   TANDEM_CHECK(slots >= 1);
@@ -141,9 +141,9 @@ void Model::configure_stage(const std::vector<bool>& owned, int slots) {
   m.next_backward = -1;
 }
 
-void Model::select_slot(int slot) { impl_->slots.select(impl_->current(), slot); }
+void Mlp::select_slot(int slot) { impl_->slots.select(impl_->current(), slot); }
 
-std::span<float> Model::unit_input(int layer, int slot) {
+std::span<float> Mlp::unit_input(int layer, int slot) {
   Impl& m = *impl_;
   TANDEM_CHECK(layer >= 1 && layer < layer_count());
   std::vector<float>& in = m.slots.of(m.current(), slot).acts[static_cast<std::size_t>(layer)];
@@ -151,7 +151,7 @@ std::span<float> Model::unit_input(int layer, int slot) {
   return in;
 }
 
-void Model::begin_backward(int layer, std::span<const float> output_grad) {
+void Mlp::begin_backward(int layer, std::span<const float> output_grad) {
   Impl& m = *impl_;
   TANDEM_CHECK(layer >= 0 && layer < layer_count() - 1);  // the last starts from the loss
   TANDEM_CHECK_EQ(output_grad.size(),
@@ -162,15 +162,15 @@ void Model::begin_backward(int layer, std::span<const float> output_grad) {
   m.next_backward = layer;
 }
 
-std::span<const float> Model::input_grad(int layer) const {
+std::span<const float> Mlp::input_grad(int layer) const {
   const Impl& m = *impl_;
   TANDEM_CHECK(layer >= 1 && layer < layer_count() && m.next_backward == layer - 1);
   return {m.dout, static_cast<std::size_t>(m.max_batch) * layout_.layer(layer).in};
 }
 
-std::int64_t Model::activation_bytes() const { return impl_->bytes(); }
+std::int64_t Mlp::activation_bytes() const { return impl_->bytes(); }
 
-std::span<const float> Model::logits() const {
+std::span<const float> Mlp::logits() const {
   const Impl& m = *impl_;
   return {m.pre.back().data(), static_cast<std::size_t>(m.rows) * spec().classes};
 }
@@ -210,7 +210,7 @@ void activation_backward(Activation activation, float* dinp, const float* inp, c
 
 // Shapes, B = rows: x [B, input] -> layer L: [B, in_L] . [in_L, out_L] + [out_L] ->
 // activation (all but the last) -> logits [B, classes] -> mean softmax cross-entropy.
-void Model::set_input(const Batch& batch) {
+void Mlp::set_input(const Batch& batch) {
   Impl& m = *impl_;
   const int B = batch.rows;
   TANDEM_CHECK(B >= 1 && B <= m.max_batch);
@@ -229,7 +229,7 @@ void Model::set_input(const Batch& batch) {
   m.next_backward = -1;
 }
 
-void Model::forward_unit(int l, RankRecorder& recorder, int step) {
+void Mlp::forward_unit(int l, RankRecorder& recorder, int step) {
   Impl& m = *impl_;
   const int B = m.rows;
   TANDEM_CHECK(B >= 1);  // set_input() first
@@ -247,14 +247,14 @@ void Model::forward_unit(int l, RankRecorder& recorder, int step) {
   }
 }
 
-float Model::forward_loss(RankRecorder& recorder, int step) {
+float Mlp::forward_loss(RankRecorder& recorder, int step) {
   Impl& m = *impl_;
   ScopedSpan span(recorder, Lane::kCompute, SpanKind::kForward, step, layer_count());
   return static_cast<float>(layers::Ops<float>::cross_entropy_forward(m.probs.data(), m.pre.back().data(),
                                                m.targets.data(), m.rows, spec().classes));
 }
 
-void Model::backward_loss(RankRecorder& recorder, int step) {
+void Mlp::backward_loss(RankRecorder& recorder, int step) {
   Impl& m = *impl_;
   TANDEM_CHECK(m.rows >= 1);  // forward() must run first
   m.dout = m.grad_a.data();
@@ -267,7 +267,7 @@ void Model::backward_loss(RankRecorder& recorder, int step) {
 
 // dout [B, out_L] -> activation backward (L < last) -> dW_L [in_L, out_L] +=,
 // db_L [out_L] +=, d(in_L) [B, in_L] = (L > 0).
-void Model::backward_unit(int l, RankRecorder& recorder, int step) {
+void Mlp::backward_unit(int l, RankRecorder& recorder, int step) {
   Impl& m = *impl_;
   TANDEM_CHECK_EQ(l, m.next_backward);  // backward_loss, then layers last..0
   TANDEM_CHECK(m.owned[static_cast<std::size_t>(l)]);
@@ -292,13 +292,13 @@ void Model::backward_unit(int l, RankRecorder& recorder, int step) {
   m.next_backward = l - 1;
 }
 
-float Model::forward(const Batch& batch, RankRecorder& recorder, int step) {
+float Mlp::forward(const Batch& batch, RankRecorder& recorder, int step) {
   set_input(batch);
   for (int l = 0; l < layer_count(); ++l) forward_unit(l, recorder, step);
   return forward_loss(recorder, step);
 }
 
-void Model::backward(RankRecorder& recorder, int step,
+void Mlp::backward(RankRecorder& recorder, int step,
                      const std::function<void(int layer)>& on_layer_ready) {
   backward_loss(recorder, step);
   for (int l = layer_count() - 1; l >= 0; --l) {
