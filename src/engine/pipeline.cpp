@@ -7,6 +7,7 @@
 
 #include "core/error.h"
 #include "ddp/reducer.h"
+#include "ddp/stage_sync.h"
 #include "model/transformer.h"
 
 namespace tandem {
@@ -442,142 +443,24 @@ void StageRunner::finish_step() {
 }  // namespace tandem
 
 namespace tandem {
-namespace {
-
-class StageSync final : public GradSync {
- public:
-  StageSync(const StagePlan& plan, Communicator& comm, Communicator& control, RankModel& model,
-            std::unique_ptr<Communicator> replicas, const ReducerOptions& options)
-      : plan_(plan),
-        comm_(comm),
-        control_(control),
-        model_(model),
-        stage_(plan.stage_of(comm.rank())),
-        replicas_(std::move(replicas)) {
-    const ModelLayout& layout = model.layout();
-    const std::vector<bool> keep = kept_units(stage_);
-    if (replicas_) reducer_ = std::make_unique<Reducer>(*replicas_, model, options, keep);
-    // gpt's tied embedding on two stages: its gradient is summed over the embedding group
-    // after the passes (StageRunner::reduce_tied_grads), then averaged over the replicas.
-    // The first stage's backward must not launch that average early: it would run on the
-    // same memory as the sum, and average only the first stage's half.
-    hold_embedding_ = plan.tied_across_stages && plan.stage_of_chunk(0) == stage_;
-    for (int u = 0; u < layout.units(); ++u) {
-      const std::size_t begin = layout.unit_begin(u), end = layout.owned_end(u);
-      if (keep[static_cast<std::size_t>(u)]) {
-        ranges_.push_back({begin, end, model.allocate_zeroed(end - begin)});
-      } else {
-        model.discard_params(begin, end);
-        model.discard_grads(begin, end);
-      }
-    }
-  }
-
-  void begin_step(int step) override {
-    if (reducer_) reducer_->begin_step(step);
-  }
-  void after_backward(int unit, bool last_micro_batch) override {
-    if (unit == 0 && hold_embedding_) return;  // launched in before_optimizer
-    if (reducer_) reducer_->after_backward(unit, last_micro_batch);
-  }
-  void before_optimizer() override {
-    if (reducer_) reducer_->before_optimizer();
-  }
-  void end_step() override {
-    if (reducer_) reducer_->end_step();
-  }
-
-  void optimizer_step(RankModel& model, float grad_scale) override {
-    for (Range& r : ranges_) {
-      const std::size_t n = r.end - r.begin;
-      model.sgd_step(model.params().subspan(r.begin, n), model.grads().subspan(r.begin, n),
-                     r.velocity->span(), grad_scale);
-      model.zero_grads(r.begin, r.end);
-    }
-  }
-
-  std::vector<float> full_params(RankModel& model, bool copy) override {
-    // Replica 0's stages send their units to rank 0, which holds stage 0, over the host
-    // communicator (the copies are host memory).
-    const int rank = comm_.rank();
-    if (plan_.replica_of(rank) != 0) return {};
-    std::vector<float> all;
-    if (rank == 0) all = model.download_params();
-    for (int s = 1; s < plan_.shape.stages; ++s) {
-      if (rank == s) {
-        std::vector<float> mine = model.download_params();
-        control_.send(mine, 0, 0, {.kind = SpanKind::kSend})->synchronize();
-      } else if (rank == 0) {
-        std::vector<float> theirs(all.size());
-        control_.recv(theirs, s, 0, {.kind = SpanKind::kRecv})->synchronize();
-        const std::vector<bool> owned = plan_.owned_units(s, model.units());
-        for (int u = 0; u < model.units(); ++u) {
-          if (!owned[static_cast<std::size_t>(u)]) continue;
-          const ModelLayout& layout = model.layout();
-          std::copy(theirs.begin() + static_cast<std::ptrdiff_t>(layout.unit_begin(u)),
-                    theirs.begin() + static_cast<std::ptrdiff_t>(layout.owned_end(u)),
-                    all.begin() + static_cast<std::ptrdiff_t>(layout.unit_begin(u)));
-        }
-      }
-    }
-    if (!copy) all.clear();
-    return all;
-  }
-
-  std::int64_t bytes_per_step() const override {
-    return reducer_ ? reducer_->bytes_per_step() : 0;
-  }
-  StateBytes state_bytes() const override {
-    std::int64_t floats = 0;
-    for (const Range& r : ranges_) floats += static_cast<std::int64_t>(r.end - r.begin);
-    const std::int64_t bytes = floats * static_cast<std::int64_t>(sizeof(float));
-    return {.params = bytes, .grads = bytes, .optimizer = bytes};
-  }
-  std::string describe() const override {
-    const std::string stage =
-        "pipeline stage " + std::to_string(stage_) + " of " + std::to_string(plan_.shape.stages);
-    if (!reducer_) return stage + ", no data parallelism (1 replica)";
-    return stage + ", its gradients averaged over " + std::to_string(plan_.replicas) +
-           " replicas: " + reducer_->describe();
-  }
-
- private:
-  struct Range {
-    std::size_t begin = 0, end = 0;
-    std::unique_ptr<ModelArray> velocity;
-  };
-
-  // The stage's units and the units they read (gpt's head reads the embedding).
-  std::vector<bool> kept_units(int stage) const {
-    const int units = model_.units();
-    const std::vector<bool> owned = plan_.owned_units(stage, units);
-    std::vector<bool> keep(owned.size(), false);
-    for (int u = 0; u < units; ++u) {
-      if (!owned[static_cast<std::size_t>(u)]) continue;
-      for (int v : model_.layout().units_read(u)) keep[static_cast<std::size_t>(v)] = true;
-    }
-    return keep;
-  }
-
-  const StagePlan& plan_;
-  Communicator& comm_;
-  Communicator& control_;  // host memory, the same ranks
-  RankModel& model_;
-  const int stage_;
-  std::vector<Range> ranges_;
-  std::unique_ptr<Communicator> replicas_;  // outlives reducer_
-  std::unique_ptr<Reducer> reducer_;
-  bool hold_embedding_ = false;
-};
-
-}  // namespace
 
 std::unique_ptr<GradSync> make_stage_sync(const StagePlan& plan, Communicator& comm,
                                           Communicator& control, RankModel& model,
                                           std::unique_ptr<Communicator> replicas,
                                           const ReducerOptions& options) {
   TANDEM_CHECK_EQ(replicas != nullptr, plan.replicas > 1);
-  return std::make_unique<StageSync>(plan, comm, control, model, std::move(replicas), options);
+  const int rank = comm.rank();
+  StageUnits units{.stage = plan.stage_of(rank),
+                   .replica = plan.replica_of(rank),
+                   .replicas = plan.replicas};
+  for (int s = 0; s < plan.shape.stages; ++s) {
+    units.owned.push_back(plan.owned_units(s, model.units()));
+  }
+  // gpt's tied embedding on two stages: its gradient is summed over the embedding group
+  // after the passes (StageRunner::reduce_tied_grads), then averaged over the replicas.
+  units.hold_embedding = plan.tied_across_stages && plan.stage_of_chunk(0) == units.stage;
+  return std::make_unique<StageSync>(std::move(units), control, model, std::move(replicas),
+                                     options);
 }
 
 void StageRunner::reduce_tied_grads(int step) {

@@ -166,14 +166,10 @@ class StageRunner {
   std::unique_ptr<Communicator> embedding_group_;
 };
 
-// The strategy of a pipeline stage: the stage's units (and, for a gpt whose head is on
-// this stage, the tied embedding it reads) keep their parameters, gradients and SGD
-// velocity; every other unit's memory is given back. SGD runs on those ranges.
-// With replicas, `replicas` is the communicator of this stage's replicas (split from the
-// run's), and DDP's Reducer with `options` averages the stage's gradients over it, its
-// buckets launched as the last micro-batch's backward makes them ready (Megatron's
-// overlap of the data-parallel all-reduce). full_params() gathers every stage's units at
-// rank 0 (point to point over `control`, the run's host communicator).
+// The strategy of a pipeline stage (ddp/stage_sync.h) for this rank of `plan`: `comm` is
+// the run's communicator (its rank is this rank), `control` its host communicator,
+// `replicas` the communicator of this stage's replicas (split from the run's; null with
+// one replica), averaged with `options`.
 std::unique_ptr<GradSync> make_stage_sync(const StagePlan& plan, Communicator& comm,
                                           Communicator& control, RankModel& model,
                                           std::unique_ptr<Communicator> replicas,
