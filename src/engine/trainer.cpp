@@ -339,6 +339,46 @@ void forward_loss_to_first_stage(const StagePlan& plan, Communicator& control, i
   }
 }
 
+// What one rank brings back from train_rank to train() (as bytes: a rank of a process job
+// sends it over the control communicator, engine/launch.h). Written and read here, side
+// by side, in one order.
+struct RankOutcome {
+  std::vector<StepRecord> steps;
+  std::vector<float> final_params;  // rank 0's, packed; empty elsewhere
+  std::string blas;                 // the model's describe()
+  std::string device_details;
+  std::string timing_source;
+  std::string sync;  // the strategy's describe()
+  RankMemory memory;
+  std::int64_t bytes_per_step = 0;
+
+  std::string encode() const {
+    ByteWriter out;
+    out.put_vector(steps);
+    out.put_vector(final_params);
+    out.put_string(blas);
+    out.put_string(device_details);
+    out.put_string(timing_source);
+    out.put_string(sync);
+    out.put_vector(std::vector<RankMemory>{memory});
+    out.put_vector(std::vector<std::int64_t>{bytes_per_step});
+    return out.take();
+  }
+  static RankOutcome decode(const std::string& bytes) {
+    ByteReader in(bytes);
+    RankOutcome r;
+    r.steps = in.get_vector<StepRecord>();
+    r.final_params = in.get_vector<float>();
+    r.blas = in.get_string();
+    r.device_details = in.get_string();
+    r.timing_source = in.get_string();
+    r.sync = in.get_string();
+    r.memory = in.get_vector<RankMemory>().at(0);
+    r.bytes_per_step = in.get_vector<std::int64_t>().at(0);
+    return r;
+  }
+};
+
 }  // namespace
 
 std::string train_rank(const TrainConfig& config, RankEnv& env, const StepCallback& on_step) {
@@ -420,16 +460,15 @@ std::string train_rank(const TrainConfig& config, RankEnv& env, const StepCallba
                     .steps_peak_rss_bytes = steps_peak_rss,
                     .micro_batches_in_flight = stage->slots()};
   memory.state.activations = stage->activation_bytes();
-  ByteWriter out;
-  out.put_vector(steps);
-  out.put_vector(final_params);
-  out.put_string(model->describe());
-  out.put_string(model->device_details());
-  out.put_string(model->timing_source());
-  out.put_string(sync->describe());
-  out.put_vector(std::vector<RankMemory>{memory});
-  out.put_vector(std::vector<std::int64_t>{sync->bytes_per_step() + stage->bytes_per_step()});
-  return out.take();
+  return RankOutcome{.steps = std::move(steps),
+                     .final_params = std::move(final_params),
+                     .blas = model->describe(),
+                     .device_details = model->device_details(),
+                     .timing_source = model->timing_source(),
+                     .sync = sync->describe(),
+                     .memory = memory,
+                     .bytes_per_step = sync->bytes_per_step() + stage->bytes_per_step()}
+      .encode();
 }
 
 void configure_cpu_gemm(const TrainConfig& config) {
@@ -458,24 +497,16 @@ TrainResult train(const TrainConfig& config, Job& job, const StepCallback& on_st
   result.device = std::string(to_string(config.device));
   if (config.pipeline.stages > 1) result.pipeline = stage_plan(config).describe();
   for (std::size_t r = 0; r < run.payloads.size(); ++r) {
-    ByteReader in(run.payloads[r]);
-    const std::vector<StepRecord> steps = in.get_vector<StepRecord>();
-    result.steps.insert(result.steps.end(), steps.begin(), steps.end());
-    std::vector<float> params = in.get_vector<float>();
-    std::string blas = in.get_string();
-    std::string device_details = in.get_string();
-    std::string timing = in.get_string();
-    std::string sync = in.get_string();
-    const std::vector<RankMemory> memory = in.get_vector<RankMemory>();
-    result.memory.insert(result.memory.end(), memory.begin(), memory.end());
-    const std::vector<std::int64_t> bytes_per_step = in.get_vector<std::int64_t>();
+    RankOutcome rank = RankOutcome::decode(run.payloads[r]);
+    result.steps.insert(result.steps.end(), rank.steps.begin(), rank.steps.end());
+    result.memory.push_back(rank.memory);
     if (r == 0) {
-      result.bytes_per_step = bytes_per_step.at(0);
-      result.sync = std::move(sync);
-      result.final_params = std::move(params);
-      result.blas = std::move(blas);
-      result.device_details = std::move(device_details);
-      result.timing_source = std::move(timing);
+      result.bytes_per_step = rank.bytes_per_step;
+      result.sync = std::move(rank.sync);
+      result.final_params = std::move(rank.final_params);
+      result.blas = std::move(rank.blas);
+      result.device_details = std::move(rank.device_details);
+      result.timing_source = std::move(rank.timing_source);
     }
   }
   std::sort(result.steps.begin(), result.steps.end(), [](const auto& a, const auto& b) {
