@@ -107,7 +107,7 @@ void bench_memory(const Args& args) {
   for (int peers : {2, 4, 8}) {
     for (int blocks : {0, 32}) {
       auto comms = require_backend("emulated", "--device-comm")
-                       .make_world({.ranks = 1, .emulated_peers = peers, .emulated_blocks = blocks});
+                       .make_world({.ranks = 1, .device = {.emulated_peers = peers, .emulated_blocks = blocks}});
       Communicator& comm = *comms.at(0);
       // Enqueued back to back on a bound stream that waits for each (Work::wait), as a
       // trainer's compute stream would: the host does not wait in between.

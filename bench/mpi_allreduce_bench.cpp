@@ -194,8 +194,9 @@ int run_nccl_table(ProcessCommunicator& comm, MPI_Comm world, const Options& o) 
 }
 
 int run(const Options& o) {
-  auto comm = make_mpi_communicator({.allreduce_algorithm = o.algorithm,
-                                     .poll_sleep_ns = static_cast<std::int64_t>(o.poll_us * 1e3)});
+  auto comm = make_mpi_communicator(
+      {.mpi = {.allreduce_algorithm = o.algorithm,
+               .poll_sleep_ns = static_cast<std::int64_t>(o.poll_us * 1e3)}});
   MPI_Comm world;
   MPI_Comm_dup(MPI_COMM_WORLD, &world);
   const int n = comm->size();

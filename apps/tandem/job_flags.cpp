@@ -39,8 +39,8 @@ void add_power_flags(CLI::App& app, PowerFlags& flags) {
 
 BackendOptions job_options(const JobFlags& f, std::int64_t timeout_ns) {
   return {.timeout = std::chrono::nanoseconds(timeout_ns),
-          .allreduce_algorithm = f.mpi_allreduce,
-          .poll_sleep_ns = static_cast<std::int64_t>(f.mpi_poll_us * 1e3)};
+          .mpi = {.allreduce_algorithm = f.mpi_allreduce,
+                  .poll_sleep_ns = static_cast<std::int64_t>(f.mpi_poll_us * 1e3)}};
 }
 
 int job_ranks(const std::string& backend, int ranks, bool ranks_given) {

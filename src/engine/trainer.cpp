@@ -240,7 +240,7 @@ std::size_t train_span_capacity(const TrainConfig& config) {
 BackendOptions train_backend_options(const TrainConfig& config) {
   return {.ranks = config.ranks,
           .timeout = std::chrono::nanoseconds(config.timeout_ns),
-          .link = config.link};
+          .local = {.link = config.link}};
 }
 
 RunSpec train_run_spec(const TrainConfig& config) {

@@ -160,7 +160,7 @@ class MicrobenchWorkload final : public Workload {
 
   RunSpec run_spec(std::size_t capacity, bool record) const {
     return {.ranks = spec_.ranks,
-            .comm = {.link = spec_.link},
+            .comm = {.local = {.link = spec_.link}},
             .span_capacity_per_lane = capacity,
             .record = record};
   }

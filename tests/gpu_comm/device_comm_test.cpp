@@ -82,7 +82,7 @@ TEST(GpuCommTest, EmulatedRingMatchesCpuReference) {
       for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kAverage}) {
         TANDEM_WORLD_OR_SKIP(
             comms, "emulated",
-            {.ranks = 1, .emulated_peers = peers, .emulated_blocks = n % 2 ? 1 : 0});
+            {.ranks = 1, .device = {.emulated_peers = peers, .emulated_blocks = n % 2 ? 1 : 0}});
         const std::vector<float> data = small_integers(n);
         DeviceFloats buffer(data);
         comms[0]->allreduce(buffer.span(), op, {.step = 1, .tag = 2})->synchronize();
@@ -122,7 +122,7 @@ void expect_world_of_one(Communicator& comm) {
 
 TEST(GpuCommTest, EmulatedRingIsAWorldOfOneForEveryOperation) {
   TANDEM_SKIP_WITHOUT_GPU();
-  TANDEM_WORLD_OR_SKIP(comms, "emulated", {.ranks = 1, .emulated_peers = 4});
+  TANDEM_WORLD_OR_SKIP(comms, "emulated", {.ranks = 1, .device = {.emulated_peers = 4}});
   expect_world_of_one(*comms[0]);
 }
 
@@ -157,7 +157,7 @@ void expect_split_of_one(Communicator& parent) {
 
 TEST(GpuCommTest, EmulatedRingSplitIsAWorldOfOne) {
   TANDEM_SKIP_WITHOUT_GPU();
-  TANDEM_WORLD_OR_SKIP(comms, "emulated", {.ranks = 1, .emulated_peers = 4});
+  TANDEM_WORLD_OR_SKIP(comms, "emulated", {.ranks = 1, .device = {.emulated_peers = 4}});
   {
     // The child's all-reduce emulates the same ring: 4 peers holding the same data.
     std::unique_ptr<Communicator> child = comms[0]->split(0, 0);
@@ -179,7 +179,7 @@ TEST(NcclCommTest, OneRankSplitIsAWorldOfOne) {
 
 TEST(GpuCommTest, EmulatedRingSaysSoAndRecordsSpans) {
   TANDEM_SKIP_WITHOUT_GPU();
-  TANDEM_WORLD_OR_SKIP(comms, "emulated", {.ranks = 1, .emulated_peers = 4});
+  TANDEM_WORLD_OR_SKIP(comms, "emulated", {.ranks = 1, .device = {.emulated_peers = 4}});
   Communicator& comm = *comms[0];
   EXPECT_TRUE(comm.emulated());
   EXPECT_EQ(comm.backend_name(), "emulated");
@@ -241,7 +241,7 @@ class HeldStream {
 // bound stream must not run before the collective is done.
 TEST(GpuCommTest, WaitMakesTheBoundStreamWaitAndReturnsAtOnce) {
   TANDEM_SKIP_WITHOUT_GPU();
-  TANDEM_WORLD_OR_SKIP(comms, "emulated", {.ranks = 1, .emulated_peers = 2});
+  TANDEM_WORLD_OR_SKIP(comms, "emulated", {.ranks = 1, .device = {.emulated_peers = 2}});
   Communicator& comm = *comms[0];
   HeldStream producer(comm);
   DeviceFloats buffer(std::vector<float>(1000, 1.0f));
@@ -262,7 +262,7 @@ TEST(GpuCommTest, WaitMakesTheBoundStreamWaitAndReturnsAtOnce) {
 
 void expect_timeout(const std::string& backend) {
   TANDEM_WORLD_OR_SKIP(comms, backend,
-                       {.ranks = 1, .timeout = std::chrono::seconds(1), .emulated_peers = 2});
+                       {.ranks = 1, .timeout = std::chrono::seconds(1), .device = {.emulated_peers = 2}});
   Communicator& comm = *comms[0];
   HeldStream producer(comm);
   DeviceFloats buffer(std::size_t{3} << 18);  // 3 MiB of fp32
@@ -324,7 +324,7 @@ TEST(GpuCommTest, BadOptionsAreUsageErrors) {
   TANDEM_SKIP_WITHOUT_GPU();
   if (find_backend("emulated") == nullptr) GTEST_SKIP() << "no emulated backend in this build";
   EXPECT_THROW(world("emulated", {.ranks = 2}), UsageError);
-  EXPECT_THROW(world("emulated", {.ranks = 1, .emulated_peers = 0}), UsageError);
+  EXPECT_THROW(world("emulated", {.ranks = 1, .device = {.emulated_peers = 0}}), UsageError);
   if (find_backend("nccl") != nullptr) {
     EXPECT_THROW(world("nccl", {.ranks = 4096}), UsageError);
   }

@@ -205,7 +205,7 @@ int main(int argc, char** argv) {
   try {
     comm = tandem::make_mpi_communicator(
         {.timeout = std::chrono::nanoseconds(static_cast<std::int64_t>(timeout_s * 1e9)),
-         .allreduce_algorithm = algorithm});
+         .mpi = {.allreduce_algorithm = algorithm}});
   } catch (const std::exception& e) {
     std::fprintf(stderr, "mpi contract: %s\n", e.what());
     return 1;

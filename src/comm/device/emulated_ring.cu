@@ -56,8 +56,8 @@ class EmulatedRing final : public DeviceCommunicator {
  public:
   EmulatedRing(const BackendOptions& options, int device)
       : DeviceCommunicator({.rank = 0, .size = 1, .timeout = options.timeout}, device),
-        peers_(options.emulated_peers),
-        blocks_(options.emulated_blocks > 0 ? options.emulated_blocks : kEmulatedDefaultBlocks) {
+        peers_(options.device.emulated_peers),
+        blocks_(options.device.emulated_blocks > 0 ? options.device.emulated_blocks : kEmulatedDefaultBlocks) {
     start_thread();
   }
 
@@ -88,7 +88,8 @@ class EmulatedRing final : public DeviceCommunicator {
     (void)key;
     const CurrentDeviceRestorer restore;
     return std::make_unique<EmulatedRing>(
-        BackendOptions{.timeout = timeout(), .emulated_peers = peers_, .emulated_blocks = blocks_},
+        BackendOptions{.timeout = timeout(),
+                       .device = {.emulated_peers = peers_, .emulated_blocks = blocks_}},
         device());
   }
 
@@ -170,13 +171,13 @@ class EmulatedRing final : public DeviceCommunicator {
 }  // namespace
 
 std::unique_ptr<Communicator> make_emulated_ring(const BackendOptions& options, int device) {
-  if (options.emulated_peers < 1 || options.emulated_peers > 1024) {
+  if (options.device.emulated_peers < 1 || options.device.emulated_peers > 1024) {
     throw UsageError("--emulated-peers: must be 1..1024, got " +
-                     std::to_string(options.emulated_peers));
+                     std::to_string(options.device.emulated_peers));
   }
-  if (options.emulated_blocks < 0 || options.emulated_blocks > 65535) {
+  if (options.device.emulated_blocks < 0 || options.device.emulated_blocks > 65535) {
     throw UsageError("--emulated-blocks: must be 0 (default) or 1..65535, got " +
-                     std::to_string(options.emulated_blocks));
+                     std::to_string(options.device.emulated_blocks));
   }
   return std::make_unique<EmulatedRing>(options, device);
 }

@@ -8,7 +8,7 @@ namespace {
 
 std::vector<std::unique_ptr<Communicator>> make_world(const BackendOptions& options) {
   return make_local_communicators(
-      {.ranks = options.ranks, .link = options.link, .timeout = options.timeout});
+      {.ranks = options.ranks, .link = options.local.link, .timeout = options.timeout});
 }
 
 [[maybe_unused]] const bool kRegistered =

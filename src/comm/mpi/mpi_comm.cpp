@@ -113,7 +113,7 @@ class MpiCommunicator final : public ProcessCommunicator {
  public:
   MpiCommunicator(const BackendOptions& options, Algorithm algorithm, MpiState state)
       : ProcessCommunicator({.rank = state.rank, .size = state.size, .timeout = options.timeout}),
-        poll_sleep_ns_(options.poll_sleep_ns < 0 ? 0 : options.poll_sleep_ns),
+        poll_sleep_ns_(options.mpi.poll_sleep_ns < 0 ? 0 : options.mpi.poll_sleep_ns),
         algorithm_(algorithm),
         m_(std::move(state)) {
     start_thread();
@@ -211,7 +211,7 @@ class MpiCommunicator final : public ProcessCommunicator {
     }
     MpiState child;
     run_task([&] { child = split_state(color, key); });
-    const BackendOptions options{.timeout = timeout(), .poll_sleep_ns = poll_sleep_ns_};
+    const BackendOptions options{.timeout = timeout(), .mpi = {.poll_sleep_ns = poll_sleep_ns_}};
     return std::make_unique<MpiCommunicator>(options, algorithm_, std::move(child));
   }
 
@@ -639,12 +639,12 @@ void find_placement(MPI_Comm comm, MpiState& m) {
 
 std::unique_ptr<ProcessCommunicator> make_mpi_communicator(const BackendOptions& options) {
   Algorithm algorithm = Algorithm::kAuto;
-  if (options.allreduce_algorithm == "ring") {
+  if (options.mpi.allreduce_algorithm == "ring") {
     algorithm = Algorithm::kRing;
-  } else if (options.allreduce_algorithm == "native") {
+  } else if (options.mpi.allreduce_algorithm == "native") {
     algorithm = Algorithm::kNative;
-  } else if (!options.allreduce_algorithm.empty() && options.allreduce_algorithm != "auto") {
-    throw UsageError("--mpi-allreduce: unknown algorithm '" + options.allreduce_algorithm +
+  } else if (!options.mpi.allreduce_algorithm.empty() && options.mpi.allreduce_algorithm != "auto") {
+    throw UsageError("--mpi-allreduce: unknown algorithm '" + options.mpi.allreduce_algorithm +
                      "' (expected auto, native or ring)");
   }
   if (options.timeout.count() <= 0) throw UsageError("--timeout must be > 0");

@@ -60,8 +60,8 @@ void wait_until_ready(ncclComm_t comm, const std::string& what, std::chrono::nan
 ncclConfig_t make_config(const BackendOptions& options) {
   ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
   config.blocking = 0;  // so that a timeout can abort (nccl_comm.h)
-  if (options.nccl_min_ctas > 0) config.minCTAs = options.nccl_min_ctas;
-  if (options.nccl_max_ctas > 0) config.maxCTAs = options.nccl_max_ctas;
+  if (options.device.nccl_min_ctas > 0) config.minCTAs = options.device.nccl_min_ctas;
+  if (options.device.nccl_max_ctas > 0) config.maxCTAs = options.device.nccl_max_ctas;
   return config;
 }
 
@@ -127,8 +127,8 @@ class NcclCommunicator final : public DeviceCommunicator {
     auto limit = [](int v) { return v > 0 ? std::to_string(v) : std::string("default"); };
     return nccl_version() + ", " + std::to_string(size()) +
            " ranks (one GPU each; this rank on device " + std::to_string(device()) +
-           "), CTAs min " + limit(options_.nccl_min_ctas) + " max " +
-           limit(options_.nccl_max_ctas) +
+           "), CTAs min " + limit(options_.device.nccl_min_ctas) + " max " +
+           limit(options_.device.nccl_max_ctas) +
            ", non-blocking communicator; point to point matches in issue order (tags unused)";
   }
 

@@ -204,10 +204,10 @@ class GpuMicrobench final : public Workload {
             .device_comm = spec_.comm_backend,
             .comm = {.timeout =
                          std::chrono::nanoseconds(static_cast<std::int64_t>(spec_.timeout_s * 1e9)),
-                     .emulated_peers = spec_.emulated_peers,
-                     .emulated_blocks = spec_.emulated_blocks,
-                     .nccl_min_ctas = spec_.nccl_min_ctas,
-                     .nccl_max_ctas = spec_.nccl_max_ctas},
+                     .device = {.emulated_peers = spec_.emulated_peers,
+                                .emulated_blocks = spec_.emulated_blocks,
+                                .nccl_min_ctas = spec_.nccl_min_ctas,
+                                .nccl_max_ctas = spec_.nccl_max_ctas}},
             .span_capacity_per_lane = capacity};
   }
 
