@@ -19,9 +19,9 @@
 #include "trace_import/trace_reader.h"
 
 namespace tandem {
-namespace {
 
-namespace fs = std::filesystem;
+// The helpers of TraceImporter's parts (trace_import.h names them in its private
+// declarations, so they are not in an anonymous namespace).
 
 // ProfilerStep windows sorted by start, searched for the window holding a time point.
 class StepFinder {
@@ -44,6 +44,10 @@ class StepFinder {
  private:
   std::vector<StepWindow> windows_;
 };
+
+namespace {
+
+namespace fs = std::filesystem;
 
 // Gives the heap's free memory back to the system. The reader's growing vectors and HTA's
 // temporary interval lists are freed below glibc's mmap threshold, so their pages stay
@@ -173,92 +177,200 @@ void TraceImporter::add_files(const std::vector<std::string>& paths) {
   stop_readers();
 }
 
+// The GPU devices of a Kineto file: args.device of the GPU events, else their pid
+// (Kineto's GPU rows). A file of a distributed job (distributedInfo) is one rank whatever
+// devices it names; a file without it that names several is a rank per device, a
+// timeline each.
+class DeviceSplit {
+ public:
+  DeviceSplit(const RawTrace& raw, bool one_rank) {
+    for (const RawEvent& e : raw.events) {
+      if (raw.categories[e.category].gpu) devices_.push_back(device_of(e));
+    }
+    std::sort(devices_.begin(), devices_.end());
+    devices_.erase(std::unique(devices_.begin(), devices_.end()), devices_.end());
+    named_ = devices_.size();
+    if (one_rank) devices_.clear();
+  }
+  std::size_t devices_named() const { return named_; }
+  std::size_t timelines() const { return std::max<std::size_t>(devices_.size(), 1); }
+  bool split() const { return timelines() > 1; }
+  std::int32_t device(std::size_t timeline) const { return split() ? devices_[timeline] : -1; }
+  std::size_t timeline_of(const RawEvent& e) const {
+    if (devices_.size() <= 1) return 0;
+    return static_cast<std::size_t>(
+        std::lower_bound(devices_.begin(), devices_.end(), device_of(e)) - devices_.begin());
+  }
+
+ private:
+  static std::int32_t device_of(const RawEvent& e) {
+    return e.device >= 0 ? e.device : std::max(e.pid, 0);
+  }
+  std::vector<std::int32_t> devices_;
+  std::size_t named_ = 0;
+};
+
+namespace {
+
+// CPU ops carrying a collective's arguments, by start: a comm span without arguments of
+// its own takes those of the innermost such op around its CPU-side moment (the launch of
+// a kernel, the start of a gloo range), if it is the same collective. NCCL runs send,
+// recv and all-to-all as SendRecv kernels: a SendRecv or unnamed span takes the op's
+// collective.
+class CollectiveOps {
+ public:
+  CollectiveOps(std::vector<CpuInterval>& ops, const std::vector<CollectiveArgs>& args,
+                const NameTable& names)
+      : ops_(ops), args_(args), names_(names) {
+    std::sort(ops_.begin(), ops_.end(),
+              [](const CpuInterval& a, const CpuInterval& b) { return a.start_ns < b.start_ns; });
+    for (const CpuInterval& op : ops_) longest_ = std::max(longest_, op.end_ns - op.start_ns);
+  }
+
+  const CollectiveArgs* enclosing(std::int64_t t, CollectiveType type) const {
+    auto it = std::upper_bound(ops_.begin(), ops_.end(), t,
+                               [](std::int64_t v, const CpuInterval& op) { return v < op.start_ns; });
+    // Only ops starting within the longest op's length before t can hold t.
+    while (it != ops_.begin()) {
+      --it;
+      if (it->start_ns < t - longest_) break;
+      if (it->end_ns < t) continue;
+      const CollectiveArgs& a = args_[static_cast<std::size_t>(it->args)];
+      const CollectiveType theirs = collective_type(names_.name(a.collective));
+      const bool any = type == CollectiveType::kUnknown || type == CollectiveType::kSendRecv;
+      return any || theirs == type ? &a : nullptr;
+    }
+    return nullptr;
+  }
+
+  // What a comm event is: its collective, group, dtype and bytes, from its own
+  // arguments or an enclosing op's.
+  CommInfo describe(const RawEvent& e, std::int64_t cpu_time, std::size_t span) const {
+    CommInfo c{.span = span};
+    const CollectiveArgs* args = e.args >= 0 ? &args_[static_cast<std::size_t>(e.args)] : nullptr;
+    c.type = collective_type(args != nullptr && args->collective != kNoName
+                                 ? names_.name(args->collective)
+                                 : names_.name(e.name));
+    if (args == nullptr) {
+      args = enclosing(cpu_time, c.type);
+      if (args != nullptr && args->collective != kNoName) {
+        c.type = collective_type(names_.name(args->collective));
+      }
+    }
+    if (args != nullptr) {
+      c.group_size = args->group_size;
+      c.dtype = args->dtype;
+      const std::optional<int> element = dtype_bytes(names_.name(c.dtype));
+      const std::int64_t elements = std::max(args->in_elements, args->out_elements);
+      // A size beyond int64 is not a real collective's: unknown rather than wrapped.
+      if (element && elements >= 0 &&
+          elements <= std::numeric_limits<std::int64_t>::max() / *element) {
+        c.bytes = elements * *element;
+      }
+    }
+    return c;
+  }
+
+ private:
+  std::vector<CpuInterval>& ops_;
+  const std::vector<CollectiveArgs>& args_;
+  const NameTable& names_;
+  std::int64_t longest_ = 0;
+};
+
+}  // namespace
+
 // The body of add: one file's raw trace, names in the timeline's table, into spans.
 void TraceImporter::interpret(RawTrace raw, const std::string& source, int file_index) {
-  Timeline& timeline = result_.timeline;
-  NameTable& names = *timeline.names;
   release_free_memory();  // what the reader's growing vectors left behind
-
   TraceFileInfo info{.path = source,
                      .bytes = raw.bytes_read,
                      .trace_events = raw.trace_events,
                      .step_windows = raw.steps.size(),
                      .names_cut = raw.names_cut};
-  const auto claim_rank = [&](std::int32_t rank) {
-    std::string& owner = rank_owner_[rank];
-    if (!owner.empty() && owner != source) {
-      throw UsageError(source + ": rank " + std::to_string(rank) + " is also in " + owner +
-                       " (one trace per rank)");
-    }
-    owner = source;
-    timeline.ranks = std::max(timeline.ranks, rank + 1);
-  };
-
   if (raw.tandem) {
-    // tandem's own trace: the meaning read_chrome_trace gives it.
-    info.format = "tandem";
-    info.rank_source = "trace (pid)";
-    for (const RawEvent& e : raw.events) {
-      const TraceCategory& cat = raw.categories[e.category];
-      if (!cat.tandem_kind) continue;
-      if (e.tid < 0 || e.tid >= kLaneCount || e.pid < 0 || e.pid > 1'000'000) {
-        throw UsageError(source + ": a span has pid " + std::to_string(e.pid) + ", tid " +
-                         std::to_string(e.tid) + ", which is not a tandem rank and lane");
-      }
-      Span s{.rank = static_cast<std::int32_t>(e.pid),
-             .lane = static_cast<Lane>(e.tid),
-             .kind = cat.kind,
-             .name = kNoName,
-             .step = e.step,
-             .tag = e.tag,
-             .start_ns = e.start_ns + raw.tandem_t0_ns,
-             .end_ns = e.end_ns + raw.tandem_t0_ns,
-             .bytes = e.bytes,
-             .flops = e.flops};
-      if (e.queued_ns >= 0 && s.lane == Lane::kComm) s.issue_ns = s.start_ns - e.queued_ns;
-      // A name equal to the generated label carries no information of its own.
-      if (names.name(e.name) != chrome_event_name(timeline, s)) s.name = e.name;
-      claim_rank(s.rank);
-      info.compute += s.lane == Lane::kCompute;
-      info.comm += s.lane == Lane::kComm;
-      timeline.spans.push_back(s);
-    }
-    // The run's rank count, also for ranks that recorded nothing; claimed only through
-    // spans, so that the work here grows with the spans, not with the count.
-    if (raw.tandem_ranks > 0 && raw.tandem_ranks <= 1'000'000) {
-      timeline.ranks = std::max(timeline.ranks, static_cast<int>(raw.tandem_ranks));
-    }
-    result_.files.push_back(std::move(info));
-    return;
+    interpret_tandem(raw, source, info);
+  } else {
+    interpret_kineto(raw, source, file_index, info);
   }
+  result_.files.push_back(std::move(info));
+}
 
+void TraceImporter::claim_rank(std::int32_t rank, const std::string& source) {
+  std::string& owner = rank_owner_[rank];
+  if (!owner.empty() && owner != source) {
+    throw UsageError(source + ": rank " + std::to_string(rank) + " is also in " + owner +
+                     " (one trace per rank)");
+  }
+  owner = source;
+  result_.timeline.ranks = std::max(result_.timeline.ranks, rank + 1);
+}
+
+// tandem's own trace: the meaning read_chrome_trace gives it.
+void TraceImporter::interpret_tandem(const RawTrace& raw, const std::string& source,
+                                     TraceFileInfo& info) {
+  Timeline& timeline = result_.timeline;
+  const NameTable& names = *timeline.names;
+  info.format = "tandem";
+  info.rank_source = "trace (pid)";
+  for (const RawEvent& e : raw.events) {
+    const TraceCategory& cat = raw.categories[e.category];
+    if (!cat.tandem_kind) continue;
+    if (e.tid < 0 || e.tid >= kLaneCount || e.pid < 0 || e.pid > 1'000'000) {
+      throw UsageError(source + ": a span has pid " + std::to_string(e.pid) + ", tid " +
+                       std::to_string(e.tid) + ", which is not a tandem rank and lane");
+    }
+    Span s{.rank = static_cast<std::int32_t>(e.pid),
+           .lane = static_cast<Lane>(e.tid),
+           .kind = cat.kind,
+           .name = kNoName,
+           .step = e.step,
+           .tag = e.tag,
+           .start_ns = e.start_ns + raw.tandem_t0_ns,
+           .end_ns = e.end_ns + raw.tandem_t0_ns,
+           .bytes = e.bytes,
+           .flops = e.flops};
+    if (e.queued_ns >= 0 && s.lane == Lane::kComm) s.issue_ns = s.start_ns - e.queued_ns;
+    // A name equal to the generated label carries no information of its own.
+    if (names.name(e.name) != chrome_event_name(timeline, s)) s.name = e.name;
+    claim_rank(s.rank, source);
+    info.compute += s.lane == Lane::kCompute;
+    info.comm += s.lane == Lane::kComm;
+    timeline.spans.push_back(s);
+  }
+  // The run's rank count, also for ranks that recorded nothing; claimed only through
+  // spans, so that the work here grows with the spans, not with the count.
+  if (raw.tandem_ranks > 0 && raw.tandem_ranks <= 1'000'000) {
+    timeline.ranks = std::max(timeline.ranks, static_cast<int>(raw.tandem_ranks));
+  }
+}
+
+// A Kineto trace: its ranks, HTA's overlap per rank, its spans with their collectives,
+// and for a job without GPU events the CPU operators as compute.
+void TraceImporter::interpret_kineto(RawTrace& raw, const std::string& source, int file_index,
+                                     TraceFileInfo& info) {
   info.format = "kineto";
   info.rank = raw.distributed_rank ? static_cast<std::int32_t>(*raw.distributed_rank) : file_index;
   info.rank_source = raw.distributed_rank ? "distributedInfo.rank" : "file order";
-  const std::int64_t base_ns = raw.base_time_ns.value_or(0);
-
-  // Devices: args.device of the GPU events, else their pid (Kineto's GPU rows). A file
-  // of a distributed job (distributedInfo) is one rank whatever devices it names; a
-  // file without it that names several is a rank per device.
-  const auto device_of = [](const RawEvent& e) { return e.device >= 0 ? e.device : std::max(e.pid, 0); };
-  std::vector<std::int32_t> devices;
-  for (const RawEvent& e : raw.events) {
-    if (raw.categories[e.category].gpu) devices.push_back(device_of(e));
+  const DeviceSplit split(raw, raw.distributed_rank.has_value());
+  info.devices = split.devices_named();
+  for (std::size_t d = 0; d < split.timelines(); ++d) {
+    claim_rank(info.rank + static_cast<std::int32_t>(d), source);
   }
-  std::sort(devices.begin(), devices.end());
-  devices.erase(std::unique(devices.begin(), devices.end()), devices.end());
-  info.devices = devices.size();
-  if (raw.distributed_rank) devices.clear();
-  const std::size_t timelines = std::max<std::size_t>(devices.size(), 1);
-  const auto timeline_of = [&](const RawEvent& e) -> std::size_t {
-    if (devices.size() <= 1) return 0;
-    return static_cast<std::size_t>(std::lower_bound(devices.begin(), devices.end(), device_of(e)) -
-                                    devices.begin());
-  };
-  for (std::size_t d = 0; d < timelines; ++d) claim_rank(info.rank + static_cast<std::int32_t>(d));
+  const LaunchIndex launches(std::move(raw.launches));
+  add_hta_views(raw, launches, split, source, info);
+  release_free_memory();
+  const StepFinder steps(std::move(raw.steps));
+  add_kineto_spans(raw, launches, split, steps, info);
+  if (info.devices == 0) add_cpu_compute(raw, steps, info);
+}
 
-  // HTA's view (hta_overlap.h): per timeline, and for a file split by device also the
-  // whole file, which is what HTA itself reports for it.
+// HTA's view (hta_overlap.h): per timeline, and for a file split by device also the whole
+// file, which is what HTA itself reports for it.
+void TraceImporter::add_hta_views(const RawTrace& raw, const LaunchIndex& launches,
+                                  const DeviceSplit& split, const std::string& source,
+                                  TraceFileInfo& info) {
+  const NameTable& names = *result_.timeline.names;
   for (NameId id : raw.step_mark_names) {
     const std::string_view mark = names.name(id);
     if (step_mark_names_.size() < 2 &&
@@ -266,67 +378,47 @@ void TraceImporter::interpret(RawTrace raw, const std::string& source, int file_
       step_mark_names_.emplace_back(mark);
     }
   }
-  const LaunchIndex launches(std::move(raw.launches));
-  {
-    const HtaCpuSide cpu(launches, raw.step_marks, raw.fractional_ts, raw.cpu_events > 0);
-    // Per event its HTA kernel type (GPU events) once; each timeline selects its own.
-    // Kernel names repeat: the type is worked out once per name.
-    std::vector<std::uint8_t> types(raw.events.size(), kNotHere);
-    std::vector<std::uint8_t> type_of_name(names.size(), kNotHere);
-    for (std::size_t k = 0; k < raw.events.size(); ++k) {
-      const RawEvent& e = raw.events[k];
-      if (!raw.categories[e.category].gpu) continue;
-      std::uint8_t& type = type_of_name[e.name];
-      if (type == kNotHere) type = static_cast<std::uint8_t>(hta_kernel_type(names.name(e.name)));
-      types[k] = type;
-    }
-    // A file split by device: each timeline's GPU events by index, and the whole file's
-    // number (what HTA reports for it).
-    std::vector<std::vector<std::uint32_t>> subsets(timelines > 1 ? timelines : 0);
-    if (timelines > 1) {
-      for (std::size_t k = 0; k < raw.events.size(); ++k) {
-        if (types[k] != kNotHere) subsets[timeline_of(raw.events[k])].push_back(static_cast<std::uint32_t>(k));
-      }
-      info.hta_file = hta_overlap({&raw.events, &types, &cpu, nullptr});
-    }
-    for (std::size_t d = 0; d < timelines; ++d) {
-      result_.ranks.push_back({.rank = info.rank + static_cast<std::int32_t>(d),
-                               .file = source,
-                               .device = timelines > 1 ? devices[d] : -1,
-                               .hta = hta_overlap({&raw.events, &types, &cpu,
-                                                   timelines > 1 ? &subsets[d] : nullptr})});
-    }
+  const HtaCpuSide cpu(launches, raw.step_marks, raw.fractional_ts, raw.cpu_events > 0);
+  // Per event its HTA kernel type (GPU events) once; each timeline selects its own.
+  // Kernel names repeat: the type is worked out once per name.
+  std::vector<std::uint8_t> types(raw.events.size(), kNotHere);
+  std::vector<std::uint8_t> type_of_name(names.size(), kNotHere);
+  for (std::size_t k = 0; k < raw.events.size(); ++k) {
+    const RawEvent& e = raw.events[k];
+    if (!raw.categories[e.category].gpu) continue;
+    std::uint8_t& type = type_of_name[e.name];
+    if (type == kNotHere) type = static_cast<std::uint8_t>(hta_kernel_type(names.name(e.name)));
+    types[k] = type;
   }
-
-  release_free_memory();
-
-  // CPU ops carrying a collective's arguments, by start: a comm span without arguments
-  // of its own takes those of the innermost such op around its CPU-side moment (the
-  // launch of a kernel, the start of a gloo range), if it is the same collective. NCCL
-  // runs send, recv and all-to-all as SendRecv kernels: a SendRecv or unnamed span takes
-  // the op's collective.
-  std::sort(raw.collective_ops.begin(), raw.collective_ops.end(),
-            [](const CpuInterval& a, const CpuInterval& b) { return a.start_ns < b.start_ns; });
-  std::int64_t longest_op = 0;
-  for (const CpuInterval& op : raw.collective_ops) longest_op = std::max(longest_op, op.end_ns - op.start_ns);
-  const auto enclosing_op = [&](std::int64_t t, CollectiveType type) -> const CollectiveArgs* {
-    auto it = std::upper_bound(raw.collective_ops.begin(), raw.collective_ops.end(), t,
-                               [](std::int64_t v, const CpuInterval& op) { return v < op.start_ns; });
-    // Only ops starting within the longest op's length before t can hold t.
-    while (it != raw.collective_ops.begin()) {
-      --it;
-      if (it->start_ns < t - longest_op) break;
-      if (it->end_ns < t) continue;
-      const CollectiveArgs& a = raw.collective_args[static_cast<std::size_t>(it->args)];
-      const CollectiveType theirs = collective_type(names.name(a.collective));
-      const bool any = type == CollectiveType::kUnknown || type == CollectiveType::kSendRecv;
-      return any || theirs == type ? &a : nullptr;
+  // A file split by device: each timeline's GPU events by index, and the whole file's
+  // number (what HTA reports for it).
+  std::vector<std::vector<std::uint32_t>> subsets(split.split() ? split.timelines() : 0);
+  if (split.split()) {
+    for (std::size_t k = 0; k < raw.events.size(); ++k) {
+      if (types[k] != kNotHere) {
+        subsets[split.timeline_of(raw.events[k])].push_back(static_cast<std::uint32_t>(k));
+      }
     }
-    return nullptr;
-  };
+    info.hta_file = hta_overlap({&raw.events, &types, &cpu, nullptr});
+  }
+  for (std::size_t d = 0; d < split.timelines(); ++d) {
+    result_.ranks.push_back({.rank = info.rank + static_cast<std::int32_t>(d),
+                             .file = source,
+                             .device = split.device(d),
+                             .hta = hta_overlap({&raw.events, &types, &cpu,
+                                                 split.split() ? &subsets[d] : nullptr})});
+  }
+}
 
-  const StepFinder steps(std::move(raw.steps));
-  const auto step_of = [&](std::int64_t cpu_time) { return steps.empty() ? 0 : steps.step_at(cpu_time); };
+// Every GPU event (and gloo's CPU ranges) as a span of its role, comm spans with their
+// collective (CollectiveOps).
+void TraceImporter::add_kineto_spans(RawTrace& raw, const LaunchIndex& launches,
+                                     const DeviceSplit& split, const StepFinder& steps,
+                                     TraceFileInfo& info) {
+  Timeline& timeline = result_.timeline;
+  const NameTable& names = *timeline.names;
+  const std::int64_t base_ns = raw.base_time_ns.value_or(0);
+  const CollectiveOps collectives(raw.collective_ops, raw.collective_args, names);
   timeline.spans.reserve(timeline.spans.size() + raw.events.size());
   for (const RawEvent& e : raw.events) {
     const TraceCategory& cat = raw.categories[e.category];
@@ -343,36 +435,15 @@ void TraceImporter::interpret(RawTrace raw, const std::string& source, int file_
       continue;
     }
     Span s = role_span(role, names.name(e.name));
-    s.rank = info.rank + static_cast<std::int32_t>(cat.gpu ? timeline_of(e) : 0);
+    s.rank = info.rank + static_cast<std::int32_t>(cat.gpu ? split.timeline_of(e) : 0);
     s.name = e.name;
     s.start_ns = e.start_ns + base_ns;
     s.end_ns = e.end_ns + base_ns;
     const Launch* launch = cat.gpu && e.correlation >= 0 ? launches.find(e.correlation) : nullptr;
     const std::int64_t cpu_time = launch != nullptr ? launch->start_ns : e.start_ns;
-    s.step = step_of(cpu_time);
+    s.step = steps.empty() ? 0 : steps.step_at(cpu_time);
     if (role == EventRole::kComm) {
-      CommInfo c{.span = timeline.spans.size()};
-      const CollectiveArgs* args =
-          e.args >= 0 ? &raw.collective_args[static_cast<std::size_t>(e.args)] : nullptr;
-      c.type = collective_type(args != nullptr && args->collective != kNoName
-                                   ? names.name(args->collective)
-                                   : names.name(e.name));
-      if (args == nullptr) {
-        args = enclosing_op(cpu_time, c.type);
-        if (args != nullptr && args->collective != kNoName) {
-          c.type = collective_type(names.name(args->collective));
-        }
-      }
-      if (args != nullptr) {
-        c.group_size = args->group_size;
-        c.dtype = args->dtype;
-        const std::optional<int> element = dtype_bytes(names.name(c.dtype));
-        const std::int64_t elements = std::max(args->in_elements, args->out_elements);
-        // A size beyond int64 is not a real collective's: unknown rather than wrapped.
-        if (element && elements >= 0 && elements <= std::numeric_limits<std::int64_t>::max() / *element) {
-          c.bytes = elements * *element;
-        }
-      }
+      CommInfo c = collectives.describe(e, cpu_time, timeline.spans.size());
       if (c.type != CollectiveType::kUnknown) s.kind = span_kind(c.type);
       if (c.bytes >= 0) s.bytes = c.bytes;
       result_.comm.push_back(std::move(c));
@@ -383,37 +454,41 @@ void TraceImporter::interpret(RawTrace raw, const std::string& source, int file_
     info.outside_steps += s.step < 0;
     timeline.spans.push_back(s);
   }
-  // A job without GPU events: its compute is the CPU operators (the reader kept their
-  // outermost intervals per thread; merged here once more, in case a thread's ops came
-  // out of start order), less the collectives' own ops.
-  if (info.devices == 0) {
-    std::stable_sort(raw.cpu_ops.begin(), raw.cpu_ops.end(), [](const CpuInterval& a, const CpuInterval& b) {
-      return a.tid != b.tid ? a.tid < b.tid : a.start_ns < b.start_ns;
-    });
-    std::vector<CpuInterval> outermost;
-    for (const CpuInterval& op : raw.cpu_ops) {
-      if (!outermost.empty() && outermost.back().tid == op.tid && op.start_ns < outermost.back().end_ns) {
-        outermost.back().end_ns = std::max(outermost.back().end_ns, op.end_ns);
-      } else {
-        outermost.push_back(op);
-      }
-    }
-    for (const CpuInterval& op : outermost) {
-      const std::string_view name = names.name(op.name);
-      if (name.starts_with("record_param_comms") || name.starts_with("c10d::") ||
-          name.starts_with("gloo:")) {
-        continue;
-      }
-      Span s{.rank = info.rank, .lane = Lane::kCompute, .kind = SpanKind::kKernel, .name = op.name};
-      s.start_ns = op.start_ns + base_ns;
-      s.end_ns = op.end_ns + base_ns;
-      s.step = step_of(op.start_ns);
-      ++info.compute;
-      info.outside_steps += s.step < 0;
-      timeline.spans.push_back(s);
+}
+
+// A job without GPU events: its compute is the CPU operators (the reader kept their
+// outermost intervals per thread; merged here once more, in case a thread's ops came out
+// of start order), less the collectives' own ops.
+void TraceImporter::add_cpu_compute(RawTrace& raw, const StepFinder& steps, TraceFileInfo& info) {
+  const NameTable& names = *result_.timeline.names;
+  const std::int64_t base_ns = raw.base_time_ns.value_or(0);
+  std::stable_sort(raw.cpu_ops.begin(), raw.cpu_ops.end(),
+                   [](const CpuInterval& a, const CpuInterval& b) {
+                     return a.tid != b.tid ? a.tid < b.tid : a.start_ns < b.start_ns;
+                   });
+  std::vector<CpuInterval> outermost;
+  for (const CpuInterval& op : raw.cpu_ops) {
+    if (!outermost.empty() && outermost.back().tid == op.tid &&
+        op.start_ns < outermost.back().end_ns) {
+      outermost.back().end_ns = std::max(outermost.back().end_ns, op.end_ns);
+    } else {
+      outermost.push_back(op);
     }
   }
-  result_.files.push_back(std::move(info));
+  for (const CpuInterval& op : outermost) {
+    const std::string_view name = names.name(op.name);
+    if (name.starts_with("record_param_comms") || name.starts_with("c10d::") ||
+        name.starts_with("gloo:")) {
+      continue;
+    }
+    Span s{.rank = info.rank, .lane = Lane::kCompute, .kind = SpanKind::kKernel, .name = op.name};
+    s.start_ns = op.start_ns + base_ns;
+    s.end_ns = op.end_ns + base_ns;
+    s.step = steps.empty() ? 0 : steps.step_at(op.start_ns);
+    ++info.compute;
+    info.outside_steps += s.step < 0;
+    result_.timeline.spans.push_back(s);
+  }
 }
 
 ImportResult TraceImporter::finish() {

@@ -101,7 +101,19 @@ class TraceImporter {
 
  private:
   void add(class TraceBytes& bytes, const std::string& source, int file_index);
+  // One file's raw trace into spans (trace_import.cpp): tandem's own, or Kineto's in its
+  // parts (HTA's views, the spans with their collectives, CPU-only compute).
   void interpret(struct RawTrace raw, const std::string& source, int file_index);
+  void claim_rank(std::int32_t rank, const std::string& source);
+  void interpret_tandem(const RawTrace& raw, const std::string& source, TraceFileInfo& info);
+  void interpret_kineto(RawTrace& raw, const std::string& source, int file_index,
+                        TraceFileInfo& info);
+  void add_hta_views(const RawTrace& raw, const class LaunchIndex& launches,
+                     const class DeviceSplit& split, const std::string& source,
+                     TraceFileInfo& info);
+  void add_kineto_spans(RawTrace& raw, const LaunchIndex& launches, const DeviceSplit& split,
+                        const class StepFinder& steps, TraceFileInfo& info);
+  void add_cpu_compute(RawTrace& raw, const StepFinder& steps, TraceFileInfo& info);
 
   EventClassifier classifier_;
   ImportResult result_;
