@@ -310,6 +310,9 @@ int run_characterize(CharacterizeFlags flags, bool batch_given, const CommandLin
     flags.settings["--ranks"] = std::to_string(flags.workload.ranks);
   }
   std::vector<SweepItem> points = build_points(flags, batch_given, options.axes);
+  // The header names them; each point applies its own. Before the outputs open: a
+  // precision the cpu cannot run is one line and leaves nothing behind.
+  apply_cpu_gemm_flags(flags.workload);
 
   Job job(backend,
           job_options(flags.job, static_cast<std::int64_t>(flags.workload.timeout_s * 1e9)));
@@ -322,7 +325,6 @@ int run_characterize(CharacterizeFlags flags, bool batch_given, const CommandLin
   }
   options.finished = outputs.finished;
 
-  apply_cpu_gemm_flags(flags.workload);  // the header names them; each point applies its own
   std::optional<PowerSampler> power;
   // No bar in a process job: Open MPI gives a rank's stdout a pseudo-terminal of its own
   // even when the user's is a file.

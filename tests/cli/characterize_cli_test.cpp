@@ -352,7 +352,12 @@ INSTANTIATE_TEST_SUITE_P(
         BadInput{"--device cuda --synthetic compute=1ms,comm=1ms,chunks=1", "--synthetic"},
         BadInput{"--device cuda --microbench gemm=64,allreduce=1MiB --link 1GB/s,1us", "--link"},
         BadInput{"--device cuda --microbench gemm=64,allreduce=1MiB --precision fp8",
-                 "--precision"}));
+                 "--precision"},
+        // OpenBLAS has no bf16 GEMM on any CPU: refused, never run in fp32 instead.
+        BadInput{"--microbench gemm=64,allreduce=1MiB --gemm openblas --precision bf16",
+                 "--precision bf16: bf16 GEMMs on the CPU run on oneDNN"},
+        BadInput{"--microbench gemm=64,allreduce=1MiB --precision tf32",
+                 "--precision tf32: tf32 runs on GPUs only"}));
 
 // Without a GPU (or without CUDA in the build) --device cuda is one clear line; with one,
 // the microbenchmark runs and says which all-reduce it used.
