@@ -17,11 +17,55 @@ namespace tandem {
 namespace fs = std::filesystem;
 
 namespace {
+
 constexpr std::size_t kAtomicFileBuffer = 1 << 20;
+
+const char* kind_of(const fs::file_status& st) {
+  switch (st.type()) {
+    case fs::file_type::directory:
+      return "a directory";
+    case fs::file_type::character:
+      return "a character device";
+    case fs::file_type::block:
+      return "a block device";
+    case fs::file_type::fifo:
+      return "a FIFO";
+    case fs::file_type::socket:
+      return "a socket";
+    default:
+      return "not a regular file";
+  }
+}
+
+// Where an atomic write of `path` renames its temporary to: `path`, or for a symbolic link
+// what it points to (followed link by link, a dangling one included), so that the link
+// stays. Something there that is not a regular file is refused: renaming over a device
+// node, a FIFO or a socket would replace it.
+fs::path atomic_target(const fs::path& path) {
+  fs::path target = path;
+  std::error_code ec;
+  for (int hops = 0; fs::is_symlink(fs::symlink_status(target, ec)); ++hops) {
+    if (hops == 40) {
+      throw UsageError("cannot write '" + path.string() + "': too many levels of symbolic links");
+    }
+    const fs::path next = fs::read_symlink(target, ec);
+    if (ec) throw UsageError("cannot write '" + path.string() + "': " + ec.message());
+    target = next.is_absolute() ? next : target.parent_path() / next;
+  }
+  const fs::file_status st = fs::status(target, ec);
+  if (fs::exists(st) && !fs::is_regular_file(st)) {
+    throw UsageError("cannot write '" + path.string() + "': it is " + kind_of(st) +
+                     ", not a regular file (tandem writes a new file and renames it into place)");
+  }
+  return target;
+}
+
 }  // namespace
 
 AtomicFile::AtomicFile(fs::path path)
-    : path_(std::move(path)), tmp_(path_.string() + ".tmp." + std::to_string(::getpid())) {
+    : path_(std::move(path)),
+      target_(atomic_target(path_)),
+      tmp_(target_.string() + ".tmp." + std::to_string(::getpid())) {
   fd_ = ::open(tmp_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd_ < 0) {
     throw UsageError("cannot write '" + path_.string() + "': " + std::strerror(errno));
@@ -70,7 +114,7 @@ void AtomicFile::commit() {
     ::unlink(tmp_.c_str());
     throw UsageError("cannot write '" + path_.string() + "': " + std::strerror(error));
   }
-  if (::rename(tmp_.c_str(), path_.c_str()) != 0) {
+  if (::rename(tmp_.c_str(), target_.c_str()) != 0) {
     const int error = errno;
     ::unlink(tmp_.c_str());
     throw UsageError("cannot write '" + path_.string() + "': " + std::strerror(error));

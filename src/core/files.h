@@ -12,8 +12,10 @@ namespace tandem {
 
 // A file written piece by piece and then atomically: pieces go to `path`.tmp.PID (through
 // a buffer), commit() renames it over `path`; without commit() (an exception on the way)
-// the temporary is removed and `path` is untouched. Every failure throws UsageError
-// "cannot write 'PATH': REASON".
+// the temporary is removed and `path` is untouched. A symbolic link is followed (the
+// file it points to is replaced, the link stays); a path that holds something other than
+// a regular file (a directory, a device node such as /dev/full, a FIFO, a socket) is
+// refused, never replaced. Every failure throws UsageError "cannot write 'PATH': REASON".
 class AtomicFile {
  public:
   explicit AtomicFile(std::filesystem::path path);
@@ -28,7 +30,8 @@ class AtomicFile {
   void flush();
   [[noreturn]] void fail(int error);
 
-  std::filesystem::path path_;
+  std::filesystem::path path_;    // as given, for errors
+  std::filesystem::path target_;  // what commit() replaces: path_, its link followed
   std::filesystem::path tmp_;
   int fd_ = -1;
   std::string buffer_;

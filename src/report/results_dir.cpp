@@ -17,6 +17,24 @@ namespace fs = std::filesystem;
 
 namespace {
 
+// A killed run's half-written files: AtomicFile's temporaries ("NAME.tmp.PID"). Called
+// on a resume while the directory's lock is held, so no live run is writing them.
+void remove_stale_temporaries(const fs::path& dir) {
+  std::error_code ec;
+  std::vector<fs::path> stale;
+  for (auto it = fs::recursive_directory_iterator(dir, ec);
+       !ec && it != fs::recursive_directory_iterator(); it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    const std::size_t at = name.rfind(".tmp.");
+    if (at == std::string::npos || at + 5 == name.size()) continue;
+    const std::string pid = name.substr(at + 5);
+    if (pid.find_first_not_of("0123456789") == std::string::npos && it->is_regular_file(ec)) {
+      stale.push_back(it->path());
+    }
+  }
+  for (const fs::path& p : stale) fs::remove(p, ec);
+}
+
 fs::path point_file(const std::string& id) { return fs::path("points") / id / "result.json"; }
 
 }  // namespace
@@ -103,12 +121,9 @@ void ResultsWriter::choose_working_directory(const OutputPolicy& policy) {
   const bool holds = exists && !fs::is_empty(target_, ec);
   const bool partial = fs::exists(partial_, ec);
   if (policy.resume && command_ == ResultsCommand::kCharacterize) {
-    if (holds) {
-      work_ = target_;
-      return;
-    }
-    if (partial) {
-      work_ = partial_;
+    if (holds || partial) {
+      work_ = holds ? target_ : partial_;
+      remove_stale_temporaries(work_);
       return;
     }
   }

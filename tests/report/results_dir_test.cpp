@@ -4,6 +4,7 @@
 #include "report/results_dir.h"
 
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 
 #include <nlohmann/json.hpp>
 
@@ -40,11 +41,17 @@ TEST(ResultsWriterTest, CharacterizeRefusesResultsUnlessResumedOrForced) {
       usage_error([&] { ResultsWriter again(dir, ResultsCommand::kCharacterize, kArgv); });
   EXPECT_NE(refused.find("--resume"), std::string::npos) << refused;
   EXPECT_NE(refused.find(dir.string()), std::string::npos) << refused;
+  // What a run killed mid-write left: AtomicFile's temporaries go on resume; a file that
+  // merely has ".tmp." in its name stays.
+  write_file_atomic(dir / "points" / "a" / "overlapped.trace.json.tmp.4242", "{half");
+  write_file_atomic(dir / "notes.tmp.txt", "mine");
   {
     const ResultsWriter resumed(dir, ResultsCommand::kCharacterize, kArgv, {.resume = true});
     EXPECT_EQ(resumed.finished_points(), (std::set<std::string>{"a"}));
     EXPECT_EQ(resumed.working_path(), dir);  // in place
   }
+  EXPECT_FALSE(fs::exists(dir / "points" / "a" / "overlapped.trace.json.tmp.4242"));
+  EXPECT_TRUE(fs::exists(dir / "notes.tmp.txt"));
   ResultsWriter forced(dir, ResultsCommand::kCharacterize, kArgv, {.force = true});
   EXPECT_TRUE(forced.finished_points().empty());
   EXPECT_NE(usage_error([&] {
@@ -183,6 +190,46 @@ TEST(ResultsWriterTest, PointsAreFinishedWhenCommittedAndLoadInGridOrder) {
 
   write_file_atomic(dir / "points" / "a" / "result.json", "{broken");
   EXPECT_THROW(writer.load_points({"a"}), UsageError);
+}
+
+
+// An atomic write goes through a symbolic link (the link stays) and refuses, without
+// touching it, anything that is not a regular file: a directory, a FIFO (and the same
+// for device nodes such as /dev/full and sockets).
+TEST(AtomicFileTest, FollowsLinksAndNeverReplacesWhatIsNotARegularFile) {
+  TempDir tmp;
+  const fs::path real = tmp.path() / "real.txt";
+  write_file_atomic(real, "old");
+  const fs::path link = tmp.path() / "link.txt";
+  fs::create_symlink("real.txt", link);
+  write_file_atomic(link, "new");
+  EXPECT_TRUE(fs::is_symlink(link));
+  EXPECT_EQ(read_file(real), "new");
+  // A dangling link: the file it names is created.
+  const fs::path dangling = tmp.path() / "dangling.txt";
+  fs::create_symlink("later.txt", dangling);
+  write_file_atomic(dangling, "made");
+  EXPECT_TRUE(fs::is_symlink(dangling));
+  EXPECT_EQ(read_file(tmp.path() / "later.txt"), "made");
+
+  const fs::path fifo = tmp.path() / "fifo";
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  const std::string refused = usage_error([&] { write_file_atomic(fifo, "x"); });
+  EXPECT_EQ(refused.rfind("cannot write '" + fifo.string() + "': it is a FIFO", 0), 0u)
+      << refused;
+  EXPECT_TRUE(fs::is_fifo(fifo));
+  const fs::path fifo_link = tmp.path() / "fifo-link";
+  fs::create_symlink(fifo, fifo_link);
+  EXPECT_NE(usage_error([&] { write_file_atomic(fifo_link, "x"); }).find("a FIFO"),
+            std::string::npos);
+  EXPECT_TRUE(fs::is_fifo(fifo));
+  fs::create_directory(tmp.path() / "dir");
+  EXPECT_NE(usage_error([&] { write_file_atomic(tmp.path() / "dir", "x"); }).find("a directory"),
+            std::string::npos);
+  // Nothing but what was asked for is left: no temporaries.
+  for (const auto& entry : fs::directory_iterator(tmp.path())) {
+    EXPECT_EQ(entry.path().filename().string().find(".tmp."), std::string::npos) << entry.path();
+  }
 }
 
 }  // namespace
