@@ -181,7 +181,8 @@ HostMemoryNeed host_memory_need(const TrainConfig& config, int ranks_here) {
   need.activations_per_rank = replica.working;
   need.ranks = ranks_here;
   // Rank 0 hands its final parameters to the leader: downloaded, then encoded.
-  need.total = ranks_here * (replica.state + replica.working) + 2.0 / 3.0 * replica.state;
+  need.handoff = 2.0 / 3.0 * replica.state;
+  need.total = ranks_here * (replica.state + replica.working) + need.handoff;
   return need;
 }
 
@@ -194,11 +195,12 @@ void check_host_memory(const TrainConfig& config) {
   throw UsageError(
       "--model " + config.model.text + " with --batch " + std::to_string(config.batch) + " on " +
       std::to_string(ranks_here) + " rank(s) needs at least " + format_bytes(need.total) +
-      " of memory (" + std::to_string(static_cast<long long>(need.total)) + " bytes; per rank " +
-      format_bytes(need.state_per_rank) + " of parameters, gradients and momentum and " +
-      format_bytes(need.activations_per_rank) + " of activations and data), but " +
-      format_bytes(static_cast<double>(available.bytes)) + " is available (" + available.source +
-      ")");
+      " of memory (" + std::to_string(static_cast<long long>(need.total)) + " bytes: " +
+      std::to_string(ranks_here) + " x (" + format_bytes(need.state_per_rank) +
+      " of parameters, gradients and momentum + " + format_bytes(need.activations_per_rank) +
+      " of activations and data) + " + format_bytes(need.handoff) +
+      " for the final parameters), but " + format_bytes(static_cast<double>(available.bytes)) +
+      " is available (" + available.source + ")");
 }
 
 // The hash travels as four 16-bit pieces (exact in fp32). The collective carries no

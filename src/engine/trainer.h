@@ -164,7 +164,8 @@ struct HostMemoryNeed {
   double state_per_rank = 0;        // parameters, gradients, momentum
   double activations_per_rank = 0;  // activations, gradients of activations, the data shard
   int ranks = 0;                    // ranks in this process
-  double total = 0;
+  double handoff = 0;               // rank 0's final parameters, downloaded and encoded
+  double total = 0;                 // ranks x (state + activations) + handoff
 };
 HostMemoryNeed host_memory_need(const TrainConfig& config, int ranks_here);
 // Throws UsageError with the bytes needed when a run of `config` needs more memory than

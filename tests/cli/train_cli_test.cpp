@@ -319,6 +319,9 @@ TEST(TrainCliTest, TooLargeForMemoryIsRefusedWithTheBytesNeeded) {
   EXPECT_EQ(count_lines(r.err), 1) << r.err;
   EXPECT_NE(r.err.find("needs at least"), std::string::npos) << r.err;
   EXPECT_NE(r.err.find(" bytes"), std::string::npos) << r.err;
+  // The parts add up to the total: 1024 x (state + activations) + the final parameters.
+  EXPECT_NE(r.err.find("bytes: 1024 x ("), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find(" for the final parameters)"), std::string::npos) << r.err;
   EXPECT_EQ(r.out, "") << "nothing may run before the check";
 }
 
