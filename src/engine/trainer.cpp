@@ -181,8 +181,14 @@ HostMemoryNeed host_memory_need(const TrainConfig& config, int ranks_here) {
   need.activations_per_rank = replica.working;
   need.ranks = ranks_here;
   // Rank 0 hands its final parameters to the leader: downloaded, then encoded.
+  // The recorder allocates every lane's spans before the first step (RankRecorder).
+  if (config.record) {
+    need.timeline_per_rank = static_cast<double>(kLaneCount) *
+                             static_cast<double>(train_span_capacity(config)) * sizeof(Span);
+  }
   need.handoff = 2.0 / 3.0 * replica.state;
-  need.total = ranks_here * (replica.state + replica.working) + need.handoff;
+  need.total =
+      ranks_here * (replica.state + replica.working + need.timeline_per_rank) + need.handoff;
   return need;
 }
 
@@ -198,7 +204,12 @@ void check_host_memory(const TrainConfig& config) {
       " of memory (" + std::to_string(static_cast<long long>(need.total)) + " bytes: " +
       std::to_string(ranks_here) + " x (" + format_bytes(need.state_per_rank) +
       " of parameters, gradients and momentum + " + format_bytes(need.activations_per_rank) +
-      " of activations and data) + " + format_bytes(need.handoff) +
+      " of activations and data" +
+      (need.timeline_per_rank > 0
+           ? " + " + format_bytes(need.timeline_per_rank) + " of timeline spans for " +
+                 std::to_string(config.steps) + " steps"
+           : std::string()) +
+      ") + " + format_bytes(need.handoff) +
       " for the final parameters), but " + format_bytes(static_cast<double>(available.bytes)) +
       " is available (" + available.source + ")");
 }

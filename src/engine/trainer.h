@@ -163,9 +163,10 @@ void validate(const TrainConfig& config);
 struct HostMemoryNeed {
   double state_per_rank = 0;        // parameters, gradients, momentum
   double activations_per_rank = 0;  // activations, gradients of activations, the data shard
+  double timeline_per_rank = 0;     // the recorder's span buffers, sized up front by --steps
   int ranks = 0;                    // ranks in this process
   double handoff = 0;               // rank 0's final parameters, downloaded and encoded
-  double total = 0;                 // ranks x (state + activations) + handoff
+  double total = 0;                 // ranks x (state + activations + timeline) + handoff
 };
 HostMemoryNeed host_memory_need(const TrainConfig& config, int ranks_here);
 // Throws UsageError with the bytes needed when a run of `config` needs more memory than

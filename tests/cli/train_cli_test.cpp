@@ -323,6 +323,18 @@ TEST(TrainCliTest, TooLargeForMemoryIsRefusedWithTheBytesNeeded) {
   EXPECT_NE(r.err.find("bytes: 1024 x ("), std::string::npos) << r.err;
   EXPECT_NE(r.err.find(" for the final parameters)"), std::string::npos) << r.err;
   EXPECT_EQ(r.out, "") << "nothing may run before the check";
+
+  // The timeline's span buffers are sized by --steps before the first step: counted too
+  // (64 ranks x 10^7 steps of a tiny model is terabytes of spans), and --no-timeline
+  // leaves them out.
+  const std::string tiny = "train --ranks 64 --model mlp:2x8 --batch 1 --steps 10000000";
+  const CliResult spans = run_tandem(tiny);
+  EXPECT_EQ(spans.exit_code, 2) << spans.err;
+  EXPECT_EQ(count_lines(spans.err), 1) << spans.err;
+  EXPECT_NE(spans.err.find("of timeline spans for 10000000 steps"), std::string::npos)
+      << spans.err;
+  EXPECT_EQ(spans.out, "");
+
 }
 
 // --device cuda where it cannot run (a build without CUDA, or no GPU: this machine's

@@ -191,3 +191,30 @@ TEST(TrainerTest, ATimeoutEndsTheRunWithItsErrorAndNothingTouchesFreedMemory) {
 
 }  // namespace
 }  // namespace tandem
+
+namespace tandem {
+namespace {
+
+// The host memory estimate counts the recorder's span buffers (sized by --steps up front)
+// unless the timeline is off, and its parts add up to the total.
+TEST(HostMemoryNeedTest, TheTimelineIsCountedAndThePartsAddUp) {
+  TrainConfig c;
+  c.model = ModelSpec::parse("mlp:2x8");
+  c.batch = 1;
+  c.steps = 100000;
+  const HostMemoryNeed with = host_memory_need(c, 4);
+  EXPECT_EQ(with.timeline_per_rank,
+            static_cast<double>(kLaneCount) * static_cast<double>(train_span_capacity(c)) *
+                sizeof(Span));
+  EXPECT_GT(with.timeline_per_rank, 100000.0 * sizeof(Span));  // at least a span per step
+  EXPECT_DOUBLE_EQ(with.total, 4 * (with.state_per_rank + with.activations_per_rank +
+                                    with.timeline_per_rank) +
+                                   with.handoff);
+  c.record = false;
+  const HostMemoryNeed without = host_memory_need(c, 4);
+  EXPECT_EQ(without.timeline_per_rank, 0.0);
+  EXPECT_DOUBLE_EQ(with.total - without.total, 4 * with.timeline_per_rank);
+}
+
+}  // namespace
+}  // namespace tandem
