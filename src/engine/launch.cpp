@@ -11,6 +11,8 @@
 
 #include "core/bytes.h"
 #include "core/error.h"
+#include "core/memory.h"
+#include "core/parse.h"
 #include "model/rank_model.h"
 
 namespace tandem {
@@ -125,9 +127,31 @@ RunResult Job::run(const RunSpec& spec, const RankBody& body) {
   return result;
 }
 
+namespace {
+
+// Every command's runs (train, characterize's workloads) allocate each rank's span
+// buffers before the first step: refused with the bytes when they cannot fit, before
+// anything is allocated. A training run counts them in its own, larger check too.
+void check_timeline_memory(const RunSpec& spec, int ranks_here) {
+  if (!spec.record) return;
+  const double bytes = static_cast<double>(ranks_here) * kLaneCount *
+                       static_cast<double>(spec.span_capacity_per_lane) * sizeof(Span);
+  const AvailableMemory available = available_memory();
+  if (available.bytes < 0 || bytes <= static_cast<double>(available.bytes)) return;
+  throw UsageError("the timeline of " + std::to_string(ranks_here) + " rank(s) needs " +
+                   format_bytes(bytes) + " (" + std::to_string(static_cast<long long>(bytes)) +
+                   " bytes: " + std::to_string(spec.span_capacity_per_lane) +
+                   " spans per lane, sized by the steps or iterations), but " +
+                   format_bytes(static_cast<double>(available.bytes)) + " is available (" +
+                   available.source + ")");
+}
+
+}  // namespace
+
 RunResult Job::run_in_process(const RunSpec& spec, const RankBody& body) {
   const int n = spec.ranks;
   if (n < 1) throw UsageError("--ranks must be at least 1");
+  check_timeline_memory(spec, n);
   BackendOptions options = spec.comm;
   options.ranks = n;
   std::vector<std::unique_ptr<Communicator>> control =
@@ -209,6 +233,7 @@ RunResult Job::run_in_job(const RunSpec& spec, const RankBody& body) {
     device_comm = b.make_job_member(spec.comm, host);
   }
   Communicator& data = device_comm ? *device_comm : host;
+  check_timeline_memory(spec, 1);
   RankRecorder recorder(host.rank(), spec.span_capacity_per_lane, spec.record);
   data.set_recorder(&recorder);
 

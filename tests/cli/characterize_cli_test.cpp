@@ -357,7 +357,10 @@ INSTANTIATE_TEST_SUITE_P(
         BadInput{"--microbench gemm=64,allreduce=1MiB --gemm openblas --precision bf16",
                  "--precision bf16: bf16 GEMMs on the CPU run on oneDNN"},
         BadInput{"--microbench gemm=64,allreduce=1MiB --precision tf32",
-                 "--precision tf32: tf32 runs on GPUs only"}));
+                 "--precision tf32: tf32 runs on GPUs only"},
+        // Span buffers sized by the iterations, 1.4 TiB of them: refused, never OOM-killed.
+        BadInput{"--synthetic compute=1ms,comm=1ms,chunks=2 --ranks 1024 --iterations 1000000",
+                 "the timeline of 1024 rank(s) needs"}));
 
 // Without a GPU (or without CUDA in the build) --device cuda is one clear line; with one,
 // the microbenchmark runs and says which all-reduce it used.
