@@ -7,10 +7,12 @@
 
 #include "commands.h"
 #include "core/error.h"
+#include "core/interrupt.h"
 #include "core/version.h"
 #include "flag_checks.h"
 
 int main(int argc, char** argv) {
+  tandem::install_interrupt_handling();
   CLI::App app{
       "tandem: run, measure and explain compute-communication overlap in data-parallel "
       "training"};

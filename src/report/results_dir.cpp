@@ -58,14 +58,22 @@ ResultsWriter::ResultsWriter(fs::path dir, ResultsCommand command, std::vector<s
                      "': " + (ec ? ec.message() : "not a directory"));
   }
   partial_ = parent / (target_.filename().string() + ".partial");
-  lock_ = std::make_unique<FileLock>(parent / ("." + target_.filename().string() + ".lock"),
-                                     "--out: '" + dir_.string() + "'");
+  const fs::path lock_path = parent / ("." + target_.filename().string() + ".lock");
+  lock_ = std::make_unique<FileLock>(lock_path, "--out: '" + dir_.string() + "'");
   choose_working_directory(policy);
   load_finished_points();
+  remove_partial_on_interrupt_ =
+      work_ == partial_ && !(command_ == ResultsCommand::kCharacterize && !finished_.empty());
+  interrupt_ = std::make_unique<InterruptCleanup>([this, partial = partial_, lock_path] {
+    std::error_code ignored;
+    if (remove_partial_on_interrupt_) fs::remove_all(partial, ignored);
+    fs::remove(lock_path, ignored);  // the kernel drops the flock itself as the process ends
+  });
   if (!policy.settings.is_null()) check_and_write_settings(policy.settings, policy.resume);
 }
 
 ResultsWriter::~ResultsWriter() {
+  interrupt_.reset();
   // A sweep's finished points outlive a failure: --resume continues them.
   const bool keep = command_ == ResultsCommand::kCharacterize && !finished_.empty();
   if (!committed_ && work_ == partial_ && !keep) {
@@ -195,6 +203,7 @@ void ResultsWriter::commit() {
     fs::remove_all(old, ec);
   }
   committed_ = true;
+  remove_partial_on_interrupt_ = false;
   work_ = target_;
 }
 
@@ -279,6 +288,7 @@ fs::path ResultsWriter::write_report() const {
 void ResultsWriter::commit_point(const std::string& id, const nlohmann::json& result) {
   write(point_file(id), result.dump(1) + "\n");
   finished_.insert(id);
+  if (command_ == ResultsCommand::kCharacterize) remove_partial_on_interrupt_ = false;
 }
 
 std::vector<nlohmann::json> ResultsWriter::load_points(const std::vector<std::string>& ids) const {

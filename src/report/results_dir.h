@@ -21,6 +21,7 @@
 // is reused.
 #pragma once
 
+#include <atomic>
 #include <filesystem>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -30,6 +31,7 @@
 #include <vector>
 
 #include "core/files.h"
+#include "core/interrupt.h"
 #include "report/summary_header.h"
 #include "timeline/chrome_trace.h"
 
@@ -101,6 +103,11 @@ class ResultsWriter {
   std::unique_ptr<FileLock> lock_;
   std::set<std::string> finished_;
   bool committed_ = false;
+  // A signal that ends the process (core/interrupt.h) removes DIR.partial while this is
+  // set (as the destructor would: not once committed, nor a sweep's finished points) and
+  // the lock's file.
+  std::atomic<bool> remove_partial_on_interrupt_{false};
+  std::unique_ptr<InterruptCleanup> interrupt_;
 };
 
 }  // namespace tandem

@@ -1,5 +1,7 @@
 // `tandem train` as a user meets it: help, outputs, and one clear line for bad input.
 #include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
 
 #include <cmath>
 #include <fstream>
@@ -90,6 +92,36 @@ TEST(TrainCliTest, PowerIsSummarizedPerSourceOrSaidToBeUnavailable) {
   EXPECT_NE(none.out.find("  power: RAPL unavailable (no readable zone)"), std::string::npos);
   EXPECT_EQ(nlohmann::json::parse(slurp(dir.path() / "b" / "summary.json"))["power"],
             "unavailable");
+}
+
+// SIGINT, SIGTERM and SIGHUP mid-run: one line, nothing of the run left behind (no
+// DIR.partial, no lock), exit 128 + the signal. A long run, interrupted once it is
+// training (its first step line is out).
+TEST(TrainCliTest, ASignalEndsTheRunWithOneLineAndNothingLeftBehind) {
+  for (const int signal : {SIGINT, SIGTERM, SIGHUP}) {
+    TempDir dir;
+    const fs::path log = dir.path() / "log";
+    const fs::path err = dir.path() / "err";
+    const pid_t run = start_shell("exec " + std::string(TANDEM_BINARY) +
+                                  " train --model mlp:2x64 --batch 8 --steps 10000000 "
+                                  "--no-timeline --out " +
+                                  (dir.path() / "run").string() + " >" + log.string() + " 2>" +
+                                  err.string() + " </dev/null");
+    ASSERT_GT(run, 0);
+    const std::string started = wait_for_text(log, "step    1/", std::chrono::seconds(120));
+    ASSERT_NE(started.find("step    1/"), std::string::npos) << started;
+    ASSERT_TRUE(fs::exists(dir.path() / "run.partial"));
+    ::kill(run, signal);
+    const int status = wait_for_exit(run, std::chrono::seconds(60));
+    ASSERT_TRUE(WIFEXITED(status)) << "status " << status;
+    EXPECT_EQ(WEXITSTATUS(status), 128 + signal);
+    const std::string message = slurp(err);
+    EXPECT_EQ(count_lines(message), 1) << message;
+    EXPECT_EQ(message.rfind("tandem: interrupted by SIG", 0), 0u) << message;
+    EXPECT_FALSE(fs::exists(dir.path() / "run.partial"));
+    EXPECT_FALSE(fs::exists(dir.path() / ".run.lock"));
+    EXPECT_FALSE(fs::exists(dir.path() / "run"));
+  }
 }
 
 TEST(TrainCliTest, LinkEmulationIsReportedAsEmulated) {

@@ -1,0 +1,99 @@
+#include "core/interrupt.h"
+
+#include <signal.h>
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <cstdio>
+#include <map>
+#include <mutex>
+#include <thread>
+
+namespace tandem {
+namespace {
+
+struct Registry {
+  std::mutex mutex;
+  std::uint64_t next = 0;
+  std::map<std::uint64_t, std::function<void()>> cleanups;  // by registration order
+};
+
+Registry& registry() {
+  static Registry instance;
+  return instance;
+}
+
+// The handler only hands the signal to the cleanup thread through a pipe (write(2) is
+// async-signal-safe). A handler, not a blocked mask and sigwait: libraries start threads
+// before main (OpenBLAS's pool), and those would not inherit a mask.
+int g_pipe[2] = {-1, -1};
+std::atomic<int> g_first{0};
+
+void on_signal(int signal) {
+  if (g_first.exchange(signal) != 0) {
+    // The second: the default action, at once.
+    ::signal(signal, SIG_DFL);
+    ::raise(signal);
+    return;
+  }
+  const int saved = errno;
+  (void)!::write(g_pipe[1], &signal, sizeof signal);
+  errno = saved;
+}
+
+[[noreturn]] void interrupted(int signal) {
+  const char* name = signal == SIGINT ? "SIGINT" : signal == SIGTERM ? "SIGTERM" : "SIGHUP";
+  std::fprintf(stderr, "tandem: interrupted by %s; the run's partial results are removed\n",
+               name);
+  std::fflush(stderr);
+  {
+    std::lock_guard lock(registry().mutex);
+    for (auto it = registry().cleanups.rbegin(); it != registry().cleanups.rend(); ++it) {
+      try {
+        it->second();
+      } catch (...) {
+        // Cleaning up is best effort: the exit below must happen.
+      }
+    }
+  }
+  ::_exit(128 + signal);
+}
+
+}  // namespace
+
+void install_interrupt_handling() {
+  if (::pipe2(g_pipe, O_CLOEXEC) != 0) return;  // no handling; the default actions stay
+  for (int signal : {SIGINT, SIGTERM, SIGHUP}) {
+    struct sigaction current {};
+    // A signal the process was started ignoring stays ignored (nohup, background jobs).
+    if (sigaction(signal, nullptr, &current) == 0 && current.sa_handler == SIG_IGN) continue;
+    struct sigaction action {};
+    action.sa_handler = on_signal;
+    sigemptyset(&action.sa_mask);
+    action.sa_flags = SA_RESTART;
+    sigaction(signal, &action, nullptr);
+  }
+  std::thread([] {
+    int signal = 0;
+    for (;;) {
+      const ssize_t n = ::read(g_pipe[0], &signal, sizeof signal);
+      if (n == static_cast<ssize_t>(sizeof signal)) interrupted(signal);
+      if (n < 0 && errno != EINTR) return;
+    }
+  }).detach();
+}
+
+InterruptCleanup::InterruptCleanup(std::function<void()> cleanup) {
+  std::lock_guard lock(registry().mutex);
+  id_ = registry().next++;
+  registry().cleanups.emplace(id_, std::move(cleanup));
+}
+
+InterruptCleanup::~InterruptCleanup() {
+  std::lock_guard lock(registry().mutex);
+  registry().cleanups.erase(id_);
+}
+
+}  // namespace tandem
