@@ -418,6 +418,9 @@ void add_characterize_command(CLI::App& app, RunCommand& run) {
     flags->ranks_given = cmd->count("--ranks") > 0;
     flags->precision_given = cmd->count("--precision") > 0;
     flags->settings = settings_of(*cmd, {"--out", "--resume", "--force", "--no-progress"});
+    // With a sweep a flag may apply to some points only (--prefetch with
+    // strategy=bucketed,fsdp): checked for runs without one.
+    if (flags->sweeps.empty()) flags->workload.given = given_options(*cmd);
     run = [flags, batch_given](const CommandLine& argv) {
       return run_characterize(*flags, batch_given, argv);
     };

@@ -181,6 +181,7 @@ void add_train_command(CLI::App& app, RunCommand& run) {
   cmd->callback([flags, cmd, &run] {
     const bool batch_given = cmd->count("--batch") > 0;
     const bool ranks_given = cmd->count("--ranks") > 0;
+    flags->workload.given = given_options(*cmd);
     run = [flags, batch_given, ranks_given](const CommandLine& argv) {
       return run_train(*flags, batch_given, ranks_given, argv);
     };

@@ -176,6 +176,33 @@ void print_cpu_gemm_lines() {
   }
 }
 
+namespace {
+
+// A flag the user gave that cannot apply to the run is a usage error naming both flags:
+// accepted in silence, it would look as if it had done something.
+void check_flags_apply(const WorkloadFlags& f, const TrainConfig& c) {
+  const auto given = [&](const char* flag) { return f.given.contains(flag); };
+  const bool fsdp = c.reducer.plan.strategy.kind == StrategyKind::kFsdp;
+  const std::string strategy = "--strategy " + c.reducer.plan.strategy.to_string();
+  if (given("--prefetch") && !fsdp) {
+    throw UsageError("--prefetch: applies to --strategy fsdp only, not to " + strategy);
+  }
+  if (given("--no-reshard-after-forward") && !fsdp) {
+    throw UsageError("--no-reshard-after-forward: applies to --strategy fsdp only, not to " +
+                     strategy);
+  }
+  if (given("--eval-every") && c.data_path.empty()) {
+    throw UsageError("--eval-every: measures the held-out loss of --data, and this run has no "
+                     "--data");
+  }
+  if (given("--eval-every") && c.pipeline.stages > 1) {
+    throw UsageError("--eval-every: not with --pipeline (pipeline runs measure no validation "
+                     "loss)");
+  }
+}
+
+}  // namespace
+
 TrainConfig to_train_config(const WorkloadFlags& f, bool batch_given) {
   TrainConfig c;
   c.model = for_flag("--model", [&] { return ModelSpec::parse(f.model); });
@@ -216,9 +243,18 @@ TrainConfig to_train_config(const WorkloadFlags& f, bool batch_given) {
   c.precision = for_flag("--precision", [&] { return parse_precision(f.precision); });
   c.gemm = for_flag("--gemm", [&] { return parse_gemm_library(f.gemm); });
   c.device_comm = f.device_comm;
+  check_flags_apply(f, c);
   validate(c);
   check_device_available(c.device);
   return c;
+}
+
+std::set<std::string> given_options(const CLI::App& command) {
+  std::set<std::string> out;
+  for (const CLI::Option* option : command.get_options()) {
+    if (option->count() > 0) out.insert(option->get_name());
+  }
+  return out;
 }
 
 }  // namespace tandem::cli

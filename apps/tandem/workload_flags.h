@@ -3,6 +3,7 @@
 #pragma once
 
 #include <CLI/CLI.hpp>
+#include <set>
 #include <string>
 
 #include "core/parse.h"
@@ -45,7 +46,13 @@ struct WorkloadFlags {
   std::string precision = "fp32";
   std::string gemm = std::string(to_string(default_gemm_library()));
   std::string device_comm = "auto";
+  // The flags the user gave for every run of the command (a characterize sweep's axes
+  // aside): one that cannot apply to the run is refused naming both flags.
+  std::set<std::string> given;
 };
+
+// The names of the options given on `command`'s line ("--prefetch", ...).
+std::set<std::string> given_options(const CLI::App& command);
 
 void add_workload_flags(CLI::App& app, WorkloadFlags& flags);
 // Parses the string-valued flags; throws UsageError naming the flag.

@@ -280,7 +280,16 @@ INSTANTIATE_TEST_SUITE_P(
         BadInput{"--model gpt:layers=1,dim=8,heads=2,seq=8,vocab=50 --data /etc/hostname",
                  "vocab=50"},
         BadInput{"--model gpt:layers=1,dim=8,heads=2,seq=4000 --data /etc/hostname",
-                 "too small"}));
+                 "too small"},
+        // Flags that cannot apply to the run: refused naming both, never silently accepted.
+        BadInput{kTinyGpt + "--prefetch 2", "--prefetch: applies to --strategy fsdp only"},
+        BadInput{kTinyGpt + "--strategy zero2 --prefetch 2", "not to --strategy zero2"},
+        BadInput{kTinyGpt + "--no-reshard-after-forward",
+                 "--no-reshard-after-forward: applies to --strategy fsdp only"},
+        BadInput{kTinyGpt + "--eval-every 5", "--eval-every: measures the held-out loss of --data"},
+        BadInput{"--model mlp:2x8 --eval-every 5", "this run has no --data"},
+        BadInput{kTinyGpt + "--data " + kReadme + " --eval-every 5 --pipeline 2 --ranks 2",
+                 "--eval-every: not with --pipeline"}));
 
 // A small GPT on a text file: the loss falls from ln(256), and --eval-every prints the
 // held-out loss on its steps, into the step lines, steps.csv and summary.json.
