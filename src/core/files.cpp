@@ -37,6 +37,17 @@ const char* kind_of(const fs::file_status& st) {
   }
 }
 
+// A write that fails for want of room (a full disk, a quota, a file-size limit) or of a
+// working device is a failure at run time (exit 1); the rest (permissions, a missing
+// directory) is a path the user gave that cannot be used (exit 2).
+[[noreturn]] void throw_write_error(const fs::path& path, int error) {
+  const std::string message = "cannot write '" + path.string() + "': " + std::strerror(error);
+  if (error == ENOSPC || error == EDQUOT || error == EFBIG || error == EIO) {
+    throw RuntimeError(message);
+  }
+  throw UsageError(message);
+}
+
 // Where an atomic write of `path` renames its temporary to: `path`, or for a symbolic link
 // what it points to (followed link by link, a dangling one included), so that the link
 // stays. Something there that is not a regular file is refused: renaming over a device
@@ -67,9 +78,7 @@ AtomicFile::AtomicFile(fs::path path)
       target_(atomic_target(path_)),
       tmp_(target_.string() + ".tmp." + std::to_string(::getpid())) {
   fd_ = ::open(tmp_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd_ < 0) {
-    throw UsageError("cannot write '" + path_.string() + "': " + std::strerror(errno));
-  }
+  if (fd_ < 0) throw_write_error(path_, errno);
 }
 
 AtomicFile::~AtomicFile() {
@@ -82,7 +91,7 @@ void AtomicFile::fail(int error) {
   if (fd_ >= 0) ::close(fd_);
   fd_ = -1;
   ::unlink(tmp_.c_str());
-  throw UsageError("cannot write '" + path_.string() + "': " + std::strerror(error));
+  throw_write_error(path_, error);
 }
 
 void AtomicFile::flush() {
@@ -112,12 +121,12 @@ void AtomicFile::commit() {
   if (::close(fd) != 0) {
     const int error = errno;
     ::unlink(tmp_.c_str());
-    throw UsageError("cannot write '" + path_.string() + "': " + std::strerror(error));
+    throw_write_error(path_, error);
   }
   if (::rename(tmp_.c_str(), target_.c_str()) != 0) {
     const int error = errno;
     ::unlink(tmp_.c_str());
-    throw UsageError("cannot write '" + path_.string() + "': " + std::strerror(error));
+    throw_write_error(path_, error);
   }
 }
 

@@ -15,7 +15,9 @@ namespace tandem {
 // the temporary is removed and `path` is untouched. A symbolic link is followed (the
 // file it points to is replaced, the link stays); a path that holds something other than
 // a regular file (a directory, a device node such as /dev/full, a FIFO, a socket) is
-// refused, never replaced. Every failure throws UsageError "cannot write 'PATH': REASON".
+// refused, never replaced. Every failure throws "cannot write 'PATH': REASON": a
+// RuntimeError (exit 1) where room ran out (ENOSPC, EDQUOT, EFBIG) or the device failed
+// (EIO), else a UsageError (exit 2).
 class AtomicFile {
  public:
   explicit AtomicFile(std::filesystem::path path);

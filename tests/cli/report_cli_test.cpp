@@ -137,6 +137,30 @@ TEST(ReportCliTest, ScalesToManyRanksAndPoints) {
   EXPECT_NE(html.find("<td>chunks=200</td>"), std::string::npos);
 }
 
+// Room running out while writing (here a file-size limit, as a full disk would) is a
+// failure at run time: exit 1 and "tandem: failed:", the old report untouched and no
+// temporary left. A path that cannot be used at all stays a usage error (exit 2).
+TEST(ReportCliTest, RunningOutOfRoomIsAFailureAndLeavesTheOldReport) {
+  TempDir dir;
+  const fs::path out = dir.path() / "r";
+  ASSERT_EQ(run_tandem("train --model mlp:2x16 --ranks 1 --batch 4 --steps 3 --quiet --out " +
+                       out.string())
+                .exit_code,
+            0);
+  const std::string before = slurp(out / "report.html");
+  ASSERT_GT(before.size(), 4096u);
+  // SIGXFSZ ignored: a write past the limit fails with EFBIG instead of killing.
+  const CliResult r = run_shell("ulimit -f 4 && trap '' XFSZ && exec " +
+                                std::string(TANDEM_BINARY) + " report " + out.string());
+  EXPECT_EQ(r.exit_code, 1) << r.out << r.err;
+  EXPECT_EQ(count_lines(r.err), 1) << r.err;
+  EXPECT_EQ(r.err.rfind("tandem: failed: cannot write '", 0), 0u) << r.err;
+  EXPECT_EQ(slurp(out / "report.html"), before);
+  for (const auto& entry : fs::directory_iterator(out)) {
+    EXPECT_EQ(entry.path().filename().string().find(".tmp."), std::string::npos) << entry.path();
+  }
+}
+
 void expect_one_line_error(const std::string& args, const std::string& fragment) {
   const CliResult r = run_tandem(args);
   EXPECT_EQ(r.exit_code, 2) << args << "\n" << r.out << r.err;
