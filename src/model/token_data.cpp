@@ -79,8 +79,18 @@ TokenData TokenData::from_file(const std::string& path, int seq, int rows, std::
   auto read = [&](std::int64_t offset, std::int64_t count, std::vector<std::uint8_t>& out) {
     out.resize(static_cast<std::size_t>(count));
     in.seekg(offset);
+    errno = 0;
     if (!in.read(reinterpret_cast<char*>(out.data()), count)) {
-      throw UsageError("--data " + path + ": read failed (" + std::strerror(errno) + ")");
+      // A short read is no errno: the file shrank while it was read, or (sysfs, procfs)
+      // its size was never what it holds.
+      if (errno != 0 && !in.eof()) {
+        throw UsageError("--data " + path + ": read failed (" + std::strerror(errno) + ")");
+      }
+      throw UsageError("--data " + path + ": could not be read whole: " +
+                       std::to_string(in.gcount()) + " of " + std::to_string(count) +
+                       " bytes at offset " + std::to_string(offset) + " (its size is " +
+                       std::to_string(size) +
+                       "; the file changed while it was read, or is not a file of data)");
     }
   };
   read(d.shard_begin_, shard, d.shard_);

@@ -124,6 +124,22 @@ TEST(TrainCliTest, ASignalEndsTheRunWithOneLineAndNothingLeftBehind) {
   }
 }
 
+// A file whose size is not what it holds (sysfs says 4096 bytes, and holds a line): a
+// short read is said as such, not as "read failed (Success)".
+TEST(TrainCliTest, ADataFileThatCannotBeReadWholeSaysSo) {
+  const std::string sysfs = "/sys/kernel/mm/transparent_hugepage/enabled";
+  if (!fs::exists(sysfs) || fs::file_size(sysfs) < 4096) {
+    GTEST_SKIP() << sysfs << " is missing or not sized as a page here";
+  }
+  const CliResult r = run_tandem("train --model gpt:layers=1,dim=8,heads=2,seq=8 --ranks 1 "
+                                 "--batch 2 --steps 1 --data " + sysfs);
+  EXPECT_EQ(r.exit_code, 2) << r.out;
+  EXPECT_EQ(count_lines(r.err), 1) << r.err;
+  EXPECT_NE(r.err.find("--data " + sysfs + ": could not be read whole"), std::string::npos)
+      << r.err;
+  EXPECT_EQ(r.err.find("Success"), std::string::npos) << r.err;
+}
+
 TEST(TrainCliTest, LinkEmulationIsReportedAsEmulated) {
   const CliResult r = run_tandem(
       "train --ranks 2 --model mlp:2x32 --batch 4 --steps 2 "
