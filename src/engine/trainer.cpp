@@ -150,7 +150,10 @@ void validate(const TrainConfig& config) {
     throw UsageError(std::string("--model: ") + e.what());
   }
   if (!config.data_path.empty()) {
-    (void)TokenData::check_file(config.data_path, config.model.transformer.seq, config.ranks);
+    // Shards are per replica: a pipeline's stages read their replica's (model_config).
+    const int replicas = config.ranks / std::max(1, config.pipeline.stages);
+    (void)TokenData::check_file(config.data_path, config.model.transformer.seq,
+                                std::max(1, replicas));
   }
   if (config.device == Device::kCpu) {
     check_host_memory(config);

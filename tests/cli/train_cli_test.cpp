@@ -140,6 +140,22 @@ TEST(TrainCliTest, ADataFileThatCannotBeReadWholeSaysSo) {
   EXPECT_EQ(r.err.find("Success"), std::string::npos) << r.err;
 }
 
+// --data is sharded per replica: a pipeline's four stages are one replica, which a
+// 27-byte file feeds (18 bytes besides the held-out tail, a 9-byte window each); with
+// four replicas it is too small.
+TEST(TrainCliTest, APipelinesDataIsCountedPerReplicaNotPerRank) {
+  TempDir dir;
+  const fs::path data = dir.path() / "d.txt";
+  std::ofstream(data) << "abcdefghijklmnopqrstuvwxyz\n";
+  const std::string run = "train --model gpt:layers=4,dim=8,heads=2,seq=8 --batch 2 --steps 1 "
+                          "--quiet --data " + data.string();
+  const CliResult one = run_tandem(run + " --ranks 4 --pipeline 4");
+  EXPECT_EQ(one.exit_code, 0) << one.err;
+  const CliResult four = run_tandem(run + " --ranks 4");
+  EXPECT_EQ(four.exit_code, 2);
+  EXPECT_NE(four.err.find("too small for 4 rank(s)"), std::string::npos) << four.err;
+}
+
 TEST(TrainCliTest, LinkEmulationIsReportedAsEmulated) {
   const CliResult r = run_tandem(
       "train --ranks 2 --model mlp:2x32 --batch 4 --steps 2 "
