@@ -37,6 +37,7 @@ struct CharacterizeFlags {
   std::string microbench;
   std::string synthetic;
   std::vector<std::string> sweeps;
+  std::set<std::string> given;  // every option given on the command line
   std::string out;
   bool resume = false;
   bool force = false;
@@ -299,7 +300,15 @@ int run_characterize(CharacterizeFlags flags, bool batch_given, const CommandLin
                        .iterations = flags.iterations,
                        .power = nullptr,
                        .job = nullptr};
-  for (const auto& s : flags.sweeps) options.axes.push_back(parse_sweep(s));
+  for (const auto& s : flags.sweeps) {
+    options.axes.push_back(parse_sweep(s));
+    // A swept key replaces its flag's value: both given is refused, never one silently.
+    const std::string flag = "--" + options.axes.back().key;
+    if (flags.given.contains(flag)) {
+      throw UsageError("--sweep " + options.axes.back().key + ": " + flag +
+                       " is given too, and the sweep's values would replace it; give one");
+    }
+  }
   if (backend != "local") {
     check_process_job(flags, options.axes, backend);
     // Every point runs on the job's ranks (a device microbenchmark: one GPU per process).
@@ -420,7 +429,8 @@ void add_characterize_command(CLI::App& app, RunCommand& run) {
     flags->settings = settings_of(*cmd, {"--out", "--resume", "--force", "--no-progress"});
     // With a sweep a flag may apply to some points only (--prefetch with
     // strategy=bucketed,fsdp): checked for runs without one.
-    if (flags->sweeps.empty()) flags->workload.given = given_options(*cmd);
+    flags->given = given_options(*cmd);
+    if (flags->sweeps.empty()) flags->workload.given = flags->given;
     run = [flags, batch_given](const CommandLine& argv) {
       return run_characterize(*flags, batch_given, argv);
     };
