@@ -156,6 +156,17 @@ TEST(TrainCliTest, APipelinesDataIsCountedPerReplicaNotPerRank) {
   EXPECT_NE(four.err.find("too small for 4 rank(s)"), std::string::npos) << four.err;
 }
 
+// An error that quotes a huge value (90 KB of --model) stays one readable line: its
+// start names the flag, and it says how much it cut.
+TEST(TrainCliTest, AHugeQuotedValueIsCutToAReadableLine) {
+  const CliResult r = run_tandem("train --model gpt:layers=2,dim=" + std::string(90000, '9'));
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_EQ(count_lines(r.err), 1);
+  EXPECT_LT(r.err.size(), 600u) << r.err.size();
+  EXPECT_EQ(r.err.rfind("tandem: error: --model", 0), 0u) << r.err.substr(0, 200);
+  EXPECT_NE(r.err.find(" characters cut) ... "), std::string::npos) << r.err;
+}
+
 TEST(TrainCliTest, LinkEmulationIsReportedAsEmulated) {
   const CliResult r = run_tandem(
       "train --ranks 2 --model mlp:2x32 --batch 4 --steps 2 "
