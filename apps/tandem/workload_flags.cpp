@@ -36,22 +36,22 @@ void add_workload_flags(CLI::App& app, WorkloadFlags& f) {
       ->capture_default_str();
   app.add_option("--layers", f.shape.layers,
                  "Transformers: blocks (shrinks a preset, keeping its other proportions)")
-      ->check(CLI::Range(1, 1024));
+      ->check(integer_in(1, 1024));
   app.add_option("--dim", f.shape.dim,
                  "Transformers: model width; heads follow so that the head size stays, "
                  "unless --heads is given")
-      ->check(CLI::Range(1, 65536));
+      ->check(integer_in(1, 65536));
   app.add_option("--heads", f.shape.heads, "Transformers: attention heads (must divide --dim)")
-      ->check(CLI::Range(1, 65536));
+      ->check(integer_in(1, 65536));
   app.add_option("--seq", f.shape.seq, "Transformers: sequence length (context) in tokens")
-      ->check(CLI::Range(1, 65536));
+      ->check(integer_in(1, 65536));
   app.add_option("--data", f.data,
                  "Transformers: train on this file's bytes (vocabulary 256, a disjoint shard "
                  "per rank, the last tenth held out for a validation loss); default: "
                  "synthetic tokens");
   app.add_option("--eval-every", f.eval_every,
                  "With --data: the validation loss every N steps (0: after the last step only)")
-      ->check(CLI::Range(0, 10'000'000))
+      ->check(integer_in(0, 10'000'000))
       ->capture_default_str();
   app.add_option("--batch", f.batch, "Samples per rank per micro-batch (per rank, as in DDP)")
       ->check(integer_in(1, 1 << 20))

@@ -316,6 +316,9 @@ INSTANTIATE_TEST_SUITE_P(
         BadInput{"--model mlp:2x8 --layers 2", "--layers"},
         BadInput{"--model gpt3-xl --dim 100", "--dim 100"},
         BadInput{"--eval-every -1", "--eval-every"},
+        // Every integer flag speaks alike: what it expects, and the value it got.
+        BadInput{"--eval-every 1.5", "--eval-every: expected an integer 0..10000000, got '1.5'"},
+        BadInput{"--layers ''", "--layers: expected an integer 1..1024, got ''"},
         BadInput{"--model mlp:2x8 --data README.md", "--data"},
         BadInput{kTinyGpt + "--data /nonexistent/file", "--data /nonexistent/file"},
         BadInput{kTinyGpt + "--data /tmp", "not a regular file"},
