@@ -282,4 +282,17 @@ std::string format_duration_ns(double ns) {
   return three_digits(value) + " " + kUnits[unit];
 }
 
+void append_visible(std::string& out, char c, bool keep_whitespace) {
+  const auto byte = static_cast<unsigned char>(c);
+  const bool whitespace = c == '\t' || c == '\n';
+  if ((byte < 0x20 && !(keep_whitespace && whitespace)) || byte == 0x7f) {
+    static constexpr char kHex[] = "0123456789abcdef";
+    out += "\\x";
+    out += kHex[byte >> 4];
+    out += kHex[byte & 0xf];
+  } else {
+    out += c;
+  }
+}
+
 }  // namespace tandem

@@ -45,6 +45,11 @@ std::vector<std::string> split(std::string_view text, char sep);
 std::string trim(std::string_view text);
 
 // Human-readable forms for printing.
+// Appends `c` as text a reader can see: a control character (NUL, ESC, ...; tab and
+// newline too unless `keep_whitespace`) and DEL as \xNN, the way C spells them, anything
+// else as itself. Names from traces go through this on their way to reports and CSV.
+void append_visible(std::string& out, char c, bool keep_whitespace);
+
 std::string format_bytes(double bytes);     // "25.0 MiB"
 std::string format_duration_ns(double ns);  // "1.23 ms"
 

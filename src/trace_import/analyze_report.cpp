@@ -194,12 +194,13 @@ std::string number_text(double v, const char* format) {
 
 std::string csv_number(double v) { return std::isnan(v) ? std::string() : std::to_string(v); }
 
-// CSV text field: quoted, quotes doubled (kernel names hold commas).
+// CSV text field: quoted, quotes doubled (kernel names hold commas), control characters
+// as \xNN (a NUL or an escape in a dtype or kernel name).
 std::string csv_text(std::string_view s) {
   std::string out = "\"";
   for (char c : s) {
     if (c == '"') out += '"';
-    out += c;
+    append_visible(out, c, /*keep_whitespace=*/false);
   }
   return out + "\"";
 }

@@ -247,6 +247,25 @@ TEST(AnalyzeCliTest, ControlCharactersInNamesAreEscaped) {
   EXPECT_NE(html.find("k\\x00\\x1b[31mred\\x7f"), std::string::npos);
 }
 
+// A dtype (or kernel name) with control characters reaches collectives.csv as \xNN, as
+// in the report: never a raw NUL or escape in a CSV line.
+TEST(AnalyzeCliTest, ControlCharactersInCsvFieldsAreEscaped) {
+  TempDir dir;
+  KinetoBuilder run(0);
+  run.profiler_step(1, 1000, 1000).launch(1001, 2);
+  run.nccl("ncclDevKernel_AllReduce_Sum_f32_RING_LL", 1060, 100, 2, "allreduce", 1 << 10,
+           1 << 10, 2, std::string("Fl\0\x1b" "at", 6));
+  std::ofstream(dir.path() / "r.json") << run.str();
+  const fs::path out = dir.path() / "a";
+  const CliResult r =
+      run_tandem("analyze " + (dir.path() / "r.json").string() + " --out " + out.string());
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const std::string csv = slurp(out / "collectives.csv");
+  EXPECT_EQ(csv.find('\0'), std::string::npos);
+  EXPECT_EQ(csv.find('\x1b'), std::string::npos);
+  EXPECT_NE(csv.find("\"Fl\\x00\\x1bat\""), std::string::npos) << csv;
+}
+
 // A failure after --out was opened (a corrupt trace is found only when read) leaves no
 // directory behind: results appear whole or not at all.
 TEST(AnalyzeCliTest, AFailedAnalysisLeavesNoOutputDirectory) {

@@ -4,6 +4,8 @@
 #include <cmath>
 #include <cstdio>
 
+#include "core/parse.h"
+
 namespace tandem::html {
 
 std::string escape(std::string_view text) {
@@ -29,16 +31,7 @@ std::string escape(std::string_view text) {
       default:
         // Control characters (a NUL or a terminal escape in a kernel name) are not text
         // HTML may carry: they are shown as \xNN, the way the name was spelled in C.
-        if (static_cast<unsigned char>(c) < 0x20 && c != '\t' && c != '\n') {
-          static constexpr char kHex[] = "0123456789abcdef";
-          out += "\\x";
-          out += kHex[(c >> 4) & 0xf];
-          out += kHex[c & 0xf];
-        } else if (c == 0x7f) {
-          out += "\\x7f";
-        } else {
-          out += c;
-        }
+        append_visible(out, c, /*keep_whitespace=*/true);
     }
   }
   return out;
