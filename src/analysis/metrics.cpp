@@ -177,7 +177,11 @@ DerivedMetrics derive(double t_comp_iso_ns, double t_comm_iso_ns, double e2e_seq
                       double t_comp_ovl_ns, double t_comm_ovl_ns, double t_ovl_ns,
                       double e2e_ovl_ns) {
   DerivedMetrics d;
-  const double slowdown_ns = t_comp_ovl_ns - t_comp_iso_ns;
+  // A baseline without compute cannot say how much compute slowed (an all-zero-length
+  // baseline would make E2E_ideal negative): undefined, unless there is none to slow.
+  const double slowdown_ns = t_comp_iso_ns <= 0 && t_comp_ovl_ns > 0
+                                 ? kUndefined
+                                 : t_comp_ovl_ns - t_comp_iso_ns;
   d.compute_slowdown = ratio(slowdown_ns, t_comp_iso_ns);
   d.overlap_ratio = ratio(t_ovl_ns, t_comp_ovl_ns);
   d.e2e_ideal_ns = e2e_ovl_ns - slowdown_ns;

@@ -236,6 +236,14 @@ TEST(DerivedMetrics, ZeroDenominatorsAreUndefinedNotInfinite) {
   EXPECT_TRUE(std::isnan(d.overlap_efficiency));
   EXPECT_DOUBLE_EQ(d.overlap_benefit_ns, 30);  // still defined
 
+  // A baseline whose compute took no time (all zero-length spans) says nothing of the
+  // slowdown: E2E_ideal and what rests on it are undefined, never a negative time.
+  const DerivedMetrics empty_baseline = derive(0, 50, 170, 150, 80, 50, 140);
+  EXPECT_TRUE(std::isnan(empty_baseline.compute_slowdown));
+  EXPECT_TRUE(std::isnan(empty_baseline.e2e_ideal_ns));
+  EXPECT_TRUE(std::isnan(empty_baseline.contention_loss_ns));
+  EXPECT_DOUBLE_EQ(empty_baseline.overlap_benefit_ns, 30);
+
   const DerivedMetrics no_seq = derive(100, kUndefined, kUndefined, 120, 80, 50, 140);
   EXPECT_DOUBLE_EQ(no_seq.compute_slowdown, 0.2);
   EXPECT_TRUE(std::isnan(no_seq.overlap_benefit_ns));
