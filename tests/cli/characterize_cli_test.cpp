@@ -46,13 +46,10 @@ TEST(CharacterizeCliTest, WritesSummaryIterationsAndTraces) {
 // fixture whose counter stands still reads 0 W, so the ratios are undefined (null).
 TEST(CharacterizeCliTest, PowerIsTabledPerScenarioWithOverlapsExtraPeak) {
   TempDir dir;
-  const fs::path zone = dir.path() / "powercap" / "intel-rapl:0";
-  fs::create_directories(zone);
-  std::ofstream(zone / "name") << "package-0\n";
-  std::ofstream(zone / "energy_uj") << "1000000\n";
   const fs::path out = dir.path() / "r";
-  const CliResult r = run_tandem(kTiny + "--powercap-root " + (dir.path() / "powercap").string() +
-                                 " --out " + out.string());
+  const CliResult r =
+      run_tandem(kTiny + "--powercap-root " + still_rapl_fixture(dir.path()).string() + " --out " +
+                 out.string());
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_NE(r.out.find("power over the measured iterations"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("rapl package-0 (intel-rapl:0): overlapped vs compute-only peak n/a"),
@@ -136,8 +133,9 @@ TEST(CharacterizeCliTest, PipelineSchedulesSweep) {
     EXPECT_TRUE(point["metrics"].contains("e2e_ovl_ns")) << point.dump();
   }
   EXPECT_EQ(schedules, (std::vector<std::string>{"gpipe", "1f1b", "interleaved:2"}));
-  const CliResult bad = run_tandem("characterize --model mlp:4x64 --ranks 2 --pipeline 2 "
-                                   "--micro-batches 4 --sweep schedule=zigzag");
+  const CliResult bad = run_tandem(
+      "characterize --model mlp:4x64 --ranks 2 --pipeline 2 "
+      "--micro-batches 4 --sweep schedule=zigzag");
   EXPECT_EQ(bad.exit_code, 2);
   EXPECT_NE(bad.err.find("--sweep schedule"), std::string::npos) << bad.err;
 }

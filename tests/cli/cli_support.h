@@ -135,6 +135,16 @@ inline std::vector<std::string> finished_lines(const std::string& out) {
   return lines;
 }
 
+// A powercap root (for --powercap-root) under `dir` with one RAPL package zone whose
+// counter stands still: a source that is found and reads 0 J. Returns the root.
+inline std::filesystem::path still_rapl_fixture(const std::filesystem::path& dir) {
+  const std::filesystem::path zone = dir / "powercap" / "intel-rapl:0";
+  std::filesystem::create_directories(zone);
+  std::ofstream(zone / "name") << "package-0\n";
+  std::ofstream(zone / "energy_uj") << "1000000\n";
+  return dir / "powercap";
+}
+
 // Starts a shell command line in a child process (its pid); wait_for_exit reaps it.
 inline pid_t start_shell(const std::string& command) {
   const pid_t pid = ::fork();

@@ -21,10 +21,10 @@ namespace fs = std::filesystem;
 TEST(TrainCliTest, HelpExplainsEveryFlag) {
   const CliResult r = run_tandem("train --help");
   EXPECT_EQ(r.exit_code, 0);
-  for (const char* flag : {"--ranks", "--model", "--batch", "--steps", "--lr", "--strategy",
-                           "--bucket-mb", "--accumulate", "--link", "--seed", "--threads", "--out",
-                           "--device", "--precision", "--device-comm", "--pipeline", "--schedule",
-                           "--micro-batches", "--split"}) {
+  for (const char* flag :
+       {"--ranks", "--model", "--batch", "--steps", "--lr", "--strategy", "--bucket-mb",
+        "--accumulate", "--link", "--seed", "--threads", "--out", "--device", "--precision",
+        "--device-comm", "--pipeline", "--schedule", "--micro-batches", "--split"}) {
     EXPECT_NE(r.out.find(flag), std::string::npos) << flag;
   }
 }
@@ -67,13 +67,10 @@ TEST(TrainCliTest, WritesStepsTraceAndSummary) {
 // here one RAPL zone of a fixture whose counter stands still (0 J), and none at all.
 TEST(TrainCliTest, PowerIsSummarizedPerSourceOrSaidToBeUnavailable) {
   TempDir dir;
-  const fs::path zone = dir.path() / "powercap" / "intel-rapl:0";
-  fs::create_directories(zone);
-  std::ofstream(zone / "name") << "package-0\n";
-  std::ofstream(zone / "energy_uj") << "1000000\n";
   const std::string run = "train --ranks 1 --model mlp:2x16 --batch 4 --steps 3 --quiet ";
-  const CliResult r = run_tandem(run + "--powercap-root " + (dir.path() / "powercap").string() +
-                                 " --out " + (dir.path() / "a").string());
+  const CliResult r =
+      run_tandem(run + "--powercap-root " + still_rapl_fixture(dir.path()).string() + " --out " +
+                 (dir.path() / "a").string());
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_NE(r.out.find("  power: 1 RAPL zone(s)"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("  power            rapl package-0 (intel-rapl:0): average 0.0 W"),
@@ -131,8 +128,10 @@ TEST(TrainCliTest, ADataFileThatCannotBeReadWholeSaysSo) {
   if (!fs::exists(sysfs) || fs::file_size(sysfs) < 4096) {
     GTEST_SKIP() << sysfs << " is missing or not sized as a page here";
   }
-  const CliResult r = run_tandem("train --model gpt:layers=1,dim=8,heads=2,seq=8 --ranks 1 "
-                                 "--batch 2 --steps 1 --data " + sysfs);
+  const CliResult r = run_tandem(
+      "train --model gpt:layers=1,dim=8,heads=2,seq=8 --ranks 1 "
+      "--batch 2 --steps 1 --data " +
+      sysfs);
   EXPECT_EQ(r.exit_code, 2) << r.out;
   EXPECT_EQ(count_lines(r.err), 1) << r.err;
   EXPECT_NE(r.err.find("--data " + sysfs + ": could not be read whole"), std::string::npos)
@@ -147,8 +146,10 @@ TEST(TrainCliTest, APipelinesDataIsCountedPerReplicaNotPerRank) {
   TempDir dir;
   const fs::path data = dir.path() / "d.txt";
   std::ofstream(data) << "abcdefghijklmnopqrstuvwxyz\n";
-  const std::string run = "train --model gpt:layers=4,dim=8,heads=2,seq=8 --batch 2 --steps 1 "
-                          "--quiet --data " + data.string();
+  const std::string run =
+      "train --model gpt:layers=4,dim=8,heads=2,seq=8 --batch 2 --steps 1 "
+      "--quiet --data " +
+      data.string();
   const CliResult one = run_tandem(run + " --ranks 4 --pipeline 4");
   EXPECT_EQ(one.exit_code, 0) << one.err;
   const CliResult four = run_tandem(run + " --ranks 4");
@@ -183,10 +184,12 @@ TEST(TrainCliTest, APipelineRunReportsItsStagesBubbleAndMicroBatches) {
   const fs::path out = dir.path() / "run";
   const CliResult r = run_tandem(
       "train --model mlp:6x512 --ranks 3 --pipeline 3 --schedule gpipe --micro-batches 4 "
-      "--batch 64 --steps 4 --out " + out.string());
+      "--batch 64 --steps 4 --out " +
+      out.string());
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_NE(r.out.find("pipeline 3 stages x 1 replica, gpipe, 4 micro-batches; units"),
-            std::string::npos) << r.out;
+            std::string::npos)
+      << r.out;
   EXPECT_NE(r.out.find("pipeline bubble"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("micro-batches in flight"), std::string::npos) << r.out;
   const auto summary = nlohmann::json::parse(slurp(out / "summary.json"));
@@ -311,7 +314,7 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Values(
         BadInput{"--model gpt:layers=2,dim=30,heads=4,seq=8", "heads=4"},
         BadInput{"--model llama:layers=2,dim=12,heads=4,seq=8", "--model"},
-        BadInput{"--model gpt3-13b", "--model"},  // 2^31 floats
+        BadInput{"--model gpt3-13b", "--model"},        // 2^31 floats
         BadInput{"--model gpt3-xl", "needs at least"},  // memory, before allocating
         BadInput{"--model mlp:2x8 --layers 2", "--layers"},
         BadInput{"--model gpt3-xl --dim 100", "--dim 100"},
@@ -325,8 +328,7 @@ INSTANTIATE_TEST_SUITE_P(
         BadInput{kTinyGpt + "--data " + kReadme + " --seq 100000", "--seq"},
         BadInput{"--model gpt:layers=1,dim=8,heads=2,seq=8,vocab=50 --data /etc/hostname",
                  "vocab=50"},
-        BadInput{"--model gpt:layers=1,dim=8,heads=2,seq=4000 --data /etc/hostname",
-                 "too small"},
+        BadInput{"--model gpt:layers=1,dim=8,heads=2,seq=4000 --data /etc/hostname", "too small"},
         // Flags that cannot apply to the run: refused naming both, never silently accepted.
         BadInput{kTinyGpt + "--prefetch 2", "--prefetch: applies to --strategy fsdp only"},
         BadInput{kTinyGpt + "--strategy zero2 --prefetch 2", "not to --strategy zero2"},
@@ -342,9 +344,10 @@ INSTANTIATE_TEST_SUITE_P(
 TEST(TrainCliTest, TrainsAGptOnTextWithAValidationLoss) {
   TempDir dir;
   const fs::path out = dir.path() / "run";
-  const CliResult r = run_tandem("train --ranks 2 --model gpt:layers=1,dim=32,heads=2,seq=32 "
-                                 "--batch 4 --steps 60 --lr 0.1 --eval-every 30 --data " +
-                                 kReadme + " --out " + out.string());
+  const CliResult r = run_tandem(
+      "train --ranks 2 --model gpt:layers=1,dim=32,heads=2,seq=32 "
+      "--batch 4 --steps 60 --lr 0.1 --eval-every 30 --data " +
+      kReadme + " --out " + out.string());
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_NE(r.out.find("step   30/60  loss"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("tokens/s"), std::string::npos) << r.out;
@@ -355,10 +358,12 @@ TEST(TrainCliTest, TrainsAGptOnTextWithAValidationLoss) {
   EXPECT_LT(summary["last_loss"].get<double>(), summary["first_loss"].get<double>() - 1.0);
   EXPECT_GT(summary["tokens_per_s"].get<double>(), 0.0);
   const std::string csv = slurp(out / "steps.csv");
-  EXPECT_EQ(csv.substr(0, csv.find('\n')), "step,rank,loss,start_ns,end_ns,step_ms,param_hash,val_loss");
+  EXPECT_EQ(csv.substr(0, csv.find('\n')),
+            "step,rank,loss,start_ns,end_ns,step_ms,param_hash,val_loss");
   int with_val = 0;
   std::istringstream rows(csv);
-  for (std::string row; std::getline(rows, row);) with_val += !row.ends_with(",") && row.starts_with("29,");
+  for (std::string row; std::getline(rows, row);)
+    with_val += !row.ends_with(",") && row.starts_with("29,");
   EXPECT_EQ(with_val, 2) << "step 30 on both ranks:\n" << csv;
 }
 
@@ -418,10 +423,8 @@ TEST(TrainCliTest, TooLargeForMemoryIsRefusedWithTheBytesNeeded) {
   const CliResult spans = run_tandem(tiny);
   EXPECT_EQ(spans.exit_code, 2) << spans.err;
   EXPECT_EQ(count_lines(spans.err), 1) << spans.err;
-  EXPECT_NE(spans.err.find("of timeline spans for 10000000 steps"), std::string::npos)
-      << spans.err;
+  EXPECT_NE(spans.err.find("of timeline spans for 10000000 steps"), std::string::npos) << spans.err;
   EXPECT_EQ(spans.out, "");
-
 }
 
 // --device cuda where it cannot run (a build without CUDA, or no GPU: this machine's
@@ -514,7 +517,8 @@ TEST(TrainCliTest, TheGemmKernelReportIsWhatRuns) {
   };
   auto warnings = [](const std::string& out) {
     int n = 0;
-    for (auto at = out.find("warning: "); at != std::string::npos; at = out.find("warning: ", at + 1)) {
+    for (auto at = out.find("warning: "); at != std::string::npos;
+         at = out.find("warning: ", at + 1)) {
       ++n;
     }
     return n;
