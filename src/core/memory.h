@@ -4,7 +4,9 @@
 #pragma once
 
 #include <cstdint>
+#include <filesystem>
 #include <string>
+#include <string_view>
 
 namespace tandem {
 
@@ -14,8 +16,20 @@ struct AvailableMemory {
 };
 
 // The smallest of: /proc/meminfo's MemAvailable (else sysconf's available pages) and what
-// this process's cgroup (v2) still allows.
+// this process's memory cgroups still allow (cgroup_headroom).
 AvailableMemory available_memory();
+
+// What this process's memory cgroups still allow: from `proc_self_cgroup` (the text of
+// /proc/self/cgroup) the cgroup v2 path ("0::/a/b": memory.max less memory.current) and
+// the v1 memory controller's ("4:memory:/a/b": memory.limit_in_bytes less
+// memory.usage_in_bytes, under ROOT/memory), each level up its hierarchy to the mount
+// `root` (/sys/fs/cgroup) included: the tightest. bytes -1 where nothing limits.
+struct CgroupHeadroom {
+  std::int64_t bytes = -1;
+  const char* source = "";
+};
+CgroupHeadroom cgroup_headroom(std::string_view proc_self_cgroup,
+                               const std::filesystem::path& root);
 
 // The peak resident set of this process so far (VmHWM of /proc/self/status), in bytes;
 // -1 where it cannot be read.
