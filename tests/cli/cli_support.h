@@ -1,6 +1,7 @@
 // Runs the tandem binary as a user would and captures what it printed.
 #pragma once
 
+#include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -145,10 +146,14 @@ inline std::filesystem::path still_rapl_fixture(const std::filesystem::path& dir
   return dir / "powercap";
 }
 
-// Starts a shell command line in a child process (its pid); wait_for_exit reaps it.
+// Starts a shell command line in a child process (its pid); wait_for_exit reaps it. The
+// child starts with SIGINT, SIGTERM and SIGHUP at their default actions, whatever this
+// process inherited (a test run from a shell's background job ignores SIGINT, and a
+// non-interactive sh cannot undo that).
 inline pid_t start_shell(const std::string& command) {
   const pid_t pid = ::fork();
   if (pid == 0) {
+    for (int signal : {SIGINT, SIGTERM, SIGHUP}) ::signal(signal, SIG_DFL);
     ::execl("/bin/sh", "sh", "-c", command.c_str(), static_cast<char*>(nullptr));
     ::_exit(127);
   }
