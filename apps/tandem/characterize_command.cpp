@@ -54,7 +54,6 @@ struct CharacterizeFlags {
   int nccl_max_ctas = 0;
   std::string kernel_timing = "cupti";
   bool ranks_given = false;
-  bool precision_given = false;
   // What the results depend on (settings_of), stored in --out for --resume to compare.
   nlohmann::json settings;
 };
@@ -124,7 +123,7 @@ std::unique_ptr<Workload> make_gpu_microbench(const CharacterizeFlags& f) {
   GpuMicrobenchSpec spec{.bench = MicrobenchSpec::parse(f.microbench)};
   spec.bench.ranks = f.ranks_given ? f.workload.ranks : std::max(1, cuda_device_count());
   if (!f.workload.link.empty()) throw UsageError("--link: not with --device cuda");
-  spec.precision = f.precision_given ? f.workload.precision : "bf16";
+  spec.precision = f.given.contains("--precision") ? f.workload.precision : "bf16";
   try {
     (void)parse_precision(spec.precision);
   } catch (const UsageError& e) {
@@ -425,7 +424,6 @@ void add_characterize_command(CLI::App& app, RunCommand& run) {
   cmd->callback([flags, cmd, &run] {
     const bool batch_given = cmd->count("--batch") > 0;
     flags->ranks_given = cmd->count("--ranks") > 0;
-    flags->precision_given = cmd->count("--precision") > 0;
     flags->settings = settings_of(*cmd, {"--out", "--resume", "--force", "--no-progress"});
     // With a sweep a flag may apply to some points only (--prefetch with
     // strategy=bucketed,fsdp): checked for runs without one.

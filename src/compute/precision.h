@@ -17,6 +17,11 @@ enum class Device : std::uint8_t { kCpu, kCuda };
 // cast copies of their inputs and accumulate in fp32.
 enum class Precision : std::uint8_t { kFp32, kTf32, kFp16, kBf16 };
 
+// fp16 and bf16: the GEMMs read 16-bit cast copies of their inputs.
+inline bool casts_gemm_inputs(Precision precision) {
+  return precision == Precision::kFp16 || precision == Precision::kBf16;
+}
+
 inline std::string_view to_string(Device device) {
   return device == Device::kCuda ? "cuda" : "cpu";
 }

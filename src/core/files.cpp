@@ -9,6 +9,7 @@
 #include <cstring>
 #include <fstream>
 #include <sstream>
+#include <utility>
 
 #include "core/error.h"
 
@@ -19,6 +20,7 @@ namespace fs = std::filesystem;
 namespace {
 
 constexpr std::size_t kAtomicFileBuffer = 1 << 20;
+constexpr std::string_view kTemporaryInfix = ".tmp.";  // NAME.tmp.PID
 
 const char* kind_of(const fs::file_status& st) {
   switch (st.type()) {
@@ -76,7 +78,7 @@ fs::path atomic_target(const fs::path& path) {
 AtomicFile::AtomicFile(fs::path path)
     : path_(std::move(path)),
       target_(atomic_target(path_)),
-      tmp_(target_.string() + ".tmp." + std::to_string(::getpid())) {
+      tmp_(target_.string() + std::string(kTemporaryInfix) + std::to_string(::getpid())) {
   fd_ = ::open(tmp_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd_ < 0) throw_write_error(path_, errno);
 }
@@ -116,18 +118,16 @@ void AtomicFile::write(std::string_view piece) {
 void AtomicFile::commit() {
   TANDEM_CHECK(fd_ >= 0);
   flush();
-  const int fd = fd_;
-  fd_ = -1;
-  if (::close(fd) != 0) {
-    const int error = errno;
-    ::unlink(tmp_.c_str());
-    throw_write_error(path_, error);
-  }
-  if (::rename(tmp_.c_str(), target_.c_str()) != 0) {
-    const int error = errno;
-    ::unlink(tmp_.c_str());
-    throw_write_error(path_, error);
-  }
+  if (::close(std::exchange(fd_, -1)) != 0) fail(errno);
+  if (::rename(tmp_.c_str(), target_.c_str()) != 0) fail(errno);
+}
+
+bool is_atomic_file_temporary(const fs::path& path) {
+  const std::string name = path.filename().string();
+  const std::size_t at = name.rfind(kTemporaryInfix);
+  if (at == std::string::npos) return false;
+  const std::string pid = name.substr(at + kTemporaryInfix.size());
+  return !pid.empty() && pid.find_first_not_of("0123456789") == std::string::npos;
 }
 
 void write_file_atomic(const fs::path& path, std::string_view content) {

@@ -39,6 +39,10 @@ class AtomicFile {
   std::string buffer_;
 };
 
+// Whether `path` names an AtomicFile's temporary ("NAME.tmp.PID"): what a process killed
+// mid-write leaves behind.
+bool is_atomic_file_temporary(const std::filesystem::path& path);
+
 // Writes `content` to `path` atomically (an AtomicFile of one piece).
 void write_file_atomic(const std::filesystem::path& path, std::string_view content);
 

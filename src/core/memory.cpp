@@ -90,10 +90,6 @@ CgroupHeadroom cgroup_headroom(std::string_view proc_self_cgroup, const fs::path
   return out;
 }
 
-namespace {
-
-}  // namespace
-
 AvailableMemory available_memory() {
   AvailableMemory out;
   if (const std::int64_t bytes = mem_available(); bytes >= 0) {

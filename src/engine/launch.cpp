@@ -134,8 +134,7 @@ namespace {
 // anything is allocated. A training run counts them in its own, larger check too.
 void check_timeline_memory(const RunSpec& spec, int ranks_here) {
   if (!spec.record) return;
-  const double bytes = static_cast<double>(ranks_here) * kLaneCount *
-                       static_cast<double>(spec.span_capacity_per_lane) * sizeof(Span);
+  const double bytes = ranks_here * RankRecorder::bytes(spec.span_capacity_per_lane);
   const AvailableMemory available = available_memory();
   if (available.bytes < 0 || bytes <= static_cast<double>(available.bytes)) return;
   throw UsageError("the timeline of " + std::to_string(ranks_here) + " rank(s) needs " +

@@ -186,8 +186,7 @@ HostMemoryNeed host_memory_need(const TrainConfig& config, int ranks_here) {
   // Rank 0 hands its final parameters to the leader: downloaded, then encoded.
   // The recorder allocates every lane's spans before the first step (RankRecorder).
   if (config.record) {
-    need.timeline_per_rank = static_cast<double>(kLaneCount) *
-                             static_cast<double>(train_span_capacity(config)) * sizeof(Span);
+    need.timeline_per_rank = RankRecorder::bytes(train_span_capacity(config));
   }
   need.handoff = 2.0 / 3.0 * replica.state;
   need.total =

@@ -106,20 +106,20 @@ std::vector<PowerOverlap> power_overlap(const Characterization& c) {
   const ScenarioRun& compute = c.run(Scenario::kComputeOnly);
   const ScenarioRun& sequential = c.run(Scenario::kSequential);
   const ScenarioRun& overlapped = c.run(Scenario::kOverlapped);
-  const std::size_t n = std::min({compute.power.size(), sequential.power.size(), overlapped.power.size()});
-  auto per_iteration = [](const ScenarioRun& r, std::size_t s) {
-    return r.power[s].energy_joules / std::max(1, r.power_iterations);
-  };
+  const std::size_t n =
+      std::min({compute.power.size(), sequential.power.size(), overlapped.power.size()});
   for (std::size_t s = 0; s < n; ++s) {
     const double peak_compute = compute.power[s].peak_watts;
     const double avg_compute = compute.power[s].average_watts;
-    const double seq_energy = per_iteration(sequential, s);
+    const double seq_energy = sequential.energy_per_iteration(sequential.power[s]);
     out.push_back(
         {.source = overlapped.power[s].source,
          .extra_peak = peak_compute > 0 ? overlapped.power[s].peak_watts / peak_compute - 1 : NAN,
          .extra_average =
              avg_compute > 0 ? overlapped.power[s].average_watts / avg_compute - 1 : NAN,
-         .energy_vs_sequential = seq_energy > 0 ? per_iteration(overlapped, s) / seq_energy : NAN});
+         .energy_vs_sequential =
+             seq_energy > 0 ? overlapped.energy_per_iteration(overlapped.power[s]) / seq_energy
+                            : NAN});
   }
   return out;
 }
@@ -140,9 +140,8 @@ std::string format_power_table(const Characterization& c) {
         worst = std::max(worst, *p.resolution);
       }
       std::snprintf(line, sizeof line, "  %-13s %-22.22s %9.1f %10.1f %13.3f  %10s\n",
-                    std::string(to_string(run.scenario)).c_str(), p.source.c_str(),
-                    p.average_watts, p.peak_watts,
-                    p.energy_joules / std::max(1, run.power_iterations), resolution);
+                    std::string(to_string(run.scenario)).c_str(), p.source.c_str(), p.average_watts,
+                    p.peak_watts, run.energy_per_iteration(p), resolution);
       text += line;
     }
   }
@@ -176,7 +175,7 @@ nlohmann::json to_json(const Characterization& c) {
     nlohmann::json power = nlohmann::json::array();
     for (const auto& p : run.power) {
       nlohmann::json j = p;
-      j["energy_per_iteration_joules"] = p.energy_joules / std::max(1, run.power_iterations);
+      j["energy_per_iteration_joules"] = run.energy_per_iteration(p);
       power.push_back(j);
     }
     scenarios[std::string(to_string(run.scenario))] = {

@@ -2,6 +2,7 @@
 // its timeline, and derive what overlap buys and costs (docs/METRICS.md).
 #pragma once
 
+#include <algorithm>
 #include <functional>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -29,6 +30,10 @@ struct ScenarioRun {
   int power_iterations = 0;         // how many iterations `power` spans
   std::vector<PowerSample> power_samples;
   std::int64_t wall_ns = 0;
+
+  double energy_per_iteration(const PowerSummary& p) const {
+    return p.energy_joules / std::max(1, power_iterations);
+  }
 };
 
 struct Characterization {

@@ -73,8 +73,13 @@ std::int64_t median(std::vector<std::int64_t> v) {
   return v[v.size() / 2];
 }
 
-// The median time between the points where the reading changed; 0 where it changed fewer
-// than three times (two gaps).
+// A counter's step from the gaps between the moments its reading changed: their median,
+// 0 (not known) with fewer than two.
+std::int64_t step_of(std::vector<std::int64_t> gaps) {
+  return gaps.size() >= 2 ? median(std::move(gaps)) : 0;
+}
+
+// The counter's step over `points`.
 std::int64_t counter_step_ns(const std::vector<EnergyPoint>& points) {
   std::vector<std::int64_t> gaps;
   std::int64_t last_change = -1;
@@ -83,7 +88,7 @@ std::int64_t counter_step_ns(const std::vector<EnergyPoint>& points) {
     if (last_change >= 0) gaps.push_back(points[j].t_ns - last_change);
     last_change = points[j].t_ns;
   }
-  return gaps.size() >= 2 ? median(std::move(gaps)) : 0;
+  return step_of(std::move(gaps));
 }
 
 // The average power over the shortest window of at least `window` ns that ends at
@@ -120,8 +125,7 @@ void PowerSampler::sample_now() {
     // The trailing window: back to this source's newest sample at least a peak window
     // old, or to the start.
     EnergyPoint from{start_t_ns_, 0.0};
-    const std::int64_t window =
-        peak_window_ns(change_gaps_[i].size() >= 2 ? median(change_gaps_[i]) : 0);
+    const std::int64_t window = peak_window_ns(step_of(change_gaps_[i]));
     for (auto s = samples_.rbegin(); s != samples_.rend(); ++s) {
       if (s->source == static_cast<int>(i) && t - s->t_ns >= window) {
         from = {s->t_ns, s->joules};

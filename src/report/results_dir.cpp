@@ -24,11 +24,7 @@ void remove_stale_temporaries(const fs::path& dir) {
   std::vector<fs::path> stale;
   for (auto it = fs::recursive_directory_iterator(dir, ec);
        !ec && it != fs::recursive_directory_iterator(); it.increment(ec)) {
-    const std::string name = it->path().filename().string();
-    const std::size_t at = name.rfind(".tmp.");
-    if (at == std::string::npos || at + 5 == name.size()) continue;
-    const std::string pid = name.substr(at + 5);
-    if (pid.find_first_not_of("0123456789") == std::string::npos && it->is_regular_file(ec)) {
+    if (is_atomic_file_temporary(it->path()) && it->is_regular_file(ec)) {
       stale.push_back(it->path());
     }
   }
@@ -62,11 +58,12 @@ ResultsWriter::ResultsWriter(fs::path dir, ResultsCommand command, std::vector<s
   lock_ = std::make_unique<FileLock>(lock_path, "--out: '" + dir_.string() + "'");
   choose_working_directory(policy);
   load_finished_points();
-  remove_partial_on_interrupt_ =
+  // A sweep's finished points outlive a failure: --resume continues them.
+  remove_partial_ =
       work_ == partial_ && !(command_ == ResultsCommand::kCharacterize && !finished_.empty());
   interrupt_ = std::make_unique<InterruptCleanup>([this, partial = partial_, lock_path] {
     std::error_code ignored;
-    if (remove_partial_on_interrupt_) fs::remove_all(partial, ignored);
+    if (remove_partial_) fs::remove_all(partial, ignored);
     fs::remove(lock_path, ignored);  // the kernel drops the flock itself as the process ends
   });
   if (!policy.settings.is_null()) check_and_write_settings(policy.settings, policy.resume);
@@ -74,9 +71,7 @@ ResultsWriter::ResultsWriter(fs::path dir, ResultsCommand command, std::vector<s
 
 ResultsWriter::~ResultsWriter() {
   interrupt_.reset();
-  // A sweep's finished points outlive a failure: --resume continues them.
-  const bool keep = command_ == ResultsCommand::kCharacterize && !finished_.empty();
-  if (!committed_ && work_ == partial_ && !keep) {
+  if (remove_partial_) {
     std::error_code ec;
     fs::remove_all(partial_, ec);
   }
@@ -203,7 +198,7 @@ void ResultsWriter::commit() {
     fs::remove_all(old, ec);
   }
   committed_ = true;
-  remove_partial_on_interrupt_ = false;
+  remove_partial_ = false;
   work_ = target_;
 }
 
@@ -288,7 +283,7 @@ fs::path ResultsWriter::write_report() const {
 void ResultsWriter::commit_point(const std::string& id, const nlohmann::json& result) {
   write(point_file(id), result.dump(1) + "\n");
   finished_.insert(id);
-  if (command_ == ResultsCommand::kCharacterize) remove_partial_on_interrupt_ = false;
+  if (command_ == ResultsCommand::kCharacterize) remove_partial_ = false;
 }
 
 std::vector<nlohmann::json> ResultsWriter::load_points(const std::vector<std::string>& ids) const {

@@ -103,10 +103,10 @@ class ResultsWriter {
   std::unique_ptr<FileLock> lock_;
   std::set<std::string> finished_;
   bool committed_ = false;
-  // A signal that ends the process (core/interrupt.h) removes DIR.partial while this is
-  // set (as the destructor would: not once committed, nor a sweep's finished points) and
-  // the lock's file.
-  std::atomic<bool> remove_partial_on_interrupt_{false};
+  // Whether DIR.partial goes if the run ends now, by the destructor or by a signal
+  // (core/interrupt.h, which also removes the lock's file): not once committed, nor a
+  // sweep's finished points.
+  std::atomic<bool> remove_partial_{false};
   std::unique_ptr<InterruptCleanup> interrupt_;
 };
 

@@ -189,8 +189,7 @@ std::string format_train_summary(const TrainConfig& config, const TrainResult& r
   }
   for (const PowerSummary& p : s.power) {
     add("  power            %s: average %.1f W, peak %.1f W, %.3f J per step", p.source.c_str(),
-        p.average_watts, p.peak_watts,
-        p.energy_joules / static_cast<double>(std::max<std::size_t>(1, s.measured_steps)));
+        p.average_watts, p.peak_watts, s.energy_per_step(p));
     if (p.resolution) add(" (+-%.0f%%: the counter's step)", 100 * *p.resolution);
     text += "\n";
   }
@@ -303,8 +302,7 @@ nlohmann::json power_json(const TrainSummary& s) {
   nlohmann::json out = nlohmann::json::array();
   for (const PowerSummary& p : s.power) {
     nlohmann::json j = p;
-    j["energy_per_step_joules"] =
-        p.energy_joules / static_cast<double>(std::max<std::size_t>(1, s.measured_steps));
+    j["energy_per_step_joules"] = s.energy_per_step(p);
     out.push_back(j);
   }
   return out;

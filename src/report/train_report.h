@@ -2,6 +2,7 @@
 // the step records), as text, JSON, and the per-step CSV.
 #pragma once
 
+#include <algorithm>
 #include <nlohmann/json.hpp>
 #include <string>
 
@@ -36,6 +37,9 @@ struct TrainSummary {
   // Over the measured steps, per source sampled on rank 0's host (RAPL zones, NVML's GPUs);
   // empty where none was readable (docs/METRICS.md, "Power").
   std::vector<PowerSummary> power;
+  double energy_per_step(const PowerSummary& p) const {
+    return p.energy_joules / static_cast<double>(std::max<std::size_t>(1, measured_steps));
+  }
   // fp16 on cuda: the dynamic loss scale after the last step and the steps it skipped
   // (rank 0's; 0 and 0 without one).
   float loss_scale = 0;

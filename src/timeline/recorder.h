@@ -47,6 +47,10 @@ class RankRecorder {
   // capacity_per_lane spans are allocated up front per lane; enabled=false makes
   // record() a no-op (used to measure the timeline's own cost).
   RankRecorder(int rank, std::size_t capacity_per_lane, bool enabled = true);
+  // What that constructor allocates for its spans (memory checks count it up front).
+  static double bytes(std::size_t capacity_per_lane) {
+    return static_cast<double>(kLaneCount) * static_cast<double>(capacity_per_lane) * sizeof(Span);
+  }
 
   int rank() const { return rank_; }
   bool enabled() const { return enabled_; }

@@ -206,6 +206,7 @@ TEST(HostMemoryNeedTest, TheTimelineIsCountedAndThePartsAddUp) {
   EXPECT_EQ(with.timeline_per_rank,
             static_cast<double>(kLaneCount) * static_cast<double>(train_span_capacity(c)) *
                 sizeof(Span));
+  EXPECT_EQ(with.timeline_per_rank, RankRecorder::bytes(train_span_capacity(c)));
   EXPECT_GT(with.timeline_per_rank, 100000.0 * sizeof(Span));  // at least a span per step
   EXPECT_DOUBLE_EQ(with.total, 4 * (with.state_per_rank + with.activations_per_rank +
                                     with.timeline_per_rank) +

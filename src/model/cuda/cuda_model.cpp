@@ -109,9 +109,7 @@ struct CudaModel::Impl : CudaMlpActs {
   ActivationSlots<CudaMlpActs> slots;
 
   CudaMlpActs& current() { return *this; }
-  bool low_precision() const {
-    return precision == Precision::kFp16 || precision == Precision::kBf16;
-  }
+  bool low_precision() const { return casts_gemm_inputs(precision); }
 };
 
 namespace {

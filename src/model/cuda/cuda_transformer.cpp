@@ -154,9 +154,7 @@ struct CudaTransformer::Impl : TransformerOffsets, CudaTransformerActs {  // ten
   // the cast GEMM inputs (activations in lp_in, output gradients in lp_dout).
   DeviceBuffer<std::uint16_t> lp_params, lp_in, lp_dout;
 
-  bool low_precision() const {
-    return precision == Precision::kFp16 || precision == Precision::kBf16;
-  }
+  bool low_precision() const { return casts_gemm_inputs(precision); }
   // Attention's batched products: tf32 where the linear layers are fp16/bf16.
   Precision attention_precision() const {
     return low_precision() ? Precision::kTf32 : precision;
@@ -307,7 +305,7 @@ std::int64_t CudaTransformer::buffer_bytes(const ModelSpec& spec, int max_batch,
   const TransformerShape& s = spec.transformer;
   const std::int64_t tokens = static_cast<std::int64_t>(max_batch) * s.seq;
   std::int64_t lp = 0;
-  if (precision == Precision::kFp16 || precision == Precision::kBf16) {
+  if (casts_gemm_inputs(precision)) {
     const auto [in, dout] = lp_scratch(spec, max_batch);
     lp = static_cast<std::int64_t>(sizeof(std::uint16_t) *
                                    (ModelLayout(spec).numel() + in + dout));
