@@ -1,5 +1,7 @@
-// Mlp: a feed-forward model with explicit forward and backward passes on the CPU (fp32,
-// CBLAS sgemm), built from a spec string, over the flat layout of layout.h.
+// Mlp: a feed-forward model with explicit forward and backward passes, written once over a
+// device backend (backend.h): MlpOn<CpuBackend<float>> (Mlp, the CPU) and
+// MlpOn<cuda::CudaBackend> (cuda/cuda_model.h). The passes are mlp_passes.h; the flat
+// layout is layout.h's, so every device has the same parameters for a seed.
 //
 // Gradient rule (as in llm.c): parameter gradients accumulate with +=, activation
 // gradients are overwritten. zero_grad() clears the flat gradient.
@@ -24,56 +26,68 @@
 #include <span>
 #include <vector>
 
-#include "core/page_array.h"
-#include "model/dataset.h"  // Batch
+#include "model/cpu_backend.h"
 #include "model/layout.h"
-#include "timeline/recorder.h"
 
 namespace tandem {
 
-class Mlp {
+template <typename Backend>
+class MlpOn {
  public:
+  using T = typename Backend::Scalar;
+  using Timer = typename Backend::Timer;
+  using Batch = typename Backend::Batch;
+  using LossValue = typename Backend::LossValue;
+  using Config = typename Backend::Config;
+
   // Deterministic initialization from seed (Kaiming-uniform weights, zero biases):
   // the same seed gives the same parameters on every rank. Every buffer forward and
   // backward need is allocated here for up to max_batch rows; steps do not allocate.
   // Throws UsageError when max_batch < 1 or max_batch rows do not fit. The flat arrays
   // are laid out as `layout` asks (layout.h).
-  Mlp(const ModelSpec& spec, int max_batch, std::uint64_t seed, LayoutOptions layout = {});
+  MlpOn(const ModelSpec& spec, int max_batch, std::uint64_t seed, LayoutOptions layout = {},
+        Config config = {});
   // Bytes of the buffers that constructor allocates besides the parameters and gradients.
-  static std::int64_t buffer_bytes(const ModelSpec& spec, int max_batch);
-  ~Mlp();
-  Mlp(Mlp&&) noexcept;
-  Mlp& operator=(Mlp&&) noexcept;
+  static std::int64_t buffer_bytes(const ModelSpec& spec, int max_batch, Config config = {});
+  ~MlpOn();
+  MlpOn(MlpOn&&) noexcept;
+  MlpOn& operator=(MlpOn&&) noexcept;
 
   const ModelSpec& spec() const { return layout_.spec(); }
   const ModelLayout& layout() const { return layout_; }
+  int units() const { return layout_.units(); }
   int layer_count() const { return layout_.units(); }  // Linear layers (units)
   int max_batch() const;
   // Forward registration order; offsets follow the reverse layout of layout.h.
   const std::vector<ParamInfo>& params() const { return layout_.params(); }
-  std::span<float> flat_params() { return params_flat_; }
-  std::span<const float> flat_params() const { return params_flat_; }
-  std::span<float> flat_grads() { return grads_flat_; }
-  std::span<const float> flat_grads() const { return grads_flat_; }
+  // The flat arrays in the backend's memory.
+  std::span<T> flat_params();
+  std::span<T> flat_grads();
+  std::span<const T> flat_params() const;
+  std::span<const T> flat_grads() const;
+  Backend& backend();
+  const Backend& backend() const;
   void zero_grad();
-  // Elements [begin, end) of the flat parameters or gradients read as zero afterwards, and
-  // their whole pages go back to the operating system (core/page_array.h).
-  void discard_params(std::size_t begin, std::size_t end) { params_flat_.discard(begin, end); }
-  void discard_grads(std::size_t begin, std::size_t end) { grads_flat_.discard(begin, end); }
+  // Elements [begin, end) of the flat parameters or gradients read as zero afterwards;
+  // the backend may give their memory back (the CPU's whole pages go to the OS).
+  void discard_params(std::size_t begin, std::size_t end);
+  void discard_grads(std::size_t begin, std::size_t end);
   // Range of the flat gradient holding Linear layer `layer`'s parameters.
   std::size_t layer_grad_begin(int layer) const;
   std::size_t layer_grad_end(int layer) const;
 
   // ---- unit by unit ----
-  // Copies the batch in: 1 <= batch.rows <= max_batch, labels in [0, classes).
+  // Copies the batch in: 1 <= batch.rows <= max_batch, labels in [0, classes) (the CPU
+  // checks).
   void set_input(const Batch& batch);
   // Linear layer `layer` and the activation after it; layers in order from 0.
-  void forward_unit(int layer, RankRecorder& recorder, int step);
-  // Softmax cross-entropy of the last layer's output: the mean loss over rows.
-  float forward_loss(RankRecorder& recorder, int step);
+  void forward_unit(int layer, Timer timer, int step);
+  // Softmax cross-entropy of the last layer's output: the mean loss over rows (the CPU
+  // returns it; a device adds it to its step's sum).
+  LossValue forward_loss(Timer timer, int step);
   // The loss gradient; then backward_unit for layers last..0, in that order.
-  void backward_loss(RankRecorder& recorder, int step);
-  void backward_unit(int layer, RankRecorder& recorder, int step);
+  void backward_loss(Timer timer, int step);
+  void backward_unit(int layer, Timer timer, int step);
 
   // ---- pipeline stages (rank_model.h) ----
   // Runs only the layers marked in `owned` (one flag per layer), keeping activations for
@@ -82,41 +96,37 @@ class Mlp {
   // The slot that set_input and the passes use from now on.
   void select_slot(int slot);
   // The activation `layer` reads (layer - 1's output) in `slot`, max_batch rows.
-  std::span<float> unit_input(int layer, int slot);
+  std::span<T> unit_input(int layer, int slot);
   // A layer whose output feeds another stage starts backward from dL/d(its output).
-  void begin_backward(int layer, std::span<const float> output_grad);
+  void begin_backward(int layer, std::span<const T> output_grad);
   // After backward_unit(layer): dL/d(layer's input), until the next backward_unit.
-  std::span<const float> input_grad(int layer) const;
+  std::span<const T> input_grad(int layer) const;
   // Bytes of the activations one slot keeps.
   std::int64_t activation_bytes() const;
 
   // ---- whole passes ----
-  // Forward + softmax cross-entropy (mean over rows). Records one compute span per
-  // Linear layer (activation included) and one for the loss into `recorder`.
-  // 1 <= batch.rows <= max_batch, labels in [0, classes). The batch is copied, so it
-  // need not outlive the call.
-  float forward(const Batch& batch, RankRecorder& recorder, int step);
+  // set_input, every forward_unit and forward_loss.
+  LossValue forward(const Batch& batch, Timer timer, int step);
   // Backward in reverse layer order; gradients accumulate into flat_grads(). After
-  // Linear layer L's parameter gradients are complete, calls on_layer_ready(L), so a
-  // reducer can launch communication while earlier layers still compute.
-  // on_layer_ready runs after layer L's span has ended (its time is not charged to the
-  // layer) and may be empty. Needs a preceding forward; calling backward twice after one
-  // forward adds the same gradients twice.
-  void backward(RankRecorder& recorder, int step,
-                const std::function<void(int layer)>& on_layer_ready);
+  // Linear layer L's parameter gradients are complete (on a device: enqueued), calls
+  // on_layer_ready(L), so a reducer can launch communication while earlier layers still
+  // compute; its time is not charged to the layer's span. May be empty. Calling backward
+  // twice after one forward adds the same gradients twice.
+  void backward(Timer timer, int step, const std::function<void(int layer)>& on_layer_ready);
 
   // FLOPs of one forward (backward is about twice that) for `rows` rows.
   double forward_flops(int rows) const { return layout_.forward_flops(rows); }
 
-  // For tests: the last forward's logits [rows, classes].
-  std::span<const float> logits() const;
+  // For tests: the last forward's logits [rows, classes], in the backend's memory.
+  std::span<const T> logits() const;
 
  private:
   struct Impl;
   ModelLayout layout_;
-  PageArray<float> params_flat_;
-  PageArray<float> grads_flat_;
   std::unique_ptr<Impl> impl_;
 };
+
+using Mlp = MlpOn<CpuBackend<float>>;
+extern template class MlpOn<CpuBackend<float>>;
 
 }  // namespace tandem

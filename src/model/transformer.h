@@ -1,12 +1,15 @@
 // Decoder-only transformers (gpt, llama; model_spec.h) with explicit forward and backward
-// passes on the CPU, over the flat layout of layout.h, driven unit by unit like Mlp:
+// passes, written once over a device backend (docs/ARCHITECTURE.md, "The model layer"):
+// TransformerOn<CpuBackend<T>> on the CPU (cpu_backend.h), TransformerOn<cuda::CudaBackend>
+// on a GPU (cuda/cuda_backend.h). The passes are transformer_passes.h; a backend supplies
+// only kernels, memory and timing. Driven unit by unit:
 //   set_input, forward_unit(0..L+1), forward_loss, backward_loss, backward_unit(L+1..0).
 // Unit 0 is the embedding, units 1..L the blocks, unit L+1 the final norm and the head
-// (layout.h); docs/MODELS.md draws the whole model.
+// (layout.h); docs/MODELS.md draws the whole model. Every device has the same flat
+// layout, so the same initial parameters for a seed.
 //
-// BasicTransformer<T> runs in float (training: Transformer) or double (the tests' gradient
-// checks, where central finite differences are exact enough): the same code, kernels of
-// layers.h.
+// Transformer (float, training) and BasicTransformer<double> (the tests' gradient
+// checks, where central finite differences are exact enough) are the CPU's.
 //
 // Spans (Lane::kCompute, the caller's step, tag = the unit; the loss tag = units()), one
 // per sub-operation, named by ModelOp (model_ops.h) with the FLOPs of its matrix
@@ -17,6 +20,9 @@
 //   unit L+1: norm, head (logits)
 //   loss:     loss (softmax cross-entropy over the vocabulary)
 // Backward records the same, in reverse, with twice the FLOPs.
+//
+// Gradient rule: parameter gradients accumulate (+=), activation gradients are
+// overwritten.
 #pragma once
 
 #include <cstdint>
@@ -24,23 +30,14 @@
 #include <span>
 #include <vector>
 
-#include "core/page_array.h"
+#include "model/cpu_backend.h"
 #include "model/layout.h"
-#include "timeline/recorder.h"
 
 namespace tandem {
 
-// rows sequences of seq + 1 tokens each: the model reads tokens [0, seq) of a sequence
-// and predicts tokens [1, seq]. Tokens are in [0, vocab).
-struct TokenBatch {
-  std::span<const std::int32_t> tokens;  // [rows, seq + 1]
-  int rows = 0;
-};
-
 // The FLOPs of a forward pass's matrix products over `rows` sequences, per span: a
 // block's attention (qkv, the full T x T scores and weighted sum, projection) and mlp,
-// and the head. Backward spans carry twice these. Shared by every device's transformer
-// so that their spans agree.
+// and the head. Backward spans carry twice these.
 struct TransformerFlops {
   double attention = 0;
   double mlp = 0;
@@ -50,46 +47,57 @@ TransformerFlops transformer_flops(const ModelSpec& spec, int rows);
 
 // Tokens of a batch of max_batch sequences (max_batch x seq); throws UsageError when
 // max_batch < 1 or the largest matrix product (tokens x max(vocab, 3 dim, 2 hidden))
-// would not fit the int dimensions BLAS and cuBLAS take. Every device's transformer
-// checks its batch with it.
+// would not fit the int dimensions BLAS and cuBLAS take.
 std::int64_t transformer_batch_tokens(const ModelSpec& spec, int max_batch);
 
-template <typename T>
-class BasicTransformer {
+template <typename Backend>
+class TransformerOn {
  public:
+  using T = typename Backend::Scalar;
+  using Timer = typename Backend::Timer;
+  using Tokens = typename Backend::Tokens;
+  using LossValue = typename Backend::LossValue;
+  using Config = typename Backend::Config;
+
   // Deterministic initialization from seed (layout.h); every buffer the passes need is
   // allocated here for up to max_batch sequences, so steps allocate nothing. The flat
-  // arrays are laid out as `layout` asks (layout.h).
-  BasicTransformer(const ModelSpec& spec, int max_batch, std::uint64_t seed,
-                   LayoutOptions layout = {});
-  // Bytes of the buffers that constructor allocates besides the parameters and gradients.
-  static std::int64_t buffer_bytes(const ModelSpec& spec, int max_batch);
-  ~BasicTransformer();
-  BasicTransformer(BasicTransformer&&) noexcept;
-  BasicTransformer& operator=(BasicTransformer&&) noexcept;
+  // arrays are laid out as `layout` asks (layout.h). Throws UsageError for bad batches
+  // (transformer_batch_tokens), and what the backend throws when its memory runs out.
+  TransformerOn(const ModelSpec& spec, int max_batch, std::uint64_t seed, LayoutOptions layout = {},
+                Config config = {});
+  // Bytes of the buffers that constructor allocates besides the parameters and gradients
+  // (a floor on a device: its library's workspaces are not counted).
+  static std::int64_t buffer_bytes(const ModelSpec& spec, int max_batch, Config config = {});
+  ~TransformerOn();
+  TransformerOn(TransformerOn&&) noexcept;
+  TransformerOn& operator=(TransformerOn&&) noexcept;
 
   const ModelSpec& spec() const { return layout_.spec(); }
   const ModelLayout& layout() const { return layout_; }
   int units() const { return layout_.units(); }
-  std::span<T> flat_params() { return params_; }
-  std::span<const T> flat_params() const { return params_; }
-  std::span<T> flat_grads() { return grads_; }
-  std::span<const T> flat_grads() const { return grads_; }
+  // The flat arrays (layout.h) in the backend's memory.
+  std::span<T> flat_params();
+  std::span<T> flat_grads();
+  std::span<const T> flat_params() const;
+  std::span<const T> flat_grads() const;
+  Backend& backend();
+  const Backend& backend() const;
   void zero_grad();
-  // Elements [begin, end) of the flat parameters or gradients read as zero afterwards, and
-  // their whole pages go back to the operating system (core/page_array.h).
-  void discard_params(std::size_t begin, std::size_t end) { params_.discard(begin, end); }
-  void discard_grads(std::size_t begin, std::size_t end) { grads_.discard(begin, end); }
+  // Elements [begin, end) of the flat parameters or gradients read as zero afterwards;
+  // the backend may give their memory back (the CPU's whole pages go to the OS).
+  void discard_params(std::size_t begin, std::size_t end);
+  void discard_grads(std::size_t begin, std::size_t end);
 
   // ---- unit by unit ----
-  // Copies the batch in: 1 <= rows <= max_batch, tokens in [0, vocab) (checked).
-  void set_input(const TokenBatch& batch);
-  void forward_unit(int unit, RankRecorder& recorder, int step);
-  // The mean cross-entropy over the batch's rows x seq predictions.
-  double forward_loss(RankRecorder& recorder, int step);
-  void backward_loss(RankRecorder& recorder, int step);
+  // Copies the batch in: 1 <= rows <= max_batch, tokens in [0, vocab) (the CPU checks).
+  void set_input(const Tokens& batch);
+  void forward_unit(int unit, Timer timer, int step);
+  // Softmax cross-entropy over the batch's rows x seq predictions: the mean loss (the
+  // CPU returns it; a device adds it to its step's sum).
+  LossValue forward_loss(Timer timer, int step);
+  void backward_loss(Timer timer, int step);
   // Units last..0, in that order; parameter gradients accumulate (+=).
-  void backward_unit(int unit, RankRecorder& recorder, int step);
+  void backward_unit(int unit, Timer timer, int step);
 
   // ---- pipeline stages (rank_model.h) ----
   // Runs only the units marked in `owned` (one flag per unit), keeping activations for
@@ -107,23 +115,23 @@ class BasicTransformer {
   std::int64_t activation_bytes() const;
 
   // ---- whole passes ----
-  double forward(const TokenBatch& batch, RankRecorder& recorder, int step);
-  void backward(RankRecorder& recorder, int step);
+  LossValue forward(const Tokens& batch, Timer timer, int step);
+  void backward(Timer timer, int step);
 
   // For tests: the logits [rows, seq, vocab] of the last forward of the head unit
-  // (forward_loss turns them into probabilities in place).
+  // (forward_loss turns them into probabilities in place), in the backend's memory.
   std::span<const T> logits() const;
 
  private:
   struct Impl;
   ModelLayout layout_;
-  PageArray<T> params_;
-  PageArray<T> grads_;
   std::unique_ptr<Impl> impl_;
 };
 
+template <typename T>
+using BasicTransformer = TransformerOn<CpuBackend<T>>;
 using Transformer = BasicTransformer<float>;
-extern template class BasicTransformer<float>;
-extern template class BasicTransformer<double>;
+extern template class TransformerOn<CpuBackend<float>>;
+extern template class TransformerOn<CpuBackend<double>>;
 
 }  // namespace tandem

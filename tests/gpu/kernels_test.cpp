@@ -90,7 +90,7 @@ INSTANTIATE_TEST_SUITE_P(AllPrecisionsAndTransposes, GemmTest,
 
 class LinearLayerTest : public ::testing::TestWithParam<Precision> {};
 
-// The composition CudaModel uses: bias broadcast + GEMM forward; weight GEMM, bias
+// The composition the CUDA backend uses: bias broadcast + GEMM forward; weight GEMM, bias
 // reduction and input GEMM backward, with += on the parameter gradients.
 TEST_P(LinearLayerTest, ForwardAndBackwardMatchCpuLayer) {
   TANDEM_SKIP_WITHOUT_GPU();
@@ -188,7 +188,7 @@ TEST(ActivationTest, ReluAndGeluForwardBackwardMatchCpu) {
   cuda::gelu_forward(d_y.data(), d_x.data(), n, s);
   layers::Ops<float>::gelu_forward(y.data(), x.data(), n);
   const double fwd = max_rel_diff(to_host(d_y, s), y);
-  // In place, as CudaModel runs it: dinp == dout.
+  // In place, as the CUDA mlp runs it: dinp == dout.
   auto d_inplace = to_device(dout, s);
   cuda::gelu_backward(d_inplace.data(), d_x.data(), d_inplace.data(), n, s);
   layers::Ops<float>::gelu_backward(dx.data(), x.data(), dout.data(), n);

@@ -52,28 +52,28 @@ TEST_P(CudaModelTest, LossLogitsAndGradientsMatchCpuModel) {
   cpu.backward(cpu_spans, 3, [&](int layer) { cpu_order.push_back(layer); });
 
   cuda::Stream stream;
-  cuda::CudaModel gpu(spec, max_batch, 7, c.precision, stream.get());
-  ASSERT_EQ(gpu.numel(), cpu.flat_params().size());
-  gpu.upload_params(cpu.flat_params());
+  cuda::CudaModel gpu(spec, max_batch, 7, {}, {c.precision, stream.get()});
+  ASSERT_EQ(gpu.flat_params().size(), cpu.flat_params().size());
+  gpu.backend().upload(gpu.flat_params(), cpu.flat_params());
   const auto x = to_device(batch.x, stream.get());
   const auto y = to_device(batch.y, stream.get());
   cuda::EventTimer timer(0);
   RankRecorder gpu_spans(0, 256);
   timer.start_step(stream.get());
   gpu.zero_grad();
-  gpu.reset_loss_sum();
+  gpu.backend().reset_loss_sum();
   gpu.forward({.x = x.data(), .y = y.data(), .rows = rows}, &timer, 3);
   std::vector<int> gpu_order;
   gpu.backward(&timer, 3, [&](int layer) { gpu_order.push_back(layer); });
-  const double gpu_loss = gpu.read_loss_sum();
+  const double gpu_loss = gpu.backend().read_loss_sum();
   timer.flush(gpu_spans);
 
   const double tol = tolerance(c.precision);
   EXPECT_EQ(gpu_order, cpu_order);
   EXPECT_NEAR(gpu_loss, cpu_loss, tol * (1 + std::abs(cpu_loss)));
-  const double logit_diff = max_rel_diff(gpu.download_logits(), cpu.logits());
+  const double logit_diff = max_rel_diff(gpu.backend().download(gpu.logits()), cpu.logits());
   EXPECT_LE(logit_diff, tol);
-  const std::vector<float> grads = gpu.download_grads();
+  const std::vector<float> grads = gpu.backend().download(gpu.flat_grads());
   const auto cpu_grads = cpu.flat_grads();
   double worst = 0;
   for (const ParamInfo& p : cpu.params()) {
@@ -117,7 +117,7 @@ TEST(CudaModelLayoutTest, SameFlatLayoutAndInitialParametersAsCpu) {
   const ModelSpec spec = ModelSpec::parse("mlp:4x32", 10);
   const Mlp cpu(spec, 8, 123);
   cuda::Stream stream;
-  const cuda::CudaModel gpu(spec, 8, 123, Precision::kFp32, stream.get());
+  const cuda::CudaModel gpu(spec, 8, 123, {}, {Precision::kFp32, stream.get()});
   ASSERT_EQ(gpu.params().size(), cpu.params().size());
   for (std::size_t i = 0; i < cpu.params().size(); ++i) {
     EXPECT_EQ(gpu.params()[i].name, cpu.params()[i].name);
@@ -128,7 +128,7 @@ TEST(CudaModelLayoutTest, SameFlatLayoutAndInitialParametersAsCpu) {
     EXPECT_EQ(gpu.layer_grad_begin(l), cpu.layer_grad_begin(l));
     EXPECT_EQ(gpu.layer_grad_end(l), cpu.layer_grad_end(l));
   }
-  const std::vector<float> params = gpu.download_params();
+  const std::vector<float> params = gpu.backend().download(gpu.flat_params());
   EXPECT_EQ(params, std::vector<float>(cpu.flat_params().begin(), cpu.flat_params().end()));
 }
 
@@ -137,22 +137,23 @@ TEST(CudaModelAccumulateTest, TwoBackwardsAddTheirGradients) {
   const ModelSpec spec = ModelSpec::parse("mlp:2x32", 10);
   const testing::OwnedBatch batch = testing::random_batch(8, spec.input, spec.classes, 5);
   cuda::Stream stream;
-  cuda::CudaModel gpu(spec, 8, 1, Precision::kFp32, stream.get());
+  cuda::CudaModel gpu(spec, 8, 1, {}, {Precision::kFp32, stream.get()});
   const auto x = to_device(batch.x, stream.get());
   const auto y = to_device(batch.y, stream.get());
   const cuda::DeviceBatch b{.x = x.data(), .y = y.data(), .rows = 8};
-  gpu.reset_loss_sum();
+  gpu.backend().reset_loss_sum();
   gpu.forward(b, nullptr, 0);
   gpu.backward(nullptr, 0, {});
-  const std::vector<float> once = gpu.download_grads();
-  const double loss_once = gpu.read_loss_sum();
+  const std::vector<float> once = gpu.backend().download(gpu.flat_grads());
+  const double loss_once = gpu.backend().read_loss_sum();
   gpu.forward(b, nullptr, 0);
   gpu.backward(nullptr, 0, {});
-  const std::vector<float> twice = gpu.download_grads();
+  const std::vector<float> twice = gpu.backend().download(gpu.flat_grads());
   std::vector<float> doubled(once);
   for (float& g : doubled) g *= 2;
   EXPECT_LE(max_rel_diff(twice, doubled), 1e-6);
-  EXPECT_NEAR(gpu.read_loss_sum(), 2 * loss_once, 1e-9 * loss_once);  // the loss adds up too
+  EXPECT_NEAR(gpu.backend().read_loss_sum(), 2 * loss_once,
+              1e-9 * loss_once);  // the loss adds up too
 }
 
 }  // namespace

@@ -80,13 +80,13 @@ DeviceBatch to_device_tokens(const std::vector<std::int32_t>& seqs, int seq, cud
 double gpu_step(cuda::CudaTransformer& model, const cuda::DeviceTokens& tokens,
                 cuda::EventTimer* timer) {
   model.zero_grad();
-  model.reset_loss_sum();
+  model.backend().reset_loss_sum();
   model.set_input(tokens);
   for (int u = 0; u < model.units(); ++u) model.forward_unit(u, timer, 0);
   model.forward_loss(timer, 0);
   model.backward_loss(timer, 0);
   for (int u = model.units() - 1; u >= 0; --u) model.backward_unit(u, timer, 0);
-  return model.read_loss_sum();
+  return model.backend().read_loss_sum();
 }
 
 class CudaTransformerTest : public ::testing::TestWithParam<TransformerCase> {};
@@ -106,12 +106,12 @@ TEST_P(CudaTransformerTest, LossAndEveryGradientMatchTheCpuTransformer) {
   cpu.backward(recorder, 0);
 
   cuda::Stream stream;
-  cuda::CudaTransformer gpu(spec, kRows, 3, c.precision, stream.get());
-  ASSERT_EQ(gpu.numel(), params.size());
-  gpu.upload_params(params);
+  cuda::CudaTransformer gpu(spec, kRows, 3, {}, {c.precision, stream.get()});
+  ASSERT_EQ(gpu.flat_params().size(), params.size());
+  gpu.backend().upload(gpu.flat_params(), params);
   const DeviceBatch batch = to_device_tokens(seqs, seq, stream.get());
   const double gpu_loss = gpu_step(gpu, batch.tokens(), nullptr);
-  const std::vector<float> grads = gpu.download_grads();
+  const std::vector<float> grads = gpu.backend().download(gpu.flat_grads());
 
   std::printf("%s %s: loss %.7f vs cpu %.7f\n", c.spec.c_str(),
               std::string(to_string(c.precision)).c_str(), gpu_loss, cpu_loss);
@@ -149,10 +149,10 @@ TEST(CudaTransformerDeterminismTest, TwoRunsAreBitwiseEqual) {
     const auto seqs = random_tokens(kRows, spec.transformer.seq, spec.transformer.vocab, 8);
     auto run = [&] {
       cuda::Stream stream;
-      cuda::CudaTransformer model(spec, kRows, 4, Precision::kFp32, stream.get());
+      cuda::CudaTransformer model(spec, kRows, 4, {}, {Precision::kFp32, stream.get()});
       const DeviceBatch batch = to_device_tokens(seqs, spec.transformer.seq, stream.get());
       const double loss = gpu_step(model, batch.tokens(), nullptr);
-      return std::make_tuple(loss, model.download_grads());
+      return std::make_tuple(loss, model.backend().download(model.flat_grads()));
     };
     const auto [loss_a, grads_a] = run();
     const auto [loss_b, grads_b] = run();
@@ -171,7 +171,7 @@ TEST(CudaTransformerSpansTest, SameSpansAsTheCpuTransformer) {
   cpu.backward(cpu_recorder, 0);
 
   cuda::Stream stream;
-  cuda::CudaTransformer gpu(spec, kRows, 3, Precision::kFp32, stream.get());
+  cuda::CudaTransformer gpu(spec, kRows, 3, {}, {Precision::kFp32, stream.get()});
   const DeviceBatch batch = to_device_tokens(seqs, spec.transformer.seq, stream.get());
   cuda::EventTimer timer(0);
   timer.start_step(stream.get());

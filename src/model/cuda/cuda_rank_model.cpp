@@ -1,7 +1,6 @@
-// The CUDA RankModel (model/rank_model.h): a network on one device (the mlp's CudaModel or
-// the CudaTransformer), its SGD and its data, compute on one stream, spans timed by CUDA
-// events; registered for --device cuda. One rank model serves both kinds, as on the CPU:
-// what differs between them (the math, the data) is a CudaNet.
+// The CUDA RankModel (model/rank_model.h): device_rank_model.h over CudaDevice, registered
+// for --device cuda. The models' passes run on one stream through the CUDA backend
+// (cuda_backend.h); spans are timed by CUDA events.
 //
 // Nothing waits on the host until end_step(): the step's loss is copied to pinned memory
 // on the stream, the stream is synchronized once, and the events become spans.
@@ -23,6 +22,7 @@
 #include "model/cuda/cuda_model.h"
 #include "model/cuda/cuda_transformer.h"
 #include "model/dataset.h"
+#include "model/device_rank_model.h"
 #include "model/mlp.h"
 #include "model/rank_model.h"
 #include "model/token_data.h"
@@ -55,10 +55,15 @@ class DeviceDataset {
   }
 
   // Batch (index mod batches), as SyntheticDataset::batch.
-  cuda::DeviceBatch batch(int index) const {
+  cuda::DeviceBatch input(int index) const {
     const int i = ((index % batches_) + batches_) % batches_;
     const std::size_t first = static_cast<std::size_t>(i) * static_cast<std::size_t>(rows_);
     return {.x = x_.data() + first * input_, .y = y_.data() + first, .rows = rows_};
+  }
+
+  int validation_batches() const { return 0; }
+  cuda::DeviceBatch validation_input(int) const {
+    throw RuntimeError("an mlp's synthetic data has no held-out batches");
   }
 
   static double bytes(const ModelConfig& config) {
@@ -84,8 +89,9 @@ class DeviceTokenStream {
  public:
   static constexpr int kSlots = 4;
 
-  explicit DeviceTokenStream(const ModelConfig& c)
-      : data_(c.data_path.empty()
+  DeviceTokenStream(const ModelConfig& c, cudaStream_t stream)
+      : stream_(stream),
+        data_(c.data_path.empty()
                   ? TokenData::synthetic(c.spec.transformer.vocab, c.spec.transformer.seq, c.batch,
                                          c.seed, c.rank)
                   : TokenData::from_file(c.data_path, c.spec.transformer.seq, c.batch, c.seed,
@@ -99,10 +105,14 @@ class DeviceTokenStream {
     TANDEM_CHECK_EQ(data_.vocab(), vocab_);
   }
 
-  const TokenData& data() const { return data_; }
+  cuda::DeviceTokens input(int index) { return next(index, /*validation=*/false); }
+  int validation_batches() const { return data_.validation_batches(); }
+  cuda::DeviceTokens validation_input(int index) { return next(index, /*validation=*/true); }
 
+ private:
   // Micro-batch `index` (or held-out batch `index` when validation) on the device.
-  cuda::DeviceTokens next(int index, bool validation, cudaStream_t stream) {
+  cuda::DeviceTokens next(int index, bool validation) {
+    const cudaStream_t stream = stream_;
     if (validation) {
       data_.validation_batch(index, tokens_);
     } else {
@@ -128,9 +138,9 @@ class DeviceTokenStream {
     return {.inputs = device_.data(), .targets = device_.data() + slot_size() / 2, .rows = rows_};
   }
 
- private:
   std::size_t slot_size() const { return 2 * static_cast<std::size_t>(rows_) * seq_; }
 
+  cudaStream_t stream_;
   TokenData data_;
   int rows_, seq_, vocab_;
   std::vector<std::int32_t> tokens_;  // one batch [rows, seq + 1]
@@ -139,116 +149,6 @@ class DeviceTokenStream {
   std::array<cuda::Event, kSlots> done_;
   std::array<bool, kSlots> used_{};
   int next_slot_ = 0;
-};
-
-// What CudaRankModel needs of a network on the device (CpuNet's twin in rank_model.cpp).
-class CudaNet {
- public:
-  virtual ~CudaNet() = default;
-  virtual const ModelLayout& layout() const = 0;
-  virtual std::span<float> params() = 0;
-  virtual std::span<float> grads() = 0;
-  virtual void set_micro_batch(int index) = 0;
-  virtual void forward_unit(int unit, cuda::EventTimer* timer, int step) = 0;
-  virtual void forward_loss(cuda::EventTimer* timer, int step) = 0;
-  virtual void backward_loss(cuda::EventTimer* timer, int step) = 0;
-  virtual void backward_unit(int unit, cuda::EventTimer* timer, int step) = 0;
-  virtual void zero_grad() = 0;
-  virtual void reset_loss_sum() = 0;
-  virtual void enqueue_loss_readback() = 0;
-  virtual double loss_sum_host() const = 0;
-  virtual std::vector<float> download_params() = 0;
-  virtual std::optional<double> validation_loss() { return std::nullopt; }
-  virtual void configure_stage(const std::vector<bool>& owned, int slots) = 0;
-  virtual void select_slot(int slot) = 0;
-  virtual std::span<float> unit_input(int unit, int slot) = 0;
-  virtual void begin_backward(int unit, std::span<const float> output_grad) = 0;
-  virtual std::span<const float> input_grad(int unit) = 0;
-  virtual std::int64_t activation_bytes() const = 0;
-  // fp16 transformers: the loss scale their loss gradient is multiplied by.
-  virtual void set_loss_scale(const cuda::LossScaleState* /*amp*/) {}
-};
-
-// The passes of a CudaModel or a CudaTransformer (the same unit-by-unit interface).
-template <typename Net>
-class CudaNetOf : public CudaNet {
- public:
-  template <typename... Args>
-  explicit CudaNetOf(Args&&... args) : net_(std::forward<Args>(args)...) {}
-
-  const ModelLayout& layout() const override { return net_.layout(); }
-  std::span<float> params() override { return {net_.flat_params(), net_.numel()}; }
-  std::span<float> grads() override { return {net_.flat_grads(), net_.numel()}; }
-  void forward_unit(int unit, cuda::EventTimer* timer, int step) override {
-    net_.forward_unit(unit, timer, step);
-  }
-  void forward_loss(cuda::EventTimer* timer, int step) override { net_.forward_loss(timer, step); }
-  void backward_loss(cuda::EventTimer* timer, int step) override {
-    net_.backward_loss(timer, step);
-  }
-  void backward_unit(int unit, cuda::EventTimer* timer, int step) override {
-    net_.backward_unit(unit, timer, step);
-  }
-  void zero_grad() override { net_.zero_grad(); }
-  void reset_loss_sum() override { net_.reset_loss_sum(); }
-  void enqueue_loss_readback() override { net_.enqueue_loss_readback(); }
-  double loss_sum_host() const override { return net_.loss_sum_host(); }
-  std::vector<float> download_params() override { return net_.download_params(); }
-  void configure_stage(const std::vector<bool>& owned, int slots) override {
-    net_.configure_stage(owned, slots);
-  }
-  void select_slot(int slot) override { net_.select_slot(slot); }
-  std::span<float> unit_input(int unit, int slot) override { return net_.unit_input(unit, slot); }
-  void begin_backward(int unit, std::span<const float> output_grad) override {
-    net_.begin_backward(unit, output_grad);
-  }
-  std::span<const float> input_grad(int unit) override { return net_.input_grad(unit); }
-  std::int64_t activation_bytes() const override { return net_.activation_bytes(); }
-
- protected:
-  Net net_;
-};
-
-class MlpNet final : public CudaNetOf<cuda::CudaModel> {
- public:
-  MlpNet(const ModelConfig& c, cudaStream_t stream)
-      : CudaNetOf(c.spec, c.batch, c.seed, c.precision, stream, c.layout), data_(c, stream) {}
-  void set_micro_batch(int index) override { net_.set_input(data_.batch(index)); }
-
- private:
-  DeviceDataset data_;
-};
-
-class TransformerNet final : public CudaNetOf<cuda::CudaTransformer> {
- public:
-  TransformerNet(const ModelConfig& c, cudaStream_t stream)
-      : CudaNetOf(c.spec, c.batch, c.seed, c.precision, stream, c.layout),
-        tokens_(c),
-        stream_(stream) {}
-  void set_micro_batch(int index) override {
-    net_.set_input(tokens_.next(index, /*validation=*/false, stream_));
-  }
-  void set_loss_scale(const cuda::LossScaleState* amp) override { net_.set_loss_scale(amp); }
-
-  // Forward passes over the held-out batches, timing nothing, between steps; the loss
-  // accumulator is the step's, which the next begin_step resets.
-  std::optional<double> validation_loss() override {
-    const int batches = tokens_.data().validation_batches();
-    if (batches == 0) return std::nullopt;
-    net_.reset_loss_sum();
-    for (int i = 0; i < batches; ++i) {
-      net_.set_input(tokens_.next(i, /*validation=*/true, stream_));
-      for (int u = 0; u < net_.units(); ++u) net_.forward_unit(u, nullptr, -1);
-      net_.forward_loss(nullptr, -1);
-    }
-    const double sum = net_.read_loss_sum();
-    net_.reset_loss_sum();
-    return sum / batches;
-  }
-
- private:
-  DeviceTokenStream tokens_;
-  cudaStream_t stream_;
 };
 
 // Device memory, zeroed on the stream that will use it. Freeing it (cudaFree) waits for
@@ -268,17 +168,25 @@ int current(int ordinal) {
   return device;
 }
 
-std::unique_ptr<CudaNet> make_net(const ModelConfig& config, cudaStream_t stream) {
-  if (config.spec.is_transformer()) return std::make_unique<TransformerNet>(config, stream);
-  return std::make_unique<MlpNet>(config, stream);
-}
-
-class CudaRankModel final : public RankModel {
+// CUDA at a rank's level (device_rank_model.h's Device): the rank's device and stream,
+// its data in device memory, spans from CUDA events, SGD (with fp16's dynamic loss
+// scale for transformers) on the stream.
+class CudaDevice {
  public:
-  CudaRankModel(const ModelConfig& config, RankRecorder& recorder)
+  using Backend = cuda::CudaBackend;
+
+  class MlpData : public DeviceDataset {
+   public:
+    MlpData(const ModelConfig& c, CudaDevice& device) : DeviceDataset(c, device.stream_.get()) {}
+  };
+  class TokenStream : public DeviceTokenStream {
+   public:
+    TokenStream(const ModelConfig& c, CudaDevice& device)
+        : DeviceTokenStream(c, device.stream_.get()) {}
+  };
+
+  CudaDevice(const ModelConfig& config, RankRecorder& recorder)
       : device_(current(config.ordinal)),
-        net_(make_net(config, stream_.get())),
-        sgd_(config.sgd, net_->params().size(), stream_.get()),
         timer_(device_, recorder.enabled(), &recorder),
         recorder_(recorder),
         precision_(config.precision) {
@@ -287,86 +195,55 @@ class CudaRankModel final : public RankModel {
       amp_host_.emplace(1);
       const cuda::LossScaleState initial;
       amp_->upload(std::span<const cuda::LossScaleState>(&initial, 1), stream_.get());
-      net_->set_loss_scale(amp_->data());
     }
   }
 
-  // Kernels still queued may write the buffers about to be freed.
-  ~CudaRankModel() override { cudaStreamSynchronize(stream_.get()); }
-
-  const ModelLayout& layout() const override { return net_->layout(); }
-  std::span<float> params() override { return net_->params(); }
-  std::span<float> grads() override { return net_->grads(); }
-  ComputeStream stream() const override { return stream_.get(); }
-  // Zeroed on the stream; the memory stays allocated (giving device memory back would
-  // take CUDA's virtual memory management, docs/SHARDING.md).
-  void discard_params(std::size_t begin, std::size_t end) override {
-    zero(net_->params(), begin, end);
+  Backend::Config backend_config() const {
+    return {.precision = precision_, .stream = stream_.get()};
   }
-  void discard_grads(std::size_t begin, std::size_t end) override { zero(net_->grads(), begin, end); }
-  std::unique_ptr<ModelArray> allocate_zeroed(std::size_t numel) override {
-    TANDEM_CUDA_CHECK(cudaSetDevice(device_));
+  void prepare(const ModelConfig& config, Backend& backend, std::size_t numel) {
+    sgd_.emplace(config.sgd, numel, stream_.get());
+    if (amp_) backend.set_loss_scale(amp_->data());
+  }
+  cuda::EventTimer* timer() { return &timer_; }
+  cuda::EventTimer* quiet_timer() { return nullptr; }
+  ComputeStream stream() const { return stream_.get(); }
+  void make_current() { TANDEM_CUDA_CHECK(cudaSetDevice(device_)); }
+  void finish() { cudaStreamSynchronize(stream_.get()); }
+
+  // Device memory, zeroed on the stream; freeing it (cudaFree) waits for the device.
+  std::unique_ptr<ModelArray> allocate_zeroed(std::size_t numel) {
+    make_current();
     return std::make_unique<DeviceArray>(numel, stream_.get());
   }
-  void copy(std::span<const float> from, std::span<float> to) override {
-    TANDEM_CHECK_EQ(from.size(), to.size());
-    if (from.empty()) return;
-    TANDEM_CUDA_CHECK(cudaMemcpyAsync(to.data(), from.data(), from.size_bytes(),
-                                      cudaMemcpyDeviceToDevice, stream_.get()));
-  }
   void sgd_step(std::span<float> params, std::span<const float> grads, std::span<float> velocity,
-                float grad_scale) override {
+                float grad_scale) {
     TANDEM_CHECK(!amp_);  // fp16 transformers are refused with sharded strategies (trainer.cpp)
-    sgd_.step(params, grads, velocity, grad_scale, stream_.get());
-  }
-
-  std::int64_t begin_step(int step) override {
-    TANDEM_CUDA_CHECK(cudaSetDevice(device_));
-    step_ = step;
-    timer_.start_step(stream_.get());
-    net_->reset_loss_sum();
-    return timer_.enabled() ? timer_.anchor_ns() : now_ns();
-  }
-  void set_micro_batch(int index) override { net_->set_micro_batch(index); }
-  void configure_stage(const std::vector<bool>& owned, int slots) override {
-    TANDEM_CUDA_CHECK(cudaSetDevice(device_));
-    net_->configure_stage(owned, slots);
-  }
-  void select_slot(int slot) override { net_->select_slot(slot); }
-  std::span<float> unit_input(int unit, int slot) override { return net_->unit_input(unit, slot); }
-  void begin_backward(int unit, std::span<const float> output_grad) override {
-    net_->begin_backward(unit, output_grad);
-  }
-  std::span<const float> input_grad(int unit) override { return net_->input_grad(unit); }
-  std::int64_t activation_bytes() const override { return net_->activation_bytes(); }
-  void forward_unit(int unit) override { net_->forward_unit(unit, &timer_, step_); }
-  void forward_loss() override { net_->forward_loss(&timer_, step_); }
-  void backward_loss() override { net_->backward_loss(&timer_, step_); }
-  void backward_unit(int unit) override { net_->backward_unit(unit, &timer_, step_); }
-  std::optional<double> validation_loss() override {
-    TANDEM_CUDA_CHECK(cudaSetDevice(device_));
-    return net_->validation_loss();
+    sgd_->step(params, grads, velocity, grad_scale, stream_.get());
   }
   // With fp16's loss scale: an overflowed gradient skips the step, on the device.
-  void optimizer_step(float grad_scale) override {
+  void optimizer_step(std::span<float> params, std::span<const float> grads, float grad_scale) {
     if (!amp_) {
-      sgd_.step(net_->params().data(), net_->grads().data(), grad_scale, stream_.get());
+      sgd_->step(params.data(), grads.data(), grad_scale, stream_.get());
       return;
     }
-    const std::span<float> grads = net_->grads();
     cuda::find_nonfinite(grads.data(), grads.size(), amp_->data(), stream_.get());
-    sgd_.step(net_->params().data(), grads.data(), grad_scale, stream_.get(), amp_->data());
+    sgd_->step(params.data(), grads.data(), grad_scale, stream_.get(), amp_->data());
     cuda::update_loss_scale(amp_->data(), kLossScaleGrowthInterval, stream_.get());
   }
-  void zero_grad() override { net_->zero_grad(); }
-  void begin_span(Lane lane, SpanKind kind, int tag) override {
-    timer_.begin(stream_.get(), lane, kind, step_, tag);
-  }
-  void end_span() override { timer_.end(stream_.get()); }
 
+  std::int64_t begin_step() {
+    make_current();
+    timer_.start_step(stream_.get());
+    return timer_.enabled() ? timer_.anchor_ns() : now_ns();
+  }
+  void begin_span(Lane lane, SpanKind kind, int step, int tag) {
+    timer_.begin(stream_.get(), lane, kind, step, tag);
+  }
+  void end_span() { timer_.end(stream_.get()); }
   // The step's one host synchronization.
-  StepEnd end_step() override {
-    net_->enqueue_loss_readback();
+  RankModel::StepEnd end_step(Backend& backend) {
+    backend.enqueue_loss_readback();
     if (amp_) {
       TANDEM_CUDA_CHECK(cudaMemcpyAsync(amp_host_->data(), amp_->data(),
                                         sizeof(cuda::LossScaleState), cudaMemcpyDeviceToHost,
@@ -374,7 +251,7 @@ class CudaRankModel final : public RankModel {
     }
     stream_.synchronize();
     const std::int64_t end = timer_.flush(recorder_);
-    StepEnd out{.loss_sum = net_->loss_sum_host(), .end_ns = end};
+    RankModel::StepEnd out{.loss_sum = backend.loss_sum_host(), .end_ns = end};
     if (amp_) {
       out.loss_scale = amp_host_->data()->scale;
       out.skipped_steps = amp_host_->data()->skipped;
@@ -382,29 +259,21 @@ class CudaRankModel final : public RankModel {
     return out;
   }
 
-  std::vector<float> download_params() override { return net_->download_params(); }
-  std::string describe() const override {
+  std::string describe() const {
     return cuda::cublas_description() + ", " + std::string(to_string(precision_)) + " GEMMs";
   }
-  std::string device_details() const override {
+  std::string device_details() const {
     return "device " + std::to_string(device_) + ": " + cuda::describe_device(device_);
   }
-  std::string timing_source() const override { return "cuda-events"; }
+  std::string timing_source() const { return "cuda-events"; }
 
  private:
-  void zero(std::span<float> flat, std::size_t begin, std::size_t end) {
-    TANDEM_CHECK(begin <= end && end <= flat.size());
-    TANDEM_CUDA_CHECK(
-        cudaMemsetAsync(flat.data() + begin, 0, (end - begin) * sizeof(float), stream_.get()));
-  }
   const int device_;
   cuda::Stream stream_;
-  std::unique_ptr<CudaNet> net_;
-  cuda::CudaSgd sgd_;
   cuda::EventTimer timer_;
   RankRecorder& recorder_;
   Precision precision_;
-  int step_ = -1;
+  std::optional<cuda::CudaSgd> sgd_;
   // fp16 transformers: the dynamic loss scale on the device, and its copy read each step.
   static constexpr int kLossScaleGrowthInterval = 2000;  // clean steps before it doubles
   std::optional<cuda::DeviceBuffer<cuda::LossScaleState>> amp_;
@@ -412,7 +281,7 @@ class CudaRankModel final : public RankModel {
 };
 
 std::unique_ptr<RankModel> make(const ModelConfig& config, RankRecorder& recorder) {
-  return std::make_unique<CudaRankModel>(config, recorder);
+  return std::make_unique<DeviceRankModel<CudaDevice>>(config, recorder);
 }
 
 std::string unavailable() { return cuda::unavailable_reason(); }
@@ -428,11 +297,12 @@ ReplicaBytes device_replica_bytes(const ModelConfig& config) {
   out.state = 3.0 * static_cast<double>(spec.parameter_count()) * sizeof(float);
   if (spec.is_transformer()) {
     out.working = static_cast<double>(
-                      cuda::CudaTransformer::buffer_bytes(spec, config.batch, config.precision)) +
+                      cuda::CudaTransformer::buffer_bytes(spec, config.batch, {config.precision})) +
                   4.0 * 2 * config.batch * spec.transformer.seq;
   } else {
     out.working =
-        static_cast<double>(Mlp::buffer_bytes(spec, config.batch)) + DeviceDataset::bytes(config);
+        static_cast<double>(cuda::CudaModel::buffer_bytes(spec, config.batch, {config.precision})) +
+        DeviceDataset::bytes(config);
   }
   return out;
 }

@@ -1,0 +1,520 @@
+// TransformerOn<Backend>'s passes (transformer.h), written once for every device: included
+// only by the files that instantiate them for a backend (transformer.cpp for the CPU,
+// cuda/cuda_transformer.cpp for CUDA). Every kernel, buffer and span goes through
+// `dev`, the backend (cpu_backend.h lists what one supplies).
+#pragma once
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "core/error.h"
+#include "model/activation_slots.h"
+#include "model/model_ops.h"
+#include "model/transformer.h"
+
+namespace tandem {
+
+// Note [Transformer buffers]
+// What backward needs from forward is kept per block: the block's input x (the residual
+// stream; x[L] is the last block's output, the final norm's input), the two norms'
+// outputs and statistics, qkv (after rope for llama), the attention probabilities
+// [B, H, T, T], the heads' output before the projection, the stream after attention
+// (xmid), and the MLP's inner activations (gpt: before and after GELU; llama: gate|up and
+// silu(gate) * up). logits [N, V] become the probabilities in forward_loss and dlogits in
+// backward_loss, in place. Backward runs on shared scratch: dx is the stream's gradient,
+// carried from the head down to the embedding, updated in place by each residual branch;
+// attention's scratch is what the backend asks for (attention_scratch).
+//
+// Note [activation slots]: what one micro-batch keeps from its forward to its backward,
+// the token ids included. A whole model keeps one; a pipeline stage (configure_stage)
+// keeps one per micro-batch in flight, holding only its units' tensors, and select_slot
+// swaps the current one with a parked one (activation_slots.h: nothing is copied).
+template <typename Backend>
+struct TransformerActs {
+  using T = typename Backend::Scalar;
+  template <typename U>
+  using Buffer = typename Backend::template Buffer<U>;
+  struct Block {
+    Buffer<T> ln1, ln1_mean, ln1_rstd;  // llama: rms norm (mean unused)
+    Buffer<T> qkv, att, atty, xmid;
+    Buffer<T> ln2, ln2_mean, ln2_rstd;
+    Buffer<T> up;   // gpt: fc output [N, F]; llama: gate|up [N, 2F]
+    Buffer<T> act;  // gpt: GELU(fc + bias); llama: silu(gate) * up; [N, F]
+  };
+  int rows = 0;                  // sequences of the last set_input; 0 before the first
+  Buffer<std::int32_t> inputs;   // [B, T]
+  Buffer<std::int32_t> targets;  // [B, T]
+  std::vector<Buffer<T>> x;      // L + 1 residual streams [N, D]
+  std::vector<Block> blocks;
+  Buffer<T> lnf, lnf_mean, lnf_rstd;
+  Buffer<T> logits;  // [N, V]; probabilities after forward_loss, then dlogits
+
+  std::int64_t bytes() const {
+    std::size_t n = (inputs.size() + targets.size()) * sizeof(std::int32_t);
+    auto add = [&](const Buffer<T>& v) { n += v.size() * sizeof(T); };
+    for (const auto& v : x) add(v);
+    for (const Block& b : blocks) {
+      for (const auto* v : {&b.ln1, &b.ln1_mean, &b.ln1_rstd, &b.qkv, &b.att, &b.atty, &b.xmid,
+                            &b.ln2, &b.ln2_mean, &b.ln2_rstd, &b.up, &b.act}) {
+        add(*v);
+      }
+    }
+    for (const auto* v : {&lnf, &lnf_mean, &lnf_rstd, &logits}) add(*v);
+    return static_cast<std::int64_t>(n);
+  }
+
+  // Sized for max_batch sequences and the units in `owned`: a unit's own tensors, the
+  // stream it reads (x[u - 1]) and the one it writes (x[u]).
+  void allocate(const Backend& dev, const ModelSpec& spec, int max_batch,
+                const std::vector<bool>& owned) {
+    const TransformerShape& s = spec.transformer;
+    const bool gpt = spec.kind == ModelKind::kGpt;
+    const auto n = static_cast<std::size_t>(max_batch) * static_cast<std::size_t>(s.seq);
+    const auto D = static_cast<std::size_t>(s.dim), F = static_cast<std::size_t>(s.hidden);
+    const auto L = static_cast<std::size_t>(s.layers);
+    const auto TT = static_cast<std::size_t>(s.seq) * static_cast<std::size_t>(s.seq);
+    auto own = [&](std::size_t unit) { return unit < owned.size() && owned[unit]; };
+    auto sized = [&](std::size_t size, bool keep) {
+      return keep ? dev.template buffer<T>(size) : Buffer<T>();
+    };
+    rows = 0;
+    inputs = dev.template buffer<std::int32_t>(n);
+    targets = dev.template buffer<std::int32_t>(n);
+    x.clear();
+    for (std::size_t i = 0; i <= L; ++i) x.push_back(sized(n * D, own(i) || own(i + 1)));
+    blocks.clear();
+    blocks.resize(L);
+    for (std::size_t l = 0; l < L; ++l) {
+      Block& b = blocks[l];
+      const bool keep = own(l + 1);
+      b.ln1 = sized(n * D, keep);
+      b.ln1_mean = sized(n, keep);
+      b.ln1_rstd = sized(n, keep);
+      b.qkv = sized(n * 3 * D, keep);
+      b.att =
+          sized(static_cast<std::size_t>(max_batch) * static_cast<std::size_t>(s.heads) * TT, keep);
+      b.atty = sized(n * D, keep);
+      b.xmid = sized(n * D, keep);
+      b.ln2 = sized(n * D, keep);
+      b.ln2_mean = sized(n, keep);
+      b.ln2_rstd = sized(n, keep);
+      b.up = sized(n * (gpt ? F : 2 * F), keep);
+      b.act = sized(n * F, keep);
+    }
+    const bool head = own(L + 1);
+    lnf = sized(n * D, head);
+    lnf_mean = sized(n, head);
+    lnf_rstd = sized(n, head);
+    logits = sized(n * static_cast<std::size_t>(s.vocab), head);
+  }
+};
+
+// What the passes ask the backend to hold (backend.h): the loss of every token; the
+// widest activation a linear layer reads (D or F wide) and the widest output gradient
+// (qkv's 3D, the MLP's up, the head's V).
+inline BackendNeeds transformer_needs(const ModelSpec& spec, int max_batch) {
+  const TransformerShape& s = spec.transformer;
+  const auto n = static_cast<std::size_t>(max_batch) * static_cast<std::size_t>(s.seq);
+  const auto D = static_cast<std::size_t>(s.dim), F = static_cast<std::size_t>(s.hidden);
+  const std::size_t up = spec.kind == ModelKind::kGpt ? F : 2 * F;
+  return {.loss_rows = n,
+          .widest_input = n * std::max(D, F),
+          .widest_output_grad = n * std::max({3 * D, up, static_cast<std::size_t>(s.vocab)})};
+}
+
+template <typename Backend>
+struct TransformerOn<Backend>::Impl : TransformerOffsets, TransformerActs<Backend> {
+  using Acts = TransformerActs<Backend>;
+  using Block = typename Acts::Block;
+  template <typename U>
+  using Buffer = typename Backend::template Buffer<U>;
+
+  explicit Impl(Config config) : dev(config) {}
+
+  Backend dev;
+  typename Backend::Flat params;
+  typename Backend::Flat grads;
+  int max_batch = 0;
+  bool gpt = true;
+  Buffer<T> rope;  // llama: [T, hd/2, 2]
+  // Backward scratch.
+  Buffer<T> dx, dln, dqkv, datty, dup, dact, att_scratch;
+  int next_backward = -1;  // the unit backward_unit expects next (-1: none)
+  // Pipeline stages: the units this model runs (all unless configure_stage said
+  // otherwise), and the other slots' activations.
+  std::vector<bool> owned;
+  ActivationSlots<Acts> slots;
+
+  Acts& acts() { return *this; }
+};
+
+template <typename Backend>
+TransformerOn<Backend>::TransformerOn(const ModelSpec& spec, int max_batch, std::uint64_t seed,
+                                      LayoutOptions layout, Config config)
+    : layout_(spec, layout), impl_(std::make_unique<Impl>(config)) {
+  TANDEM_CHECK(spec.is_transformer());
+  const TransformerShape& s = spec.transformer;
+  const auto n = static_cast<std::size_t>(transformer_batch_tokens(spec, max_batch));
+  Impl& m = *impl_;
+  const Backend& dev = m.dev;
+  m.max_batch = max_batch;
+  m.gpt = spec.kind == ModelKind::kGpt;
+  m.params = dev.flat(layout_);  // zero
+  m.grads = dev.flat(layout_);
+  dev.initialize(m.params, layout_, seed);
+
+  const auto D = static_cast<std::size_t>(s.dim), F = static_cast<std::size_t>(s.hidden);
+  const std::size_t up = m.gpt ? F : 2 * F;
+  m.owned.assign(static_cast<std::size_t>(units()), true);
+  m.acts().allocate(dev, spec, max_batch, m.owned);
+  m.dx = dev.template buffer<T>(n * D);
+  m.dln = dev.template buffer<T>(n * D);
+  m.dqkv = dev.template buffer<T>(n * 3 * D);
+  m.datty = dev.template buffer<T>(n * D);
+  m.dup = dev.template buffer<T>(n * up);
+  m.dact = dev.template buffer<T>(n * F);
+  m.att_scratch = dev.template buffer<T>(Backend::attention_scratch(s.seq, s.heads));
+  if (!m.gpt) {
+    std::vector<T> table(static_cast<std::size_t>(s.seq) * static_cast<std::size_t>(s.head_dim()));
+    layers::Ops<T>::rope_table(table.data(), s.seq, s.head_dim());
+    m.rope = dev.table(table);
+  }
+  static_cast<TransformerOffsets&>(m) = transformer_offsets(layout_);
+  m.dev.prepare(flat_params(), transformer_needs(spec, max_batch));
+}
+
+template <typename Backend>
+std::int64_t TransformerOn<Backend>::buffer_bytes(const ModelSpec& spec, int max_batch,
+                                                  Config config) {
+  // As the constructor allocates them (Note [Transformer buffers]), per token.
+  const TransformerShape& s = spec.transformer;
+  const std::int64_t D = s.dim, F = s.hidden, up = spec.kind == ModelKind::kGpt ? F : 2 * F;
+  const std::int64_t per_block =
+      6 * D + 4 + 3 * D + static_cast<std::int64_t>(s.heads) * s.seq + up + F;
+  const std::int64_t scratch = 3 * D + 3 * D + up + F;
+  const std::int64_t per_token =
+      (s.layers + 1) * D + s.layers * per_block + D + 2 + s.vocab + scratch;
+  const std::int64_t tokens = static_cast<std::int64_t>(max_batch) * s.seq;
+  const auto attention = static_cast<std::int64_t>(Backend::attention_scratch(s.seq, s.heads));
+  return static_cast<std::int64_t>(sizeof(T)) *
+             (tokens * per_token + attention + static_cast<std::int64_t>(s.seq) * s.head_dim()) +
+         tokens * 2 * static_cast<std::int64_t>(sizeof(std::int32_t)) +
+         Backend::extra_bytes(ModelLayout(spec).numel(), transformer_needs(spec, max_batch),
+                              config);
+}
+
+template <typename Backend>
+TransformerOn<Backend>::~TransformerOn() = default;
+template <typename Backend>
+TransformerOn<Backend>::TransformerOn(TransformerOn&&) noexcept = default;
+template <typename Backend>
+TransformerOn<Backend>& TransformerOn<Backend>::operator=(TransformerOn&&) noexcept = default;
+
+template <typename Backend>
+auto TransformerOn<Backend>::flat_params() -> std::span<T> {
+  return {impl_->params.data(), impl_->params.size()};
+}
+template <typename Backend>
+auto TransformerOn<Backend>::flat_grads() -> std::span<T> {
+  return {impl_->grads.data(), impl_->grads.size()};
+}
+template <typename Backend>
+auto TransformerOn<Backend>::flat_params() const -> std::span<const T> {
+  return {impl_->params.data(), impl_->params.size()};
+}
+template <typename Backend>
+auto TransformerOn<Backend>::flat_grads() const -> std::span<const T> {
+  return {impl_->grads.data(), impl_->grads.size()};
+}
+template <typename Backend>
+Backend& TransformerOn<Backend>::backend() {
+  return impl_->dev;
+}
+template <typename Backend>
+const Backend& TransformerOn<Backend>::backend() const {
+  return impl_->dev;
+}
+template <typename Backend>
+void TransformerOn<Backend>::zero_grad() {
+  impl_->dev.zero(flat_grads());
+}
+template <typename Backend>
+void TransformerOn<Backend>::discard_params(std::size_t begin, std::size_t end) {
+  impl_->dev.discard(impl_->params, begin, end);
+}
+template <typename Backend>
+void TransformerOn<Backend>::discard_grads(std::size_t begin, std::size_t end) {
+  impl_->dev.discard(impl_->grads, begin, end);
+}
+
+template <typename Backend>
+void TransformerOn<Backend>::configure_stage(const std::vector<bool>& owned, int slots) {
+  Impl& m = *impl_;
+  TANDEM_CHECK_EQ(owned.size(), static_cast<std::size_t>(units()));
+  TANDEM_CHECK(slots >= 1);
+  m.owned = owned;
+  m.acts().allocate(m.dev, spec(), m.max_batch, owned);
+  m.slots.configure(
+      slots, [&](TransformerActs<Backend>& a) { a.allocate(m.dev, spec(), m.max_batch, owned); });
+  m.next_backward = -1;
+}
+
+template <typename Backend>
+void TransformerOn<Backend>::select_slot(int slot) {
+  impl_->slots.select(impl_->acts(), slot);
+}
+
+template <typename Backend>
+auto TransformerOn<Backend>::unit_input(int unit, int slot) -> std::span<T> {
+  Impl& m = *impl_;
+  TANDEM_CHECK(unit >= 1 && unit < units());
+  auto& x = m.slots.of(m.acts(), slot).x[static_cast<std::size_t>(unit - 1)];
+  TANDEM_CHECK(x.size() > 0);  // a unit of this stage, or the one after it
+  return {x.data(), x.size()};
+}
+
+template <typename Backend>
+void TransformerOn<Backend>::begin_backward(int unit, std::span<const T> output_grad) {
+  Impl& m = *impl_;
+  TANDEM_CHECK(unit >= 0 && unit < units() - 1);  // the head starts from the loss
+  TANDEM_CHECK_EQ(output_grad.size(), m.dx.size());
+  m.dev.copy(m.dx.data(), output_grad.data(), output_grad.size());
+  m.next_backward = unit;
+}
+
+template <typename Backend>
+auto TransformerOn<Backend>::input_grad(int unit) const -> std::span<const T> {
+  const Impl& m = *impl_;
+  TANDEM_CHECK(unit >= 1 && unit < units() && m.next_backward == unit - 1);
+  return {m.dx.data(), m.dx.size()};
+}
+
+template <typename Backend>
+std::int64_t TransformerOn<Backend>::activation_bytes() const {
+  return impl_->bytes();
+}
+
+template <typename Backend>
+auto TransformerOn<Backend>::logits() const -> std::span<const T> {
+  const Impl& m = *impl_;
+  return {m.logits.data(),
+          static_cast<std::size_t>(m.rows) * spec().transformer.seq * spec().transformer.vocab};
+}
+
+template <typename Backend>
+void TransformerOn<Backend>::set_input(const Tokens& batch) {
+  Impl& m = *impl_;
+  TANDEM_CHECK(batch.rows >= 1 && batch.rows <= m.max_batch);
+  m.rows = m.dev.load_tokens(batch, m.inputs.data(), m.targets.data(), spec().transformer.seq,
+                             spec().transformer.vocab);
+  m.next_backward = -1;
+}
+
+template <typename Backend>
+void TransformerOn<Backend>::forward_unit(int unit, Timer timer, int step) {
+  Impl& m = *impl_;
+  Backend& dev = m.dev;
+  TANDEM_CHECK(m.rows >= 1);  // set_input() first
+  TANDEM_CHECK(unit >= 0 && unit < units() && m.owned[static_cast<std::size_t>(unit)]);
+  const TransformerShape& s = spec().transformer;
+  const int B = m.rows, Tn = s.seq, D = s.dim, H = s.heads, F = s.hidden, L = s.layers;
+  const int N = B * Tn;
+  const T* w = m.params.data();
+  const TransformerFlops flops = transformer_flops(spec(), B);
+  auto span = [&](ModelOp op, double f) {
+    return dev.section(timer, SpanKind::kForward, step, unit, op_name(op), f);
+  };
+  dev.before_forward_unit(layout_, unit);
+
+  if (unit == 0) {
+    auto s0 = span(ModelOp::kEmbedding, 0);
+    dev.embedding_forward(m.x[0].data(), m.inputs.data(), w + m.wte, m.gpt ? w + m.wpe : nullptr, B,
+                          Tn, D);
+    return;
+  }
+  if (unit == L + 1) {
+    {
+      auto s1 = span(ModelOp::kNorm, 0);
+      if (m.gpt) {
+        dev.layernorm_forward(m.lnf.data(), m.lnf_mean.data(), m.lnf_rstd.data(), m.x[L].data(),
+                              w + m.lnf_w, w + m.lnf_b, N, D);
+      } else {
+        dev.rmsnorm_forward(m.lnf.data(), m.lnf_rstd.data(), m.x[L].data(), w + m.lnf_w, N, D);
+      }
+    }
+    auto s2 = span(ModelOp::kHead, flops.head);
+    if (m.gpt) {  // tied: logits [N, V] = lnf [N, D] . wte^T
+      dev.linear_transposed_forward(m.logits.data(), m.lnf.data(), w + m.wte, N, D, s.vocab);
+    } else {
+      dev.linear_forward(m.logits.data(), m.lnf.data(), w + m.head_w, nullptr, N, D, s.vocab);
+    }
+    return;
+  }
+
+  const auto l = static_cast<std::size_t>(unit - 1);
+  auto& b = m.blocks[l];
+  const TransformerOffsets::BlockParams& p = m.block_params[l];
+  const T* x = m.x[l].data();
+  auto norm = [&](T* out, T* mean, T* rstd, const T* inp, std::size_t gain, std::size_t bias) {
+    auto sn = span(ModelOp::kNorm, 0);
+    if (m.gpt) {
+      dev.layernorm_forward(out, mean, rstd, inp, w + gain, w + bias, N, D);
+    } else {
+      dev.rmsnorm_forward(out, rstd, inp, w + gain, N, D);
+    }
+  };
+  const T* no_bias = nullptr;
+  auto bias = [&](std::size_t offset) { return m.gpt ? w + offset : no_bias; };
+
+  norm(b.ln1.data(), b.ln1_mean.data(), b.ln1_rstd.data(), x, p.ln1_w, p.ln1_b);
+  {
+    auto sa = span(ModelOp::kAttention, flops.attention);
+    dev.linear_forward(b.qkv.data(), b.ln1.data(), w + p.qkv_w, bias(p.qkv_b), N, D, 3 * D);
+    if (!m.gpt) dev.rope_forward(b.qkv.data(), m.rope.data(), B, Tn, D, H);
+    dev.attention_forward(b.atty.data(), b.att.data(), b.qkv.data(), B, Tn, D, H);
+    dev.linear_residual_forward(b.xmid.data(), x, b.atty.data(), w + p.proj_w, bias(p.proj_b), N, D,
+                                D);
+  }
+  norm(b.ln2.data(), b.ln2_mean.data(), b.ln2_rstd.data(), b.xmid.data(), p.ln2_w, p.ln2_b);
+  auto sm = span(ModelOp::kMlp, flops.mlp);
+  if (m.gpt) {
+    dev.linear_forward(b.up.data(), b.ln2.data(), w + p.up_w, nullptr, N, D, F);
+    dev.bias_gelu_forward(b.act.data(), b.up.data(), w + p.up_b, N, F);
+  } else {
+    dev.linear_forward(b.up.data(), b.ln2.data(), w + p.up_w, nullptr, N, D, 2 * F);
+    dev.swiglu_forward(b.act.data(), b.up.data(), N, F);
+  }
+  dev.linear_residual_forward(m.x[l + 1].data(), b.xmid.data(), b.act.data(), w + p.down_w,
+                              bias(p.down_b), N, F, D);
+}
+
+template <typename Backend>
+auto TransformerOn<Backend>::forward_loss(Timer timer, int step) -> LossValue {
+  Impl& m = *impl_;
+  TANDEM_CHECK(m.rows >= 1);
+  const TransformerShape& s = spec().transformer;
+  auto span = m.dev.section(timer, SpanKind::kForward, step, units(), op_name(ModelOp::kLoss), 0);
+  return m.dev.cross_entropy_forward(m.logits.data(), m.logits.data(), m.targets.data(),
+                                     m.rows * s.seq, s.vocab);
+}
+
+template <typename Backend>
+void TransformerOn<Backend>::backward_loss(Timer timer, int step) {
+  Impl& m = *impl_;
+  TANDEM_CHECK(m.rows >= 1);
+  const TransformerShape& s = spec().transformer;
+  auto span = m.dev.section(timer, SpanKind::kBackward, step, units(), op_name(ModelOp::kLoss), 0);
+  m.dev.cross_entropy_backward(m.logits.data(), m.logits.data(), m.targets.data(), m.rows * s.seq,
+                               s.vocab);
+  m.next_backward = units() - 1;
+}
+
+template <typename Backend>
+void TransformerOn<Backend>::backward_unit(int unit, Timer timer, int step) {
+  Impl& m = *impl_;
+  Backend& dev = m.dev;
+  TANDEM_CHECK_EQ(unit, m.next_backward);  // backward_loss, then units last..0
+  TANDEM_CHECK(m.owned[static_cast<std::size_t>(unit)]);
+  m.next_backward = unit - 1;
+  const TransformerShape& s = spec().transformer;
+  const int B = m.rows, Tn = s.seq, D = s.dim, H = s.heads, F = s.hidden, L = s.layers;
+  const int N = B * Tn;
+  const T* w = m.params.data();
+  T* g = m.grads.data();
+  const TransformerFlops flops = transformer_flops(spec(), B);
+  auto span = [&](ModelOp op, double f) {
+    return dev.section(timer, SpanKind::kBackward, step, unit, op_name(op), 2 * f);
+  };
+
+  if (unit == 0) {
+    auto s0 = span(ModelOp::kEmbedding, 0);
+    dev.embedding_backward(g + m.wte, m.gpt ? g + m.wpe : nullptr, m.dx.data(), m.inputs.data(), B,
+                           Tn, D);
+    return;
+  }
+  if (unit == L + 1) {
+    {
+      auto s2 = span(ModelOp::kHead, flops.head);
+      if (m.gpt) {
+        dev.linear_transposed_backward(m.dln.data(), g + m.wte, m.logits.data(), m.lnf.data(),
+                                       w + m.wte, N, D, s.vocab);
+      } else {
+        dev.linear_backward(m.dln.data(), g + m.head_w, nullptr, m.logits.data(), m.lnf.data(),
+                            w + m.head_w, N, D, s.vocab);
+      }
+    }
+    auto s1 = span(ModelOp::kNorm, 0);
+    if (m.gpt) {
+      dev.layernorm_backward(m.dx.data(), g + m.lnf_w, g + m.lnf_b, nullptr, m.dln.data(),
+                             m.x[L].data(), w + m.lnf_w, m.lnf_mean.data(), m.lnf_rstd.data(), N,
+                             D);
+    } else {
+      dev.rmsnorm_backward(m.dx.data(), g + m.lnf_w, nullptr, m.dln.data(), m.x[L].data(),
+                           w + m.lnf_w, m.lnf_rstd.data(), N, D);
+    }
+    return;
+  }
+
+  // A block: m.dx holds dL/d(its output); it leaves holding dL/d(its input).
+  const auto l = static_cast<std::size_t>(unit - 1);
+  auto& b = m.blocks[l];
+  const TransformerOffsets::BlockParams& p = m.block_params[l];
+  T* dx = m.dx.data();
+  T* no_bias = nullptr;
+  auto dbias = [&](std::size_t offset) { return m.gpt ? g + offset : no_bias; };
+  auto norm_backward = [&](const T* inp, const T* mean, const T* rstd, std::size_t gain,
+                           std::size_t bias) {
+    auto sn = span(ModelOp::kNorm, 0);
+    if (m.gpt) {
+      dev.layernorm_backward(dx, g + gain, g + bias, dx, m.dln.data(), inp, w + gain, mean, rstd, N,
+                             D);
+    } else {
+      dev.rmsnorm_backward(dx, g + gain, dx, m.dln.data(), inp, w + gain, rstd, N, D);
+    }
+  };
+
+  {
+    auto sm = span(ModelOp::kMlp, flops.mlp);
+    dev.linear_backward(m.dact.data(), g + p.down_w, dbias(p.down_b), dx, b.act.data(),
+                        w + p.down_w, N, F, D);
+    if (m.gpt) {
+      dev.gelu_bias_backward(m.dup.data(), g + p.up_b, b.up.data(), m.dact.data(), N, F);
+      dev.linear_backward(m.dln.data(), g + p.up_w, nullptr, m.dup.data(), b.ln2.data(), w + p.up_w,
+                          N, D, F);
+    } else {
+      dev.swiglu_backward(m.dup.data(), m.dact.data(), b.up.data(), N, F);
+      dev.linear_backward(m.dln.data(), g + p.up_w, nullptr, m.dup.data(), b.ln2.data(), w + p.up_w,
+                          N, D, 2 * F);
+    }
+  }
+  norm_backward(b.xmid.data(), b.ln2_mean.data(), b.ln2_rstd.data(), p.ln2_w, p.ln2_b);
+  {
+    auto sa = span(ModelOp::kAttention, flops.attention);
+    dev.linear_backward(m.datty.data(), g + p.proj_w, dbias(p.proj_b), dx, b.atty.data(),
+                        w + p.proj_w, N, D, D);
+    dev.attention_backward(m.dqkv.data(), m.att_scratch.data(), m.datty.data(), b.qkv.data(),
+                           b.att.data(), B, Tn, D, H);
+    if (!m.gpt) dev.rope_backward(m.dqkv.data(), m.rope.data(), B, Tn, D, H);
+    dev.linear_backward(m.dln.data(), g + p.qkv_w, dbias(p.qkv_b), m.dqkv.data(), b.ln1.data(),
+                        w + p.qkv_w, N, D, 3 * D);
+  }
+  norm_backward(m.x[l].data(), b.ln1_mean.data(), b.ln1_rstd.data(), p.ln1_w, p.ln1_b);
+}
+
+template <typename Backend>
+auto TransformerOn<Backend>::forward(const Tokens& batch, Timer timer, int step) -> LossValue {
+  set_input(batch);
+  for (int u = 0; u < units(); ++u) forward_unit(u, timer, step);
+  return forward_loss(timer, step);
+}
+
+template <typename Backend>
+void TransformerOn<Backend>::backward(Timer timer, int step) {
+  backward_loss(timer, step);
+  for (int u = units() - 1; u >= 0; --u) backward_unit(u, timer, step);
+}
+
+}  // namespace tandem
