@@ -1,5 +1,5 @@
 // A model's units and flat parameter layout, shared by the CPU models (mlp.h,
-// transformer.h) and the CUDA model (model/cuda/cuda_model.h), so that gradient bucket
+// transformer.h) and the CUDA model (model/cuda/cuda_models.h), so that gradient bucket
 // plans, parameter hashes and initial parameters are the same on every device.
 //
 // Units: what the engine's rank loop drives one at a time (forward in order, backward in

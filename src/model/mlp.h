@@ -1,6 +1,6 @@
 // Mlp: a feed-forward model with explicit forward and backward passes, written once over a
 // device backend (backend.h): MlpOn<CpuBackend<float>> (Mlp, the CPU) and
-// MlpOn<cuda::CudaBackend> (cuda/cuda_model.h). The passes are mlp_passes.h; the flat
+// MlpOn<cuda::CudaBackend> (cuda/cuda_models.h). The passes are mlp_passes.h; the flat
 // layout is layout.h's, so every device has the same parameters for a seed.
 //
 // Gradient rule (as in llm.c): parameter gradients accumulate with +=, activation
@@ -28,17 +28,16 @@
 
 #include "model/cpu_backend.h"
 #include "model/layout.h"
+#include "model/model_on.h"
 
 namespace tandem {
 
 template <typename Backend>
-class MlpOn {
+class MlpOn : public ModelOn<Backend> {
  public:
-  using T = typename Backend::Scalar;
-  using Timer = typename Backend::Timer;
+  using Base = ModelOn<Backend>;
+  using typename Base::Config, typename Base::LossValue, typename Base::T, typename Base::Timer;
   using Batch = typename Backend::Batch;
-  using LossValue = typename Backend::LossValue;
-  using Config = typename Backend::Config;
 
   // Deterministic initialization from seed (Kaiming-uniform weights, zero biases):
   // the same seed gives the same parameters on every rank. Every buffer forward and
@@ -53,25 +52,10 @@ class MlpOn {
   MlpOn(MlpOn&&) noexcept;
   MlpOn& operator=(MlpOn&&) noexcept;
 
-  const ModelSpec& spec() const { return layout_.spec(); }
-  const ModelLayout& layout() const { return layout_; }
-  int units() const { return layout_.units(); }
-  int layer_count() const { return layout_.units(); }  // Linear layers (units)
+  int layer_count() const { return this->layout().units(); }  // Linear layers (units)
   int max_batch() const;
   // Forward registration order; offsets follow the reverse layout of layout.h.
-  const std::vector<ParamInfo>& params() const { return layout_.params(); }
-  // The flat arrays in the backend's memory.
-  std::span<T> flat_params();
-  std::span<T> flat_grads();
-  std::span<const T> flat_params() const;
-  std::span<const T> flat_grads() const;
-  Backend& backend();
-  const Backend& backend() const;
-  void zero_grad();
-  // Elements [begin, end) of the flat parameters or gradients read as zero afterwards;
-  // the backend may give their memory back (the CPU's whole pages go to the OS).
-  void discard_params(std::size_t begin, std::size_t end);
-  void discard_grads(std::size_t begin, std::size_t end);
+  const std::vector<ParamInfo>& params() const { return this->layout().params(); }
   // Range of the flat gradient holding Linear layer `layer`'s parameters.
   std::size_t layer_grad_begin(int layer) const;
   std::size_t layer_grad_end(int layer) const;
@@ -89,19 +73,13 @@ class MlpOn {
   void backward_loss(Timer timer, int step);
   void backward_unit(int layer, Timer timer, int step);
 
-  // ---- pipeline stages (rank_model.h) ----
-  // Runs only the layers marked in `owned` (one flag per layer), keeping activations for
-  // `slots` micro-batches in flight, of those layers only; slot 0 is current.
+  // ---- pipeline stages: RankModel's members of the same names (rank_model.h), over
+  // this model's units and its activation slots (Note [activation slots]) ----
   void configure_stage(const std::vector<bool>& owned, int slots);
-  // The slot that set_input and the passes use from now on.
   void select_slot(int slot);
-  // The activation `layer` reads (layer - 1's output) in `slot`, max_batch rows.
   std::span<T> unit_input(int layer, int slot);
-  // A layer whose output feeds another stage starts backward from dL/d(its output).
   void begin_backward(int layer, std::span<const T> output_grad);
-  // After backward_unit(layer): dL/d(layer's input), until the next backward_unit.
   std::span<const T> input_grad(int layer) const;
-  // Bytes of the activations one slot keeps.
   std::int64_t activation_bytes() const;
 
   // ---- whole passes ----
@@ -115,14 +93,13 @@ class MlpOn {
   void backward(Timer timer, int step, const std::function<void(int layer)>& on_layer_ready);
 
   // FLOPs of one forward (backward is about twice that) for `rows` rows.
-  double forward_flops(int rows) const { return layout_.forward_flops(rows); }
+  double forward_flops(int rows) const { return this->layout().forward_flops(rows); }
 
   // For tests: the last forward's logits [rows, classes], in the backend's memory.
   std::span<const T> logits() const;
 
  private:
   struct Impl;
-  ModelLayout layout_;
   std::unique_ptr<Impl> impl_;
 };
 

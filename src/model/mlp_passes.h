@@ -1,5 +1,5 @@
 // MlpOn<Backend>'s passes (mlp.h), written once for every device: included only by the
-// files that instantiate them for a backend (mlp.cpp for the CPU, cuda/cuda_model.cpp for
+// files that instantiate them for a backend (mlp.cpp for the CPU, cuda/cuda_models.cpp for
 // CUDA). Every kernel, buffer and span goes through `dev`, the backend (backend.h).
 #pragma once
 
@@ -83,11 +83,6 @@ struct MlpOn<Backend>::Impl : MlpActs<Backend> {
   template <typename U>
   using Buffer = typename Backend::template Buffer<U>;
 
-  explicit Impl(Config config) : dev(config) {}
-
-  Backend dev;
-  typename Backend::Flat params;
-  typename Backend::Flat grads;
   int max_batch = 0;
   Buffer<T> grad_a;
   Buffer<T> grad_b;
@@ -102,41 +97,40 @@ struct MlpOn<Backend>::Impl : MlpActs<Backend> {
 };
 
 template <typename Backend>
-MlpOn<Backend>::MlpOn(const ModelSpec& spec, int max_batch, std::uint64_t seed,
-                      LayoutOptions layout, Config config)
-    : layout_(spec, layout), impl_(std::make_unique<Impl>(config)) {
+MlpOn<Backend>::MlpOn(const ModelSpec& model_spec, int max_batch, std::uint64_t seed,
+                      LayoutOptions layout_options, Config config)
+    : Base(model_spec, layout_options, seed, config), impl_(std::make_unique<Impl>()) {
   if (max_batch < 1) {
-    throw UsageError("model '" + spec.text + "': batch must be >= 1 (got " +
+    throw UsageError("model '" + model_spec.text + "': batch must be >= 1 (got " +
                      std::to_string(max_batch) + ")");
   }
   // Activation buffers are indexed with int rows * int width inside BLAS calls.
-  if (static_cast<std::int64_t>(max_batch) * layout_.widest() > std::numeric_limits<int>::max()) {
-    throw UsageError("model '" + spec.text + "': batch " + std::to_string(max_batch) +
-                     " is too large for width " + std::to_string(layout_.widest()));
+  if (static_cast<std::int64_t>(max_batch) * this->layout().widest() >
+      std::numeric_limits<int>::max()) {
+    throw UsageError("model '" + model_spec.text + "': batch " + std::to_string(max_batch) +
+                     " is too large for width " + std::to_string(this->layout().widest()));
   }
   Impl& m = *impl_;
-  const Backend& dev = m.dev;
+  const Backend& dev = this->backend();
   m.max_batch = max_batch;
-  m.params = dev.flat(layout_);  // zero
-  m.grads = dev.flat(layout_);
-  dev.initialize(m.params, layout_, seed);
 
-  const auto widest = static_cast<std::size_t>(max_batch) * layout_.widest();
-  m.owned.assign(static_cast<std::size_t>(units()), true);
-  m.current().allocate(dev, layout_, max_batch, m.owned);
+  const auto widest = static_cast<std::size_t>(max_batch) * this->layout().widest();
+  m.owned.assign(static_cast<std::size_t>(this->units()), true);
+  m.current().allocate(dev, this->layout(), max_batch, m.owned);
   m.grad_a = dev.template buffer<T>(widest);
   m.grad_b = dev.template buffer<T>(widest);
-  m.dev.prepare(flat_params(), mlp_needs(layout_, max_batch));
+  this->backend().prepare(this->flat_params(), mlp_needs(this->layout(), max_batch));
 }
 
 template <typename Backend>
-std::int64_t MlpOn<Backend>::buffer_bytes(const ModelSpec& spec, int max_batch, Config config) {
+std::int64_t MlpOn<Backend>::buffer_bytes(const ModelSpec& model_spec, int max_batch,
+                                          Config config) {
   // As the constructor allocates them (Note [Mlp buffers]).
-  const ModelLayout layout(spec);
-  std::int64_t per_row = spec.classes + 1 + 2 * static_cast<std::int64_t>(layout.widest());
-  for (int l = 0; l < layout.units(); ++l) per_row += layout.layer(l).in + layout.layer(l).out;
+  const ModelLayout flat(model_spec);
+  std::int64_t per_row = model_spec.classes + 1 + 2 * static_cast<std::int64_t>(flat.widest());
+  for (int l = 0; l < flat.units(); ++l) per_row += flat.layer(l).in + flat.layer(l).out;
   return static_cast<std::int64_t>(sizeof(T)) * max_batch * per_row +
-         Backend::extra_bytes(layout.numel(), mlp_needs(layout, max_batch), config);
+         Backend::extra_bytes(flat.numel(), mlp_needs(flat, max_batch), config);
 }
 
 template <typename Backend>
@@ -150,53 +144,17 @@ template <typename Backend>
 int MlpOn<Backend>::max_batch() const {
   return impl_->max_batch;
 }
-template <typename Backend>
-auto MlpOn<Backend>::flat_params() -> std::span<T> {
-  return {impl_->params.data(), impl_->params.size()};
-}
-template <typename Backend>
-auto MlpOn<Backend>::flat_grads() -> std::span<T> {
-  return {impl_->grads.data(), impl_->grads.size()};
-}
-template <typename Backend>
-auto MlpOn<Backend>::flat_params() const -> std::span<const T> {
-  return {impl_->params.data(), impl_->params.size()};
-}
-template <typename Backend>
-auto MlpOn<Backend>::flat_grads() const -> std::span<const T> {
-  return {impl_->grads.data(), impl_->grads.size()};
-}
-template <typename Backend>
-Backend& MlpOn<Backend>::backend() {
-  return impl_->dev;
-}
-template <typename Backend>
-const Backend& MlpOn<Backend>::backend() const {
-  return impl_->dev;
-}
-template <typename Backend>
-void MlpOn<Backend>::zero_grad() {
-  impl_->dev.zero(flat_grads());
-}
-template <typename Backend>
-void MlpOn<Backend>::discard_params(std::size_t begin, std::size_t end) {
-  impl_->dev.discard(impl_->params, begin, end);
-}
-template <typename Backend>
-void MlpOn<Backend>::discard_grads(std::size_t begin, std::size_t end) {
-  impl_->dev.discard(impl_->grads, begin, end);
-}
 
 template <typename Backend>
 std::size_t MlpOn<Backend>::layer_grad_begin(int layer) const {
   TANDEM_CHECK(layer >= 0 && layer < layer_count());
-  return layout_.unit_begin(layer);
+  return this->layout().unit_begin(layer);
 }
 
 template <typename Backend>
 std::size_t MlpOn<Backend>::layer_grad_end(int layer) const {
   TANDEM_CHECK(layer >= 0 && layer < layer_count());
-  return layout_.unit_end(layer);
+  return this->layout().unit_end(layer);
 }
 
 template <typename Backend>
@@ -205,9 +163,10 @@ void MlpOn<Backend>::configure_stage(const std::vector<bool>& owned, int slots) 
   TANDEM_CHECK_EQ(owned.size(), static_cast<std::size_t>(layer_count()));
   TANDEM_CHECK(slots >= 1);
   m.owned = owned;
-  m.current().allocate(m.dev, layout_, m.max_batch, owned);
-  m.slots.configure(slots,
-                    [&](MlpActs<Backend>& a) { a.allocate(m.dev, layout_, m.max_batch, owned); });
+  m.current().allocate(this->backend(), this->layout(), m.max_batch, owned);
+  m.slots.configure(slots, [&](MlpActs<Backend>& a) {
+    a.allocate(this->backend(), this->layout(), m.max_batch, owned);
+  });
   m.next_backward = -1;
 }
 
@@ -230,10 +189,10 @@ void MlpOn<Backend>::begin_backward(int layer, std::span<const T> output_grad) {
   Impl& m = *impl_;
   TANDEM_CHECK(layer >= 0 && layer < layer_count() - 1);  // the last starts from the loss
   TANDEM_CHECK_EQ(output_grad.size(),
-                  static_cast<std::size_t>(m.max_batch) * layout_.layer(layer).out);
+                  static_cast<std::size_t>(m.max_batch) * this->layout().layer(layer).out);
   m.dout = m.grad_a.data();
   m.dinp = m.grad_b.data();
-  m.dev.copy(m.dout, output_grad.data(), output_grad.size());
+  this->backend().copy(m.dout, output_grad.data(), output_grad.size());
   m.next_backward = layer;
 }
 
@@ -241,7 +200,7 @@ template <typename Backend>
 auto MlpOn<Backend>::input_grad(int layer) const -> std::span<const T> {
   const Impl& m = *impl_;
   TANDEM_CHECK(layer >= 1 && layer < layer_count() && m.next_backward == layer - 1);
-  return {m.dout, static_cast<std::size_t>(m.max_batch) * layout_.layer(layer).in};
+  return {m.dout, static_cast<std::size_t>(m.max_batch) * this->layout().layer(layer).in};
 }
 
 template <typename Backend>
@@ -252,7 +211,7 @@ std::int64_t MlpOn<Backend>::activation_bytes() const {
 template <typename Backend>
 auto MlpOn<Backend>::logits() const -> std::span<const T> {
   const Impl& m = *impl_;
-  return {m.pre.back().data(), static_cast<std::size_t>(m.rows) * spec().classes};
+  return {m.pre.back().data(), static_cast<std::size_t>(m.rows) * this->spec().classes};
 }
 
 // Shapes, B = rows: x [B, input] -> layer L: [B, in_L] . [in_L, out_L] + [out_L] ->
@@ -265,30 +224,31 @@ void MlpOn<Backend>::set_input(const Batch& batch) {
   // floats are small next to the layer's B*input*output multiply-adds. A pipeline stage
   // without layer 0 reads no x.
   T* x = m.acts[0].size() > 0 ? m.acts[0].data() : nullptr;
-  m.rows = m.dev.load_batch(batch, x, m.targets.data(), spec().input, spec().classes);
+  m.rows = this->backend().load_batch(batch, x, m.targets.data(), this->spec().input,
+                                      this->spec().classes);
   m.next_backward = -1;
 }
 
 template <typename Backend>
 void MlpOn<Backend>::forward_unit(int l, Timer timer, int step) {
   Impl& m = *impl_;
-  Backend& dev = m.dev;
+  Backend& dev = this->backend();
   const int B = m.rows;
   TANDEM_CHECK(B >= 1);  // set_input() first
   TANDEM_CHECK(l >= 0 && l < layer_count() && m.owned[static_cast<std::size_t>(l)]);
-  const LinearLayout& layer = layout_.layer(l);
+  const LinearLayout& layer = this->layout().layer(l);
   auto span =
       dev.section(timer, SpanKind::kForward, step, l, kNoName, 2.0 * B * layer.in * layer.out);
-  dev.before_forward_unit(layout_, l);
-  const T* w = m.params.data() + layer.weight;
-  const T* bias = layer.has_bias ? m.params.data() + layer.bias : nullptr;
+  dev.before_forward_unit(this->layout(), l);
+  const T* w = this->flat_params().data() + layer.weight;
+  const T* bias = layer.has_bias ? this->flat_params().data() + layer.bias : nullptr;
   const auto u = static_cast<std::size_t>(l);
   dev.linear_forward(m.pre[u].data(), m.acts[u].data(), w, bias, B, layer.in, layer.out);
   if (l == layer_count() - 1) return;
   T* out = m.acts[u + 1].data();
   const T* pre = m.pre[u].data();
   const std::int64_t n = static_cast<std::int64_t>(B) * layer.out;
-  switch (spec().activation) {
+  switch (this->spec().activation) {
     case Activation::kReLU:
       dev.relu_forward(out, pre, n);
       break;
@@ -305,9 +265,9 @@ template <typename Backend>
 auto MlpOn<Backend>::forward_loss(Timer timer, int step) -> LossValue {
   Impl& m = *impl_;
   TANDEM_CHECK(m.rows >= 1);
-  auto span = m.dev.section(timer, SpanKind::kForward, step, layer_count(), kNoName, 0);
-  return m.dev.cross_entropy_forward(m.probs.data(), m.pre.back().data(), m.targets.data(), m.rows,
-                                     spec().classes);
+  auto span = this->backend().section(timer, SpanKind::kForward, step, layer_count(), kNoName, 0);
+  return this->backend().cross_entropy_forward(m.probs.data(), m.pre.back().data(),
+                                               m.targets.data(), m.rows, this->spec().classes);
 }
 
 template <typename Backend>
@@ -316,8 +276,9 @@ void MlpOn<Backend>::backward_loss(Timer timer, int step) {
   TANDEM_CHECK(m.rows >= 1);  // forward() must run first
   m.dout = m.grad_a.data();
   m.dinp = m.grad_b.data();
-  auto span = m.dev.section(timer, SpanKind::kBackward, step, layer_count(), kNoName, 0);
-  m.dev.cross_entropy_backward(m.dout, m.probs.data(), m.targets.data(), m.rows, spec().classes);
+  auto span = this->backend().section(timer, SpanKind::kBackward, step, layer_count(), kNoName, 0);
+  this->backend().cross_entropy_backward(m.dout, m.probs.data(), m.targets.data(), m.rows,
+                                         this->spec().classes);
   m.next_backward = layer_count() - 1;
 }
 
@@ -326,11 +287,11 @@ void MlpOn<Backend>::backward_loss(Timer timer, int step) {
 template <typename Backend>
 void MlpOn<Backend>::backward_unit(int l, Timer timer, int step) {
   Impl& m = *impl_;
-  Backend& dev = m.dev;
+  Backend& dev = this->backend();
   TANDEM_CHECK_EQ(l, m.next_backward);  // backward_loss, then layers last..0
   TANDEM_CHECK(m.owned[static_cast<std::size_t>(l)]);
   const int B = m.rows;
-  const LinearLayout& layer = layout_.layer(l);
+  const LinearLayout& layer = this->layout().layer(l);
   const auto u = static_cast<std::size_t>(l);
   {
     const double flops = (l > 0 ? 4.0 : 2.0) * B * layer.in * layer.out;
@@ -338,7 +299,7 @@ void MlpOn<Backend>::backward_unit(int l, Timer timer, int step) {
     if (l < layer_count() - 1) {
       // dout holds dL/d(activation output); turn it into dL/d(pre-activation) in place.
       const std::int64_t n = static_cast<std::int64_t>(B) * layer.out;
-      switch (spec().activation) {
+      switch (this->spec().activation) {
         case Activation::kReLU:
           dev.relu_backward(m.dout, m.pre[u].data(), m.dout, n);
           break;
@@ -349,9 +310,9 @@ void MlpOn<Backend>::backward_unit(int l, Timer timer, int step) {
           break;  // the identity
       }
     }
-    T* dw = m.grads.data() + layer.weight;
-    T* db = layer.has_bias ? m.grads.data() + layer.bias : nullptr;
-    const T* w = m.params.data() + layer.weight;
+    T* dw = this->flat_grads().data() + layer.weight;
+    T* db = layer.has_bias ? this->flat_grads().data() + layer.bias : nullptr;
+    const T* w = this->flat_params().data() + layer.weight;
     // Layer 0's input gradient would be dL/dx, which nothing uses.
     dev.linear_backward(l > 0 ? m.dinp : nullptr, dw, db, m.dout, m.acts[u].data(), w, B, layer.in,
                         layer.out);

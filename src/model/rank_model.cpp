@@ -21,19 +21,6 @@
 namespace tandem {
 
 namespace {
-[[noreturn]] void no_stages(const RankModel& model) {
-  throw RuntimeError("pipeline stages are not implemented for this device's model (" +
-                     model.describe() + ")");
-}
-}  // namespace
-
-void RankModel::configure_stage(const std::vector<bool>&, int) { no_stages(*this); }
-void RankModel::select_slot(int) { no_stages(*this); }
-std::span<float> RankModel::unit_input(int, int) { no_stages(*this); }
-void RankModel::begin_backward(int, std::span<const float>) { no_stages(*this); }
-std::span<const float> RankModel::input_grad(int) { no_stages(*this); }
-
-namespace {
 
 // The CPU at a rank's level (device_rank_model.h's Device): data in host memory, spans
 // on the host clock as each call runs, SGD on the host.

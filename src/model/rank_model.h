@@ -1,6 +1,6 @@
 // One rank's replica of a model on its device: the compute interface the engine's rank
-// loop drives (engine/trainer.h), implemented by the CPU model (here) and the CUDA model
-// (model/cuda/cuda_model.h), so one loop serves every device.
+// loop drives (engine/trainer.h), implemented once (device_rank_model.h) for every device
+// (the CPU here, CUDA in model/cuda/cuda_rank_model.cpp), so one loop serves every device.
 //
 // A step, as the loop calls it:
 //   begin_step(step)
@@ -90,25 +90,23 @@ class RankModel {
                         std::span<float> velocity, float grad_scale) = 0;
 
   // Pipeline stages (engine/pipeline.h, docs/PIPELINE.md): a rank that holds some units
-  // of the model and keeps several micro-batches in flight. The CPU and CUDA models
-  // implement them; a device model that does not keeps these defaults, which throw a
-  // RuntimeError naming the model.
+  // of the model and keeps several micro-batches in flight.
   //
   // Before the first step: run only the units marked in `owned` and keep activations for
   // `slots` micro-batches (slot 0 current), of those units only.
-  virtual void configure_stage(const std::vector<bool>& owned, int slots);
+  virtual void configure_stage(const std::vector<bool>& owned, int slots) = 0;
   // set_micro_batch and the passes use `slot`'s activations from now on.
-  virtual void select_slot(int slot);
+  virtual void select_slot(int slot) = 0;
   // The activation `unit` reads (unit - 1's output) in `slot`: a stage receives into it
   // before forward_unit(unit), or sends it after forward_unit(unit - 1).
-  virtual std::span<float> unit_input(int unit, int slot);
+  virtual std::span<float> unit_input(int unit, int slot) = 0;
   // A stage whose last unit is not the model's starts backward at `unit` from
   // dL/d(unit's output) (copied), instead of backward_loss().
-  virtual void begin_backward(int unit, std::span<const float> output_grad);
+  virtual void begin_backward(int unit, std::span<const float> output_grad) = 0;
   // After backward_unit(unit): dL/d(unit's input), valid until the next backward_unit.
-  virtual std::span<const float> input_grad(int unit);
+  virtual std::span<const float> input_grad(int unit) = 0;
   // Bytes of the activations one micro-batch keeps (one slot), for this rank's units.
-  virtual std::int64_t activation_bytes() const { return 0; }
+  virtual std::int64_t activation_bytes() const = 0;
 
   // Starts `step`; returns its start time on the spans' clock.
   virtual std::int64_t begin_step(int step) = 0;

@@ -32,8 +32,14 @@
 
 #include "model/cpu_backend.h"
 #include "model/layout.h"
+#include "model/model_on.h"
 
 namespace tandem {
+
+// Tokens of a batch of max_batch sequences (max_batch x seq); throws UsageError when
+// max_batch < 1 or the largest matrix product (tokens x max(vocab, 3 dim, 2 hidden))
+// would not fit the int dimensions BLAS and cuBLAS take.
+std::int64_t transformer_batch_tokens(const ModelSpec& spec, int max_batch);
 
 // The FLOPs of a forward pass's matrix products over `rows` sequences, per span: a
 // block's attention (qkv, the full T x T scores and weighted sum, projection) and mlp,
@@ -45,19 +51,12 @@ struct TransformerFlops {
 };
 TransformerFlops transformer_flops(const ModelSpec& spec, int rows);
 
-// Tokens of a batch of max_batch sequences (max_batch x seq); throws UsageError when
-// max_batch < 1 or the largest matrix product (tokens x max(vocab, 3 dim, 2 hidden))
-// would not fit the int dimensions BLAS and cuBLAS take.
-std::int64_t transformer_batch_tokens(const ModelSpec& spec, int max_batch);
-
 template <typename Backend>
-class TransformerOn {
+class TransformerOn : public ModelOn<Backend> {
  public:
-  using T = typename Backend::Scalar;
-  using Timer = typename Backend::Timer;
+  using Base = ModelOn<Backend>;
+  using typename Base::Config, typename Base::LossValue, typename Base::T, typename Base::Timer;
   using Tokens = typename Backend::Tokens;
-  using LossValue = typename Backend::LossValue;
-  using Config = typename Backend::Config;
 
   // Deterministic initialization from seed (layout.h); every buffer the passes need is
   // allocated here for up to max_batch sequences, so steps allocate nothing. The flat
@@ -72,22 +71,6 @@ class TransformerOn {
   TransformerOn(TransformerOn&&) noexcept;
   TransformerOn& operator=(TransformerOn&&) noexcept;
 
-  const ModelSpec& spec() const { return layout_.spec(); }
-  const ModelLayout& layout() const { return layout_; }
-  int units() const { return layout_.units(); }
-  // The flat arrays (layout.h) in the backend's memory.
-  std::span<T> flat_params();
-  std::span<T> flat_grads();
-  std::span<const T> flat_params() const;
-  std::span<const T> flat_grads() const;
-  Backend& backend();
-  const Backend& backend() const;
-  void zero_grad();
-  // Elements [begin, end) of the flat parameters or gradients read as zero afterwards;
-  // the backend may give their memory back (the CPU's whole pages go to the OS).
-  void discard_params(std::size_t begin, std::size_t end);
-  void discard_grads(std::size_t begin, std::size_t end);
-
   // ---- unit by unit ----
   // Copies the batch in: 1 <= rows <= max_batch, tokens in [0, vocab) (the CPU checks).
   void set_input(const Tokens& batch);
@@ -99,19 +82,13 @@ class TransformerOn {
   // Units last..0, in that order; parameter gradients accumulate (+=).
   void backward_unit(int unit, Timer timer, int step);
 
-  // ---- pipeline stages (rank_model.h) ----
-  // Runs only the units marked in `owned` (one flag per unit), keeping activations for
-  // `slots` micro-batches in flight, of those units only; slot 0 is current.
+  // ---- pipeline stages: RankModel's members of the same names (rank_model.h), over
+  // this model's units and its activation slots (Note [activation slots]) ----
   void configure_stage(const std::vector<bool>& owned, int slots);
-  // The slot that set_input and the passes use from now on.
   void select_slot(int slot);
-  // The residual stream `unit` reads (unit - 1's output) in `slot`, max_batch sequences.
   std::span<T> unit_input(int unit, int slot);
-  // A block whose output feeds another stage starts backward from dL/d(its output).
   void begin_backward(int unit, std::span<const T> output_grad);
-  // After backward_unit(unit): dL/d(unit's input), until the next backward_unit.
   std::span<const T> input_grad(int unit) const;
-  // Bytes of the activations one slot keeps (inputs and targets included).
   std::int64_t activation_bytes() const;
 
   // ---- whole passes ----
@@ -124,7 +101,6 @@ class TransformerOn {
 
  private:
   struct Impl;
-  ModelLayout layout_;
   std::unique_ptr<Impl> impl_;
 };
 

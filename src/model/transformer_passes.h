@@ -1,6 +1,6 @@
 // TransformerOn<Backend>'s passes (transformer.h), written once for every device: included
 // only by the files that instantiate them for a backend (transformer.cpp for the CPU,
-// cuda/cuda_transformer.cpp for CUDA). Every kernel, buffer and span goes through
+// cuda/cuda_models.cpp for CUDA). Every kernel, buffer and span goes through
 // `dev`, the backend (cpu_backend.h lists what one supplies).
 #pragma once
 
@@ -132,11 +132,6 @@ struct TransformerOn<Backend>::Impl : TransformerOffsets, TransformerActs<Backen
   template <typename U>
   using Buffer = typename Backend::template Buffer<U>;
 
-  explicit Impl(Config config) : dev(config) {}
-
-  Backend dev;
-  typename Backend::Flat params;
-  typename Backend::Flat grads;
   int max_batch = 0;
   bool gpt = true;
   Buffer<T> rope;  // llama: [T, hd/2, 2]
@@ -152,24 +147,22 @@ struct TransformerOn<Backend>::Impl : TransformerOffsets, TransformerActs<Backen
 };
 
 template <typename Backend>
-TransformerOn<Backend>::TransformerOn(const ModelSpec& spec, int max_batch, std::uint64_t seed,
-                                      LayoutOptions layout, Config config)
-    : layout_(spec, layout), impl_(std::make_unique<Impl>(config)) {
-  TANDEM_CHECK(spec.is_transformer());
-  const TransformerShape& s = spec.transformer;
-  const auto n = static_cast<std::size_t>(transformer_batch_tokens(spec, max_batch));
+TransformerOn<Backend>::TransformerOn(const ModelSpec& model_spec, int max_batch,
+                                      std::uint64_t seed, LayoutOptions layout_options,
+                                      Config config)
+    : Base(model_spec, layout_options, seed, config), impl_(std::make_unique<Impl>()) {
+  TANDEM_CHECK(model_spec.is_transformer());
+  const TransformerShape& s = model_spec.transformer;
+  const auto n = static_cast<std::size_t>(transformer_batch_tokens(model_spec, max_batch));
   Impl& m = *impl_;
-  const Backend& dev = m.dev;
+  const Backend& dev = this->backend();
   m.max_batch = max_batch;
-  m.gpt = spec.kind == ModelKind::kGpt;
-  m.params = dev.flat(layout_);  // zero
-  m.grads = dev.flat(layout_);
-  dev.initialize(m.params, layout_, seed);
+  m.gpt = model_spec.kind == ModelKind::kGpt;
 
   const auto D = static_cast<std::size_t>(s.dim), F = static_cast<std::size_t>(s.hidden);
   const std::size_t up = m.gpt ? F : 2 * F;
-  m.owned.assign(static_cast<std::size_t>(units()), true);
-  m.acts().allocate(dev, spec, max_batch, m.owned);
+  m.owned.assign(static_cast<std::size_t>(this->units()), true);
+  m.acts().allocate(dev, model_spec, max_batch, m.owned);
   m.dx = dev.template buffer<T>(n * D);
   m.dln = dev.template buffer<T>(n * D);
   m.dqkv = dev.template buffer<T>(n * 3 * D);
@@ -182,16 +175,16 @@ TransformerOn<Backend>::TransformerOn(const ModelSpec& spec, int max_batch, std:
     layers::Ops<T>::rope_table(table.data(), s.seq, s.head_dim());
     m.rope = dev.table(table);
   }
-  static_cast<TransformerOffsets&>(m) = transformer_offsets(layout_);
-  m.dev.prepare(flat_params(), transformer_needs(spec, max_batch));
+  static_cast<TransformerOffsets&>(m) = transformer_offsets(this->layout());
+  this->backend().prepare(this->flat_params(), transformer_needs(model_spec, max_batch));
 }
 
 template <typename Backend>
-std::int64_t TransformerOn<Backend>::buffer_bytes(const ModelSpec& spec, int max_batch,
+std::int64_t TransformerOn<Backend>::buffer_bytes(const ModelSpec& model_spec, int max_batch,
                                                   Config config) {
   // As the constructor allocates them (Note [Transformer buffers]), per token.
-  const TransformerShape& s = spec.transformer;
-  const std::int64_t D = s.dim, F = s.hidden, up = spec.kind == ModelKind::kGpt ? F : 2 * F;
+  const TransformerShape& s = model_spec.transformer;
+  const std::int64_t D = s.dim, F = s.hidden, up = model_spec.kind == ModelKind::kGpt ? F : 2 * F;
   const std::int64_t per_block =
       6 * D + 4 + 3 * D + static_cast<std::int64_t>(s.heads) * s.seq + up + F;
   const std::int64_t scratch = 3 * D + 3 * D + up + F;
@@ -202,8 +195,8 @@ std::int64_t TransformerOn<Backend>::buffer_bytes(const ModelSpec& spec, int max
   return static_cast<std::int64_t>(sizeof(T)) *
              (tokens * per_token + attention + static_cast<std::int64_t>(s.seq) * s.head_dim()) +
          tokens * 2 * static_cast<std::int64_t>(sizeof(std::int32_t)) +
-         Backend::extra_bytes(ModelLayout(spec).numel(), transformer_needs(spec, max_batch),
-                              config);
+         Backend::extra_bytes(ModelLayout(model_spec).numel(),
+                              transformer_needs(model_spec, max_batch), config);
 }
 
 template <typename Backend>
@@ -214,51 +207,15 @@ template <typename Backend>
 TransformerOn<Backend>& TransformerOn<Backend>::operator=(TransformerOn&&) noexcept = default;
 
 template <typename Backend>
-auto TransformerOn<Backend>::flat_params() -> std::span<T> {
-  return {impl_->params.data(), impl_->params.size()};
-}
-template <typename Backend>
-auto TransformerOn<Backend>::flat_grads() -> std::span<T> {
-  return {impl_->grads.data(), impl_->grads.size()};
-}
-template <typename Backend>
-auto TransformerOn<Backend>::flat_params() const -> std::span<const T> {
-  return {impl_->params.data(), impl_->params.size()};
-}
-template <typename Backend>
-auto TransformerOn<Backend>::flat_grads() const -> std::span<const T> {
-  return {impl_->grads.data(), impl_->grads.size()};
-}
-template <typename Backend>
-Backend& TransformerOn<Backend>::backend() {
-  return impl_->dev;
-}
-template <typename Backend>
-const Backend& TransformerOn<Backend>::backend() const {
-  return impl_->dev;
-}
-template <typename Backend>
-void TransformerOn<Backend>::zero_grad() {
-  impl_->dev.zero(flat_grads());
-}
-template <typename Backend>
-void TransformerOn<Backend>::discard_params(std::size_t begin, std::size_t end) {
-  impl_->dev.discard(impl_->params, begin, end);
-}
-template <typename Backend>
-void TransformerOn<Backend>::discard_grads(std::size_t begin, std::size_t end) {
-  impl_->dev.discard(impl_->grads, begin, end);
-}
-
-template <typename Backend>
 void TransformerOn<Backend>::configure_stage(const std::vector<bool>& owned, int slots) {
   Impl& m = *impl_;
-  TANDEM_CHECK_EQ(owned.size(), static_cast<std::size_t>(units()));
+  TANDEM_CHECK_EQ(owned.size(), static_cast<std::size_t>(this->units()));
   TANDEM_CHECK(slots >= 1);
   m.owned = owned;
-  m.acts().allocate(m.dev, spec(), m.max_batch, owned);
-  m.slots.configure(
-      slots, [&](TransformerActs<Backend>& a) { a.allocate(m.dev, spec(), m.max_batch, owned); });
+  m.acts().allocate(this->backend(), this->spec(), m.max_batch, owned);
+  m.slots.configure(slots, [&](TransformerActs<Backend>& a) {
+    a.allocate(this->backend(), this->spec(), m.max_batch, owned);
+  });
   m.next_backward = -1;
 }
 
@@ -270,7 +227,7 @@ void TransformerOn<Backend>::select_slot(int slot) {
 template <typename Backend>
 auto TransformerOn<Backend>::unit_input(int unit, int slot) -> std::span<T> {
   Impl& m = *impl_;
-  TANDEM_CHECK(unit >= 1 && unit < units());
+  TANDEM_CHECK(unit >= 1 && unit < this->units());
   auto& x = m.slots.of(m.acts(), slot).x[static_cast<std::size_t>(unit - 1)];
   TANDEM_CHECK(x.size() > 0);  // a unit of this stage, or the one after it
   return {x.data(), x.size()};
@@ -279,16 +236,16 @@ auto TransformerOn<Backend>::unit_input(int unit, int slot) -> std::span<T> {
 template <typename Backend>
 void TransformerOn<Backend>::begin_backward(int unit, std::span<const T> output_grad) {
   Impl& m = *impl_;
-  TANDEM_CHECK(unit >= 0 && unit < units() - 1);  // the head starts from the loss
+  TANDEM_CHECK(unit >= 0 && unit < this->units() - 1);  // the head starts from the loss
   TANDEM_CHECK_EQ(output_grad.size(), m.dx.size());
-  m.dev.copy(m.dx.data(), output_grad.data(), output_grad.size());
+  this->backend().copy(m.dx.data(), output_grad.data(), output_grad.size());
   m.next_backward = unit;
 }
 
 template <typename Backend>
 auto TransformerOn<Backend>::input_grad(int unit) const -> std::span<const T> {
   const Impl& m = *impl_;
-  TANDEM_CHECK(unit >= 1 && unit < units() && m.next_backward == unit - 1);
+  TANDEM_CHECK(unit >= 1 && unit < this->units() && m.next_backward == unit - 1);
   return {m.dx.data(), m.dx.size()};
 }
 
@@ -300,34 +257,35 @@ std::int64_t TransformerOn<Backend>::activation_bytes() const {
 template <typename Backend>
 auto TransformerOn<Backend>::logits() const -> std::span<const T> {
   const Impl& m = *impl_;
-  return {m.logits.data(),
-          static_cast<std::size_t>(m.rows) * spec().transformer.seq * spec().transformer.vocab};
+  return {m.logits.data(), static_cast<std::size_t>(m.rows) * this->spec().transformer.seq *
+                               this->spec().transformer.vocab};
 }
 
 template <typename Backend>
 void TransformerOn<Backend>::set_input(const Tokens& batch) {
   Impl& m = *impl_;
   TANDEM_CHECK(batch.rows >= 1 && batch.rows <= m.max_batch);
-  m.rows = m.dev.load_tokens(batch, m.inputs.data(), m.targets.data(), spec().transformer.seq,
-                             spec().transformer.vocab);
+  m.rows =
+      this->backend().load_tokens(batch, m.inputs.data(), m.targets.data(),
+                                  this->spec().transformer.seq, this->spec().transformer.vocab);
   m.next_backward = -1;
 }
 
 template <typename Backend>
 void TransformerOn<Backend>::forward_unit(int unit, Timer timer, int step) {
   Impl& m = *impl_;
-  Backend& dev = m.dev;
+  Backend& dev = this->backend();
   TANDEM_CHECK(m.rows >= 1);  // set_input() first
-  TANDEM_CHECK(unit >= 0 && unit < units() && m.owned[static_cast<std::size_t>(unit)]);
-  const TransformerShape& s = spec().transformer;
+  TANDEM_CHECK(unit >= 0 && unit < this->units() && m.owned[static_cast<std::size_t>(unit)]);
+  const TransformerShape& s = this->spec().transformer;
   const int B = m.rows, Tn = s.seq, D = s.dim, H = s.heads, F = s.hidden, L = s.layers;
   const int N = B * Tn;
-  const T* w = m.params.data();
-  const TransformerFlops flops = transformer_flops(spec(), B);
+  const T* w = this->flat_params().data();
+  const TransformerFlops flops = transformer_flops(this->spec(), B);
   auto span = [&](ModelOp op, double f) {
     return dev.section(timer, SpanKind::kForward, step, unit, op_name(op), f);
   };
-  dev.before_forward_unit(layout_, unit);
+  dev.before_forward_unit(this->layout(), unit);
 
   if (unit == 0) {
     auto s0 = span(ModelOp::kEmbedding, 0);
@@ -395,36 +353,38 @@ template <typename Backend>
 auto TransformerOn<Backend>::forward_loss(Timer timer, int step) -> LossValue {
   Impl& m = *impl_;
   TANDEM_CHECK(m.rows >= 1);
-  const TransformerShape& s = spec().transformer;
-  auto span = m.dev.section(timer, SpanKind::kForward, step, units(), op_name(ModelOp::kLoss), 0);
-  return m.dev.cross_entropy_forward(m.logits.data(), m.logits.data(), m.targets.data(),
-                                     m.rows * s.seq, s.vocab);
+  const TransformerShape& s = this->spec().transformer;
+  auto span = this->backend().section(timer, SpanKind::kForward, step, this->units(),
+                                      op_name(ModelOp::kLoss), 0);
+  return this->backend().cross_entropy_forward(m.logits.data(), m.logits.data(), m.targets.data(),
+                                               m.rows * s.seq, s.vocab);
 }
 
 template <typename Backend>
 void TransformerOn<Backend>::backward_loss(Timer timer, int step) {
   Impl& m = *impl_;
   TANDEM_CHECK(m.rows >= 1);
-  const TransformerShape& s = spec().transformer;
-  auto span = m.dev.section(timer, SpanKind::kBackward, step, units(), op_name(ModelOp::kLoss), 0);
-  m.dev.cross_entropy_backward(m.logits.data(), m.logits.data(), m.targets.data(), m.rows * s.seq,
-                               s.vocab);
-  m.next_backward = units() - 1;
+  const TransformerShape& s = this->spec().transformer;
+  auto span = this->backend().section(timer, SpanKind::kBackward, step, this->units(),
+                                      op_name(ModelOp::kLoss), 0);
+  this->backend().cross_entropy_backward(m.logits.data(), m.logits.data(), m.targets.data(),
+                                         m.rows * s.seq, s.vocab);
+  m.next_backward = this->units() - 1;
 }
 
 template <typename Backend>
 void TransformerOn<Backend>::backward_unit(int unit, Timer timer, int step) {
   Impl& m = *impl_;
-  Backend& dev = m.dev;
+  Backend& dev = this->backend();
   TANDEM_CHECK_EQ(unit, m.next_backward);  // backward_loss, then units last..0
   TANDEM_CHECK(m.owned[static_cast<std::size_t>(unit)]);
   m.next_backward = unit - 1;
-  const TransformerShape& s = spec().transformer;
+  const TransformerShape& s = this->spec().transformer;
   const int B = m.rows, Tn = s.seq, D = s.dim, H = s.heads, F = s.hidden, L = s.layers;
   const int N = B * Tn;
-  const T* w = m.params.data();
-  T* g = m.grads.data();
-  const TransformerFlops flops = transformer_flops(spec(), B);
+  const T* w = this->flat_params().data();
+  T* g = this->flat_grads().data();
+  const TransformerFlops flops = transformer_flops(this->spec(), B);
   auto span = [&](ModelOp op, double f) {
     return dev.section(timer, SpanKind::kBackward, step, unit, op_name(op), 2 * f);
   };
@@ -507,14 +467,14 @@ void TransformerOn<Backend>::backward_unit(int unit, Timer timer, int step) {
 template <typename Backend>
 auto TransformerOn<Backend>::forward(const Tokens& batch, Timer timer, int step) -> LossValue {
   set_input(batch);
-  for (int u = 0; u < units(); ++u) forward_unit(u, timer, step);
+  for (int u = 0; u < this->units(); ++u) forward_unit(u, timer, step);
   return forward_loss(timer, step);
 }
 
 template <typename Backend>
 void TransformerOn<Backend>::backward(Timer timer, int step) {
   backward_loss(timer, step);
-  for (int u = units() - 1; u >= 0; --u) backward_unit(u, timer, step);
+  for (int u = this->units() - 1; u >= 0; --u) backward_unit(u, timer, step);
 }
 
 }  // namespace tandem

@@ -13,13 +13,13 @@
 #include <vector>
 
 #include "compute/cpu/blas.h"
-#include "model/cuda/cuda_model.h"
-#include "timeline/gpu/event_timer.h"
 #include "compute/cuda/gemm.h"
 #include "gpu/gpu_support.h"
+#include "model/cuda/cuda_models.h"
 #include "model/layers.h"
 #include "model/mlp.h"
 #include "model/sgd.h"
+#include "timeline/gpu/event_timer.h"
 
 namespace tandem {
 namespace {

@@ -1,8 +1,6 @@
 // The whole GPU model against the CPU engine: same spec, same parameters, same batch ->
 // loss, logits and every parameter's gradient within the precision's tolerance; the
 // same layer-ready order and the same list of compute spans.
-#include "model/mlp.h"
-
 #include <gtest/gtest.h>
 
 #include <cstdio>
@@ -11,10 +9,11 @@
 #include <tuple>
 #include <vector>
 
-#include "model/cuda/cuda_model.h"
-#include "timeline/gpu/event_timer.h"
 #include "gpu/gpu_support.h"
+#include "model/cuda/cuda_models.h"
+#include "model/mlp.h"
 #include "model/test_util.h"
+#include "timeline/gpu/event_timer.h"
 #include "timeline/recorder.h"
 
 namespace tandem {

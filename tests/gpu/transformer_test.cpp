@@ -20,7 +20,7 @@
 
 #include "core/error.h"
 #include "gpu/gpu_support.h"
-#include "model/cuda/cuda_transformer.h"
+#include "model/cuda/cuda_models.h"
 #include "model/rng.h"
 #include "timeline/gpu/event_timer.h"
 #include "timeline/recorder.h"

@@ -39,7 +39,7 @@ void gemm(const CublasHandle& handle, Precision precision, bool trans_a, bool tr
 
 // `batch` GEMMs of gemm()'s shape at once, matrix i at a + i * stride_a (elements of the
 // input type), b + i * stride_b and c + i * stride_c: attention's per-head products on
-// strided views of qkv (model/cuda/cuda_transformer.cpp), one cuBLAS call per sequence.
+// strided views of qkv (compute/cuda/attention.cpp), one cuBLAS call per sequence.
 void gemm_strided_batched(const CublasHandle& handle, Precision precision, bool trans_a,
                           bool trans_b, int m, int n, int k, float alpha, const void* a, int lda,
                           long long stride_a, const void* b, int ldb, long long stride_b,

@@ -225,30 +225,31 @@ void bias_backward(float* dbias, const float* dout, int B, int O, cudaStream_t s
   TANDEM_CUDA_CHECK_LAUNCH("bias_backward_kernel");
 }
 
-void relu_forward(float* out, const float* inp, std::int64_t n, cudaStream_t stream) {
+// An elementwise kernel over n values, its arguments then n (nothing when n <= 0).
+template <typename Kernel, typename... Args>
+void launch_elementwise(Kernel kernel, const char* name, std::int64_t n, cudaStream_t stream,
+                        Args... args) {
   if (n <= 0) return;
-  relu_forward_kernel<<<blocks_for(n), kThreads, 0, stream>>>(out, inp, n);
-  TANDEM_CUDA_CHECK_LAUNCH("relu_forward_kernel");
+  kernel<<<blocks_for(n), kThreads, 0, stream>>>(args..., n);
+  TANDEM_CUDA_CHECK_LAUNCH(name);
+}
+
+void relu_forward(float* out, const float* inp, std::int64_t n, cudaStream_t stream) {
+  launch_elementwise(relu_forward_kernel, "relu_forward_kernel", n, stream, out, inp);
 }
 
 void relu_backward(float* dinp, const float* inp, const float* dout, std::int64_t n,
                    cudaStream_t stream) {
-  if (n <= 0) return;
-  relu_backward_kernel<<<blocks_for(n), kThreads, 0, stream>>>(dinp, inp, dout, n);
-  TANDEM_CUDA_CHECK_LAUNCH("relu_backward_kernel");
+  launch_elementwise(relu_backward_kernel, "relu_backward_kernel", n, stream, dinp, inp, dout);
 }
 
 void gelu_forward(float* out, const float* inp, std::int64_t n, cudaStream_t stream) {
-  if (n <= 0) return;
-  gelu_forward_kernel<<<blocks_for(n), kThreads, 0, stream>>>(out, inp, n);
-  TANDEM_CUDA_CHECK_LAUNCH("gelu_forward_kernel");
+  launch_elementwise(gelu_forward_kernel, "gelu_forward_kernel", n, stream, out, inp);
 }
 
 void gelu_backward(float* dinp, const float* inp, const float* dout, std::int64_t n,
                    cudaStream_t stream) {
-  if (n <= 0) return;
-  gelu_backward_kernel<<<blocks_for(n), kThreads, 0, stream>>>(dinp, inp, dout, n);
-  TANDEM_CUDA_CHECK_LAUNCH("gelu_backward_kernel");
+  launch_elementwise(gelu_backward_kernel, "gelu_backward_kernel", n, stream, dinp, inp, dout);
 }
 
 void softmax_cross_entropy_forward(float* probs, float* row_loss, const float* logits,

@@ -2,8 +2,9 @@
 // device arrays: the GPU twins of layers::Ops (model/layers.h), same shapes, same
 // constants, same gradient rule. Matrix products are not here: they are cuBLAS calls
 // (gemm.h), attention's as strided-batched GEMMs around the causal softmax below
-// (model/cuda/cuda_transformer.cpp composes them). Each function enqueues on `stream`
-// and returns at once; launch errors throw RuntimeError; counts of zero launch nothing.
+// (attention.h). model/cuda/cuda_backend.cpp hands them to the model passes. Each function
+// enqueues on `stream` and returns at once; launch errors throw RuntimeError; counts of
+// zero launch nothing.
 //
 // Gradient rule: parameter gradients (dwte, dwpe, dweight, dbias) accumulate with +=;
 // activation gradients (dinp, dgate_up, dqkv, datt) are overwritten. Where the input is

@@ -60,6 +60,17 @@ std::string format_bytes_exact(std::int64_t bytes) {
   return digits + " B" + (human.empty() ? "" : " (" + human + ")");
 }
 
+namespace {
+
+// One legend entry per series, above the bars.
+void series_legend(Svg& svg, const std::vector<Series>& series) {
+  std::vector<LegendEntry> entries;
+  for (const Series& s : series) entries.push_back({s.cls, s.name});
+  legend(svg, kLabelW, 16, entries);
+}
+
+}  // namespace
+
 std::string grouped_bar_chart(const std::vector<Series>& series,
                               const std::vector<BarGroup>& groups, std::string_view x_title,
                               double unit_scale, std::string_view label) {
@@ -67,9 +78,7 @@ std::string grouped_bar_chart(const std::vector<Series>& series,
   const double group_h = static_cast<double>(series.size()) * (kBarH + kBarGap) - kBarGap;
   const double height = kTop + static_cast<double>(groups.size()) * (group_h + kGroupGap) + kBottom;
   Svg svg(kWidth, height, "chart bars", label);
-  std::vector<LegendEntry> entries;
-  for (const Series& s : series) entries.push_back({s.cls, s.name});
-  legend(svg, kLabelW, 16, entries);
+  series_legend(svg, series);
 
   double max_v = 0;
   for (const BarGroup& g : groups) {
@@ -115,9 +124,7 @@ std::string stacked_bar_chart(const std::vector<Series>& series, const std::vect
   constexpr double kTop = 34, kBarH = 16, kGap = 8, kBottom = 46;
   const double height = kTop + static_cast<double>(rows.size()) * (kBarH + kGap) + kBottom;
   Svg svg(kWidth, height, "chart stacked", label);
-  std::vector<LegendEntry> entries;
-  for (const Series& s : series) entries.push_back({s.cls, s.name});
-  legend(svg, kLabelW, 16, entries);
+  series_legend(svg, series);
 
   double max_v = 0;
   for (const StackRow& r : rows) {

@@ -1,9 +1,9 @@
-// The mlp of model/mlp.h on one CUDA device: the same passes (model/mlp_passes.h) over the
-// CUDA backend (cuda_backend.h), so the same flat layout, initial parameters, gradient
-// bucket plans (ddp/reducer.h) and spans as the CPU Mlp, with the compute enqueued on the
-// backend's stream and timed by CUDA events. As a RankModel (model/rank_model.h) it
-// registers itself for --device cuda (cuda_rank_model.cpp). CudaSgd is the SGD step on
-// device arrays.
+// The models of model/mlp.h and model/transformer.h on one CUDA device: the same passes
+// (mlp_passes.h, transformer_passes.h) over the CUDA backend (cuda_backend.h), so the same
+// flat layout, initial parameters for a seed, gradient bucket plans (ddp/reducer.h) and
+// spans as the CPU's, with the compute enqueued on the backend's stream and timed by CUDA
+// events. As RankModels (model/rank_model.h) they register for --device cuda
+// (cuda_rank_model.cpp). CudaSgd is the SGD step on device arrays.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -15,14 +15,17 @@
 #include "model/cuda/cuda_backend.h"
 #include "model/mlp.h"
 #include "model/sgd.h"
+#include "model/transformer.h"
 
 namespace tandem {
 extern template class MlpOn<cuda::CudaBackend>;
+extern template class TransformerOn<cuda::CudaBackend>;
 }  // namespace tandem
 
 namespace tandem::cuda {
 
 using CudaModel = MlpOn<CudaBackend>;
+using CudaTransformer = TransformerOn<CudaBackend>;
 
 // SGD (sgd.h's rule, sgd.cpp's rounding) on the flat fp32 device arrays.
 class CudaSgd {

@@ -1,13 +1,16 @@
-// The mlp's passes (model/mlp_passes.h) instantiated for the CUDA backend, and CudaSgd.
-#include "model/cuda/cuda_model.h"
+// The models' passes (model/mlp_passes.h, transformer_passes.h) instantiated for the CUDA
+// backend, and CudaSgd.
+#include "model/cuda/cuda_models.h"
 
 #include "compute/cuda/kernels.h"
 #include "core/error.h"
 #include "model/mlp_passes.h"
+#include "model/transformer_passes.h"
 
 namespace tandem {
 
 template class MlpOn<cuda::CudaBackend>;
+template class TransformerOn<cuda::CudaBackend>;
 
 }  // namespace tandem
 
