@@ -158,7 +158,7 @@ void validate(const TrainConfig& config) {
   if (config.device == Device::kCpu) {
     check_host_memory(config);
   } else {
-    // Note [device memory estimate] (model/cuda/cuda_rank_model.cpp): a floor, per rank.
+    // Note [replica bytes] (model/device_rank_model.h): a floor, per rank.
     const int ranks_here = launched_world().launcher.empty() ? config.ranks : 0;
     check_device_memory({.spec = config.model,
                          .batch = config.batch,

@@ -25,11 +25,11 @@
 
 namespace tandem {
 
-// What a model asks its backend to hold beyond the passes' buffers: the rows of one
-// forward's loss, and the widest input and output gradient (elements) a GEMM reads,
-// which a backend that casts GEMM inputs (CUDA's fp16/bf16) keeps cast copies of.
+// What a model asks its backend to hold beyond the passes' buffers (prepare, extra_bytes).
 struct BackendNeeds {
-  std::size_t loss_rows = 0;
+  std::size_t loss_rows = 0;  // rows of one forward's loss
+  // The widest input and output gradient (elements) a GEMM reads: a backend that casts
+  // GEMM inputs (CUDA's fp16/bf16) keeps cast copies of that many.
   std::size_t widest_input = 0;
   std::size_t widest_output_grad = 0;
 };

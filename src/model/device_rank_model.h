@@ -6,12 +6,14 @@
 // What a device adds at a rank's level is a Device class:
 //   Backend                        the model layer's backend (cpu_backend.h, cuda_backend.h)
 //   Device(config, recorder)       selects the device, makes its stream, its step timer
-//   backend_config()               what the models' backends are constructed with
+//   backend_config()               what the models' backends are constructed with, and
+//   backend_config(config)         the same without a device (for sizes, nothing made)
 //   MlpData, TokenStream           the rank's data in the device's memory, constructed
 //                                  from (config, device): input(index) is micro-batch
 //                                  `index` as the model's set_input takes it;
 //                                  validation_batches() and validation_input(i) the
-//                                  held-out batches (none for an mlp)
+//                                  held-out batches (none for an mlp); bytes(config)
+//                                  what they allocate
 //   prepare(config, backend, numel)  the optimizer's state for `numel` parameters
 //   timer(), quiet_timer()         what the passes record spans with (quiet: nothing)
 //   begin_step(), end_step(backend)  the step's start on the spans' clock; its end, after
@@ -202,5 +204,25 @@ class DeviceRankModel final : public RankModel {
   std::variant<std::monostate, MlpNet, TransformerNet> net_;
   int step_ = -1;
 };
+
+// Note [replica bytes]: what one replica of `config` allocates on Device, as the
+// constructors allocate it (rank_model.h's ReplicaBytes): parameters, gradients and SGD
+// velocity; the model's buffers and its data. Nothing is allocated to compute it. On a
+// GPU the library's workspaces and the context are left out: a floor.
+template <typename Device>
+ReplicaBytes replica_bytes_on(const ModelConfig& config) {
+  using Backend = typename Device::Backend;
+  const ModelSpec& spec = config.spec;
+  const typename Backend::Config sizing = Device::backend_config(config);
+  ReplicaBytes out;
+  out.state = 3.0 * static_cast<double>(spec.parameter_count()) * sizeof(float);
+  out.working =
+      spec.is_transformer()
+          ? static_cast<double>(TransformerOn<Backend>::buffer_bytes(spec, config.batch, sizing)) +
+                Device::TokenStream::bytes(config)
+          : static_cast<double>(MlpOn<Backend>::buffer_bytes(spec, config.batch, sizing)) +
+                Device::MlpData::bytes(config);
+  return out;
+}
 
 }  // namespace tandem

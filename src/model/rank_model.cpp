@@ -34,6 +34,11 @@ class CpuDevice {
     MlpData(const ModelConfig& c, CpuDevice&)
         : data_(c.spec.input, c.spec.classes, c.batch, c.data_batches, c.seed, c.rank) {}
     Batch input(int index) const { return data_.batch(index); }
+    // The synthetic set's features and labels, and the teacher's outputs while labelling.
+    static double bytes(const ModelConfig& c) {
+      const double samples = static_cast<double>(c.batch) * c.data_batches;
+      return 4 * samples * (c.spec.input + 1 + 64 + c.spec.classes);
+    }
     int validation_batches() const { return 0; }
     Batch validation_input(int) const {
       throw RuntimeError("an mlp's synthetic data has no held-out batches");
@@ -60,6 +65,13 @@ class CpuDevice {
       data_.batch(index, tokens_);
       return {.tokens = tokens_, .rows = rows_};
     }
+    // One batch of tokens, and the synthetic chain's successor table.
+    static double bytes(const ModelConfig& c) {
+      const TransformerShape& s = c.spec.transformer;
+      const double tokens = static_cast<double>(c.batch) * (s.seq + 1);
+      const double chain = static_cast<double>(s.vocab) * TokenData::kSuccessors;
+      return 4 * (tokens + (c.data_path.empty() ? chain : 0));
+    }
     int validation_batches() const { return data_.validation_batches(); }
     TokenBatch validation_input(int index) {
       data_.validation_batch(index, tokens_);
@@ -75,6 +87,7 @@ class CpuDevice {
   CpuDevice(const ModelConfig&, RankRecorder& recorder) : recorder_(recorder) {}
 
   Backend::Config backend_config() const { return {}; }
+  static Backend::Config backend_config(const ModelConfig&) { return {}; }
   void prepare(const ModelConfig& config, Backend&, std::size_t numel) {
     sgd_.emplace(config.sgd, numel);
   }
@@ -208,22 +221,7 @@ void check_device_memory(const ModelConfig& config, int ranks_here) {
 }
 
 ReplicaBytes replica_bytes(const ModelConfig& config) {
-  const ModelSpec& spec = config.spec;
-  ReplicaBytes out;
-  out.state = 3.0 * static_cast<double>(spec.parameter_count()) * sizeof(float);
-  if (spec.is_transformer()) {
-    const TransformerShape& s = spec.transformer;
-    const double tokens = static_cast<double>(config.batch) * (s.seq + 1);
-    const double chain = static_cast<double>(s.vocab) * TokenData::kSuccessors;
-    out.working = static_cast<double>(Transformer::buffer_bytes(spec, config.batch)) +
-                  4 * (tokens + (config.data_path.empty() ? chain : 0));
-    return out;
-  }
-  // The synthetic set's features and labels, and the teacher's outputs while labelling.
-  const double samples = static_cast<double>(config.batch) * config.data_batches;
-  out.working = static_cast<double>(Mlp::buffer_bytes(spec, config.batch)) +
-                4 * samples * (spec.input + 1 + 64 + spec.classes);
-  return out;
+  return replica_bytes_on<CpuDevice>(config);
 }
 
 std::unique_ptr<RankModel> make_rank_model(const ModelConfig& config, RankRecorder& recorder) {

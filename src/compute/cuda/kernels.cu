@@ -298,47 +298,44 @@ void update_loss_scale(LossScaleState* amp, int growth_interval, cudaStream_t st
   TANDEM_CUDA_CHECK_LAUNCH("update_loss_scale_kernel");
 }
 
+namespace {
+
+// fp32 and tf32 keep floats: there the cast is a copy. Says whether it was one.
+bool copy_if_floats(void* out, const void* in, std::size_t n, Precision precision,
+                    cudaStream_t stream) {
+  if (precision != Precision::kFp32 && precision != Precision::kTf32) return false;
+  TANDEM_CUDA_CHECK(cudaMemcpyAsync(out, in, n * sizeof(float), cudaMemcpyDeviceToDevice, stream));
+  return true;
+}
+
+}  // namespace
+
 void cast_from_float(void* out, const float* in, std::size_t n, Precision precision, float scale,
                      cudaStream_t stream) {
   if (n == 0) return;
+  TANDEM_CHECK(scale == 1.0f || casts_gemm_inputs(precision));
+  if (copy_if_floats(out, in, n, precision, stream)) return;
   const auto count = static_cast<std::int64_t>(n);
-  switch (precision) {
-    case Precision::kFp32:
-    case Precision::kTf32:
-      TANDEM_CHECK(scale == 1.0f);
-      TANDEM_CUDA_CHECK(
-          cudaMemcpyAsync(out, in, n * sizeof(float), cudaMemcpyDeviceToDevice, stream));
-      return;
-    case Precision::kFp16:
-      cast_from_float_kernel<<<blocks_for(count), kThreads, 0, stream>>>(static_cast<__half*>(out),
-                                                                         in, count, scale);
-      break;
-    case Precision::kBf16:
-      cast_from_float_kernel<<<blocks_for(count), kThreads, 0, stream>>>(
-          static_cast<__nv_bfloat16*>(out), in, count, scale);
-      break;
+  if (precision == Precision::kFp16) {
+    cast_from_float_kernel<<<blocks_for(count), kThreads, 0, stream>>>(static_cast<__half*>(out),
+                                                                       in, count, scale);
+  } else {
+    cast_from_float_kernel<<<blocks_for(count), kThreads, 0, stream>>>(
+        static_cast<__nv_bfloat16*>(out), in, count, scale);
   }
   TANDEM_CUDA_CHECK_LAUNCH("cast_from_float_kernel");
 }
 
 void cast_to_float(float* out, const void* in, std::size_t n, Precision precision,
                    cudaStream_t stream) {
-  if (n == 0) return;
+  if (n == 0 || copy_if_floats(out, in, n, precision, stream)) return;
   const auto count = static_cast<std::int64_t>(n);
-  switch (precision) {
-    case Precision::kFp32:
-    case Precision::kTf32:
-      TANDEM_CUDA_CHECK(
-          cudaMemcpyAsync(out, in, n * sizeof(float), cudaMemcpyDeviceToDevice, stream));
-      return;
-    case Precision::kFp16:
-      cast_to_float_kernel<<<blocks_for(count), kThreads, 0, stream>>>(
-          out, static_cast<const __half*>(in), count);
-      break;
-    case Precision::kBf16:
-      cast_to_float_kernel<<<blocks_for(count), kThreads, 0, stream>>>(
-          out, static_cast<const __nv_bfloat16*>(in), count);
-      break;
+  if (precision == Precision::kFp16) {
+    cast_to_float_kernel<<<blocks_for(count), kThreads, 0, stream>>>(
+        out, static_cast<const __half*>(in), count);
+  } else {
+    cast_to_float_kernel<<<blocks_for(count), kThreads, 0, stream>>>(
+        out, static_cast<const __nv_bfloat16*>(in), count);
   }
   TANDEM_CUDA_CHECK_LAUNCH("cast_to_float_kernel");
 }

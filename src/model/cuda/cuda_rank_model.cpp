@@ -105,6 +105,8 @@ class DeviceTokenStream {
   }
 
   cuda::DeviceTokens input(int index) { return next(index, /*validation=*/false); }
+  // The device copy of one batch's inputs and targets (the pinned slots are host memory).
+  static double bytes(const ModelConfig& c) { return 4.0 * 2 * c.batch * c.spec.transformer.seq; }
   int validation_batches() const { return data_.validation_batches(); }
   cuda::DeviceTokens validation_input(int index) { return next(index, /*validation=*/true); }
 
@@ -200,6 +202,9 @@ class CudaDevice {
   Backend::Config backend_config() const {
     return {.precision = precision_, .stream = stream_.get()};
   }
+  static Backend::Config backend_config(const ModelConfig& config) {
+    return {.precision = config.precision};
+  }
   void prepare(const ModelConfig& config, Backend& backend, std::size_t numel) {
     sgd_.emplace(config.sgd, numel, stream_.get());
     if (amp_) backend.set_loss_scale(amp_->data());
@@ -287,25 +292,6 @@ std::string unavailable() { return cuda::unavailable_reason(); }
 
 int count() { return cuda::device_count(); }
 
-// Note [device memory estimate]: what a replica allocates in device memory, as the
-// constructors above allocate it: parameters, gradients, SGD velocity, the net's buffers
-// and its data. cuBLAS's workspace and the CUDA context are left out, so it is a floor.
-ReplicaBytes device_replica_bytes(const ModelConfig& config) {
-  const ModelSpec& spec = config.spec;
-  ReplicaBytes out;
-  out.state = 3.0 * static_cast<double>(spec.parameter_count()) * sizeof(float);
-  if (spec.is_transformer()) {
-    out.working = static_cast<double>(
-                      cuda::CudaTransformer::buffer_bytes(spec, config.batch, {config.precision})) +
-                  4.0 * 2 * config.batch * spec.transformer.seq;
-  } else {
-    out.working =
-        static_cast<double>(cuda::CudaModel::buffer_bytes(spec, config.batch, {config.precision})) +
-        DeviceDataset::bytes(config);
-  }
-  return out;
-}
-
 // The calling thread's current device is left as it was (the launcher sets up the
 // device communicators on this thread afterwards).
 std::int64_t free_bytes(int ordinal) {
@@ -322,12 +308,12 @@ std::int64_t free_bytes(int ordinal) {
   return static_cast<std::int64_t>(free);
 }
 
-[[maybe_unused]] const bool kRegistered =
-    register_device_models(Device::kCuda, DeviceModels{.unavailable = &unavailable,
-                                                       .make = &make,
-                                                       .count = &count,
-                                                       .replica_bytes = &device_replica_bytes,
-                                                       .free_bytes = &free_bytes});
+[[maybe_unused]] const bool kRegistered = register_device_models(
+    Device::kCuda, DeviceModels{.unavailable = &unavailable,
+                                .make = &make,
+                                .count = &count,
+                                .replica_bytes = &replica_bytes_on<CudaDevice>,
+                                .free_bytes = &free_bytes});
 
 }  // namespace
 }  // namespace tandem
