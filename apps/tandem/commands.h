@@ -17,5 +17,6 @@ void add_train_command(CLI::App& app, RunCommand& run);
 void add_characterize_command(CLI::App& app, RunCommand& run);
 void add_analyze_command(CLI::App& app, RunCommand& run);
 void add_report_command(CLI::App& app, RunCommand& run);
+void add_simulate_command(CLI::App& app, RunCommand& run);
 
 }  // namespace tandem::cli

@@ -9,7 +9,9 @@
 #include <nlohmann/json.hpp>
 #include <set>
 #include <string>
+#include <string_view>
 
+#include "core/error.h"
 #include "core/parse.h"
 
 namespace tandem::cli {
@@ -43,5 +45,15 @@ void add_force_flag(CLI::App& command, bool& force);
 // Before parsing: a first word that is not a flag and not a subcommand is a UsageError
 // that says so and suggests the nearest subcommand.
 void check_subcommand(const CLI::App& app, int argc, const char* const* argv);
+
+// Runs a parser and prefixes any UsageError with the flag it came from.
+template <typename F>
+auto for_flag(std::string_view flag, F&& parse) {
+  try {
+    return parse();
+  } catch (const UsageError& e) {
+    throw UsageError(std::string(flag) + ": " + e.what());
+  }
+}
 
 }  // namespace tandem::cli

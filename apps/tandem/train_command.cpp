@@ -12,11 +12,12 @@
 #include "core/parse.h"
 #include "engine/launch.h"
 #include "engine/trainer.h"
-#include "power/nvml.h"
 #include "flag_checks.h"
 #include "job_flags.h"
+#include "power/nvml.h"
 #include "report/results_dir.h"
 #include "report/train_report.h"
+#include "train_outputs.h"
 #include "workload_flags.h"
 
 namespace tandem::cli {
@@ -67,9 +68,6 @@ StepCallback step_printer(const TrainFlags& flags, int steps) {
 }
 
 // `out` is null without --out, and on every rank but 0 of a process job.
-int write_outputs(const TrainConfig& config, const TrainResult& result, int warmup,
-                  const PowerSampler* power, ResultsWriter* out);
-
 // After a device run: what it ran on, how its gradients moved and how it was timed.
 void print_device_lines(const TrainResult& result) {
   std::printf("  ran on %s\n  all-reduce: %s (%s)\n  %s; compute spans timed by %s\n",
@@ -134,18 +132,23 @@ int run_train(const TrainFlags& flags, bool batch_given, bool ranks_given,
     std::printf("  clocks aligned to rank 0 within +-%s (ping-pong, half the best round trip)\n",
                 format_duration_ns(static_cast<double>(result.clock_uncertainty_ns)).c_str());
   }
-  return write_outputs(config, result, flags.warmup, power ? &*power : nullptr,
-                       out ? &*out : nullptr);
+  return write_train_outputs(config, result, flags.warmup, power ? &*power : nullptr,
+                             out ? &*out : nullptr);
 }
 
-int write_outputs(const TrainConfig& config, const TrainResult& result, int warmup,
-                  const PowerSampler* power, ResultsWriter* out) {
+}  // namespace
+
+int write_train_outputs(const TrainConfig& config, const TrainResult& result, int warmup,
+                        const PowerSampler* power, ResultsWriter* out,
+                        const nlohmann::json& summary_extra) {
   const TrainSummary summary = summarize_training(config, result, warmup, power);
   std::fputs(format_train_summary(config, result, summary).c_str(), stdout);
 
   if (out != nullptr) {
     out->write("steps.csv", steps_csv(result));
-    out->write_summary(train_summary_body(config, result, summary));
+    nlohmann::json body = train_summary_body(config, result, summary);
+    for (const auto& [key, value] : summary_extra.items()) body[key] = value;
+    out->write_summary(body);
     if (config.record) {
       out->write_trace("trace.json", result.timeline,
                        {.other_data = train_config_json(config, result)});
@@ -157,8 +160,6 @@ int write_outputs(const TrainConfig& config, const TrainResult& result, int warm
   }
   return 0;
 }
-
-}  // namespace
 
 void add_train_command(CLI::App& app, RunCommand& run) {
   auto flags = std::make_shared<TrainFlags>();

@@ -8,20 +8,6 @@
 
 namespace tandem::cli {
 
-namespace {
-
-// Runs a parser and prefixes any UsageError with the flag it came from.
-template <typename F>
-auto for_flag(std::string_view flag, F&& parse) {
-  try {
-    return parse();
-  } catch (const UsageError& e) {
-    throw UsageError(std::string(flag) + ": " + e.what());
-  }
-}
-
-}  // namespace
-
 void add_workload_flags(CLI::App& app, WorkloadFlags& f) {
   app.add_option("--ranks", f.ranks,
                  "Data-parallel ranks: threads of this process (local backend); under "

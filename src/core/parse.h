@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -52,5 +53,11 @@ void append_visible(std::string& out, char c, bool keep_whitespace);
 
 std::string format_bytes(double bytes);     // "25.0 MiB"
 std::string format_duration_ns(double ns);  // "1.23 ms"
+
+// "key=value,key=value" option lists (--microbench, synthetic:..., --straggler): parses
+// "a=1,b=2" into {a:1, b:2}; every key must be in `allowed` (a space-separated list) and
+// appear once. `what` names the spec in errors. Throws UsageError.
+std::map<std::string, std::string> parse_key_values(std::string_view text, std::string_view what,
+                                                    std::string_view allowed);
 
 }  // namespace tandem

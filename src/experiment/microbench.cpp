@@ -8,7 +8,6 @@
 #include "core/clock.h"
 #include "core/error.h"
 #include "core/parse.h"
-#include "experiment/spec_parse.h"
 #include "experiment/workload.h"
 
 namespace tandem {

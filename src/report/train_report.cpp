@@ -120,6 +120,7 @@ TrainSummary summarize_training(const TrainConfig& config, const TrainResult& re
   out.samples_per_s = global_samples / (out.step_ms.median / 1e3);
   if (config.model.is_transformer())
     out.tokens_per_s = out.samples_per_s * config.model.transformer.seq;
+  out.has_loss = !loss.empty();
   if (!loss.empty()) {
     out.first_loss = static_cast<float>(loss.begin()->second.first / loss.begin()->second.second);
     out.last_loss = static_cast<float>(loss.rbegin()->second.first / loss.rbegin()->second.second);
@@ -206,7 +207,7 @@ std::string format_train_summary(const TrainConfig& config, const TrainResult& r
     }
     add("  micro-batches in flight (activations) per rank: %s\n", slots.c_str());
   }
-  add("  loss             %.4f -> %.4f\n", s.first_loss, s.last_loss);
+  if (s.has_loss) add("  loss             %.4f -> %.4f\n", s.first_loss, s.last_loss);
   if (s.loss_scale > 0) {
     add("  fp16 loss scale  %g after the last step; %d step(s) skipped (a gradient overflowed)\n",
         static_cast<double>(s.loss_scale), s.skipped_steps);

@@ -21,6 +21,7 @@ struct TrainSummary {
   Summary compute_ms, comm_ms, wait_ms, overlap_ms, exposed_comm_ms;
   double hidden_share = 0;              // Σ T_ovl / Σ T_comm over measured steps (HTA)
   float first_loss = 0, last_loss = 0;  // mean over ranks
+  bool has_loss = false;  // some step computed a loss (not comm-only runs or simulations)
   // Transformers: tokens predicted per second (samples x seq) at the median step time; 0
   // for the MLPs.
   double tokens_per_s = 0;

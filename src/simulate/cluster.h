@@ -1,0 +1,63 @@
+// The machines a simulation runs on (docs/SIMULATE.md): nodes of identical devices, the
+// links inside a node and the network between nodes, and how much compute and
+// communication slow each other when they overlap on a device.
+//
+// A cluster is given as NODESxDEVICESxPROFILE ("8x8xH100": 8 nodes of 8 H100s),
+// DEVICESxPROFILE (one node), or a JSON file (docs/SIMULATE.md has the schema). The
+// built-in profiles (a100-40gb, h100-80gb, h200, mi210, mi250) are public datasheet
+// figures, dense (no sparsity); their `source` says so.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include "compute/precision.h"
+
+namespace tandem {
+
+struct LinkProfile {
+  double bandwidth_bytes_per_s = 0;  // per direction, per device
+  double latency_s = 0;              // per message (alpha)
+};
+
+// What one device computes and holds.
+struct DeviceProfile {
+  std::string name;
+  // Peak dense FLOP/s by Precision (fp32, tf32, fp16, bf16); 0: not supported.
+  std::array<double, 4> peak_flops{};
+  double memory_bytes_per_s = 0;  // memory bandwidth
+  double memory_bytes = 0;        // capacity
+  // The fraction of peak a training GEMM reaches (calibration fits it; docs/SIMULATE.md).
+  double gemm_efficiency = 0.6;
+  // While a collective runs beside compute on the same device: compute takes this much
+  // longer (0.19: 19% slower, the study's mean), and the collective this much longer.
+  double overlap_compute_slowdown = 0;
+  double overlap_comm_slowdown = 0;
+  std::string source;  // where the figures come from
+
+  double peak(Precision precision) const;
+};
+
+struct Cluster {
+  std::string name;  // as given
+  int nodes = 1;
+  int devices_per_node = 1;
+  DeviceProfile device;
+  LinkProfile intra;  // device to device inside a node (NVLink, Infinity Fabric)
+  LinkProfile inter;  // a node's network, per NIC
+  int nics_per_node = 1;
+
+  int devices() const { return nodes * devices_per_node; }
+  // One line: "8 x 8 H100-80GB (NVLink 450 GB/s, 8 x 50 GB/s network)".
+  std::string describe() const;
+};
+
+// "8x8xh100-80gb", "8xh100", a built-in profile's name alone (one device), or a path to a
+// JSON file. Throws UsageError naming --cluster.
+Cluster parse_cluster(std::string_view text);
+// The built-in device profiles' names, for --help and errors.
+std::string builtin_profiles();
+
+}  // namespace tandem

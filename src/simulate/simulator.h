@@ -1,0 +1,65 @@
+// tandem simulate: predicts training steps on a cluster (cluster.h) and hands back what a
+// measured run hands back (a TrainResult: the same spans on the same lanes, step records
+// and memory), so every metric, summary.json, trace.json and report.html of a measured run
+// come from the same code (docs/SIMULATE.md).
+//
+// What runs is the engine's plan, not a copy of it: the DDP family's units of
+// communication and their launch order are ddp/reducer.h's plan_buckets and
+// ddp/launch_schedule.h's LaunchSchedule; the compute per unit is the model layer's FLOPs
+// and bytes; the per-rank memory is the model's buffer_bytes. An event-driven engine
+// then advances every rank's compute lane and communication lane in virtual time:
+//   compute   a unit's pass takes flops / (peak x efficiency) + bytes / memory bandwidth,
+//             times the rank's straggler factor;
+//   comm      a bucket's all-reduce starts once every rank has issued it and finished the
+//             collectives issued before it, and takes the hierarchical ring's time
+//             (allreduce_seconds);
+//   overlap   while both lanes of a rank are busy, its compute runs
+//             1 + overlap_compute_slowdown times slower and the collective (which moves
+//             at its slowest rank's pace) 1 + overlap_comm_slowdown times slower.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "engine/trainer.h"
+#include "simulate/cluster.h"
+
+namespace tandem {
+
+struct Straggler {
+  int rank = 0;
+  double compute = 1;  // its compute takes this many times as long
+
+  // "rank=3,compute=1.2x"; throws UsageError naming --straggler.
+  static Straggler parse(std::string_view text);
+};
+
+struct SimulateOptions {
+  Cluster cluster;
+  std::vector<Straggler> stragglers;
+};
+
+// Seconds of an all-reduce of `bytes` over `ranks` ranks placed node by node on
+// `cluster`: reduce-scatter inside each node, all-reduce of a node's share across nodes
+// (each device using its share of the node's NICs), all-gather inside each node; each a
+// ring, 2(k-1)/k of the data over k members plus a latency per hop. One rank: 0.
+double allreduce_seconds(const Cluster& cluster, int ranks, double bytes);
+
+// Seconds of each pass on one device (before contention and stragglers).
+struct UnitCosts {
+  std::vector<double> forward;   // per unit
+  std::vector<double> backward;  // per unit
+  std::vector<double> forward_flops, backward_flops;
+  double loss_forward = 0, loss_backward = 0;
+  double optimizer = 0;
+};
+UnitCosts unit_costs(const TrainConfig& config, const Cluster& cluster);
+
+// Simulates config.steps steps of `config` (the DDP family, accumulation, every model;
+// not yet sharded strategies or pipeline stages: UsageError naming the flag). The ranks
+// must fit the cluster, and a replica the device's memory (UsageError with the bytes).
+TrainResult simulate_training(const TrainConfig& config, const SimulateOptions& options);
+
+}  // namespace tandem

@@ -1,0 +1,260 @@
+// tandem simulate on hand-computed cases: the ring all-reduce formula, a sequential step,
+// one overlap with contention, a straggler, and the errors.
+#include "simulate/simulator.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <numeric>
+
+#include "analysis/metrics.h"
+#include "core/error.h"
+
+namespace tandem {
+namespace {
+
+// A device with round numbers: 1 TFLOP/s fp32 at efficiency 1, 1 TB/s of memory, links of
+// 10 GB/s and 1 us within a node, 1 GB/s and 10 us between nodes (2 NICs per node).
+Cluster round_cluster(int nodes, int per_node, double compute_slow = 0, double comm_slow = 0) {
+  Cluster c;
+  c.name = "test";
+  c.nodes = nodes;
+  c.devices_per_node = per_node;
+  c.device.name = "round";
+  c.device.peak_flops = {1e12, 1e12, 1e12, 1e12};
+  c.device.memory_bytes_per_s = 1e12;
+  c.device.memory_bytes = 1e12;
+  c.device.gemm_efficiency = 1;
+  c.device.overlap_compute_slowdown = compute_slow;
+  c.device.overlap_comm_slowdown = comm_slow;
+  c.intra = {.bandwidth_bytes_per_s = 10e9, .latency_s = 1e-6};
+  c.inter = {.bandwidth_bytes_per_s = 1e9, .latency_s = 10e-6};
+  c.nics_per_node = 2;
+  return c;
+}
+
+TrainConfig mlp_config(const std::string& model, int ranks, const std::string& strategy) {
+  TrainConfig c;
+  c.model = ModelSpec::parse(model);
+  c.ranks = ranks;
+  c.batch = 32;
+  c.steps = 2;
+  c.reducer.plan.strategy = Strategy::parse(strategy);
+  return c;
+}
+
+double seconds(std::int64_t ns) { return static_cast<double>(ns) / 1e9; }
+
+TEST(AllreduceSecondsTest, OneNodeIsTheRingFormula) {
+  const Cluster c = round_cluster(1, 8);
+  const double S = 64e6;
+  for (int n : {2, 4, 8}) {
+    const double want = 2.0 * (n - 1) / n * S / 10e9 + 2.0 * (n - 1) * 1e-6;
+    EXPECT_NEAR(allreduce_seconds(c, n, S), want, 1e-12) << n;
+  }
+  EXPECT_EQ(allreduce_seconds(c, 1, S), 0);
+}
+
+TEST(AllreduceSecondsTest, AcrossNodesAddsTheNodesRingOnEachDevicesShare) {
+  const Cluster c = round_cluster(4, 4);
+  const double S = 64e6;
+  // Inside: 2 x 3/4 of S at 10 GB/s + 6 hops; across 4 nodes: each device's S/4 over its
+  // share of 2 NICs (2 x 1 GB/s / 4 devices), 2 x 3/4 of it + 6 hops of 10 us.
+  const double inside = 2.0 * 3 / 4 * S / 10e9 + 6 * 1e-6;
+  const double across = 2.0 * 3 / 4 * (S / 4) / (2 * 1e9 / 4) + 6 * 10e-6;
+  EXPECT_NEAR(allreduce_seconds(c, 16, S), inside + across, 1e-12);
+  // 8 ranks fill two nodes.
+  const double two =
+      2.0 * 3 / 4 * S / 10e9 + 6 * 1e-6 + 2.0 / 2 * (S / 4) / (2 * 1e9 / 4) + 2 * 10e-6;
+  EXPECT_NEAR(allreduce_seconds(c, 8, S), two, 1e-12);
+}
+
+// Sequential: each step is the compute, then every bucket's all-reduce back to back,
+// then the optimizer; nothing overlaps, so the contention factors do not matter.
+TEST(SimulatorTest, ASequentialStepIsComputeThenCommunicationThenOptimizer) {
+  const Cluster cluster = round_cluster(1, 2, 0.5, 0.5);
+  const TrainConfig config = mlp_config("mlp:4x512", 2, "sequential");
+  const TrainResult r = simulate_training(config, {.cluster = cluster});
+  const UnitCosts k = unit_costs(config, cluster);
+  const double compute = std::accumulate(k.forward.begin(), k.forward.end(), 0.0) +
+                         std::accumulate(k.backward.begin(), k.backward.end(), 0.0) +
+                         k.loss_forward + k.loss_backward;
+  double comm = 0;
+  for (const Bucket& b : r.buckets)
+    comm += allreduce_seconds(cluster, 2, static_cast<double>(b.bytes()));
+  ASSERT_GT(r.buckets.size(), 1u);
+  ASSERT_EQ(r.steps.size(), 4u);  // 2 ranks x 2 steps
+  for (const StepRecord& s : r.steps) {
+    EXPECT_NEAR(seconds(s.end_ns - s.start_ns), compute + comm + k.optimizer, 4e-9) << s.step;
+  }
+  const auto metrics = compute_step_metrics(r.timeline);
+  ASSERT_EQ(metrics.size(), 2u);
+  EXPECT_EQ(metrics[0].t_ovl_ns, 0);
+  EXPECT_NEAR(seconds(static_cast<std::int64_t>(metrics[0].t_comm_ns)), comm, 4e-9);
+  // One wait span per bucket: the whole all-reduce is waited for.
+  const auto waits = std::count_if(r.timeline.spans.begin(), r.timeline.spans.end(),
+                                   [](const Span& s) { return s.lane == Lane::kWait; });
+  EXPECT_EQ(static_cast<std::size_t>(waits), 2 * 2 * r.buckets.size());
+}
+
+// Layerwise on 2 layers: the last layer's all-reduce starts when its backward ends and
+// overlaps layer 0's backward. Both slow down while they overlap; the hand computation
+// follows the piecewise rates.
+TEST(SimulatorTest, OverlapSlowsBothLanesByTheProfilesFactors) {
+  const double cs = 0.25, ms = 0.5;
+  const Cluster cluster = round_cluster(1, 2, cs, ms);
+  TrainConfig config = mlp_config("linear:1024x1024", 2, "layerwise");
+  config.model = ModelSpec::parse("mlp:2x1024");
+  config.steps = 1;
+  const TrainResult r = simulate_training(config, {.cluster = cluster});
+  const UnitCosts k = unit_costs(config, cluster);
+  ASSERT_EQ(r.buckets.size(), 2u);
+  // Plan order: the last layer's bucket first.
+  const double c1 = allreduce_seconds(cluster, 2, static_cast<double>(r.buckets[0].bytes()));
+  const double c0 = allreduce_seconds(cluster, 2, static_cast<double>(r.buckets[1].bytes()));
+  const double b0 = k.backward[0];
+  const double t1 = k.forward[0] + k.forward[1] + k.loss_forward + k.loss_backward + k.backward[1];
+  // From t1 both run: compute at 1/(1+cs), comm at 1/(1+ms).
+  double end;
+  if (b0 * (1 + cs) <= c1 * (1 + ms)) {
+    const double tb = t1 + b0 * (1 + cs);               // layer 0's backward ends
+    const double left = c1 - b0 * (1 + cs) / (1 + ms);  // bucket 1's work left, full rate
+    end = tb + left;                                    // then bucket 0 alone
+    end = std::max(end, tb) + c0;
+  } else {
+    const double tc = t1 + c1 * (1 + ms);               // bucket 1 done first
+    const double left = b0 - c1 * (1 + ms) / (1 + cs);  // layer 0's backward left
+    end = tc + left + c0;
+  }
+  end += k.optimizer;
+  for (const StepRecord& s : r.steps) EXPECT_NEAR(seconds(s.end_ns - s.start_ns), end, 4e-9);
+  const auto metrics = compute_step_metrics(r.timeline);
+  ASSERT_EQ(metrics.size(), 1u);
+  EXPECT_GT(metrics[0].t_ovl_ns, 0);
+}
+
+TEST(SimulatorTest, AStragglerDelaysEveryRanksAllreduceAndTheOthersWait) {
+  const Cluster cluster = round_cluster(1, 4);
+  const TrainConfig config = mlp_config("mlp:4x512", 4, "sequential");
+  const TrainResult even = simulate_training(config, {.cluster = cluster});
+  const TrainResult slow =
+      simulate_training(config, {.cluster = cluster, .stragglers = {{.rank = 2, .compute = 2}}});
+  const UnitCosts k = unit_costs(config, cluster);
+  const double compute = std::accumulate(k.forward.begin(), k.forward.end(), 0.0) +
+                         std::accumulate(k.backward.begin(), k.backward.end(), 0.0) +
+                         k.loss_forward + k.loss_backward;
+  auto step0 = [](const TrainResult& r, int rank) {
+    for (const StepRecord& s : r.steps) {
+      if (s.step == 0 && s.rank == rank) return seconds(s.end_ns - s.start_ns);
+    }
+    return -1.0;
+  };
+  // Rank 2 computes twice as long (optimizer included); the others wait for it before
+  // the first all-reduce can move.
+  EXPECT_NEAR(step0(slow, 2) - step0(even, 2), compute + k.optimizer, 4e-9);
+  EXPECT_NEAR(step0(slow, 0) - step0(even, 0), compute, 4e-9);
+  double waited = 0;
+  for (const Span& s : slow.timeline.spans) {
+    if (s.rank == 0 && s.step == 0 && s.lane == Lane::kWait) waited += seconds(s.duration_ns());
+  }
+  double waited_even = 0;
+  for (const Span& s : even.timeline.spans) {
+    if (s.rank == 0 && s.step == 0 && s.lane == Lane::kWait)
+      waited_even += seconds(s.duration_ns());
+  }
+  EXPECT_NEAR(waited - waited_even, compute, 4e-9);
+}
+
+TEST(SimulatorTest, WhatItCannotRunIsOneLineNamingTheFlag) {
+  const Cluster cluster = round_cluster(1, 2);
+  TrainConfig config = mlp_config("mlp:4x512", 2, "fsdp");
+  try {
+    simulate_training(config, {.cluster = cluster});
+    FAIL();
+  } catch (const UsageError& e) {
+    EXPECT_TRUE(std::string(e.what()).starts_with("--strategy fsdp")) << e.what();
+  }
+  config = mlp_config("mlp:4x512", 3, "bucketed");
+  EXPECT_THROW(simulate_training(config, {.cluster = cluster}), UsageError);  // 3 > 2 devices
+  Cluster small = cluster;
+  small.device.memory_bytes = 1e6;
+  config = mlp_config("mlp:4x512", 2, "bucketed");
+  try {
+    simulate_training(config, {.cluster = small});
+    FAIL();
+  } catch (const UsageError& e) {
+    EXPECT_NE(std::string(e.what()).find("bytes"), std::string::npos) << e.what();
+  }
+  Cluster no_tf32 = cluster;
+  no_tf32.device.peak_flops[1] = 0;
+  config.precision = Precision::kTf32;
+  EXPECT_THROW(simulate_training(config, {.cluster = no_tf32}), UsageError);
+  EXPECT_THROW(simulate_training(mlp_config("mlp:4x512", 2, "bucketed"),
+                                 {.cluster = cluster, .stragglers = {{.rank = 5, .compute = 2}}}),
+               UsageError);
+}
+
+TEST(ClusterTest, ParsesCountsAndProfilesAndRefusesTheRest) {
+  const Cluster a = parse_cluster("8x8xh100");
+  EXPECT_EQ(a.nodes, 8);
+  EXPECT_EQ(a.devices_per_node, 8);
+  EXPECT_EQ(a.device.name, "h100-80gb");
+  EXPECT_DOUBLE_EQ(a.device.peak(Precision::kBf16), 989.4e12);
+  const Cluster b = parse_cluster("4xMI250");
+  EXPECT_EQ(b.nodes, 1);
+  EXPECT_EQ(b.devices_per_node, 4);
+  EXPECT_EQ(b.device.peak(Precision::kTf32), 0);
+  EXPECT_EQ(parse_cluster("a100").devices(), 1);
+  for (const char* bad : {"8x8xh900", "0xh100", "8x8x8xh100", "x", "h"}) {
+    try {
+      parse_cluster(bad);
+      FAIL() << bad;
+    } catch (const UsageError& e) {
+      EXPECT_TRUE(std::string(e.what()).starts_with("--cluster")) << e.what();
+    }
+  }
+}
+
+TEST(ClusterTest, AJsonFileOverridesAProfile) {
+  const auto path = std::filesystem::temp_directory_path() / "tandem_cluster_test.json";
+  {
+    std::ofstream out(path);
+    out << R"({"nodes": 2, "devices_per_node": 4, "nics_per_node": 1,
+              "device": {"profile": "h100", "gemm_efficiency": 0.5, "memory_gb": 40},
+              "inter": {"gbps": 12.5, "latency_us": 3}})";
+  }
+  const Cluster c = parse_cluster(path.string());
+  EXPECT_EQ(c.devices(), 8);
+  EXPECT_EQ(c.nics_per_node, 1);
+  EXPECT_DOUBLE_EQ(c.device.gemm_efficiency, 0.5);
+  EXPECT_DOUBLE_EQ(c.device.memory_bytes, 40e9);
+  EXPECT_DOUBLE_EQ(c.inter.bandwidth_bytes_per_s, 12.5e9);
+  EXPECT_DOUBLE_EQ(c.inter.latency_s, 3e-6);
+  EXPECT_DOUBLE_EQ(c.intra.bandwidth_bytes_per_s, 450e9);  // the profile's
+  {
+    std::ofstream out(path);
+    out << R"({"device": {"profile": "h100", "gemm_efficiency": 2}})";
+  }
+  EXPECT_THROW(parse_cluster(path.string()), UsageError);
+  {
+    std::ofstream out(path);
+    out << "not json";
+  }
+  EXPECT_THROW(parse_cluster(path.string()), UsageError);
+  std::filesystem::remove(path);
+}
+
+TEST(StragglerTest, Parses) {
+  const Straggler s = Straggler::parse("rank=3,compute=1.2x");
+  EXPECT_EQ(s.rank, 3);
+  EXPECT_DOUBLE_EQ(s.compute, 1.2);
+  for (const char* bad : {"rank=3", "rank=-1,compute=2", "rank=1,compute=fast", "speed=2"}) {
+    EXPECT_THROW(Straggler::parse(bad), UsageError) << bad;
+  }
+}
+
+}  // namespace
+}  // namespace tandem
