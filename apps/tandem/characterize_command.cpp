@@ -36,6 +36,8 @@ struct CharacterizeFlags {
   JobFlags job;
   std::string microbench;
   std::string synthetic;
+  std::string simulate;                 // a cluster (docs/SIMULATE.md): predict, not run
+  std::vector<std::string> stragglers;  // with --simulate
   std::vector<std::string> sweeps;
   std::set<std::string> given;  // every option given on the command line
   std::string out;
@@ -149,6 +151,24 @@ std::unique_ptr<Workload> make_workload(const CharacterizeFlags& f, bool batch_g
   if (device == Device::kCuda && !f.synthetic.empty()) {
     throw UsageError("--synthetic: runs on the CPU only (drop --device cuda)");
   }
+  if (!f.simulate.empty()) {
+    if (!f.microbench.empty() || !f.synthetic.empty() || device != Device::kCpu) {
+      throw UsageError("--simulate predicts a training configuration on its cluster: drop " +
+                       std::string(!f.microbench.empty()  ? "--microbench"
+                                   : !f.synthetic.empty() ? "--synthetic"
+                                                          : "--device"));
+    }
+    SimulateOptions options{.cluster = parse_cluster(f.simulate)};
+    for (const std::string& s : f.stragglers) options.stragglers.push_back(Straggler::parse(s));
+    // The precision is the simulated device's, not this CPU's (which validate checks).
+    WorkloadFlags cpu = f.workload;
+    cpu.precision = "fp32";
+    TrainConfig config = to_train_config(cpu, batch_given, /*runs_here=*/false);
+    config.precision =
+        for_flag("--precision", [&] { return parse_precision(f.workload.precision); });
+    return make_simulated_workload(config, options);
+  }
+  if (!f.stragglers.empty()) throw UsageError("--straggler: only with --simulate");
   if (device == Device::kCuda && !f.microbench.empty()) return make_gpu_microbench(f);
   if (!f.microbench.empty()) {
     MicrobenchSpec spec = MicrobenchSpec::parse(f.microbench);
@@ -259,9 +279,13 @@ void print_header(const CharacterizeFlags& flags, std::size_t points, const Job&
       "tandem characterize: %zu configuration%s x 4 scenarios, %d warm-up + %d measured "
       "iterations each; power%s: %s\n  ranks: %s\n",
       points, points == 1 ? "" : "s", flags.warmup, flags.iterations,
-      job.in_process() ? "" : " on rank 0's host", power_line.c_str(), describe_ranks(job).c_str());
+      job.in_process() ? "" : " on rank 0's host", power_line.c_str(),
+      flags.simulate.empty() ? describe_ranks(job).c_str() : "simulated, one per device");
   if (job.process() != nullptr) std::printf("  %s\n", job.process()->describe().c_str());
-  if (flags.workload.device == "cpu") {
+  if (!flags.simulate.empty()) {
+    std::printf("  simulated on %s (docs/SIMULATE.md): nothing runs here\n",
+                parse_cluster(flags.simulate).describe().c_str());
+  } else if (flags.workload.device == "cpu") {
     // The GEMMs of the flags' settings (a sweep of gemm or precision changes them per
     // point; summary.json records each point's).
     print_cpu_gemm_lines();
@@ -293,6 +317,9 @@ int run_characterize(CharacterizeFlags flags, bool batch_given, const CommandLin
     throw UsageError("--microbench and --synthetic: choose one workload");
   }
   const std::string backend = resolve_backend(flags.job.backend);
+  if (!flags.simulate.empty() && backend != "local") {
+    throw UsageError("--simulate: a prediction runs in one process, not under " + backend);
+  }
   SweepOptions options{.axes = {},
                        .finished = {},
                        .warmup = flags.warmup,
@@ -339,7 +366,9 @@ int run_characterize(CharacterizeFlags flags, bool batch_given, const CommandLin
   TerminalProgress progress(flags.out, !flags.no_progress && job.in_process());
   try {
     // Power is sampled on rank 0's host only (docs/CHARACTERIZE.md, "Power").
-    if (job.leader()) {
+    if (job.leader() && !flags.simulate.empty()) {
+      print_header(flags, points.size(), job, "not sampled (a simulation)");
+    } else if (job.leader()) {
       // Power: RAPL zones always; NVML's GPUs with --device cuda (docs/GPU.md, "Power").
       NvmlDiscovery found = discover_power(flags.power.powercap_root, flags.workload.device == "cuda");
       power.emplace(std::move(found.sources), std::chrono::milliseconds(flags.power.interval_ms));
@@ -376,6 +405,12 @@ void add_characterize_command(CLI::App& app, RunCommand& run) {
                   "Instead of training: compute=D,comm=D,chunks=N[,mode=sleep|busy|ideal], phases "
                   "of known duration (sleep: no contention by construction; ideal: spans on the "
                   "ideal schedule, a virtual clock, nothing runs)");
+  cmd->add_option("--simulate", flags->simulate,
+                  "Instead of running: predict the training workload's four scenarios on a "
+                  "cluster, NODESxDEVICESxPROFILE or a JSON file, as tandem simulate "
+                  "(docs/SIMULATE.md)");
+  cmd->add_option("--straggler", flags->stragglers,
+                  "With --simulate: rank=R,compute=Fx, that rank computes F times slower");
   cmd->add_option(
       "--sweep", flags->sweeps,
       "KEY=V1,V2,... (repeatable: a grid); keys: strategy bucket-mb chunks batch "

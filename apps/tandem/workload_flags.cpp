@@ -189,7 +189,7 @@ void check_flags_apply(const WorkloadFlags& f, const TrainConfig& c) {
 
 }  // namespace
 
-TrainConfig to_train_config(const WorkloadFlags& f, bool batch_given) {
+TrainConfig to_train_config(const WorkloadFlags& f, bool batch_given, bool runs_here) {
   TrainConfig c;
   c.model = for_flag("--model", [&] { return ModelSpec::parse(f.model); });
   c.model = c.model.with_overrides(f.shape);
@@ -230,8 +230,8 @@ TrainConfig to_train_config(const WorkloadFlags& f, bool batch_given) {
   c.gemm = for_flag("--gemm", [&] { return parse_gemm_library(f.gemm); });
   c.device_comm = f.device_comm;
   check_flags_apply(f, c);
-  validate(c);
-  check_device_available(c.device);
+  validate(c, runs_here);
+  if (runs_here) check_device_available(c.device);
   return c;
 }
 

@@ -55,8 +55,9 @@ struct WorkloadFlags {
 std::set<std::string> given_options(const CLI::App& command);
 
 void add_workload_flags(CLI::App& app, WorkloadFlags& flags);
-// Parses the string-valued flags; throws UsageError naming the flag.
-TrainConfig to_train_config(const WorkloadFlags& flags, bool batch_given);
+// Parses the string-valued flags; throws UsageError naming the flag. `runs_here` false: a
+// configuration to simulate, whose memory and device are the cluster's, not this machine's.
+TrainConfig to_train_config(const WorkloadFlags& flags, bool batch_given, bool runs_here = true);
 
 // --threads, --gemm and, where this CPU runs it, --precision, applied process-wide
 // before a header describes them (a training run applies its own again; a microbenchmark

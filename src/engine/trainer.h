@@ -153,9 +153,10 @@ void verify_identical(Communicator& comm, std::uint64_t hash, int step);
 // Spans each lane of a rank's recorder must hold for a whole run of `config`.
 std::size_t train_span_capacity(const TrainConfig& config);
 
-// Throws UsageError naming the flag for impossible configurations, and (on the cpu
-// device) for a run whose memory would not fit (check_host_memory).
-void validate(const TrainConfig& config);
+// Throws UsageError naming the flag for impossible configurations, and, for a run on
+// this machine (`runs_here`; not a simulation's), one whose memory would not fit
+// (check_host_memory, check_device_memory).
+void validate(const TrainConfig& config, bool runs_here = true);
 
 // The host memory a run allocates in this process, in bytes (Note [memory estimate] in
 // trainer.cpp): per rank the model's state and its activations and data, for every rank

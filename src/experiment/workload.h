@@ -17,6 +17,7 @@
 
 #include "engine/launch.h"
 #include "engine/trainer.h"
+#include "simulate/simulator.h"
 #include "timeline/recorder.h"
 
 namespace tandem {
@@ -41,6 +42,13 @@ class Workload {
 
 // A `tandem train` configuration; its steps, model and strategy are the workload's.
 std::unique_ptr<Workload> make_train_workload(const TrainConfig& config);
+// `config` as it runs `scenario`: communication off (compute-only), no math (comm-only),
+// launched only after backward (sequential), or as configured (overlapped).
+TrainConfig scenario_config(TrainConfig config, Scenario scenario);
+// The same configuration predicted on a cluster (simulate/simulator.h) instead of run:
+// each scenario is a simulation; the Job is not used.
+std::unique_ptr<Workload> make_simulated_workload(const TrainConfig& config,
+                                                  const SimulateOptions& options);
 
 // The paper's Figure 8 microbenchmark: a loop of N x N x N sgemm calls on every rank
 // while an all-reduce of `allreduce_bytes` runs, vs each alone and both in series.

@@ -49,5 +49,35 @@ TEST(SimulateCliTest, BadInputIsOneLineAndExitCodeTwo) {
   }
 }
 
+// characterize --simulate: the four scenarios predicted, the metrics derived from them as
+// from measured ones.
+TEST(SimulateCliTest, CharacterizePredictsTheFourScenarios) {
+  TempDir dir;
+  const fs::path out = dir.path() / "c";
+  const CliResult r = run_tandem(
+      "characterize --simulate 2x2xa100 --ranks 4 --model mlp:4x2048 --batch 64 --iterations 2 "
+      "--warmup 0 --no-progress --out " +
+      out.string());
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("simulated on 2 x 2 a100-40gb"), std::string::npos) << r.out;
+  const auto summary = nlohmann::json::parse(slurp(out / "summary.json"));
+  const auto& point = summary["points"][0];
+  EXPECT_EQ(point["config"]["workload"], "simulated");
+  EXPECT_EQ(point["config"]["device_profile"], "a100-40gb");
+  EXPECT_EQ(point["scenarios"].size(), 4u);
+  // a100's profile slows overlapped compute by 4%, and the last layers' buckets overlap
+  // the first layers' backward: some slowdown, never more than the factor.
+  const double slowdown = point["metrics"]["compute_slowdown"]["median"].get<double>();
+  EXPECT_GT(slowdown, 0.0) << point["metrics"];
+  EXPECT_LE(slowdown, 0.04 + 1e-9) << point["metrics"];
+  for (const std::string args :
+       {"characterize --simulate 2xh100 --microbench gemm=64,allreduce=1MiB",
+        "characterize --straggler rank=1,compute=2x", "characterize --simulate 2xh900"}) {
+    const CliResult bad = run_tandem(args);
+    EXPECT_EQ(bad.exit_code, 2) << args << ": " << bad.err;
+    EXPECT_EQ(std::count(bad.err.begin(), bad.err.end(), '\n'), 1) << args << ": " << bad.err;
+  }
+}
+
 }  // namespace
 }  // namespace tandem::testing
