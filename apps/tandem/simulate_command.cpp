@@ -13,6 +13,7 @@
 #include "report/results_dir.h"
 #include "simulate/simulator.h"
 #include "train_outputs.h"
+#include "workload_flags.h"
 
 namespace tandem::cli {
 
@@ -136,8 +137,11 @@ void add_simulate_command(CLI::App& app, RunCommand& run) {
                   "sequential, layerwise, bucketed or chunked:N (sharded strategies and "
                   "pipelines are not simulated yet)")
       ->capture_default_str();
-  cmd->add_option("--bucket-mb", flags->bucket_mb, "Bucket cap (MiB)")->capture_default_str();
+  cmd->add_option("--bucket-mb", flags->bucket_mb, "Bucket cap (MiB)")
+      ->check(number_in(kBucketMbBounds))
+      ->capture_default_str();
   cmd->add_option("--first-bucket-mb", flags->first_bucket_mb, "First bucket's cap (MiB)")
+      ->check(number_in(kBucketMbBounds))
       ->capture_default_str();
   cmd->add_option("--precision", flags->precision, "GEMM precision: fp32, tf32, fp16, bf16")
       ->capture_default_str();

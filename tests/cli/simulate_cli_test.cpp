@@ -41,7 +41,9 @@ TEST(SimulateCliTest, BadInputIsOneLineAndExitCodeTwo) {
         "simulate --cluster 2xh100 --ranks 4", "simulate --cluster 2xmi250 --precision tf32",
         "simulate --cluster 1xa100 --model gpt3-13b",
         "simulate --cluster 2xh100 --straggler rank=9,compute=2x",
-        "simulate --cluster 2xh100 --model gpt:nope", "simulate --cluster /no/such.json"}) {
+        "simulate --cluster 2xh100 --model gpt:nope", "simulate --cluster /no/such.json",
+        "simulate --cluster 2xh100 --bucket-mb nan",
+        "simulate --cluster 2xh100 --bucket-mb 1e300"}) {
     const CliResult r = run_tandem(args);
     EXPECT_EQ(r.exit_code, 2) << args << ": " << r.err;
     EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << args << ": " << r.err;
