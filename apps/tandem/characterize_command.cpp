@@ -346,8 +346,9 @@ int run_characterize(CharacterizeFlags flags, bool batch_given, const CommandLin
   }
   std::vector<SweepItem> points = build_points(flags, batch_given, options.axes);
   // The header names them; each point applies its own. Before the outputs open: a
-  // precision the cpu cannot run is one line and leaves nothing behind.
-  apply_cpu_gemm_flags(flags.workload);
+  // precision the cpu cannot run is one line and leaves nothing behind. A simulation runs
+  // no GEMM here.
+  if (flags.simulate.empty()) apply_cpu_gemm_flags(flags.workload);
 
   Job job(backend,
           job_options(flags.job, static_cast<std::int64_t>(flags.workload.timeout_s * 1e9)));

@@ -111,7 +111,7 @@ void validate(const TrainConfig& config, bool runs_here) {
   }
   if (config.timeout_ns <= 0) throw UsageError("--timeout must be > 0");
   if (config.reducer.plan.bucket_cap_bytes <= 0) throw UsageError("--bucket-mb must be > 0");
-  if (config.device == Device::kCpu) {
+  if (runs_here && config.device == Device::kCpu) {  // this CPU's, not a simulated device's
     if (const std::string why = cpu_precision_error(config.precision, config.gemm);
         !why.empty()) {
       throw UsageError("--precision " + std::string(to_string(config.precision)) + ": " + why);

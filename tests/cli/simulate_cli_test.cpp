@@ -58,6 +58,7 @@ TEST(SimulateCliTest, CharacterizePredictsTheFourScenarios) {
   const fs::path out = dir.path() / "c";
   const CliResult r = run_tandem(
       "characterize --simulate 2x2xa100 --ranks 4 --model mlp:4x2048 --batch 64 --iterations 2 "
+      "--precision fp16 "
       "--warmup 0 --no-progress --out " +
       out.string());
   ASSERT_EQ(r.exit_code, 0) << r.err;
@@ -66,6 +67,7 @@ TEST(SimulateCliTest, CharacterizePredictsTheFourScenarios) {
   const auto& point = summary["points"][0];
   EXPECT_EQ(point["config"]["workload"], "simulated");
   EXPECT_EQ(point["config"]["device_profile"], "a100-40gb");
+  EXPECT_EQ(point["config"]["precision"], "fp16");  // the simulated device's, not this CPU's
   EXPECT_EQ(point["scenarios"].size(), 4u);
   // a100's profile slows overlapped compute by 4%, and the last layers' buckets overlap
   // the first layers' backward: some slowdown, never more than the factor.
