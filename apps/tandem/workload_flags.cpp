@@ -8,12 +8,15 @@
 
 namespace tandem::cli {
 
-void add_workload_flags(CLI::App& app, WorkloadFlags& f) {
-  app.add_option("--ranks", f.ranks,
-                 "Data-parallel ranks: threads of this process (local backend); under "
-                 "mpirun/srun the job's processes, so leave it out or give the same count")
-      ->check(integer_in(1, 1024))
-      ->capture_default_str();
+void add_workload_flags(CLI::App& app, WorkloadFlags& f, WorkloadUse use) {
+  const bool here = use == WorkloadUse::kRun;
+  if (here) {
+    app.add_option("--ranks", f.ranks,
+                   "Data-parallel ranks: threads of this process (local backend); under "
+                   "mpirun/srun the job's processes, so leave it out or give the same count")
+        ->check(integer_in(1, 1024))
+        ->capture_default_str();
+  }
   app.add_option("--model", f.model,
                  "Model: mlp:DxW (D Linear layers of width W, ReLU; add ',gelu' for GELU), "
                  "linear:IxO (y = x.W), course (linear:512x512, batch 1024), "
@@ -31,29 +34,33 @@ void add_workload_flags(CLI::App& app, WorkloadFlags& f) {
       ->check(integer_in(1, 65536));
   app.add_option("--seq", f.shape.seq, "Transformers: sequence length (context) in tokens")
       ->check(integer_in(1, 65536));
-  app.add_option("--data", f.data,
-                 "Transformers: train on this file's bytes (vocabulary 256, a disjoint shard "
-                 "per rank, the last tenth held out for a validation loss); default: "
-                 "synthetic tokens");
-  app.add_option("--eval-every", f.eval_every,
-                 "With --data: the validation loss every N steps (0: after the last step only)")
-      ->check(integer_in(0, 10'000'000))
-      ->capture_default_str();
+  if (here) {
+    app.add_option("--data", f.data,
+                   "Transformers: train on this file's bytes (vocabulary 256, a disjoint shard "
+                   "per rank, the last tenth held out for a validation loss); default: "
+                   "synthetic tokens");
+    app.add_option("--eval-every", f.eval_every,
+                   "With --data: the validation loss every N steps (0: after the last step only)")
+        ->check(integer_in(0, 10'000'000))
+        ->capture_default_str();
+  }
   app.add_option("--batch", f.batch, "Samples per rank per micro-batch (per rank, as in DDP)")
       ->check(integer_in(1, 1 << 20))
       ->capture_default_str();
   app.add_option("--steps", f.steps, "Training steps (iterations)")
       ->check(integer_in(1, 10'000'000))
       ->capture_default_str();
-  app.add_option("--lr", f.lr, "SGD learning rate")
-      ->check(number_in({.min = 0, .max = 1000, .min_open = true}))
-      ->capture_default_str();
-  app.add_option("--momentum", f.momentum, "SGD momentum")
-      ->check(number_in({.min = 0, .max = 1}))
-      ->capture_default_str();
-  app.add_option("--weight-decay", f.weight_decay, "SGD L2 weight decay")
-      ->check(number_in({.min = 0, .max = 1}))
-      ->capture_default_str();
+  if (here) {
+    app.add_option("--lr", f.lr, "SGD learning rate")
+        ->check(number_in({.min = 0, .max = 1000, .min_open = true}))
+        ->capture_default_str();
+    app.add_option("--momentum", f.momentum, "SGD momentum")
+        ->check(number_in({.min = 0, .max = 1}))
+        ->capture_default_str();
+    app.add_option("--weight-decay", f.weight_decay, "SGD L2 weight decay")
+        ->check(number_in({.min = 0, .max = 1}))
+        ->capture_default_str();
+  }
   app.add_option("--strategy", f.strategy,
                  "Gradient synchronization: DDP's sequential (after backward, no overlap), "
                  "layerwise, bucketed, chunked:N; or sharded data parallelism: zero1 "
@@ -97,23 +104,32 @@ void add_workload_flags(CLI::App& app, WorkloadFlags& f) {
   app.add_option("--split", f.split,
                  "Units per model chunk in model order, e.g. 3,3,2 (P x V numbers adding up to "
                  "the model's units); default: balanced by FLOPs");
-  app.add_option("--link", f.link,
-                 "Emulate a slower interconnect: BANDWIDTH,LATENCY (e.g. 25GB/s,5us; "
-                 "bandwidth 1B/s to 1000TB/s, latency at most 1000s); alpha-beta wire time "
-                 "added after the real data movement");
-  app.add_option("--seed", f.seed, "Seed of parameters and data (0..2^64-1)")
-      ->check(unsigned_integer())
-      ->capture_default_str();
-  app.add_option("--threads", f.threads, "BLAS threads per rank")
-      ->check(integer_in(1, 1024))
-      ->capture_default_str();
-  app.add_option("--timeout", f.timeout_s,
-                 "Seconds a collective may take before the run stops with an error (at most "
-                 "1e6, about 11.6 days)")
-      ->check(number_in({.min = 0, .max = kMaxTimeoutS, .min_open = true}))
-      ->capture_default_str();
+  if (here) {
+    app.add_option("--link", f.link,
+                   "Emulate a slower interconnect: BANDWIDTH,LATENCY (e.g. 25GB/s,5us; "
+                   "bandwidth 1B/s to 1000TB/s, latency at most 1000s); alpha-beta wire time "
+                   "added after the real data movement");
+    app.add_option("--seed", f.seed, "Seed of parameters and data (0..2^64-1)")
+        ->check(unsigned_integer())
+        ->capture_default_str();
+    app.add_option("--threads", f.threads, "BLAS threads per rank")
+        ->check(integer_in(1, 1024))
+        ->capture_default_str();
+    app.add_option("--timeout", f.timeout_s,
+                   "Seconds a collective may take before the run stops with an error (at most "
+                   "1e6, about 11.6 days)")
+        ->check(number_in({.min = 0, .max = kMaxTimeoutS, .min_open = true}))
+        ->capture_default_str();
+  }
   app.add_flag("--no-timeline", f.no_timeline,
-               "Record no spans (measures the timeline's own cost; no trace, fewer metrics)");
+               here ? "Record no spans (measures the timeline's own cost; no trace, fewer "
+                      "metrics)"
+                    : "Keep no spans (no trace.json, fewer metrics; for very many ranks)");
+  if (!here) {
+    app.add_option("--precision", f.precision, "GEMM precision: fp32, tf32, fp16, bf16")
+        ->capture_default_str();
+    return;
+  }
   app.add_flag("--verify", f.verify,
                "Check after every step that all ranks hold identical parameters");
   app.add_option("--device", f.device,

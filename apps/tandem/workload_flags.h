@@ -54,7 +54,13 @@ struct WorkloadFlags {
 // The names of the options given on `command`'s line ("--prefetch", ...).
 std::set<std::string> given_options(const CLI::App& command);
 
-void add_workload_flags(CLI::App& app, WorkloadFlags& flags);
+// Which flags a command takes: a run here takes them all; a simulation (tandem simulate)
+// takes those that shape the step (model, batch, strategy, pipeline, precision) and
+// declares --ranks itself, leaving out what only a run here uses (data, optimizer
+// settings, seed, threads, timeout, device, GEMM library, link emulation, verify).
+enum class WorkloadUse : std::uint8_t { kRun, kSimulate };
+
+void add_workload_flags(CLI::App& app, WorkloadFlags& flags, WorkloadUse use = WorkloadUse::kRun);
 // Parses the string-valued flags; throws UsageError naming the flag. `runs_here` false: a
 // configuration to simulate, whose memory and device are the cluster's, not this machine's.
 TrainConfig to_train_config(const WorkloadFlags& flags, bool batch_given, bool runs_here = true);

@@ -34,9 +34,27 @@ LayoutOptions sharded_layout(int ranks) {
           .unit_align = PageMemory::kHugePage / sizeof(float)};
 }
 
+namespace {
+
+std::vector<std::vector<int>> units_read(const ModelLayout& layout) {
+  std::vector<std::vector<int>> out;
+  for (int u = 0; u < layout.units(); ++u) out.push_back(layout.units_read(u));
+  return out;
+}
+
+}  // namespace
+
 ShardedSync::ShardedSync(Communicator& comm, RankModel& model, StrategyKind kind, CommMode mode,
                          ShardOptions options, int micro_batches)
-    : comm_(comm), model_(model), kind_(kind), mode_(mode), options_(options), ranks_(comm.size()) {
+    : comm_(comm),
+      model_(model),
+      kind_(kind),
+      mode_(mode),
+      options_(options),
+      ranks_(comm.size()),
+      schedule_(units_read(model.layout()), micro_batches,
+                mode == CommMode::kSequential ? 0 : options.prefetch,
+                options.reshard_after_forward) {
   TANDEM_CHECK(kind == StrategyKind::kZero1 || kind == StrategyKind::kZero2 || fsdp());
   TANDEM_CHECK(micro_batches >= 1 && options.prefetch >= 0);
   const ModelLayout& layout = model.layout();
@@ -48,13 +66,10 @@ ShardedSync::ShardedSync(Communicator& comm, RankModel& model, StrategyKind kind
               .padded_end = info.padded_end,
               .owned_end = layout.owned_end(u),
               .shard = (info.padded_end - info.begin) / static_cast<std::size_t>(ranks_),
-              .offset = offset,
-              .reads = layout.units_read(u)};
+              .offset = offset};
     offset += unit.shard;
     units_.push_back(std::move(unit));
   }
-  events_per_micro_ = 2 * layout.units();
-  events_ = micro_batches * events_per_micro_;
   if (!communicates()) return;  // compute-only: a full local replica, the model's optimizer
 
   shard_numel_ = offset;
@@ -89,16 +104,6 @@ std::span<float> ShardedSync::velocity_shard(Unit& unit) {
   return velocity_shards_->span().subspan(unit.offset, unit.shard);
 }
 
-const std::vector<int>& ShardedSync::needs(int event) const {
-  const int i = event % events_per_micro_;
-  const int n = events_per_micro_ / 2;
-  return units_[static_cast<std::size_t>(i < n ? i : events_per_micro_ - 1 - i)].reads;
-}
-
-bool ShardedSync::forward_event(int event) const {
-  return event % events_per_micro_ < events_per_micro_ / 2;
-}
-
 void ShardedSync::begin_step(int step) {
   step_ = step;
   in_step_ = true;
@@ -128,7 +133,7 @@ void ShardedSync::before_backward(int unit) {
   settle_reduces(/*wait=*/false);
   if (kind_ != StrategyKind::kZero1) {
     // The backward writes full gradients of the units it reads (gpt's head: the tied wte).
-    for (int v : needs(event_)) units_[static_cast<std::size_t>(v)].grads_live = true;
+    for (int v : schedule_.needs(event_)) units_[static_cast<std::size_t>(v)].grads_live = true;
     note_transient();
   }
   if (fsdp()) {
@@ -150,13 +155,7 @@ void ShardedSync::after_backward(int unit, bool last_micro_batch) {
 }
 
 void ShardedSync::gather_ahead(int event) {
-  const int window = mode_ == CommMode::kSequential ? 0 : options_.prefetch;
-  for (int e = event; e <= std::min(event + window, events_ - 1); ++e) {
-    for (int v : needs(e)) {
-      const Unit& unit = units_[static_cast<std::size_t>(v)];
-      if (!unit.resident && !unit.gather) issue_gather(v);
-    }
-  }
+  for (int v : schedule_.gathers_before(event)) issue_gather(v);
 }
 
 void ShardedSync::issue_gather(int u) {
@@ -175,30 +174,18 @@ void ShardedSync::issue_gather(int u) {
 }
 
 void ShardedSync::wait_gathered(int event) {
-  for (int v : needs(event)) {
+  for (int v : schedule_.waits_before(event)) {
     Unit& unit = units_[static_cast<std::size_t>(v)];
-    if (unit.resident) continue;
     TANDEM_CHECK(unit.gather != nullptr);  // gather_ahead issued it
     wait(*unit.gather, v);
     unit.gather.reset();
-    unit.resident = true;
   }
 }
 
 void ShardedSync::release_after(int event) {
-  if (!options_.reshard_after_forward && forward_event(event)) return;
-  // A unit that the next event (or one within the prefetch window) reads again stays.
-  const int window = std::max(1, mode_ == CommMode::kSequential ? 0 : options_.prefetch);
-  for (int v : needs(event)) {
-    bool soon = false;
-    for (int e = event + 1; e <= std::min(event + window, events_ - 1) && !soon; ++e) {
-      const std::vector<int>& next = needs(e);
-      soon = std::find(next.begin(), next.end(), v) != next.end();
-    }
-    Unit& unit = units_[static_cast<std::size_t>(v)];
-    if (soon || !unit.resident) continue;
+  for (int v : schedule_.releases_after(event)) {
+    const Unit& unit = units_[static_cast<std::size_t>(v)];
     model_.discard_params(unit.begin, unit.owned_end);
-    unit.resident = false;
   }
 }
 
@@ -276,26 +263,32 @@ std::vector<float> ShardedSync::full_params(RankModel& model, bool copy) {
   if (!fsdp() || !communicates()) return GradSync::full_params(model, copy);
   TANDEM_CHECK(!in_step_);
   for (int u = 0; u < static_cast<int>(units_.size()); ++u) {
-    if (!units_[static_cast<std::size_t>(u)].resident) issue_gather(u);
+    if (schedule_.resident(u)) continue;
+    schedule_.start_gather(u);
+    issue_gather(u);
   }
-  for (Unit& unit : units_) {
+  for (int u = 0; u < static_cast<int>(units_.size()); ++u) {
+    Unit& unit = units_[static_cast<std::size_t>(u)];
     if (!unit.gather) continue;
     unit.gather->synchronize();
     unit.gather.reset();
+    schedule_.finish_gather(u);
   }
   std::vector<float> out = copy ? model.download_params() : std::vector<float>{};
-  for (Unit& unit : units_) {
+  for (int u = 0; u < static_cast<int>(units_.size()); ++u) {
+    const Unit& unit = units_[static_cast<std::size_t>(u)];
     model.discard_params(unit.begin, unit.owned_end);
-    unit.resident = false;
+    schedule_.release(u);
   }
   return out;
 }
 
 void ShardedSync::note_transient() {
   std::int64_t gathered = 0, grads = 0;
-  for (const Unit& unit : units_) {
+  for (int u = 0; u < static_cast<int>(units_.size()); ++u) {
+    const Unit& unit = units_[static_cast<std::size_t>(u)];
     const auto range = static_cast<std::int64_t>((unit.padded_end - unit.begin) * sizeof(float));
-    if (fsdp() && (unit.resident || unit.gather)) gathered += range;
+    if (fsdp() && (schedule_.resident(u) || unit.gather)) gathered += range;
     if (unit.grads_live) grads += range;
   }
   gathered_peak_ = std::max(gathered_peak_, gathered);

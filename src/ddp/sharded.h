@@ -42,6 +42,7 @@
 #include "comm/communicator.h"
 #include "ddp/grad_sync.h"
 #include "ddp/reducer.h"
+#include "ddp/shard_schedule.h"
 #include "model/layout.h"
 #include "model/rank_model.h"
 
@@ -90,18 +91,13 @@ class ShardedSync final : public GradSync {
     std::size_t owned_end = 0;   // [begin, owned_end) is given back (ModelLayout::owned_end)
     std::size_t shard = 0;    // elements per rank: (padded_end - begin) / N
     std::size_t offset = 0;   // of this rank's shard in the shard buffers
-    std::vector<int> reads;   // units whose parameters its passes read
     WorkPtr gather;           // fsdp: the all-gather in flight; zero1/2: after the step
     WorkPtr reduce;           // the reduce-scatter in flight
-    bool resident = false;    // fsdp: gathered parameters are in the model
     bool grads_live = false;  // a full gradient is in the model (zero2, fsdp)
   };
 
   bool fsdp() const { return kind_ == StrategyKind::kFsdp; }
   bool communicates() const { return mode_ != CommMode::kOff; }
-  // Events of the step: forward u is micro * 2n + u, backward u is micro * 2n + 2n-1-u.
-  const std::vector<int>& needs(int event) const;
-  bool forward_event(int event) const;
   void gather_ahead(int event);
   void wait_gathered(int event);
   void release_after(int event);
@@ -130,11 +126,10 @@ class ShardedSync final : public GradSync {
   std::unique_ptr<ModelArray> grad_shards_;      // every stage: the averaged gradient block
   std::unique_ptr<ModelArray> velocity_shards_;  // SGD's momentum for the rank's block
   std::vector<Unit> units_;
+  ShardSchedule schedule_;  // fsdp: which units are gathered, resident, given back
   int step_ = -1;
   bool in_step_ = false;
-  int event_ = 0;             // the compute event now running or next
-  int events_per_micro_ = 0;  // 2 x units
-  int events_ = 0;            // per step
+  int event_ = 0;  // the compute event now running or next (ShardSchedule's numbering)
   std::int64_t gathered_peak_ = 0;
   std::int64_t grads_peak_ = 0;
   std::int64_t bytes_this_step_ = 0;

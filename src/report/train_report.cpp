@@ -38,8 +38,10 @@ std::string format_memory(const TrainResult& result) {
       i = result.memory.size() - 1;
     }
     const RankMemory& m = result.memory[i];
-    const auto rss = [](std::int64_t bytes) {
-      return bytes < 0 ? std::string("unknown") : mib(bytes);
+    const auto rss = [&](std::int64_t bytes) {
+      return bytes >= 0                            ? mib(bytes)
+             : result.timing_source == "simulated" ? std::string("not simulated")
+                                                   : std::string("unknown");
     };
     std::snprintf(line, sizeof line, "    rank %-4d %12s (%s + %s + %s) | %s + %s | %s (%s)\n",
                   m.rank, mib(m.state.persistent()).c_str(), mib(m.state.params).c_str(),
@@ -158,9 +160,12 @@ std::string format_train_summary(const TrainConfig& config, const TrainResult& r
     std::snprintf(line, sizeof line, fmt, args...);
     text += line;
   };
-  add("\nsummary over %zu steps (after %d warm-up), %d ranks, strategy %s, %zu buckets\n",
-      s.measured_steps, config.steps - static_cast<int>(s.measured_steps), config.ranks,
-      config.reducer.plan.strategy.to_string().c_str(), result.buckets.size());
+  // The strategy as it ran ("bucketed, 4 buckets (...)", "fsdp, 26 units sharded over 8
+  // ranks, prefetch 1").
+  const std::string strategy =
+      result.sync.empty() ? config.reducer.plan.strategy.to_string() : result.sync;
+  add("\nsummary over %zu steps (after %d warm-up), %d ranks, strategy %s\n", s.measured_steps,
+      config.steps - static_cast<int>(s.measured_steps), config.ranks, strategy.c_str());
   add("  step time        %s\n", ms(s.step_ms).c_str());
   add("  throughput       %10.1f samples/s (global batch %d)\n", s.samples_per_s,
       global_batch(config));
@@ -265,7 +270,7 @@ nlohmann::json train_config_json(const TrainConfig& c, const TrainResult& result
       {"blas_threads_per_rank", c.blas_threads},
       {"blas", result.blas},
       {"gemm_library", std::string(to_string(c.gemm))},
-      {"device", std::string(to_string(c.device))},
+      {"device", result.device.empty() ? std::string(to_string(c.device)) : result.device},
       {"precision", std::string(to_string(c.precision))},
       {"device_details", result.device_details},
       {"timing_source", result.timing_source},

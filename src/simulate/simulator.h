@@ -41,10 +41,13 @@ struct SimulateOptions {
   std::vector<Straggler> stragglers;
 };
 
-// Seconds of an all-reduce of `bytes` over `ranks` ranks placed node by node on
-// `cluster`: reduce-scatter inside each node, all-reduce of a node's share across nodes
-// (each device using its share of the node's NICs), all-gather inside each node; each a
-// ring, 2(k-1)/k of the data over k members plus a latency per hop. One rank: 0.
+// Seconds of a collective (all-reduce, reduce-scatter or all-gather) of `bytes` over
+// `ranks` ranks placed node by node on `cluster`, hierarchically: a ring inside each node
+// over its devices, and a ring across the nodes moving each device's 1/d share over its
+// share of the node's NICs. A ring of k members moves 2(k-1)/k of the data for an
+// all-reduce, (k-1)/k for a reduce-scatter or an all-gather, plus a latency per hop
+// (twice as many for an all-reduce). One rank: 0.
+double collective_seconds(const Cluster& cluster, SpanKind kind, int ranks, double bytes);
 double allreduce_seconds(const Cluster& cluster, int ranks, double bytes);
 
 // Seconds of each pass on one device (before contention and stragglers).
@@ -54,12 +57,14 @@ struct UnitCosts {
   std::vector<double> forward_flops, backward_flops;
   double loss_forward = 0, loss_backward = 0;
   double optimizer = 0;
+  double optimizer_numel = 0;  // the elements the optimizer's time is for
 };
 UnitCosts unit_costs(const TrainConfig& config, const Cluster& cluster);
 
-// Simulates config.steps steps of `config` (the DDP family, accumulation, every model;
-// not yet sharded strategies or pipeline stages: UsageError naming the flag). The ranks
-// must fit the cluster, and a replica the device's memory (UsageError with the bytes).
+// Simulates config.steps steps of `config` (the DDP family, zero1, zero2 and fsdp,
+// accumulation, every model; not yet pipeline stages: UsageError naming the flag). The
+// ranks must fit the cluster, and a rank's state the device's memory (UsageError with the
+// bytes).
 TrainResult simulate_training(const TrainConfig& config, const SimulateOptions& options);
 
 }  // namespace tandem

@@ -35,15 +35,39 @@ TEST(SimulateCliTest, WritesWhatTrainWritesMarkedSimulated) {
   EXPECT_FALSE(trace["traceEvents"].empty());
 }
 
+// Sharded strategies take train's flags; the summary names the strategy as it ran and the
+// memory is the shards'.
+TEST(SimulateCliTest, FsdpWithPrefetchShardsTheStateAcrossTheCluster) {
+  TempDir dir;
+  const fs::path out = dir.path() / "fsdp";
+  const CliResult r = run_tandem(
+      "simulate --cluster 2x4xh100 --model gpt:layers=4,dim=512,heads=8,seq=128 --batch 4 "
+      "--strategy fsdp --prefetch 2 --precision bf16 --out " +
+      out.string());
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("strategy fsdp, prefetch 2"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("units sharded over 8 ranks, prefetch 2"), std::string::npos) << r.out;
+  const auto summary = nlohmann::json::parse(slurp(out / "summary.json"));
+  const auto& rank0 = summary["memory"][0];
+  EXPECT_GT(rank0["gathered_peak_bytes"].get<double>(), 0) << rank0;
+  // Every unit padded to a multiple of 8 ranks: the shard is an eighth of a padded replica.
+  EXPECT_LT(rank0["params_bytes"].get<double>() * 8,
+            1.01 * 4 * summary["config"]["parameters"].get<double>())
+      << rank0;
+  EXPECT_EQ(summary["config"]["device"], "simulated");
+}
+
 TEST(SimulateCliTest, BadInputIsOneLineAndExitCodeTwo) {
   for (const std::string args :
-       {"simulate --cluster 8xh900", "simulate --cluster 2xh100 --strategy fsdp",
+       {"simulate --cluster 8xh900", "simulate --cluster 2xh100 --pipeline 2",
         "simulate --cluster 2xh100 --ranks 4", "simulate --cluster 2xmi250 --precision tf32",
         "simulate --cluster 1xa100 --model gpt3-13b",
         "simulate --cluster 2xh100 --straggler rank=9,compute=2x",
         "simulate --cluster 2xh100 --model gpt:nope", "simulate --cluster /no/such.json",
-        "simulate --cluster 2xh100 --bucket-mb nan",
-        "simulate --cluster 2xh100 --bucket-mb 1e300"}) {
+        "simulate --cluster 2xh100 --bucket-mb nan", "simulate --cluster 2xh100 --bucket-mb 1e300",
+        "simulate --cluster 2xh100 --prefetch 2",          // bucketed has nothing to prefetch
+        "simulate --cluster 2xh100 --data /etc/hostname",  // a run here's flag
+        "simulate --cluster 2xh100 --pipeline 3"}) {
     const CliResult r = run_tandem(args);
     EXPECT_EQ(r.exit_code, 2) << args << ": " << r.err;
     EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << args << ": " << r.err;

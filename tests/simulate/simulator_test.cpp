@@ -12,6 +12,8 @@
 
 #include "analysis/metrics.h"
 #include "core/error.h"
+#include "ddp/sharded.h"
+#include "model/layout.h"
 
 namespace tandem {
 namespace {
@@ -168,14 +170,149 @@ TEST(SimulatorTest, AStragglerDelaysEveryRanksAllreduceAndTheOthersWait) {
   EXPECT_NEAR(waited - waited_even, compute, 4e-9);
 }
 
-TEST(SimulatorTest, WhatItCannotRunIsOneLineNamingTheFlag) {
+TEST(CollectiveSecondsTest, AReduceScatterOrAllgatherIsHalfAnAllreduce) {
+  for (const Cluster& c : {round_cluster(1, 8), round_cluster(4, 4)}) {
+    for (int n : {2, 8, 16}) {
+      if (n > c.devices()) continue;
+      const double ar = collective_seconds(c, SpanKind::kAllreduce, n, 48e6);
+      EXPECT_NEAR(collective_seconds(c, SpanKind::kReduceScatter, n, 48e6), ar / 2, 1e-15) << n;
+      EXPECT_NEAR(collective_seconds(c, SpanKind::kAllgather, n, 48e6), ar / 2, 1e-15) << n;
+    }
+  }
+}
+
+// What the sharded hand computations need: per unit, its padded bytes and the seconds of
+// its all-gather (= its reduce-scatter) on `ranks` ranks; the step's compute.
+struct ShardedCase {
+  std::vector<double> gather;  // per unit
+  double compute = 0;
+  double optimizer = 0;  // SGD on the rank's shards
+  int units = 0;
+};
+
+ShardedCase sharded_case(const TrainConfig& config, const Cluster& cluster) {
+  const ModelLayout layout(config.model, sharded_layout(config.ranks));
+  const UnitCosts k = unit_costs(config, cluster);
+  ShardedCase c;
+  c.units = layout.units();
+  double shard_numel = 0;
+  for (int u = 0; u < layout.units(); ++u) {
+    const double numel = static_cast<double>(layout.unit(u).padded_end - layout.unit(u).begin);
+    c.gather.push_back(collective_seconds(cluster, SpanKind::kAllgather, config.ranks, 4 * numel));
+    shard_numel += numel / config.ranks;
+  }
+  c.compute = std::accumulate(k.forward.begin(), k.forward.end(), 0.0) +
+              std::accumulate(k.backward.begin(), k.backward.end(), 0.0) + k.loss_forward +
+              k.loss_backward;
+  c.optimizer = k.optimizer * shard_numel / k.optimizer_numel;
+  return c;
+}
+
+int count_spans(const TrainResult& r, int rank, SpanKind kind) {
+  return static_cast<int>(std::count_if(
+      r.timeline.spans.begin(), r.timeline.spans.end(),
+      [&](const Span& s) { return s.rank == rank && s.step == 0 && s.kind == kind; }));
+}
+
+// fsdp in the sequential scenario: every gather and reduce-scatter waited for as soon as
+// it is issued. A unit's parameters are gathered before its forward and again before its
+// backward, except the last unit, whose backward follows its forward at once.
+TEST(SimulatorTest, ASequentialFsdpStepWaitsForEveryGatherAndReduceScatter) {
+  const Cluster cluster = round_cluster(1, 2, 0.5, 0.5);
+  TrainConfig config = mlp_config("mlp:4x512", 2, "fsdp");
+  config.reducer.mode = CommMode::kSequential;
+  const ShardedCase c = sharded_case(config, cluster);
+  const TrainResult r = simulate_training(config, {.cluster = cluster});
+  double comm = 0;
+  for (int u = 0; u < c.units; ++u) {
+    comm += c.gather[static_cast<std::size_t>(u)] * (u == c.units - 1 ? 2 : 3);  // AG, AG, RS
+  }
+  for (const StepRecord& s : r.steps) {
+    EXPECT_NEAR(seconds(s.end_ns - s.start_ns), c.compute + comm + c.optimizer, 4e-9);
+  }
+  EXPECT_EQ(count_spans(r, 0, SpanKind::kAllgather), 2 * c.units - 1);
+  EXPECT_EQ(count_spans(r, 1, SpanKind::kReduceScatter), c.units);
+  EXPECT_EQ(count_spans(r, 1, SpanKind::kWait), 3 * c.units - 1);
+  // Memory as ShardedSync keeps it: shards of everything, one unit gathered at a time.
+  const ModelLayout layout(config.model, sharded_layout(2));
+  std::int64_t largest = 0, full = 0;
+  for (int u = 0; u < layout.units(); ++u) {
+    const auto bytes =
+        static_cast<std::int64_t>(4 * (layout.unit(u).padded_end - layout.unit(u).begin));
+    largest = std::max(largest, bytes);
+    full += bytes;
+  }
+  ASSERT_EQ(r.memory.size(), 2u);
+  EXPECT_EQ(r.memory[0].state.params, full / 2);
+  EXPECT_EQ(r.memory[0].state.grads, full / 2);
+  EXPECT_EQ(r.memory[0].state.optimizer, full / 2);
+  EXPECT_EQ(r.memory[0].state.gathered_peak, largest);
+  EXPECT_GT(r.memory[0].state.grads_peak, 0);
+}
+
+// Overlapped fsdp: with prefetch 0 every gather is issued just before the pass that needs
+// it, and waits behind the reduce-scatter issued before it, so the step costs what the
+// sequential one does. With prefetch 1 and compute longer than any collective (no
+// contention), only the first gather and the last reduce-scatter are exposed.
+TEST(SimulatorTest, FsdpPrefetchHidesEveryGatherButTheFirst) {
   const Cluster cluster = round_cluster(1, 2);
   TrainConfig config = mlp_config("mlp:4x512", 2, "fsdp");
+  config.batch = 8192;  // every pass outlasts every collective
+  config.steps = 1;
+  const ShardedCase c = sharded_case(config, cluster);
+  const UnitCosts k = unit_costs(config, cluster);
+  ASSERT_GT(*std::min_element(k.forward.begin(), k.forward.end()),
+            *std::max_element(c.gather.begin(), c.gather.end()));
+  double sequential = c.compute + c.optimizer;
+  for (int u = 0; u < c.units; ++u)
+    sequential += c.gather[static_cast<std::size_t>(u)] * (u == c.units - 1 ? 2 : 3);
+
+  config.shard.prefetch = 0;
+  TrainResult r = simulate_training(config, {.cluster = cluster});
+  EXPECT_NEAR(seconds(r.steps[0].end_ns - r.steps[0].start_ns), sequential, 4e-9);
+
+  config.shard.prefetch = 1;
+  r = simulate_training(config, {.cluster = cluster});
+  EXPECT_NEAR(seconds(r.steps[0].end_ns - r.steps[0].start_ns),
+              c.gather[0] + c.compute + c.gather[0] + c.optimizer, 4e-9);
+  // Kept from forward to backward: each unit gathered once.
+  config.shard.reshard_after_forward = false;
+  r = simulate_training(config, {.cluster = cluster});
+  EXPECT_EQ(count_spans(r, 0, SpanKind::kAllgather), c.units);
+}
+
+// zero1 in the sequential scenario: each unit's reduce-scatter waited for after its
+// backward, SGD on the shard, then every updated block gathered and waited for at the
+// step's end. The model keeps full parameters and gradients.
+TEST(SimulatorTest, ASequentialZero1StepReduceScattersThenGathersAfterTheOptimizer) {
+  const Cluster cluster = round_cluster(1, 4, 0.5, 0.5);
+  TrainConfig config = mlp_config("mlp:4x512", 4, "zero1");
+  config.reducer.mode = CommMode::kSequential;
+  const ShardedCase c = sharded_case(config, cluster);
+  const TrainResult r = simulate_training(config, {.cluster = cluster});
+  const double comm = 2 * std::accumulate(c.gather.begin(), c.gather.end(), 0.0);
+  for (const StepRecord& s : r.steps) {
+    EXPECT_NEAR(seconds(s.end_ns - s.start_ns), c.compute + comm + c.optimizer, 4e-9);
+  }
+  const ModelLayout layout(config.model, sharded_layout(4));
+  std::int64_t full = 0;
+  for (int u = 0; u < layout.units(); ++u)
+    full += static_cast<std::int64_t>(4 * (layout.unit(u).padded_end - layout.unit(u).begin));
+  EXPECT_EQ(r.memory[3].state.params, full);
+  EXPECT_EQ(r.memory[3].state.grads, full + full / 4);
+  EXPECT_EQ(r.memory[3].state.gathered_peak, 0);
+  EXPECT_EQ(r.bytes_per_step, 2 * full);
+}
+
+TEST(SimulatorTest, WhatItCannotRunIsOneLineNamingTheFlag) {
+  const Cluster cluster = round_cluster(1, 2);
+  TrainConfig config = mlp_config("mlp:4x512", 2, "bucketed");
+  config.pipeline.stages = 2;
   try {
     simulate_training(config, {.cluster = cluster});
     FAIL();
   } catch (const UsageError& e) {
-    EXPECT_TRUE(std::string(e.what()).starts_with("--strategy fsdp")) << e.what();
+    EXPECT_TRUE(std::string(e.what()).starts_with("--pipeline")) << e.what();
   }
   config = mlp_config("mlp:4x512", 3, "bucketed");
   EXPECT_THROW(simulate_training(config, {.cluster = cluster}), UsageError);  // 3 > 2 devices
