@@ -1,6 +1,7 @@
 // `tandem simulate`: a training configuration predicted on a modelled cluster
 // (simulate/simulator.h), reported as `train` reports a measured run.
 #include <cstdio>
+#include <filesystem>
 #include <memory>
 #include <optional>
 #include <string>
@@ -8,7 +9,9 @@
 
 #include "commands.h"
 #include "core/error.h"
+#include "core/files.h"
 #include "core/parse.h"
+#include "experiment/calibrate.h"
 #include "flag_checks.h"
 #include "report/results_dir.h"
 #include "simulate/simulator.h"
@@ -19,6 +22,8 @@ namespace tandem::cli {
 
 namespace {
 
+namespace fs = std::filesystem;
+
 struct SimulateFlags {
   WorkloadFlags workload;  // the step's shape, as train takes it (WorkloadUse::kSimulate)
   std::string cluster;
@@ -27,10 +32,119 @@ struct SimulateFlags {
   std::string out;
   bool force = false;
   int warmup = 0;
+  std::string calibration;             // --calibration DIR (for --cluster here)
+  std::vector<std::string> calibrate;  // --calibrate RUN...
+  std::vector<std::string> against;    // --against RUN...
 };
 
+void print_calibration(const Calibration& c) {
+  std::printf("  compute: GEMMs at");
+  const char* names[] = {"fp32", "tf32", "fp16", "bf16"};
+  for (std::size_t p = 0; p < 4; ++p) {
+    if (c.gemm_flops_per_s[p] > 0)
+      std::printf(" %.1f GFLOP/s %s,", c.gemm_flops_per_s[p] / 1e9, names[p]);
+  }
+  std::printf(" memory %.1f GB/s; fit error median %.1f%%, largest %.1f%% (%s), %d samples\n",
+              c.memory_bytes_per_s / 1e9, 100 * c.compute.median, 100 * c.compute.max,
+              c.compute.worst.c_str(), c.compute.samples);
+  std::printf(
+      "  collectives: ring at %.2f GB/s per direction, %.1f us per hop; fit error median "
+      "%.1f%%, largest %.1f%% (%s), %d samples\n",
+      c.link.bandwidth_bytes_per_s / 1e9, c.link.latency_s * 1e6, 100 * c.comm.median,
+      100 * c.comm.max, c.comm.worst.c_str(), c.comm.samples);
+  if (c.contention_samples > 0) {
+    std::printf(
+        "  contention: overlap slows compute %.1f%% and collectives %.1f%% (%d "
+        "characterized configurations)\n",
+        100 * c.overlap_compute_slowdown, 100 * c.overlap_comm_slowdown, c.contention_samples);
+  } else if (c.contention_candidates > 0) {
+    std::printf(
+        "  contention: not fitted (none of the %d characterized configurations overlapped "
+        "long enough to show it; try layerwise or smaller buckets): 0\n",
+        c.contention_candidates);
+  } else {
+    std::printf("  contention: not fitted (no characterize run among the inputs): 0\n");
+  }
+}
+
+// --calibrate RUN... --out DIR: the fit, written to DIR/calibration.json, and every
+// measured run predicted beside its measurement.
+int run_calibrate(const SimulateFlags& flags) {
+  if (flags.out.empty()) throw UsageError("--calibrate: needs --out DIR for the calibration");
+  const MeasuredRuns measured = read_measured_runs(flags.calibrate, "--calibrate");
+  if (measured.runs.empty()) {
+    throw UsageError(
+        "--calibrate: none of the runs can calibrate the simulator (" +
+        (measured.skipped.empty() ? std::string("no runs") : measured.skipped.front()) + ")");
+  }
+  const fs::path file = fs::path(flags.out) / kCalibrationFile;
+  if (fs::exists(file) && !flags.force) {
+    throw UsageError("--out " + flags.out + ": holds a calibration; --force replaces it");
+  }
+  const Calibration c = fit_calibration(compute_samples(measured.runs), comm_samples(measured.runs),
+                                        measured.contention);
+  std::string source = "calibrated from " + std::to_string(flags.calibrate.size()) +
+                       (flags.calibrate.size() == 1 ? " run directory" : " run directories");
+  if (!measured.machine.empty()) source += " on " + measured.machine;
+  std::printf("tandem simulate --calibrate: %zu measured configurations from %zu directories\n",
+              measured.runs.size(), flags.calibrate.size());
+  for (const std::string& s : measured.skipped) std::printf("  skipped %s\n", s.c_str());
+  print_calibration(c);
+  std::printf("%s",
+              format_predictions(predict_runs(c, measured.memory_bytes, measured.runs)).c_str());
+  std::error_code ec;
+  fs::create_directories(flags.out, ec);
+  if (ec) throw UsageError("--out " + flags.out + ": " + ec.message());
+  write_file_atomic(file, calibration_json(c, measured.memory_bytes, source).dump(2) + "\n");
+  std::printf("wrote %s\n", file.string().c_str());
+  return 0;
+}
+
+// --calibration DIR --against RUN...: runs the fit did not see, predicted and compared.
+int run_against(const SimulateFlags& flags) {
+  if (flags.calibration.empty()) throw UsageError("--against: needs --calibration DIR");
+  const MeasuredRuns measured = read_measured_runs(flags.against, "--against");
+  double memory = 0;
+  std::string source;
+  const Calibration c = read_calibration((fs::path(flags.calibration) / kCalibrationFile).string(),
+                                         "--calibration", &memory, &source);
+  std::printf(
+      "tandem simulate --against: %zu measured configurations, predicted with the "
+      "calibration in %s (%s)\n",
+      measured.runs.size(), flags.calibration.c_str(), source.c_str());
+  for (const std::string& s : measured.skipped) std::printf("  skipped %s\n", s.c_str());
+  std::printf("%s", format_predictions(predict_runs(c, memory, measured.runs)).c_str());
+  return 0;
+}
+
 int run_simulate(const SimulateFlags& flags, bool batch_given, const CommandLine& argv) {
-  SimulateOptions options{.cluster = parse_cluster(flags.cluster)};
+  if (!flags.calibrate.empty() || !flags.against.empty()) {
+    // Fitting or checking a calibration simulates the runs' own configurations.
+    for (const std::string& flag : flags.workload.given) {
+      if (flag == "--calibrate" || flag == "--against" || flag == "--calibration" ||
+          flag == "--out" || flag == "--force") {
+        continue;
+      }
+      throw UsageError(flag + ": " + (flags.calibrate.empty() ? "--against" : "--calibrate") +
+                       " simulates the configurations its runs measured; give " + flag +
+                       " to a simulation");
+    }
+    if (!flags.calibrate.empty() && !flags.against.empty()) {
+      throw UsageError(
+          "--against: check a calibration after writing it (--calibration DIR "
+          "--against RUN...), not with --calibrate");
+    }
+    return flags.calibrate.empty() ? run_against(flags) : run_calibrate(flags);
+  }
+  if (flags.cluster.empty()) {
+    throw UsageError(
+        "--cluster: required (NODESxDEVICESxPROFILE, a JSON file, or here with "
+        "--calibration)");
+  }
+  const bool here = flags.cluster == "here";
+  SimulateOptions options{.cluster = resolve_cluster(
+                              flags.cluster, flags.calibration,
+                              here ? (flags.ranks > 0 ? flags.ranks : flags.workload.ranks) : 0)};
   for (const std::string& s : flags.stragglers) options.stragglers.push_back(Straggler::parse(s));
   WorkloadFlags workload = flags.workload;
   workload.ranks = flags.ranks > 0 ? flags.ranks : options.cluster.devices();
@@ -58,12 +172,11 @@ int run_simulate(const SimulateFlags& flags, bool batch_given, const CommandLine
         format_bytes(static_cast<double>(config.reducer.plan.bucket_cap_bytes)).c_str(),
         format_bytes(static_cast<double>(config.reducer.plan.first_bucket_cap_bytes)).c_str());
   }
-  std::printf(
-      "  device %s: %s; overlap slows compute %.0f%% and communication %.0f%% "
-      "(uncalibrated profile values)\n",
-      options.cluster.device.name.c_str(), options.cluster.device.source.c_str(),
-      100 * options.cluster.device.overlap_compute_slowdown,
-      100 * options.cluster.device.overlap_comm_slowdown);
+  std::printf("  device %s: %s; overlap slows compute %.1f%% and communication %.1f%% (%s)\n",
+              options.cluster.device.name.c_str(), options.cluster.device.source.c_str(),
+              100 * options.cluster.device.overlap_compute_slowdown,
+              100 * options.cluster.device.overlap_comm_slowdown,
+              here ? "calibrated" : "uncalibrated profile values");
   std::fflush(stdout);
   const TrainResult result = simulate_training(config, options);
   std::printf("  %s\n  %s\n", result.blas.c_str(), result.backend_details.c_str());
@@ -76,7 +189,7 @@ int run_simulate(const SimulateFlags& flags, bool batch_given, const CommandLine
       {"gemm_efficiency", options.cluster.device.gemm_efficiency},
       {"overlap_compute_slowdown", options.cluster.device.overlap_compute_slowdown},
       {"overlap_comm_slowdown", options.cluster.device.overlap_comm_slowdown},
-      {"calibration", nullptr},
+      {"calibration", here ? nlohmann::json(flags.calibration) : nlohmann::json(nullptr)},
   };
   nlohmann::json stragglers = nlohmann::json::array();
   for (const Straggler& s : options.stragglers) {
@@ -96,11 +209,22 @@ void add_simulate_command(CLI::App& app, RunCommand& run) {
       "Predict training steps on a modelled cluster (docs/SIMULATE.md): the same spans, "
       "metrics, summary.json, trace.json and report.html as a measured train run");
   cmd->add_option("--cluster", flags->cluster,
-                  "NODESxDEVICESxPROFILE (8x8xh100), DEVICESxPROFILE, or a JSON file; "
-                  "built-in profiles: " +
-                      builtin_profiles())
-      ->required();
-  cmd->add_option("--ranks", flags->ranks, "Ranks (default: every device of the cluster)")
+                  "NODESxDEVICESxPROFILE (8x8xh100), DEVICESxPROFILE, a JSON file, or here "
+                  "(this machine, with --calibration); built-in profiles: " +
+                      builtin_profiles());
+  cmd->add_option("--calibration", flags->calibration,
+                  "With --cluster here: a directory --calibrate wrote (docs/SIMULATE.md)");
+  cmd->add_option("--calibrate", flags->calibrate,
+                  "RUN...: fit the simulator to these measured train and characterize results "
+                  "directories, print each run predicted beside its measurement, and write "
+                  "--out DIR/calibration.json")
+      ->expected(1, -1);
+  cmd->add_option("--against", flags->against,
+                  "RUN...: with --calibration, predict these measured runs (ones the fit did not "
+                  "see) beside their measurements")
+      ->expected(1, -1);
+  cmd->add_option("--ranks", flags->ranks,
+                  "Ranks (default: every device of the cluster; 2 with --cluster here)")
       ->check(integer_in(1, 1 << 20));
   flags->workload.steps = 3;
   add_workload_flags(*cmd, flags->workload, WorkloadUse::kSimulate);

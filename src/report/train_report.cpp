@@ -278,6 +278,36 @@ nlohmann::json train_config_json(const TrainConfig& c, const TrainResult& result
   };
 }
 
+TrainConfig train_config_from_json(const nlohmann::json& j, const std::string& what) {
+  TrainConfig c;
+  try {
+    c.model = ModelSpec::parse(j.at("model").get<std::string>());
+    c.ranks = j.at("ranks").get<int>();
+    c.batch = j.at("batch_per_rank").get<int>();
+    c.accumulate = j.at("accumulate").get<int>();
+    const int micro = j.at("micro_batches").get<int>();
+    c.pipeline.stages = j.at("pipeline_stages").get<int>();
+    if (c.pipeline.stages > 1)
+      c.pipeline.schedule = parse_schedule(j.at("schedule").get<std::string>());
+    if (c.accumulate == 1 && micro > 1) c.pipeline.micro_batches = micro;
+    c.reducer.plan.strategy = Strategy::parse(j.at("strategy").get<std::string>());
+    if (c.reducer.plan.strategy.kind == StrategyKind::kFsdp) {
+      c.shard.prefetch = j.at("prefetch").get<int>();
+      c.shard.reshard_after_forward = j.at("reshard_after_forward").get<bool>();
+    }
+    c.reducer.plan.bucket_cap_bytes = j.at("bucket_cap_bytes").get<std::int64_t>();
+    c.reducer.plan.first_bucket_cap_bytes = j.at("first_bucket_cap_bytes").get<std::int64_t>();
+    c.precision = parse_precision(j.at("precision").get<std::string>());
+    const std::string device = j.at("device").get<std::string>();
+    c.device = device == "simulated" ? Device::kCpu : parse_device(device);
+  } catch (const nlohmann::json::exception& e) {
+    throw UsageError(what + ": its \"config\" is not a training configuration (" + e.what() + ")");
+  } catch (const UsageError& e) {
+    throw UsageError(what + ": " + e.what());
+  }
+  return c;
+}
+
 nlohmann::json pipeline_json(const TrainConfig& config, const TrainResult& result,
                              const TrainSummary& s) {
   if (config.pipeline.stages == 1) return nullptr;

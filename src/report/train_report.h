@@ -53,6 +53,11 @@ TrainSummary summarize_training(const TrainConfig& config, const TrainResult& re
 std::string format_train_summary(const TrainConfig& config, const TrainResult& result,
                                  const TrainSummary& summary);
 nlohmann::json train_config_json(const TrainConfig& config, const TrainResult& result);
+// The configuration a summary's "config" (train_config_json, or a characterize point's
+// train_workload_json) describes, as far as it shapes a step: model, ranks, batch,
+// micro-batches, strategy and its options, pipeline stages and schedule, precision,
+// device. Throws UsageError naming `what` (the file) when it is not one.
+TrainConfig train_config_from_json(const nlohmann::json& config, const std::string& what);
 // The body of summary.json (ResultsWriter writes the header before it).
 nlohmann::json train_summary_body(const TrainConfig& config, const TrainResult& result,
                                   const TrainSummary& summary);

@@ -93,6 +93,8 @@ UnitCosts unit_costs(const TrainConfig& config, const Cluster& cluster) {
   c.backward.resize(static_cast<std::size_t>(U));
   c.forward_flops.resize(static_cast<std::size_t>(U));
   c.backward_flops.resize(static_cast<std::size_t>(U));
+  c.forward_bytes.resize(static_cast<std::size_t>(U));
+  c.backward_bytes.resize(static_cast<std::size_t>(U));
   // Per unit: its GEMMs at the device's GEMM rate, and the memory its passes stream: the
   // weights (forward reads them; backward reads them and updates their gradients) and
   // the activations the elementwise kernels read and write.
@@ -128,16 +130,20 @@ UnitCosts unit_costs(const TrainConfig& config, const Cluster& cluster) {
   for (int u = 0; u < U; ++u) {
     const auto i = static_cast<std::size_t>(u);
     const double weights = 4.0 * static_cast<double>(layout.unit_end(u) - layout.unit_begin(u));
-    c.forward[i] = c.forward_flops[i] / flop_rate + (weights + activation_bytes[i]) / bw;
-    c.backward[i] = c.backward_flops[i] / flop_rate + (3 * weights + 2 * activation_bytes[i]) / bw;
+    c.forward_bytes[i] = weights + activation_bytes[i];
+    c.backward_bytes[i] = 3 * weights + 2 * activation_bytes[i];
+    c.forward[i] = c.forward_flops[i] / flop_rate + c.forward_bytes[i] / bw;
+    c.backward[i] = c.backward_flops[i] / flop_rate + c.backward_bytes[i] / bw;
   }
   // Softmax cross-entropy: logits read and written, then read again for the gradient.
-  c.loss_forward = 4.0 * 2 * loss_elements / bw;
-  c.loss_backward = 4.0 * 2 * loss_elements / bw;
+  c.loss_bytes = 4.0 * 2 * loss_elements;
+  c.loss_forward = c.loss_bytes / bw;
+  c.loss_backward = c.loss_bytes / bw;
   // SGD with momentum: parameters, gradients and velocity read; parameters and velocity
   // written.
   c.optimizer_numel = static_cast<double>(layout.numel());
-  c.optimizer = 4.0 * 5 * c.optimizer_numel / bw;
+  c.optimizer_bytes = 4.0 * 5 * c.optimizer_numel;
+  c.optimizer = c.optimizer_bytes / bw;
   return c;
 }
 

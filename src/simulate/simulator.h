@@ -50,13 +50,17 @@ struct SimulateOptions {
 double collective_seconds(const Cluster& cluster, SpanKind kind, int ranks, double bytes);
 double allreduce_seconds(const Cluster& cluster, int ranks, double bytes);
 
-// Seconds of each pass on one device (before contention and stragglers).
+// Seconds of each pass on one device (before contention and stragglers): its FLOPs at the
+// device's GEMM rate plus the bytes it streams at its memory bandwidth.
 struct UnitCosts {
   std::vector<double> forward;   // per unit
   std::vector<double> backward;  // per unit
   std::vector<double> forward_flops, backward_flops;
+  std::vector<double> forward_bytes, backward_bytes;
   double loss_forward = 0, loss_backward = 0;
+  double loss_bytes = 0;  // each of the loss's forward and backward
   double optimizer = 0;
+  double optimizer_bytes = 0;
   double optimizer_numel = 0;  // the elements the optimizer's time is for
 };
 UnitCosts unit_costs(const TrainConfig& config, const Cluster& cluster);

@@ -75,6 +75,62 @@ TEST(SimulateCliTest, BadInputIsOneLineAndExitCodeTwo) {
   }
 }
 
+// The calibration round trip a user runs: measure here, fit, simulate `here`, check the
+// fit against a run it did not see.
+TEST(SimulateCliTest, CalibratesFromMeasuredRunsAndPredictsHere) {
+  TempDir dir;
+  const auto path = [&](const char* name) { return (dir.path() / name).string(); };
+  ASSERT_EQ(
+      run_tandem("train --ranks 2 --model mlp:3x256 --batch 64 --steps 6 --out " + path("train"))
+          .exit_code,
+      0);
+  ASSERT_EQ(run_tandem("characterize --ranks 2 --model mlp:3x256 --batch 64 --strategy layerwise "
+                       "--iterations 3 --warmup 1 --no-progress --out " +
+                       path("chr"))
+                .exit_code,
+            0);
+  ASSERT_EQ(
+      run_tandem("train --ranks 2 --model mlp:2x384 --batch 32 --steps 6 --out " + path("other"))
+          .exit_code,
+      0);
+  CliResult r = run_tandem("simulate --calibrate " + path("train") + " " + path("chr") + " --out " +
+                           path("cal"));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("GFLOP/s fp32"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("measured  predicted"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("chr point default overlapped"), std::string::npos) << r.out;
+  const auto cal = nlohmann::json::parse(slurp(dir.path() / "cal" / "calibration.json"));
+  EXPECT_GT(cal["calibration"]["gemm_flops_per_s"][0].get<double>(), 0);
+  EXPECT_GT(cal["calibration"]["compute_error"]["samples"].get<int>(), 0);
+
+  r = run_tandem("simulate --cluster here --calibration " + path("cal") +
+                 " --model mlp:4x512 --ranks 3 --out " + path("sim"));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("(calibrated)"), std::string::npos) << r.out;
+  const auto summary = nlohmann::json::parse(slurp(dir.path() / "sim" / "summary.json"));
+  EXPECT_EQ(summary["simulated"]["calibration"], path("cal"));
+  EXPECT_EQ(summary["config"]["ranks"], 3);
+
+  r = run_tandem("simulate --calibration " + path("cal") + " --against " + path("other"));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find(path("other")), std::string::npos) << r.out;
+
+  for (const std::string& args : std::vector<std::string>{
+           "simulate --calibrate " + path("train"),                            // no --out
+           "simulate --calibrate " + path("train") + " --out " + path("cal"),  // exists
+           "simulate --calibrate " + path("nope") + " --out " + path("x"),
+           "simulate --calibrate " + path("sim") + " --out " + path("x"),  // a simulation
+           "simulate --calibrate " + path("train") + " --model mlp:2x8 --out " + path("x"),
+           std::string("simulate --cluster here --model mlp:2x8"),  // no calibration
+           "simulate --cluster 2xh100 --calibration " + path("cal"),
+           "simulate --against " + path("other")}) {
+    const CliResult bad = run_tandem(args);
+    EXPECT_EQ(bad.exit_code, 2) << args << ": " << bad.err;
+    EXPECT_EQ(std::count(bad.err.begin(), bad.err.end(), '\n'), 1) << args << ": " << bad.err;
+  }
+  EXPECT_FALSE(fs::exists(dir.path() / "x"));
+}
+
 // characterize --simulate: the four scenarios predicted, the metrics derived from them as
 // from measured ones.
 TEST(SimulateCliTest, CharacterizePredictsTheFourScenarios) {

@@ -1,0 +1,339 @@
+#include "experiment/calibrate.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <tuple>
+
+#include "analysis/metrics.h"
+#include "core/error.h"
+#include "report/train_report.h"
+#include "timeline/chrome_trace.h"
+
+namespace tandem {
+
+namespace {
+
+namespace fs = std::filesystem;
+
+double median_of(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const std::size_t n = v.size();
+  return n % 2 == 1 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+nlohmann::json read_json(const fs::path& path, const std::string& flag) {
+  std::ifstream in(path);
+  if (!in)
+    throw UsageError(flag + " " + path.parent_path().string() + ": no " + path.filename().string() +
+                     " (not a results directory tandem wrote)");
+  try {
+    return nlohmann::json::parse(in);
+  } catch (const nlohmann::json::exception& e) {
+    throw UsageError(flag + " " + path.string() + ": not JSON (" + e.what() + ")");
+  }
+}
+
+Timeline read_trace(const fs::path& path, const std::string& flag) {
+  if (!fs::exists(path)) throw UsageError(flag + " " + path.string() + ": missing");
+  try {
+    return read_chrome_trace(path.string());
+  } catch (const UsageError&) {
+    throw;
+  } catch (const std::exception& e) {
+    throw UsageError(flag + " " + path.string() + ": " + e.what());
+  }
+}
+
+// Median E2E over the steps from `warmup` on.
+double median_step_s(const Timeline& timeline, int warmup) {
+  std::vector<double> e2e;
+  for (const StepMetrics& m : compute_step_metrics(timeline)) {
+    if (m.step >= warmup) e2e.push_back(m.e2e_ns / 1e9);
+  }
+  return median_of(e2e);
+}
+
+double median_field(const nlohmann::json& steps, const char* key) {
+  std::vector<double> v;
+  for (const auto& s : steps) v.push_back(s.at(key).get<double>() / 1e9);
+  return median_of(v);
+}
+
+// Why a measured configuration cannot calibrate the simulator yet; "" if it can.
+std::string unusable(const TrainConfig& c, const nlohmann::json& config) {
+  if (c.pipeline.stages > 1) return "pipeline stages are not simulated yet";
+  if (config.value("link_emulated", false)) return "an emulated --link is not simulated yet";
+  if (c.device != Device::kCpu)
+    return "runs on " + std::string(to_string(c.device)) +
+           " calibrate that device, not this machine's cpu";
+  return "";
+}
+
+// Per rank of a timeline: the union of one lane's spans from step `warmup` on.
+using Intervals = std::vector<std::pair<std::int64_t, std::int64_t>>;
+std::map<int, Intervals> lane_union(const Timeline& t, Lane lane, int warmup) {
+  std::map<int, Intervals> out;
+  for (const Span& s : t.spans) {
+    if (s.lane == lane && s.step >= warmup && s.end_ns > s.start_ns) {
+      out[s.rank].emplace_back(s.start_ns, s.end_ns);
+    }
+  }
+  for (auto& [rank, v] : out) {
+    std::sort(v.begin(), v.end());
+    Intervals merged;
+    for (const auto& i : v) {
+      if (!merged.empty() && i.first <= merged.back().second) {
+        merged.back().second = std::max(merged.back().second, i.second);
+      } else {
+        merged.push_back(i);
+      }
+    }
+    v = std::move(merged);
+  }
+  return out;
+}
+
+bool overlaps(const Intervals& v, std::int64_t start, std::int64_t end) {
+  auto it = std::upper_bound(v.begin(), v.end(), std::make_pair(start, INT64_MAX));
+  if (it != v.begin() && std::prev(it)->second > start) return true;
+  return it != v.end() && it->first < end;
+}
+
+}  // namespace
+
+MeasuredRuns read_measured_runs(const std::vector<std::string>& dirs, const std::string& flag) {
+  MeasuredRuns out;
+  for (const std::string& dir : dirs) {
+    const nlohmann::json summary = read_json(fs::path(dir) / "summary.json", flag);
+    if (summary.contains("simulated") && !summary["simulated"].is_null()) {
+      throw UsageError(flag + " " + dir + ": a simulation, not a measured run");
+    }
+    const std::string command = summary.value("command", "");
+    if (summary.contains("machine") && summary["machine"].is_object()) {
+      const auto& m = summary["machine"];
+      if (out.memory_bytes == 0 && m.contains("memory_gib") && m["memory_gib"].is_number()) {
+        out.memory_bytes = m["memory_gib"].get<double>() * (1ull << 30);
+      }
+      if (out.machine.empty()) out.machine = m.value("cpu", "");
+    }
+    if (command == "train") {
+      MeasuredRun run{.what = dir};
+      run.config = train_config_from_json(summary.at("config"), flag + " " + dir);
+      if (const std::string why = unusable(run.config, summary["config"]); !why.empty()) {
+        out.skipped.push_back(dir + ": " + why);
+        continue;
+      }
+      run.warmup = run.config.steps = summary["config"].value("steps", 0);
+      run.warmup -= summary.value("measured_steps", run.config.steps);
+      run.timeline = read_trace(fs::path(dir) / "trace.json", flag);
+      run.step_s = median_step_s(run.timeline, run.warmup);
+      out.runs.push_back(std::move(run));
+    } else if (command == "characterize") {
+      for (const auto& point : summary.at("points")) {
+        const std::string id = point.at("id").get<std::string>();
+        const nlohmann::json& config = point.at("config");
+        const std::string what = dir + " point " + id;
+        if (config.value("workload", "") != "train") {
+          out.skipped.push_back(what + ": a " + config.value("workload", "?") +
+                                " workload, not a training configuration");
+          continue;
+        }
+        const TrainConfig base = train_config_from_json(config, flag + " " + what);
+        if (const std::string why = unusable(base, config); !why.empty()) {
+          out.skipped.push_back(what + ": " + why);
+          continue;
+        }
+        const nlohmann::json& scenarios = point.at("scenarios");
+        for (const Scenario scenario : kAllScenarios) {
+          const std::string name(to_string(scenario));
+          if (!scenarios.contains(name)) continue;
+          MeasuredRun run{.what = what + " " + name, .config = scenario_config(base, scenario)};
+          run.warmup = point.at("warmup").get<int>();
+          run.config.steps = run.warmup + point.at("iterations").get<int>();
+          run.timeline = read_trace(fs::path(dir) / "points" / id / (name + ".trace.json"), flag);
+          run.step_s = median_field(scenarios[name].at("steps"), "e2e_ns");
+          out.runs.push_back(std::move(run));
+        }
+        if (scenarios.contains("overlapped") && scenarios.contains("compute-only") &&
+            scenarios.contains("comm-only")) {
+          const auto& ovl = scenarios["overlapped"]["steps"];
+          out.contention.push_back(
+              {.comp_iso = median_field(scenarios["compute-only"]["steps"], "t_comp_ns"),
+               .comp_ovl = median_field(ovl, "t_comp_ns"),
+               .comm_iso = median_field(scenarios["comm-only"]["steps"], "t_comm_ns"),
+               .comm_ovl = median_field(ovl, "t_comm_ns"),
+               .overlap = median_field(ovl, "t_ovl_ns"),
+               .what = what});
+        }
+      }
+    } else {
+      throw UsageError(flag + " " + dir + ": a " + (command.empty() ? "?" : command) +
+                       " result; calibration reads train and characterize runs");
+    }
+  }
+  if (out.memory_bytes <= 0) out.memory_bytes = 1e12;  // not recorded: no memory refusal
+  return out;
+}
+
+std::vector<ComputeSample> compute_samples(const std::vector<MeasuredRun>& runs) {
+  std::vector<ComputeSample> out;
+  Cluster unit;  // any rates: only the FLOPs and bytes of unit_costs are used
+  unit.device.peak_flops = {1, 1, 1, 1};
+  unit.device.memory_bytes_per_s = 1;
+  unit.device.gemm_efficiency = 1;
+  for (const MeasuredRun& run : runs) {
+    if (!run.config.compute) continue;
+    const UnitCosts k = unit_costs(run.config, unit);
+    const int U = static_cast<int>(k.forward.size());
+    const bool sharded_update =
+        run.config.reducer.plan.strategy.sharded() && run.config.reducer.mode != CommMode::kOff;
+    const auto comm = lane_union(run.timeline, Lane::kComm, run.warmup);
+    std::map<std::pair<SpanKind, int>, std::vector<double>> groups;
+    for (const Span& s : run.timeline.spans) {
+      if (s.lane != Lane::kCompute || s.step < run.warmup || s.end_ns <= s.start_ns) continue;
+      if (s.kind != SpanKind::kForward && s.kind != SpanKind::kBackward &&
+          s.kind != SpanKind::kOptimizer) {
+        continue;
+      }
+      if (s.kind == SpanKind::kOptimizer && sharded_update) continue;
+      if (s.kind != SpanKind::kOptimizer && (s.tag < 0 || s.tag > U)) continue;
+      const auto it = comm.find(s.rank);
+      if (it != comm.end() && overlaps(it->second, s.start_ns, s.end_ns)) continue;
+      groups[{s.kind, s.kind == SpanKind::kOptimizer ? -1 : s.tag}].push_back(
+          static_cast<double>(s.duration_ns()) / 1e9);
+    }
+    for (const auto& [key, durations] : groups) {
+      const auto [kind, tag] = key;
+      ComputeSample sample{.precision = run.config.precision, .seconds = median_of(durations)};
+      const auto u = static_cast<std::size_t>(std::max(tag, 0));
+      std::string name;
+      if (kind == SpanKind::kOptimizer) {
+        sample.bytes = k.optimizer_bytes;
+        name = "optimizer";
+      } else if (tag == U) {
+        sample.bytes = k.loss_bytes;
+        name = kind == SpanKind::kForward ? "loss" : "loss backward";
+      } else if (kind == SpanKind::kForward) {
+        sample.flops = k.forward_flops[u];
+        sample.bytes = k.forward_bytes[u];
+        name = "forward unit " + std::to_string(tag);
+      } else {
+        sample.flops = k.backward_flops[u];
+        sample.bytes = k.backward_bytes[u];
+        name = "backward unit " + std::to_string(tag);
+      }
+      sample.what = run.what + ": " + name;
+      out.push_back(std::move(sample));
+    }
+  }
+  return out;
+}
+
+std::vector<CommSample> comm_samples(const std::vector<MeasuredRun>& runs) {
+  std::vector<CommSample> out;
+  // The comm-only scenario's collectives are the cleanest measurement (every rank issues
+  // them at once, nothing computes): where there are any, only they are used.
+  const bool comm_only = std::any_of(runs.begin(), runs.end(), [](const MeasuredRun& r) {
+    return !r.config.compute && r.config.reducer.mode != CommMode::kOff;
+  });
+  for (const MeasuredRun& run : runs) {
+    if (run.config.reducer.mode == CommMode::kOff || run.config.ranks < 2) continue;
+    if (comm_only && run.config.compute) continue;
+    const auto compute = lane_union(run.timeline, Lane::kCompute, run.warmup);
+    // A collective moves once every rank has started it (the simulator's rule): its time
+    // is from the latest start to the latest end over the ranks, and it counts only if no
+    // rank computed meanwhile.
+    struct Instance {
+      std::int64_t start = 0, end = 0;
+      int ranks = 0;
+      bool clean = true;
+    };
+    std::map<std::tuple<SpanKind, int, std::int64_t, int>, Instance> instances;
+    for (const Span& s : run.timeline.spans) {
+      if (s.lane != Lane::kComm || s.step < run.warmup || s.end_ns <= s.start_ns || s.bytes <= 0) {
+        continue;
+      }
+      if (s.kind != SpanKind::kAllreduce && s.kind != SpanKind::kReduceScatter &&
+          s.kind != SpanKind::kAllgather) {
+        continue;
+      }
+      Instance& i = instances[{s.kind, s.tag, s.bytes, s.step}];
+      i.start = i.ranks == 0 ? s.start_ns : std::max(i.start, s.start_ns);
+      i.end = i.ranks == 0 ? s.end_ns : std::max(i.end, s.end_ns);
+      ++i.ranks;
+      const auto it = compute.find(s.rank);
+      if (it != compute.end() && overlaps(it->second, s.start_ns, s.end_ns)) i.clean = false;
+    }
+    std::map<std::tuple<SpanKind, int, std::int64_t>, std::vector<double>> groups;
+    for (const auto& [key, i] : instances) {
+      if (!i.clean || i.ranks != run.config.ranks || i.end <= i.start) continue;
+      const auto [kind, tag, bytes, step] = key;
+      groups[{kind, tag, bytes}].push_back(static_cast<double>(i.end - i.start) / 1e9);
+    }
+    for (const auto& [key, durations] : groups) {
+      const auto [kind, tag, bytes] = key;
+      out.push_back(
+          {.kind = kind,
+           .ranks = run.config.ranks,
+           .bytes = static_cast<double>(bytes),
+           .seconds = median_of(durations),
+           .what = run.what + ": " + std::string(to_string(kind)) + " " + std::to_string(tag)});
+    }
+  }
+  return out;
+}
+
+std::vector<Prediction> predict_runs(const Calibration& calibration, double memory_bytes,
+                                     const std::vector<MeasuredRun>& runs) {
+  std::vector<Prediction> out;
+  for (const MeasuredRun& run : runs) {
+    TrainConfig c = run.config;
+    c.steps = 3;  // every simulated step is alike after the first
+    c.record = false;
+    const SimulateOptions options{
+        .cluster = calibrated_cluster(calibration, c.ranks, memory_bytes, "calibration")};
+    const TrainResult r = simulate_training(c, options);
+    std::map<int, double> step_end_minus_start;  // step -> max over ranks
+    for (const StepRecord& s : r.steps) {
+      double& e2e = step_end_minus_start[s.step];
+      e2e = std::max(e2e, static_cast<double>(s.end_ns - s.start_ns) / 1e9);
+    }
+    std::vector<double> e2e;
+    for (const auto& [step, seconds] : step_end_minus_start) {
+      if (step > 0) e2e.push_back(seconds);
+    }
+    out.push_back({.what = run.what, .measured_s = run.step_s, .predicted_s = median_of(e2e)});
+  }
+  return out;
+}
+
+std::string format_predictions(const std::vector<Prediction>& predictions) {
+  std::string text = "  measured  predicted   error  run\n";
+  char line[512];
+  std::vector<double> errors;
+  const Prediction* worst = nullptr;
+  for (const Prediction& p : predictions) {
+    if (!(p.measured_s > 0)) continue;
+    std::snprintf(line, sizeof line, "  %8.2f  %9.2f  %+5.1f%%  %s\n", p.measured_s * 1e3,
+                  p.predicted_s * 1e3, 100 * p.error(), p.what.c_str());
+    text += line;
+    errors.push_back(std::abs(p.error()));
+    if (worst == nullptr || std::abs(p.error()) > std::abs(worst->error())) worst = &p;
+  }
+  if (worst != nullptr) {
+    std::snprintf(line, sizeof line,
+                  "  step time (ms): median |error| %.1f%%, largest %.1f%% (%s), %zu runs\n",
+                  100 * median_of(errors), 100 * std::abs(worst->error()), worst->what.c_str(),
+                  errors.size());
+    text += line;
+  }
+  return text;
+}
+
+}  // namespace tandem

@@ -1,0 +1,59 @@
+// Calibration from tandem's own results directories (docs/SIMULATE.md, "Calibration"):
+// `tandem simulate --calibrate DIR...` reads measured train and characterize runs, fits
+// the simulator's parameters (simulate/calibration.h), and predicts every measured
+// configuration on the calibrated machine beside what was measured; `--against DIR...`
+// does the same for runs the fit did not see.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "engine/trainer.h"
+#include "experiment/workload.h"
+#include "simulate/calibration.h"
+#include "timeline/recorder.h"
+
+namespace tandem {
+
+// One measured configuration and scenario: a train run, or one scenario of a characterize
+// point.
+struct MeasuredRun {
+  std::string what;    // "runs/a" or "runs/c point bucket-mb=1 overlapped"
+  TrainConfig config;  // as it ran (scenario_config applied)
+  Timeline timeline;
+  int warmup = 0;     // steps left out
+  double step_s = 0;  // median step time (E2E) over the measured steps
+};
+
+struct MeasuredRuns {
+  std::vector<MeasuredRun> runs;
+  std::vector<ContentionSample> contention;  // one per characterize point
+  double memory_bytes = 0;                   // of the machine they ran on
+  std::string machine;                       // its CPU, for the calibration's source
+  std::vector<std::string> skipped;          // what was left out, and why
+};
+
+// Reads results directories tandem wrote (train: summary.json and trace.json;
+// characterize: summary.json and points/*/SCENARIO.trace.json). Throws UsageError naming
+// `flag` and the directory for anything else. Pipeline runs and runs over an emulated
+// --link are skipped (said in `skipped`).
+MeasuredRuns read_measured_runs(const std::vector<std::string>& dirs, const std::string& flag);
+
+// The samples of calibration.h from the runs' spans: passes no collective overlapped and
+// collectives no pass overlapped, each (run, kind, unit or bucket) its median.
+std::vector<ComputeSample> compute_samples(const std::vector<MeasuredRun>& runs);
+std::vector<CommSample> comm_samples(const std::vector<MeasuredRun>& runs);
+
+struct Prediction {
+  std::string what;
+  double measured_s = 0;
+  double predicted_s = 0;
+  double error() const { return predicted_s / measured_s - 1; }
+};
+// Each run simulated on `calibration`'s machine with as many ranks.
+std::vector<Prediction> predict_runs(const Calibration& calibration, double memory_bytes,
+                                     const std::vector<MeasuredRun>& runs);
+// A table of predictions with the median and largest absolute error.
+std::string format_predictions(const std::vector<Prediction>& predictions);
+
+}  // namespace tandem

@@ -1,0 +1,317 @@
+// The calibration's least-squares fits (calibration.h).
+#include "simulate/calibration.h"
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+
+#include "core/error.h"
+
+namespace tandem {
+
+namespace {
+
+// min over x >= 0 of sum_i (rows_i . x / t_i - 1)^2: normal equations over columns
+// scaled to 1, a column whose solution is negative dropped (set to 0) and the rest
+// solved again. Columns that are all 0 stay 0.
+std::vector<double> fit_relative(const std::vector<std::vector<double>>& rows,
+                                 const std::vector<double>& t) {
+  const std::size_t n = rows.empty() ? 0 : rows.front().size();
+  std::vector<double> scale(n, 0);
+  for (const auto& r : rows) {
+    for (std::size_t j = 0; j < n; ++j) scale[j] = std::max(scale[j], std::abs(r[j]));
+  }
+  std::vector<bool> active(n);
+  for (std::size_t j = 0; j < n; ++j) active[j] = scale[j] > 0;
+  std::vector<double> x(n, 0);
+  for (;;) {
+    std::vector<std::size_t> cols;
+    for (std::size_t j = 0; j < n; ++j) {
+      if (active[j]) cols.push_back(j);
+    }
+    const std::size_t k = cols.size();
+    if (k == 0) return std::vector<double>(n, 0);
+    // Normal equations M z = b over the active columns, each scaled by 1/scale.
+    std::vector<std::vector<double>> m(k, std::vector<double>(k + 1, 0));
+    for (std::size_t i = 0; i < rows.size(); ++i) {
+      for (std::size_t a = 0; a < k; ++a) {
+        const double va = rows[i][cols[a]] / scale[cols[a]] / t[i];
+        for (std::size_t b = 0; b < k; ++b)
+          m[a][b] += va * rows[i][cols[b]] / scale[cols[b]] / t[i];
+        m[a][k] += va;
+      }
+    }
+    // Gaussian elimination with partial pivoting; a (near) singular column is dropped.
+    std::vector<std::size_t> order(k);
+    bool singular = false;
+    for (std::size_t c = 0; c < k && !singular; ++c) {
+      std::size_t p = c;
+      for (std::size_t r = c + 1; r < k; ++r) {
+        if (std::abs(m[r][c]) > std::abs(m[p][c])) p = r;
+      }
+      if (std::abs(m[p][c]) < 1e-12 * static_cast<double>(rows.size())) {
+        active[cols[c]] = false;
+        singular = true;
+        break;
+      }
+      std::swap(m[p], m[c]);
+      for (std::size_t r = 0; r < k; ++r) {
+        if (r == c) continue;
+        const double f = m[r][c] / m[c][c];
+        for (std::size_t q = c; q <= k; ++q) m[r][q] -= f * m[c][q];
+      }
+    }
+    if (singular) continue;
+    std::size_t worst = k;
+    for (std::size_t c = 0; c < k; ++c) {
+      x[cols[c]] = m[c][k] / m[c][c] / scale[cols[c]];
+      if (x[cols[c]] < 0 && (worst == k || x[cols[c]] < x[cols[worst]])) worst = c;
+    }
+    if (worst == k) return x;
+    active[cols[worst]] = false;
+    x.assign(n, 0);
+  }
+}
+
+template <typename Sample>
+FitError fit_error(const Calibration& c, const std::vector<Sample>& samples) {
+  FitError e;
+  std::vector<double> errors;
+  for (const Sample& s : samples) {
+    const double err = std::abs(predict(c, s) / s.seconds - 1);
+    if (errors.empty() || err > e.max) {
+      e.max = err;
+      e.worst = s.what;
+    }
+    errors.push_back(err);
+  }
+  e.samples = static_cast<int>(errors.size());
+  if (!errors.empty()) {
+    std::nth_element(errors.begin(), errors.begin() + static_cast<long>(errors.size() / 2),
+                     errors.end());
+    e.median = errors[errors.size() / 2];
+  }
+  return e;
+}
+
+double share_of(SpanKind kind) { return kind == SpanKind::kAllreduce ? 2.0 : 1.0; }
+
+constexpr const char* kPrecisionNames[] = {"fp32", "tf32", "fp16", "bf16"};
+
+}  // namespace
+
+double predict(const Calibration& c, const ComputeSample& s) {
+  const double rate = c.gemm_flops_per_s[static_cast<std::size_t>(s.precision)];
+  return (s.flops > 0 && rate > 0 ? s.flops / rate : 0) +
+         (c.memory_bytes_per_s > 0 ? s.bytes / c.memory_bytes_per_s : 0);
+}
+
+double predict(const Calibration& c, const CommSample& s) {
+  const double share = share_of(s.kind);
+  const double k = s.ranks;
+  return share * (k - 1) / k * s.bytes / c.link.bandwidth_bytes_per_s +
+         share * (k - 1) * c.link.latency_s;
+}
+
+Calibration fit_calibration(const std::vector<ComputeSample>& compute,
+                            const std::vector<CommSample>& comm,
+                            const std::vector<ContentionSample>& contention) {
+  Calibration c;
+  // Compute: columns 0..3 the precisions' FLOPs, column 4 the bytes.
+  std::vector<std::vector<double>> rows;
+  std::vector<double> t;
+  bool fp32 = false;
+  for (const ComputeSample& s : compute) {
+    if (!(s.seconds > 0)) continue;
+    std::vector<double> row(5, 0);
+    row[static_cast<std::size_t>(s.precision)] = s.flops;
+    row[4] = s.bytes;
+    rows.push_back(row);
+    t.push_back(s.seconds);
+    fp32 = fp32 || (s.precision == Precision::kFp32 && s.flops > 0);
+  }
+  if (!fp32) {
+    throw UsageError(
+        "--calibrate: no fp32 compute measured in these runs (calibrate from "
+        "train or characterize runs with --precision fp32, and others besides)");
+  }
+  const std::vector<double> x = fit_relative(rows, t);
+  for (std::size_t p = 0; p < 4; ++p) c.gemm_flops_per_s[p] = x[p] > 0 ? 1 / x[p] : 0;
+  c.memory_bytes_per_s = x[4] > 0 ? 1 / x[4] : 0;
+  if (c.gemm_flops_per_s[0] <= 0) {
+    throw UsageError(
+        "--calibrate: the fp32 compute does not grow with its FLOPs in these runs; "
+        "calibrate from larger models or batches");
+  }
+
+  // Collectives: columns 1/B and alpha.
+  rows.clear();
+  t.clear();
+  for (const CommSample& s : comm) {
+    if (!(s.seconds > 0) || s.ranks < 2) continue;
+    const double share = share_of(s.kind);
+    rows.push_back({share * (s.ranks - 1.0) / s.ranks * s.bytes, share * (s.ranks - 1.0)});
+    t.push_back(s.seconds);
+  }
+  if (rows.empty()) {
+    throw UsageError(
+        "--calibrate: no collective measured in these runs (calibrate from runs "
+        "with --ranks 2 or more)");
+  }
+  const std::vector<double> y = fit_relative(rows, t);
+  if (y[0] <= 0) {
+    throw UsageError(
+        "--calibrate: the collectives' time does not grow with their bytes in "
+        "these runs; calibrate from larger models or buckets");
+  }
+  c.link.bandwidth_bytes_per_s = 1 / y[0];
+  c.link.latency_s = y[1];
+
+  // Contention: c = sum dC / sum (T_ovl - dC), likewise m; only where they overlapped.
+  double dc = 0, dc_rest = 0, dm = 0, dm_rest = 0;
+  c.contention_candidates = static_cast<int>(contention.size());
+  for (const ContentionSample& s : contention) {
+    if (!(s.overlap > 0)) continue;
+    const double grow_c = std::max(0.0, s.comp_ovl - s.comp_iso);
+    const double grow_m = std::max(0.0, s.comm_ovl - s.comm_iso);
+    if (grow_c >= s.overlap || grow_m >= s.overlap) continue;  // not this model's shape
+    dc += grow_c;
+    dc_rest += s.overlap - grow_c;
+    dm += grow_m;
+    dm_rest += s.overlap - grow_m;
+    ++c.contention_samples;
+  }
+  if (c.contention_samples > 0) {
+    c.overlap_compute_slowdown = dc / dc_rest;
+    c.overlap_comm_slowdown = dm / dm_rest;
+  }
+  c.compute = fit_error(c, compute);
+  c.comm = fit_error(c, comm);
+  return c;
+}
+
+Cluster calibrated_cluster(const Calibration& c, int ranks, double memory_bytes,
+                           const std::string& source) {
+  Cluster out;
+  out.name = "here";
+  out.nodes = 1;
+  out.devices_per_node = std::max(1, ranks);
+  out.device.name = "here";
+  out.device.peak_flops = c.gemm_flops_per_s;
+  out.device.memory_bytes_per_s = c.memory_bytes_per_s > 0 ? c.memory_bytes_per_s : 1e30;
+  out.device.memory_bytes = memory_bytes;
+  out.device.gemm_efficiency = 1;
+  out.device.overlap_compute_slowdown = c.overlap_compute_slowdown;
+  out.device.overlap_comm_slowdown = c.overlap_comm_slowdown;
+  out.device.source = source;
+  out.intra = c.link;
+  out.inter = c.link;
+  out.nics_per_node = 1;
+  return out;
+}
+
+nlohmann::json calibration_json(const Calibration& c, double memory_bytes,
+                                const std::string& source) {
+  nlohmann::json peak = nlohmann::json::object();
+  nlohmann::json rates = nlohmann::json::array();
+  for (std::size_t p = 0; p < 4; ++p) {
+    if (c.gemm_flops_per_s[p] > 0) peak[kPrecisionNames[p]] = c.gemm_flops_per_s[p] / 1e12;
+    rates.push_back(c.gemm_flops_per_s[p]);
+  }
+  const auto error = [](const FitError& e) {
+    return nlohmann::json{
+        {"samples", e.samples}, {"median", e.median}, {"max", e.max}, {"worst", e.worst}};
+  };
+  return {
+      {"nodes", 1},
+      {"devices_per_node", 1},
+      {"device",
+       {{"name", "here"},
+        {"peak_tflops", peak},
+        {"memory_gbps", c.memory_bytes_per_s / 1e9},
+        {"memory_gb", memory_bytes / 1e9},
+        {"gemm_efficiency", 1},
+        {"overlap_compute_slowdown", c.overlap_compute_slowdown},
+        {"overlap_comm_slowdown", c.overlap_comm_slowdown},
+        {"source", source}}},
+      {"intra",
+       {{"gbps", c.link.bandwidth_bytes_per_s / 1e9}, {"latency_us", c.link.latency_s * 1e6}}},
+      {"calibration",
+       {{"gemm_flops_per_s", rates},
+        {"memory_bytes_per_s", c.memory_bytes_per_s},
+        {"memory_bytes", memory_bytes},
+        {"link_bytes_per_s", c.link.bandwidth_bytes_per_s},
+        {"link_latency_s", c.link.latency_s},
+        {"overlap_compute_slowdown", c.overlap_compute_slowdown},
+        {"overlap_comm_slowdown", c.overlap_comm_slowdown},
+        {"contention_samples", c.contention_samples},
+        {"compute_error", error(c.compute)},
+        {"comm_error", error(c.comm)},
+        {"source", source}}},
+  };
+}
+
+Calibration read_calibration(const std::string& path, const std::string& flag, double* memory_bytes,
+                             std::string* source) {
+  std::ifstream in(path);
+  if (!in) throw UsageError(flag + " " + path + ": cannot read the file");
+  Calibration c;
+  try {
+    const nlohmann::json j = nlohmann::json::parse(in).at("calibration");
+    const auto number = [&](const char* key) {
+      const double v = j.at(key).get<double>();
+      if (!std::isfinite(v) || v < 0) {
+        throw UsageError(flag + " " + path + ": \"" + key + "\" must be a number >= 0");
+      }
+      return v;
+    };
+    const auto& rates = j.at("gemm_flops_per_s");
+    if (!rates.is_array() || rates.size() != 4) {
+      throw UsageError(flag + " " + path + ": \"gemm_flops_per_s\" must hold 4 rates");
+    }
+    for (std::size_t p = 0; p < 4; ++p) {
+      c.gemm_flops_per_s[p] = rates[p].get<double>();
+      if (!std::isfinite(c.gemm_flops_per_s[p]) || c.gemm_flops_per_s[p] < 0) {
+        throw UsageError(flag + " " + path + ": \"gemm_flops_per_s\" must be numbers >= 0");
+      }
+    }
+    c.memory_bytes_per_s = number("memory_bytes_per_s");
+    c.link.bandwidth_bytes_per_s = number("link_bytes_per_s");
+    c.link.latency_s = number("link_latency_s");
+    c.overlap_compute_slowdown = number("overlap_compute_slowdown");
+    c.overlap_comm_slowdown = number("overlap_comm_slowdown");
+    c.contention_samples = j.at("contention_samples").get<int>();
+    if (memory_bytes != nullptr) *memory_bytes = number("memory_bytes");
+    if (source != nullptr) *source = j.at("source").get<std::string>();
+  } catch (const nlohmann::json::exception& e) {
+    throw UsageError(flag + " " + path + ": not a calibration tandem wrote (" + e.what() + ")");
+  }
+  if (c.gemm_flops_per_s[0] <= 0 || c.link.bandwidth_bytes_per_s <= 0) {
+    throw UsageError(flag + " " + path + ": needs an fp32 rate and a link bandwidth above 0");
+  }
+  return c;
+}
+
+Cluster resolve_cluster(const std::string& text, const std::string& calibration_dir, int ranks) {
+  if (text != "here") {
+    if (!calibration_dir.empty()) {
+      throw UsageError("--calibration " + calibration_dir +
+                       ": describes the machine its runs measured; use it with --cluster here");
+    }
+    return parse_cluster(text);
+  }
+  if (calibration_dir.empty()) {
+    throw UsageError(
+        "--cluster here: needs --calibration DIR (from tandem simulate --calibrate "
+        "RUNS... --out DIR)");
+  }
+  double memory = 0;
+  std::string source;
+  const Calibration c =
+      read_calibration((std::filesystem::path(calibration_dir) / kCalibrationFile).string(),
+                       "--calibration", &memory, &source);
+  return calibrated_cluster(c, ranks, memory, source);
+}
+
+}  // namespace tandem

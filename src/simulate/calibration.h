@@ -1,0 +1,111 @@
+// Calibration (docs/SIMULATE.md, "Calibration"): the simulator's free parameters fitted
+// to what tandem measured on this machine, so that `--cluster here` predicts what `train`
+// would measure here, and the fit's error says how far to trust it.
+//
+// What is fitted, each by least squares on relative error (a 1 ms pass weighs as much as
+// a 100 ms one):
+//   compute     a pass takes flops / R(precision) + bytes / BW: one GEMM rate per
+//               precision measured and one memory bandwidth, from compute spans that no
+//               collective overlapped, each (run, pass, unit) its median duration;
+//   collectives a ring over N ranks takes share (N-1)/N x S / B + share (N-1) alpha
+//               (share 2 for an all-reduce, 1 for a reduce-scatter or an all-gather): the
+//               bandwidth B and latency alpha, from communication spans that no compute
+//               overlapped;
+//   contention  from the methodology's scenarios of one configuration: while both lanes
+//               run, compute goes 1 + c times slower and a collective 1 + m times. In
+//               the simulator's model an overlapped step's compute grows by
+//               T_ovl c / (1 + c), so c = dC / (T_ovl - dC) with dC = T_comp_ovl -
+//               T_comp_iso, and m likewise from the communication time; summed over the
+//               configurations (weighted by their overlap) and never below 0.
+// A parameter with no sample to fit it is not guessed: the fit says so and the caller
+// refuses (compute needs fp32 samples; contention without characterize runs stays 0).
+#pragma once
+
+#include <array>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "compute/precision.h"
+#include "simulate/cluster.h"
+#include "timeline/span.h"
+
+namespace tandem {
+
+struct ComputeSample {
+  Precision precision = Precision::kFp32;
+  double flops = 0;
+  double bytes = 0;
+  double seconds = 0;  // measured
+  std::string what;    // "runs/a: mlp:4x512 forward unit 2"
+};
+
+struct CommSample {
+  SpanKind kind = SpanKind::kAllreduce;
+  int ranks = 2;
+  double bytes = 0;
+  double seconds = 0;
+  std::string what;
+};
+
+// Per-step medians of one configuration's scenarios (docs/METRICS.md), in seconds.
+struct ContentionSample {
+  double comp_iso = 0, comp_ovl = 0;  // compute-only and overlapped T_comp
+  double comm_iso = 0, comm_ovl = 0;  // comm-only and overlapped T_comm
+  double overlap = 0;                 // overlapped T_ovl
+  std::string what;
+};
+
+// How well the fitted model reproduces its samples: |predicted / measured - 1|.
+struct FitError {
+  int samples = 0;
+  double median = 0;
+  double max = 0;
+  std::string worst;  // the sample with the largest error
+};
+
+struct Calibration {
+  std::array<double, 4> gemm_flops_per_s{};  // by Precision; 0: no sample
+  double memory_bytes_per_s = 0;
+  LinkProfile link;
+  double overlap_compute_slowdown = 0;
+  double overlap_comm_slowdown = 0;
+  int contention_samples = 0;     // 0: not fitted (left at 0)
+  int contention_candidates = 0;  // configurations whose scenarios were measured
+  FitError compute, comm;
+};
+
+// Throws UsageError naming --calibrate when a parameter cannot be fitted: no compute
+// sample in fp32, or no collective.
+Calibration fit_calibration(const std::vector<ComputeSample>& compute,
+                            const std::vector<CommSample>& comm,
+                            const std::vector<ContentionSample>& contention);
+
+// The seconds the fitted model gives a sample.
+double predict(const Calibration& c, const ComputeSample& s);
+double predict(const Calibration& c, const CommSample& s);
+
+// The machine the calibration describes as a cluster: one node of `ranks` devices, each
+// computing at the fitted rates (efficiency 1), linked by the fitted ring, slowed by the
+// fitted contention; `memory_bytes` each (this machine's memory: its ranks share it).
+Cluster calibrated_cluster(const Calibration& c, int ranks, double memory_bytes,
+                           const std::string& source);
+
+// The cluster JSON of docs/SIMULATE.md (so `--cluster FILE` reads it as well), with the
+// fit's details under "calibration".
+nlohmann::json calibration_json(const Calibration& c, double memory_bytes,
+                                const std::string& source);
+// The file a calibration directory holds.
+inline constexpr const char* kCalibrationFile = "calibration.json";
+
+// Reads what calibration_json wrote; throws UsageError naming `flag` and the file.
+Calibration read_calibration(const std::string& path, const std::string& flag, double* memory_bytes,
+                             std::string* source);
+
+// The cluster of --cluster TEXT: "here" is this machine as `calibration_dir` describes
+// it, with `ranks` devices; anything else is parse_cluster's, and then a calibration is
+// refused (it describes this machine, not a datasheet's device). Throws UsageError
+// naming --cluster or --calibration.
+Cluster resolve_cluster(const std::string& text, const std::string& calibration_dir, int ranks);
+
+}  // namespace tandem

@@ -1,0 +1,138 @@
+// The calibration's fits on samples generated from known parameters: each is recovered
+// exactly; what cannot be fitted is refused; what is written is read back.
+#include "simulate/calibration.h"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "core/error.h"
+
+namespace tandem {
+namespace {
+
+constexpr double kRate = 1e11, kBf16 = 3e11, kBw = 1e10, kLink = 5e9, kAlpha = 20e-6;
+
+std::vector<ComputeSample> compute_from_truth() {
+  std::vector<ComputeSample> out;
+  for (double flops : {1e7, 3e8, 2e9}) {
+    for (double bytes : {1e5, 4e7}) {
+      out.push_back({.precision = Precision::kFp32,
+                     .flops = flops,
+                     .bytes = bytes,
+                     .seconds = flops / kRate + bytes / kBw,
+                     .what = "fp32"});
+      out.push_back({.precision = Precision::kBf16,
+                     .flops = flops,
+                     .bytes = bytes,
+                     .seconds = flops / kBf16 + bytes / kBw,
+                     .what = "bf16"});
+    }
+  }
+  out.push_back({.bytes = 8e6, .seconds = 8e6 / kBw, .what = "loss"});  // no FLOPs
+  return out;
+}
+
+std::vector<CommSample> comm_from_truth() {
+  std::vector<CommSample> out;
+  for (int ranks : {2, 4}) {
+    for (double bytes : {6.4e4, 4e6, 1e8}) {
+      for (SpanKind kind : {SpanKind::kAllreduce, SpanKind::kAllgather}) {
+        const double share = kind == SpanKind::kAllreduce ? 2 : 1;
+        out.push_back({.kind = kind,
+                       .ranks = ranks,
+                       .bytes = bytes,
+                       .seconds = share * (ranks - 1.0) / ranks * bytes / kLink +
+                                  share * (ranks - 1) * kAlpha,
+                       .what = "ring"});
+      }
+    }
+  }
+  return out;
+}
+
+TEST(CalibrationTest, RecoversTheParametersItsSamplesWereMadeWith) {
+  // Contention c = 0.1, m = 0.25 over 2 ms and 6 ms of overlap: an overlapped step's
+  // compute grows by T_ovl c / (1 + c), its communication by T_ovl m / (1 + m).
+  const auto contention = [](double overlap) {
+    return ContentionSample{.comp_iso = 0.02,
+                            .comp_ovl = 0.02 + overlap * 0.1 / 1.1,
+                            .comm_iso = 0.01,
+                            .comm_ovl = 0.01 + overlap * 0.25 / 1.25,
+                            .overlap = overlap};
+  };
+  const Calibration c = fit_calibration(compute_from_truth(), comm_from_truth(),
+                                        {contention(0.002), contention(0.006)});
+  EXPECT_NEAR(c.gemm_flops_per_s[0] / kRate, 1, 1e-9);
+  EXPECT_NEAR(c.gemm_flops_per_s[3] / kBf16, 1, 1e-9);
+  EXPECT_EQ(c.gemm_flops_per_s[1], 0);  // no tf32 sample: no rate
+  EXPECT_NEAR(c.memory_bytes_per_s / kBw, 1, 1e-9);
+  EXPECT_NEAR(c.link.bandwidth_bytes_per_s / kLink, 1, 1e-9);
+  EXPECT_NEAR(c.link.latency_s / kAlpha, 1, 1e-9);
+  EXPECT_NEAR(c.overlap_compute_slowdown, 0.1, 1e-12);
+  EXPECT_NEAR(c.overlap_comm_slowdown, 0.25, 1e-12);
+  EXPECT_EQ(c.contention_samples, 2);
+  EXPECT_LT(c.compute.max, 1e-9);
+  EXPECT_LT(c.comm.max, 1e-9);
+  EXPECT_EQ(c.compute.samples, 13);
+}
+
+TEST(CalibrationTest, ReportsTheErrorOfWhatTheModelCannotFit) {
+  std::vector<ComputeSample> compute = compute_from_truth();
+  compute.push_back({.flops = 1e9, .bytes = 0, .seconds = 2 * 1e9 / kRate, .what = "slow one"});
+  const Calibration c = fit_calibration(compute, comm_from_truth(), {});
+  EXPECT_EQ(c.compute.worst, "slow one");
+  EXPECT_GT(c.compute.max, 0.3);
+  EXPECT_EQ(c.contention_samples, 0);  // nothing to fit it from: left at 0
+  EXPECT_EQ(c.overlap_compute_slowdown, 0);
+}
+
+TEST(CalibrationTest, WhatCannotBeFittedIsRefusedNamingTheFlag) {
+  std::vector<ComputeSample> bf16_only;
+  for (const ComputeSample& s : compute_from_truth()) {
+    if (s.precision == Precision::kBf16) bf16_only.push_back(s);
+  }
+  for (const auto& [compute, comm] : {std::pair{bf16_only, comm_from_truth()},
+                                      std::pair{compute_from_truth(), std::vector<CommSample>{}}}) {
+    try {
+      (void)fit_calibration(compute, comm, {});
+      FAIL();
+    } catch (const UsageError& e) {
+      EXPECT_TRUE(std::string(e.what()).starts_with("--calibrate")) << e.what();
+    }
+  }
+}
+
+TEST(CalibrationTest, WhatIsWrittenIsReadBackAndBecomesTheHereCluster) {
+  const Calibration c = fit_calibration(compute_from_truth(), comm_from_truth(), {});
+  const auto dir =
+      std::filesystem::temp_directory_path() / ("tandem_calibration_" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  { std::ofstream(dir / kCalibrationFile) << calibration_json(c, 8e9, "unit test").dump(); }
+  double memory = 0;
+  std::string source;
+  const Calibration back =
+      read_calibration((dir / kCalibrationFile).string(), "--calibration", &memory, &source);
+  EXPECT_EQ(back.gemm_flops_per_s, c.gemm_flops_per_s);
+  EXPECT_EQ(back.link.latency_s, c.link.latency_s);
+  EXPECT_EQ(memory, 8e9);
+  EXPECT_EQ(source, "unit test");
+  const Cluster here = resolve_cluster("here", dir.string(), 4);
+  EXPECT_EQ(here.devices(), 4);
+  EXPECT_EQ(here.device.peak(Precision::kFp32), c.gemm_flops_per_s[0]);
+  EXPECT_EQ(here.device.gemm_efficiency, 1);
+  // The file is a cluster file too.
+  const Cluster file = parse_cluster((dir / kCalibrationFile).string());
+  EXPECT_NEAR(file.device.peak(Precision::kFp32) / c.gemm_flops_per_s[0], 1, 1e-12);
+  EXPECT_THROW(resolve_cluster("here", "", 2), UsageError);
+  EXPECT_THROW(resolve_cluster("2xh100", dir.string(), 2), UsageError);
+  EXPECT_THROW(resolve_cluster("here", (dir / "nope").string(), 2), UsageError);
+  std::ofstream(dir / kCalibrationFile) << R"({"calibration": {"gemm_flops_per_s": [1]}})";
+  EXPECT_THROW(resolve_cluster("here", dir.string(), 2), UsageError);
+  std::filesystem::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace tandem
