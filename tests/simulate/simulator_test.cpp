@@ -188,6 +188,8 @@ struct ShardedCase {
   double compute = 0;
   double optimizer = 0;  // SGD on the rank's shards
   int units = 0;
+  std::int64_t full = 0;     // bytes of every unit, padded
+  std::int64_t largest = 0;  // bytes of the largest unit, padded
 };
 
 ShardedCase sharded_case(const TrainConfig& config, const Cluster& cluster) {
@@ -200,6 +202,8 @@ ShardedCase sharded_case(const TrainConfig& config, const Cluster& cluster) {
     const double numel = static_cast<double>(layout.unit(u).padded_end - layout.unit(u).begin);
     c.gather.push_back(collective_seconds(cluster, SpanKind::kAllgather, config.ranks, 4 * numel));
     shard_numel += numel / config.ranks;
+    c.full += static_cast<std::int64_t>(4 * numel);
+    c.largest = std::max(c.largest, static_cast<std::int64_t>(4 * numel));
   }
   c.compute = std::accumulate(k.forward.begin(), k.forward.end(), 0.0) +
               std::accumulate(k.backward.begin(), k.backward.end(), 0.0) + k.loss_forward +
@@ -234,19 +238,11 @@ TEST(SimulatorTest, ASequentialFsdpStepWaitsForEveryGatherAndReduceScatter) {
   EXPECT_EQ(count_spans(r, 1, SpanKind::kReduceScatter), c.units);
   EXPECT_EQ(count_spans(r, 1, SpanKind::kWait), 3 * c.units - 1);
   // Memory as ShardedSync keeps it: shards of everything, one unit gathered at a time.
-  const ModelLayout layout(config.model, sharded_layout(2));
-  std::int64_t largest = 0, full = 0;
-  for (int u = 0; u < layout.units(); ++u) {
-    const auto bytes =
-        static_cast<std::int64_t>(4 * (layout.unit(u).padded_end - layout.unit(u).begin));
-    largest = std::max(largest, bytes);
-    full += bytes;
-  }
   ASSERT_EQ(r.memory.size(), 2u);
-  EXPECT_EQ(r.memory[0].state.params, full / 2);
-  EXPECT_EQ(r.memory[0].state.grads, full / 2);
-  EXPECT_EQ(r.memory[0].state.optimizer, full / 2);
-  EXPECT_EQ(r.memory[0].state.gathered_peak, largest);
+  EXPECT_EQ(r.memory[0].state.params, c.full / 2);
+  EXPECT_EQ(r.memory[0].state.grads, c.full / 2);
+  EXPECT_EQ(r.memory[0].state.optimizer, c.full / 2);
+  EXPECT_EQ(r.memory[0].state.gathered_peak, c.largest);
   EXPECT_GT(r.memory[0].state.grads_peak, 0);
 }
 
@@ -294,14 +290,10 @@ TEST(SimulatorTest, ASequentialZero1StepReduceScattersThenGathersAfterTheOptimiz
   for (const StepRecord& s : r.steps) {
     EXPECT_NEAR(seconds(s.end_ns - s.start_ns), c.compute + comm + c.optimizer, 4e-9);
   }
-  const ModelLayout layout(config.model, sharded_layout(4));
-  std::int64_t full = 0;
-  for (int u = 0; u < layout.units(); ++u)
-    full += static_cast<std::int64_t>(4 * (layout.unit(u).padded_end - layout.unit(u).begin));
-  EXPECT_EQ(r.memory[3].state.params, full);
-  EXPECT_EQ(r.memory[3].state.grads, full + full / 4);
+  EXPECT_EQ(r.memory[3].state.params, c.full);
+  EXPECT_EQ(r.memory[3].state.grads, c.full + c.full / 4);
   EXPECT_EQ(r.memory[3].state.gathered_peak, 0);
-  EXPECT_EQ(r.bytes_per_step, 2 * full);
+  EXPECT_EQ(r.bytes_per_step, 2 * c.full);
 }
 
 TEST(SimulatorTest, WhatItCannotRunIsOneLineNamingTheFlag) {
