@@ -24,6 +24,7 @@
 #include "job_flags.h"
 #include "power/nvml.h"
 #include "report/results_dir.h"
+#include "simulate/calibration.h"
 #include "sweep_progress.h"
 #include "workload_flags.h"
 
@@ -38,6 +39,7 @@ struct CharacterizeFlags {
   std::string synthetic;
   std::string simulate;                 // a cluster (docs/SIMULATE.md): predict, not run
   std::vector<std::string> stragglers;  // with --simulate
+  std::string calibration;              // with --simulate here
   std::vector<std::string> sweeps;
   std::set<std::string> given;  // every option given on the command line
   std::string out;
@@ -158,7 +160,8 @@ std::unique_ptr<Workload> make_workload(const CharacterizeFlags& f, bool batch_g
                                    : !f.synthetic.empty() ? "--synthetic"
                                                           : "--device"));
     }
-    SimulateOptions options{.cluster = parse_cluster(f.simulate)};
+    SimulateOptions options{.cluster =
+                                resolve_cluster(f.simulate, f.calibration, f.workload.ranks)};
     for (const std::string& s : f.stragglers) options.stragglers.push_back(Straggler::parse(s));
     // The precision is the simulated device's, not this CPU's (which validate checks).
     WorkloadFlags cpu = f.workload;
@@ -169,6 +172,7 @@ std::unique_ptr<Workload> make_workload(const CharacterizeFlags& f, bool batch_g
     return make_simulated_workload(config, options);
   }
   if (!f.stragglers.empty()) throw UsageError("--straggler: only with --simulate");
+  if (!f.calibration.empty()) throw UsageError("--calibration: only with --simulate here");
   if (device == Device::kCuda && !f.microbench.empty()) return make_gpu_microbench(f);
   if (!f.microbench.empty()) {
     MicrobenchSpec spec = MicrobenchSpec::parse(f.microbench);
@@ -284,7 +288,9 @@ void print_header(const CharacterizeFlags& flags, std::size_t points, const Job&
   if (job.process() != nullptr) std::printf("  %s\n", job.process()->describe().c_str());
   if (!flags.simulate.empty()) {
     std::printf("  simulated on %s (docs/SIMULATE.md): nothing runs here\n",
-                parse_cluster(flags.simulate).describe().c_str());
+                resolve_cluster(flags.simulate, flags.calibration, flags.workload.ranks)
+                    .describe()
+                    .c_str());
   } else if (flags.workload.device == "cpu") {
     // The GEMMs of the flags' settings (a sweep of gemm or precision changes them per
     // point; summary.json records each point's).
@@ -408,8 +414,10 @@ void add_characterize_command(CLI::App& app, RunCommand& run) {
                   "ideal schedule, a virtual clock, nothing runs)");
   cmd->add_option("--simulate", flags->simulate,
                   "Instead of running: predict the training workload's four scenarios on a "
-                  "cluster, NODESxDEVICESxPROFILE or a JSON file, as tandem simulate "
-                  "(docs/SIMULATE.md)");
+                  "cluster, NODESxDEVICESxPROFILE, a JSON file, or here with --calibration, as "
+                  "tandem simulate (docs/SIMULATE.md)");
+  cmd->add_option("--calibration", flags->calibration,
+                  "With --simulate here: a directory tandem simulate --calibrate wrote");
   cmd->add_option("--straggler", flags->stragglers,
                   "With --simulate: rank=R,compute=Fx, that rank computes F times slower");
   cmd->add_option(

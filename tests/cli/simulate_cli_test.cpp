@@ -111,6 +111,11 @@ TEST(SimulateCliTest, CalibratesFromMeasuredRunsAndPredictsHere) {
   EXPECT_EQ(summary["simulated"]["calibration"], path("cal"));
   EXPECT_EQ(summary["config"]["ranks"], 3);
 
+  r = run_tandem("characterize --simulate here --calibration " + path("cal") +
+                 " --ranks 2 --model mlp:3x256 --iterations 2 --warmup 0 --no-progress");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("simulated on 1 x 2 here"), std::string::npos) << r.out;
+
   r = run_tandem("simulate --calibration " + path("cal") + " --against " + path("other"));
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_NE(r.out.find(path("other")), std::string::npos) << r.out;
@@ -123,7 +128,8 @@ TEST(SimulateCliTest, CalibratesFromMeasuredRunsAndPredictsHere) {
            "simulate --calibrate " + path("train") + " --model mlp:2x8 --out " + path("x"),
            std::string("simulate --cluster here --model mlp:2x8"),  // no calibration
            "simulate --cluster 2xh100 --calibration " + path("cal"),
-           "simulate --against " + path("other")}) {
+           "simulate --against " + path("other"),
+           "characterize --calibration " + path("cal") + " --ranks 2 --iterations 1"}) {
     const CliResult bad = run_tandem(args);
     EXPECT_EQ(bad.exit_code, 2) << args << ": " << bad.err;
     EXPECT_EQ(std::count(bad.err.begin(), bad.err.end(), '\n'), 1) << args << ": " << bad.err;
