@@ -159,7 +159,10 @@ int run_simulate(const SimulateFlags& flags, bool batch_given, const CommandLine
   if (config.accumulate > 1) std::printf(" x %d micro-batches", config.accumulate);
   std::printf(", %s GEMMs\n", std::string(to_string(config.precision)).c_str());
   const Strategy& strategy = config.reducer.plan.strategy;
-  if (strategy.sharded()) {
+  if (config.pipeline.stages > 1) {
+    std::printf("  pipeline %s; replicas' strategy %s\n", stage_plan(config).describe().c_str(),
+                strategy.to_string().c_str());
+  } else if (strategy.sharded()) {
     std::printf("  strategy %s", strategy.to_string().c_str());
     if (strategy.kind == StrategyKind::kFsdp) {
       std::printf(", prefetch %d%s", config.shard.prefetch,

@@ -140,9 +140,13 @@ std::vector<Bucket> plan_buckets(const std::vector<GradParam>& params, std::size
   return {};
 }
 
-std::vector<GradParam> grad_params(const ModelLayout& layout) {
+std::vector<GradParam> grad_params(const ModelLayout& layout, const std::vector<bool>& units) {
   std::vector<GradParam> out;
-  for (const ParamInfo& p : layout.params()) out.push_back({p.unit, p.offset, p.numel});
+  for (const ParamInfo& p : layout.params()) {
+    if (units.empty() || units.at(static_cast<std::size_t>(p.unit))) {
+      out.push_back({p.unit, p.offset, p.numel});
+    }
+  }
   return out;
 }
 
@@ -162,24 +166,13 @@ std::string_view to_string(CommMode mode) {
   return "?";
 }
 
-namespace {
-
-std::vector<GradParam> params_of_units(const ModelLayout& layout, const std::vector<bool>& units) {
-  std::vector<GradParam> params = grad_params(layout);
-  if (units.empty()) return params;
-  std::erase_if(params, [&](const GradParam& p) { return !units.at(static_cast<std::size_t>(p.unit)); });
-  return params;
-}
-
-}  // namespace
-
 Reducer::Reducer(Communicator& comm, RankModel& model, const ReducerOptions& options,
                  const std::vector<bool>& units)
     : comm_(comm),
       model_(model),
       grads_(model.grads()),
       options_(options),
-      params_(params_of_units(model.layout(), units)),
+      params_(grad_params(model.layout(), units)),
       buckets_(plan_buckets(params_, grads_.size(), options.plan)),
       schedule_(params_, buckets_),
       works_(buckets_.size()) {}

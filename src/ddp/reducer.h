@@ -77,8 +77,9 @@ struct BucketPlanOptions {
 // order. Deterministic: every rank builds the same plan from the same model.
 std::vector<Bucket> plan_buckets(const std::vector<GradParam>& params, std::size_t flat_numel,
                                  const BucketPlanOptions& options);
-// The parameters of a model layout as the reducer sees them.
-std::vector<GradParam> grad_params(const ModelLayout& layout);
+// The parameters of a model layout as the reducer sees them: all, or those of the units
+// flagged in `units` (a pipeline stage's).
+std::vector<GradParam> grad_params(const ModelLayout& layout, const std::vector<bool>& units = {});
 // The plan of `options` over `layout`.
 std::vector<Bucket> plan_buckets(const ModelLayout& layout, const BucketPlanOptions& options);
 

@@ -67,7 +67,6 @@ double median_field(const nlohmann::json& steps, const char* key) {
 
 // Why a measured configuration cannot calibrate the simulator yet; "" if it can.
 std::string unusable(const TrainConfig& c, const nlohmann::json& config) {
-  if (c.pipeline.stages > 1) return "pipeline stages are not simulated yet";
   if (config.value("link_emulated", false)) return "an emulated --link is not simulated yet";
   if (c.device != Device::kCpu)
     return "runs on " + std::string(to_string(c.device)) +
@@ -254,7 +253,11 @@ std::vector<CommSample> comm_samples(const std::vector<MeasuredRun>& runs) {
       int ranks = 0;
       bool clean = true;
     };
-    std::map<std::tuple<SpanKind, int, std::int64_t, int>, Instance> instances;
+    // A pipeline's all-reduces are among a stage's replicas (rank % P is the stage).
+    const int stages = std::max(1, run.config.pipeline.stages);
+    const int members = run.config.ranks / stages;
+    if (members < 2) continue;
+    std::map<std::tuple<SpanKind, int, std::int64_t, int, int>, Instance> instances;
     for (const Span& s : run.timeline.spans) {
       if (s.lane != Lane::kComm || s.step < run.warmup || s.end_ns <= s.start_ns || s.bytes <= 0) {
         continue;
@@ -263,7 +266,7 @@ std::vector<CommSample> comm_samples(const std::vector<MeasuredRun>& runs) {
           s.kind != SpanKind::kAllgather) {
         continue;
       }
-      Instance& i = instances[{s.kind, s.tag, s.bytes, s.step}];
+      Instance& i = instances[{s.kind, s.tag, s.bytes, s.step, s.rank % stages}];
       i.start = i.ranks == 0 ? s.start_ns : std::max(i.start, s.start_ns);
       i.end = i.ranks == 0 ? s.end_ns : std::max(i.end, s.end_ns);
       ++i.ranks;
@@ -272,8 +275,8 @@ std::vector<CommSample> comm_samples(const std::vector<MeasuredRun>& runs) {
     }
     std::map<std::tuple<SpanKind, int, std::int64_t>, std::vector<double>> groups;
     for (const auto& [key, i] : instances) {
-      if (!i.clean || i.ranks != run.config.ranks || i.end <= i.start) continue;
-      const auto [kind, tag, bytes, step] = key;
+      if (!i.clean || i.ranks != members || i.end <= i.start) continue;
+      const auto [kind, tag, bytes, step, stage] = key;
       groups[{kind, tag, bytes}].push_back(static_cast<double>(i.end - i.start) / 1e9);
     }
     for (const auto& [key, durations] : groups) {

@@ -35,8 +35,8 @@ struct MeasuredRuns {
 
 // Reads results directories tandem wrote (train: summary.json and trace.json;
 // characterize: summary.json and points/*/SCENARIO.trace.json). Throws UsageError naming
-// `flag` and the directory for anything else. Pipeline runs and runs over an emulated
-// --link are skipped (said in `skipped`).
+// `flag` and the directory for anything else. Runs over an emulated --link and device
+// runs are skipped (said in `skipped`).
 MeasuredRuns read_measured_runs(const std::vector<std::string>& dirs, const std::string& flag);
 
 // The samples of calibration.h from the runs' spans: passes no collective overlapped and

@@ -2,12 +2,15 @@
 #include "simulate/simulator.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdio>
 #include <deque>
+#include <functional>
 #include <limits>
 #include <map>
 #include <memory>
+#include <numeric>
 #include <string>
 #include <tuple>
 
@@ -17,6 +20,8 @@
 #include "ddp/reducer.h"
 #include "ddp/shard_schedule.h"
 #include "ddp/sharded.h"
+#include "engine/pipeline.h"
+#include "engine/pipeline_schedule.h"
 #include "model/mlp.h"
 #include "model/transformer.h"
 
@@ -56,24 +61,34 @@ double ring_seconds(int k, double bytes, const LinkProfile& link, double share) 
 
 }  // namespace
 
-double collective_seconds(const Cluster& cluster, SpanKind kind, int ranks, double bytes) {
-  if (ranks <= 1 || bytes <= 0) return 0;
+namespace {
+
+// `per_node` members on each of `nodes` nodes: a ring inside each node over its members,
+// and a ring across the nodes moving each member's 1/per_node share over its device's
+// share of the node's NICs (every device of a node has one: the node may run other
+// groups beside this one).
+double hierarchical_seconds(const Cluster& cluster, SpanKind kind, int per_node, int nodes,
+                            double bytes) {
+  if (per_node * nodes <= 1 || bytes <= 0) return 0;
   TANDEM_CHECK(kind == SpanKind::kAllreduce || kind == SpanKind::kReduceScatter ||
                kind == SpanKind::kAllgather);
   // An all-reduce is a reduce-scatter and an all-gather: twice the traffic of either.
   const double share = kind == SpanKind::kAllreduce ? 2.0 : 1.0;
-  const int per_node = std::min(ranks, cluster.devices_per_node);
-  const int nodes = (ranks + per_node - 1) / per_node;
-  // Inside a node a ring over its devices; across nodes, a ring over the nodes moving each
-  // device's 1/d share over its share of the node's NICs.
   double seconds = ring_seconds(per_node, bytes, cluster.intra, share);
   if (nodes > 1) {
     LinkProfile net = cluster.inter;
-    net.bandwidth_bytes_per_s =
-        cluster.inter.bandwidth_bytes_per_s * cluster.nics_per_node / per_node;
+    net.bandwidth_bytes_per_s = cluster.inter.bandwidth_bytes_per_s * cluster.nics_per_node /
+                                std::max(per_node, cluster.devices_per_node);
     seconds += ring_seconds(nodes, bytes / per_node, net, share);
   }
   return seconds;
+}
+
+}  // namespace
+
+double collective_seconds(const Cluster& cluster, SpanKind kind, int ranks, double bytes) {
+  const int per_node = std::min(ranks, cluster.devices_per_node);
+  return hierarchical_seconds(cluster, kind, per_node, (ranks + per_node - 1) / per_node, bytes);
 }
 
 double allreduce_seconds(const Cluster& cluster, int ranks, double bytes) {
@@ -158,35 +173,50 @@ struct StepOp {
   int micro = -1;
   double seconds = 0;
   double flops = 0;
-  int collective = -1;  // kPost, kWait: into StepProgram::collectives
+  int transfer = -1;  // kPost, kWait: into StepPlan::transfers
 };
 
-// A collective of a step: its kind, what it moves, what its spans are tagged with.
-struct CollectiveOp {
-  SpanKind kind = SpanKind::kAllreduce;
+// A collective or a point-to-point transfer of a step, and who takes part: a collective
+// moves once every participant has issued it and finished the collectives it issued
+// before on the same communicator (one per channel, in order, as a NCCL stream or
+// tandem's communication thread runs them); a transfer (sender, receiver) once both have
+// posted it, whatever else is in flight.
+struct Transfer {
+  SpanKind kind = SpanKind::kAllreduce;  // point to point: kSend (the receiver's span: kRecv)
   std::int64_t bytes = 0;
   int tag = -1;
+  int channel = 0;  // 0: the run's communicator; 1: a stage's replicas; 2: gpt's tied embedding
+  std::vector<int> actors;  // participants; point to point: {sender, receiver}
+  double seconds = 0;       // at full rate
+  bool p2p() const { return kind == SpanKind::kSend; }
 };
 
-// One step of a rank, in the order the rank loop runs it: the compute, and the
-// collectives its strategy issues and waits for in between.
-struct StepProgram {
-  std::vector<StepOp> ops;
-  std::vector<CollectiveOp> collectives;  // in issue order; every rank issues the same
+// Every actor's program for one step, and the transfers they share.
+struct StepPlan {
+  std::vector<std::vector<StepOp>> programs;  // per actor
+  std::vector<Transfer> transfers;
+};
+
+// One actor's step as it is built: compute, and the transfers it posts and waits for.
+// `collective` makes the transfer a strategy issues (its participants and channel are the
+// builder's business).
+struct ProgramBuilder {
+  std::vector<StepOp>* ops = nullptr;
+  std::function<int(SpanKind, std::int64_t, int)> collective;
 
   int post(SpanKind kind, std::int64_t bytes, int tag) {
-    const int c = static_cast<int>(collectives.size());
-    collectives.push_back({.kind = kind, .bytes = bytes, .tag = tag});
-    ops.push_back({.kind = StepOpKind::kPost, .tag = tag, .collective = c});
-    return c;
+    const int t = collective(kind, bytes, tag);
+    post_transfer(t, tag);
+    return t;
   }
-  void wait(int c) {
-    ops.push_back({.kind = StepOpKind::kWait,
-                   .tag = collectives[static_cast<std::size_t>(c)].tag,
-                   .collective = c});
+  void post_transfer(int t, int tag) {
+    ops->push_back({.kind = StepOpKind::kPost, .tag = tag, .transfer = t});
+  }
+  void wait(int t, int tag) {
+    ops->push_back({.kind = StepOpKind::kWait, .tag = tag, .transfer = t});
   }
   void compute(SpanKind span, int tag, int micro, double seconds, double flops) {
-    ops.push_back({.span = span, .tag = tag, .micro = micro, .seconds = seconds, .flops = flops});
+    ops->push_back({.span = span, .tag = tag, .micro = micro, .seconds = seconds, .flops = flops});
   }
 };
 
@@ -196,80 +226,54 @@ struct StepProgram {
 class SimSync {
  public:
   virtual ~SimSync() = default;
-  virtual void before_forward(StepProgram& p, int unit) { (void)p, (void)unit; }
-  virtual void after_forward(StepProgram& p, int unit) { (void)p, (void)unit; }
-  virtual void before_backward(StepProgram& p, int unit) { (void)p, (void)unit; }
-  virtual void after_backward(StepProgram& p, int unit, bool last_micro) = 0;
-  virtual void before_optimizer(StepProgram& p) = 0;
+  virtual void before_forward(ProgramBuilder& p, int unit) { (void)p, (void)unit; }
+  virtual void after_forward(ProgramBuilder& p, int unit) { (void)p, (void)unit; }
+  virtual void before_backward(ProgramBuilder& p, int unit) { (void)p, (void)unit; }
+  virtual void after_backward(ProgramBuilder& p, int unit, bool last_micro) = 0;
+  virtual void before_optimizer(ProgramBuilder& p) = 0;
   virtual double optimizer_seconds(const UnitCosts& costs) const { return costs.optimizer; }
-  virtual void after_optimizer(StepProgram& p) { (void)p; }
-  virtual void end_step(StepProgram& p) { (void)p; }
+  virtual void after_optimizer(ProgramBuilder& p) { (void)p; }
+  virtual void end_step(ProgramBuilder& p) { (void)p; }
 };
-
-// The rank loop (engine/trainer.cpp's run_step, one stage): every micro-batch's forward,
-// loss and backward with the strategy's hooks around each unit's pass, then the update.
-StepProgram step_program(const TrainConfig& config, const UnitCosts& costs, SimSync& sync) {
-  const int U = static_cast<int>(costs.forward.size());
-  const int A = micro_batches(config);
-  const double work = config.compute ? 1.0 : 0.0;  // comm-only: the same collectives
-  StepProgram p;
-  for (int m = 0; m < A; ++m) {
-    for (int u = 0; u < U; ++u) {
-      const auto i = static_cast<std::size_t>(u);
-      sync.before_forward(p, u);
-      p.compute(SpanKind::kForward, u, m, work * costs.forward[i], costs.forward_flops[i]);
-      sync.after_forward(p, u);
-    }
-    p.compute(SpanKind::kForward, U, m, work * costs.loss_forward, 0);
-    p.compute(SpanKind::kBackward, U, m, work * costs.loss_backward, 0);
-    for (int u = U - 1; u >= 0; --u) {
-      const auto i = static_cast<std::size_t>(u);
-      sync.before_backward(p, u);
-      p.compute(SpanKind::kBackward, u, m, work * costs.backward[i], costs.backward_flops[i]);
-      sync.after_backward(p, u, m == A - 1);
-    }
-  }
-  sync.before_optimizer(p);
-  p.compute(SpanKind::kOptimizer, -1, -1, work * sync.optimizer_seconds(costs), 0);
-  sync.after_optimizer(p);
-  sync.end_step(p);
-  return p;
-}
 
 // The DDP family, as the Reducer runs it (ddp/reducer.cpp, ddp/grad_sync.cpp): in the last
 // micro-batch each unit's backward marks its gradients ready and the buckets that became
 // ready are issued in plan order (LaunchSchedule); before the optimizer the rest is issued
-// and every bucket waited for.
+// and every bucket waited for. A pipeline stage's (StageSync) plans over its own units
+// only, and launches the tied embedding's bucket only before the optimizer.
 class SimReducer final : public SimSync {
  public:
-  SimReducer(const TrainConfig& config, const ModelLayout& layout)
-      : params_(grad_params(layout)),
+  SimReducer(const TrainConfig& config, const ModelLayout& layout, const std::vector<bool>& units,
+             bool hold_embedding, bool communicates)
+      : params_(grad_params(layout, units)),
         buckets_(plan_buckets(params_, layout.numel(), config.reducer.plan)),
         schedule_(params_, buckets_),
-        comm_(config.reducer.mode != CommMode::kOff),
+        comm_(communicates && config.reducer.mode != CommMode::kOff),
         overlap_(config.reducer.mode == CommMode::kOverlapped &&
                  config.reducer.plan.strategy.kind != StrategyKind::kSequential),
+        hold_embedding_(hold_embedding),
         issued_(buckets_.size(), -1) {
     schedule_.reset();
   }
 
-  void after_backward(StepProgram& p, int unit, bool last_micro) override {
-    if (!last_micro) return;
+  void after_backward(ProgramBuilder& p, int unit, bool last_micro) override {
+    if (!last_micro || (unit == 0 && hold_embedding_)) return;
     schedule_.mark_unit_ready(unit);
     if (!overlap_) return;
     for (int b = schedule_.take_ready(); b >= 0; b = schedule_.take_ready()) post(p, b);
   }
-  void before_optimizer(StepProgram& p) override {
+  void before_optimizer(ProgramBuilder& p) override {
+    if (hold_embedding_) schedule_.mark_unit_ready(0);
     for (int b = schedule_.take_next(); b >= 0; b = schedule_.take_next()) post(p, b);
-    for (const int c : issued_) {
-      if (c >= 0) p.wait(c);
+    for (std::size_t b = 0; b < issued_.size(); ++b) {
+      if (issued_[b] >= 0) p.wait(issued_[b], static_cast<int>(b));
     }
   }
 
   const std::vector<Bucket>& buckets() const { return buckets_; }
 
  private:
-  void post(StepProgram& p, int b) {
+  void post(ProgramBuilder& p, int b) {
     const Bucket& bucket = buckets_[static_cast<std::size_t>(b)];
     if (!comm_ || bucket.end <= bucket.begin) return;
     issued_[static_cast<std::size_t>(b)] = p.post(SpanKind::kAllreduce, bucket.bytes(), b);
@@ -280,7 +284,8 @@ class SimReducer final : public SimSync {
   LaunchSchedule schedule_;
   bool comm_;
   bool overlap_;
-  std::vector<int> issued_;  // per bucket: its collective in the step, -1 before
+  bool hold_embedding_;
+  std::vector<int> issued_;  // per bucket: its transfer in the step, -1 before
 };
 
 // zero1, zero2 and fsdp, as ShardedSync runs them (ddp/sharded.cpp): the same
@@ -304,45 +309,45 @@ class SimSharded final : public SimSync {
     }
   }
 
-  void before_forward(StepProgram& p, int unit) override {
+  void before_forward(ProgramBuilder& p, int unit) override {
     (void)unit;
     if (fsdp()) gather_and_wait(p);
   }
-  void after_forward(StepProgram& p, int unit) override {
+  void after_forward(ProgramBuilder& p, int unit) override {
     (void)p, (void)unit;
     if (fsdp()) schedule_.releases_after(event_);
     ++event_;
   }
-  void before_backward(StepProgram& p, int unit) override {
+  void before_backward(ProgramBuilder& p, int unit) override {
     (void)unit;
     if (fsdp()) gather_and_wait(p);
   }
-  void after_backward(StepProgram& p, int unit, bool last_micro) override {
+  void after_backward(ProgramBuilder& p, int unit, bool last_micro) override {
     if (fsdp()) schedule_.releases_after(event_);
     ++event_;
     if (!comm_ || !last_micro) return;
     reduce_[static_cast<std::size_t>(unit)] = p.post(SpanKind::kReduceScatter, bytes(unit), unit);
     if (sequential_) settle(p);
   }
-  void before_optimizer(StepProgram& p) override { settle(p); }
+  void before_optimizer(ProgramBuilder& p) override { settle(p); }
   double optimizer_seconds(const UnitCosts& costs) const override {
     if (!comm_) return costs.optimizer;
     // SGD on the rank's shards: the same bytes per element as on a replica.
     return costs.optimizer * static_cast<double>(shard_numel_) /
            static_cast<double>(costs.optimizer_numel);
   }
-  void after_optimizer(StepProgram& p) override {
+  void after_optimizer(ProgramBuilder& p) override {
     if (!comm_ || fsdp()) return;
     for (int u = 0; u < static_cast<int>(bytes_.size()); ++u) {
       gather_[static_cast<std::size_t>(u)] = p.post(SpanKind::kAllgather, bytes(u), u);
     }
   }
-  void end_step(StepProgram& p) override {
+  void end_step(ProgramBuilder& p) override {
     for (std::size_t u = 0; u < bytes_.size(); ++u) {
-      for (int* c : {&gather_[u], &reduce_[u]}) {
-        if (*c < 0) continue;
-        p.wait(*c);
-        *c = -1;
+      for (int* t : {&gather_[u], &reduce_[u]}) {
+        if (*t < 0) continue;
+        p.wait(*t, static_cast<int>(u));
+        *t = -1;
       }
     }
   }
@@ -366,22 +371,22 @@ class SimSharded final : public SimSync {
     return out;
   }
 
-  void gather_and_wait(StepProgram& p) {
+  void gather_and_wait(ProgramBuilder& p) {
     for (const int v : schedule_.gathers_before(event_)) {
       gather_[static_cast<std::size_t>(v)] = p.post(SpanKind::kAllgather, bytes(v), v);
       note_gathered();
     }
     for (const int v : schedule_.waits_before(event_)) {
-      p.wait(gather_[static_cast<std::size_t>(v)]);
+      p.wait(gather_[static_cast<std::size_t>(v)], v);
       gather_[static_cast<std::size_t>(v)] = -1;
     }
   }
   // Waits for every reduce-scatter in flight, in unit order (settle_reduces(true)).
-  void settle(StepProgram& p) {
-    for (int& c : reduce_) {
-      if (c < 0) continue;
-      p.wait(c);
-      c = -1;
+  void settle(ProgramBuilder& p) {
+    for (std::size_t u = 0; u < reduce_.size(); ++u) {
+      if (reduce_[u] < 0) continue;
+      p.wait(reduce_[u], static_cast<int>(u));
+      reduce_[u] = -1;
     }
   }
   void note_gathered() {
@@ -404,9 +409,121 @@ class SimSharded final : public SimSync {
   std::int64_t gathered_peak_ = 0;
 };
 
-// Ranks that behave alike (the same compute speed) are simulated once: a class.
+// The rank loop of one stage (engine/trainer.cpp's run_step, engine/pipeline.cpp's
+// StageRunner): the actions of the stage's schedule (one stage: each micro-batch's forward,
+// loss and backward), the strategy's hooks around each unit's pass, point-to-point
+// transfers to the neighbouring stages, then the update.
+struct StageContext {
+  const TrainConfig* config = nullptr;
+  const UnitCosts* costs = nullptr;
+  const StagePlan* plan = nullptr;
+  int stage = 0;
+  std::vector<double> boundary_bytes;  // per unit u >= 1: the activation entering it
+  // The transfer of an activation (g -> g+1) or a gradient (g+1 -> g) of a micro-batch,
+  // made once by whichever side posts it first.
+  std::function<int(bool activation, int chunk, int micro, std::int64_t bytes)> p2p;
+  std::function<int(std::int64_t bytes)> tied_allreduce;  // gpt's embedding group
+};
+
+void stage_program(const StageContext& ctx, SimSync& sync, ProgramBuilder& p) {
+  const TrainConfig& config = *ctx.config;
+  const UnitCosts& costs = *ctx.costs;
+  const StagePlan& plan = *ctx.plan;
+  const int U = static_cast<int>(costs.forward.size());
+  const int M = plan.shape.micro_batches;
+  const CommMode mode = config.reducer.mode;
+  const double work = config.compute ? 1.0 : 0.0;  // comm-only: the same transfers
+  const std::vector<PipelineAction> actions = stage_actions(plan.shape, ctx.stage);
+  const auto n = actions.size();
+  // The receive of action i (-1: none): a forward whose first unit is not 0, a backward
+  // whose last unit is not the model's.
+  std::vector<int> receive(n, -1);
+  std::vector<bool> posted(n, false);
+  const auto bytes_into = [&](int unit) {
+    return static_cast<std::int64_t>(ctx.boundary_bytes[static_cast<std::size_t>(unit)]);
+  };
+  for (std::size_t i = 0; i < n && mode != CommMode::kOff; ++i) {
+    const PipelineAction& a = actions[i];
+    const int g = global_chunk(plan.shape, ctx.stage, a.chunk);
+    const auto [first, last] = plan.chunks[static_cast<std::size_t>(g)];
+    if (a.kind == PipelineAction::kForward && first > 0) {
+      receive[i] = ctx.p2p(true, g - 1, a.micro, bytes_into(first));
+    } else if (a.kind == PipelineAction::kBackward && last < U - 1) {
+      receive[i] = ctx.p2p(false, g, a.micro, bytes_into(last + 1));
+    }
+  }
+  const auto post_receive = [&](std::size_t i) {
+    if (i >= n || receive[i] < 0 || posted[i]) return;
+    posted[i] = true;
+    p.post_transfer(receive[i], actions[i].micro);
+  };
+  std::vector<std::pair<int, int>> sends;  // transfer, micro: waited for at the step's end
+  for (std::size_t i = 0; i < n; ++i) {
+    if (mode == CommMode::kOverlapped) {
+      post_receive(i);
+      post_receive(i + 1);
+    }
+    const PipelineAction& a = actions[i];
+    const int g = global_chunk(plan.shape, ctx.stage, a.chunk);
+    const auto [first, last] = plan.chunks[static_cast<std::size_t>(g)];
+    if (a.kind == PipelineAction::kForward) {
+      if (receive[i] >= 0) {
+        post_receive(i);
+        p.wait(receive[i], a.micro);
+      }
+      for (int u = first; u <= last; ++u) {
+        const auto k = static_cast<std::size_t>(u);
+        sync.before_forward(p, u);
+        p.compute(SpanKind::kForward, u, a.micro, work * costs.forward[k], costs.forward_flops[k]);
+        sync.after_forward(p, u);
+      }
+      if (last == U - 1) {
+        p.compute(SpanKind::kForward, U, a.micro, work * costs.loss_forward, 0);
+      } else if (mode != CommMode::kOff) {
+        const int t = ctx.p2p(true, g, a.micro, bytes_into(last + 1));
+        p.post_transfer(t, a.micro);
+        sends.emplace_back(t, a.micro);
+      }
+    } else {
+      if (last == U - 1) {
+        p.compute(SpanKind::kBackward, U, a.micro, work * costs.loss_backward, 0);
+      } else if (receive[i] >= 0) {
+        post_receive(i);
+        p.wait(receive[i], a.micro);
+      }
+      for (int u = last; u >= first; --u) {
+        const auto k = static_cast<std::size_t>(u);
+        sync.before_backward(p, u);
+        p.compute(SpanKind::kBackward, u, a.micro, work * costs.backward[k],
+                  costs.backward_flops[k]);
+        sync.after_backward(p, u, a.micro == M - 1);
+      }
+      if (first > 0 && mode != CommMode::kOff) {
+        const int t = ctx.p2p(false, g - 1, a.micro, bytes_into(first));
+        p.post_transfer(t, a.micro);
+        sends.emplace_back(t, a.micro);
+      }
+    }
+  }
+  // gpt's tied embedding on two stages: the two halves of its gradient summed.
+  if (ctx.tied_allreduce && mode != CommMode::kOff) {
+    const int t = ctx.tied_allreduce(static_cast<std::int64_t>(ctx.boundary_bytes[0]));
+    if (t >= 0) {
+      p.post_transfer(t, -1);
+      p.wait(t, -1);
+    }
+  }
+  sync.before_optimizer(p);
+  p.compute(SpanKind::kOptimizer, -1, -1, work * sync.optimizer_seconds(costs), 0);
+  sync.after_optimizer(p);
+  for (const auto& [t, micro] : sends) p.wait(t, micro);
+  sync.end_step(p);
+}
+
+// Ranks that behave alike are simulated once: an actor.
 struct Actor {
   double slowdown = 1;     // straggler factor on compute
+  int stage = 0;
   std::vector<int> ranks;  // the ranks it stands for
   std::size_t pc = 0;
   int step = 0;
@@ -417,15 +534,17 @@ struct Actor {
   bool waiting = false;
   double wait_start = 0;
   double step_start = -1;
-  std::deque<int> queue;            // issued collectives not yet done, in order
-  std::map<int, double> issued_at;  // collective -> when this actor issued it
+  int in_flight = 0;  // transfers it takes part in that are moving
   std::vector<Span> spans;
   std::vector<std::pair<double, double>> steps;  // start, end per step
 };
 
-struct Collective {
+// One transfer of one step, as it runs.
+struct Instance {
   double remaining = 0;  // seconds at full rate
-  int issued = 0;        // actors that issued it
+  int posted = 0;        // participants that posted it
+  std::vector<double> posted_at;
+  bool started = false;
   bool done = false;
   double start = 0;
 };
@@ -469,14 +588,33 @@ std::int64_t grads_peak(const std::vector<Span>& spans, const SimSharded& sync) 
   return peak;
 }
 
+// Seconds of a collective over `ranks` (any subset of the cluster's ranks, placed node by
+// node): hierarchical over the most members any node holds and the nodes they span.
+double group_seconds(const Cluster& cluster, SpanKind kind, const std::vector<int>& ranks,
+                     double bytes) {
+  std::map<int, int> per_node;
+  for (const int r : ranks) ++per_node[r / cluster.devices_per_node];
+  int most = 0;
+  for (const auto& [node, count] : per_node) most = std::max(most, count);
+  return hierarchical_seconds(cluster, kind, most, static_cast<int>(per_node.size()), bytes);
+}
+
+// A point-to-point transfer between two ranks: over the node's link, or its share of
+// the node's NICs.
+double p2p_seconds(const Cluster& cluster, int from, int to, double bytes) {
+  if (from / cluster.devices_per_node == to / cluster.devices_per_node) {
+    return bytes / cluster.intra.bandwidth_bytes_per_s + cluster.intra.latency_s;
+  }
+  const double share = cluster.inter.bandwidth_bytes_per_s * cluster.nics_per_node /
+                       std::max(1, cluster.devices_per_node);
+  return bytes / share + cluster.inter.latency_s;
+}
+
 }  // namespace
 
 TrainResult simulate_training(const TrainConfig& config, const SimulateOptions& options) {
   const Cluster& cluster = options.cluster;
   const Strategy& strategy = config.reducer.plan.strategy;
-  if (config.pipeline.stages > 1) {
-    throw UsageError("--pipeline: pipeline stages are not simulated yet (docs/SIMULATE.md)");
-  }
   if (config.ranks > cluster.devices()) {
     throw UsageError("--ranks " + std::to_string(config.ranks) + ": the cluster " + cluster.name +
                      " has " + std::to_string(cluster.devices()) + " devices");
@@ -486,75 +624,268 @@ TrainResult simulate_training(const TrainConfig& config, const SimulateOptions& 
                      cluster.device.name + " has no " + std::string(to_string(config.precision)) +
                      " GEMMs");
   }
+  std::vector<double> factor(static_cast<std::size_t>(config.ranks), 1.0);
   for (const Straggler& s : options.stragglers) {
     if (s.rank >= config.ranks) {
       throw UsageError("--straggler rank=" + std::to_string(s.rank) + ": the run has " +
                        std::to_string(config.ranks) + " ranks");
     }
+    factor[static_cast<std::size_t>(s.rank)] = s.compute;
   }
   const bool sharded = strategy.sharded();
   const bool comm = config.reducer.mode != CommMode::kOff;
+  const StagePlan plan = stage_plan(config);
+  const int P = plan.shape.stages;
+  const bool pipeline = P > 1;
   // The layout the trainer gives the strategy (engine/trainer.cpp): a sharded one pads
   // every unit to a multiple of the ranks, which the collectives move.
   const ModelLayout layout(config.model, sharded ? sharded_layout(config.ranks) : LayoutOptions{});
   const UnitCosts costs = unit_costs(config, cluster);
-  std::unique_ptr<SimReducer> reducer;
-  std::unique_ptr<SimSharded> shards;
-  SimSync* sync = nullptr;
-  if (sharded) {
-    shards = std::make_unique<SimSharded>(config, layout);
-    sync = shards.get();
-  } else {
-    reducer = std::make_unique<SimReducer>(config, layout);
-    sync = reducer.get();
-  }
-  const StepProgram program = step_program(config, costs, *sync);
+  const int U = layout.units();
+  const int rows = micro_batch_rows(config);
 
-  // Classes of alike ranks.
-  std::vector<double> factor(static_cast<std::size_t>(config.ranks), 1.0);
-  for (const Straggler& s : options.stragglers)
-    factor[static_cast<std::size_t>(s.rank)] = s.compute;
+  // Actors: ranks alike in stage and speed. A pipeline's replica holding a straggler is
+  // simulated on its own (its stages talk to each other, not to the others').
   std::vector<Actor> actors;
-  for (int r = 0; r < config.ranks; ++r) {
-    const double f = factor[static_cast<std::size_t>(r)];
-    auto it =
-        std::find_if(actors.begin(), actors.end(), [&](const Actor& a) { return a.slowdown == f; });
-    if (it == actors.end()) {
-      actors.push_back(Actor{.slowdown = f});
-      it = actors.end() - 1;
+  std::vector<std::vector<int>> actor_of;  // [replica class][stage]
+  std::vector<int> class_replica;          // a replica of each class (its ranks' placement)
+  if (!pipeline) {
+    for (int r = 0; r < config.ranks; ++r) {
+      const double f = factor[static_cast<std::size_t>(r)];
+      auto it = std::find_if(actors.begin(), actors.end(),
+                             [&](const Actor& a) { return a.slowdown == f; });
+      if (it == actors.end()) {
+        actors.push_back(Actor{.slowdown = f});
+        it = actors.end() - 1;
+      }
+      it->ranks.push_back(r);
     }
-    it->ranks.push_back(r);
-  }
-  const int nc = static_cast<int>(program.collectives.size());
-  std::vector<Collective> collectives(static_cast<std::size_t>(nc) *
-                                      static_cast<std::size_t>(std::max(1, config.steps)));
-  for (int s = 0; s < config.steps; ++s) {
-    for (int c = 0; c < nc; ++c) {
-      const CollectiveOp& op = program.collectives[static_cast<std::size_t>(c)];
-      collectives[static_cast<std::size_t>(s * nc + c)].remaining =
-          collective_seconds(cluster, op.kind, config.ranks, static_cast<double>(op.bytes));
+  } else {
+    std::vector<int> normal, special;
+    for (int replica = 0; replica < plan.replicas; ++replica) {
+      bool slow = false;
+      for (int s = 0; s < P; ++s)
+        slow = slow || factor[static_cast<std::size_t>(plan.rank_of(s, replica))] != 1;
+      (slow ? special : normal).push_back(replica);
+    }
+    std::vector<std::vector<int>> classes;
+    if (!normal.empty()) classes.push_back(normal);
+    for (const int replica : special) classes.push_back({replica});
+    for (const auto& members : classes) {
+      actor_of.emplace_back();
+      class_replica.push_back(members.front());
+      for (int s = 0; s < P; ++s) {
+        Actor a{.slowdown = factor[static_cast<std::size_t>(plan.rank_of(s, members.front()))],
+                .stage = s};
+        for (const int replica : members) a.ranks.push_back(plan.rank_of(s, replica));
+        actor_of.back().push_back(static_cast<int>(actors.size()));
+        actors.push_back(std::move(a));
+      }
     }
   }
   const auto n_actors = static_cast<int>(actors.size());
+
+  // The step plan: every actor's program over shared transfers.
+  StepPlan step_plan;
+  step_plan.programs.resize(static_cast<std::size_t>(n_actors));
+  std::vector<int> everyone(static_cast<std::size_t>(n_actors));
+  std::iota(everyone.begin(), everyone.end(), 0);
+  std::map<std::tuple<int, int>, int> stage_collective;      // (stage, k-th) -> transfer
+  std::map<std::tuple<int, bool, int, int>, int> transfers;  // (class, activation, chunk, micro)
+  std::map<int, int> tied;                                   // class -> transfer
+  std::map<int, std::vector<int>> stage_ranks;               // stage -> every rank of it
+  std::vector<double> boundary_bytes(static_cast<std::size_t>(U), 0);
+  for (int u = 1; u < U; ++u) {
+    boundary_bytes[static_cast<std::size_t>(u)] =
+        4.0 * rows *
+        (config.model.is_transformer()
+             ? static_cast<double>(config.model.transformer.seq) * config.model.transformer.dim
+             : layout.layer(u).in);
+  }
+  const auto embedding_bytes =
+      static_cast<std::int64_t>((layout.unit_end(0) - layout.unit_begin(0)) * sizeof(float));
+
+  std::unique_ptr<SimSharded> shards;  // the first actor's, for memory
+  std::vector<std::unique_ptr<SimSync>> syncs;
+  std::vector<std::vector<Bucket>> stage_buckets(static_cast<std::size_t>(P));
+  for (int a = 0; a < n_actors; ++a) {
+    const Actor& actor = actors[static_cast<std::size_t>(a)];
+    const int cls =
+        pipeline
+            ? static_cast<int>(std::find_if(actor_of.begin(), actor_of.end(),
+                                            [&](const std::vector<int>& v) {
+                                              return v[static_cast<std::size_t>(actor.stage)] == a;
+                                            }) -
+                               actor_of.begin())
+            : 0;
+    ProgramBuilder builder{.ops = &step_plan.programs[static_cast<std::size_t>(a)]};
+    int posts = 0;
+    if (!pipeline) {
+      builder.collective = [&](SpanKind kind, std::int64_t bytes, int tag) {
+        const int k = posts++;
+        const auto [it, fresh] = stage_collective.try_emplace({0, k}, 0);
+        if (fresh) {
+          it->second = static_cast<int>(step_plan.transfers.size());
+          step_plan.transfers.push_back(
+              {.kind = kind,
+               .bytes = bytes,
+               .tag = tag,
+               .actors = everyone,
+               .seconds =
+                   collective_seconds(cluster, kind, config.ranks, static_cast<double>(bytes))});
+        }
+        return it->second;
+      };
+    } else {
+      const int stage = actor.stage;
+      builder.collective = [&, stage](SpanKind kind, std::int64_t bytes, int tag) {
+        const int k = posts++;
+        const auto [it, fresh] = stage_collective.try_emplace({stage, k}, 0);
+        if (fresh) {
+          std::vector<int> who;
+          for (const auto& row : actor_of) who.push_back(row[static_cast<std::size_t>(stage)]);
+          auto& ranks = stage_ranks[stage];
+          if (ranks.empty()) {
+            for (int replica = 0; replica < plan.replicas; ++replica) {
+              ranks.push_back(plan.rank_of(stage, replica));
+            }
+          }
+          it->second = static_cast<int>(step_plan.transfers.size());
+          step_plan.transfers.push_back(
+              {.kind = kind,
+               .bytes = bytes,
+               .tag = tag,
+               .channel = 1,
+               .actors = who,
+               .seconds = group_seconds(cluster, kind, ranks, static_cast<double>(bytes))});
+        }
+        return it->second;
+      };
+    }
+    std::unique_ptr<SimSync> sync;
+    if (sharded) {
+      sync = std::make_unique<SimSharded>(config, layout);
+    } else {
+      const std::vector<bool> owned =
+          pipeline ? plan.owned_units(actor.stage, U) : std::vector<bool>{};
+      std::vector<bool> keep = owned;
+      for (int u = 0; u < U && pipeline; ++u) {
+        if (!owned[static_cast<std::size_t>(u)]) continue;
+        for (const int v : layout.units_read(u)) keep[static_cast<std::size_t>(v)] = true;
+      }
+      const bool hold_embedding = plan.tied_across_stages && plan.stage_of_chunk(0) == actor.stage;
+      auto r = std::make_unique<SimReducer>(config, layout, keep, hold_embedding,
+                                            !pipeline || plan.replicas > 1);
+      stage_buckets[static_cast<std::size_t>(actor.stage)] = r->buckets();
+      sync = std::move(r);
+    }
+    StageContext ctx{.config = &config,
+                     .costs = &costs,
+                     .plan = &plan,
+                     .stage = actor.stage,
+                     .boundary_bytes = boundary_bytes};
+    ctx.p2p = [&, cls](bool activation, int chunk, int micro, std::int64_t bytes) {
+      const auto [it, fresh] = transfers.try_emplace({cls, activation, chunk, micro}, 0);
+      if (fresh) {
+        const int from_stage = plan.stage_of_chunk(activation ? chunk : chunk + 1);
+        const int to_stage = plan.stage_of_chunk(activation ? chunk + 1 : chunk);
+        const auto& row = actor_of[static_cast<std::size_t>(cls)];
+        const int replica = class_replica[static_cast<std::size_t>(cls)];
+        it->second = static_cast<int>(step_plan.transfers.size());
+        step_plan.transfers.push_back(
+            {.kind = SpanKind::kSend,
+             .bytes = bytes,
+             .tag = micro,
+             .actors = {row[static_cast<std::size_t>(from_stage)],
+                        row[static_cast<std::size_t>(to_stage)]},
+             .seconds = p2p_seconds(cluster, plan.rank_of(from_stage, replica),
+                                    plan.rank_of(to_stage, replica), static_cast<double>(bytes))});
+      }
+      return it->second;
+    };
+    if (pipeline && plan.tied_across_stages) {
+      const int first = plan.stage_of_chunk(0);
+      const int last = plan.stage_of_chunk(static_cast<int>(plan.chunks.size()) - 1);
+      if (actor.stage == first || actor.stage == last) {
+        ctx.tied_allreduce = [&, cls, first, last](std::int64_t) {
+          const auto [it, fresh] = tied.try_emplace(cls, 0);
+          if (fresh) {
+            const auto& row = actor_of[static_cast<std::size_t>(cls)];
+            const int replica = class_replica[static_cast<std::size_t>(cls)];
+            it->second = static_cast<int>(step_plan.transfers.size());
+            step_plan.transfers.push_back(
+                {.kind = SpanKind::kAllreduce,
+                 .bytes = embedding_bytes,
+                 .tag = -1,
+                 .channel = 2,
+                 .actors = {row[static_cast<std::size_t>(first)],
+                            row[static_cast<std::size_t>(last)]},
+                 .seconds =
+                     group_seconds(cluster, SpanKind::kAllreduce,
+                                   {plan.rank_of(first, replica), plan.rank_of(last, replica)},
+                                   static_cast<double>(embedding_bytes))});
+          }
+          return it->second;
+        };
+      }
+    }
+    stage_program(ctx, *sync, builder);
+    if (a == 0 && sharded) {
+      // The memory of the first actor's strategy: its schedule ran the whole step.
+      shards.reset(static_cast<SimSharded*>(sync.release()));
+      syncs.emplace_back();
+    } else {
+      syncs.push_back(std::move(sync));
+    }
+  }
+
+  // The engine: every actor's lanes advance in virtual time.
+  const int T = static_cast<int>(step_plan.transfers.size());
+  const int S = config.steps;
+  std::vector<Instance> instances(static_cast<std::size_t>(T) * static_cast<std::size_t>(S));
+  for (int s = 0; s < S; ++s) {
+    for (int k = 0; k < T; ++k) {
+      const Transfer& tr = step_plan.transfers[static_cast<std::size_t>(k)];
+      Instance& i = instances[static_cast<std::size_t>(s * T + k)];
+      i.remaining = tr.seconds;
+      i.posted_at.assign(tr.actors.size(), 0);
+    }
+  }
+  std::vector<std::array<std::deque<int>, 3>> queues(static_cast<std::size_t>(n_actors));
+  std::vector<int> pending, moving;
   const double cs = cluster.device.overlap_compute_slowdown;
   const double ms = cluster.device.overlap_comm_slowdown;
   constexpr double kEps = 1e-15;
+  const auto transfer_of = [&](int id) -> const Transfer& {
+    return step_plan.transfers[static_cast<std::size_t>(id % T)];
+  };
+  const auto startable = [&](int id) {
+    const Transfer& tr = transfer_of(id);
+    const Instance& i = instances[static_cast<std::size_t>(id)];
+    if (i.posted != static_cast<int>(tr.actors.size())) return false;
+    if (tr.p2p()) return true;
+    return std::all_of(tr.actors.begin(), tr.actors.end(), [&](int a) {
+      const auto& q = queues[static_cast<std::size_t>(a)][static_cast<std::size_t>(tr.channel)];
+      return !q.empty() && q.front() == id;
+    });
+  };
 
   double t = 0;
-  int in_flight = -1;  // the collective moving now (every rank takes part in every one)
   for (;;) {
-    // Everything that happens at time t without time passing.
     for (bool progress = true; progress;) {
       progress = false;
-      for (Actor& a : actors) {
+      for (int ai = 0; ai < n_actors; ++ai) {
+        Actor& a = actors[static_cast<std::size_t>(ai)];
+        const std::vector<StepOp>& program = step_plan.programs[static_cast<std::size_t>(ai)];
         while (!a.finished && !a.computing) {
           if (a.waiting) {
-            const StepOp& op = program.ops[a.pc];
-            if (!collectives[static_cast<std::size_t>(a.step * nc + op.collective)].done) break;
+            const StepOp& op = program[a.pc];
+            if (!instances[static_cast<std::size_t>(a.step * T + op.transfer)].done) break;
             a.spans.push_back({.lane = Lane::kWait,
                                .kind = SpanKind::kWait,
                                .step = a.step,
                                .tag = op.tag,
+                               .micro = transfer_of(op.transfer).p2p() ? op.tag : -1,
                                .start_ns = ns(a.wait_start),
                                .end_ns = ns(t)});
             a.waiting = false;
@@ -562,25 +893,33 @@ TrainResult simulate_training(const TrainConfig& config, const SimulateOptions& 
             progress = true;
             continue;
           }
-          if (a.pc == program.ops.size()) {  // the step is done
+          if (a.pc == program.size()) {  // the step is done
             a.steps.emplace_back(a.step_start, t);
             a.step_start = -1;
             a.pc = 0;
-            a.finished = ++a.step == config.steps;
+            a.finished = ++a.step == S;
             progress = true;
             continue;
           }
           if (a.step_start < 0) a.step_start = t;
-          const StepOp& op = program.ops[a.pc];
+          const StepOp& op = program[a.pc];
           if (op.kind == StepOpKind::kPost) {
-            const int id = a.step * nc + op.collective;
-            ++collectives[static_cast<std::size_t>(id)].issued;
-            a.queue.push_back(id);
-            a.issued_at[id] = t;
+            const int id = a.step * T + op.transfer;
+            const Transfer& tr = transfer_of(id);
+            Instance& i = instances[static_cast<std::size_t>(id)];
+            const auto who = static_cast<std::size_t>(
+                std::find(tr.actors.begin(), tr.actors.end(), ai) - tr.actors.begin());
+            TANDEM_CHECK(who < tr.actors.size());
+            i.posted_at[who] = t;
+            if (++i.posted == static_cast<int>(tr.actors.size())) pending.push_back(id);
+            if (!tr.p2p()) {
+              queues[static_cast<std::size_t>(ai)][static_cast<std::size_t>(tr.channel)].push_back(
+                  id);
+            }
             ++a.pc;
           } else if (op.kind == StepOpKind::kWait) {
-            if (collectives[static_cast<std::size_t>(a.step * nc + op.collective)].done) {
-              ++a.pc;  // a finished collective costs no wait (ddp/grad_sync.cpp)
+            if (instances[static_cast<std::size_t>(a.step * T + op.transfer)].done) {
+              ++a.pc;  // a finished transfer costs no wait (ddp/grad_sync.cpp)
             } else {
               a.waiting = true;
               a.wait_start = t;
@@ -593,42 +932,51 @@ TrainResult simulate_training(const TrainConfig& config, const SimulateOptions& 
           progress = true;
         }
       }
-      // A collective starts once every rank issued it and finished those before it.
-      if (in_flight < 0 && !actors.front().queue.empty()) {
-        const int id = actors.front().queue.front();
-        Collective& c = collectives[static_cast<std::size_t>(id)];
-        const bool heads = std::all_of(actors.begin(), actors.end(), [&](const Actor& a) {
-          return !a.queue.empty() && a.queue.front() == id;
-        });
-        if (c.issued == n_actors && heads) {
-          c.start = t;
-          in_flight = id;
-          progress = true;
+      for (std::size_t k = 0; k < pending.size();) {
+        const int id = pending[k];
+        if (!startable(id)) {
+          ++k;
+          continue;
         }
+        Instance& i = instances[static_cast<std::size_t>(id)];
+        i.started = true;
+        i.start = t;
+        for (const int a : transfer_of(id).actors) ++actors[static_cast<std::size_t>(a)].in_flight;
+        moving.push_back(id);
+        pending[k] = pending.back();
+        pending.pop_back();
+        progress = true;
       }
     }
     if (std::all_of(actors.begin(), actors.end(), [](const Actor& a) { return a.finished; })) break;
 
     // Rates until the next event, and the time to it.
+    const auto compute_rate = [&](const Actor& a) { return a.in_flight > 0 ? 1 / (1 + cs) : 1.0; };
+    const auto transfer_rate = [&](int id) {
+      const auto& who = transfer_of(id).actors;
+      const bool busy = std::any_of(who.begin(), who.end(), [&](int a) {
+        return actors[static_cast<std::size_t>(a)].computing;
+      });
+      return busy ? 1 / (1 + ms) : 1.0;
+    };
     double dt = std::numeric_limits<double>::infinity();
-    double comm_rate = 1;
     for (const Actor& a : actors) {
-      if (a.computing) {
-        const double rate = in_flight >= 0 ? 1 / (1 + cs) : 1.0;
-        dt = std::min(dt, a.remaining / rate);
-        if (in_flight >= 0) comm_rate = std::min(comm_rate, 1 / (1 + ms));
-      }
+      if (a.computing) dt = std::min(dt, a.remaining / compute_rate(a));
     }
-    if (in_flight >= 0) {
-      dt = std::min(dt, collectives[static_cast<std::size_t>(in_flight)].remaining / comm_rate);
+    std::vector<double> rates(moving.size());
+    for (std::size_t k = 0; k < moving.size(); ++k) {
+      rates[k] = transfer_rate(moving[k]);
+      dt = std::min(dt, instances[static_cast<std::size_t>(moving[k])].remaining / rates[k]);
     }
-    TANDEM_CHECK(std::isfinite(dt));  // something always moves: the program has no cycles
+    // Something always moves, unless the programs deadlock (a bug in a program builder).
+    TANDEM_CHECK(std::isfinite(dt));
     t += dt;
-    for (Actor& a : actors) {
+    for (int ai = 0; ai < n_actors; ++ai) {
+      Actor& a = actors[static_cast<std::size_t>(ai)];
       if (!a.computing) continue;
-      a.remaining -= dt * (in_flight >= 0 ? 1 / (1 + cs) : 1.0);
+      a.remaining -= dt * compute_rate(a);
       if (a.remaining > kEps * std::max(1.0, t)) continue;
-      const StepOp& op = program.ops[a.pc];
+      const StepOp& op = step_plan.programs[static_cast<std::size_t>(ai)][a.pc];
       a.spans.push_back({.lane = Lane::kCompute,
                          .kind = op.span,
                          .step = a.step,
@@ -640,56 +988,87 @@ TrainResult simulate_training(const TrainConfig& config, const SimulateOptions& 
       a.computing = false;
       ++a.pc;
     }
-    if (in_flight >= 0) {
-      Collective& c = collectives[static_cast<std::size_t>(in_flight)];
-      c.remaining -= dt * comm_rate;
-      if (c.remaining <= kEps * std::max(1.0, t)) {
-        c.done = true;
-        const CollectiveOp& op = program.collectives[static_cast<std::size_t>(in_flight % nc)];
-        for (Actor& a : actors) {
-          a.spans.push_back({.lane = Lane::kComm,
-                             .kind = op.kind,
-                             .step = in_flight / nc,
-                             .tag = op.tag,
-                             .start_ns = ns(c.start),
-                             .end_ns = ns(t),
-                             .bytes = op.bytes,
-                             .issue_ns = ns(a.issued_at[in_flight])});
-          a.issued_at.erase(in_flight);
-          a.queue.pop_front();
-        }
-        in_flight = -1;
+    for (std::size_t k = 0; k < moving.size();) {
+      const int id = moving[k];
+      Instance& i = instances[static_cast<std::size_t>(id)];
+      i.remaining -= dt * rates[k];
+      if (i.remaining > kEps * std::max(1.0, t)) {
+        ++k;
+        continue;
       }
+      i.done = true;
+      const Transfer& tr = transfer_of(id);
+      for (std::size_t w = 0; w < tr.actors.size(); ++w) {
+        Actor& a = actors[static_cast<std::size_t>(tr.actors[w])];
+        a.spans.push_back({.lane = Lane::kComm,
+                           .kind = tr.p2p() && w == 1 ? SpanKind::kRecv : tr.kind,
+                           .step = id / T,
+                           .tag = tr.tag,
+                           .micro = tr.p2p() ? tr.tag : -1,
+                           .start_ns = ns(i.start),
+                           .end_ns = ns(t),
+                           .bytes = tr.bytes,
+                           .issue_ns = ns(i.posted_at[w])});
+        --a.in_flight;
+        if (!tr.p2p()) {
+          auto& q =
+              queues[static_cast<std::size_t>(tr.actors[w])][static_cast<std::size_t>(tr.channel)];
+          TANDEM_CHECK(!q.empty() && q.front() == id);
+          q.pop_front();
+        }
+      }
+      moving[k] = moving.back();
+      rates[k] = rates.back();
+      moving.pop_back();
+      rates.pop_back();
     }
   }
 
   // Memory per rank, as the strategy keeps it (StateBytes) and the passes' buffers (the
   // model layer's own formula, the one train checks host and device memory with).
   const auto replica = static_cast<std::int64_t>(layout.numel() * sizeof(float));
-  StateBytes state{.params = replica, .grads = replica, .optimizer = replica};
-  if (sharded && comm) {
-    const std::int64_t shards_bytes = shards->shard_bytes();
-    std::int64_t full = 0;
-    for (int u = 0; u < layout.units(); ++u) full += shards->unit_bytes(u);
-    state = {.params = strategy.kind == StrategyKind::kFsdp ? shards_bytes : full,
-             .grads = shards_bytes + (strategy.kind == StrategyKind::kZero1 ? full : 0),
-             .optimizer = shards_bytes,
-             .gathered_peak = shards->gathered_peak()};
-  }
-  const int rows = micro_batch_rows(config);
-  state.activations = config.model.is_transformer() ? Transformer::buffer_bytes(config.model, rows)
-                                                    : Mlp::buffer_bytes(config.model, rows);
-  // 16-bit copies of the weights a GEMM reads.
-  const std::int64_t casts = casts_gemm_inputs(config.precision) ? replica / 2 : 0;
-
+  const std::int64_t buffers = config.model.is_transformer()
+                                   ? Transformer::buffer_bytes(config.model, rows)
+                                   : Mlp::buffer_bytes(config.model, rows);
   TrainResult result;
   result.timeline.ranks = config.ranks;
   double need = 0;
   for (const Actor& a : actors) {
-    StateBytes mine = state;
-    if (sharded && comm && strategy.kind != StrategyKind::kZero1) {
-      mine.grads_peak = grads_peak(a.spans, *shards);
+    StateBytes mine{.params = replica, .grads = replica, .optimizer = replica};
+    int in_flight = 1;
+    double held = 1;  // the share of the model's units whose buffers the rank keeps
+    if (sharded && comm) {
+      const std::int64_t shards_bytes = shards->shard_bytes();
+      std::int64_t full = 0;
+      for (int u = 0; u < U; ++u) full += shards->unit_bytes(u);
+      mine = {.params = strategy.kind == StrategyKind::kFsdp ? shards_bytes : full,
+              .grads = shards_bytes + (strategy.kind == StrategyKind::kZero1 ? full : 0),
+              .optimizer = shards_bytes,
+              .gathered_peak = shards->gathered_peak()};
+      if (strategy.kind != StrategyKind::kZero1) mine.grads_peak = grads_peak(a.spans, *shards);
+    } else if (pipeline) {
+      // StageSync: the stage's units (and the tied embedding its head reads).
+      const std::vector<bool> owned = plan.owned_units(a.stage, U);
+      std::int64_t floats = 0;
+      int owned_units = 0;
+      for (int u = 0; u < U; ++u) {
+        bool keep = owned[static_cast<std::size_t>(u)];
+        for (int v = 0; v < U && !keep; ++v) {
+          if (!owned[static_cast<std::size_t>(v)]) continue;
+          const auto reads = layout.units_read(v);
+          keep = std::find(reads.begin(), reads.end(), u) != reads.end();
+        }
+        if (keep) floats += static_cast<std::int64_t>(layout.owned_end(u) - layout.unit_begin(u));
+        owned_units += owned[static_cast<std::size_t>(u)] ? 1 : 0;
+      }
+      const auto bytes = floats * static_cast<std::int64_t>(sizeof(float));
+      mine = {.params = bytes, .grads = bytes, .optimizer = bytes};
+      in_flight = peak_in_flight(stage_actions(plan.shape, a.stage));
+      held = static_cast<double>(owned_units) / U;
     }
+    mine.activations = static_cast<std::int64_t>(static_cast<double>(buffers) * held) * in_flight;
+    // 16-bit copies of the weights a GEMM reads (the CUDA backend's).
+    const std::int64_t casts = casts_gemm_inputs(config.precision) ? mine.params / 2 : 0;
     need = std::max(need, static_cast<double>(mine.persistent() + mine.activations +
                                               mine.gathered_peak + mine.grads_peak + casts));
     for (const int r : a.ranks) {
@@ -697,18 +1076,19 @@ TrainResult simulate_training(const TrainConfig& config, const SimulateOptions& 
         s.rank = r;
         if (config.record) result.timeline.spans.push_back(s);
       }
-      for (int s = 0; s < config.steps; ++s) {
+      for (int s = 0; s < S; ++s) {
         const auto& [start, end] = a.steps[static_cast<std::size_t>(s)];
         result.steps.push_back(
             {.rank = r, .step = s, .has_loss = false, .start_ns = ns(start), .end_ns = ns(end)});
       }
-      result.memory.push_back({.rank = r, .state = mine});
+      result.memory.push_back({.rank = r, .state = mine, .micro_batches_in_flight = in_flight});
     }
   }
   if (need > cluster.device.memory_bytes) {
     throw UsageError("--model " + config.model.text + " with --batch " +
                      std::to_string(config.batch) + " and --strategy " + strategy.to_string() +
-                     " needs " + format_bytes(need) + " per device (" +
+                     (pipeline ? " on " + std::to_string(P) + " pipeline stages" : "") + " needs " +
+                     format_bytes(need) + " per device (" +
                      std::to_string(static_cast<long long>(need)) +
                      " bytes: parameters, gradients, optimizer state and activations), but " +
                      cluster.device.name + " has " + format_bytes(cluster.device.memory_bytes));
@@ -718,19 +1098,30 @@ TrainResult simulate_training(const TrainConfig& config, const SimulateOptions& 
   });
   std::sort(result.memory.begin(), result.memory.end(),
             [](const RankMemory& x, const RankMemory& y) { return x.rank < y.rank; });
-  if (reducer) {
-    result.buckets = reducer->buckets();
+  if (pipeline) {
+    result.sync = plan.describe();
+    if (plan.replicas > 1) {
+      result.sync += "; each stage's gradients averaged over " + std::to_string(plan.replicas) +
+                     " replicas (" + strategy.to_string() + ")";
+    }
+  } else if (!sharded) {
+    result.buckets = stage_buckets[0];
     result.sync = strategy.to_string() + ", " + std::to_string(result.buckets.size()) +
                   (result.buckets.size() == 1 ? " bucket" : " buckets");
   } else {
-    result.sync = strategy.to_string() + ", " + std::to_string(layout.units()) +
-                  " units sharded over " + std::to_string(config.ranks) + " ranks";
+    result.sync = strategy.to_string() + ", " + std::to_string(U) + " units sharded over " +
+                  std::to_string(config.ranks) + " ranks";
     if (strategy.kind == StrategyKind::kFsdp) {
       result.sync += ", prefetch " + std::to_string(config.shard.prefetch);
       if (!config.shard.reshard_after_forward) result.sync += ", kept from forward to backward";
     }
   }
-  for (const CollectiveOp& op : program.collectives) result.bytes_per_step += op.bytes;
+  // Bytes the first rank moves per step (as a rank's communicator counts them).
+  for (const Transfer& tr : step_plan.transfers) {
+    if (std::find(tr.actors.begin(), tr.actors.end(), 0) != tr.actors.end()) {
+      result.bytes_per_step += tr.bytes;
+    }
+  }
   char blas[160];
   std::snprintf(blas, sizeof blas, "simulated %s GEMMs at %.0f%% of %s's peak (%.1f TFLOP/s)",
                 std::string(to_string(config.precision)).c_str(),

@@ -59,7 +59,7 @@ TEST(SimulateCliTest, FsdpWithPrefetchShardsTheStateAcrossTheCluster) {
 
 TEST(SimulateCliTest, BadInputIsOneLineAndExitCodeTwo) {
   for (const std::string args :
-       {"simulate --cluster 8xh900", "simulate --cluster 2xh100 --pipeline 2",
+       {"simulate --cluster 8xh900", "simulate --cluster 2xh100 --pipeline 3",
         "simulate --cluster 2xh100 --ranks 4", "simulate --cluster 2xmi250 --precision tf32",
         "simulate --cluster 1xa100 --model gpt3-13b",
         "simulate --cluster 2xh100 --straggler rank=9,compute=2x",
@@ -67,7 +67,7 @@ TEST(SimulateCliTest, BadInputIsOneLineAndExitCodeTwo) {
         "simulate --cluster 2xh100 --bucket-mb nan", "simulate --cluster 2xh100 --bucket-mb 1e300",
         "simulate --cluster 2xh100 --prefetch 2",          // bucketed has nothing to prefetch
         "simulate --cluster 2xh100 --data /etc/hostname",  // a run here's flag
-        "simulate --cluster 2xh100 --pipeline 3"}) {
+        "simulate --cluster 2xh100 --pipeline 2 --strategy fsdp"}) {
     const CliResult r = run_tandem(args);
     EXPECT_EQ(r.exit_code, 2) << args << ": " << r.err;
     EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << args << ": " << r.err;

@@ -13,6 +13,8 @@
 #include "analysis/metrics.h"
 #include "core/error.h"
 #include "ddp/sharded.h"
+#include "engine/pipeline.h"
+#include "engine/pipeline_schedule.h"
 #include "model/layout.h"
 
 namespace tandem {
@@ -296,16 +298,102 @@ TEST(SimulatorTest, ASequentialZero1StepReduceScattersThenGathersAfterTheOptimiz
   EXPECT_EQ(r.bytes_per_step, 2 * c.full);
 }
 
+// A pipeline's compute follows its schedule exactly as engine/pipeline_schedule.h's
+// idealized machine runs it: with free transfers and no contention every action of every
+// stage starts and ends when simulate_schedule says, for each schedule.
+TEST(SimulatorTest, PipelineStagesRunTheirScheduleAsTheIdealMachineDoes) {
+  Cluster cluster = round_cluster(1, 4);
+  cluster.intra = {.bandwidth_bytes_per_s = 1e300, .latency_s = 0};
+  for (const char* schedule : {"gpipe", "1f1b", "interleaved:2"}) {
+    TrainConfig config = mlp_config("mlp:8x256", 4, "bucketed");
+    config.steps = 1;
+    config.batch = 64;
+    config.pipeline.stages = 4;
+    config.pipeline.micro_batches = 8;
+    config.pipeline.schedule = parse_schedule(schedule);
+    const TrainResult r = simulate_training(config, {.cluster = cluster});
+    const StagePlan plan = stage_plan(config);
+    const UnitCosts k = unit_costs(config, cluster);
+    const int U = static_cast<int>(k.forward.size());
+    ScheduleCosts costs;
+    for (const auto& [first, last] : plan.chunks) {
+      double f = 0, b = 0;
+      for (int u = first; u <= last; ++u) {
+        f += k.forward[static_cast<std::size_t>(u)];
+        b += k.backward[static_cast<std::size_t>(u)];
+      }
+      if (last == U - 1) {
+        f += k.loss_forward;
+        b += k.loss_backward;
+      }
+      costs.forward.push_back(f);
+      costs.backward.push_back(b);
+    }
+    const SimulatedStep ideal = simulate_schedule(plan.shape, costs);
+    for (int stage = 0; stage < 4; ++stage) {
+      // The stage's compute spans in order, grouped into its actions.
+      std::vector<Span> spans;
+      for (const Span& s : r.timeline.spans) {
+        if (s.rank == stage && s.lane == Lane::kCompute && s.kind != SpanKind::kOptimizer)
+          spans.push_back(s);
+      }
+      std::sort(spans.begin(), spans.end(),
+                [](const Span& a, const Span& b) { return a.start_ns < b.start_ns; });
+      std::size_t next = 0;
+      for (const TimedAction& a : ideal.stages[static_cast<std::size_t>(stage)].actions) {
+        const int g = global_chunk(plan.shape, stage, a.action.chunk);
+        const auto [first, last] = plan.chunks[static_cast<std::size_t>(g)];
+        const std::size_t n = static_cast<std::size_t>(last - first + 1) + (last == U - 1 ? 1 : 0);
+        ASSERT_LE(next + n, spans.size()) << schedule;
+        EXPECT_NEAR(seconds(spans[next].start_ns), a.start, 4e-9)
+            << schedule << " stage " << stage << " " << to_string(a.action);
+        EXPECT_NEAR(seconds(spans[next + n - 1].end_ns), a.end, 4e-9)
+            << schedule << " stage " << stage << " " << to_string(a.action);
+        EXPECT_EQ(spans[next].micro, a.action.micro);
+        next += n;
+      }
+      EXPECT_EQ(next, spans.size()) << schedule;
+    }
+  }
+}
+
+// Pipeline replicas average each stage's gradients among themselves: one all-reduce group
+// per stage, moving that stage's bytes; a straggler slows its own replica's stages and,
+// through the stage's all-reduce, the others'.
+TEST(SimulatorTest, PipelineReplicasAverageEachStagesGradients) {
+  const Cluster cluster = round_cluster(1, 4);
+  TrainConfig config = mlp_config("mlp:4x512", 4, "bucketed");
+  config.steps = 1;
+  config.pipeline.stages = 2;
+  config.pipeline.micro_batches = 4;
+  const TrainResult even = simulate_training(config, {.cluster = cluster});
+  const auto reduced = [](const TrainResult& r, int rank) {
+    std::int64_t bytes = 0;
+    for (const Span& s : r.timeline.spans) {
+      if (s.rank == rank && s.kind == SpanKind::kAllreduce) bytes += s.bytes;
+    }
+    return bytes;
+  };
+  // Ranks 0 and 2 are stage 0 of replicas 0 and 1; ranks 1 and 3 stage 1.
+  EXPECT_GT(reduced(even, 0), 0);
+  EXPECT_EQ(reduced(even, 0), reduced(even, 2));
+  EXPECT_EQ(reduced(even, 1), reduced(even, 3));
+  EXPECT_EQ(reduced(even, 0) + reduced(even, 1),
+            static_cast<std::int64_t>(4 * ModelLayout(config.model).numel()));
+  const TrainResult slow =
+      simulate_training(config, {.cluster = cluster, .stragglers = {{.rank = 3, .compute = 2}}});
+  auto step_of = [](const TrainResult& r, int rank) {
+    for (const StepRecord& s : r.steps) {
+      if (s.rank == rank) return seconds(s.end_ns - s.start_ns);
+    }
+    return -1.0;
+  };
+  for (int rank = 0; rank < 4; ++rank) EXPECT_GT(step_of(slow, rank), step_of(even, rank)) << rank;
+}
+
 TEST(SimulatorTest, WhatItCannotRunIsOneLineNamingTheFlag) {
   const Cluster cluster = round_cluster(1, 2);
-  TrainConfig config = mlp_config("mlp:4x512", 2, "bucketed");
-  config.pipeline.stages = 2;
-  try {
-    simulate_training(config, {.cluster = cluster});
-    FAIL();
-  } catch (const UsageError& e) {
-    EXPECT_TRUE(std::string(e.what()).starts_with("--pipeline")) << e.what();
-  }
+  TrainConfig config;
   config = mlp_config("mlp:4x512", 3, "bucketed");
   EXPECT_THROW(simulate_training(config, {.cluster = cluster}), UsageError);  // 3 > 2 devices
   Cluster small = cluster;
