@@ -32,6 +32,7 @@ struct SimulateFlags {
   std::string out;
   bool force = false;
   int warmup = 0;
+  int trace_ranks = 256;
   std::string calibration;             // --calibration DIR (for --cluster here)
   std::vector<std::string> calibrate;  // --calibrate RUN...
   std::vector<std::string> against;    // --against RUN...
@@ -146,6 +147,7 @@ int run_simulate(const SimulateFlags& flags, bool batch_given, const CommandLine
                               flags.cluster, flags.calibration,
                               here ? (flags.ranks > 0 ? flags.ranks : flags.workload.ranks) : 0)};
   for (const std::string& s : flags.stragglers) options.stragglers.push_back(Straggler::parse(s));
+  options.recorded_ranks = flags.trace_ranks;
   WorkloadFlags workload = flags.workload;
   workload.ranks = flags.ranks > 0 ? flags.ranks : options.cluster.devices();
   const TrainConfig config = to_train_config(workload, batch_given, /*runs_here=*/false);
@@ -183,6 +185,12 @@ int run_simulate(const SimulateFlags& flags, bool batch_given, const CommandLine
   std::fflush(stdout);
   const TrainResult result = simulate_training(config, options);
   std::printf("  %s\n  %s\n", result.blas.c_str(), result.backend_details.c_str());
+  if (config.record && flags.trace_ranks > 0 && config.ranks > flags.trace_ranks) {
+    std::printf(
+        "  timeline: %d of %d ranks recorded (--trace-ranks; every class of alike ranks "
+        "represented, the others are copies); per-rank means are over them\n",
+        flags.trace_ranks, config.ranks);
+  }
   nlohmann::json simulated = {
       {"cluster", options.cluster.name},
       {"nodes", options.cluster.nodes},
@@ -215,6 +223,11 @@ void add_simulate_command(CLI::App& app, RunCommand& run) {
                   "NODESxDEVICESxPROFILE (8x8xh100), DEVICESxPROFILE, a JSON file, or here "
                   "(this machine, with --calibration); built-in profiles: " +
                       builtin_profiles());
+  cmd->add_option("--trace-ranks", flags->trace_ranks,
+                  "Spans of at most N ranks in the timeline, trace.json and per-rank metrics "
+                  "(every class of alike ranks first; 0: all)")
+      ->check(integer_in(0, 1 << 20))
+      ->capture_default_str();
   cmd->add_option("--calibration", flags->calibration,
                   "With --cluster here: a directory --calibrate wrote (docs/SIMULATE.md)");
   cmd->add_option("--calibrate", flags->calibrate,

@@ -1032,6 +1032,20 @@ TrainResult simulate_training(const TrainConfig& config, const SimulateOptions& 
                                    : Mlp::buffer_bytes(config.model, rows);
   TrainResult result;
   result.timeline.ranks = config.ranks;
+  std::vector<bool> recorded(static_cast<std::size_t>(config.ranks), options.recorded_ranks <= 0);
+  if (options.recorded_ranks > 0) {
+    int count = 0;
+    for (const Actor& a : actors) {
+      recorded[static_cast<std::size_t>(a.ranks.front())] = true;
+      ++count;
+    }
+    for (int r = 0; r < config.ranks && count < options.recorded_ranks; ++r) {
+      if (!recorded[static_cast<std::size_t>(r)]) {
+        recorded[static_cast<std::size_t>(r)] = true;
+        ++count;
+      }
+    }
+  }
   double need = 0;
   for (const Actor& a : actors) {
     StateBytes mine{.params = replica, .grads = replica, .optimizer = replica};
@@ -1074,7 +1088,9 @@ TrainResult simulate_training(const TrainConfig& config, const SimulateOptions& 
     for (const int r : a.ranks) {
       for (Span s : a.spans) {
         s.rank = r;
-        if (config.record) result.timeline.spans.push_back(s);
+        if (config.record && recorded[static_cast<std::size_t>(r)]) {
+          result.timeline.spans.push_back(s);
+        }
       }
       for (int s = 0; s < S; ++s) {
         const auto& [start, end] = a.steps[static_cast<std::size_t>(s)];

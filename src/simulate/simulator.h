@@ -39,6 +39,11 @@ struct Straggler {
 struct SimulateOptions {
   Cluster cluster;
   std::vector<Straggler> stragglers;
+  // The timeline keeps the spans of at most this many ranks (0: all): the first rank of
+  // every class of alike ranks (each straggler, each pipeline stage), then the others in
+  // rank order. The rest are exact copies of a recorded rank; a timeline of thousands of
+  // ranks would only repeat them. Step records and memory cover every rank.
+  int recorded_ranks = 0;
 };
 
 // Seconds of a collective (all-reduce, reduce-scatter or all-gather) of `bytes` over

@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <fstream>
 #include <numeric>
+#include <set>
 
 #include "analysis/metrics.h"
 #include "core/error.h"
@@ -170,6 +171,15 @@ TEST(SimulatorTest, AStragglerDelaysEveryRanksAllreduceAndTheOthersWait) {
       waited_even += seconds(s.duration_ns());
   }
   EXPECT_NEAR(waited - waited_even, compute, 4e-9);
+
+  // A timeline of 2 ranks keeps the straggler's class and the first other rank; every
+  // rank's steps remain.
+  const TrainResult few = simulate_training(
+      config, {.cluster = cluster, .stragglers = {{.rank = 2, .compute = 2}}, .recorded_ranks = 2});
+  std::set<int> ranks;
+  for (const Span& s : few.timeline.spans) ranks.insert(s.rank);
+  EXPECT_EQ(ranks, (std::set<int>{0, 2}));
+  EXPECT_EQ(few.steps.size(), slow.steps.size());
 }
 
 TEST(CollectiveSecondsTest, AReduceScatterOrAllgatherIsHalfAnAllreduce) {
