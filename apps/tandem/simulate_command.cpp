@@ -29,6 +29,7 @@ struct SimulateFlags {
   std::string cluster;
   int ranks = 0;  // 0: every device of the cluster
   std::vector<std::string> stragglers;
+  std::vector<std::string> degraded;  // --degraded-link
   std::string out;
   bool force = false;
   int warmup = 0;
@@ -148,6 +149,15 @@ int run_simulate(const SimulateFlags& flags, bool batch_given, const CommandLine
                               here ? (flags.ranks > 0 ? flags.ranks : flags.workload.ranks) : 0)};
   for (const std::string& s : flags.stragglers) options.stragglers.push_back(Straggler::parse(s));
   options.recorded_ranks = flags.trace_ranks;
+  for (const std::string& d : flags.degraded) {
+    const DegradedLink link = DegradedLink::parse(d);
+    if (link.node >= options.cluster.nodes) {
+      throw UsageError("--degraded-link " + d + ": the cluster has " +
+                       std::to_string(options.cluster.nodes) + " nodes (0.." +
+                       std::to_string(options.cluster.nodes - 1) + ")");
+    }
+    options.cluster.degraded.push_back(link);
+  }
   WorkloadFlags workload = flags.workload;
   workload.ranks = flags.ranks > 0 ? flags.ranks : options.cluster.devices();
   const TrainConfig config = to_train_config(workload, batch_given, /*runs_here=*/false);
@@ -207,6 +217,11 @@ int run_simulate(const SimulateFlags& flags, bool batch_given, const CommandLine
     stragglers.push_back({{"rank", s.rank}, {"compute", s.compute}});
   }
   simulated["stragglers"] = stragglers;
+  nlohmann::json degraded = nlohmann::json::array();
+  for (const DegradedLink& d : options.cluster.degraded) {
+    degraded.push_back({{"node", d.node}, {"intra", d.intra}, {"network", d.network}});
+  }
+  simulated["degraded_links"] = degraded;
   return write_train_outputs(config, result, flags.warmup, nullptr, out ? &*out : nullptr,
                              {{"simulated", simulated}});
 }
@@ -223,6 +238,9 @@ void add_simulate_command(CLI::App& app, RunCommand& run) {
                   "NODESxDEVICESxPROFILE (8x8xh100), DEVICESxPROFILE, a JSON file, or here "
                   "(this machine, with --calibration); built-in profiles: " +
                       builtin_profiles());
+  cmd->add_option("--degraded-link", flags->degraded,
+                  "node=N,network=Fx and/or intra=Fx: that node's network share or intra-node "
+                  "link at F of its bandwidth (repeatable)");
   cmd->add_option("--trace-ranks", flags->trace_ranks,
                   "Spans of at most N ranks in the timeline, trace.json and per-rank metrics "
                   "(every class of alike ranks first; 0: all)")

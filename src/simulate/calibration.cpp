@@ -136,14 +136,15 @@ Calibration fit_calibration(const std::vector<ComputeSample>& compute,
         "--calibrate: no fp32 compute measured in these runs (calibrate from "
         "train or characterize runs with --precision fp32, and others besides)");
   }
-  const std::vector<double> x = fit_relative(rows, t);
+  std::vector<double> x = fit_relative(rows, t);
+  if (x[0] <= 0) {
+    // Noise made the fp32 time fall with the FLOPs (passes too small, or too alike):
+    // FLOPs alone, and the fit's error says how well that does.
+    for (auto& row : rows) row[4] = 0;
+    x = fit_relative(rows, t);
+  }
   for (std::size_t p = 0; p < 4; ++p) c.gemm_flops_per_s[p] = x[p] > 0 ? 1 / x[p] : 0;
   c.memory_bytes_per_s = x[4] > 0 ? 1 / x[4] : 0;
-  if (c.gemm_flops_per_s[0] <= 0) {
-    throw UsageError(
-        "--calibrate: the fp32 compute does not grow with its FLOPs in these runs; "
-        "calibrate from larger models or batches");
-  }
 
   // Collectives: columns 1/B and alpha.
   rows.clear();
@@ -159,11 +160,12 @@ Calibration fit_calibration(const std::vector<ComputeSample>& compute,
         "--calibrate: no collective measured in these runs (calibrate from runs "
         "with --ranks 2 or more)");
   }
-  const std::vector<double> y = fit_relative(rows, t);
+  std::vector<double> y = fit_relative(rows, t);
   if (y[0] <= 0) {
-    throw UsageError(
-        "--calibrate: the collectives' time does not grow with their bytes in "
-        "these runs; calibrate from larger models or buckets");
+    // The collectives' time did not grow with their bytes (buckets too alike, or noise):
+    // bandwidth alone.
+    for (auto& row : rows) row[1] = 0;
+    y = fit_relative(rows, t);
   }
   c.link.bandwidth_bytes_per_s = 1 / y[0];
   c.link.latency_s = y[1];

@@ -18,7 +18,10 @@
 //               T_comp_iso, and m likewise from the communication time; summed over the
 //               configurations (weighted by their overlap) and never below 0.
 // A parameter with no sample to fit it is not guessed: the fit says so and the caller
-// refuses (compute needs fp32 samples; contention without characterize runs stays 0).
+// refuses (compute needs fp32 samples, collectives some; contention without characterize
+// runs stays 0). Where noise makes a slope fall (an fp32 rate or a link bandwidth that
+// would be negative), the other term is dropped and the fit's error tells how well the
+// one left does.
 #pragma once
 
 #include <array>

@@ -257,6 +257,50 @@ Cluster parse_cluster(std::string_view text) {
   return from_builtin(*b, nodes, per_node, std::string(text));
 }
 
+DegradedLink DegradedLink::parse(std::string_view text) {
+  const auto kv = parse_key_values(text, "--degraded-link", "node intra network");
+  if (!kv.count("node") || (!kv.count("intra") && !kv.count("network"))) {
+    throw UsageError("--degraded-link " + std::string(text) +
+                     ": expected node=N and intra=F and/or network=F (fractions like 0.5x)");
+  }
+  DegradedLink d;
+  d.node = static_cast<int>(parse_int_in(kv.at("node"), "--degraded-link node", 0, 1'000'000));
+  for (auto [key, field] : {std::pair{"intra", &d.intra}, std::pair{"network", &d.network}}) {
+    if (!kv.count(key)) continue;
+    std::string f = kv.at(key);
+    if (f.ends_with('x')) f.pop_back();
+    try {
+      std::size_t used = 0;
+      *field = std::stod(f, &used);
+      if (used != f.size()) throw std::invalid_argument(f);
+    } catch (const std::exception&) {
+      throw UsageError("--degraded-link " + std::string(text) + ": " + key +
+                       " must be a fraction like 0.5x");
+    }
+    if (!(*field > 0 && *field <= 1)) {
+      throw UsageError("--degraded-link " + std::string(text) + ": " + key +
+                       " must be in (0, 1] (a fraction of the link's bandwidth)");
+    }
+  }
+  return d;
+}
+
+double Cluster::intra_factor(int node) const {
+  double f = 1;
+  for (const DegradedLink& d : degraded) {
+    if (d.node == node) f = std::min(f, d.intra);
+  }
+  return f;
+}
+
+double Cluster::network_factor(int node) const {
+  double f = 1;
+  for (const DegradedLink& d : degraded) {
+    if (d.node == node) f = std::min(f, d.network);
+  }
+  return f;
+}
+
 std::string Cluster::describe() const {
   char line[256];
   std::snprintf(line, sizeof line, "%d x %d %s (links %.0f GB/s", nodes, devices_per_node,
@@ -267,7 +311,13 @@ std::string Cluster::describe() const {
                   inter.bandwidth_bytes_per_s / kG);
     out += line;
   }
-  return out + ")";
+  out += ")";
+  for (const DegradedLink& d : degraded) {
+    std::snprintf(line, sizeof line, ", node %d's links at %.0f%% / network %.0f%%", d.node,
+                  100 * d.intra, 100 * d.network);
+    out += line;
+  }
+  return out;
 }
 
 }  // namespace tandem

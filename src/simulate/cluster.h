@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "compute/precision.h"
 
@@ -40,6 +41,18 @@ struct DeviceProfile {
   double peak(Precision precision) const;
 };
 
+// A node whose links run below their profile: its intra-node link and its share of the
+// network at these fractions of their bandwidth (latency unchanged).
+struct DegradedLink {
+  int node = 0;
+  double intra = 1;    // (0, 1]
+  double network = 1;  // (0, 1]
+
+  // "node=3,network=0.5x" or "node=3,intra=0.25x,network=0.5"; throws UsageError naming
+  // --degraded-link.
+  static DegradedLink parse(std::string_view text);
+};
+
 struct Cluster {
   std::string name;  // as given
   int nodes = 1;
@@ -48,8 +61,12 @@ struct Cluster {
   LinkProfile intra;  // device to device inside a node (NVLink, Infinity Fabric)
   LinkProfile inter;  // a node's network, per NIC
   int nics_per_node = 1;
+  std::vector<DegradedLink> degraded;
 
   int devices() const { return nodes * devices_per_node; }
+  // The fraction of its bandwidth `node`'s intra link and network run at.
+  double intra_factor(int node) const;
+  double network_factor(int node) const;
   // One line: "8 x 8 H100-80GB (NVLink 450 GB/s, 8 x 50 GB/s network)".
   std::string describe() const;
 };

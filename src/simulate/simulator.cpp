@@ -63,23 +63,44 @@ double ring_seconds(int k, double bytes, const LinkProfile& link, double share) 
 
 namespace {
 
-// `per_node` members on each of `nodes` nodes: a ring inside each node over its members,
-// and a ring across the nodes moving each member's 1/per_node share over its device's
-// share of the node's NICs (every device of a node has one: the node may run other
-// groups beside this one).
+// `per_node` members on each of the `nodes` nodes `node_of` numbers: a ring inside each
+// node over its members (at the slowest node's link), and across the nodes each member's
+// 1/per_node share over its device's share of the node's NICs (every device of a node has
+// one: the node may run other groups beside this one), at the slowest node's network:
+// a ring, or for an all-reduce a tree where that is faster (NCCL picks the faster of the
+// two by size; the tree's bandwidth term is taken as the ring's 2 S / B, no better, and
+// its latency as 2 log2(n) hops instead of 2 (n-1)).
 double hierarchical_seconds(const Cluster& cluster, SpanKind kind, int per_node, int nodes,
-                            double bytes) {
+                            const std::function<int(int)>& node_of, double bytes) {
   if (per_node * nodes <= 1 || bytes <= 0) return 0;
   TANDEM_CHECK(kind == SpanKind::kAllreduce || kind == SpanKind::kReduceScatter ||
                kind == SpanKind::kAllgather);
   // An all-reduce is a reduce-scatter and an all-gather: twice the traffic of either.
   const double share = kind == SpanKind::kAllreduce ? 2.0 : 1.0;
-  double seconds = ring_seconds(per_node, bytes, cluster.intra, share);
+  double intra = 1, network = 1;
+  for (const DegradedLink& d : cluster.degraded) {
+    for (int i = 0; i < nodes; ++i) {
+      if (node_of(i) != d.node) continue;
+      intra = std::min(intra, d.intra);
+      network = std::min(network, d.network);
+    }
+  }
+  LinkProfile link = cluster.intra;
+  link.bandwidth_bytes_per_s *= intra;
+  double seconds = ring_seconds(per_node, bytes, link, share);
   if (nodes > 1) {
     LinkProfile net = cluster.inter;
-    net.bandwidth_bytes_per_s = cluster.inter.bandwidth_bytes_per_s * cluster.nics_per_node /
+    net.bandwidth_bytes_per_s = network * cluster.inter.bandwidth_bytes_per_s *
+                                cluster.nics_per_node /
                                 std::max(per_node, cluster.devices_per_node);
-    seconds += ring_seconds(nodes, bytes / per_node, net, share);
+    const double part = bytes / per_node;
+    double across = ring_seconds(nodes, part, net, share);
+    if (kind == SpanKind::kAllreduce) {
+      const double tree = 2 * part / net.bandwidth_bytes_per_s +
+                          2 * std::ceil(std::log2(static_cast<double>(nodes))) * net.latency_s;
+      across = std::min(across, tree);
+    }
+    seconds += across;
   }
   return seconds;
 }
@@ -88,7 +109,8 @@ double hierarchical_seconds(const Cluster& cluster, SpanKind kind, int per_node,
 
 double collective_seconds(const Cluster& cluster, SpanKind kind, int ranks, double bytes) {
   const int per_node = std::min(ranks, cluster.devices_per_node);
-  return hierarchical_seconds(cluster, kind, per_node, (ranks + per_node - 1) / per_node, bytes);
+  return hierarchical_seconds(
+      cluster, kind, per_node, (ranks + per_node - 1) / per_node, [](int i) { return i; }, bytes);
 }
 
 double allreduce_seconds(const Cluster& cluster, int ranks, double bytes) {
@@ -535,6 +557,8 @@ struct Actor {
   double wait_start = 0;
   double step_start = -1;
   int in_flight = 0;  // transfers it takes part in that are moving
+  int sending = 0;    // of them, those that send from it (a collective both sends and
+  int receiving = 0;  // receives), and those that receive into it
   std::vector<Span> spans;
   std::vector<std::pair<double, double>> steps;  // start, end per step
 };
@@ -595,17 +619,26 @@ double group_seconds(const Cluster& cluster, SpanKind kind, const std::vector<in
   std::map<int, int> per_node;
   for (const int r : ranks) ++per_node[r / cluster.devices_per_node];
   int most = 0;
-  for (const auto& [node, count] : per_node) most = std::max(most, count);
-  return hierarchical_seconds(cluster, kind, most, static_cast<int>(per_node.size()), bytes);
+  std::vector<int> nodes;
+  for (const auto& [node, count] : per_node) {
+    most = std::max(most, count);
+    nodes.push_back(node);
+  }
+  return hierarchical_seconds(
+      cluster, kind, most, static_cast<int>(nodes.size()),
+      [&](int i) { return nodes[static_cast<std::size_t>(i)]; }, bytes);
 }
 
 // A point-to-point transfer between two ranks: over the node's link, or its share of
 // the node's NICs.
 double p2p_seconds(const Cluster& cluster, int from, int to, double bytes) {
-  if (from / cluster.devices_per_node == to / cluster.devices_per_node) {
-    return bytes / cluster.intra.bandwidth_bytes_per_s + cluster.intra.latency_s;
+  const int a = from / cluster.devices_per_node, b = to / cluster.devices_per_node;
+  if (a == b) {
+    return bytes / (cluster.intra.bandwidth_bytes_per_s * cluster.intra_factor(a)) +
+           cluster.intra.latency_s;
   }
-  const double share = cluster.inter.bandwidth_bytes_per_s * cluster.nics_per_node /
+  const double share = std::min(cluster.network_factor(a), cluster.network_factor(b)) *
+                       cluster.inter.bandwidth_bytes_per_s * cluster.nics_per_node /
                        std::max(1, cluster.devices_per_node);
   return bytes / share + cluster.inter.latency_s;
 }
@@ -941,7 +974,13 @@ TrainResult simulate_training(const TrainConfig& config, const SimulateOptions& 
         Instance& i = instances[static_cast<std::size_t>(id)];
         i.started = true;
         i.start = t;
-        for (const int a : transfer_of(id).actors) ++actors[static_cast<std::size_t>(a)].in_flight;
+        const Transfer& tr = transfer_of(id);
+        for (std::size_t w = 0; w < tr.actors.size(); ++w) {
+          Actor& a = actors[static_cast<std::size_t>(tr.actors[w])];
+          ++a.in_flight;
+          a.sending += !tr.p2p() || w == 0 ? 1 : 0;
+          a.receiving += !tr.p2p() || w == 1 ? 1 : 0;
+        }
         moving.push_back(id);
         pending[k] = pending.back();
         pending.pop_back();
@@ -952,12 +991,22 @@ TrainResult simulate_training(const TrainConfig& config, const SimulateOptions& 
 
     // Rates until the next event, and the time to it.
     const auto compute_rate = [&](const Actor& a) { return a.in_flight > 0 ? 1 / (1 + cs) : 1.0; };
+    // A transfer slows while a participant computes, and shares each participant's
+    // link with the others moving the same way through it (links are full duplex).
     const auto transfer_rate = [&](int id) {
-      const auto& who = transfer_of(id).actors;
-      const bool busy = std::any_of(who.begin(), who.end(), [&](int a) {
-        return actors[static_cast<std::size_t>(a)].computing;
-      });
-      return busy ? 1 / (1 + ms) : 1.0;
+      const Transfer& tr = transfer_of(id);
+      bool busy = false;
+      int sharing = 1;
+      for (std::size_t w = 0; w < tr.actors.size(); ++w) {
+        const Actor& a = actors[static_cast<std::size_t>(tr.actors[w])];
+        busy = busy || a.computing;
+        if (!tr.p2p()) {
+          sharing = std::max({sharing, a.sending, a.receiving});
+        } else {
+          sharing = std::max(sharing, w == 0 ? a.sending : a.receiving);
+        }
+      }
+      return (busy ? 1 / (1 + ms) : 1.0) / sharing;
     };
     double dt = std::numeric_limits<double>::infinity();
     for (const Actor& a : actors) {
@@ -1010,6 +1059,8 @@ TrainResult simulate_training(const TrainConfig& config, const SimulateOptions& 
                            .bytes = tr.bytes,
                            .issue_ns = ns(i.posted_at[w])});
         --a.in_flight;
+        a.sending -= !tr.p2p() || w == 0 ? 1 : 0;
+        a.receiving -= !tr.p2p() || w == 1 ? 1 : 0;
         if (!tr.p2p()) {
           auto& q =
               queues[static_cast<std::size_t>(tr.actors[w])][static_cast<std::size_t>(tr.channel)];

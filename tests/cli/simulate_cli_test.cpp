@@ -17,7 +17,7 @@ TEST(SimulateCliTest, WritesWhatTrainWritesMarkedSimulated) {
   const fs::path out = dir.path() / "sim";
   const CliResult r = run_tandem(
       "simulate --cluster 2x4xh100 --model mlp:4x1024 --batch 16 "
-      "--straggler rank=5,compute=1.5x --out " +
+      "--straggler rank=5,compute=1.5x --degraded-link node=1,network=0.5x --out " +
       out.string());
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_NE(r.out.find("tandem simulate: 8 ranks on 2 x 4 h100-80gb"), std::string::npos) << r.out;
@@ -30,6 +30,7 @@ TEST(SimulateCliTest, WritesWhatTrainWritesMarkedSimulated) {
   EXPECT_EQ(summary["simulated"]["device"], "h100-80gb");
   EXPECT_EQ(summary["simulated"]["nodes"], 2);
   EXPECT_EQ(summary["simulated"]["stragglers"][0]["rank"], 5);
+  EXPECT_EQ(summary["simulated"]["degraded_links"][0]["network"], 0.5);
   // The straggler makes every rank wait: the others' blocked time is not zero.
   const auto trace = nlohmann::json::parse(slurp(out / "trace.json"));
   EXPECT_FALSE(trace["traceEvents"].empty());
@@ -67,7 +68,9 @@ TEST(SimulateCliTest, BadInputIsOneLineAndExitCodeTwo) {
         "simulate --cluster 2xh100 --bucket-mb nan", "simulate --cluster 2xh100 --bucket-mb 1e300",
         "simulate --cluster 2xh100 --prefetch 2",          // bucketed has nothing to prefetch
         "simulate --cluster 2xh100 --data /etc/hostname",  // a run here's flag
-        "simulate --cluster 2xh100 --pipeline 2 --strategy fsdp"}) {
+        "simulate --cluster 2xh100 --pipeline 2 --strategy fsdp",
+        "simulate --cluster 2x2xh100 --degraded-link node=2,network=0.5x",
+        "simulate --cluster 2x2xh100 --degraded-link node=1,network=3x"}) {
     const CliResult r = run_tandem(args);
     EXPECT_EQ(r.exit_code, 2) << args << ": " << r.err;
     EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << args << ": " << r.err;
@@ -80,19 +83,15 @@ TEST(SimulateCliTest, BadInputIsOneLineAndExitCodeTwo) {
 TEST(SimulateCliTest, CalibratesFromMeasuredRunsAndPredictsHere) {
   TempDir dir;
   const auto path = [&](const char* name) { return (dir.path() / name).string(); };
-  ASSERT_EQ(
-      run_tandem("train --ranks 2 --model mlp:3x256 --batch 64 --steps 6 --out " + path("train"))
-          .exit_code,
-      0);
-  ASSERT_EQ(run_tandem("characterize --ranks 2 --model mlp:3x256 --batch 64 --strategy layerwise "
-                       "--iterations 3 --warmup 1 --no-progress --out " +
-                       path("chr"))
-                .exit_code,
-            0);
-  ASSERT_EQ(
-      run_tandem("train --ranks 2 --model mlp:2x384 --batch 32 --steps 6 --out " + path("other"))
-          .exit_code,
-      0);
+  for (const std::string& args :
+       {"train --ranks 2 --model mlp:3x256 --batch 64 --steps 6 --out " + path("train"),
+        "characterize --ranks 2 --model mlp:3x256 --batch 64 --strategy layerwise "
+        "--iterations 3 --warmup 1 --no-progress --out " +
+            path("chr"),
+        "train --ranks 2 --model mlp:2x384 --batch 32 --steps 6 --out " + path("other")}) {
+    const CliResult measured = run_tandem(args);
+    ASSERT_EQ(measured.exit_code, 0) << args << ": " << measured.err;
+  }
   CliResult r = run_tandem("simulate --calibrate " + path("train") + " " + path("chr") + " --out " +
                            path("cal"));
   ASSERT_EQ(r.exit_code, 0) << r.err;

@@ -89,6 +89,18 @@ TEST(CalibrationTest, ReportsTheErrorOfWhatTheModelCannotFit) {
   EXPECT_EQ(c.overlap_compute_slowdown, 0);
 }
 
+// Collectives whose time falls with their bytes (noise on alike buckets): the latency is
+// dropped and a bandwidth fitted, never a negative one.
+TEST(CalibrationTest, AFallingSlopeLeavesTheOtherTermOut) {
+  const std::vector<CommSample> comm = {
+      {.ranks = 2, .bytes = 1e5, .seconds = 2e-4, .what = "small, slow"},
+      {.ranks = 2, .bytes = 2e5, .seconds = 1e-4, .what = "larger, faster"}};
+  const Calibration c = fit_calibration(compute_from_truth(), comm, {});
+  EXPECT_GT(c.link.bandwidth_bytes_per_s, 0);
+  EXPECT_EQ(c.link.latency_s, 0);
+  EXPECT_EQ(c.comm.samples, 2);
+}
+
 TEST(CalibrationTest, WhatCannotBeFittedIsRefusedNamingTheFlag) {
   std::vector<ComputeSample> bf16_only;
   for (const ComputeSample& s : compute_from_truth()) {

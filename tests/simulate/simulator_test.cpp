@@ -193,6 +193,39 @@ TEST(CollectiveSecondsTest, AReduceScatterOrAllgatherIsHalfAnAllreduce) {
   }
 }
 
+// Across many nodes an all-reduce takes a tree where its 2 log2(n) hops beat the ring's
+// 2 (n-1) (small messages), and the ring where its bandwidth term wins (large ones).
+TEST(CollectiveSecondsTest, ManyNodesTakeTheTreeWhereItIsFaster) {
+  const Cluster c = round_cluster(16, 4);
+  const auto inside = [](double S) { return 2.0 * 3 / 4 * S / 10e9 + 6 * 1e-6; };
+  const double net = 2 * 1e9 / 4;  // a device's share of the node's 2 NICs
+  double S = 4096;
+  EXPECT_NEAR(allreduce_seconds(c, 64, S), inside(S) + 2 * (S / 4) / net + 2 * 4 * 10e-6, 1e-12);
+  S = 4e9;
+  EXPECT_NEAR(allreduce_seconds(c, 64, S),
+              inside(S) + 2.0 * 15 / 16 * (S / 4) / net + 2 * 15 * 10e-6, 1e-9);
+  // Reduce-scatter and all-gather stay rings.
+  EXPECT_NEAR(collective_seconds(c, SpanKind::kAllgather, 64, 4096),
+              3.0 / 4 * 4096 / 10e9 + 3 * 1e-6 + 15.0 / 16 * 1024 / net + 15 * 10e-6, 1e-12);
+}
+
+// A degraded node slows every collective that spans it, at its link's pace, and nothing
+// that does not.
+TEST(CollectiveSecondsTest, ADegradedLinkSlowsTheCollectivesThatSpanIt) {
+  Cluster c = round_cluster(4, 4);
+  c.degraded.push_back(DegradedLink::parse("node=2,network=0.5x,intra=0.25"));
+  const double S = 64e6;
+  const double inside = 2.0 * 3 / 4 * S / (0.25 * 10e9) + 6 * 1e-6;
+  const double across = 2.0 * 3 / 4 * (S / 4) / (0.5 * 2 * 1e9 / 4) + 6 * 10e-6;
+  EXPECT_NEAR(allreduce_seconds(c, 16, S), inside + across, 1e-12);
+  // Two nodes (0 and 1) do not reach node 2.
+  EXPECT_NEAR(allreduce_seconds(c, 8, S), allreduce_seconds(round_cluster(4, 4), 8, S), 1e-15);
+  for (const char* bad : {"node=1", "node=1,network=0", "node=1,network=2x", "intra=0.5",
+                          "node=-1,intra=0.5", "node=1,network=fast"}) {
+    EXPECT_THROW(DegradedLink::parse(bad), UsageError) << bad;
+  }
+}
+
 // What the sharded hand computations need: per unit, its padded bytes and the seconds of
 // its all-gather (= its reduce-scatter) on `ranks` ranks; the step's compute.
 struct ShardedCase {
@@ -399,6 +432,25 @@ TEST(SimulatorTest, PipelineReplicasAverageEachStagesGradients) {
     return -1.0;
   };
   for (int rank = 0; rank < 4; ++rank) EXPECT_GT(step_of(slow, rank), step_of(even, rank)) << rank;
+}
+
+// Transfers moving the same way through a device share its link. A comm-only gpipe step of
+// 2 stages and 2 micro-batches: both activations leave stage 0 at once and share its link
+// (each takes twice its time), then both gradients leave stage 1 at once.
+TEST(SimulatorTest, ConcurrentTransfersShareTheirLink) {
+  const Cluster cluster = round_cluster(1, 2);
+  TrainConfig config = mlp_config("mlp:4x512", 2, "bucketed");
+  config.steps = 1;
+  config.compute = false;
+  config.pipeline.stages = 2;
+  config.pipeline.micro_batches = 2;
+  config.pipeline.schedule = parse_schedule("gpipe");
+  const TrainResult r = simulate_training(config, {.cluster = cluster});
+  const double bytes = 4.0 * micro_batch_rows(config) * 512;  // an activation of 512 wide
+  const double alone = bytes / 10e9 + 1e-6;
+  for (const StepRecord& s : r.steps) {
+    EXPECT_NEAR(seconds(s.end_ns - s.start_ns), 4 * alone, 4e-9) << s.rank;
+  }
 }
 
 TEST(SimulatorTest, WhatItCannotRunIsOneLineNamingTheFlag) {
