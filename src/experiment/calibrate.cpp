@@ -193,7 +193,14 @@ std::vector<ComputeSample> compute_samples(const std::vector<MeasuredRun>& runs)
     const bool sharded_update =
         run.config.reducer.plan.strategy.sharded() && run.config.reducer.mode != CommMode::kOff;
     const auto comm = lane_union(run.timeline, Lane::kComm, run.warmup);
-    std::map<std::pair<SpanKind, int>, std::vector<double>> groups;
+    // A pass of a unit is its spans of one (rank, step, micro-batch): a transformer block
+    // records its norms, attention and mlp apart. It counts only if no collective
+    // overlapped any of them.
+    struct Pass {
+      double seconds = 0;
+      bool clean = true;
+    };
+    std::map<std::tuple<SpanKind, int, int, int, int>, Pass> passes;
     for (const Span& s : run.timeline.spans) {
       if (s.lane != Lane::kCompute || s.step < run.warmup || s.end_ns <= s.start_ns) continue;
       if (s.kind != SpanKind::kForward && s.kind != SpanKind::kBackward &&
@@ -202,10 +209,18 @@ std::vector<ComputeSample> compute_samples(const std::vector<MeasuredRun>& runs)
       }
       if (s.kind == SpanKind::kOptimizer && sharded_update) continue;
       if (s.kind != SpanKind::kOptimizer && (s.tag < 0 || s.tag > U)) continue;
+      // A loss span is the last unit's tag + 1 (U); forward and backward apart.
+      const int tag = s.kind == SpanKind::kOptimizer ? -1 : s.tag;
+      Pass& pass = passes[{s.kind, tag, s.rank, s.step, s.micro}];
+      pass.seconds += static_cast<double>(s.duration_ns()) / 1e9;
       const auto it = comm.find(s.rank);
-      if (it != comm.end() && overlaps(it->second, s.start_ns, s.end_ns)) continue;
-      groups[{s.kind, s.kind == SpanKind::kOptimizer ? -1 : s.tag}].push_back(
-          static_cast<double>(s.duration_ns()) / 1e9);
+      if (it != comm.end() && overlaps(it->second, s.start_ns, s.end_ns)) pass.clean = false;
+    }
+    std::map<std::pair<SpanKind, int>, std::vector<double>> groups;
+    for (const auto& [key, pass] : passes) {
+      if (!pass.clean) continue;
+      const auto [kind, tag, rank, step, micro] = key;
+      groups[{kind, tag}].push_back(pass.seconds);
     }
     for (const auto& [key, durations] : groups) {
       const auto [kind, tag] = key;

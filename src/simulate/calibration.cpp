@@ -174,7 +174,9 @@ Calibration fit_calibration(const std::vector<ComputeSample>& compute,
   double dc = 0, dc_rest = 0, dm = 0, dm_rest = 0;
   c.contention_candidates = static_cast<int>(contention.size());
   for (const ContentionSample& s : contention) {
-    if (!(s.overlap > 0)) continue;
+    // Scenarios are separate runs, whose compute differs by a few percent from noise
+    // alone: an overlap shorter than a fifth of the compute cannot show its effect.
+    if (!(s.overlap > 0) || s.overlap < 0.2 * s.comp_iso) continue;
     const double grow_c = std::max(0.0, s.comp_ovl - s.comp_iso);
     const double grow_m = std::max(0.0, s.comm_ovl - s.comm_iso);
     if (grow_c >= s.overlap || grow_m >= s.overlap) continue;  // not this model's shape

@@ -16,7 +16,9 @@
 //               the simulator's model an overlapped step's compute grows by
 //               T_ovl c / (1 + c), so c = dC / (T_ovl - dC) with dC = T_comp_ovl -
 //               T_comp_iso, and m likewise from the communication time; summed over the
-//               configurations (weighted by their overlap) and never below 0.
+//               configurations (weighted by their overlap) and never below 0; a
+//               configuration whose overlap is under a fifth of its compute is left out
+//               (separate runs' compute differs by a few percent from noise alone).
 // A parameter with no sample to fit it is not guessed: the fit says so and the caller
 // refuses (compute needs fp32 samples, collectives some; contention without characterize
 // runs stays 0). Where noise makes a slope fall (an fp32 rate or a link bandwidth that

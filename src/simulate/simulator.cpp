@@ -166,7 +166,13 @@ UnitCosts unit_costs(const TrainConfig& config, const Cluster& cluster) {
   }
   for (int u = 0; u < U; ++u) {
     const auto i = static_cast<std::size_t>(u);
-    const double weights = 4.0 * static_cast<double>(layout.unit_end(u) - layout.unit_begin(u));
+    double weights = 4.0 * static_cast<double>(layout.unit_end(u) - layout.unit_begin(u));
+    if (u == 0 && spec.is_transformer()) {
+      // An embedding is a lookup: it reads (and its backward adds into) one row of the
+      // table per token, and gpt's positions, not the whole vocabulary.
+      const TransformerShape& s = spec.transformer;
+      weights = std::min(weights, 4.0 * (static_cast<double>(rows) + 1) * s.seq * s.dim);
+    }
     c.forward_bytes[i] = weights + activation_bytes[i];
     c.backward_bytes[i] = 3 * weights + 2 * activation_bytes[i];
     c.forward[i] = c.forward_flops[i] / flop_rate + c.forward_bytes[i] / bw;

@@ -54,8 +54,9 @@ std::vector<CommSample> comm_from_truth() {
 }
 
 TEST(CalibrationTest, RecoversTheParametersItsSamplesWereMadeWith) {
-  // Contention c = 0.1, m = 0.25 over 2 ms and 6 ms of overlap: an overlapped step's
-  // compute grows by T_ovl c / (1 + c), its communication by T_ovl m / (1 + m).
+  // Contention c = 0.1, m = 0.25 over 5 ms and 12 ms of overlap: an overlapped step's
+  // compute grows by T_ovl c / (1 + c), its communication by T_ovl m / (1 + m). A third
+  // configuration overlapped too little (under a fifth of its compute) to count.
   const auto contention = [](double overlap) {
     return ContentionSample{.comp_iso = 0.02,
                             .comp_ovl = 0.02 + overlap * 0.1 / 1.1,
@@ -64,7 +65,7 @@ TEST(CalibrationTest, RecoversTheParametersItsSamplesWereMadeWith) {
                             .overlap = overlap};
   };
   const Calibration c = fit_calibration(compute_from_truth(), comm_from_truth(),
-                                        {contention(0.002), contention(0.006)});
+                                        {contention(0.005), contention(0.012), contention(0.001)});
   EXPECT_NEAR(c.gemm_flops_per_s[0] / kRate, 1, 1e-9);
   EXPECT_NEAR(c.gemm_flops_per_s[3] / kBf16, 1, 1e-9);
   EXPECT_EQ(c.gemm_flops_per_s[1], 0);  // no tf32 sample: no rate
@@ -74,6 +75,7 @@ TEST(CalibrationTest, RecoversTheParametersItsSamplesWereMadeWith) {
   EXPECT_NEAR(c.overlap_compute_slowdown, 0.1, 1e-12);
   EXPECT_NEAR(c.overlap_comm_slowdown, 0.25, 1e-12);
   EXPECT_EQ(c.contention_samples, 2);
+  EXPECT_EQ(c.contention_candidates, 3);
   EXPECT_LT(c.compute.max, 1e-9);
   EXPECT_LT(c.comm.max, 1e-9);
   EXPECT_EQ(c.compute.samples, 13);
