@@ -5,11 +5,13 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <tuple>
 
 #include "analysis/metrics.h"
+#include "analysis/pipeline_metrics.h"
 #include "core/error.h"
 #include "report/train_report.h"
 #include "timeline/chrome_trace.h"
@@ -307,13 +309,36 @@ std::vector<CommSample> comm_samples(const std::vector<MeasuredRun>& runs) {
   return out;
 }
 
+namespace {
+
+// Over the steps from `warmup` on: the hidden share, and the mean bubble of a pipeline's
+// stages (NaN for one stage).
+std::pair<double, double> hidden_and_bubble(const Timeline& timeline, int warmup, int stages) {
+  std::vector<StepMetrics> steps;
+  for (const StepMetrics& m : compute_step_metrics(timeline)) {
+    if (m.step >= warmup) steps.push_back(m);
+  }
+  const double hidden = hidden_share(steps);
+  double bubble = std::numeric_limits<double>::quiet_NaN();
+  if (stages > 1) {
+    std::vector<double> b;
+    for (const StageBubble& s : pipeline_bubbles(timeline, stages)) {
+      if (s.step >= warmup) b.push_back(s.bubble());
+    }
+    if (!b.empty()) bubble = median_of(b);
+  }
+  return {hidden, bubble};
+}
+
+}  // namespace
+
 std::vector<Prediction> predict_runs(const Calibration& calibration, double memory_bytes,
                                      const std::vector<MeasuredRun>& runs) {
   std::vector<Prediction> out;
   for (const MeasuredRun& run : runs) {
     TrainConfig c = run.config;
     c.steps = 3;  // every simulated step is alike after the first
-    c.record = false;
+    c.record = true;
     const SimulateOptions options{
         .cluster = calibrated_cluster(calibration, c.ranks, memory_bytes, "calibration")};
     const TrainResult r = simulate_training(c, options);
@@ -326,29 +351,54 @@ std::vector<Prediction> predict_runs(const Calibration& calibration, double memo
     for (const auto& [step, seconds] : step_end_minus_start) {
       if (step > 0) e2e.push_back(seconds);
     }
-    out.push_back({.what = run.what, .measured_s = run.step_s, .predicted_s = median_of(e2e)});
+    Prediction p{.what = run.what, .measured_s = run.step_s, .predicted_s = median_of(e2e)};
+    const int stages = std::max(1, c.pipeline.stages);
+    std::tie(p.measured_hidden, p.measured_bubble) =
+        hidden_and_bubble(run.timeline, run.warmup, stages);
+    std::tie(p.predicted_hidden, p.predicted_bubble) = hidden_and_bubble(r.timeline, 1, stages);
+    out.push_back(p);
   }
   return out;
 }
 
 std::string format_predictions(const std::vector<Prediction>& predictions) {
-  std::string text = "  measured  predicted   error  run\n";
-  char line[512];
+  std::string text =
+      "  step ms: measured  predicted   error   hidden: measured  predicted   bubble: measured  "
+      "predicted   run\n";
+  char line[640];
   std::vector<double> errors;
   const Prediction* worst = nullptr;
+  double hidden_gap = 0, bubble_gap = 0;
+  const auto percent = [](double v) {
+    char b[16];
+    if (std::isnan(v)) return std::string("-");
+    std::snprintf(b, sizeof b, "%.0f%%", 100 * v);
+    return std::string(b);
+  };
   for (const Prediction& p : predictions) {
     if (!(p.measured_s > 0)) continue;
-    std::snprintf(line, sizeof line, "  %8.2f  %9.2f  %+5.1f%%  %s\n", p.measured_s * 1e3,
-                  p.predicted_s * 1e3, 100 * p.error(), p.what.c_str());
+    std::snprintf(line, sizeof line,
+                  "           %8.2f  %9.2f  %+6.1f%%           %8s  %9s           %8s  %9s   %s\n",
+                  p.measured_s * 1e3, p.predicted_s * 1e3, 100 * p.error(),
+                  percent(p.measured_hidden).c_str(), percent(p.predicted_hidden).c_str(),
+                  percent(p.measured_bubble).c_str(), percent(p.predicted_bubble).c_str(),
+                  p.what.c_str());
     text += line;
     errors.push_back(std::abs(p.error()));
     if (worst == nullptr || std::abs(p.error()) > std::abs(worst->error())) worst = &p;
+    if (!std::isnan(p.measured_hidden) && !std::isnan(p.predicted_hidden)) {
+      hidden_gap = std::max(hidden_gap, std::abs(p.measured_hidden - p.predicted_hidden));
+    }
+    if (!std::isnan(p.measured_bubble) && !std::isnan(p.predicted_bubble)) {
+      bubble_gap = std::max(bubble_gap, std::abs(p.measured_bubble - p.predicted_bubble));
+    }
   }
   if (worst != nullptr) {
     std::snprintf(line, sizeof line,
-                  "  step time (ms): median |error| %.1f%%, largest %.1f%% (%s), %zu runs\n",
+                  "  step time: median |error| %.1f%%, largest %.1f%% (%s), %zu runs; hidden "
+                  "share at most %.0f points off, bubble at most %.0f\n",
                   100 * median_of(errors), 100 * std::abs(worst->error()), worst->what.c_str(),
-                  errors.size());
+                  errors.size(), 100 * hidden_gap, 100 * bubble_gap);
     text += line;
   }
   return text;

@@ -48,6 +48,11 @@ struct Prediction {
   std::string what;
   double measured_s = 0;
   double predicted_s = 0;
+  // The hidden share of communication (T_ovl / T_comm over the steps; NaN without
+  // communication) and a pipeline's mean bubble (NaN for one stage), measured and
+  // predicted.
+  double measured_hidden = 0, predicted_hidden = 0;
+  double measured_bubble = 0, predicted_bubble = 0;
   double error() const { return predicted_s / measured_s - 1; }
 };
 // Each run simulated on `calibration`'s machine with as many ranks.
