@@ -70,11 +70,13 @@ ShardedSync::ShardedSync(Communicator& comm, RankModel& model, StrategyKind kind
     offset += unit.shard;
     units_.push_back(std::move(unit));
   }
-  if (!communicates()) return;  // compute-only: a full local replica, the model's optimizer
-
   shard_numel_ = offset;
-  grad_shards_ = model_.allocate_zeroed(shard_numel_);
   velocity_shards_ = model_.allocate_zeroed(shard_numel_);
+  // Compute-only: a full local replica and no collective, and the optimizer's work of the
+  // overlapped scenario (SGD on the rank's block of each unit, optimizer_step).
+  if (!communicates()) return;
+
+  grad_shards_ = model_.allocate_zeroed(shard_numel_);
   if (fsdp()) {
     // The rank keeps its block of every unit; the model keeps nothing until gathered.
     param_shards_ = model_.allocate_zeroed(shard_numel_);
@@ -90,6 +92,11 @@ ShardedSync::~ShardedSync() = default;
 std::span<float> ShardedSync::own_params(Unit& unit) {
   return model_.params().subspan(unit.begin + static_cast<std::size_t>(comm_.rank()) * unit.shard,
                                  unit.shard);
+}
+
+std::span<float> ShardedSync::own_grads(Unit& unit) {
+  return model_.grads().subspan(unit.begin + static_cast<std::size_t>(comm_.rank()) * unit.shard,
+                                unit.shard);
 }
 
 std::span<float> ShardedSync::param_shard(Unit& unit) {
@@ -229,7 +236,14 @@ void ShardedSync::before_optimizer() {
 
 void ShardedSync::optimizer_step(RankModel& model, float grad_scale) {
   if (!communicates()) {
-    GradSync::optimizer_step(model, grad_scale);
+    // The compute-only scenario's compute is the overlapped one's (docs/METRICS.md): SGD on
+    // a shard's worth of every unit, the rank's block of its own (unaveraged) gradient.
+    // The rest of the replica is not updated: without collectives nothing else is this
+    // rank's to update.
+    for (Unit& unit : units_) {
+      model.sgd_step(own_params(unit), own_grads(unit), velocity_shard(unit), grad_scale);
+    }
+    model.zero_grad();
     return;
   }
   for (Unit& unit : units_) {

@@ -31,7 +31,8 @@
 //
 // Scenarios (CommMode): kOverlapped as above; kSequential waits for every gather and
 // reduce-scatter as soon as it is issued (no prefetch); kOff runs the same compute on a
-// full local replica with the model's own optimizer and no collective.
+// full local replica and no collective, the optimizer on the rank's block of each unit
+// (the overlapped scenario's optimizer work; the rest of the replica is not updated).
 #pragma once
 
 #include <cstdint>
@@ -108,6 +109,7 @@ class ShardedSync final : public GradSync {
   void settle_reduces(bool wait);
   void wait(Work& work, int tag);
   std::span<float> own_params(Unit& unit);  // the rank's block of the model's parameters
+  std::span<float> own_grads(Unit& unit);   // and of its gradients
   std::span<float> param_shard(Unit& unit);
   std::span<float> grad_shard(Unit& unit);
   std::span<float> velocity_shard(Unit& unit);

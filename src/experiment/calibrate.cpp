@@ -192,8 +192,9 @@ std::vector<ComputeSample> compute_samples(const std::vector<MeasuredRun>& runs)
     if (!run.config.compute) continue;
     const UnitCosts k = unit_costs(run.config, unit);
     const int U = static_cast<int>(k.forward.size());
-    const bool sharded_update =
-        run.config.reducer.plan.strategy.sharded() && run.config.reducer.mode != CommMode::kOff;
+    // A sharded strategy's optimizer updates a shard (in every scenario), not what
+    // unit_costs prices: left out.
+    const bool sharded_update = run.config.reducer.plan.strategy.sharded();
     const auto comm = lane_union(run.timeline, Lane::kComm, run.warmup);
     // A pass of a unit is its spans of one (rank, step, micro-batch): a transformer block
     // records its norms, attention and mlp apart. It counts only if no collective

@@ -359,8 +359,9 @@ class SimSharded final : public SimSync {
   }
   void before_optimizer(ProgramBuilder& p) override { settle(p); }
   double optimizer_seconds(const UnitCosts& costs) const override {
-    if (!comm_) return costs.optimizer;
-    // SGD on the rank's shards: the same bytes per element as on a replica.
+    // SGD on the rank's shards (in the compute-only scenario too: ShardedSync runs the
+    // overlapped scenario's optimizer work there): the same bytes per element as on a
+    // replica.
     return costs.optimizer * static_cast<double>(shard_numel_) /
            static_cast<double>(costs.optimizer_numel);
   }
@@ -1138,8 +1139,9 @@ TrainResult simulate_training(const TrainConfig& config, const SimulateOptions& 
       held = static_cast<double>(owned_units) / U;
     }
     mine.activations = static_cast<std::int64_t>(static_cast<double>(buffers) * held) * in_flight;
-    // 16-bit copies of the weights a GEMM reads (the CUDA backend's).
-    const std::int64_t casts = casts_gemm_inputs(config.precision) ? mine.params / 2 : 0;
+    // 16-bit copies of the weights a GEMM reads: the CUDA backend keeps one of the whole
+    // model (CudaBackend::extra_bytes), sharded or staged or not.
+    const std::int64_t casts = casts_gemm_inputs(config.precision) ? replica / 2 : 0;
     need = std::max(need, static_cast<double>(mine.persistent() + mine.activations +
                                               mine.gathered_peak + mine.grads_peak + casts));
     for (const int r : a.ranks) {

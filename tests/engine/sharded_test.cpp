@@ -181,14 +181,36 @@ TEST(ShardedTest, GathersAndReduceScattersAreTaggedWithTheirUnit) {
   EXPECT_EQ(reduced, (std::set<int>{0, 1, 2, 3}));
 }
 
-TEST(ShardedTest, ComputeOnlyScenarioSendsNothing) {
-  TrainConfig c = config("mlp:4x50", "fsdp", 2);
-  c.reducer.mode = CommMode::kOff;
-  const TrainResult result = train_local(c);
-  for (const Span& s : result.timeline.spans) {
-    if (s.step >= 0) {
-      EXPECT_NE(s.lane, Lane::kComm);
+// Compute-only: no collective, and the overlapped scenario's optimizer work: rank 0
+// updates its block of every unit (the first half of each padded unit) and nothing else.
+TEST(ShardedTest, ComputeOnlyScenarioSendsNothingAndUpdatesTheRanksBlocks) {
+  for (const char* strategy : {"zero1", "fsdp"}) {
+    TrainConfig c = config("mlp:4x50", strategy, 2);
+    c.reducer.mode = CommMode::kOff;
+    c.steps = 1;
+    const TrainResult result = train_local(c);
+    for (const Span& s : result.timeline.spans) {
+      if (s.step >= 0) {
+        EXPECT_NE(s.lane, Lane::kComm) << strategy;
+      }
     }
+    TrainConfig none = c;
+    none.sgd.lr = 1e-30f;  // the same initial parameters, (practically) not moved
+    const TrainResult initial = train_local(none);
+    const ModelLayout layout(c.model);  // packed, as final_params is
+    const ModelLayout padded(c.model, sharded_layout(2));
+    ASSERT_EQ(result.final_params.size(), layout.numel());
+    int moved_in = 0, moved_out = 0;
+    for (int u = 0; u < layout.units(); ++u) {
+      const std::size_t half =
+          (padded.unit(u).padded_end - padded.unit(u).begin) / 2;  // rank 0's block
+      for (std::size_t i = layout.unit_begin(u); i < layout.unit_end(u); ++i) {
+        const bool moved = result.final_params[i] != initial.final_params[i];
+        ((i - layout.unit_begin(u)) < half ? moved_in : moved_out) += moved ? 1 : 0;
+      }
+    }
+    EXPECT_GT(moved_in, 0) << strategy;
+    EXPECT_EQ(moved_out, 0) << strategy;
   }
 }
 
