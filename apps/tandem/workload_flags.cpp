@@ -65,8 +65,10 @@ void add_workload_flags(CLI::App& app, WorkloadFlags& f, WorkloadUse use) {
                  "Gradient synchronization: DDP's sequential (after backward, no overlap), "
                  "layerwise, bucketed, chunked:N; or sharded data parallelism: zero1 "
                  "(optimizer state sharded), zero2 (gradients too), fsdp (parameters too, "
-                 "gathered unit by unit; docs/SHARDING.md), on either device (on cuda the "
-                 "device memory is not given back)")
+                 "gathered unit by unit; docs/SHARDING.md)" +
+                     std::string(here ? ", on either device (on cuda the device memory is not "
+                                        "given back)"
+                                      : ""))
       ->capture_default_str();
   app.add_option("--prefetch", f.prefetch,
                  "fsdp: units whose all-gather runs ahead of the unit computing (0: each "
@@ -95,7 +97,8 @@ void add_workload_flags(CLI::App& app, WorkloadFlags& f, WorkloadUse use) {
   app.add_option("--schedule", f.schedule,
                  "Pipeline schedule: gpipe (all forwards, then all backwards), 1f1b "
                  "(PipeDream-flush, Megatron's), interleaved:V (V model chunks per stage; "
-                 "micro-batches a multiple of P; cpu only); needs --pipeline 2 or more")
+                 "micro-batches a multiple of P" +
+                     std::string(here ? "; cpu only" : "") + "); needs --pipeline 2 or more")
       ->capture_default_str();
   app.add_option("--micro-batches", f.micro_batches,
                  "Micro-batches per step: --batch is cut into M of --batch/M rows (with or "
