@@ -317,14 +317,21 @@ StateBytes ShardedSync::state_bytes() const {
   for (const Unit& unit : units_) {
     full += static_cast<std::int64_t>((unit.padded_end - unit.begin) * sizeof(float));
   }
-  if (!communicates()) return {.params = full, .grads = full, .optimizer = full};
-  const auto shards = static_cast<std::int64_t>(shard_numel_ * sizeof(float));
-  StateBytes out{.params = fsdp() ? shards : full,
-                 .grads = shards,
-                 .optimizer = shards,
-                 .gathered_peak = gathered_peak_,
-                 .grads_peak = grads_peak_};
-  if (kind_ == StrategyKind::kZero1) out.grads += full;
+  StateBytes out = sharded_state_bytes(kind_, mode_, full,
+                                       static_cast<std::int64_t>(shard_numel_ * sizeof(float)));
+  if (communicates()) {
+    out.gathered_peak = gathered_peak_;
+    out.grads_peak = grads_peak_;
+  }
+  return out;
+}
+
+StateBytes sharded_state_bytes(StrategyKind kind, CommMode mode, std::int64_t full,
+                               std::int64_t shards) {
+  if (mode == CommMode::kOff) return {.params = full, .grads = full, .optimizer = full};
+  StateBytes out{
+      .params = kind == StrategyKind::kFsdp ? shards : full, .grads = shards, .optimizer = shards};
+  if (kind == StrategyKind::kZero1) out.grads += full;  // the model's full gradients too
   return out;
 }
 

@@ -57,6 +57,12 @@ struct ShardOptions {
 // The layout a sharded strategy needs for `ranks` ranks (see above).
 LayoutOptions sharded_layout(int ranks);
 
+// The persistent state a stage keeps per rank (ShardedSync::state_bytes, and the
+// simulator's), from `full`, a padded replica's bytes, and `shards`, the rank's block of
+// every unit: the transient peaks are the caller's.
+StateBytes sharded_state_bytes(StrategyKind kind, CommMode mode, std::int64_t full,
+                               std::int64_t shards);
+
 class ShardedSync final : public GradSync {
  public:
   // `kind` is kZero1, kZero2 or kFsdp; the model's layout must be sharded_layout(N) for

@@ -1109,15 +1109,14 @@ TrainResult simulate_training(const TrainConfig& config, const SimulateOptions& 
     StateBytes mine{.params = replica, .grads = replica, .optimizer = replica};
     int in_flight = 1;
     double held = 1;  // the share of the model's units whose buffers the rank keeps
-    if (sharded && comm) {
-      const std::int64_t shards_bytes = shards->shard_bytes();
+    if (sharded) {
       std::int64_t full = 0;
       for (int u = 0; u < U; ++u) full += shards->unit_bytes(u);
-      mine = {.params = strategy.kind == StrategyKind::kFsdp ? shards_bytes : full,
-              .grads = shards_bytes + (strategy.kind == StrategyKind::kZero1 ? full : 0),
-              .optimizer = shards_bytes,
-              .gathered_peak = shards->gathered_peak()};
-      if (strategy.kind != StrategyKind::kZero1) mine.grads_peak = grads_peak(a.spans, *shards);
+      mine = sharded_state_bytes(strategy.kind, config.reducer.mode, full, shards->shard_bytes());
+      if (comm) {
+        mine.gathered_peak = shards->gathered_peak();
+        if (strategy.kind != StrategyKind::kZero1) mine.grads_peak = grads_peak(a.spans, *shards);
+      }
     } else if (pipeline) {
       // StageSync: the stage's units (and the tied embedding its head reads).
       const std::vector<bool> owned = plan.owned_units(a.stage, U);
