@@ -12,6 +12,7 @@
 #include "core/files.h"
 #include "core/parse.h"
 #include "experiment/calibrate.h"
+#include "experiment/replay.h"
 #include "flag_checks.h"
 #include "report/results_dir.h"
 #include "simulate/simulator.h"
@@ -37,6 +38,8 @@ struct SimulateFlags {
   std::string calibration;             // --calibration DIR (for --cluster here)
   std::vector<std::string> calibrate;  // --calibrate RUN...
   std::vector<std::string> against;    // --against RUN...
+  std::string from_trace;              // --from-trace RUN
+  std::vector<std::string> what_if;    // --what-if K=V
 };
 
 void print_calibration(const Calibration& c) {
@@ -119,17 +122,61 @@ int run_against(const SimulateFlags& flags) {
   return 0;
 }
 
+// --from-trace RUN [--what-if ...]: the run replayed as measured, and the what-if.
+int run_replay(const SimulateFlags& flags, const CommandLine& argv) {
+  const WhatIf what_if = WhatIf::parse(flags.what_if);
+  std::optional<ResultsWriter> out;
+  if (!flags.out.empty()) {
+    out.emplace(flags.out, ResultsCommand::kTrain, argv, OutputPolicy{.force = flags.force});
+  }
+  const Replay r = replay_run(flags.from_trace, what_if);
+  const double replayed = median_e2e_s(r.replayed.timeline, 1);
+  const double changed = median_e2e_s(r.what_if.timeline, 1);
+  std::printf("tandem simulate --from-trace: %s, %d ranks, %s, strategy %s\n", r.what.c_str(),
+              r.config.ranks, r.config.model.text.c_str(),
+              r.config.reducer.plan.strategy.to_string().c_str());
+  for (const std::string& note : r.notes) std::printf("  note: %s\n", note.c_str());
+  std::printf("  E2E (iteration window)  measured %10.3f ms\n", r.measured_s * 1e3);
+  std::printf("                          replayed %10.3f ms  (%+.1f%% of measured)\n",
+              replayed * 1e3, 100 * (replayed / r.measured_s - 1));
+  if (what_if.any()) {
+    std::printf("                          what-if  %10.3f ms  (%+.1f%% of replayed: %s)\n",
+                changed * 1e3, 100 * (changed / replayed - 1), what_if.describe().c_str());
+  }
+  std::fflush(stdout);
+  nlohmann::json simulated = {
+      {"replay_of", flags.from_trace},          {"what_if", what_if.describe()},
+      {"measured_step_ms", r.measured_s * 1e3}, {"replayed_step_ms", replayed * 1e3},
+      {"what_if_step_ms", changed * 1e3},       {"calibration", nullptr}};
+  return write_train_outputs(r.config, r.what_if, flags.warmup, nullptr, out ? &*out : nullptr,
+                             {{"simulated", simulated}});
+}
+
 int run_simulate(const SimulateFlags& flags, bool batch_given, const CommandLine& argv) {
-  if (!flags.calibrate.empty() || !flags.against.empty()) {
-    // Fitting or checking a calibration simulates the runs' own configurations.
+  if (!flags.what_if.empty() && flags.from_trace.empty()) {
+    throw UsageError("--what-if: changes a replay; give --from-trace RUN");
+  }
+  if (!flags.calibrate.empty() || !flags.against.empty() || !flags.from_trace.empty()) {
+    // Fitting or checking a calibration, or a replay, simulates the runs' own
+    // configurations.
+    const char* mode = !flags.from_trace.empty() ? "--from-trace"
+                       : flags.calibrate.empty() ? "--against"
+                                                 : "--calibrate";
     for (const std::string& flag : flags.workload.given) {
       if (flag == "--calibrate" || flag == "--against" || flag == "--calibration" ||
-          flag == "--out" || flag == "--force") {
+          flag == "--out" || flag == "--force" || flag == "--from-trace" || flag == "--what-if" ||
+          (flag == "--warmup" && !flags.from_trace.empty())) {
         continue;
       }
-      throw UsageError(flag + ": " + (flags.calibrate.empty() ? "--against" : "--calibrate") +
+      throw UsageError(flag + ": " + mode +
                        " simulates the configurations its runs measured; give " + flag +
                        " to a simulation");
+    }
+    if (!flags.from_trace.empty()) {
+      if (!flags.calibrate.empty() || !flags.against.empty()) {
+        throw UsageError("--from-trace: a replay, not with --calibrate or --against");
+      }
+      return run_replay(flags, argv);
     }
     if (!flags.calibrate.empty() && !flags.against.empty()) {
       throw UsageError(
@@ -253,6 +300,14 @@ void add_simulate_command(CLI::App& app, RunCommand& run) {
                   "directories, print each run predicted beside its measurement, and write "
                   "--out DIR/calibration.json")
       ->expected(1, -1);
+  cmd->add_option("--from-trace", flags->from_trace,
+                  "RUN: replay a measured train or characterize results directory with its "
+                  "passes and transfers as measured (the replay should match its step), then "
+                  "with --what-if; --out gets the what-if's results");
+  cmd->add_option("--what-if", flags->what_if,
+                  "With --from-trace: network=Fx (collectives and transfers F times as fast), "
+                  "contention=off (every pass and transfer at its unoverlapped time: E2E "
+                  "ideal), overlap=off (communication after compute); repeatable");
   cmd->add_option("--against", flags->against,
                   "RUN...: with --calibration, predict these measured runs (ones the fit did not "
                   "see) beside their measurements")

@@ -1,7 +1,9 @@
 #include "experiment/calibrate.h"
 
 #include <algorithm>
+#include <climits>
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -13,6 +15,7 @@
 #include "analysis/metrics.h"
 #include "analysis/pipeline_metrics.h"
 #include "core/error.h"
+#include "model/layout.h"
 #include "report/train_report.h"
 #include "timeline/chrome_trace.h"
 
@@ -52,14 +55,17 @@ Timeline read_trace(const fs::path& path, const std::string& flag) {
   }
 }
 
-// Median E2E over the steps from `warmup` on.
-double median_step_s(const Timeline& timeline, int warmup) {
+}  // namespace
+
+double median_e2e_s(const Timeline& timeline, int warmup) {
   std::vector<double> e2e;
   for (const StepMetrics& m : compute_step_metrics(timeline)) {
     if (m.step >= warmup) e2e.push_back(m.e2e_ns / 1e9);
   }
   return median_of(e2e);
 }
+
+namespace {
 
 double median_field(const nlohmann::json& steps, const char* key) {
   std::vector<double> v;
@@ -108,11 +114,12 @@ bool overlaps(const Intervals& v, std::int64_t start, std::int64_t end) {
 
 }  // namespace
 
-MeasuredRuns read_measured_runs(const std::vector<std::string>& dirs, const std::string& flag) {
+MeasuredRuns read_measured_runs(const std::vector<std::string>& dirs, const std::string& flag,
+                                bool simulated) {
   MeasuredRuns out;
   for (const std::string& dir : dirs) {
     const nlohmann::json summary = read_json(fs::path(dir) / "summary.json", flag);
-    if (summary.contains("simulated") && !summary["simulated"].is_null()) {
+    if (!simulated && summary.contains("simulated") && !summary["simulated"].is_null()) {
       throw UsageError(flag + " " + dir + ": a simulation, not a measured run");
     }
     const std::string command = summary.value("command", "");
@@ -133,7 +140,7 @@ MeasuredRuns read_measured_runs(const std::vector<std::string>& dirs, const std:
       run.warmup = run.config.steps = summary["config"].value("steps", 0);
       run.warmup -= summary.value("measured_steps", run.config.steps);
       run.timeline = read_trace(fs::path(dir) / "trace.json", flag);
-      run.step_s = median_step_s(run.timeline, run.warmup);
+      run.step_s = median_e2e_s(run.timeline, run.warmup);
       out.runs.push_back(std::move(run));
     } else if (command == "characterize") {
       for (const auto& point : summary.at("points")) {
@@ -182,6 +189,119 @@ MeasuredRuns read_measured_runs(const std::vector<std::string>& dirs, const std:
   return out;
 }
 
+std::map<std::pair<SpanKind, int>, double> pass_seconds(const MeasuredRun& run, bool clean_only) {
+  std::map<std::pair<SpanKind, int>, double> out;
+  if (!run.config.compute) return out;
+  const int U = ModelLayout(run.config.model).units();
+  const auto comm = lane_union(run.timeline, Lane::kComm, run.warmup);
+  // A pass of a unit is its spans of one (rank, step, micro-batch): a transformer block
+  // records its norms, attention and mlp apart. It is clean if no collective overlapped
+  // any of them.
+  struct Pass {
+    double seconds = 0;
+    bool clean = true;
+  };
+  std::map<std::tuple<SpanKind, int, int, int, int>, Pass> passes;
+  for (const Span& s : run.timeline.spans) {
+    if (s.lane != Lane::kCompute || s.step < run.warmup || s.end_ns <= s.start_ns) continue;
+    if (s.kind != SpanKind::kForward && s.kind != SpanKind::kBackward &&
+        s.kind != SpanKind::kOptimizer) {
+      continue;
+    }
+    if (s.kind != SpanKind::kOptimizer && (s.tag < 0 || s.tag > U)) continue;
+    // A loss span is the last unit's tag + 1 (U); forward and backward apart.
+    const int tag = s.kind == SpanKind::kOptimizer ? -1 : s.tag;
+    Pass& pass = passes[{s.kind, tag, s.rank, s.step, s.micro}];
+    pass.seconds += static_cast<double>(s.duration_ns()) / 1e9;
+    const auto it = comm.find(s.rank);
+    if (it != comm.end() && overlaps(it->second, s.start_ns, s.end_ns)) pass.clean = false;
+  }
+  std::map<std::pair<SpanKind, int>, std::vector<double>> groups;
+  for (const auto& [key, pass] : passes) {
+    if (clean_only && !pass.clean) continue;
+    const auto [kind, tag, rank, step, micro] = key;
+    groups[{kind, tag}].push_back(pass.seconds);
+  }
+  for (const auto& [key, seconds] : groups) out[key] = median_of(seconds);
+  return out;
+}
+
+TransferTimes transfer_seconds(const MeasuredRun& run, bool clean_only) {
+  TransferTimes out;
+  const auto compute = lane_union(run.timeline, Lane::kCompute, run.warmup);
+  // A collective moves once every member has started it (the simulator's rule): its time
+  // is from the latest start to the latest end over the members (a pipeline's all-reduces
+  // are among a stage's replicas: rank % P is the stage). The same collective may run
+  // several times a step (fsdp gathers a unit for its forward and its backward): each
+  // occurrence, in order of start, apart. A point-to-point transfer is the receiver's
+  // span, keyed by its bytes alone, one median for all.
+  const int stages = std::max(1, run.config.pipeline.stages);
+  const int members = run.config.ranks / stages;
+  struct Instance {
+    std::int64_t start = 0, end = 0;
+    int ranks = 0;
+    bool clean = true;
+  };
+  // (kind, tag, bytes, step, stage) -> the occurrences, matched across ranks by order.
+  std::map<std::tuple<SpanKind, int, std::int64_t, int, int>, std::vector<std::vector<const Span*>>>
+      by_rank;
+  std::map<std::tuple<SpanKind, int, std::int64_t>, std::vector<double>> p2p;
+  for (const Span& s : run.timeline.spans) {
+    if (s.lane != Lane::kComm || s.step < run.warmup || s.end_ns <= s.start_ns || s.bytes <= 0) {
+      continue;
+    }
+    const auto it = compute.find(s.rank);
+    const bool clean = it == compute.end() || !overlaps(it->second, s.start_ns, s.end_ns);
+    if (s.kind == SpanKind::kRecv) {
+      if (!clean_only || clean) {
+        p2p[{SpanKind::kSend, -1, s.bytes}].push_back(static_cast<double>(s.duration_ns()) / 1e9);
+      }
+      continue;
+    }
+    if (s.kind != SpanKind::kAllreduce && s.kind != SpanKind::kReduceScatter &&
+        s.kind != SpanKind::kAllgather) {
+      continue;
+    }
+    auto& ranks = by_rank[{s.kind, s.tag, s.bytes, s.step, s.rank % stages}];
+    const auto r = static_cast<std::size_t>(s.rank / stages);
+    if (ranks.size() <= r) ranks.resize(r + 1);
+    ranks[r].push_back(&s);
+  }
+  std::map<std::tuple<SpanKind, int, std::int64_t>, std::vector<std::vector<double>>> groups;
+  for (auto& [key, ranks] : by_rank) {
+    if (static_cast<int>(ranks.size()) != members) continue;
+    std::size_t occurrences = SIZE_MAX;
+    for (auto& spans : ranks) {
+      std::sort(spans.begin(), spans.end(),
+                [](const Span* a, const Span* b) { return a->start_ns < b->start_ns; });
+      occurrences = std::min(occurrences, spans.size());
+    }
+    const auto [kind, tag, bytes, step, stage] = key;
+    auto& per = groups[{kind, tag, bytes}];
+    if (per.size() < occurrences) per.resize(occurrences);
+    for (std::size_t k = 0; k < occurrences; ++k) {
+      Instance i;
+      for (const auto& spans : ranks) {
+        const Span& s = *spans[k];
+        i.start = i.ranks == 0 ? s.start_ns : std::max(i.start, s.start_ns);
+        i.end = i.ranks == 0 ? s.end_ns : std::max(i.end, s.end_ns);
+        ++i.ranks;
+        const auto it = compute.find(s.rank);
+        i.clean = i.clean && (it == compute.end() || !overlaps(it->second, s.start_ns, s.end_ns));
+      }
+      if ((clean_only && !i.clean) || i.end <= i.start) continue;
+      per[k].push_back(static_cast<double>(i.end - i.start) / 1e9);
+    }
+  }
+  for (const auto& [key, per] : groups) {
+    for (const auto& seconds : per) {
+      out[key].push_back(seconds.empty() ? -1.0 : median_of(seconds));
+    }
+  }
+  for (const auto& [key, seconds] : p2p) out[key] = {median_of(seconds)};
+  return out;
+}
+
 std::vector<ComputeSample> compute_samples(const std::vector<MeasuredRun>& runs) {
   std::vector<ComputeSample> out;
   Cluster unit;  // any rates: only the FLOPs and bytes of unit_costs are used
@@ -195,39 +315,10 @@ std::vector<ComputeSample> compute_samples(const std::vector<MeasuredRun>& runs)
     // A sharded strategy's optimizer updates a shard (in every scenario), not what
     // unit_costs prices: left out.
     const bool sharded_update = run.config.reducer.plan.strategy.sharded();
-    const auto comm = lane_union(run.timeline, Lane::kComm, run.warmup);
-    // A pass of a unit is its spans of one (rank, step, micro-batch): a transformer block
-    // records its norms, attention and mlp apart. It counts only if no collective
-    // overlapped any of them.
-    struct Pass {
-      double seconds = 0;
-      bool clean = true;
-    };
-    std::map<std::tuple<SpanKind, int, int, int, int>, Pass> passes;
-    for (const Span& s : run.timeline.spans) {
-      if (s.lane != Lane::kCompute || s.step < run.warmup || s.end_ns <= s.start_ns) continue;
-      if (s.kind != SpanKind::kForward && s.kind != SpanKind::kBackward &&
-          s.kind != SpanKind::kOptimizer) {
-        continue;
-      }
-      if (s.kind == SpanKind::kOptimizer && sharded_update) continue;
-      if (s.kind != SpanKind::kOptimizer && (s.tag < 0 || s.tag > U)) continue;
-      // A loss span is the last unit's tag + 1 (U); forward and backward apart.
-      const int tag = s.kind == SpanKind::kOptimizer ? -1 : s.tag;
-      Pass& pass = passes[{s.kind, tag, s.rank, s.step, s.micro}];
-      pass.seconds += static_cast<double>(s.duration_ns()) / 1e9;
-      const auto it = comm.find(s.rank);
-      if (it != comm.end() && overlaps(it->second, s.start_ns, s.end_ns)) pass.clean = false;
-    }
-    std::map<std::pair<SpanKind, int>, std::vector<double>> groups;
-    for (const auto& [key, pass] : passes) {
-      if (!pass.clean) continue;
-      const auto [kind, tag, rank, step, micro] = key;
-      groups[{kind, tag}].push_back(pass.seconds);
-    }
-    for (const auto& [key, durations] : groups) {
+    for (const auto& [key, seconds] : pass_seconds(run, /*clean_only=*/true)) {
       const auto [kind, tag] = key;
-      ComputeSample sample{.precision = run.config.precision, .seconds = median_of(durations)};
+      if (kind == SpanKind::kOptimizer && sharded_update) continue;
+      ComputeSample sample{.precision = run.config.precision, .seconds = seconds};
       const auto u = static_cast<std::size_t>(std::max(tag, 0));
       std::string name;
       if (kind == SpanKind::kOptimizer) {
@@ -262,49 +353,20 @@ std::vector<CommSample> comm_samples(const std::vector<MeasuredRun>& runs) {
   for (const MeasuredRun& run : runs) {
     if (run.config.reducer.mode == CommMode::kOff || run.config.ranks < 2) continue;
     if (comm_only && run.config.compute) continue;
-    const auto compute = lane_union(run.timeline, Lane::kCompute, run.warmup);
-    // A collective moves once every rank has started it (the simulator's rule): its time
-    // is from the latest start to the latest end over the ranks, and it counts only if no
-    // rank computed meanwhile.
-    struct Instance {
-      std::int64_t start = 0, end = 0;
-      int ranks = 0;
-      bool clean = true;
-    };
-    // A pipeline's all-reduces are among a stage's replicas (rank % P is the stage).
-    const int stages = std::max(1, run.config.pipeline.stages);
-    const int members = run.config.ranks / stages;
+    const int members = run.config.ranks / std::max(1, run.config.pipeline.stages);
     if (members < 2) continue;
-    std::map<std::tuple<SpanKind, int, std::int64_t, int, int>, Instance> instances;
-    for (const Span& s : run.timeline.spans) {
-      if (s.lane != Lane::kComm || s.step < run.warmup || s.end_ns <= s.start_ns || s.bytes <= 0) {
-        continue;
-      }
-      if (s.kind != SpanKind::kAllreduce && s.kind != SpanKind::kReduceScatter &&
-          s.kind != SpanKind::kAllgather) {
-        continue;
-      }
-      Instance& i = instances[{s.kind, s.tag, s.bytes, s.step, s.rank % stages}];
-      i.start = i.ranks == 0 ? s.start_ns : std::max(i.start, s.start_ns);
-      i.end = i.ranks == 0 ? s.end_ns : std::max(i.end, s.end_ns);
-      ++i.ranks;
-      const auto it = compute.find(s.rank);
-      if (it != compute.end() && overlaps(it->second, s.start_ns, s.end_ns)) i.clean = false;
-    }
-    std::map<std::tuple<SpanKind, int, std::int64_t>, std::vector<double>> groups;
-    for (const auto& [key, i] : instances) {
-      if (!i.clean || i.ranks != members || i.end <= i.start) continue;
-      const auto [kind, tag, bytes, step, stage] = key;
-      groups[{kind, tag, bytes}].push_back(static_cast<double>(i.end - i.start) / 1e9);
-    }
-    for (const auto& [key, durations] : groups) {
+    for (const auto& [key, occurrences] : transfer_seconds(run, /*clean_only=*/true)) {
       const auto [kind, tag, bytes] = key;
-      out.push_back(
-          {.kind = kind,
-           .ranks = run.config.ranks,
-           .bytes = static_cast<double>(bytes),
-           .seconds = median_of(durations),
-           .what = run.what + ": " + std::string(to_string(kind)) + " " + std::to_string(tag)});
+      if (kind == SpanKind::kSend) continue;  // point to point: not a ring
+      for (const double seconds : occurrences) {
+        if (seconds < 0) continue;
+        out.push_back(
+            {.kind = kind,
+             .ranks = members,
+             .bytes = static_cast<double>(bytes),
+             .seconds = seconds,
+             .what = run.what + ": " + std::string(to_string(kind)) + " " + std::to_string(tag)});
+      }
     }
   }
   return out;
@@ -343,16 +405,8 @@ std::vector<Prediction> predict_runs(const Calibration& calibration, double memo
     const SimulateOptions options{
         .cluster = calibrated_cluster(calibration, c.ranks, memory_bytes, "calibration")};
     const TrainResult r = simulate_training(c, options);
-    std::map<int, double> step_end_minus_start;  // step -> max over ranks
-    for (const StepRecord& s : r.steps) {
-      double& e2e = step_end_minus_start[s.step];
-      e2e = std::max(e2e, static_cast<double>(s.end_ns - s.start_ns) / 1e9);
-    }
-    std::vector<double> e2e;
-    for (const auto& [step, seconds] : step_end_minus_start) {
-      if (step > 0) e2e.push_back(seconds);
-    }
-    Prediction p{.what = run.what, .measured_s = run.step_s, .predicted_s = median_of(e2e)};
+    Prediction p{
+        .what = run.what, .measured_s = run.step_s, .predicted_s = median_e2e_s(r.timeline, 1)};
     const int stages = std::max(1, c.pipeline.stages);
     std::tie(p.measured_hidden, p.measured_bubble) =
         hidden_and_bubble(run.timeline, run.warmup, stages);

@@ -5,7 +5,10 @@
 // does the same for runs the fit did not see.
 #pragma once
 
+#include <map>
 #include <string>
+#include <tuple>
+#include <utility>
 #include <vector>
 
 #include "engine/trainer.h"
@@ -37,12 +40,30 @@ struct MeasuredRuns {
 // characterize: summary.json and points/*/SCENARIO.trace.json). Throws UsageError naming
 // `flag` and the directory for anything else. Runs over an emulated --link and device
 // runs are skipped (said in `skipped`).
-MeasuredRuns read_measured_runs(const std::vector<std::string>& dirs, const std::string& flag);
+// `simulated`: accept simulated results too (a replay of a simulation reproduces it; a
+// calibration from one would fit the simulator to itself).
+MeasuredRuns read_measured_runs(const std::vector<std::string>& dirs, const std::string& flag,
+                                bool simulated = false);
+
+// Per (kind, unit; the loss is the last unit + 1, the optimizer -1): the median seconds of
+// a run's passes from its warm-up on, each the sum of its spans of one (rank, step,
+// micro-batch); `clean_only`: only passes no collective overlapped.
+std::map<std::pair<SpanKind, int>, double> pass_seconds(const MeasuredRun& run, bool clean_only);
+// Per (kind, tag, bytes), per occurrence in a step (in order of start: fsdp gathers a
+// unit twice): the median seconds of a run's collectives, from the latest member's start
+// to the latest end (-1: no clean one); point-to-point transfers as (kSend, -1, bytes),
+// the receiver's span, one median. `clean_only`: only those no pass overlapped.
+using TransferTimes = std::map<std::tuple<SpanKind, int, std::int64_t>, std::vector<double>>;
+TransferTimes transfer_seconds(const MeasuredRun& run, bool clean_only);
 
 // The samples of calibration.h from the runs' spans: passes no collective overlapped and
 // collectives no pass overlapped, each (run, kind, unit or bucket) its median.
 std::vector<ComputeSample> compute_samples(const std::vector<MeasuredRun>& runs);
 std::vector<CommSample> comm_samples(const std::vector<MeasuredRun>& runs);
+
+// The median E2E (docs/METRICS.md: the iteration window of the slowest rank) over the
+// steps from `warmup` on: how measured and predicted steps are compared.
+double median_e2e_s(const Timeline& timeline, int warmup);
 
 struct Prediction {
   std::string what;

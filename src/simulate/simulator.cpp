@@ -362,6 +362,7 @@ class SimSharded final : public SimSync {
     // SGD on the rank's shards (in the compute-only scenario too: ShardedSync runs the
     // overlapped scenario's optimizer work there): the same bytes per element as on a
     // replica.
+    if (costs.optimizer_numel <= 0) return costs.optimizer;  // measured: a shard's already
     return costs.optimizer * static_cast<double>(shard_numel_) /
            static_cast<double>(costs.optimizer_numel);
   }
@@ -680,7 +681,13 @@ TrainResult simulate_training(const TrainConfig& config, const SimulateOptions& 
   // The layout the trainer gives the strategy (engine/trainer.cpp): a sharded one pads
   // every unit to a multiple of the ranks, which the collectives move.
   const ModelLayout layout(config.model, sharded ? sharded_layout(config.ranks) : LayoutOptions{});
-  const UnitCosts costs = unit_costs(config, cluster);
+  const UnitCosts costs = options.costs != nullptr ? *options.costs : unit_costs(config, cluster);
+  TANDEM_CHECK_EQ(costs.forward.size(), static_cast<std::size_t>(layout.units()));
+  const auto measured_or = [&](SpanKind kind, int tag, std::int64_t bytes, double model) {
+    const double m =
+        options.collective_seconds ? options.collective_seconds(kind, tag, bytes) : -1.0;
+    return m >= 0 ? m : model;
+  };
   const int U = layout.units();
   const int rows = micro_batch_rows(config);
 
@@ -771,8 +778,9 @@ TrainResult simulate_training(const TrainConfig& config, const SimulateOptions& 
                .bytes = bytes,
                .tag = tag,
                .actors = everyone,
-               .seconds =
-                   collective_seconds(cluster, kind, config.ranks, static_cast<double>(bytes))});
+               .seconds = measured_or(
+                   kind, tag, bytes,
+                   collective_seconds(cluster, kind, config.ranks, static_cast<double>(bytes)))});
         }
         return it->second;
       };
@@ -797,7 +805,9 @@ TrainResult simulate_training(const TrainConfig& config, const SimulateOptions& 
                .tag = tag,
                .channel = 1,
                .actors = who,
-               .seconds = group_seconds(cluster, kind, ranks, static_cast<double>(bytes))});
+               .seconds =
+                   measured_or(kind, tag, bytes,
+                               group_seconds(cluster, kind, ranks, static_cast<double>(bytes)))});
         }
         return it->second;
       };
@@ -838,8 +848,10 @@ TrainResult simulate_training(const TrainConfig& config, const SimulateOptions& 
              .tag = micro,
              .actors = {row[static_cast<std::size_t>(from_stage)],
                         row[static_cast<std::size_t>(to_stage)]},
-             .seconds = p2p_seconds(cluster, plan.rank_of(from_stage, replica),
-                                    plan.rank_of(to_stage, replica), static_cast<double>(bytes))});
+             .seconds = measured_or(
+                 SpanKind::kSend, micro, bytes,
+                 p2p_seconds(cluster, plan.rank_of(from_stage, replica),
+                             plan.rank_of(to_stage, replica), static_cast<double>(bytes)))});
       }
       return it->second;
     };

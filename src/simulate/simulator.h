@@ -19,6 +19,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -36,6 +37,8 @@ struct Straggler {
   static Straggler parse(std::string_view text);
 };
 
+struct UnitCosts;
+
 struct SimulateOptions {
   Cluster cluster;
   std::vector<Straggler> stragglers;
@@ -44,6 +47,11 @@ struct SimulateOptions {
   // rank order. The rest are exact copies of a recorded rank; a timeline of thousands of
   // ranks would only repeat them. Step records and memory cover every rank.
   int recorded_ranks = 0;
+  // Replay (docs/SIMULATE.md, "Replay"): the passes' seconds as measured instead of the
+  // cluster's model, and a collective's or a point-to-point transfer's (kSend, its
+  // micro-batch) as measured: kind, tag, bytes -> seconds, < 0 for the model's.
+  const UnitCosts* costs = nullptr;
+  std::function<double(SpanKind kind, int tag, std::int64_t bytes)> collective_seconds;
 };
 
 // Seconds of a collective (all-reduce, reduce-scatter or all-gather) of `bytes` over
@@ -66,7 +74,7 @@ struct UnitCosts {
   double loss_bytes = 0;  // each of the loss's forward and backward
   double optimizer = 0;
   double optimizer_bytes = 0;
-  double optimizer_numel = 0;  // the elements the optimizer's time is for
+  double optimizer_numel = 0;  // the elements the optimizer's time is for (0: measured, as is)
 };
 UnitCosts unit_costs(const TrainConfig& config, const Cluster& cluster);
 

@@ -136,6 +136,46 @@ TEST(SimulateCliTest, CalibratesFromMeasuredRunsAndPredictsHere) {
   EXPECT_FALSE(fs::exists(dir.path() / "x"));
 }
 
+// A replay of a simulation's own trace reproduces it (every pass and collective as it
+// ran); the what-ifs change it the way they say.
+TEST(SimulateCliTest, ReplayReproducesASimulationAndAppliesWhatIfs) {
+  TempDir dir;
+  const std::string sim = (dir.path() / "sim").string();
+  ASSERT_EQ(run_tandem("simulate --cluster 2x2xh100 --model mlp:4x1024 --strategy layerwise "
+                       "--steps 4 --out " +
+                       sim)
+                .exit_code,
+            0);
+  const auto step = [](const std::string& out, const char* label) {
+    const auto at = out.find(label);
+    EXPECT_NE(at, std::string::npos) << out;
+    return at == std::string::npos ? -1.0 : std::stod(out.substr(at + std::string(label).size()));
+  };
+  CliResult r = run_tandem("simulate --from-trace " + sim);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const double measured = step(r.out, "measured");
+  EXPECT_NEAR(step(r.out, "replayed"), measured, 0.01 * measured) << r.out;
+  r = run_tandem("simulate --from-trace " + sim + " --what-if network=4x --out " +
+                 (dir.path() / "fast").string());
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_LT(step(r.out, "what-if"), step(r.out, "replayed")) << r.out;
+  const auto summary = nlohmann::json::parse(slurp(dir.path() / "fast" / "summary.json"));
+  EXPECT_EQ(summary["simulated"]["what_if"], "network 4x");
+  r = run_tandem("simulate --from-trace " + sim + " --what-if overlap=off");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_GT(step(r.out, "what-if"), step(r.out, "replayed")) << r.out;
+  for (const std::string& args :
+       std::vector<std::string>{"simulate --from-trace " + (dir.path() / "nope").string(),
+                                "simulate --from-trace " + sim + " --what-if network=fast",
+                                "simulate --from-trace " + sim + " --what-if contention=on",
+                                "simulate --from-trace " + sim + " --model mlp:2x8",
+                                "simulate --cluster 2xh100 --what-if overlap=off"}) {
+    const CliResult bad = run_tandem(args);
+    EXPECT_EQ(bad.exit_code, 2) << args << ": " << bad.err;
+    EXPECT_EQ(std::count(bad.err.begin(), bad.err.end(), '\n'), 1) << args << ": " << bad.err;
+  }
+}
+
 // characterize --simulate: the four scenarios predicted, the metrics derived from them as
 // from measured ones.
 TEST(SimulateCliTest, CharacterizePredictsTheFourScenarios) {

@@ -1,0 +1,183 @@
+#include "experiment/replay.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <map>
+#include <memory>
+
+#include "core/error.h"
+#include "core/parse.h"
+
+namespace tandem {
+
+WhatIf WhatIf::parse(const std::vector<std::string>& items) {
+  WhatIf w;
+  for (const std::string& item : items) {
+    const auto kv = parse_key_values(item, "--what-if", "network contention overlap");
+    for (const auto& [key, value] : kv) {
+      if (key == "network") {
+        std::string f = value;
+        if (f.ends_with('x')) f.pop_back();
+        try {
+          std::size_t used = 0;
+          w.network = std::stod(f, &used);
+          if (used != f.size()) throw std::invalid_argument(f);
+        } catch (const std::exception&) {
+          throw UsageError("--what-if " + item + ": network must be a factor like 2x");
+        }
+        if (!(w.network >= 0.001 && w.network <= 1000)) {
+          throw UsageError("--what-if " + item + ": network must be 0.001x..1000x");
+        }
+      } else if (value != "off") {
+        throw UsageError("--what-if " + item + ": " + key + " takes off");
+      } else {
+        (key == "contention" ? w.contention_off : w.overlap_off) = true;
+      }
+    }
+  }
+  return w;
+}
+
+std::string WhatIf::describe() const {
+  std::string out;
+  const auto add = [&](const std::string& s) { out += (out.empty() ? "" : ", ") + s; };
+  if (network != 1) {
+    char b[48];
+    std::snprintf(b, sizeof b, "network %gx", network);
+    add(b);
+  }
+  if (contention_off) add("contention off");
+  if (overlap_off) add("overlap off");
+  return out.empty() ? "none" : out;
+}
+
+namespace {
+
+// The unit costs of `config` with every pass measured in `passes` in place of the model's.
+// A pass never measured keeps the model's (a note says so).
+UnitCosts measured_costs(const TrainConfig& config, const Cluster& cluster,
+                         const std::map<std::pair<SpanKind, int>, double>& passes,
+                         std::vector<std::string>& notes) {
+  UnitCosts k = unit_costs(config, cluster);
+  const int U = static_cast<int>(k.forward.size());
+  int modelled = 0;
+  const auto take = [&](SpanKind kind, int tag, double& seconds) {
+    const auto it = passes.find({kind, tag});
+    if (it != passes.end()) {
+      seconds = it->second;
+    } else if (seconds > 0 || kind != SpanKind::kOptimizer) {
+      ++modelled;
+    }
+  };
+  for (int u = 0; u < U; ++u) {
+    take(SpanKind::kForward, u, k.forward[static_cast<std::size_t>(u)]);
+    take(SpanKind::kBackward, u, k.backward[static_cast<std::size_t>(u)]);
+  }
+  take(SpanKind::kForward, U, k.loss_forward);
+  take(SpanKind::kBackward, U, k.loss_backward);
+  take(SpanKind::kOptimizer, -1, k.optimizer);
+  // The simulator prices a sharded update by the shard's share of k.optimizer: the
+  // measured one is the shard's already.
+  if (config.reducer.plan.strategy.sharded()) k.optimizer_numel = 0;
+  if (modelled > 0) {
+    notes.push_back(std::to_string(modelled) +
+                    " passes were never measured (or never without overlap): priced by the "
+                    "calibrated model");
+  }
+  return k;
+}
+
+}  // namespace
+
+Replay replay_run(const std::string& dir, const WhatIf& what_if) {
+  const MeasuredRuns measured = read_measured_runs({dir}, "--from-trace", /*simulated=*/true);
+  const MeasuredRun* run = nullptr;
+  const MeasuredRun* compute_only = nullptr;
+  const MeasuredRun* comm_only = nullptr;
+  for (const MeasuredRun& r : measured.runs) {
+    if (r.what.ends_with("compute-only")) compute_only = compute_only ? compute_only : &r;
+    if (r.what.ends_with("comm-only")) comm_only = comm_only ? comm_only : &r;
+    if ((r.what == dir || r.what.ends_with("overlapped")) && run == nullptr) run = &r;
+  }
+  if (run == nullptr) {
+    throw UsageError(
+        "--from-trace " + dir + ": no run to replay (" +
+        (measured.skipped.empty() ? std::string("no overlapped run") : measured.skipped.front()) +
+        ")");
+  }
+  Replay out{.what = run->what, .config = run->config, .measured_s = run->step_s};
+  // The machine the run measured, fitted from the run itself: it prices what was never
+  // measured (point-to-point transfers of a what-if, a pass never seen).
+  Calibration fit;
+  try {
+    std::vector<MeasuredRun> own{*run};
+    if (compute_only != nullptr) own.push_back(*compute_only);
+    if (comm_only != nullptr) own.push_back(*comm_only);
+    fit = fit_calibration(compute_samples(own), comm_samples(own), {});
+  } catch (const UsageError& e) {
+    out.notes.push_back(std::string("no model of this machine to fall back on (") + e.what() +
+                        "): what was not measured costs nothing");
+    fit.gemm_flops_per_s = {1e30, 1e30, 1e30, 1e30};
+    fit.memory_bytes_per_s = 1e30;
+    fit.link = {.bandwidth_bytes_per_s = 1e30, .latency_s = 0};
+  }
+  const Cluster cluster = calibrated_cluster(fit, run->config.ranks, 1e30, "the run's own fit");
+  // Measured durations already hold whatever contention the run had.
+  Cluster as_measured = cluster;
+  as_measured.device.overlap_compute_slowdown = 0;
+  as_measured.device.overlap_comm_slowdown = 0;
+
+  const UnitCosts costs =
+      measured_costs(run->config, cluster, pass_seconds(*run, /*clean_only=*/false), out.notes);
+  const auto transfers = transfer_seconds(*run, /*clean_only=*/false);
+  // The simulator asks for each collective of a step once, in issue order: the k-th time
+  // it asks for a (kind, tag, bytes) it gets that collective's k-th occurrence.
+  const auto lookup = [](const TransferTimes& t, double scale) {
+    auto asked = std::make_shared<std::map<std::tuple<SpanKind, int, std::int64_t>, std::size_t>>();
+    return [&t, scale, asked](SpanKind kind, int tag, std::int64_t bytes) {
+      const std::tuple<SpanKind, int, std::int64_t> key{kind, kind == SpanKind::kSend ? -1 : tag,
+                                                        bytes};
+      const auto it = t.find(key);
+      if (it == t.end() || it->second.empty()) return -1.0;
+      std::size_t& k = (*asked)[key];
+      const double seconds = it->second[std::min(k, it->second.size() - 1)];
+      if (kind != SpanKind::kSend) ++k;
+      return seconds < 0 ? -1.0 : seconds / scale;
+    };
+  };
+  TrainConfig config = run->config;
+  config.steps = 3;
+  SimulateOptions replay{.cluster = as_measured, .costs = &costs};
+  replay.collective_seconds = lookup(transfers, 1);
+  out.replayed = simulate_training(config, replay);
+
+  // The what-if: unoverlapped times (the compute-only and comm-only scenarios where
+  // measured, else the run's passes and transfers that nothing overlapped), a faster or
+  // slower network, or communication after compute.
+  std::vector<std::string> ignored;
+  const UnitCosts clean_costs =
+      what_if.contention_off
+          ? measured_costs(run->config, cluster,
+                           compute_only != nullptr ? pass_seconds(*compute_only, false)
+                                                   : pass_seconds(*run, /*clean_only=*/true),
+                           out.notes)
+          : costs;
+  const auto clean_transfers =
+      what_if.contention_off ? (comm_only != nullptr ? transfer_seconds(*comm_only, false)
+                                                     : transfer_seconds(*run, /*clean_only=*/true))
+                             : transfers;
+  if (what_if.overlap_off) config.reducer.mode = CommMode::kSequential;
+  SimulateOptions changed{.cluster = as_measured, .costs = &clean_costs};
+  if (what_if.network != 1) {
+    changed.cluster.intra.bandwidth_bytes_per_s *= what_if.network;
+    changed.cluster.inter.bandwidth_bytes_per_s *= what_if.network;
+    changed.cluster.intra.latency_s /= what_if.network;
+    changed.cluster.inter.latency_s /= what_if.network;
+  }
+  changed.collective_seconds = lookup(clean_transfers, what_if.network);
+  out.config = config;
+  out.what_if = simulate_training(config, changed);
+  return out;
+}
+
+}  // namespace tandem

@@ -1,0 +1,41 @@
+// Replay and what-if of tandem's own runs (docs/SIMULATE.md, "Replay"): a measured run's
+// configuration simulated with its passes and transfers as they were measured (no
+// model), which should reproduce its step, then again with one thing changed: the
+// network, contention, overlap.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "engine/trainer.h"
+#include "experiment/calibrate.h"
+
+namespace tandem {
+
+struct WhatIf {
+  double network = 1;           // collectives and transfers this many times as fast
+  bool contention_off = false;  // every pass and transfer at its unoverlapped time
+  bool overlap_off = false;     // communication only after compute (the sequential scenario)
+
+  // "network=2x", "contention=off", "overlap=off" (repeatable); throws UsageError naming
+  // --what-if.
+  static WhatIf parse(const std::vector<std::string>& items);
+  bool any() const { return network != 1 || contention_off || overlap_off; }
+  std::string describe() const;  // "network 2x, contention off"
+};
+
+struct Replay {
+  std::string what;                // the run replayed
+  TrainConfig config;              // the what-if's (the run's when none)
+  double measured_s = 0;           // the run's median step
+  TrainResult replayed;            // the run as measured
+  TrainResult what_if;             // with the what-if applied (the replay again when none)
+  std::vector<std::string> notes;  // what the replay assumed
+};
+
+// Replays the overlapped run of `dir` (a train run, or a characterize point's overlapped
+// scenario, whose compute-only and comm-only scenarios give the unoverlapped times).
+// Throws UsageError naming --from-trace.
+Replay replay_run(const std::string& dir, const WhatIf& what_if);
+
+}  // namespace tandem
