@@ -10,6 +10,7 @@
 #include <limits>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <tuple>
 
 #include "analysis/metrics.h"
@@ -147,9 +148,30 @@ MeasuredRuns read_measured_runs(const std::vector<std::string>& dirs, const std:
         const std::string id = point.at("id").get<std::string>();
         const nlohmann::json& config = point.at("config");
         const std::string what = dir + " point " + id;
+        const nlohmann::json& scenarios = point.at("scenarios");
+        const auto contention_of = [&]() -> std::optional<ContentionSample> {
+          if (!scenarios.contains("overlapped") || !scenarios.contains("compute-only") ||
+              !scenarios.contains("comm-only")) {
+            return std::nullopt;
+          }
+          const auto& ovl = scenarios["overlapped"]["steps"];
+          return ContentionSample{
+              .comp_iso = median_field(scenarios["compute-only"]["steps"], "t_comp_ns"),
+              .comp_ovl = median_field(ovl, "t_comp_ns"),
+              .comm_iso = median_field(scenarios["comm-only"]["steps"], "t_comm_ns"),
+              .comm_ovl = median_field(ovl, "t_comm_ns"),
+              .overlap = median_field(ovl, "t_ovl_ns"),
+              .what = what};
+        };
         if (config.value("workload", "") != "train") {
-          out.skipped.push_back(what + ": a " + config.value("workload", "?") +
-                                " workload, not a training configuration");
+          // The GEMM + all-reduce microbenchmark (and any workload's four scenarios)
+          // still shows contention; its spans are not a training step's.
+          if (const auto c = contention_of()) {
+            out.contention.push_back(*c);
+          } else {
+            out.skipped.push_back(what + ": a " + config.value("workload", "?") +
+                                  " workload without the four scenarios");
+          }
           continue;
         }
         const TrainConfig base = train_config_from_json(config, flag + " " + what);
@@ -157,7 +179,6 @@ MeasuredRuns read_measured_runs(const std::vector<std::string>& dirs, const std:
           out.skipped.push_back(what + ": " + why);
           continue;
         }
-        const nlohmann::json& scenarios = point.at("scenarios");
         for (const Scenario scenario : kAllScenarios) {
           const std::string name(to_string(scenario));
           if (!scenarios.contains(name)) continue;
@@ -168,17 +189,7 @@ MeasuredRuns read_measured_runs(const std::vector<std::string>& dirs, const std:
           run.step_s = median_field(scenarios[name].at("steps"), "e2e_ns");
           out.runs.push_back(std::move(run));
         }
-        if (scenarios.contains("overlapped") && scenarios.contains("compute-only") &&
-            scenarios.contains("comm-only")) {
-          const auto& ovl = scenarios["overlapped"]["steps"];
-          out.contention.push_back(
-              {.comp_iso = median_field(scenarios["compute-only"]["steps"], "t_comp_ns"),
-               .comp_ovl = median_field(ovl, "t_comp_ns"),
-               .comm_iso = median_field(scenarios["comm-only"]["steps"], "t_comm_ns"),
-               .comm_ovl = median_field(ovl, "t_comm_ns"),
-               .overlap = median_field(ovl, "t_ovl_ns"),
-               .what = what});
-        }
+        if (const auto c = contention_of()) out.contention.push_back(*c);
       }
     } else {
       throw UsageError(flag + " " + dir + ": a " + (command.empty() ? "?" : command) +
