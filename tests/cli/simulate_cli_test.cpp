@@ -88,12 +88,15 @@ TEST(SimulateCliTest, CalibratesFromMeasuredRunsAndPredictsHere) {
         "characterize --ranks 2 --model mlp:3x256 --batch 64 --strategy layerwise "
         "--iterations 3 --warmup 1 --no-progress --out " +
             path("chr"),
-        "train --ranks 2 --model mlp:2x384 --batch 32 --steps 6 --out " + path("other")}) {
+        "train --ranks 2 --model mlp:2x384 --batch 32 --steps 6 --out " + path("other"),
+        "characterize --microbench gemm=128,allreduce=1MiB --ranks 2 --iterations 3 --warmup 1 "
+        "--no-progress --out " +
+            path("micro")}) {
     const CliResult measured = run_tandem(args);
     ASSERT_EQ(measured.exit_code, 0) << args << ": " << measured.err;
   }
-  CliResult r = run_tandem("simulate --calibrate " + path("train") + " " + path("chr") + " --out " +
-                           path("cal"));
+  CliResult r = run_tandem("simulate --calibrate " + path("train") + " " + path("chr") + " " +
+                           path("micro") + " --out " + path("cal"));
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_NE(r.out.find("GFLOP/s fp32"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("measured  predicted"), std::string::npos) << r.out;
@@ -101,6 +104,8 @@ TEST(SimulateCliTest, CalibratesFromMeasuredRunsAndPredictsHere) {
   const auto cal = nlohmann::json::parse(slurp(dir.path() / "cal" / "calibration.json"));
   EXPECT_GT(cal["calibration"]["gemm_flops_per_s"][0].get<double>(), 0);
   EXPECT_GT(cal["calibration"]["compute_error"]["samples"].get<int>(), 0);
+  // The training point and the microbenchmark both offered their scenarios.
+  EXPECT_EQ(cal["calibration"]["contention_candidates"], 2);
 
   r = run_tandem("simulate --cluster here --calibration " + path("cal") +
                  " --model mlp:4x512 --ranks 3 --out " + path("sim"));
