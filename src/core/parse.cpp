@@ -193,6 +193,11 @@ double parse_double_in(std::string_view text, std::string_view what, const Bound
   return value;
 }
 
+double parse_factor(std::string_view text, std::string_view what, const Bounds& bounds) {
+  if (text.ends_with('x')) text.remove_suffix(1);
+  return parse_double_in(text, what, bounds);
+}
+
 namespace {
 
 // "010": octal to C (and to CLI11, which converts a flag's value with strtoll base 0),

@@ -36,6 +36,9 @@ struct Bounds {
 std::string describe(const Bounds& bounds);
 // parse_double, then the bounds; throws UsageError "WHAT: must be BOUNDS, got 'TEXT'".
 double parse_double_in(std::string_view text, std::string_view what, const Bounds& bounds);
+// A factor, "2x", "0.5x" or "1.5" (the x optional), within bounds; throws UsageError
+// "WHAT: must be BOUNDS, got 'TEXT'" like parse_double_in.
+double parse_factor(std::string_view text, std::string_view what, const Bounds& bounds);
 // A decimal integer in [min, max]: no sign on unsigned values, no octal or hex, no
 // wrap-around; throws UsageError "WHAT: must be an integer MIN..MAX, got 'TEXT'".
 long long parse_int_in(std::string_view text, std::string_view what, long long min, long long max);

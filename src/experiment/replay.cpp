@@ -16,18 +16,7 @@ WhatIf WhatIf::parse(const std::vector<std::string>& items) {
     const auto kv = parse_key_values(item, "--what-if", "network contention overlap");
     for (const auto& [key, value] : kv) {
       if (key == "network") {
-        std::string f = value;
-        if (f.ends_with('x')) f.pop_back();
-        try {
-          std::size_t used = 0;
-          w.network = std::stod(f, &used);
-          if (used != f.size()) throw std::invalid_argument(f);
-        } catch (const std::exception&) {
-          throw UsageError("--what-if " + item + ": network must be a factor like 2x");
-        }
-        if (!(w.network >= 0.001 && w.network <= 1000)) {
-          throw UsageError("--what-if " + item + ": network must be 0.001x..1000x");
-        }
+        w.network = parse_factor(value, "--what-if network", {.min = 0.001, .max = 1000});
       } else if (value != "off") {
         throw UsageError("--what-if " + item + ": " + key + " takes off");
       } else {

@@ -267,20 +267,9 @@ DegradedLink DegradedLink::parse(std::string_view text) {
   d.node = static_cast<int>(parse_int_in(kv.at("node"), "--degraded-link node", 0, 1'000'000));
   for (auto [key, field] : {std::pair{"intra", &d.intra}, std::pair{"network", &d.network}}) {
     if (!kv.count(key)) continue;
-    std::string f = kv.at(key);
-    if (f.ends_with('x')) f.pop_back();
-    try {
-      std::size_t used = 0;
-      *field = std::stod(f, &used);
-      if (used != f.size()) throw std::invalid_argument(f);
-    } catch (const std::exception&) {
-      throw UsageError("--degraded-link " + std::string(text) + ": " + key +
-                       " must be a fraction like 0.5x");
-    }
-    if (!(*field > 0 && *field <= 1)) {
-      throw UsageError("--degraded-link " + std::string(text) + ": " + key +
-                       " must be in (0, 1] (a fraction of the link's bandwidth)");
-    }
+    // A fraction of the link's bandwidth.
+    *field = parse_factor(kv.at(key), "--degraded-link " + std::string(key),
+                          {.min = 0, .max = 1, .min_open = true});
   }
   return d;
 }

@@ -34,18 +34,7 @@ Straggler Straggler::parse(std::string_view text) {
   }
   Straggler s;
   s.rank = static_cast<int>(parse_int_in(kv.at("rank"), "--straggler rank", 0, 1 << 30));
-  std::string factor = kv.at("compute");
-  if (factor.ends_with('x')) factor.pop_back();
-  try {
-    std::size_t used = 0;
-    s.compute = std::stod(factor, &used);
-    if (used != factor.size()) throw std::invalid_argument(factor);
-  } catch (const std::exception&) {
-    throw UsageError("--straggler " + std::string(text) + ": compute must be a factor like 1.2x");
-  }
-  if (!(s.compute >= 0.01 && s.compute <= 100)) {
-    throw UsageError("--straggler " + std::string(text) + ": compute must be 0.01x..100x");
-  }
+  s.compute = parse_factor(kv.at("compute"), "--straggler compute", {.min = 0.01, .max = 100});
   return s;
 }
 

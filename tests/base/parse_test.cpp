@@ -136,3 +136,24 @@ TEST(Format, Durations) {
 
 }  // namespace
 }  // namespace tandem
+
+namespace tandem {
+namespace {
+
+TEST(ParseFactorTest, TakesAnOptionalXAndItsBounds) {
+  const Bounds bounds{.min = 0, .max = 1, .min_open = true};
+  EXPECT_EQ(parse_factor("0.5x", "--f", bounds), 0.5);
+  EXPECT_EQ(parse_factor("1", "--f", bounds), 1.0);
+  for (const char* bad : {"0", "0x", "2x", "x", "", "fastx", "0.5xx", "nanx"}) {
+    EXPECT_THROW(parse_factor(bad, "--f", bounds), UsageError) << bad;
+  }
+  try {
+    (void)parse_factor("3x", "--what-if network", bounds);
+    FAIL();
+  } catch (const UsageError& e) {
+    EXPECT_TRUE(std::string(e.what()).starts_with("--what-if network: ")) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace tandem
