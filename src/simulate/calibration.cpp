@@ -74,6 +74,17 @@ std::vector<double> fit_relative(const std::vector<std::vector<double>>& rows,
   }
 }
 
+// fit_relative, where column `slope` must come out positive: if noise made it fall (passes
+// or buckets too small or too alike: time falling as FLOPs or bytes grow), column `other`
+// is left out and the fit's error says how well the slope alone does.
+std::vector<double> fit_keeping(std::vector<std::vector<double>> rows, const std::vector<double>& t,
+                                std::size_t slope, std::size_t other) {
+  std::vector<double> x = fit_relative(rows, t);
+  if (x[slope] > 0) return x;
+  for (auto& row : rows) row[other] = 0;
+  return fit_relative(rows, t);
+}
+
 template <typename Sample>
 FitError fit_error(const Calibration& c, const std::vector<Sample>& samples) {
   FitError e;
@@ -136,13 +147,7 @@ Calibration fit_calibration(const std::vector<ComputeSample>& compute,
         "--calibrate: no fp32 compute measured in these runs (calibrate from "
         "train or characterize runs with --precision fp32, and others besides)");
   }
-  std::vector<double> x = fit_relative(rows, t);
-  if (x[0] <= 0) {
-    // Noise made the fp32 time fall with the FLOPs (passes too small, or too alike):
-    // FLOPs alone, and the fit's error says how well that does.
-    for (auto& row : rows) row[4] = 0;
-    x = fit_relative(rows, t);
-  }
+  const std::vector<double> x = fit_keeping(rows, t, /*slope=*/0, /*other=*/4);
   for (std::size_t p = 0; p < 4; ++p) c.gemm_flops_per_s[p] = x[p] > 0 ? 1 / x[p] : 0;
   c.memory_bytes_per_s = x[4] > 0 ? 1 / x[4] : 0;
 
@@ -160,13 +165,7 @@ Calibration fit_calibration(const std::vector<ComputeSample>& compute,
         "--calibrate: no collective measured in these runs (calibrate from runs "
         "with --ranks 2 or more)");
   }
-  std::vector<double> y = fit_relative(rows, t);
-  if (y[0] <= 0) {
-    // The collectives' time did not grow with their bytes (buckets too alike, or noise):
-    // bandwidth alone.
-    for (auto& row : rows) row[1] = 0;
-    y = fit_relative(rows, t);
-  }
+  const std::vector<double> y = fit_keeping(rows, t, /*slope=*/0, /*other=*/1);
   c.link.bandwidth_bytes_per_s = 1 / y[0];
   c.link.latency_s = y[1];
 
