@@ -1,6 +1,7 @@
 #include "experiment/replay.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <map>
 #include <memory>
@@ -76,6 +77,79 @@ UnitCosts measured_costs(const TrainConfig& config, const Cluster& cluster,
   return k;
 }
 
+// Per (kind, unit): the median time a rank stood idle before the pass, after the end of
+// whatever it did before in the step (a pass or a wait): the scheduling gaps of a
+// measured run, which the simulator otherwise does not have.
+std::map<std::pair<SpanKind, int>, double> idle_gaps(const MeasuredRun& run) {
+  std::map<std::pair<int, int>, std::vector<const Span*>> per_rank_step;
+  for (const Span& s : run.timeline.spans) {
+    if (s.step < run.warmup || s.end_ns <= s.start_ns) continue;
+    if (s.lane == Lane::kCompute || s.lane == Lane::kWait)
+      per_rank_step[{s.rank, s.step}].push_back(&s);
+  }
+  std::map<std::pair<SpanKind, int>, std::vector<double>> gaps;
+  for (auto& [key, spans] : per_rank_step) {
+    std::sort(spans.begin(), spans.end(),
+              [](const Span* a, const Span* b) { return a->start_ns < b->start_ns; });
+    std::int64_t busy_until = -1;
+    const Span* previous = nullptr;
+    for (const Span* s : spans) {
+      // The first span of a pass (a unit's norm, attention and mlp are one pass).
+      const bool same_pass = previous != nullptr && previous->lane == Lane::kCompute &&
+                             s->lane == Lane::kCompute && previous->kind == s->kind &&
+                             previous->tag == s->tag && previous->micro == s->micro;
+      if (s->lane == Lane::kCompute && !same_pass && busy_until >= 0) {
+        const int tag = s->kind == SpanKind::kOptimizer ? -1 : s->tag;
+        gaps[{s->kind, tag}].push_back(
+            static_cast<double>(std::max<std::int64_t>(0, s->start_ns - busy_until)) / 1e9);
+      }
+      busy_until = std::max(busy_until, s->end_ns);
+      previous = s;
+    }
+  }
+  std::map<std::pair<SpanKind, int>, double> out;
+  for (auto& [key, v] : gaps) {
+    std::sort(v.begin(), v.end());
+    out[key] = v[v.size() / 2];
+  }
+  return out;
+}
+
+// Ranks that computed systematically slower or faster than the median rank, as
+// stragglers: each rank's median per-step compute over the median rank's (the replay's
+// passes are the median over ranks; this puts each rank's own pace back).
+std::vector<Straggler> rank_paces(const MeasuredRun& run) {
+  std::map<int, std::map<int, double>> busy;  // rank -> step -> compute seconds
+  for (const Span& s : run.timeline.spans) {
+    if (s.lane != Lane::kCompute || s.step < run.warmup || s.end_ns <= s.start_ns) continue;
+    busy[s.rank][s.step] += static_cast<double>(s.duration_ns()) / 1e9;
+  }
+  // A pipeline's stages compute different units: a rank is compared with its stage's
+  // replicas (rank % P is the stage).
+  const int stages = std::max(1, run.config.pipeline.stages);
+  std::map<int, double> pace;
+  std::map<int, std::vector<double>> by_stage;
+  for (const auto& [rank, steps] : busy) {
+    std::vector<double> v;
+    for (const auto& [step, seconds] : steps) v.push_back(seconds);
+    std::sort(v.begin(), v.end());
+    pace[rank] = v[v.size() / 2];
+    by_stage[rank % stages].push_back(pace[rank]);
+  }
+  std::vector<Straggler> out;
+  for (auto& [stage, all] : by_stage) std::sort(all.begin(), all.end());
+  for (const auto& [rank, seconds] : pace) {
+    const std::vector<double>& all = by_stage[rank % stages];
+    if (all.size() < 2) continue;
+    const double median = all[(all.size() - 1) / 2];  // the lower middle: a real rank's
+    if (!(median > 0)) continue;
+    const double f = seconds / median;
+    if (std::abs(f - 1) > 0.01)
+      out.push_back({.rank = rank, .compute = std::clamp(f, 0.01, 100.0)});
+  }
+  return out;
+}
+
 }  // namespace
 
 Replay replay_run(const std::string& dir, const WhatIf& what_if) {
@@ -137,7 +211,13 @@ Replay replay_run(const std::string& dir, const WhatIf& what_if) {
   TrainConfig config = run->config;
   config.steps = 3;
   SimulateOptions replay{.cluster = as_measured, .costs = &costs};
+  replay.stragglers = rank_paces(*run);
   replay.collective_seconds = lookup(transfers, 1);
+  const auto gaps = idle_gaps(*run);
+  replay.idle_before = [&gaps](SpanKind kind, int tag) {
+    const auto it = gaps.find({kind, tag});
+    return it == gaps.end() ? 0.0 : it->second;
+  };
   out.replayed = simulate_training(config, replay);
 
   // The what-if: unoverlapped times (the compute-only and comm-only scenarios where
@@ -157,6 +237,7 @@ Replay replay_run(const std::string& dir, const WhatIf& what_if) {
                              : transfers;
   if (what_if.overlap_off) config.reducer.mode = CommMode::kSequential;
   SimulateOptions changed{.cluster = as_measured, .costs = &clean_costs};
+  changed.stragglers = replay.stragglers;
   if (what_if.network != 1) {
     changed.cluster.intra.bandwidth_bytes_per_s *= what_if.network;
     changed.cluster.inter.bandwidth_bytes_per_s *= what_if.network;
@@ -164,6 +245,7 @@ Replay replay_run(const std::string& dir, const WhatIf& what_if) {
     changed.cluster.inter.latency_s /= what_if.network;
   }
   changed.collective_seconds = lookup(clean_transfers, what_if.network);
+  changed.idle_before = replay.idle_before;
   out.config = config;
   out.what_if = simulate_training(config, changed);
   return out;

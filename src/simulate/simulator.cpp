@@ -181,7 +181,8 @@ UnitCosts unit_costs(const TrainConfig& config, const Cluster& cluster) {
 
 namespace {
 
-enum class StepOpKind : std::uint8_t { kCompute, kPost, kWait };
+// kIdle: the rank does nothing for a while (a replay's measured gap before a pass).
+enum class StepOpKind : std::uint8_t { kCompute, kPost, kWait, kIdle };
 
 struct StepOp {
   StepOpKind kind = StepOpKind::kCompute;
@@ -220,6 +221,8 @@ struct StepPlan {
 struct ProgramBuilder {
   std::vector<StepOp>* ops = nullptr;
   std::function<int(SpanKind, std::int64_t, int)> collective;
+  // Seconds the rank idles before a pass (kind, unit), as measured; null: none.
+  const std::function<double(SpanKind, int)>* idle_before = nullptr;
 
   int post(SpanKind kind, std::int64_t bytes, int tag) {
     const int t = collective(kind, bytes, tag);
@@ -233,6 +236,10 @@ struct ProgramBuilder {
     ops->push_back({.kind = StepOpKind::kWait, .tag = tag, .transfer = t});
   }
   void compute(SpanKind span, int tag, int micro, double seconds, double flops) {
+    if (idle_before != nullptr && *idle_before) {
+      const double idle = (*idle_before)(span, tag);
+      if (idle > 0) ops->push_back({.kind = StepOpKind::kIdle, .seconds = idle});
+    }
     ops->push_back({.span = span, .tag = tag, .micro = micro, .seconds = seconds, .flops = flops});
   }
 };
@@ -548,7 +555,8 @@ struct Actor {
   int step = 0;
   bool finished = false;
   bool computing = false;
-  double remaining = 0;  // of the current compute op, in seconds at full rate
+  bool idling = false;   // the current op is kIdle: time passes, nothing computes
+  double remaining = 0;  // of the current compute or idle op, in seconds at full rate
   double op_start = 0;
   bool waiting = false;
   double wait_start = 0;
@@ -754,7 +762,8 @@ TrainResult simulate_training(const TrainConfig& config, const SimulateOptions& 
                                             }) -
                                actor_of.begin())
             : 0;
-    ProgramBuilder builder{.ops = &step_plan.programs[static_cast<std::size_t>(a)]};
+    ProgramBuilder builder{.ops = &step_plan.programs[static_cast<std::size_t>(a)],
+                           .idle_before = &options.idle_before};
     int posts = 0;
     if (!pipeline) {
       builder.collective = [&](SpanKind kind, std::int64_t bytes, int tag) {
@@ -967,7 +976,8 @@ TrainResult simulate_training(const TrainConfig& config, const SimulateOptions& 
             }
           } else {
             a.computing = true;
-            a.remaining = op.seconds * a.slowdown;
+            a.idling = op.kind == StepOpKind::kIdle;
+            a.remaining = op.seconds * (a.idling ? 1 : a.slowdown);
             a.op_start = t;
           }
           progress = true;
@@ -998,7 +1008,9 @@ TrainResult simulate_training(const TrainConfig& config, const SimulateOptions& 
     if (std::all_of(actors.begin(), actors.end(), [](const Actor& a) { return a.finished; })) break;
 
     // Rates until the next event, and the time to it.
-    const auto compute_rate = [&](const Actor& a) { return a.in_flight > 0 ? 1 / (1 + cs) : 1.0; };
+    const auto compute_rate = [&](const Actor& a) {
+      return a.in_flight > 0 && !a.idling ? 1 / (1 + cs) : 1.0;
+    };
     // A transfer slows while a participant computes, and shares each participant's
     // link with the others moving the same way through it (links are full duplex).
     const auto transfer_rate = [&](int id) {
@@ -1007,7 +1019,7 @@ TrainResult simulate_training(const TrainConfig& config, const SimulateOptions& 
       int sharing = 1;
       for (std::size_t w = 0; w < tr.actors.size(); ++w) {
         const Actor& a = actors[static_cast<std::size_t>(tr.actors[w])];
-        busy = busy || a.computing;
+        busy = busy || (a.computing && !a.idling);
         if (!tr.p2p()) {
           sharing = std::max({sharing, a.sending, a.receiving});
         } else {
@@ -1034,6 +1046,11 @@ TrainResult simulate_training(const TrainConfig& config, const SimulateOptions& 
       a.remaining -= dt * compute_rate(a);
       if (a.remaining > kEps * std::max(1.0, t)) continue;
       const StepOp& op = step_plan.programs[static_cast<std::size_t>(ai)][a.pc];
+      if (a.idling) {
+        a.computing = a.idling = false;
+        ++a.pc;
+        continue;
+      }
       a.spans.push_back({.lane = Lane::kCompute,
                          .kind = op.span,
                          .step = a.step,

@@ -52,6 +52,9 @@ struct SimulateOptions {
   // micro-batch) as measured: kind, tag, bytes -> seconds, < 0 for the model's.
   const UnitCosts* costs = nullptr;
   std::function<double(SpanKind kind, int tag, std::int64_t bytes)> collective_seconds;
+  // Replay: the seconds a rank idles before each pass (kind, unit; the loss is the last
+  // unit + 1, the optimizer -1), as measured; empty: none.
+  std::function<double(SpanKind kind, int tag)> idle_before;
 };
 
 // Seconds of a collective (all-reduce, reduce-scatter or all-gather) of `bytes` over

@@ -160,6 +160,17 @@ TEST(SimulateCliTest, ReplayReproducesASimulationAndAppliesWhatIfs) {
   ASSERT_EQ(r.exit_code, 0) << r.err;
   const double measured = step(r.out, "measured");
   EXPECT_NEAR(step(r.out, "replayed"), measured, 0.01 * measured) << r.out;
+  // A rank that computed slower replays at its own pace.
+  const std::string slow = (dir.path() / "slow").string();
+  ASSERT_EQ(run_tandem("simulate --cluster 2x2xh100 --model mlp:4x1024 --strategy fsdp "
+                       "--straggler rank=1,compute=1.5x --steps 4 --out " +
+                       slow)
+                .exit_code,
+            0);
+  r = run_tandem("simulate --from-trace " + slow);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NEAR(step(r.out, "replayed"), step(r.out, "measured"), 0.01 * step(r.out, "measured"))
+      << r.out;
   r = run_tandem("simulate --from-trace " + sim + " --what-if network=4x --out " +
                  (dir.path() / "fast").string());
   ASSERT_EQ(r.exit_code, 0) << r.err;
