@@ -11,7 +11,8 @@ StageSync::StageSync(StageUnits units, Communicator& control, RankModel& model,
     : units_(std::move(units)), control_(control), model_(model), replicas_(std::move(replicas)) {
   TANDEM_CHECK(units_.stage >= 0 && static_cast<std::size_t>(units_.stage) < units_.owned.size());
   const ModelLayout& layout = model.layout();
-  const std::vector<bool> keep = kept_units();
+  const std::vector<bool> keep =
+      stage_kept_units(layout, units_.owned[static_cast<std::size_t>(units_.stage)]);
   if (replicas_) reducer_ = std::make_unique<Reducer>(*replicas_, model, options, keep);
   for (int u = 0; u < layout.units(); ++u) {
     const std::size_t begin = layout.unit_begin(u), end = layout.owned_end(u);
@@ -99,13 +100,11 @@ std::string StageSync::describe() const {
          " replicas: " + reducer_->describe();
 }
 
-std::vector<bool> StageSync::kept_units() const {
-  const int units = model_.units();
-  const std::vector<bool>& owned = units_.owned[static_cast<std::size_t>(units_.stage)];
+std::vector<bool> stage_kept_units(const ModelLayout& layout, const std::vector<bool>& owned) {
   std::vector<bool> keep(owned.size(), false);
-  for (int u = 0; u < units; ++u) {
+  for (int u = 0; u < layout.units(); ++u) {
     if (!owned[static_cast<std::size_t>(u)]) continue;
-    for (int v : model_.layout().units_read(u)) keep[static_cast<std::size_t>(v)] = true;
+    for (int v : layout.units_read(u)) keep[static_cast<std::size_t>(v)] = true;
   }
   return keep;
 }

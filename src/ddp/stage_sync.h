@@ -30,6 +30,10 @@ struct StageUnits {
   bool hold_embedding = false;
 };
 
+// The units a stage keeps state for: those it runs (`owned`) and those they read (gpt's
+// head reads the tied embedding). StageSync's ranges; the simulator's too.
+std::vector<bool> stage_kept_units(const ModelLayout& layout, const std::vector<bool>& owned);
+
 class StageSync final : public GradSync {
  public:
   // `control`: the run's host communicator (full_params' transfers); `replicas`: this
@@ -52,8 +56,6 @@ class StageSync final : public GradSync {
     std::size_t begin = 0, end = 0;
     std::unique_ptr<ModelArray> velocity;
   };
-  // The stage's units and the units they read (gpt's head reads the embedding).
-  std::vector<bool> kept_units() const;
 
   StageUnits units_;
   Communicator& control_;  // host memory, the same ranks

@@ -20,6 +20,7 @@
 #include "ddp/reducer.h"
 #include "ddp/shard_schedule.h"
 #include "ddp/sharded.h"
+#include "ddp/stage_sync.h"
 #include "engine/pipeline.h"
 #include "engine/pipeline_schedule.h"
 #include "model/mlp.h"
@@ -550,6 +551,7 @@ void stage_program(const StageContext& ctx, SimSync& sync, ProgramBuilder& p) {
 struct Actor {
   double slowdown = 1;     // straggler factor on compute
   int stage = 0;
+  int replica_class = 0;   // pipelines: whose stages it talks to (actor_of's row)
   std::vector<int> ranks;  // the ranks it stands for
   std::size_t pc = 0;
   int step = 0;
@@ -573,7 +575,6 @@ struct Instance {
   double remaining = 0;  // seconds at full rate
   int posted = 0;        // participants that posted it
   std::vector<double> posted_at;
-  bool started = false;
   bool done = false;
   double start = 0;
 };
@@ -720,7 +721,8 @@ TrainResult simulate_training(const TrainConfig& config, const SimulateOptions& 
       class_replica.push_back(members.front());
       for (int s = 0; s < P; ++s) {
         Actor a{.slowdown = factor[static_cast<std::size_t>(plan.rank_of(s, members.front()))],
-                .stage = s};
+                .stage = s,
+                .replica_class = static_cast<int>(actor_of.size()) - 1};
         for (const int replica : members) a.ranks.push_back(plan.rank_of(s, replica));
         actor_of.back().push_back(static_cast<int>(actors.size()));
         actors.push_back(std::move(a));
@@ -749,19 +751,12 @@ TrainResult simulate_training(const TrainConfig& config, const SimulateOptions& 
   const auto embedding_bytes =
       static_cast<std::int64_t>((layout.unit_end(0) - layout.unit_begin(0)) * sizeof(float));
 
-  std::unique_ptr<SimSharded> shards;  // the first actor's, for memory
-  std::vector<std::unique_ptr<SimSync>> syncs;
+  // The first actor's sharded strategy, for memory: its schedule ran the whole step.
+  std::unique_ptr<SimSharded> shards;
   std::vector<std::vector<Bucket>> stage_buckets(static_cast<std::size_t>(P));
   for (int a = 0; a < n_actors; ++a) {
     const Actor& actor = actors[static_cast<std::size_t>(a)];
-    const int cls =
-        pipeline
-            ? static_cast<int>(std::find_if(actor_of.begin(), actor_of.end(),
-                                            [&](const std::vector<int>& v) {
-                                              return v[static_cast<std::size_t>(actor.stage)] == a;
-                                            }) -
-                               actor_of.begin())
-            : 0;
+    const int cls = actor.replica_class;
     ProgramBuilder builder{.ops = &step_plan.programs[static_cast<std::size_t>(a)],
                            .idle_before = &options.idle_before};
     int posts = 0;
@@ -810,22 +805,18 @@ TrainResult simulate_training(const TrainConfig& config, const SimulateOptions& 
         return it->second;
       };
     }
-    std::unique_ptr<SimSync> sync;
+    std::unique_ptr<SimSharded> sharded_sync;
+    std::unique_ptr<SimReducer> reducer;
     if (sharded) {
-      sync = std::make_unique<SimSharded>(config, layout);
+      sharded_sync = std::make_unique<SimSharded>(config, layout);
     } else {
-      const std::vector<bool> owned =
-          pipeline ? plan.owned_units(actor.stage, U) : std::vector<bool>{};
-      std::vector<bool> keep = owned;
-      for (int u = 0; u < U && pipeline; ++u) {
-        if (!owned[static_cast<std::size_t>(u)]) continue;
-        for (const int v : layout.units_read(u)) keep[static_cast<std::size_t>(v)] = true;
-      }
+      const std::vector<bool> keep =
+          pipeline ? stage_kept_units(layout, plan.owned_units(actor.stage, U))
+                   : std::vector<bool>{};
       const bool hold_embedding = plan.tied_across_stages && plan.stage_of_chunk(0) == actor.stage;
-      auto r = std::make_unique<SimReducer>(config, layout, keep, hold_embedding,
-                                            !pipeline || plan.replicas > 1);
-      stage_buckets[static_cast<std::size_t>(actor.stage)] = r->buckets();
-      sync = std::move(r);
+      reducer = std::make_unique<SimReducer>(config, layout, keep, hold_embedding,
+                                             !pipeline || plan.replicas > 1);
+      stage_buckets[static_cast<std::size_t>(actor.stage)] = reducer->buckets();
     }
     StageContext ctx{.config = &config,
                      .costs = &costs,
@@ -879,14 +870,8 @@ TrainResult simulate_training(const TrainConfig& config, const SimulateOptions& 
         };
       }
     }
-    stage_program(ctx, *sync, builder);
-    if (a == 0 && sharded) {
-      // The memory of the first actor's strategy: its schedule ran the whole step.
-      shards.reset(static_cast<SimSharded*>(sync.release()));
-      syncs.emplace_back();
-    } else {
-      syncs.push_back(std::move(sync));
-    }
+    stage_program(ctx, sharded ? static_cast<SimSync&>(*sharded_sync) : *reducer, builder);
+    if (sharded && !shards) shards = std::move(sharded_sync);
   }
 
   // The engine: every actor's lanes advance in virtual time.
@@ -990,7 +975,6 @@ TrainResult simulate_training(const TrainConfig& config, const SimulateOptions& 
           continue;
         }
         Instance& i = instances[static_cast<std::size_t>(id)];
-        i.started = true;
         i.start = t;
         const Transfer& tr = transfer_of(id);
         for (std::size_t w = 0; w < tr.actors.size(); ++w) {
@@ -1138,18 +1122,14 @@ TrainResult simulate_training(const TrainConfig& config, const SimulateOptions& 
     } else if (pipeline) {
       // StageSync: the stage's units (and the tied embedding its head reads).
       const std::vector<bool> owned = plan.owned_units(a.stage, U);
+      const std::vector<bool> kept = stage_kept_units(layout, owned);
       std::int64_t floats = 0;
-      int owned_units = 0;
       for (int u = 0; u < U; ++u) {
-        bool keep = owned[static_cast<std::size_t>(u)];
-        for (int v = 0; v < U && !keep; ++v) {
-          if (!owned[static_cast<std::size_t>(v)]) continue;
-          const auto reads = layout.units_read(v);
-          keep = std::find(reads.begin(), reads.end(), u) != reads.end();
+        if (kept[static_cast<std::size_t>(u)]) {
+          floats += static_cast<std::int64_t>(layout.owned_end(u) - layout.unit_begin(u));
         }
-        if (keep) floats += static_cast<std::int64_t>(layout.owned_end(u) - layout.unit_begin(u));
-        owned_units += owned[static_cast<std::size_t>(u)] ? 1 : 0;
       }
+      const auto owned_units = std::count(owned.begin(), owned.end(), true);
       const auto bytes = floats * static_cast<std::int64_t>(sizeof(float));
       mine = {.params = bytes, .grads = bytes, .optimizer = bytes};
       in_flight = peak_in_flight(stage_actions(plan.shape, a.stage));
