@@ -15,6 +15,7 @@
 
 #include "analysis/metrics.h"
 #include "analysis/pipeline_metrics.h"
+#include "analysis/statistics.h"
 #include "core/error.h"
 #include "model/layout.h"
 #include "report/train_report.h"
@@ -26,12 +27,8 @@ namespace {
 
 namespace fs = std::filesystem;
 
-double median_of(std::vector<double> v) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  const std::size_t n = v.size();
-  return n % 2 == 1 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
-}
+// The median of analysis/statistics.h, 0 for no samples.
+double median_of(const std::vector<double>& v) { return v.empty() ? 0 : summarize(v).median; }
 
 nlohmann::json read_json(const fs::path& path, const std::string& flag) {
   std::ifstream in(path);

@@ -6,6 +6,7 @@
 #include <map>
 #include <memory>
 
+#include "analysis/statistics.h"
 #include "core/error.h"
 #include "core/parse.h"
 
@@ -108,10 +109,7 @@ std::map<std::pair<SpanKind, int>, double> idle_gaps(const MeasuredRun& run) {
     }
   }
   std::map<std::pair<SpanKind, int>, double> out;
-  for (auto& [key, v] : gaps) {
-    std::sort(v.begin(), v.end());
-    out[key] = v[v.size() / 2];
-  }
+  for (const auto& [key, v] : gaps) out[key] = summarize(v).median;
   return out;
 }
 
