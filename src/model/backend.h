@@ -15,7 +15,8 @@
 //   input    load_tokens(...), load_batch(...): the caller's input into the model's.
 //   timing   section(timer, kind, step, tag, name, flops): an RAII span.
 //   kernels  layers::Ops's (layers.h) under the same names and shapes, plus
-//            linear_transposed_{forward,backward}; before_forward_unit(layout, unit).
+//            linear_transposed_{forward,backward}; before_forward_unit(layout, unit), called
+//            before the forward of a unit that runs GEMMs.
 //
 // Adding a device is writing one such class; the models and the rank model
 // (rank_model.h) are instantiated for it.

@@ -285,14 +285,13 @@ void TransformerOn<Backend>::forward_unit(int unit, Timer timer, int step) {
   auto span = [&](ModelOp op, double f) {
     return dev.section(timer, SpanKind::kForward, step, unit, op_name(op), f);
   };
-  dev.before_forward_unit(this->layout(), unit);
-
   if (unit == 0) {
     auto s0 = span(ModelOp::kEmbedding, 0);
     dev.embedding_forward(m.x[0].data(), m.inputs.data(), w + m.wte, m.gpt ? w + m.wpe : nullptr, B,
                           Tn, D);
     return;
   }
+  dev.before_forward_unit(this->layout(), unit);  // the embedding runs no GEMM
   if (unit == L + 1) {
     {
       auto s1 = span(ModelOp::kNorm, 0);

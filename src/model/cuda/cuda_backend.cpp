@@ -116,7 +116,7 @@ void CudaBackend::prepare(std::span<const float> params, const BackendNeeds& nee
 }
 
 void CudaBackend::before_forward_unit(const ModelLayout& layout, int unit) {
-  if (!low_precision() || unit == 0) return;  // the embedding runs no GEMM
+  if (!low_precision()) return;
   for (int u : layout.units_read(unit)) {
     const std::size_t begin = layout.unit_begin(u), end = layout.unit_end(u);
     cast_from_float(lp_params_.data() + begin, params_ + begin, end - begin, precision_, 1.0f,

@@ -103,8 +103,10 @@ class CudaBackend {
   static std::int64_t extra_bytes(std::size_t numel, const BackendNeeds& needs, Config config);
   // Allocates those for a model whose flat parameters are `params`.
   void prepare(std::span<const float> params, const BackendNeeds& needs);
-  // fp16/bf16: the cast copy of the weights `unit` reads (the tied wte for gpt's head);
-  // its backward reads them again (the parameters do not change within a step).
+  // Called before the forward of a unit that runs GEMMs (a model knows which; the
+  // backend does not guess). fp16/bf16: the cast copy of the weights `unit` reads (the
+  // tied wte for gpt's head); its backward reads them again (the parameters do not change
+  // within a step).
   void before_forward_unit(const ModelLayout& layout, int unit);
 
   // ---- input ----
