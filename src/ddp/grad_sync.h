@@ -19,6 +19,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -80,6 +81,11 @@ class GradSync {
   // is a collective that every rank joins).
   virtual std::vector<float> full_params(RankModel& model, bool copy) {
     return copy ? model.download_params() : std::vector<float>{};
+  }
+  // The model's held-out loss, between steps, over the full parameters (a sharded
+  // strategy gathers them for the pass and gives them back after it; every rank joins).
+  virtual std::optional<double> validation_loss(RankModel& model) {
+    return model.validation_loss();
   }
 
   // Bytes this rank's collectives move per step (0 with CommMode::kOff).

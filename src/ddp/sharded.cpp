@@ -275,6 +275,21 @@ void ShardedSync::end_step() {
 
 std::vector<float> ShardedSync::full_params(RankModel& model, bool copy) {
   if (!fsdp() || !communicates()) return GradSync::full_params(model, copy);
+  gather_all();
+  std::vector<float> out = copy ? model.download_params() : std::vector<float>{};
+  release_all(model);
+  return out;
+}
+
+std::optional<double> ShardedSync::validation_loss(RankModel& model) {
+  if (!fsdp() || !communicates()) return GradSync::validation_loss(model);
+  gather_all();
+  std::optional<double> loss = model.validation_loss();
+  release_all(model);
+  return loss;
+}
+
+void ShardedSync::gather_all() {
   TANDEM_CHECK(!in_step_);
   for (int u = 0; u < static_cast<int>(units_.size()); ++u) {
     if (schedule_.resident(u)) continue;
@@ -288,13 +303,14 @@ std::vector<float> ShardedSync::full_params(RankModel& model, bool copy) {
     unit.gather.reset();
     schedule_.finish_gather(u);
   }
-  std::vector<float> out = copy ? model.download_params() : std::vector<float>{};
+}
+
+void ShardedSync::release_all(RankModel& model) {
   for (int u = 0; u < static_cast<int>(units_.size()); ++u) {
     const Unit& unit = units_[static_cast<std::size_t>(u)];
     model.discard_params(unit.begin, unit.owned_end);
     schedule_.release(u);
   }
-  return out;
 }
 
 void ShardedSync::note_transient() {

@@ -90,8 +90,13 @@ class ShardedSync final : public GradSync {
 
   // fsdp: a collective (every rank calls it); the gathered units are given back after.
   std::vector<float> full_params(RankModel& model, bool copy) override;
+  // fsdp: gathers every unit for the pass, then gives them back (a collective too).
+  std::optional<double> validation_loss(RankModel& model) override;
 
  private:
+  // fsdp, between steps: every unit gathered (waited for), then every unit given back.
+  void gather_all();
+  void release_all(RankModel& model);
   struct Unit {
     std::size_t begin = 0;  // [begin, padded_end) in the model's flat arrays
     std::size_t padded_end = 0;

@@ -448,7 +448,7 @@ std::string train_rank(const TrainConfig& config, RankEnv& env, const StepCallba
       // A pipeline stage holds some units: no held-out pass (docs/PIPELINE.md, Limits).
       if (config.compute && plan.shape.stages == 1 &&
           (last || (config.eval_every > 0 && (step + 1) % config.eval_every == 0))) {
-        if (const std::optional<double> val = model->validation_loss()) {
+        if (const std::optional<double> val = sync->validation_loss(*model)) {
           record.val_loss = static_cast<float>(*val);
           record.has_val_loss = true;
         }

@@ -6,7 +6,9 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <cstring>
+#include <fstream>
 #include <set>
 
 #include "engine/trainer.h"
@@ -212,6 +214,40 @@ TEST(ShardedTest, ComputeOnlyScenarioSendsNothingAndUpdatesTheRanksBlocks) {
     EXPECT_GT(moved_in, 0) << strategy;
     EXPECT_EQ(moved_out, 0) << strategy;
   }
+}
+
+// The held-out loss is the full model's: fsdp gathers every unit for the pass and gives
+// them back after it (it was once computed on the discarded, zero parameters: ln(vocab)),
+// and training goes on as sequential's.
+TEST(ShardedTest, ValidationLossIsTheFullModelsAsSequentials) {
+  const std::string path = ::testing::TempDir() + "sharded_validation.txt";
+  {
+    std::ofstream text(path);
+    for (int i = 0; i < 400; ++i) text << "unit " << i % 17 << " gathers, shard " << i % 5 << ". ";
+  }
+  auto run = [&](std::string_view strategy, int ranks) {
+    TrainConfig c = config("gpt:layers=2,dim=16,heads=2,seq=8,vocab=256", strategy, ranks);
+    c.data_path = path;
+    c.eval_every = 2;
+    return train_local(c);
+  };
+  for (const auto& [strategy, ranks] : {std::pair{"fsdp", 2}, {"fsdp", 3}, {"zero2", 2}}) {
+    const TrainResult reference = run("sequential", ranks);
+    const TrainResult result = run(strategy, ranks);
+    ASSERT_EQ(result.steps.size(), reference.steps.size()) << strategy;
+    int evaluated = 0;
+    for (std::size_t i = 0; i < result.steps.size(); ++i) {
+      const StepRecord& got = result.steps[i];
+      const StepRecord& want = reference.steps[i];
+      ASSERT_EQ(got.has_val_loss, want.has_val_loss) << strategy << " step " << got.step;
+      if (!got.has_val_loss) continue;
+      ++evaluated;
+      EXPECT_EQ(got.val_loss, want.val_loss)
+          << strategy << " " << ranks << " ranks, step " << got.step;
+    }
+    EXPECT_GE(evaluated, 2 * ranks) << strategy;
+  }
+  std::remove(path.c_str());
 }
 
 // What ShardedSync keeps its state with (RankModel::allocate_zeroed, copy, sgd_step), on
