@@ -139,8 +139,13 @@ void ShardedSync::before_backward(int unit) {
   if (!communicates()) return;
   settle_reduces(/*wait=*/false);
   if (kind_ != StrategyKind::kZero1) {
-    // The backward writes full gradients of the units it reads (gpt's head: the tied wte).
-    for (int v : schedule_.needs(event_)) units_[static_cast<std::size_t>(v)].grads_live = true;
+    // The backward writes full gradients of the units it reads (gpt's head: the tied wte),
+    // into memory given back at the last reduce-scatter: restored first.
+    for (int v : schedule_.needs(event_)) {
+      Unit& read = units_[static_cast<std::size_t>(v)];
+      if (!read.grads_live) model_.restore_grads(read.begin, read.owned_end);
+      read.grads_live = true;
+    }
     note_transient();
   }
   if (fsdp()) {
@@ -173,6 +178,7 @@ void ShardedSync::issue_gather(int u) {
                     .step = in_step_ ? step_ : -1,  // -1: no iteration
                     .tag = u,
                     .tag_kind = OpInfo::TagKind::kUnit};
+  model_.restore_params(unit.begin, unit.owned_end);  // given back at its last release
   const std::span<float> full = model_.params().subspan(unit.begin, numel);
   unit.gather = comm_.allgather(fsdp() ? param_shard(unit) : own_params(unit), full, info);
   if (!in_step_) return;  // full_params(): between steps, not training's memory or traffic

@@ -413,7 +413,7 @@ std::string train_rank(const TrainConfig& config, RankEnv& env, const StepCallba
 
   std::vector<StepRecord> steps;
   std::vector<float> final_params;
-  std::int64_t setup_peak_rss = -1, steps_peak_rss = -1;
+  std::int64_t setup_peak_rss = -1, steps_peak_rss = -1, device_peak = -1;
   // Note [one owner of shutdown]: the model's and the strategy's buffers, which
   // collectives read and write, outlive this block; a failure ends this rank's collectives
   // (abort, then drain) before they die, so no communication thread touches freed memory.
@@ -437,6 +437,7 @@ std::string train_rank(const TrainConfig& config, RankEnv& env, const StepCallba
     // so what a rank's reset cuts short of another's first step is measured again later.
     setup_peak_rss = peak_rss_bytes();
     const bool reset = reset_peak_rss();
+    model->reset_device_peak();
     for (int step = 0; step < config.steps; ++step) {
       StepRecord record = run_step(config, step, *model, *sync, *stage, rank);
       if (config.compute && plan.shape.stages > 1) {
@@ -465,6 +466,7 @@ std::string train_rank(const TrainConfig& config, RankEnv& env, const StepCallba
       if (rank == 0 && on_step) on_step(record);
     }
     steps_peak_rss = reset ? peak_rss_bytes() : -1;
+    device_peak = model->device_peak_bytes();
     // A collective for fsdp: every rank gathers, rank 0 alone keeps a copy.
     std::vector<float> full = sync->full_params(*model, /*copy=*/rank == 0);
     if (rank == 0) final_params = model->layout().packed(std::move(full));
@@ -478,6 +480,7 @@ std::string train_rank(const TrainConfig& config, RankEnv& env, const StepCallba
                     .state = sync->state_bytes(),
                     .peak_rss_bytes = std::max(setup_peak_rss, peak_rss_bytes()),
                     .steps_peak_rss_bytes = steps_peak_rss,
+                    .device_peak_bytes = device_peak,
                     .micro_batches_in_flight = stage->slots()};
   memory.state.activations = stage->activation_bytes();
   return RankOutcome{.steps = std::move(steps),

@@ -83,6 +83,9 @@ struct RankMemory {
   // training steps alone (after the model was built; Note [peak RSS] in trainer.cpp).
   std::int64_t peak_rss_bytes = -1;
   std::int64_t steps_peak_rss_bytes = -1;
+  // The rank's device: its memory in use at the peak of the steps, as the driver counts
+  // it (RankModel::device_peak_bytes); -1: no device (the CPU).
+  std::int64_t device_peak_bytes = -1;
   int micro_batches_in_flight = 1;  // at most, at once (a pipeline stage's slots)
 };
 

@@ -9,7 +9,9 @@
 //            them); LossValue (what forward_loss returns: the CPU's double, or void where
 //            the loss is summed on the device); Config (constructor argument).
 //   memory   buffer<U>(n), flat(layout) (zero), initialize(flat, layout, seed),
-//            table(host), zero(span), discard(flat, begin, end), copy(to, from, n),
+//            table(host), zero(span), zero(flat), discard(flat, begin, end) and
+//            restore(flat, begin, end) (before a discarded range is used again),
+//            download(flat) (host copy; discarded ranges read zero), copy(to, from, n),
 //            prepare(params, needs) and extra_bytes(numel, needs, config) for what the
 //            backend keeps of its own, attention_scratch(T, H).
 //   input    load_tokens(...), load_batch(...): the caller's input into the model's.

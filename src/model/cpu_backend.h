@@ -73,7 +73,10 @@ class CpuBackend : public layers::Ops<T> {
   // A host table (the rotary embedding's), as the kernels read it.
   Buffer<T> table(const std::vector<T>& host) const { return host; }
   void zero(std::span<T> array) const { std::fill(array.begin(), array.end(), T(0)); }
+  void zero(Flat& array) const { zero(std::span<T>(array)); }
   void discard(Flat& array, std::size_t begin, std::size_t end) const { array.discard(begin, end); }
+  // Pages given back come back as they are touched (zero): nothing to do.
+  void restore(Flat&, std::size_t /*begin*/, std::size_t /*end*/) const {}
   void copy(T* to, const T* from, std::size_t n) const { std::copy_n(from, n, to); }
   std::vector<T> download(std::span<const T> from) const { return {from.begin(), from.end()}; }
   // Elements the shared parts of attention_backward need (one head at a time).

@@ -20,7 +20,8 @@
 //                                  the device has finished and the spans are recorded
 //   begin_span(...), end_span()    the engine's own intervals on the same clock
 //   optimizer_step, sgd_step, allocate_zeroed, stream, make_current, finish, describe,
-//   device_details, timing_source  as RankModel's members of the same names
+//   device_details, timing_source, reset_device_peak, device_peak_bytes
+//                                  as RankModel's members of the same names
 #pragma once
 
 #include <cstddef>
@@ -70,6 +71,12 @@ class DeviceRankModel final : public RankModel {
   }
   void discard_grads(std::size_t begin, std::size_t end) override {
     with_model([&](auto& model) { model.discard_grads(begin, end); });
+  }
+  void restore_params(std::size_t begin, std::size_t end) override {
+    with_model([&](auto& model) { model.restore_params(begin, end); });
+  }
+  void restore_grads(std::size_t begin, std::size_t end) override {
+    with_model([&](auto& model) { model.restore_grads(begin, end); });
   }
   void zero_grads(std::size_t begin, std::size_t end) override {
     with_model([&](auto& model) {
@@ -168,11 +175,13 @@ class DeviceRankModel final : public RankModel {
   }
 
   std::vector<float> download_params() override {
-    return with_model([](auto& model) { return model.backend().download(model.flat_params()); });
+    return with_model([](auto& model) { return model.download_params(); });
   }
   std::string describe() const override { return device_.describe(); }
   std::string device_details() const override { return device_.device_details(); }
   std::string timing_source() const override { return device_.timing_source(); }
+  void reset_device_peak() override { device_.reset_device_peak(); }
+  std::int64_t device_peak_bytes() const override { return device_.device_peak_bytes(); }
 
  private:
   template <typename Model, typename Data>

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <memory>
 #include <span>
+#include <vector>
 
 #include "model/layout.h"
 
@@ -30,13 +31,19 @@ class ModelOn {
   std::span<const T> flat_grads() const { return {grads_.data(), grads_.size()}; }
   Backend& backend() { return *backend_; }
   const Backend& backend() const { return *backend_; }
-  void zero_grad() { backend_->zero(flat_grads()); }
+  void zero_grad() { backend_->zero(grads_); }
   // Elements [begin, end) of the flat parameters or gradients read as zero afterwards;
-  // the backend may give their memory back (the CPU's whole pages go to the OS).
+  // the backend may give their memory back (the CPU's whole pages go to the OS, a GPU's
+  // units to its driver). Restored, they may be used again (rank_model.h).
   void discard_params(std::size_t begin, std::size_t end) {
     backend_->discard(params_, begin, end);
   }
   void discard_grads(std::size_t begin, std::size_t end) { backend_->discard(grads_, begin, end); }
+  void restore_params(std::size_t begin, std::size_t end) {
+    backend_->restore(params_, begin, end);
+  }
+  void restore_grads(std::size_t begin, std::size_t end) { backend_->restore(grads_, begin, end); }
+  std::vector<T> download_params() const { return backend_->download(params_); }
 
  protected:
   // The same initial parameters for a seed on every device (layout.h); zero gradients.

@@ -127,6 +127,9 @@ class CpuDevice {
   std::string describe() const { return blas_description(); }
   std::string device_details() const { return {}; }
   std::string timing_source() const { return "host-clock"; }
+  // The CPU's peak is the process's resident set (trainer.cpp), not a device's.
+  void reset_device_peak() {}
+  std::int64_t device_peak_bytes() const { return -1; }
 
  private:
   // Anonymous pages (core/page_array.h): zero without being touched, resident once written.

@@ -61,13 +61,16 @@ class RankModel {
   // The flat arrays (layout.h) in the model's memory: device pointers on a GPU.
   virtual std::span<float> params() = 0;
   virtual std::span<float> grads() = 0;
-  // Elements [begin, end) of params() or grads() are not needed now: they read as zero
-  // afterwards, and the model may give their memory back (the CPU model returns the whole
-  // pages among them to the operating system; the CUDA model zeroes them on its stream
-  // and keeps the memory). Sharded strategies (ddp/sharded.h) keep only the units they
-  // have gathered this way.
+  // Elements [begin, end) of params() or grads() are not needed now: the model may give
+  // their memory back (the CPU model returns the whole pages among them to the operating
+  // system, the CUDA model its units to the driver, cuda/device_pages.h). Before anything
+  // touches them again they are restored, and read as zero then; a host copy
+  // (download_params) reads them as zero. Sharded strategies (ddp/sharded.h) keep only
+  // the units they have gathered this way.
   virtual void discard_params(std::size_t begin, std::size_t end) = 0;
   virtual void discard_grads(std::size_t begin, std::size_t end) = 0;
+  virtual void restore_params(std::size_t begin, std::size_t end) = 0;
+  virtual void restore_grads(std::size_t begin, std::size_t end) = 0;
   // Elements [begin, end) of grads() become zero and keep their memory (a pipeline stage
   // zeroes its own units between steps). By default discard_grads, which on a device
   // zeroes and keeps.
@@ -147,6 +150,11 @@ class RankModel {
   virtual std::string device_details() const { return {}; }
   // How compute spans are timed: "host-clock" or "cuda-events".
   virtual std::string timing_source() const = 0;
+  // The most memory in use on the model's device since reset_device_peak, as its driver
+  // counts it (every process's together; cuda/device_pages.h says when it is read); -1
+  // on the CPU, whose peak is the process's resident set.
+  virtual void reset_device_peak() = 0;
+  virtual std::int64_t device_peak_bytes() const = 0;
 };
 
 // Bytes one replica of `config` allocates on its device, in doubles so that no absurd

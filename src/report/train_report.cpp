@@ -25,13 +25,17 @@ std::string mib(std::int64_t bytes) {
   return buf;
 }
 
-// A row per rank (the first 8 and the last): persistent state, transient peaks, peak RSS.
+// A row per rank (the first 8 and the last): persistent state, transient peaks, peak RSS,
+// and on a device the driver's peak.
 std::string format_memory(const TrainResult& result) {
   if (result.memory.empty()) return {};
+  const bool device = std::any_of(result.memory.begin(), result.memory.end(),
+                                  [](const RankMemory& m) { return m.device_peak_bytes >= 0; });
   std::string text =
       "  memory per rank  persistent (params + grads + optimizer) | transient peak (gathered "
-      "units + unreduced grads) | process peak RSS in the steps (whole run)\n";
-  char line[256];
+      "units + unreduced grads) | process peak RSS in the steps (whole run)";
+  text += device ? " | device memory in use at the steps' peak (driver)\n" : "\n";
+  char line[320];
   for (std::size_t i = 0; i < result.memory.size(); ++i) {
     if (i == 8 && result.memory.size() > 9) {
       text += "                   ...\n";
@@ -43,12 +47,14 @@ std::string format_memory(const TrainResult& result) {
              : result.timing_source == "simulated" ? std::string("not simulated")
                                                    : std::string("unknown");
     };
-    std::snprintf(line, sizeof line, "    rank %-4d %12s (%s + %s + %s) | %s + %s | %s (%s)\n",
+    std::snprintf(line, sizeof line, "    rank %-4d %12s (%s + %s + %s) | %s + %s | %s (%s)",
                   m.rank, mib(m.state.persistent()).c_str(), mib(m.state.params).c_str(),
                   mib(m.state.grads).c_str(), mib(m.state.optimizer).c_str(),
                   mib(m.state.gathered_peak).c_str(), mib(m.state.grads_peak).c_str(),
                   rss(m.steps_peak_rss_bytes).c_str(), rss(m.peak_rss_bytes).c_str());
     text += line;
+    if (device) text += " | " + (m.device_peak_bytes >= 0 ? mib(m.device_peak_bytes) : "none");
+    text += "\n";
   }
   return text;
 }
@@ -58,20 +64,23 @@ std::string format_memory(const TrainResult& result) {
 nlohmann::json memory_json(const TrainResult& result) {
   nlohmann::json ranks = nlohmann::json::array();
   for (const RankMemory& m : result.memory) {
-    ranks.push_back({{"rank", m.rank},
-                     {"params_bytes", m.state.params},
-                     {"grads_bytes", m.state.grads},
-                     {"optimizer_bytes", m.state.optimizer},
-                     {"persistent_bytes", m.state.persistent()},
-                     {"gathered_peak_bytes", m.state.gathered_peak},
-                     {"grads_peak_bytes", m.state.grads_peak},
-                     {"activations_bytes", m.state.activations},
-                     {"micro_batches_in_flight", m.micro_batches_in_flight},
-                     {"peak_rss_bytes", m.peak_rss_bytes < 0 ? nlohmann::json(nullptr)
-                                                             : nlohmann::json(m.peak_rss_bytes)},
-                     {"steps_peak_rss_bytes", m.steps_peak_rss_bytes < 0
-                                                  ? nlohmann::json(nullptr)
-                                                  : nlohmann::json(m.steps_peak_rss_bytes)}});
+    ranks.push_back(
+        {{"rank", m.rank},
+         {"params_bytes", m.state.params},
+         {"grads_bytes", m.state.grads},
+         {"optimizer_bytes", m.state.optimizer},
+         {"persistent_bytes", m.state.persistent()},
+         {"gathered_peak_bytes", m.state.gathered_peak},
+         {"grads_peak_bytes", m.state.grads_peak},
+         {"activations_bytes", m.state.activations},
+         {"micro_batches_in_flight", m.micro_batches_in_flight},
+         {"peak_rss_bytes",
+          m.peak_rss_bytes < 0 ? nlohmann::json(nullptr) : nlohmann::json(m.peak_rss_bytes)},
+         {"steps_peak_rss_bytes", m.steps_peak_rss_bytes < 0
+                                      ? nlohmann::json(nullptr)
+                                      : nlohmann::json(m.steps_peak_rss_bytes)},
+         {"device_peak_bytes", m.device_peak_bytes < 0 ? nlohmann::json(nullptr)
+                                                       : nlohmann::json(m.device_peak_bytes)}});
   }
   return ranks;
 }

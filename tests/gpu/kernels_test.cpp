@@ -251,7 +251,7 @@ TEST(SgdTest, StepsMatchCpuSgd) {
   cuda::Stream stream;
   const cudaStream_t s = stream.get();
   auto d_params = to_device(params, s);
-  cuda::CudaSgd gpu(options, n, s);
+  cuda::CudaSgd gpu(options, n);
   Sgd cpu(options, n);
   for (int step = 0; step < 3; ++step) {
     const auto grads = random_floats(n, 51 + step);
@@ -276,7 +276,7 @@ TEST(LossScaleTest, AnOverflowSkipsTheStepAndCleanStepsGrowTheScale) {
   cuda::Stream stream;
   const cudaStream_t s = stream.get();
   auto d_params = to_device(params, s);
-  cuda::CudaSgd gpu(options, n, s);
+  cuda::CudaSgd gpu(options, n);
   Sgd cpu(options, n);
   cuda::DeviceBuffer<cuda::LossScaleState> amp(1);
   const cuda::LossScaleState initial{.scale = 1024.0f};

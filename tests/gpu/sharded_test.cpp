@@ -67,6 +67,7 @@ void expect_every_variant_near_sequential(const std::string& model, int ranks) {
     // The accounting: what the stage keeps per rank, as on the CPU.
     ASSERT_EQ(result.memory.size(), static_cast<std::size_t>(ranks)) << what;
     for (const RankMemory& m : result.memory) {
+      EXPECT_GT(m.device_peak_bytes, 0) << what;  // the driver's count, read on the device
       EXPECT_LE(m.state.optimizer, params / ranks + padding) << what;
       if (std::string(v.strategy) != "zero1") {
         EXPECT_LE(m.state.grads, params / ranks + padding) << what;

@@ -43,16 +43,15 @@ CudaBackend::CudaBackend(Config config) : precision_(config.precision), stream_(
 CudaBackend::~CudaBackend() = default;
 
 CudaBackend::Flat CudaBackend::flat(const ModelLayout& layout) const {
-  Flat array(layout.numel());
-  array.zero(stream_);
-  return array;
+  std::vector<std::size_t> cuts;  // a unit is backed, and given back, as one piece
+  for (int u = 0; u < layout.units(); ++u) cuts.push_back(layout.unit_begin(u));
+  return Flat(layout.numel(), cuts, stream_);  // zero
 }
 
 void CudaBackend::initialize(Flat& params, const ModelLayout& layout, std::uint64_t seed) const {
   std::vector<float> initial(layout.numel());
   layout.initialize(initial, seed);
-  params.upload(initial, stream_);
-  TANDEM_CUDA_CHECK(cudaStreamSynchronize(stream_));  // `initial` dies here
+  upload(std::span<float>(params.data(), params.size()), initial);  // synchronizes
 }
 
 DeviceBuffer<float> CudaBackend::table(const std::vector<float>& host) const {
@@ -69,7 +68,7 @@ void CudaBackend::zero(std::span<float> array) const {
 
 void CudaBackend::discard(Flat& array, std::size_t begin, std::size_t end) const {
   TANDEM_CHECK(begin <= end && end <= array.size());
-  zero(std::span<float>(array.data() + begin, end - begin));
+  array.discard(begin, end);
 }
 
 void CudaBackend::copy(float* to, const float* from, std::size_t n) const {

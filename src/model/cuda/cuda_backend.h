@@ -2,8 +2,9 @@
 // need of a device, the CPU backend's twin (model/cpu_backend.h) on one CUDA device.
 //
 //   memory   Buffer<U> = DeviceBuffer<U> (cuda/resources.h) on the current device, not
-//            initialized; the flat arrays are device buffers, zeroed on the stream, and a
-//            discarded range is zeroed and kept.
+//            initialized; the flat arrays are DevicePageArrays (cuda/device_pages.h),
+//            zeroed on the stream, backed unit by unit: a discarded unit's memory goes back
+//            to the driver, and a range is restored before its next use.
 //   kernels  cuBLAS GEMMs (compute/cuda/gemm.h) and tandem's kernels
 //            (compute/cuda/kernels.h, transformer_kernels.h, attention.h), enqueued on one
 //            stream; the host never waits inside a pass.
@@ -28,6 +29,7 @@
 
 #include "compute/cuda/gemm.h"
 #include "compute/precision.h"
+#include "cuda/device_pages.h"
 #include "cuda/resources.h"
 #include "model/backend.h"
 #include "model/layout.h"
@@ -61,7 +63,7 @@ class CudaBackend {
   using Scalar = float;
   template <typename U>
   using Buffer = DeviceBuffer<U>;
-  using Flat = DeviceBuffer<float>;
+  using Flat = DevicePageArray<float>;
   using Timer = EventTimer*;
   using Tokens = DeviceTokens;
   using Batch = DeviceBatch;
@@ -89,11 +91,14 @@ class CudaBackend {
   void initialize(Flat& params, const ModelLayout& layout, std::uint64_t seed) const;
   Buffer<float> table(const std::vector<float>& host) const;
   void zero(std::span<float> array) const;
+  void zero(Flat& array) const { array.zero(); }
   void discard(Flat& array, std::size_t begin, std::size_t end) const;
+  void restore(Flat& array, std::size_t begin, std::size_t end) const { array.restore(begin, end); }
   void copy(float* to, const float* from, std::size_t n) const;
   // Host copies; both synchronize the stream before returning.
   void upload(std::span<float> to, std::span<const float> host) const;
   std::vector<float> download(std::span<const float> from) const;
+  std::vector<float> download(const Flat& from) const { return from.download(); }
   // attention_backward's dP for all H heads of one sequence (one batched GEMM).
   static std::size_t attention_scratch(int Tn, int heads) {
     return static_cast<std::size_t>(heads) * static_cast<std::size_t>(Tn) *

@@ -16,13 +16,14 @@ template class TransformerOn<cuda::CudaBackend>;
 
 namespace tandem::cuda {
 
-CudaSgd::CudaSgd(SgdOptions options, std::size_t numel, cudaStream_t stream)
-    : options_(options), velocity_(numel) {
-  velocity_.zero(stream);  // ordered before every step() on the same stream
-}
+CudaSgd::CudaSgd(SgdOptions options, std::size_t numel) : options_(options), numel_(numel) {}
 
 void CudaSgd::step(float* params, const float* grads, float grad_scale, cudaStream_t stream,
                    const LossScaleState* amp) {
+  if (velocity_.size() != numel_) {
+    velocity_ = DeviceBuffer<float>(numel_);
+    velocity_.zero(stream);  // ordered before this step and every later one on the stream
+  }
   sgd_step(params, velocity_.data(), grads, velocity_.size(), options_.lr, options_.momentum,
            options_.weight_decay, grad_scale, stream, amp);
 }

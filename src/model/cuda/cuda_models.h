@@ -30,8 +30,10 @@ using CudaTransformer = TransformerOn<CudaBackend>;
 // SGD (sgd.h's rule, sgd.cpp's rounding) on the flat fp32 device arrays.
 class CudaSgd {
  public:
-  // Velocity zeroed on `stream` (the current device's), before any step on that stream.
-  CudaSgd(SgdOptions options, std::size_t numel, cudaStream_t stream);
+  // The velocity of `numel` parameters is allocated and zeroed by the first whole step,
+  // as the CPU's Sgd does: a sharded strategy, which steps its shards with their own
+  // velocity, never allocates it.
+  CudaSgd(SgdOptions options, std::size_t numel);
   // With `amp`: fp16's loss scale divided out, or the step skipped (compute/cuda/kernels.h).
   void step(float* params, const float* grads, float grad_scale, cudaStream_t stream,
             const LossScaleState* amp = nullptr);
@@ -42,6 +44,7 @@ class CudaSgd {
 
  private:
   SgdOptions options_;
+  std::size_t numel_ = 0;
   DeviceBuffer<float> velocity_;
 };
 

@@ -18,6 +18,7 @@
 #include "core/clock.h"
 #include "core/error.h"
 #include "cuda/check.h"
+#include "cuda/device_pages.h"
 #include "cuda/resources.h"
 #include "model/cuda/cuda_models.h"
 #include "model/dataset.h"
@@ -206,7 +207,7 @@ class CudaDevice {
     return {.precision = config.precision};
   }
   void prepare(const ModelConfig& config, Backend& backend, std::size_t numel) {
-    sgd_.emplace(config.sgd, numel, stream_.get());
+    sgd_.emplace(config.sgd, numel);
     if (amp_) backend.set_loss_scale(amp_->data());
   }
   cuda::EventTimer* timer() { return &timer_; }
@@ -254,6 +255,7 @@ class CudaDevice {
                                         stream_.get()));
     }
     stream_.synchronize();
+    cuda::note_device_memory(device_);
     const std::int64_t end = timer_.flush(recorder_);
     RankModel::StepEnd out{.loss_sum = backend.loss_sum_host(), .end_ns = end};
     if (amp_) {
@@ -270,6 +272,8 @@ class CudaDevice {
     return "device " + std::to_string(device_) + ": " + cuda::describe_device(device_);
   }
   std::string timing_source() const { return "cuda-events"; }
+  void reset_device_peak() { cuda::reset_device_peak(device_); }
+  std::int64_t device_peak_bytes() const { return cuda::device_peak(device_); }
 
  private:
   const int device_;
