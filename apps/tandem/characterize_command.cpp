@@ -15,6 +15,7 @@
 #include "compute/cpu/blas.h"
 #include "compute/precision.h"
 #include "core/error.h"
+#include "core/interrupt.h"
 #include "core/parse.h"
 #include "experiment/characterize.h"
 #include "experiment/gpu_microbench.h"
@@ -87,6 +88,8 @@ void apply(const std::string& key, const std::string& value, CharacterizeFlags& 
   } else if (key == "link") {
     checked_by([&] { (void)LinkModel::parse(value); });  // the bounds of --link
     w.link = value;
+  } else if (key == "power-cap") {
+    (void)parse_watts(value, "--sweep power-cap");  // set per point by the sweep's hook
   } else if (key == "chunks" && !f.synthetic.empty()) {
     f.synthetic_chunks = number(1, 100000);
   } else if (!train) {
@@ -216,6 +219,10 @@ void check_process_job(const CharacterizeFlags& flags, const std::vector<SweepAx
     if (axis.key == "link") {
       throw UsageError("--sweep link: link emulation is for the local backend; under " + backend +
                        " the real interconnect is measured");
+    }
+    if (axis.key == "power-cap") {
+      throw UsageError("--sweep power-cap: sets the power limit of this process's GPUs; under " +
+                       backend + " each host's would need setting, run it with the local backend");
     }
   }
   if (!flags.workload.link.empty()) {
@@ -351,6 +358,29 @@ int run_characterize(CharacterizeFlags flags, bool batch_given, const CommandLin
     flags.settings["--ranks"] = std::to_string(flags.workload.ranks);
   }
   std::vector<SweepItem> points = build_points(flags, batch_given, options.axes);
+  // Power caps (docs/CHARACTERIZE.md, "Power caps"): only when swept, a GPU's limit through
+  // NVML, every value checked against every GPU's range and the right to change it tried
+  // before anything is written or run; the limits go back as found when the sweep ends,
+  // however it ends (the destructor).
+  std::optional<NvmlPowerLimits> limits;
+  std::optional<InterruptCleanup> limits_on_signal;  // Ctrl-C puts them back too
+  for (const SweepAxis& axis : options.axes) {
+    if (axis.key != "power-cap") continue;
+    if (flags.workload.device != "cuda") {
+      throw UsageError("--sweep power-cap: sets a GPU's power limit; it needs --device cuda");
+    }
+    if (!flags.simulate.empty()) {
+      throw UsageError("--sweep power-cap: not with --simulate, which runs nothing here");
+    }
+    limits.emplace();
+    limits_on_signal.emplace([&limits] { limits->close(); });
+    for (const std::string& v : axis.values) limits->check(parse_watts(v, "--sweep power-cap"));
+    options.before_point = [&limits](const SweepPoint& point) {
+      for (const auto& [key, value] : point) {
+        if (key == "power-cap") limits->set(parse_watts(value, "--sweep power-cap"));
+      }
+    };
+  }
   // The header names them; each point applies its own. Before the outputs open: a
   // precision the cpu cannot run is one line and leaves nothing behind. A simulation runs
   // no GEMM here.
@@ -381,6 +411,12 @@ int run_characterize(CharacterizeFlags flags, bool batch_given, const CommandLin
       power.emplace(std::move(found.sources), std::chrono::milliseconds(flags.power.interval_ms));
       options.power = &*power;
       print_header(flags, points.size(), job, found.status);
+      if (limits) {
+        for (const NvmlPowerLimits::Gpu& g : limits->gpus()) {
+          std::printf("  power cap swept on %s: %g W now (accepts %g to %g W), put back after\n",
+                      g.name.c_str(), g.found_w, g.min_w, g.max_w);
+        }
+      }
     }
     const SweepOutcome outcome =
         run_sweep(points, options, outputs.writer ? &*outputs.writer : nullptr,
@@ -423,10 +459,10 @@ void add_characterize_command(CLI::App& app, RunCommand& run) {
   cmd->add_option(
       "--sweep", flags->sweeps,
       "KEY=V1,V2,... (repeatable: a grid); keys: strategy bucket-mb chunks batch "
-      "model prefetch pipeline schedule micro-batches ranks link threads precision gemm (not "
-      "ranks or link "
-      "under mpirun); separate values "
-      "with ';' when they hold commas");
+      "model prefetch pipeline schedule micro-batches ranks link threads precision gemm "
+      "power-cap (a GPU's power limit in watts, set per point and put back after; needs "
+      "--device cuda and the right to change it; docs/CHARACTERIZE.md); not ranks, link or "
+      "power-cap under mpirun; separate values with ';' when they hold commas");
   cmd->add_option("--out", flags->out,
                   "Results directory: summary.json, iterations.csv, trace.json, report.html, "
                   "points/<id>/ (under mpirun written by rank 0 alone, for the whole job)");

@@ -88,6 +88,7 @@ SweepOutcome run_sweep(std::span<SweepItem> jobs, const SweepOptions& options,
     if (observer) {
       run.on_scenario = [&](Scenario s) { observer->scenario_started(i, point, s); };
     }
+    if (options.before_point) options.before_point(point);
     Characterization c = characterize(*jobs[i].workload, run);
     if (results) {
       write_point_traces(*results, ids[i], c);

@@ -12,6 +12,7 @@
 #pragma once
 
 #include <cstddef>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <set>
@@ -37,6 +38,9 @@ struct SweepOptions {
   int iterations = 25;
   PowerSampler* power = nullptr;
   Job* job = nullptr;  // where the ranks run; null: threads of this process
+  // Called before a point's scenarios run, with what the workload does not apply itself
+  // (a power-cap sweep sets the GPUs' limit); none: nothing to do.
+  std::function<void(const SweepPoint&)> before_point;
 };
 
 // What a sweep tells whoever watches it (the CLI's progress bar and lines).

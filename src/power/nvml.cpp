@@ -3,9 +3,14 @@
 
 #include <dlfcn.h>
 
+#include <cmath>
+#include <cstdio>
+#include <mutex>
 #include <utility>
 
 #include "core/clock.h"
+#include "core/error.h"
+#include "core/parse.h"
 
 namespace tandem {
 
@@ -30,6 +35,10 @@ struct NvmlApi {
   NvmlReturn (*power_usage)(NvmlDevice, unsigned int*) = nullptr;         // mW
   NvmlReturn (*clock_info)(NvmlDevice, int, unsigned int*) = nullptr;     // MHz
   NvmlReturn (*temperature)(NvmlDevice, int, unsigned int*) = nullptr;    // degrees C
+  // Power limits (NvmlPowerLimits only; a library without them still measures).
+  NvmlReturn (*get_limit)(NvmlDevice, unsigned int*) = nullptr;                   // mW
+  NvmlReturn (*limit_range)(NvmlDevice, unsigned int*, unsigned int*) = nullptr;  // mW
+  NvmlReturn (*set_limit)(NvmlDevice, unsigned int) = nullptr;                    // mW
 };
 
 // The loaded library, initialized; shut down and closed with the last source.
@@ -111,14 +120,12 @@ bool load(void* handle, const char* symbol, F& fn) {
   return fn != nullptr;
 }
 
-}  // namespace
-
-NvmlDiscovery discover_nvml(const std::string& library) {
-  NvmlDiscovery out;
+// The library loaded and initialized, or null with `why`.
+std::shared_ptr<NvmlLibrary> open_nvml(const std::string& library, std::string& why) {
   void* handle = dlopen(library.c_str(), RTLD_NOW | RTLD_LOCAL);
   if (handle == nullptr) {
-    out.status = library + " not found (no NVIDIA driver)";
-    return out;
+    why = library + " not found (no NVIDIA driver)";
+    return nullptr;
   }
   NvmlApi api;
   const char* missing = nullptr;
@@ -139,16 +146,28 @@ NvmlDiscovery discover_nvml(const std::string& library) {
   }
   if (missing != nullptr) {
     dlclose(handle);
-    out.status = library + " lacks " + missing;
-    return out;
+    why = library + " lacks " + missing;
+    return nullptr;
   }
+  load(handle, "nvmlDeviceGetPowerManagementLimit", api.get_limit);
+  load(handle, "nvmlDeviceGetPowerManagementLimitConstraints", api.limit_range);
+  load(handle, "nvmlDeviceSetPowerManagementLimit", api.set_limit);
   if (const NvmlReturn r = api.init(); r != kNvmlSuccess) {
     const char* text = api.error_string(r);
-    out.status = std::string("nvmlInit_v2 failed: ") + (text != nullptr ? text : "?");
+    why = std::string("nvmlInit_v2 failed: ") + (text != nullptr ? text : "?");
     dlclose(handle);
-    return out;
+    return nullptr;
   }
-  auto lib = std::make_shared<NvmlLibrary>(handle, api);
+  return std::make_shared<NvmlLibrary>(handle, api);
+}
+
+}  // namespace
+
+NvmlDiscovery discover_nvml(const std::string& library) {
+  NvmlDiscovery out;
+  const std::shared_ptr<NvmlLibrary> lib = open_nvml(library, out.status);
+  if (lib == nullptr) return out;
+  const NvmlApi& api = lib->api();
   unsigned int count = 0;
   if (const NvmlReturn r = api.device_count(&count); r != kNvmlSuccess) {
     out.status = "nvmlDeviceGetCount_v2 failed: " + lib->error(r);
@@ -192,6 +211,131 @@ NvmlDiscovery discover_power(const std::string& powercap_root, bool gpus) {
     for (auto& s : nvml.sources) out.sources.push_back(std::move(s));
   }
   return out;
+}
+
+struct NvmlPowerLimits::State {
+  std::mutex mutex;  // set, restore and close may come from a signal's thread
+  bool closed = false;
+  std::shared_ptr<NvmlLibrary> lib;
+  std::vector<NvmlDevice> devices;
+  std::vector<unsigned int> found_mw;
+  bool changed = false;
+};
+
+NvmlPowerLimits::NvmlPowerLimits(const std::string& library) : state_(std::make_unique<State>()) {
+  const std::string what = "--sweep power-cap: ";
+  std::string why;
+  state_->lib = open_nvml(library, why);
+  if (state_->lib == nullptr)
+    throw UsageError(what + "cannot reach the GPUs' power limits: " + why);
+  const NvmlApi& api = state_->lib->api();
+  if (api.get_limit == nullptr || api.limit_range == nullptr || api.set_limit == nullptr) {
+    throw UsageError(what + library + " has no power-limit calls");
+  }
+  unsigned int count = 0;
+  if (const NvmlReturn r = api.device_count(&count); r != kNvmlSuccess || count == 0) {
+    throw UsageError(what + "NVML sees no GPU" +
+                     (r != kNvmlSuccess ? " (" + state_->lib->error(r) + ")" : std::string()));
+  }
+  for (unsigned int i = 0; i < count; ++i) {
+    NvmlDevice device = nullptr;
+    unsigned int limit = 0, low = 0, high = 0;
+    const std::string gpu = "gpu" + std::to_string(i);
+    NvmlReturn r = api.handle_by_index(i, &device);
+    if (r == kNvmlSuccess) r = api.get_limit(device, &limit);
+    if (r == kNvmlSuccess) r = api.limit_range(device, &low, &high);
+    if (r != kNvmlSuccess) {
+      throw UsageError(what + "cannot read " + gpu + "'s power limit: " + state_->lib->error(r));
+    }
+    // The right to change it, tried without changing anything.
+    if (r = api.set_limit(device, limit); r != kNvmlSuccess) {
+      throw UsageError(what + "may not change " + gpu + "'s power limit (" + state_->lib->error(r) +
+                       "): it takes root or the driver's permission, and a GPU that is yours "
+                       "to change");
+    }
+    char name[96] = {};
+    if (api.name(device, name, sizeof name) != kNvmlSuccess) name[0] = '\0';
+    state_->devices.push_back(device);
+    state_->found_mw.push_back(limit);
+    gpus_.push_back({.name = name[0] != '\0' ? gpu + " (" + name + ")" : gpu,
+                     .found_w = limit / 1e3,
+                     .min_w = low / 1e3,
+                     .max_w = high / 1e3});
+  }
+}
+
+NvmlPowerLimits::~NvmlPowerLimits() {
+  try {
+    restore();
+  } catch (const std::exception& e) {
+    // A destructor must not throw; the limits a user must put back by hand are named.
+    std::fprintf(stderr, "tandem: %s\n", e.what());
+  }
+}
+
+void NvmlPowerLimits::check(double watts) const {
+  for (const Gpu& g : gpus_) {
+    if (watts < g.min_w || watts > g.max_w) {
+      char range[96];
+      std::snprintf(range, sizeof range, "%g W outside %s's range, %g to %g W", watts,
+                    g.name.c_str(), g.min_w, g.max_w);
+      throw UsageError(std::string("--sweep power-cap: ") + range);
+    }
+  }
+}
+
+void NvmlPowerLimits::set(double watts) {
+  check(watts);
+  std::lock_guard lock(state_->mutex);
+  if (state_->closed) throw RuntimeError("the power limits were put back: the run is ending");
+  const NvmlApi& api = state_->lib->api();
+  const auto mw = static_cast<unsigned int>(std::lround(watts * 1e3));
+  state_->changed = true;
+  for (std::size_t i = 0; i < gpus_.size(); ++i) {
+    if (const NvmlReturn r = api.set_limit(state_->devices[i], mw); r != kNvmlSuccess) {
+      throw RuntimeError("setting " + gpus_[i].name + "'s power limit to " +
+                         std::to_string(mw / 1000) + " W failed: " + state_->lib->error(r));
+    }
+  }
+}
+
+void NvmlPowerLimits::close() {
+  std::lock_guard lock(state_->mutex);
+  state_->closed = true;
+  put_back();
+}
+
+void NvmlPowerLimits::restore() {
+  std::lock_guard lock(state_->mutex);
+  put_back();
+}
+
+void NvmlPowerLimits::put_back() {
+  if (!state_->changed) return;
+  const NvmlApi& api = state_->lib->api();
+  std::string failed;
+  for (std::size_t i = 0; i < gpus_.size(); ++i) {
+    if (const NvmlReturn r = api.set_limit(state_->devices[i], state_->found_mw[i]);
+        r != kNvmlSuccess) {
+      failed += " " + gpus_[i].name + " (to " + std::to_string(state_->found_mw[i] / 1000) +
+                " W: " + state_->lib->error(r) + ")";
+    }
+  }
+  state_->changed = !failed.empty();
+  if (!failed.empty()) throw RuntimeError("could not put back the power limit of" + failed);
+}
+
+double parse_watts(const std::string& text, const std::string& flag) {
+  const bool kilo = text.ends_with("kW");
+  const std::size_t unit = kilo ? 2 : text.ends_with("W") ? 1 : 0;
+  try {
+    return parse_double_in(std::string_view(text).substr(0, text.size() - unit), flag,
+                           {.min = 0, .max = kilo ? 100 : 1e5, .min_open = true}) *
+           (kilo ? 1e3 : 1);
+  } catch (const UsageError&) {
+    throw UsageError(flag + ": must be a power above 0 W and at most 100 kW (\"300W\", " +
+                     "\"0.3kW\"), got '" + text + "'");
+  }
 }
 
 }  // namespace tandem

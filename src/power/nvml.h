@@ -8,7 +8,9 @@
 // nvmlDeviceGetPowerUsage (milliwatts, averaged by the driver over about a second on
 // recent GPUs) over the time between reads, and its name says "integrated". Each read
 // also takes the SM clock (nvmlDeviceGetClockInfo) and the GPU temperature.
-// tandem only reads: it never changes power limits, clocks or persistence mode.
+// tandem only reads, except where the user asks for power caps (`characterize --sweep
+// power-cap=...`, NvmlPowerLimits below): clocks and persistence mode are never changed,
+// and a changed power limit is put back as it was.
 #pragma once
 
 #include <memory>
@@ -31,5 +33,48 @@ NvmlDiscovery discover_nvml(const std::string& library = "libnvidia-ml.so.1");
 // `gpus` every GPU NVML sees. `status` is the header's line about them ("1 RAPL zone(s),
 // NVML 1 GPU(s)", or why there is none of a kind).
 NvmlDiscovery discover_power(const std::string& powercap_root, bool gpus);
+
+// The power limits of every GPU NVML sees, changed only when the user sweeps them, and put
+// back as they were found when this object goes (or at restore()). Opening reads each
+// GPU's limit and the range it accepts, and tries the right to change it by setting the
+// limit it has: without the right (root, or the driver's permission) or without NVML it
+// throws UsageError, one line naming --sweep power-cap, before anything ran. A process
+// killed outright (SIGKILL) cannot put the limits back: `nvidia-smi -pl` can.
+class NvmlPowerLimits {
+ public:
+  struct Gpu {
+    std::string name;    // "gpu0 (NVIDIA H100 80GB HBM3)"
+    double found_w = 0;  // the limit when opened
+    double min_w = 0;
+    double max_w = 0;
+  };
+
+  explicit NvmlPowerLimits(const std::string& library = "libnvidia-ml.so.1");
+  ~NvmlPowerLimits();
+  NvmlPowerLimits(const NvmlPowerLimits&) = delete;
+  NvmlPowerLimits& operator=(const NvmlPowerLimits&) = delete;
+
+  const std::vector<Gpu>& gpus() const { return gpus_; }
+  // Throws UsageError when `watts` is outside some GPU's range (nothing is set then).
+  void check(double watts) const;
+  // Every GPU's limit to `watts` (checked first).
+  void set(double watts);
+  // Every GPU's limit back to what it was when opened; a failure is thrown after every
+  // GPU was tried.
+  void restore();
+  // restore(), and no set() after it: what a signal's cleanup calls (core/interrupt.h)
+  // while the sweep's thread may be about to set the next point's limit. Thread-safe, as
+  // are set() and restore().
+  void close();
+
+ private:
+  struct State;
+  void put_back();  // under State::mutex
+  std::unique_ptr<State> state_;
+  std::vector<Gpu> gpus_;
+};
+
+// "300W", "300" (watts) or "0.3kW", in (0, 100 kW]; throws UsageError naming `flag`.
+double parse_watts(const std::string& text, const std::string& flag);
 
 }  // namespace tandem

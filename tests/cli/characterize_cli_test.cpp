@@ -359,6 +359,13 @@ INSTANTIATE_TEST_SUITE_P(
                  "--precision bf16: bf16 GEMMs on the CPU run on oneDNN"},
         BadInput{"--microbench gemm=64,allreduce=1MiB --precision tf32",
                  "--precision tf32: tf32 runs on GPUs only"},
+        // Power caps: a GPU's, opt-in, refused before anything runs.
+        BadInput{"--model mlp:2x16 --sweep power-cap=300W",
+                 "--sweep power-cap: sets a GPU's power limit; it needs --device cuda"},
+        BadInput{"--model mlp:2x16 --device cuda --sweep power-cap=loud,300W",
+                 "--sweep power-cap: must be a power above 0 W"},
+        BadInput{"--synthetic compute=1ms,comm=1ms,chunks=1 --sweep power-cap=0W",
+                 "--sweep power-cap: must be a power"},
         // Span buffers sized by the iterations, 1.4 TiB of them: refused, never OOM-killed.
         BadInput{"--synthetic compute=1ms,comm=1ms,chunks=2 --ranks 1024 --iterations 1000000",
                  "the timeline of 1024 rank(s) needs"}));

@@ -1,16 +1,30 @@
 // NVML power discovery where the library is missing (as on machines without an NVIDIA
 // driver), against a fake libnvidia-ml (tests/fixtures/fake_nvml.cpp), and the sampler's
 // handling of the extra GPU readings.
+#include <dlfcn.h>
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <functional>
+#include <string>
 #include <thread>
 
+#include "core/error.h"
 #include "power/nvml.h"
 #include "power/power.h"
 
 namespace tandem {
 namespace {
+
+// What f throws as a usage error (one line for the user).
+std::string usage_error(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const UsageError& e) {
+    return e.what();
+  }
+  return "no UsageError";
+}
 
 TEST(NvmlPowerTest, MissingLibraryIsUnavailableNotZero) {
   NvmlDiscovery found = discover_nvml("libnvidia-ml-does-not-exist.so.1");
@@ -115,6 +129,95 @@ TEST(NvmlPowerTest, ReadsEnergyCounterOrIntegratesPower) {
   EXPECT_GT(summary[0].energy_joules, 0.0);
 }
 
+// The fake library's own controls, in the instance NVML's loader opened (dlopen of the
+// same path returns it).
+struct FakeLimits {
+  void* handle = dlopen(TANDEM_FAKE_NVML, RTLD_NOW | RTLD_LOCAL);
+  void allow(bool on) const {
+    reinterpret_cast<void (*)(int)>(dlsym(handle, "fake_nvml_allow_limits"))(on ? 1 : 0);
+  }
+  unsigned int limit_mw(int gpu) const {
+    return reinterpret_cast<unsigned int (*)(int)>(dlsym(handle, "fake_nvml_limit_mw"))(gpu);
+  }
+  ~FakeLimits() {
+    allow(false);
+    dlclose(handle);
+  }
+};
+
+TEST(NvmlPowerLimitsTest, RefusedInOneLineWithoutTheRightToChangeThem) {
+  FakeLimits fake;
+  fake.allow(false);
+  const std::string error = usage_error([] { NvmlPowerLimits limits(TANDEM_FAKE_NVML); });
+  EXPECT_NE(error.find("--sweep power-cap: may not change gpu0's power limit"), std::string::npos)
+      << error;
+  EXPECT_NE(error.find("Insufficient Permissions"), std::string::npos) << error;
+  EXPECT_EQ(error.find('\n'), std::string::npos);
+  EXPECT_EQ(fake.limit_mw(0), 700'000u);
+  EXPECT_NE(usage_error([] {
+              NvmlPowerLimits limits("libtandem-no-such-nvml.so");
+            }).find("--sweep power-cap: cannot reach the GPUs' power limits"),
+            std::string::npos);
+}
+
+TEST(NvmlPowerLimitsTest, SetsEveryGpuAndPutsTheLimitsBackAsFound) {
+  FakeLimits fake;
+  fake.allow(true);
+  {
+    NvmlPowerLimits limits(TANDEM_FAKE_NVML);
+    ASSERT_EQ(limits.gpus().size(), 2u);
+    EXPECT_EQ(limits.gpus()[1].name, "gpu1 (Fake H100)");
+    EXPECT_EQ(limits.gpus()[0].found_w, 700.0);
+    EXPECT_EQ(limits.gpus()[0].min_w, 200.0);
+    EXPECT_EQ(limits.gpus()[0].max_w, 700.0);
+    limits.set(350);
+    EXPECT_EQ(fake.limit_mw(0), 350'000u);
+    EXPECT_EQ(fake.limit_mw(1), 350'000u);
+    // Outside a GPU's range: one line naming it, and nothing set.
+    const std::string error = usage_error([&] { limits.set(150); });
+    EXPECT_EQ(error, "--sweep power-cap: 150 W outside gpu0 (Fake H100)'s range, 200 to 700 W");
+    EXPECT_EQ(fake.limit_mw(0), 350'000u);
+    limits.restore();
+    EXPECT_EQ(fake.limit_mw(0), 700'000u);
+    limits.set(250.5);
+    EXPECT_EQ(fake.limit_mw(1), 250'500u);
+  }
+  // Gone: put back.
+  EXPECT_EQ(fake.limit_mw(0), 700'000u);
+  EXPECT_EQ(fake.limit_mw(1), 700'000u);
+  // Also when a failure unwinds.
+  try {
+    NvmlPowerLimits limits(TANDEM_FAKE_NVML);
+    limits.set(400);
+    throw RuntimeError("a point failed");
+  } catch (const RuntimeError&) {
+  }
+  EXPECT_EQ(fake.limit_mw(0), 700'000u);
+  // A signal's cleanup: put back, and the sweep's next set is refused.
+  NvmlPowerLimits limits(TANDEM_FAKE_NVML);
+  limits.set(300);
+  limits.close();
+  EXPECT_EQ(fake.limit_mw(1), 700'000u);
+  EXPECT_THROW(limits.set(300), RuntimeError);
+  EXPECT_EQ(fake.limit_mw(1), 700'000u);
+}
+
 }  // namespace
 }  // namespace tandem
 #endif
+
+namespace tandem {
+namespace {
+
+TEST(NvmlPowerLimitsTest, WattsAreParsedWithTheirUnit) {
+  EXPECT_EQ(parse_watts("300W", "--sweep power-cap"), 300.0);
+  EXPECT_EQ(parse_watts("300", "--sweep power-cap"), 300.0);
+  EXPECT_EQ(parse_watts("0.45kW", "--sweep power-cap"), 450.0);
+  for (const char* bad : {"0W", "-5", "W", "300 W", "1e9", "200kW", "nanW", ""}) {
+    const std::string error = usage_error([&] { parse_watts(bad, "--sweep power-cap"); });
+    EXPECT_EQ(error.rfind("--sweep power-cap: must be a power", 0), 0u) << bad << ": " << error;
+  }
+}
+
+}  // namespace
+}  // namespace tandem

@@ -102,6 +102,27 @@ TEST(SweepRunnerTest, RunsEveryPointInGridOrderAndWritesNothingWithoutAWriter) {
   EXPECT_EQ(run_sweep(quiet.jobs, options(), nullptr, nullptr).ran, 3u);
 }
 
+// The hook for what a workload does not apply itself (a power cap): once per point that
+// runs, before its first scenario, never for a finished one.
+TEST(SweepRunnerTest, BeforePointRunsBeforeEachPointThatRuns) {
+  Sweep sweep;
+  RecordingObserver observer;
+  SweepOptions o = options({"chunks-2"});
+  o.before_point = [&](const SweepPoint& point) {
+    observer.events.push_back("before " + describe(point));
+  };
+  EXPECT_EQ(run_sweep(sweep.jobs, o, nullptr, &observer).ran, 2u);
+  EXPECT_EQ(observer.events,
+            (std::vector<std::string>{"start 3 1", "before chunks=1", "run 0", "done 0 chunks=1",
+                                      "before chunks=3", "run 2", "done 2 chunks=3"}));
+  // A hook that throws (a limit that cannot be set) stops the sweep before the point runs.
+  Sweep failing;
+  o.finished = {};
+  o.before_point = [](const SweepPoint&) { throw RuntimeError("cannot set"); };
+  EXPECT_THROW(run_sweep(failing.jobs, o, nullptr, nullptr), RuntimeError);
+  EXPECT_EQ(failing.runs, (std::vector<int>{0, 0, 0}));
+}
+
 TEST(SweepRunnerTest, ResumeSkipsExactlyTheFinishedPoints) {
   TempDir tmp;
   const fs::path dir = tmp.path() / "out";
