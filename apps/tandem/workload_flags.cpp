@@ -106,7 +106,8 @@ void add_workload_flags(CLI::App& app, WorkloadFlags& f, WorkloadUse use) {
       ->check(integer_in(1, 4096));
   app.add_option("--split", f.split,
                  "Units per model chunk in model order, e.g. 3,3,2 (P x V numbers adding up to "
-                 "the model's units); default: balanced by FLOPs");
+                 "the model's units), or auto: balanced by each unit's forward + backward time "
+                 "measured before training (one process); default: balanced by FLOPs");
   if (here) {
     app.add_option("--link", f.link,
                    "Emulate a slower interconnect: BANDWIDTH,LATENCY (e.g. 25GB/s,5us; "
@@ -222,8 +223,10 @@ TrainConfig to_train_config(const WorkloadFlags& f, bool batch_given, bool runs_
   c.pipeline.stages = f.pipeline;
   c.pipeline.schedule = parse_schedule(f.schedule);  // its errors name --schedule
   c.pipeline.micro_batches = f.micro_batches;
-  for (const std::string& item :
-       f.split.empty() ? std::vector<std::string>{} : split(f.split, ',')) {
+  c.pipeline.split_auto = f.split == "auto";
+  for (const std::string& item : f.split.empty() || c.pipeline.split_auto
+                                     ? std::vector<std::string>{}
+                                     : split(f.split, ',')) {
     c.pipeline.split.push_back(static_cast<int>(parse_int_in(trim(item), "--split", 1, 1 << 20)));
   }
   c.sgd = {.lr = f.lr, .momentum = f.momentum, .weight_decay = f.weight_decay};

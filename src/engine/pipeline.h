@@ -50,6 +50,9 @@ struct PipelineOptions {
   // (a run without pipeline stages accumulates --accumulate micro-batches of --batch rows).
   int micro_batches = 0;
   std::vector<int> split;  // --split: units per model chunk in model order; empty: balanced
+  // --split auto: balanced by unit times measured before training (train() measures and
+  // fills `split`; Note [--split auto] in trainer.cpp).
+  bool split_auto = false;
 };
 
 // The stages of a run: which units each model chunk holds, and who holds it.

@@ -67,6 +67,9 @@ void validate_pipeline(const TrainConfig& config) {
                        " does not divide --batch " + std::to_string(config.batch));
     }
   }
+  if (p.split_auto && p.stages == 1) {
+    throw UsageError("--split auto: balances pipeline stages; needs --pipeline 2 or more");
+  }
   if (p.stages == 1 && p.split.empty() && p.schedule.kind == ScheduleKind::k1F1B) return;
   if (p.stages == 1 && p.schedule.kind != ScheduleKind::k1F1B) {
     throw UsageError("--schedule " + to_string(p.schedule) +
@@ -500,8 +503,78 @@ void configure_cpu_gemm(const TrainConfig& config) {
   set_gemm_precision(config.precision);
 }
 
-TrainResult train(const TrainConfig& config, Job& job, const StepCallback& on_step) {
-  validate(config);
+std::vector<double> measure_unit_seconds(const TrainConfig& config, int passes) {
+  TANDEM_CHECK(passes >= 1);
+  constexpr int kWarmup = 2;
+  if (config.device == Device::kCpu) configure_cpu_gemm(config);
+  const ModelLayout layout(config.model);
+  const int units = layout.units();
+  RankRecorder recorder(0, static_cast<std::size_t>(64 * units + 64));
+  const std::unique_ptr<RankModel> model =
+      make_rank_model({.spec = config.model,
+                       .batch = micro_batch_rows(config),
+                       .data_batches = config.data_batches,
+                       .seed = config.seed,
+                       .sgd = config.sgd,
+                       .device = config.device,
+                       .precision = config.precision,
+                       .rank = 0,
+                       .ranks = std::max(1, config.ranks / std::max(1, config.pipeline.stages)),
+                       .data_path = config.data_path,
+                       .ordinal = 0,
+                       .layout = {}},
+                      recorder);
+  std::vector<std::vector<double>> seconds(static_cast<std::size_t>(units));
+  for (int pass = 0; pass < kWarmup + passes; ++pass) {
+    recorder.clear();
+    model->begin_step(pass);
+    model->set_micro_batch(pass);
+    for (int u = 0; u < units; ++u) model->forward_unit(u);
+    model->forward_loss();
+    model->backward_loss();
+    for (int u = units - 1; u >= 0; --u) model->backward_unit(u);
+    (void)model->end_step();  // a device's spans are recorded here
+    model->zero_grad();
+    if (pass < kWarmup) continue;
+    std::vector<double> cost(static_cast<std::size_t>(units), 0.0);
+    for (const Span& s : recorder.collect()) {
+      if (s.lane != Lane::kCompute || s.tag < 0 ||
+          (s.kind != SpanKind::kForward && s.kind != SpanKind::kBackward)) {
+        continue;
+      }
+      // The loss's spans carry the tag after the last unit: the last stage runs them.
+      cost[static_cast<std::size_t>(std::min(s.tag, units - 1))] +=
+          static_cast<double>(s.end_ns - s.start_ns) * 1e-9;
+    }
+    for (int u = 0; u < units; ++u) {
+      seconds[static_cast<std::size_t>(u)].push_back(cost[static_cast<std::size_t>(u)]);
+    }
+  }
+  std::vector<double> out;
+  for (std::vector<double>& s : seconds) {
+    std::nth_element(s.begin(), s.begin() + static_cast<std::ptrdiff_t>(s.size() / 2), s.end());
+    out.push_back(s[s.size() / 2]);
+  }
+  return out;
+}
+
+std::vector<int> measured_split(const TrainConfig& config, const Job& job) {
+  // Every rank must hold the same split: measured once, before any rank starts.
+  if (!job.in_process()) {
+    throw UsageError(
+        "--split auto: measures in one process; under mpirun give the split "
+        "a local run printed (--split N,N,...)");
+  }
+  const std::size_t chunks = stage_plan(config).chunks.size();
+  return balance_units(measure_unit_seconds(config), static_cast<int>(chunks));
+}
+
+TrainResult train(const TrainConfig& given, Job& job, const StepCallback& on_step) {
+  validate(given);
+  TrainConfig config = given;
+  if (config.pipeline.split_auto && config.pipeline.split.empty()) {
+    config.pipeline.split = measured_split(config, job);
+  }
   if (config.device == Device::kCpu) configure_cpu_gemm(config);
   const RunResult run = job.run(train_run_spec(config),
                                 [&](RankEnv& env) { return train_rank(config, env, on_step); });

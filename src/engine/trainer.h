@@ -60,6 +60,16 @@ struct TrainConfig {
   std::string device_comm = "auto";        // device collectives: auto, nccl or emulated
 };
 
+// Note [--split auto]: each unit's forward + backward time (seconds; the loss counted in
+// the last unit), the median of `passes` passes after two warm-up ones over one
+// micro-batch, on one model of the whole run on this process's first device (rank 0's
+// data, nothing else running). What --split auto balances the stages by.
+std::vector<double> measure_unit_seconds(const TrainConfig& config, int passes = 5);
+// --split auto's units per model chunk: the measured times balanced over the run's chunks
+// (balance_units). Measures in this process: a process job (mpirun) is refused with one
+// line.
+std::vector<int> measured_split(const TrainConfig& config, const Job& job);
+
 // One rank's step, as printed and written to steps.csv.
 struct StepRecord {
   int rank = 0;

@@ -59,6 +59,10 @@ class TrainWorkload final : public Workload {
   nlohmann::json config_json() const override { return train_workload_json(config_); }
 
   Timeline run(Job& job, Scenario scenario, int steps) override {
+    // One split for every scenario (--split auto): measured before the first.
+    if (config_.pipeline.split_auto && config_.pipeline.split.empty()) {
+      config_.pipeline.split = measured_split(config_, job);
+    }
     TrainConfig c = scenario_config(config_, scenario);
     c.steps = steps;
     return train(c, job).timeline;

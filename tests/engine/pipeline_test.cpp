@@ -264,9 +264,31 @@ TEST(PipelineTest, ShapesThatCannotRunAreUsageErrorsNamingTheFlag) {
   TrainConfig one_stage = config("mlp:4x32", 2, 8);
   one_stage.pipeline.schedule = parse_schedule("gpipe");
   expect_usage_error(one_stage, "--schedule gpipe: needs --pipeline 2 or more");
+  TrainConfig auto_one_stage = config("mlp:4x32", 2, 8);
+  auto_one_stage.pipeline.split_auto = true;
+  expect_usage_error(auto_one_stage, "--split auto: balances pipeline stages; needs --pipeline 2");
   TrainConfig device = pipelined(config("mlp:4x32", 4, 8), 2, "interleaved:2");
   device.device = Device::kCuda;
   expect_usage_error(device, "--schedule interleaved:2 with --device cuda");
+}
+
+// --split auto (Note [--split auto]): a time per unit, and whatever split the times give,
+// the run is the accumulation's bit for bit and says the split it used.
+TEST(PipelineTest, SplitAutoMeasuresEveryUnitAndTrainsAsAccumulation) {
+  const std::string model = "llama:layers=3,dim=16,heads=2,seq=6,vocab=29";  // no tie
+  const TrainConfig base = config(model, 4, 8);
+  const std::vector<double> seconds = measure_unit_seconds(base, 2);
+  ASSERT_EQ(seconds.size(), static_cast<std::size_t>(ModelLayout(base.model).units()));
+  for (double s : seconds) EXPECT_GT(s, 0.0);
+  for (const char* schedule : {"1f1b", "interleaved:2"}) {
+    TrainConfig c = pipelined(base, 2, schedule);
+    c.pipeline.split_auto = true;
+    const TrainResult result = train_local(c);
+    const TrainResult reference = train_local(base);
+    EXPECT_EQ(losses(result), losses(reference)) << schedule;
+    EXPECT_EQ(differing_floats(result.final_params, reference.final_params), 0u) << schedule;
+    EXPECT_NE(result.pipeline.find("units 0-"), std::string::npos) << result.pipeline;
+  }
 }
 
 TEST(PipelineTest, BalancedSplitEvensTheCostAndAnExplicitSplitIsKept) {
