@@ -278,9 +278,9 @@ RunSpec train_run_spec(const TrainConfig& config) {
 
 namespace {
 
-// Every stage of a pipeline reads its replica's data: the first stage the inputs, the
-// last the targets.
-ModelConfig model_config(const TrainConfig& config, const RankEnv& env, const StagePlan& plan) {
+// A rank's model: `rank` of `ranks` data shards, on device `ordinal`.
+ModelConfig model_config(const TrainConfig& config, int rank, int ranks, int ordinal,
+                         LayoutOptions layout) {
   return {.spec = config.model,
           .batch = micro_batch_rows(config),
           .data_batches = config.data_batches,
@@ -288,12 +288,19 @@ ModelConfig model_config(const TrainConfig& config, const RankEnv& env, const St
           .sgd = config.sgd,
           .device = config.device,
           .precision = config.precision,
-          .rank = plan.replica_of(env.comm.rank()),
-          .ranks = plan.replicas,
+          .rank = rank,
+          .ranks = ranks,
           .data_path = config.data_path,
-          .ordinal = env.ordinal,
-          .layout = config.reducer.plan.strategy.sharded() ? sharded_layout(env.comm.size())
-                                                           : LayoutOptions{}};
+          .ordinal = ordinal,
+          .layout = layout};
+}
+
+// Every stage of a pipeline reads its replica's data: the first stage the inputs, the
+// last the targets.
+ModelConfig model_config(const TrainConfig& config, const RankEnv& env, const StagePlan& plan) {
+  return model_config(
+      config, plan.replica_of(env.comm.rank()), plan.replicas, env.ordinal,
+      config.reducer.plan.strategy.sharded() ? sharded_layout(env.comm.size()) : LayoutOptions{});
 }
 
 // The strategy of `config` over `model`; sharded ones take the model's parameters into
@@ -511,18 +518,9 @@ std::vector<double> measure_unit_seconds(const TrainConfig& config, int passes) 
   const int units = layout.units();
   RankRecorder recorder(0, static_cast<std::size_t>(64 * units + 64));
   const std::unique_ptr<RankModel> model =
-      make_rank_model({.spec = config.model,
-                       .batch = micro_batch_rows(config),
-                       .data_batches = config.data_batches,
-                       .seed = config.seed,
-                       .sgd = config.sgd,
-                       .device = config.device,
-                       .precision = config.precision,
-                       .rank = 0,
-                       .ranks = std::max(1, config.ranks / std::max(1, config.pipeline.stages)),
-                       .data_path = config.data_path,
-                       .ordinal = 0,
-                       .layout = {}},
+      make_rank_model(model_config(config, /*rank=*/0,
+                                   std::max(1, config.ranks / std::max(1, config.pipeline.stages)),
+                                   /*ordinal=*/0, LayoutOptions{}),
                       recorder);
   std::vector<std::vector<double>> seconds(static_cast<std::size_t>(units));
   for (int pass = 0; pass < kWarmup + passes; ++pass) {
