@@ -2,6 +2,7 @@
 // (threads of this process, or the processes of an mpirun/srun job with rank 0 printing
 // and writing), and the terminal (header, the metrics table). The sweep itself is
 // experiment/sweep_runner.h.
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <nlohmann/json.hpp>
@@ -229,6 +230,9 @@ void check_process_job(const CharacterizeFlags& flags, const std::vector<SweepAx
     throw UsageError("--link: link emulation is for the local backend; under " + backend +
                      " the real interconnect is measured");
   }
+  if (flags.workload.split == "auto") {
+    refuse_split_auto_in_process_jobs(true, backend);
+  }
 }
 
 // Every point's workload, built (and so validated) before anything runs.
@@ -372,8 +376,19 @@ int run_characterize(CharacterizeFlags flags, bool batch_given, const CommandLin
     if (!flags.simulate.empty()) {
       throw UsageError("--sweep power-cap: not with --simulate, which runs nothing here");
     }
-    limits.emplace();
-    limits_on_signal.emplace([&limits] { limits->close(); });
+    // The GPUs this process sees (CUDA_VISIBLE_DEVICES), never another's on the node.
+    const std::vector<std::string> gpus = cuda_pci_bus_ids();
+    if (gpus.empty() || std::find(gpus.begin(), gpus.end(), std::string()) != gpus.end()) {
+      throw UsageError("--sweep power-cap: cannot tell which GPUs the run uses (no PCI bus id)");
+    }
+    limits.emplace("libnvidia-ml.so.1", gpus);
+    limits_on_signal.emplace([&limits] {
+      try {
+        limits->close();
+      } catch (const std::exception& e) {  // the signal's cleanup swallows it: say it here
+        std::fprintf(stderr, "tandem: %s\n", e.what());
+      }
+    });
     for (const std::string& v : axis.values) limits->check(parse_watts(v, "--sweep power-cap"));
     options.before_point = [&limits](const SweepPoint& point) {
       for (const auto& [key, value] : point) {

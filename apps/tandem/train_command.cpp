@@ -89,6 +89,7 @@ int run_train(const TrainFlags& flags, bool batch_given, bool ranks_given,
     throw UsageError("--link: link emulation is for the local backend; under " + backend +
                      " the real interconnect is measured");
   }
+  refuse_split_auto_in_process_jobs(config.pipeline.split_auto, backend);
   const bool leader_process = backend == "local" || launched_world().rank == 0;
   // Locked for the whole run; the results appear at --out only when all are written.
   std::optional<ResultsWriter> out;
@@ -100,6 +101,8 @@ int run_train(const TrainFlags& flags, bool batch_given, bool ranks_given,
   const std::string where = job.in_process() && config.device != Device::kCpu
                                 ? "threads of one process, one GPU each"
                                 : describe_ranks(job);
+  // Measured before the header, which prints it, and before every rank starts.
+  if (config.pipeline.split_auto) config.pipeline.split = measured_split(config);
   if (job.leader()) {
     print_header(config, where);
     if (job.process() != nullptr) std::printf("  %s\n", job.process()->describe().c_str());

@@ -224,6 +224,11 @@ TrainConfig to_train_config(const WorkloadFlags& f, bool batch_given, bool runs_
   c.pipeline.schedule = parse_schedule(f.schedule);  // its errors name --schedule
   c.pipeline.micro_batches = f.micro_batches;
   c.pipeline.split_auto = f.split == "auto";
+  if (c.pipeline.split_auto && !runs_here) {
+    throw UsageError(
+        "--split auto: measures unit times on this machine; a simulation balances "
+        "by FLOPs or takes --split N,N,...");
+  }
   for (const std::string& item : f.split.empty() || c.pipeline.split_auto
                                      ? std::vector<std::string>{}
                                      : split(f.split, ',')) {

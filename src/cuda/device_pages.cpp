@@ -8,6 +8,7 @@
 #include <atomic>
 #include <cstring>
 #include <string>
+#include <utility>
 
 #include "core/error.h"
 #include "cuda/check.h"
@@ -125,7 +126,11 @@ DevicePages::DevicePages(std::size_t bytes, std::span<const std::size_t> cuts, c
   if (granularity_ == 0) {
     TANDEM_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&data_), bytes));
     pieces_[0] = Piece{.end = bytes};
-    TANDEM_CUDA_CHECK(cudaMemsetAsync(data_, 0, bytes, stream_));
+    if (const cudaError_t status = cudaMemsetAsync(data_, 0, bytes, stream_);
+        status != cudaSuccess) {
+      cudaFree(std::exchange(data_, nullptr));
+      check_cuda_status(status, "cudaMemsetAsync (device pages)");
+    }
     return;
   }
   const std::size_t reserved = round_up(bytes, granularity_);
@@ -251,22 +256,22 @@ void DevicePages::discard(std::size_t first, std::size_t last) {
   reclaim(/*bound=*/false);
   // The array's last piece runs to the reserved end, past bytes_.
   const std::size_t whole_end = last == bytes_ ? reserved_ : last;
-  std::uint64_t batch = 0;
+  std::vector<Piece*> going;
   auto it = pieces_.upper_bound(first);
   if (it != pieces_.begin() && std::prev(it)->second.end > first) --it;
   for (; it != pieces_.end() && it->first < last; ++it) {
     Piece& piece = it->second;
     if (piece.releasing != 0) continue;  // going back already
     if (it->first >= first && piece.end <= whole_end) {
-      if (batch == 0) batch = next_batch_++;
-      piece.releasing = batch;
+      going.push_back(&piece);
       continue;
     }
     const std::size_t lo = std::max(first, it->first);
     const std::size_t hi = std::min({last, piece.end, bytes_});
     TANDEM_CUDA_CHECK(cudaMemsetAsync(data_ + lo, 0, hi - lo, stream_));
   }
-  if (batch == 0) return;
+  if (going.empty()) return;
+  // The event first: a piece is marked only once the release that frees it is recorded.
   cudaEvent_t done = nullptr;
   if (spare_events_.empty()) {
     TANDEM_CUDA_CHECK(cudaEventCreateWithFlags(&done, cudaEventDisableTiming));
@@ -274,8 +279,13 @@ void DevicePages::discard(std::size_t first, std::size_t last) {
     done = spare_events_.back();
     spare_events_.pop_back();
   }
+  if (const cudaError_t status = cudaEventRecord(done, stream_); status != cudaSuccess) {
+    spare_events_.push_back(done);
+    check_cuda_status(status, "cudaEventRecord (pages given back)");
+  }
+  const std::uint64_t batch = next_batch_++;
+  for (Piece* piece : going) piece->releasing = batch;
   releases_.push_back({.batch = batch, .done = done});
-  TANDEM_CUDA_CHECK(cudaEventRecord(done, stream_));
 }
 
 void DevicePages::restore(std::size_t first, std::size_t last) {
@@ -348,7 +358,7 @@ void note_device_memory(int device) {
 
 void reset_device_peak(int device) {
   TANDEM_CHECK(device >= 0 && device < kMaxDevices);
-  peaks[static_cast<std::size_t>(device)].store(device_memory_in_use(device));
+  peaks[static_cast<std::size_t>(device)].store(0);
 }
 
 std::int64_t device_peak(int device) {

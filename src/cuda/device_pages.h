@@ -60,6 +60,8 @@ class DevicePages {
   // Bytes [first, last) into `host`, zeros where nothing backs them; synchronizes the
   // stream.
   void download(void* host, std::size_t first, std::size_t last) const;
+  // Gives back now what discards the stream has passed (without waiting for the rest).
+  void settle() { reclaim(/*bound=*/false); }
 
  private:
   struct Piece {
@@ -100,6 +102,13 @@ class DevicePageArray {
   DevicePageArray() = default;
   DevicePageArray(std::size_t n, std::span<const std::size_t> cuts, cudaStream_t stream)
       : pages_(n * sizeof(T), byte_cuts(cuts), stream), size_(n) {}
+  DevicePageArray(DevicePageArray&& other) noexcept
+      : pages_(std::move(other.pages_)), size_(std::exchange(other.size_, 0)) {}
+  DevicePageArray& operator=(DevicePageArray&& other) noexcept {
+    pages_ = std::move(other.pages_);
+    size_ = std::exchange(other.size_, 0);
+    return *this;
+  }
 
   T* data() { return static_cast<T*>(pages_.data()); }
   const T* data() const { return static_cast<const T*>(pages_.data()); }
@@ -114,6 +123,7 @@ class DevicePageArray {
     pages_.restore(first * sizeof(T), last * sizeof(T));
   }
   void zero() { pages_.zero(0, size_ * sizeof(T)); }
+  void settle() { pages_.settle(); }
   std::vector<T> download() const {
     std::vector<T> out(size_);
     pages_.download(out.data(), 0, size_ * sizeof(T));
@@ -131,8 +141,9 @@ class DevicePageArray {
 };
 
 // The device's memory in use (total less free, as the driver reports it, every process's
-// together), and the most seen on it since reset_device_peak: tandem reads the driver
-// whenever it backs memory, and at the end of every step.
+// together), and the most seen on it since reset_device_peak (which starts from nothing):
+// tandem reads the driver whenever it backs memory, and at the end of every step once
+// what the step gave back went back.
 std::int64_t device_memory_in_use(int device);
 void note_device_memory(int device);
 void reset_device_peak(int device);

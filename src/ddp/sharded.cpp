@@ -8,18 +8,21 @@
 namespace tandem {
 
 // Note [ordering on a device]: on --device cuda every buffer here is device memory, and
-// the strategy's own work (the fsdp constructor's copies, SGD on the shards, the
-// discards' memsets) is enqueued on the model's compute stream. Collectives are ordered
+// the strategy's own work (the fsdp constructor's copies, SGD on the shards, a discard's
+// event after which its memory goes back, a restore's zeroing) is enqueued on the model's
+// compute stream. Collectives are ordered
 // after everything enqueued on the bound stream when they are issued, and Work::wait()
 // makes that stream wait for them (comm/work.h). So:
 // - a discard after a wait: settle_reduces discards a unit's gradient only after waiting
 //   for its reduce-scatter, and release_after discards parameters only of a resident unit,
-//   whose gather was waited for (wait_gathered); the memset runs on the stream after the
-//   stream waited, so it never overwrites what a collective still reads or writes;
+//   whose gather was waited for (wait_gathered); the discard's event is recorded on the
+//   stream after the stream waited, so the memory never goes back (cuda/device_pages.h)
+//   while a collective still reads or writes it;
 // - a gather after a discard: a unit's gather is issued only when it is neither resident
-//   nor being gathered, that is after its last discard was enqueued, so the gather is
-//   ordered after that memset; the same holds for the backward's += into gradients given
-//   back, and for zero1/zero2's in-place gathers after SGD wrote the rank's block;
+//   nor being gathered, that is after its last discard was enqueued, and after its
+//   restore (mapped again, zeroed on the stream), so the gather is ordered after both; the
+//   same holds for the backward's += into gradients given back (restored before it), and
+//   for zero1/zero2's in-place gathers after SGD wrote the rank's block;
 // - SGD reads the gradient shards after before_optimizer waited for every reduce-scatter.
 // On a device settle_reduces(false) only tests completion where the memory is the host's:
 // the host cannot see a device collective end without blocking, so reduce-scatters are

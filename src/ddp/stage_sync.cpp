@@ -14,15 +14,27 @@ StageSync::StageSync(StageUnits units, Communicator& control, RankModel& model,
   const std::vector<bool> keep =
       stage_kept_units(layout, units_.owned[static_cast<std::size_t>(units_.stage)]);
   if (replicas_) reducer_ = std::make_unique<Reducer>(*replicas_, model, options, keep);
+  // The units another stage holds are given back, each run of neighbours as one range
+  // (a device gives back whole pieces of its memory only, which may straddle two units).
+  std::size_t run_begin = 0, run_end = 0;
+  auto give_back = [&] {
+    if (run_end > run_begin) {
+      model.discard_params(run_begin, run_end);
+      model.discard_grads(run_begin, run_end);
+    }
+  };
   for (int u = 0; u < layout.units(); ++u) {
     const std::size_t begin = layout.unit_begin(u), end = layout.owned_end(u);
     if (keep[static_cast<std::size_t>(u)]) {
+      give_back();
+      run_begin = run_end = end;
       ranges_.push_back({begin, end, model.allocate_zeroed(end - begin)});
     } else {
-      model.discard_params(begin, end);
-      model.discard_grads(begin, end);
+      if (run_end != begin) run_begin = begin;  // not adjacent: a new run
+      run_end = end;
     }
   }
+  give_back();
 }
 
 void StageSync::begin_step(int step) {

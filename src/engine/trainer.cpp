@@ -450,6 +450,8 @@ std::string train_rank(const TrainConfig& config, RankEnv& env, const StepCallba
     model->reset_device_peak();
     for (int step = 0; step < config.steps; ++step) {
       StepRecord record = run_step(config, step, *model, *sync, *stage, rank);
+      // The steps' own: a held-out pass or --verify gathers every unit of fsdp.
+      device_peak = std::max(device_peak, model->device_peak_bytes());
       if (config.compute && plan.shape.stages > 1) {
         forward_loss_to_first_stage(plan, env.control, rank, record);
       }
@@ -472,11 +474,11 @@ std::string train_rank(const TrainConfig& config, RankEnv& env, const StepCallba
           verify_identical(env.control, record.param_hash, step);
         }
       }
+      model->reset_device_peak();
       steps.push_back(record);
       if (rank == 0 && on_step) on_step(record);
     }
     steps_peak_rss = reset ? peak_rss_bytes() : -1;
-    device_peak = model->device_peak_bytes();
     // A collective for fsdp: every rank gathers, rank 0 alone keeps a copy.
     std::vector<float> full = sync->full_params(*model, /*copy=*/rank == 0);
     if (rank == 0) final_params = model->layout().packed(std::move(full));
@@ -556,13 +558,14 @@ std::vector<double> measure_unit_seconds(const TrainConfig& config, int passes) 
   return out;
 }
 
-std::vector<int> measured_split(const TrainConfig& config, const Job& job) {
-  // Every rank must hold the same split: measured once, before any rank starts.
-  if (!job.in_process()) {
-    throw UsageError(
-        "--split auto: measures in one process; under mpirun give the split "
-        "a local run printed (--split N,N,...)");
+void refuse_split_auto_in_process_jobs(bool split_auto, const std::string& backend) {
+  if (split_auto && backend != "local") {
+    throw UsageError("--split auto: measures in one process; under " + backend +
+                     " give the split a local run printed (--split N,N,...)");
   }
+}
+
+std::vector<int> measured_split(const TrainConfig& config) {
   const std::size_t chunks = stage_plan(config).chunks.size();
   return balance_units(measure_unit_seconds(config), static_cast<int>(chunks));
 }
@@ -571,7 +574,9 @@ TrainResult train(const TrainConfig& given, Job& job, const StepCallback& on_ste
   validate(given);
   TrainConfig config = given;
   if (config.pipeline.split_auto && config.pipeline.split.empty()) {
-    config.pipeline.split = measured_split(config, job);
+    // Every rank must hold the same split: measured once, before any rank starts.
+    refuse_split_auto_in_process_jobs(true, job.in_process() ? "local" : "mpi");
+    config.pipeline.split = measured_split(config);
   }
   if (config.device == Device::kCpu) configure_cpu_gemm(config);
   const RunResult run = job.run(train_run_spec(config),

@@ -66,9 +66,12 @@ struct TrainConfig {
 // data, nothing else running). What --split auto balances the stages by.
 std::vector<double> measure_unit_seconds(const TrainConfig& config, int passes = 5);
 // --split auto's units per model chunk: the measured times balanced over the run's chunks
-// (balance_units). Measures in this process: a process job (mpirun) is refused with one
-// line.
-std::vector<int> measured_split(const TrainConfig& config, const Job& job);
+// (balance_units). Every rank must hold the same split, so it is measured once, in this
+// process, before any rank starts; a caller that reports the split resolves it first
+// (train() does for whoever did not). Under a process backend ("mpi") --split auto is
+// refused with one line (refuse_split_auto_in_process_jobs).
+std::vector<int> measured_split(const TrainConfig& config);
+void refuse_split_auto_in_process_jobs(bool split_auto, const std::string& backend);
 
 // One rank's step, as printed and written to steps.csv.
 struct StepRecord {

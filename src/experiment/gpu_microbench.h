@@ -36,6 +36,8 @@ std::unique_ptr<Workload> make_gpu_microbench_workload(const GpuMicrobenchSpec& 
 
 // Visible CUDA devices, 0 when there is no device or no CUDA in this build.
 int cuda_device_count();
+// The PCI bus ids of the visible CUDA devices (CUDA_VISIBLE_DEVICES), in ordinal order.
+std::vector<std::string> cuda_pci_bus_ids();
 
 // The CUDA target's factory; returns true so a static initializer can call it.
 using GpuMicrobenchFactory = std::unique_ptr<Workload> (*)(const GpuMicrobenchSpec& spec);

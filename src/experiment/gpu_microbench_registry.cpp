@@ -35,4 +35,12 @@ int cuda_device_count() {
   return cuda != nullptr && cuda->count != nullptr ? cuda->count() : 0;
 }
 
+std::vector<std::string> cuda_pci_bus_ids() {
+  const DeviceModels* cuda = find_device_models(Device::kCuda);
+  std::vector<std::string> out;
+  if (cuda == nullptr || cuda->pci_bus_id == nullptr) return out;
+  for (int i = 0; i < cuda_device_count(); ++i) out.push_back(cuda->pci_bus_id(i));
+  return out;
+}
+
 }  // namespace tandem

@@ -53,16 +53,14 @@ class TrainWorkload final : public Workload {
   explicit TrainWorkload(const TrainConfig& config) : config_(config) {
     config_.record = true;
     validate(config_);
+    // One split for every scenario, measured before any runs (--split auto).
+    if (config_.pipeline.split_auto) config_.pipeline.split = measured_split(config_);
   }
 
   std::string describe() const override { return train_description(config_); }
   nlohmann::json config_json() const override { return train_workload_json(config_); }
 
   Timeline run(Job& job, Scenario scenario, int steps) override {
-    // One split for every scenario (--split auto): measured before the first.
-    if (config_.pipeline.split_auto && config_.pipeline.split.empty()) {
-      config_.pipeline.split = measured_split(config_, job);
-    }
     TrainConfig c = scenario_config(config_, scenario);
     c.steps = steps;
     return train(c, job).timeline;

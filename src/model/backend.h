@@ -11,6 +11,7 @@
 //   memory   buffer<U>(n), flat(layout) (zero), initialize(flat, layout, seed),
 //            table(host), zero(span), zero(flat), discard(flat, begin, end) and
 //            restore(flat, begin, end) (before a discarded range is used again),
+//            settle(flat) (after a synchronization: what was discarded goes back now),
 //            download(flat) (host copy; discarded ranges read zero), copy(to, from, n),
 //            prepare(params, needs) and extra_bytes(numel, needs, config) for what the
 //            backend keeps of its own, attention_scratch(T, H).

@@ -77,6 +77,7 @@ class CpuBackend : public layers::Ops<T> {
   void discard(Flat& array, std::size_t begin, std::size_t end) const { array.discard(begin, end); }
   // Pages given back come back as they are touched (zero): nothing to do.
   void restore(Flat&, std::size_t /*begin*/, std::size_t /*end*/) const {}
+  void settle(Flat&) const {}  // discarded pages went back at once
   void copy(T* to, const T* from, std::size_t n) const { std::copy_n(from, n, to); }
   std::vector<T> download(std::span<const T> from) const { return {from.begin(), from.end()}; }
   // Elements the shared parts of attention_backward need (one head at a time).

@@ -20,7 +20,7 @@
 //                                  the device has finished and the spans are recorded
 //   begin_span(...), end_span()    the engine's own intervals on the same clock
 //   optimizer_step, sgd_step, allocate_zeroed, stream, make_current, finish, describe,
-//   device_details, timing_source, reset_device_peak, device_peak_bytes
+//   device_details, timing_source, reset_device_peak, device_peak_bytes, note_memory
 //                                  as RankModel's members of the same names
 #pragma once
 
@@ -171,7 +171,12 @@ class DeviceRankModel final : public RankModel {
   }
   void end_span() override { device_.end_span(); }
   StepEnd end_step() override {
-    return with_model([&](auto& model) { return device_.end_step(model.backend()); });
+    return with_model([&](auto& model) {
+      const StepEnd out = device_.end_step(model.backend());  // the device has finished
+      model.settle();
+      device_.note_memory();
+      return out;
+    });
   }
 
   std::vector<float> download_params() override {

@@ -44,6 +44,11 @@ class ModelOn {
   }
   void restore_grads(std::size_t begin, std::size_t end) { backend_->restore(grads_, begin, end); }
   std::vector<T> download_params() const { return backend_->download(params_); }
+  // Once the device has finished: the memory of every discard goes back now.
+  void settle() {
+    backend_->settle(params_);
+    backend_->settle(grads_);
+  }
 
  protected:
   // The same initial parameters for a seed on every device (layout.h); zero gradients.

@@ -129,6 +129,7 @@ class CpuDevice {
   std::string timing_source() const { return "host-clock"; }
   // The CPU's peak is the process's resident set (trainer.cpp), not a device's.
   void reset_device_peak() {}
+  void note_memory() {}
   std::int64_t device_peak_bytes() const { return -1; }
 
  private:

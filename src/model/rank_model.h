@@ -72,8 +72,8 @@ class RankModel {
   virtual void restore_params(std::size_t begin, std::size_t end) = 0;
   virtual void restore_grads(std::size_t begin, std::size_t end) = 0;
   // Elements [begin, end) of grads() become zero and keep their memory (a pipeline stage
-  // zeroes its own units between steps). By default discard_grads, which on a device
-  // zeroes and keeps.
+  // zeroes its own units between steps). DeviceRankModel zeroes them in place; a model
+  // without its own may discard them.
   virtual void zero_grads(std::size_t begin, std::size_t end) { discard_grads(begin, end); }
   // Where device work is enqueued (collectives are ordered after it); null on the CPU.
   virtual ComputeStream stream() const { return nullptr; }
@@ -183,6 +183,8 @@ struct DeviceModels {
   // and the free memory of device `ordinal` now (-1: unknown): check_device_memory.
   ReplicaBytes (*replica_bytes)(const ModelConfig& config) = nullptr;
   std::int64_t (*free_bytes)(int ordinal) = nullptr;
+  // Device `ordinal`'s PCI bus id ("00000000:65:00.0"), what NVML finds it by; "" unknown.
+  std::string (*pci_bus_id)(int ordinal) = nullptr;
 };
 bool register_device_models(Device device, DeviceModels models);
 const DeviceModels* find_device_models(Device device);

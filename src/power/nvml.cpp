@@ -39,6 +39,7 @@ struct NvmlApi {
   NvmlReturn (*get_limit)(NvmlDevice, unsigned int*) = nullptr;                   // mW
   NvmlReturn (*limit_range)(NvmlDevice, unsigned int*, unsigned int*) = nullptr;  // mW
   NvmlReturn (*set_limit)(NvmlDevice, unsigned int) = nullptr;                    // mW
+  NvmlReturn (*handle_by_pci)(const char*, NvmlDevice*) = nullptr;                // ..._v2
 };
 
 // The loaded library, initialized; shut down and closed with the last source.
@@ -152,6 +153,7 @@ std::shared_ptr<NvmlLibrary> open_nvml(const std::string& library, std::string& 
   load(handle, "nvmlDeviceGetPowerManagementLimit", api.get_limit);
   load(handle, "nvmlDeviceGetPowerManagementLimitConstraints", api.limit_range);
   load(handle, "nvmlDeviceSetPowerManagementLimit", api.set_limit);
+  load(handle, "nvmlDeviceGetHandleByPciBusId_v2", api.handle_by_pci);
   if (const NvmlReturn r = api.init(); r != kNvmlSuccess) {
     const char* text = api.error_string(r);
     why = std::string("nvmlInit_v2 failed: ") + (text != nullptr ? text : "?");
@@ -222,14 +224,17 @@ struct NvmlPowerLimits::State {
   bool changed = false;
 };
 
-NvmlPowerLimits::NvmlPowerLimits(const std::string& library) : state_(std::make_unique<State>()) {
+NvmlPowerLimits::NvmlPowerLimits(const std::string& library,
+                                 const std::vector<std::string>& pci_bus_ids)
+    : state_(std::make_unique<State>()) {
   const std::string what = "--sweep power-cap: ";
   std::string why;
   state_->lib = open_nvml(library, why);
   if (state_->lib == nullptr)
     throw UsageError(what + "cannot reach the GPUs' power limits: " + why);
   const NvmlApi& api = state_->lib->api();
-  if (api.get_limit == nullptr || api.limit_range == nullptr || api.set_limit == nullptr) {
+  if (api.get_limit == nullptr || api.limit_range == nullptr || api.set_limit == nullptr ||
+      api.handle_by_pci == nullptr) {
     throw UsageError(what + library + " has no power-limit calls");
   }
   unsigned int count = 0;
@@ -237,11 +242,17 @@ NvmlPowerLimits::NvmlPowerLimits(const std::string& library) : state_(std::make_
     throw UsageError(what + "NVML sees no GPU" +
                      (r != kNvmlSuccess ? " (" + state_->lib->error(r) + ")" : std::string()));
   }
-  for (unsigned int i = 0; i < count; ++i) {
+  // The GPUs given by PCI bus id, else every one NVML sees.
+  const unsigned int gpus =
+      pci_bus_ids.empty() ? count : static_cast<unsigned int>(pci_bus_ids.size());
+  for (unsigned int i = 0; i < gpus; ++i) {
     NvmlDevice device = nullptr;
     unsigned int limit = 0, low = 0, high = 0;
-    const std::string gpu = "gpu" + std::to_string(i);
-    NvmlReturn r = api.handle_by_index(i, &device);
+    const std::string gpu =
+        pci_bus_ids.empty() ? "gpu" + std::to_string(i)
+                            : "cuda device " + std::to_string(i) + " (PCI " + pci_bus_ids[i] + ")";
+    NvmlReturn r = pci_bus_ids.empty() ? api.handle_by_index(i, &device)
+                                       : api.handle_by_pci(pci_bus_ids[i].c_str(), &device);
     if (r == kNvmlSuccess) r = api.get_limit(device, &limit);
     if (r == kNvmlSuccess) r = api.limit_range(device, &low, &high);
     if (r != kNvmlSuccess) {

@@ -34,9 +34,9 @@ NvmlDiscovery discover_nvml(const std::string& library = "libnvidia-ml.so.1");
 // NVML 1 GPU(s)", or why there is none of a kind).
 NvmlDiscovery discover_power(const std::string& powercap_root, bool gpus);
 
-// The power limits of every GPU NVML sees, changed only when the user sweeps them, and put
-// back as they were found when this object goes (or at restore()). Opening reads each
-// GPU's limit and the range it accepts, and tries the right to change it by setting the
+// The power limits of the given GPUs (or every one NVML sees), changed only when the user
+// sweeps them, and put back as they were found when this object goes (or at restore()). Opening
+// reads each GPU's limit and the range it accepts, and tries the right to change it by setting the
 // limit it has: without the right (root, or the driver's permission) or without NVML it
 // throws UsageError, one line naming --sweep power-cap, before anything ran. A process
 // killed outright (SIGKILL) cannot put the limits back: `nvidia-smi -pl` can.
@@ -49,7 +49,9 @@ class NvmlPowerLimits {
     double max_w = 0;
   };
 
-  explicit NvmlPowerLimits(const std::string& library = "libnvidia-ml.so.1");
+  // `pci_bus_ids`: the GPUs to limit (the run's: cuda_pci_bus_ids()); empty: every GPU.
+  explicit NvmlPowerLimits(const std::string& library = "libnvidia-ml.so.1",
+                           const std::vector<std::string>& pci_bus_ids = {});
   ~NvmlPowerLimits();
   NvmlPowerLimits(const NvmlPowerLimits&) = delete;
   NvmlPowerLimits& operator=(const NvmlPowerLimits&) = delete;

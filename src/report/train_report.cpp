@@ -19,6 +19,13 @@ std::string ms(const Summary& s) {
   return buf;
 }
 
+// The units of each model chunk of a pipelined run, as --split takes them.
+std::vector<int> units_per_chunk(const TrainConfig& c) {
+  std::vector<int> out;
+  for (const auto& [first, last] : stage_plan(c).chunks) out.push_back(last - first + 1);
+  return out;
+}
+
 std::string mib(std::int64_t bytes) {
   char buf[32];
   std::snprintf(buf, sizeof buf, "%.2f MiB", static_cast<double>(bytes) / (1 << 20));
@@ -260,6 +267,8 @@ nlohmann::json train_config_json(const TrainConfig& c, const TrainResult& result
       {"pipeline_stages", c.pipeline.stages},
       {"schedule", c.pipeline.stages > 1 ? nlohmann::json(to_string(c.pipeline.schedule))
                                          : nlohmann::json(nullptr)},
+      {"split",
+       c.pipeline.stages > 1 ? nlohmann::json(units_per_chunk(c)) : nlohmann::json(nullptr)},
       {"lr", c.sgd.lr},
       {"momentum", c.sgd.momentum},
       {"weight_decay", c.sgd.weight_decay},
@@ -296,8 +305,14 @@ TrainConfig train_config_from_json(const nlohmann::json& j, const std::string& w
     c.accumulate = j.at("accumulate").get<int>();
     const int micro = j.at("micro_batches").get<int>();
     c.pipeline.stages = j.at("pipeline_stages").get<int>();
-    if (c.pipeline.stages > 1)
+    if (c.pipeline.stages > 1) {
       c.pipeline.schedule = parse_schedule(j.at("schedule").get<std::string>());
+      // The units per chunk the run used (written since --split auto; without it, as runs
+      // before it did, they are balanced by FLOPs again).
+      if (j.contains("split") && j.at("split").is_array()) {
+        c.pipeline.split = j.at("split").get<std::vector<int>>();
+      }
+    }
     if (c.accumulate == 1 && micro > 1) c.pipeline.micro_batches = micro;
     c.reducer.plan.strategy = Strategy::parse(j.at("strategy").get<std::string>());
     if (c.reducer.plan.strategy.kind == StrategyKind::kFsdp) {

@@ -193,6 +193,20 @@ TEST(NvmlPowerLimitsTest, SetsEveryGpuAndPutsTheLimitsBackAsFound) {
   } catch (const RuntimeError&) {
   }
   EXPECT_EQ(fake.limit_mw(0), 700'000u);
+  // The run's GPUs only (by PCI bus id): the other keeps its limit.
+  {
+    NvmlPowerLimits one(TANDEM_FAKE_NVML, {"00000000:02:00.0"});
+    ASSERT_EQ(one.gpus().size(), 1u);
+    EXPECT_EQ(one.gpus()[0].name, "cuda device 0 (PCI 00000000:02:00.0) (Fake H100)");
+    one.set(300);
+    EXPECT_EQ(fake.limit_mw(0), 700'000u);
+    EXPECT_EQ(fake.limit_mw(1), 300'000u);
+  }
+  EXPECT_EQ(fake.limit_mw(1), 700'000u);
+  EXPECT_NE(usage_error([] {
+              NvmlPowerLimits none(TANDEM_FAKE_NVML, {"00000000:09:00.0"});
+            }).find("cannot read cuda device 0 (PCI 00000000:09:00.0)'s power limit: Not Found"),
+            std::string::npos);
   // A signal's cleanup: put back, and the sweep's next set is refused.
   NvmlPowerLimits limits(TANDEM_FAKE_NVML);
   limits.set(300);

@@ -94,6 +94,8 @@ class CudaBackend {
   void zero(Flat& array) const { array.zero(); }
   void discard(Flat& array, std::size_t begin, std::size_t end) const;
   void restore(Flat& array, std::size_t begin, std::size_t end) const { array.restore(begin, end); }
+  // After the stream was synchronized: every discard's memory goes back now.
+  void settle(Flat& array) const { array.settle(); }
   void copy(float* to, const float* from, std::size_t n) const;
   // Host copies; both synchronize the stream before returning.
   void upload(std::span<float> to, std::span<const float> host) const;

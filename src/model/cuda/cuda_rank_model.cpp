@@ -255,7 +255,6 @@ class CudaDevice {
                                         stream_.get()));
     }
     stream_.synchronize();
-    cuda::note_device_memory(device_);
     const std::int64_t end = timer_.flush(recorder_);
     RankModel::StepEnd out{.loss_sum = backend.loss_sum_host(), .end_ns = end};
     if (amp_) {
@@ -273,6 +272,7 @@ class CudaDevice {
   }
   std::string timing_source() const { return "cuda-events"; }
   void reset_device_peak() { cuda::reset_device_peak(device_); }
+  void note_memory() { cuda::note_device_memory(device_); }
   std::int64_t device_peak_bytes() const { return cuda::device_peak(device_); }
 
  private:
@@ -312,12 +312,22 @@ std::int64_t free_bytes(int ordinal) {
   return static_cast<std::int64_t>(free);
 }
 
+std::string pci_bus_id(int ordinal) {
+  char id[32] = {};
+  if (cudaDeviceGetPCIBusId(id, sizeof id, ordinal) != cudaSuccess) {
+    cudaGetLastError();
+    return {};
+  }
+  return id;
+}
+
 [[maybe_unused]] const bool kRegistered = register_device_models(
     Device::kCuda, DeviceModels{.unavailable = &unavailable,
                                 .make = &make,
                                 .count = &count,
                                 .replica_bytes = &replica_bytes_on<CudaDevice>,
-                                .free_bytes = &free_bytes});
+                                .free_bytes = &free_bytes,
+                                .pci_bus_id = &pci_bus_id});
 
 }  // namespace
 }  // namespace tandem
