@@ -1,1 +1,0 @@
-  1 process1:  2 process2:  4 process4:
