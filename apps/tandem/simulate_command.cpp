@@ -207,7 +207,8 @@ int run_simulate(const SimulateFlags& flags, bool batch_given, const CommandLine
   }
   WorkloadFlags workload = flags.workload;
   workload.ranks = flags.ranks > 0 ? flags.ranks : options.cluster.devices();
-  const TrainConfig config = to_train_config(workload, batch_given, /*runs_here=*/false);
+  TrainConfig config = to_train_config(workload, batch_given, /*runs_here=*/false);
+  if (config.pipeline.split_auto) config.pipeline.split = predicted_split(config, options);
   std::optional<ResultsWriter> out;
   if (!flags.out.empty()) {
     out.emplace(flags.out, ResultsCommand::kTrain, argv, OutputPolicy{.force = flags.force});

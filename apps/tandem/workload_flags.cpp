@@ -106,8 +106,9 @@ void add_workload_flags(CLI::App& app, WorkloadFlags& f, WorkloadUse use) {
       ->check(integer_in(1, 4096));
   app.add_option("--split", f.split,
                  "Units per model chunk in model order, e.g. 3,3,2 (P x V numbers adding up to "
-                 "the model's units), or auto: balanced by each unit's forward + backward time "
-                 "measured before training (one process); default: balanced by FLOPs");
+                 "the model's units), or auto: balanced by each unit's forward + backward time, "
+                 "measured before training (one process) or, in a simulation, predicted; "
+                 "default: balanced by FLOPs");
   if (here) {
     app.add_option("--link", f.link,
                    "Emulate a slower interconnect: BANDWIDTH,LATENCY (e.g. 25GB/s,5us; "
@@ -223,12 +224,8 @@ TrainConfig to_train_config(const WorkloadFlags& f, bool batch_given, bool runs_
   c.pipeline.stages = f.pipeline;
   c.pipeline.schedule = parse_schedule(f.schedule);  // its errors name --schedule
   c.pipeline.micro_batches = f.micro_batches;
+  // auto: measured where the run trains, predicted where it is simulated.
   c.pipeline.split_auto = f.split == "auto";
-  if (c.pipeline.split_auto && !runs_here) {
-    throw UsageError(
-        "--split auto: measures unit times on this machine; a simulation balances "
-        "by FLOPs or takes --split N,N,...");
-  }
   for (const std::string& item : f.split.empty() || c.pipeline.split_auto
                                      ? std::vector<std::string>{}
                                      : split(f.split, ',')) {

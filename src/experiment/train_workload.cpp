@@ -77,6 +77,7 @@ class SimulatedWorkload final : public Workload {
   SimulatedWorkload(const TrainConfig& config, const SimulateOptions& options)
       : config_(config), options_(options) {
     config_.record = true;
+    if (config_.pipeline.split_auto) config_.pipeline.split = predicted_split(config_, options_);
   }
 
   std::string describe() const override {

@@ -651,7 +651,23 @@ double p2p_seconds(const Cluster& cluster, int from, int to, double bytes) {
 
 }  // namespace
 
-TrainResult simulate_training(const TrainConfig& config, const SimulateOptions& options) {
+std::vector<int> predicted_split(const TrainConfig& config, const SimulateOptions& options) {
+  const UnitCosts costs =
+      options.costs != nullptr ? *options.costs : unit_costs(config, options.cluster);
+  std::vector<double> seconds;
+  for (std::size_t u = 0; u < costs.forward.size(); ++u) {
+    seconds.push_back(costs.forward[u] + costs.backward[u]);
+  }
+  TANDEM_CHECK(!seconds.empty());
+  seconds.back() += costs.loss_forward + costs.loss_backward;  // the last stage's
+  return balance_units(seconds, static_cast<int>(stage_plan(config).chunks.size()));
+}
+
+TrainResult simulate_training(const TrainConfig& given, const SimulateOptions& options) {
+  TrainConfig config = given;
+  if (config.pipeline.split_auto && config.pipeline.split.empty()) {
+    config.pipeline.split = predicted_split(config, options);
+  }
   const Cluster& cluster = options.cluster;
   const Strategy& strategy = config.reducer.plan.strategy;
   if (config.ranks > cluster.devices()) {
@@ -1171,6 +1187,7 @@ TrainResult simulate_training(const TrainConfig& config, const SimulateOptions& 
   std::sort(result.memory.begin(), result.memory.end(),
             [](const RankMemory& x, const RankMemory& y) { return x.rank < y.rank; });
   if (pipeline) {
+    result.pipeline = plan.describe();  // as train() says it
     result.sync = plan.describe();
     if (plan.replicas > 1) {
       result.sync += "; each stage's gradients averaged over " + std::to_string(plan.replicas) +

@@ -81,6 +81,13 @@ struct UnitCosts {
 };
 UnitCosts unit_costs(const TrainConfig& config, const Cluster& cluster);
 
+// --split auto in a simulation: the pipeline's units per chunk balanced by the predicted
+// forward + backward time of each unit (the cluster's model, or options.costs when
+// replaying; the loss in the last unit), as --split auto balances measured ones where a
+// run trains. simulate_training resolves it for a caller that did not (one that reports
+// the split resolves it first).
+std::vector<int> predicted_split(const TrainConfig& config, const SimulateOptions& options);
+
 // Simulates config.steps steps of `config` (the DDP family, zero1, zero2 and fsdp,
 // accumulation, every model; not yet pipeline stages: UsageError naming the flag). The
 // ranks must fit the cluster, and a rank's state the device's memory (UsageError with the

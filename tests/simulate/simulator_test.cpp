@@ -400,6 +400,36 @@ TEST(SimulatorTest, PipelineStagesRunTheirScheduleAsTheIdealMachineDoes) {
   }
 }
 
+// --split auto in a simulation: the units balanced by their predicted times, replayed ones
+// included (options.costs), and the simulation runs that split.
+TEST(SimulatorTest, SplitAutoBalancesThePredictedUnitTimes) {
+  TrainConfig config = mlp_config("mlp:4x64", 2, "bucketed");
+  config.steps = 1;
+  config.pipeline.stages = 2;
+  config.pipeline.micro_batches = 2;
+  config.pipeline.split_auto = true;
+  SimulateOptions options{.cluster = round_cluster(1, 2)};
+  UnitCosts heavy_first = unit_costs(config, options.cluster);
+  ASSERT_EQ(heavy_first.forward.size(), 4u);
+  heavy_first.forward = {10, 1, 1, 1};
+  heavy_first.backward = {10, 1, 1, 1};
+  heavy_first.loss_forward = heavy_first.loss_backward = 0;
+  options.costs = &heavy_first;
+  EXPECT_EQ(predicted_split(config, options), (std::vector<int>{1, 3}));
+  const TrainResult r = simulate_training(config, options);
+  EXPECT_NE(r.pipeline.find("units 0 | 1-3"), std::string::npos) << r.pipeline;
+  // The loss belongs to the last unit: a heavy loss moves the cut the other way.
+  heavy_first.forward = {1, 1, 1, 1};
+  heavy_first.backward = {1, 1, 1, 1};
+  heavy_first.loss_forward = 10;
+  EXPECT_EQ(predicted_split(config, options), (std::vector<int>{3, 1}));
+  // The cluster's own model: every unit of the split, each chunk at least one.
+  options.costs = nullptr;
+  const std::vector<int> split = predicted_split(config, options);
+  ASSERT_EQ(split.size(), 2u);
+  EXPECT_EQ(split[0] + split[1], 4);
+}
+
 // Pipeline replicas average each stage's gradients among themselves: one all-reduce group
 // per stage, moving that stage's bytes; a straggler slows its own replica's stages and,
 // through the stage's all-reduce, the others'.
