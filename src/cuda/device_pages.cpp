@@ -191,6 +191,13 @@ std::size_t DevicePages::backed_bytes() const {
   return gives_back() ? n : bytes_;
 }
 
+std::map<std::size_t, DevicePages::Piece>::iterator DevicePages::first_piece_at(
+    std::size_t offset) {
+  auto it = pieces_.upper_bound(offset);
+  if (it != pieces_.begin() && std::prev(it)->second.end > offset) --it;
+  return it;
+}
+
 void DevicePages::back(std::size_t first, std::size_t last) {
   const Driver* d = driver();
   const CUmemAllocationProp prop = properties(device_);
@@ -257,9 +264,7 @@ void DevicePages::discard(std::size_t first, std::size_t last) {
   // The array's last piece runs to the reserved end, past bytes_.
   const std::size_t whole_end = last == bytes_ ? reserved_ : last;
   std::vector<Piece*> going;
-  auto it = pieces_.upper_bound(first);
-  if (it != pieces_.begin() && std::prev(it)->second.end > first) --it;
-  for (; it != pieces_.end() && it->first < last; ++it) {
+  for (auto it = first_piece_at(first); it != pieces_.end() && it->first < last; ++it) {
     Piece& piece = it->second;
     if (piece.releasing != 0) continue;  // going back already
     if (it->first >= first && piece.end <= whole_end) {
@@ -296,9 +301,7 @@ void DevicePages::restore(std::size_t first, std::size_t last) {
   // Pieces whose release has not gone through are kept (and read as zero).
   std::vector<std::pair<std::size_t, std::size_t>> gaps;
   std::size_t at = lo;
-  auto it = pieces_.upper_bound(lo);
-  if (it != pieces_.begin() && std::prev(it)->second.end > lo) --it;
-  for (; it != pieces_.end() && it->first < hi; ++it) {
+  for (auto it = first_piece_at(lo); it != pieces_.end() && it->first < hi; ++it) {
     if (it->first > at) gaps.emplace_back(at, it->first);
     Piece& piece = it->second;
     if (piece.releasing != 0) {

@@ -73,6 +73,8 @@ class DevicePages {
     std::uint64_t batch = 0;
     cudaEvent_t done = nullptr;  // recorded on the stream after the discard
   };
+  // The piece holding byte `offset`, else the first after it.
+  std::map<std::size_t, Piece>::iterator first_piece_at(std::size_t offset);
   void back(std::size_t first, std::size_t last);  // maps a piece over a gap
   void unback(std::map<std::size_t, Piece>::iterator piece);
   // Gives back the pieces of every release the stream has passed; with `bound`, first
