@@ -249,44 +249,6 @@ std::vector<SweepItem> build_points(const CharacterizeFlags& flags, bool batch_g
   return points;
 }
 
-// The results side of the sweep on this process.
-struct SweepOutputs {
-  std::unique_ptr<ResultsWriter> writer;  // rank 0 with --out (it holds the lock: not moved)
-  std::set<std::string> finished;         // the points every rank skips (--resume)
-  std::string refused;                    // the usage error that refused --out, on every rank
-};
-
-// Rank 0 alone opens --out and decides which points are finished; in a process job it
-// broadcasts that set, or the usage error that refused the directory, so that every rank
-// skips the same points or stops together.
-SweepOutputs open_outputs(Job& job, const CharacterizeFlags& flags, const CommandLine& argv) {
-  SweepOutputs out;
-  if (job.leader() && !flags.out.empty()) {
-    try {
-      out.writer = std::make_unique<ResultsWriter>(
-          flags.out, ResultsCommand::kCharacterize, argv,
-          OutputPolicy{.resume = flags.resume, .force = flags.force, .settings = flags.settings});
-      out.finished = out.writer->finished_points();
-    } catch (const UsageError& e) {
-      if (job.in_process()) throw;
-      out.refused = e.what();
-    } catch (const std::exception& e) {
-      job.fail(e);  // in-process: rethrown
-    }
-  }
-  ProcessCommunicator* comm = job.process();
-  if (comm == nullptr) return out;
-  try {
-    const nlohmann::json mine = {{"refused", out.refused}, {"finished", out.finished}};
-    const auto decided = nlohmann::json::parse(comm->broadcast_bytes(mine.dump(), 0));
-    out.refused = decided["refused"].get<std::string>();
-    out.finished = decided["finished"].get<std::set<std::string>>();
-  } catch (const std::exception& e) {
-    job.fail(e);
-  }
-  return out;
-}
-
 // The header (rank 0): what runs, where the ranks are, and what measures power.
 void print_header(const CharacterizeFlags& flags, std::size_t points, const Job& job,
                   const std::string& power_line) {
@@ -311,7 +273,7 @@ void print_header(const CharacterizeFlags& flags, std::size_t points, const Job&
 }
 
 // The last point's table and the report (rank 0).
-void print_results(const SweepOutcome& outcome, SweepOutputs& outputs) {
+void print_results(const SweepOutcome& outcome, SharedOutputs& outputs) {
   if (outcome.last) {
     std::printf("\n%s\n", outcome.last->description.c_str());
     std::fputs(format_metrics_table(outcome.last->metrics).c_str(), stdout);
@@ -405,7 +367,9 @@ int run_characterize(CharacterizeFlags flags, bool batch_given, const CommandLin
           job_options(flags.job, static_cast<std::int64_t>(flags.workload.timeout_s * 1e9)));
   expect_job_size(job, flags.workload.ranks);
   options.job = &job;
-  SweepOutputs outputs = open_outputs(job, flags, argv);
+  SharedOutputs outputs = open_shared_outputs(
+      job, flags.out, ResultsCommand::kCharacterize, argv,
+      OutputPolicy{.resume = flags.resume, .force = flags.force, .settings = flags.settings});
   if (!outputs.refused.empty()) {
     if (job.leader()) throw UsageError(outputs.refused);  // printed once
     return 2;

@@ -18,5 +18,6 @@ void add_characterize_command(CLI::App& app, RunCommand& run);
 void add_analyze_command(CLI::App& app, RunCommand& run);
 void add_report_command(CLI::App& app, RunCommand& run);
 void add_simulate_command(CLI::App& app, RunCommand& run);
+void add_tune_command(CLI::App& app, RunCommand& run);
 
 }  // namespace tandem::cli

@@ -1,7 +1,9 @@
 #include "job_flags.h"
 
+#include <nlohmann/json.hpp>
 #include <stdexcept>
 
+#include "comm/process_communicator.h"
 #include "core/error.h"
 #include "flag_checks.h"
 
@@ -68,6 +70,39 @@ std::string describe_ranks(const Job& job) {
   return std::string(comm->backend_name()) + " backend, " + std::to_string(comm->size()) +
          " processes on " + std::to_string(comm->hosts()) + " host(s), " +
          std::to_string(comm->ranks_on_host()) + " on rank 0's host " + comm->host_name();
+}
+
+SharedOutputs open_shared_outputs(Job& job, const std::string& out, ResultsCommand command,
+                                  const std::vector<std::string>& argv,
+                                  const OutputPolicy& policy) {
+  SharedOutputs shared;
+  if (job.leader() && !out.empty()) {
+    try {
+      shared.writer = std::make_unique<ResultsWriter>(out, command, argv, policy);
+      shared.finished = shared.writer->finished_points();
+    } catch (const UsageError& e) {
+      if (job.in_process()) throw;
+      shared.refused = e.what();
+    } catch (const std::exception& e) {
+      job.fail(e);  // in-process: rethrown
+    }
+  }
+  if (job.process() == nullptr) return shared;
+  const nlohmann::json mine = {{"refused", shared.refused}, {"finished", shared.finished}};
+  const auto decided = nlohmann::json::parse(share_from_leader(job, mine.dump()));
+  shared.refused = decided["refused"].get<std::string>();
+  shared.finished = decided["finished"].get<std::set<std::string>>();
+  return shared;
+}
+
+std::string share_from_leader(Job& job, const std::string& text) {
+  ProcessCommunicator* comm = job.process();
+  if (comm == nullptr) return text;
+  try {
+    return comm->broadcast_bytes(text, 0);
+  } catch (const std::exception& e) {
+    job.fail(e);
+  }
 }
 
 }  // namespace tandem::cli

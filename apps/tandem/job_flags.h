@@ -5,9 +5,13 @@
 
 #include <CLI/CLI.hpp>
 #include <cstdint>
+#include <memory>
+#include <set>
 #include <string>
+#include <vector>
 
 #include "engine/launch.h"
+#include "report/results_dir.h"
 
 namespace tandem::cli {
 
@@ -42,5 +46,23 @@ void expect_job_size(Job& job, int ranks);
 // What the ranks are: "local backend, threads of one process", or "mpi backend, 2
 // processes on 1 host(s), 2 on rank 0's host NAME".
 std::string describe_ranks(const Job& job);
+
+// The results side of a resumable command (characterize's sweep, tune's measurements) on
+// this process: rank 0 alone opens --out and decides which points are finished; in a
+// process job it broadcasts that set, or the usage error that refused the directory, so
+// that every rank skips the same points or stops together.
+struct SharedOutputs {
+  std::unique_ptr<ResultsWriter> writer;  // rank 0 with --out (it holds the lock: not moved)
+  std::set<std::string> finished;         // the points every rank skips (--resume)
+  std::string refused;                    // the usage error that refused --out, on every rank
+};
+// `out` empty: no directory. In-process a refusal is thrown; in a process job it is in
+// `refused` on every rank (the leader throws it, the others return 2).
+SharedOutputs open_shared_outputs(Job& job, const std::string& out, ResultsCommand command,
+                                  const std::vector<std::string>& argv, const OutputPolicy& policy);
+
+// Rank 0's text, the same on every rank of a process job (in-process: as given); a
+// failure of the exchange ends the job.
+std::string share_from_leader(Job& job, const std::string& text);
 
 }  // namespace tandem::cli

@@ -45,6 +45,7 @@ int main(int argc, char** argv) {
   tandem::cli::add_analyze_command(app, run);
   tandem::cli::add_report_command(app, run);
   tandem::cli::add_simulate_command(app, run);
+  tandem::cli::add_tune_command(app, run);
   tandem::cli::keep_repeated_values(app);
 
   try {

@@ -50,7 +50,8 @@ constexpr Unit kByteUnits[] = {
     {"TiB", 1099511627776.0},
 };
 
-constexpr Unit kDurationUnits[] = {{"ns", 1}, {"us", 1e3}, {"ms", 1e6}, {"s", 1e9}};
+constexpr Unit kDurationUnits[] = {{"ns", 1},   {"us", 1e3},   {"ms", 1e6},  {"s", 1e9},
+                                   {"m", 60e9}, {"min", 60e9}, {"h", 3600e9}};
 
 // Per-second rates; a lowercase b counts bits.
 constexpr Unit kBandwidthUnits[] = {
@@ -118,7 +119,8 @@ std::int64_t parse_bytes(std::string_view text) {
 }
 
 std::int64_t parse_duration_ns(std::string_view text) {
-  const double ns = parse_quantity(text, kDurationUnits, "a duration", "200ns, 5us, 350ms or 1.5s");
+  const double ns =
+      parse_quantity(text, kDurationUnits, "a duration", "200ns, 5us, 350ms, 1.5s or 10m");
   return to_whole(ns, text, "nanoseconds");
 }
 

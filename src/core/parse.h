@@ -13,7 +13,7 @@ namespace tandem {
 
 // "4096", "1KiB", "25MB", "256MiB", "1GiB", "1.5GB": bytes (KB = 1e3, KiB = 1024).
 std::int64_t parse_bytes(std::string_view text);
-// "5us", "350ms", "1.5s", "200ns": nanoseconds.
+// "5us", "350ms", "1.5s", "200ns", "10m" (or "10min"), "2h": nanoseconds.
 std::int64_t parse_duration_ns(std::string_view text);
 // "25GB/s", "100Gb/s", "800MB/s": bytes per second (b = bits).
 double parse_bandwidth_Bps(std::string_view text);

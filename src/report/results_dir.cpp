@@ -17,6 +17,12 @@ namespace fs = std::filesystem;
 
 namespace {
 
+// Commands whose finished points outlive a failure and continue with --resume: a
+// characterize sweep's configurations, a tune's measurements.
+bool resumable(ResultsCommand command) {
+  return command == ResultsCommand::kCharacterize || command == ResultsCommand::kTune;
+}
+
 // A killed run's half-written files: AtomicFile's temporaries ("NAME.tmp.PID"). Called
 // on a resume while the directory's lock is held, so no live run is writing them.
 void remove_stale_temporaries(const fs::path& dir) {
@@ -59,8 +65,7 @@ ResultsWriter::ResultsWriter(fs::path dir, ResultsCommand command, std::vector<s
   choose_working_directory(policy);
   load_finished_points();
   // A sweep's finished points outlive a failure: --resume continues them.
-  remove_partial_ =
-      work_ == partial_ && !(command_ == ResultsCommand::kCharacterize && !finished_.empty());
+  remove_partial_ = work_ == partial_ && !(resumable(command_) && !finished_.empty());
   interrupt_ = std::make_unique<InterruptCleanup>([this, partial = partial_, lock_path] {
     std::error_code ignored;
     if (remove_partial_) fs::remove_all(partial, ignored);
@@ -123,7 +128,7 @@ void ResultsWriter::choose_working_directory(const OutputPolicy& policy) {
   if (exists && !fs::is_directory(target_, ec)) throw UsageError(out + " is not a directory");
   const bool holds = exists && !fs::is_empty(target_, ec);
   const bool partial = fs::exists(partial_, ec);
-  if (policy.resume && command_ == ResultsCommand::kCharacterize) {
+  if (policy.resume && resumable(command_)) {
     if (holds || partial) {
       work_ = holds ? target_ : partial_;
       remove_stale_temporaries(work_);
@@ -131,7 +136,7 @@ void ResultsWriter::choose_working_directory(const OutputPolicy& policy) {
     }
   }
   if (holds && !policy.force) {
-    throw UsageError(out + (command_ == ResultsCommand::kCharacterize
+    throw UsageError(out + (resumable(command_)
                                 ? " already holds results; add --resume to continue it, --force "
                                   "to replace it, or choose another directory"
                                 : " already holds results; add --force to replace them, or "
@@ -144,7 +149,7 @@ void ResultsWriter::choose_working_directory(const OutputPolicy& policy) {
   }
   if (partial) {
     const std::size_t finished = finished_in(partial_);
-    if (command_ == ResultsCommand::kCharacterize && finished > 0 && !policy.force) {
+    if (resumable(command_) && finished > 0 && !policy.force) {
       throw UsageError("--out: an interrupted run left '" + partial_.string() + "' with " +
                        std::to_string(finished) +
                        " finished point(s); add --resume to continue it, or --force to start "
@@ -283,7 +288,7 @@ fs::path ResultsWriter::write_report() const {
 void ResultsWriter::commit_point(const std::string& id, const nlohmann::json& result) {
   write(point_file(id), result.dump(1) + "\n");
   finished_.insert(id);
-  if (command_ == ResultsCommand::kCharacterize) remove_partial_ = false;
+  if (resumable(command_)) remove_partial_ = false;
 }
 
 std::vector<nlohmann::json> ResultsWriter::load_points(const std::vector<std::string>& ids) const {

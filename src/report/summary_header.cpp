@@ -9,7 +9,7 @@ namespace tandem {
 namespace {
 
 constexpr ResultsCommand kCommands[] = {ResultsCommand::kTrain, ResultsCommand::kCharacterize,
-                                        ResultsCommand::kAnalyze};
+                                        ResultsCommand::kAnalyze, ResultsCommand::kTune};
 
 }  // namespace
 
@@ -21,6 +21,8 @@ std::string_view to_string(ResultsCommand command) {
       return "characterize";
     case ResultsCommand::kAnalyze:
       return "analyze";
+    case ResultsCommand::kTune:
+      return "tune";
   }
   return "?";
 }

@@ -22,8 +22,9 @@ namespace tandem {
 
 inline constexpr int kSummarySchema = 2;
 
-enum class ResultsCommand : std::uint8_t { kTrain, kCharacterize, kAnalyze };
-std::string_view to_string(ResultsCommand command);  // "train", "characterize", "analyze"
+enum class ResultsCommand : std::uint8_t { kTrain, kCharacterize, kAnalyze, kTune };
+// "train", "characterize", "analyze", "tune"
+std::string_view to_string(ResultsCommand command);
 
 // The header of a summary written now by `command`, run as `argv`.
 nlohmann::ordered_json summary_header(ResultsCommand command, const std::vector<std::string>& argv);

@@ -158,6 +158,10 @@ std::string render_report(const std::filesystem::path& results_dir, const Report
       title = "tandem analyze report";
       body = analyze_body(results, options);
       break;
+    case ResultsCommand::kTune:
+      title = "tandem tune report";
+      body = tune_body(results, options);
+      break;
     case ResultsCommand::kCharacterize:
       title = "tandem characterize report";
       body = characterize_body(results, options);

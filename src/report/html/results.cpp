@@ -92,6 +92,32 @@ void validate_body(const fs::path& path, Results& out) {
         throw UsageError(where + "a \"config\" object");
       }
       break;
+    case ResultsCommand::kTune: {
+      if (!s.contains("tune") || !s["tune"].is_object()) {
+        throw UsageError(where + "a \"tune\" object");
+      }
+      const json& t = s["tune"];
+      if (!t.contains("candidates") || !t["candidates"].is_array()) {
+        throw UsageError(where + "a \"tune\".\"candidates\" array");
+      }
+      for (const json& c : t["candidates"]) {
+        if (!c.is_object() || !c.contains("id") || !c["id"].is_string() || !c.contains("refused") ||
+            !(c["refused"].is_null() || c["refused"].is_string()) ||
+            (c.contains("measured_ms") && !c["measured_ms"].is_object())) {
+          throw UsageError(path.string() +
+                           ": a tune candidate that is not an object with "
+                           "\"id\", \"refused\" and \"measured_ms\"");
+        }
+      }
+      if ((t.contains("answer") && !t["answer"].is_object()) ||
+          (t.contains("pareto") && !t["pareto"].is_array())) {
+        throw UsageError(path.string() + ": \"tune\".\"answer\" or \"pareto\" of the wrong type");
+      }
+      for (const json& id : t.value("pareto", json::array())) {
+        if (!id.is_string()) throw UsageError(path.string() + ": a Pareto id that is not a string");
+      }
+      break;
+    }
   }
 }
 
@@ -105,8 +131,8 @@ Results load_results(const fs::path& dir) {
   const fs::path path = dir / "summary.json";
   if (!fs::exists(path, ec)) {
     throw UsageError(path.string() +
-                     ": missing (not a results directory of tandem train, characterize or "
-                     "analyze --out)");
+                     ": missing (not a results directory of tandem train, characterize, "
+                     "analyze or tune --out)");
   }
   Results out;
   out.dir = dir;

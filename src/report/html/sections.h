@@ -32,5 +32,6 @@ std::string metric_rows_table(const nlohmann::json& metrics);
 std::string characterize_body(const Results& results, const ReportOptions& options);
 std::string train_body(const Results& results, const ReportOptions& options);
 std::string analyze_body(const Results& results, const ReportOptions& options);
+std::string tune_body(const Results& results, const ReportOptions& options);
 
 }  // namespace tandem::html

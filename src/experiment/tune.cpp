@@ -1,0 +1,509 @@
+#include "experiment/tune.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <numeric>
+#include <set>
+
+#include "analysis/statistics.h"
+#include "core/error.h"
+#include "core/parse.h"
+#include "engine/pipeline_schedule.h"
+#include "experiment/calibrate.h"
+#include "experiment/workload.h"
+#include "model/layout.h"
+#include "simulate/simulator.h"
+
+namespace tandem {
+
+namespace {
+
+std::string number_text(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%g", v);
+  return buf;
+}
+
+bool divides(int d, int n) { return d > 0 && n % d == 0; }
+
+}  // namespace
+
+double TuneCandidate::measured_s() const { return summarize(samples_s).median; }
+
+TuneSpace TuneSpace::defaults(const TrainConfig& base, int cpus) {
+  TuneSpace s;
+  s.strategies = {"sequential", "layerwise", "bucketed", "chunked:2",
+                  "chunked:4",  "zero1",     "zero2",    "fsdp"};
+  // Caps above the gradient's size all make one bucket (after the first): keep the
+  // smallest of them, and always the default's 25 MiB.
+  const double gradient_mb = static_cast<double>(base.model.parameter_count()) * 4 / (1 << 20);
+  bool covered = false;
+  for (const double mb : {1.0, 5.0, 25.0, 100.0}) {
+    if (mb < gradient_mb || !covered || mb == 25) s.bucket_mb.push_back(mb);
+    covered = covered || mb >= gradient_mb;
+  }
+  s.prefetch = {1, 2};
+  s.reshard = {true, false};
+  for (const int m : {1, 2, 4}) {
+    if (divides(m, base.batch)) s.micro_batches.push_back(m);
+  }
+  const int units = ModelLayout(base.model).units();
+  for (const int p : {1, 2, 4}) {
+    if (divides(p, base.ranks) && p <= units) s.pipeline.push_back(p);
+  }
+  s.schedules = {"gpipe", "1f1b", "interleaved:2"};
+  for (int t = 1; t == 1 || t * base.ranks <= cpus; t *= 2) s.threads.push_back(t);
+  return s;
+}
+
+void TuneSpace::set(std::string_view text) {
+  const std::string flag = "--space " + std::string(text);
+  const auto eq = text.find('=');
+  if (eq == std::string_view::npos) throw UsageError(flag + ": expected KEY=V1,V2,...");
+  const std::string key(trim(text.substr(0, eq)));
+  std::vector<std::string> values;
+  for (const std::string& v : split(text.substr(eq + 1), ',')) {
+    if (trim(v).empty()) throw UsageError(flag + ": an empty value");
+    values.emplace_back(trim(v));
+  }
+  const auto ints = [&](int lo, int hi) {
+    std::vector<int> out;
+    for (const std::string& v : values) {
+      out.push_back(static_cast<int>(parse_int_in(v, "--space " + key, lo, hi)));
+    }
+    return out;
+  };
+  if (key == "strategy") {
+    for (const std::string& v : values) {
+      try {
+        (void)Strategy::parse(v);
+      } catch (const UsageError& e) {
+        throw UsageError(flag + ": " + e.what());
+      }
+    }
+    strategies = values;
+  } else if (key == "bucket-mb") {
+    bucket_mb.clear();
+    for (const std::string& v : values) {
+      bucket_mb.push_back(
+          parse_double_in(v, "--space bucket-mb", {.min = 0, .max = 1 << 20, .min_open = true}));
+    }
+  } else if (key == "prefetch") {
+    prefetch = ints(0, 64);
+  } else if (key == "reshard") {
+    reshard.clear();
+    for (const std::string& v : values) {
+      if (v != "yes" && v != "no") throw UsageError(flag + ": reshard is yes or no, not " + v);
+      reshard.push_back(v == "yes");
+    }
+  } else if (key == "micro-batches") {
+    micro_batches = ints(1, 4096);
+  } else if (key == "pipeline") {
+    pipeline = ints(1, 1024);
+  } else if (key == "schedule") {
+    for (const std::string& v : values) {
+      try {
+        (void)parse_schedule(v);
+      } catch (const UsageError& e) {
+        throw UsageError(flag + ": " + e.what());
+      }
+    }
+    schedules = values;
+  } else if (key == "threads") {
+    threads = ints(1, 1024);
+  } else {
+    throw UsageError(flag + ": unknown key '" + key + "' (one of: " + std::string(kTuneKeys) + ")");
+  }
+}
+
+std::vector<TuneCandidate> tune_candidates(const TrainConfig& base, const TuneSpace& space,
+                                           bool split_auto, bool runs_here) {
+  std::vector<TuneCandidate> out;
+  const auto add = [&](TuneCandidate c) {
+    try {
+      validate(c.config, runs_here);
+    } catch (const UsageError& e) {
+      c.refused = e.what();
+    }
+    out.push_back(std::move(c));
+  };
+  const bool vary_threads = space.threads.size() > 1;
+  for (const int threads : space.threads) {
+    const auto with_threads = [&](TuneCandidate& c) {
+      c.config.blas_threads = threads;
+      if (vary_threads || threads != base.blas_threads) {
+        c.point.emplace_back("threads", std::to_string(threads));
+        c.flags.emplace_back("--threads", std::to_string(threads));
+      }
+    };
+    for (const int m : space.micro_batches) {
+      for (const std::string& name : space.strategies) {
+        const Strategy strategy = Strategy::parse(name);
+        // One candidate per bucket cap (bucketed), per prefetch and resharding (fsdp).
+        std::vector<TuneCandidate> variants(1);
+        TuneCandidate& first = variants.front();
+        first.config = base;
+        first.config.reducer.plan.strategy = strategy;
+        first.point.emplace_back("strategy", name);
+        first.flags.emplace_back("--strategy", name);
+        if (strategy.kind == StrategyKind::kBucketed) {
+          variants.assign(space.bucket_mb.size(), first);
+          for (std::size_t i = 0; i < space.bucket_mb.size(); ++i) {
+            const double mb = space.bucket_mb[i];
+            variants[i].config.reducer.plan.bucket_cap_bytes =
+                static_cast<std::int64_t>(mb * (1 << 20));
+            variants[i].point.emplace_back("bucket-mb", number_text(mb));
+            variants[i].flags.emplace_back("--bucket-mb", number_text(mb));
+            variants[i].is_default = mb == 25;
+          }
+        } else if (strategy.kind == StrategyKind::kFsdp) {
+          std::vector<TuneCandidate> fsdp;
+          for (const int p : space.prefetch) {
+            for (const bool r : space.reshard) {
+              TuneCandidate c = first;
+              c.config.shard = {.prefetch = p, .reshard_after_forward = r};
+              c.point.emplace_back("prefetch", std::to_string(p));
+              c.point.emplace_back("reshard", r ? "yes" : "no");
+              c.flags.emplace_back("--prefetch", std::to_string(p));
+              if (!r) c.flags.emplace_back("--no-reshard-after-forward", "");
+              fsdp.push_back(std::move(c));
+            }
+          }
+          variants = std::move(fsdp);
+        }
+        for (TuneCandidate& c : variants) {
+          c.point.emplace_back("micro-batches", std::to_string(m));
+          if (m > 1) {
+            c.config.pipeline.micro_batches = m;
+            c.flags.emplace_back("--micro-batches", std::to_string(m));
+          }
+          c.is_default = c.is_default && m == 1 && threads == base.blas_threads;
+          with_threads(c);
+          add(std::move(c));
+        }
+      }
+      for (const int stages : space.pipeline) {
+        if (stages == 1) continue;
+        for (const std::string& schedule : space.schedules) {
+          // P stages on ranks / P replicas: P times the rows per replica keep the samples
+          // per step, cut into m x P micro-batches.
+          TuneCandidate c;
+          c.config = base;
+          c.config.pipeline.stages = stages;
+          c.config.pipeline.schedule = parse_schedule(schedule);
+          c.config.pipeline.micro_batches = m * stages;
+          c.config.pipeline.split_auto = split_auto;
+          c.config.batch = base.batch * stages;
+          c.point = {{"pipeline", std::to_string(stages)},
+                     {"schedule", schedule},
+                     {"micro-batches", std::to_string(m)}};
+          c.flags = {{"--pipeline", std::to_string(stages)},
+                     {"--schedule", schedule},
+                     {"--micro-batches", std::to_string(m * stages)},
+                     {"--batch", std::to_string(c.config.batch)}};
+          if (split_auto) c.flags.emplace_back("--split", "auto");
+          with_threads(c);
+          add(std::move(c));
+        }
+      }
+    }
+  }
+  if (std::none_of(out.begin(), out.end(), [](const TuneCandidate& c) { return c.is_default; })) {
+    TuneCandidate c;
+    c.config = base;
+    c.config.reducer.plan.strategy = Strategy{};
+    c.config.reducer.plan.bucket_cap_bytes = 25 << 20;
+    c.point = {{"strategy", "bucketed"}, {"bucket-mb", "25"}, {"micro-batches", "1"}};
+    c.flags = {{"--strategy", "bucketed"}, {"--bucket-mb", "25"}};
+    c.is_default = true;
+    add(std::move(c));
+  }
+  return out;
+}
+
+HalvingPlan plan_halving(int first, double budget_s, int final_steps, int min_steps,
+                         const std::function<double(int, int)>& cost_s) {
+  const auto plan_for = [&](int n0) {
+    HalvingPlan p;
+    for (int n = n0;; n = std::max(2, (n + 2) / 3)) {
+      p.candidates.push_back(n);
+      if (n <= 2) break;
+    }
+    const int rounds = static_cast<int>(p.candidates.size());
+    for (int r = 0; r < rounds; ++r) {
+      int steps = final_steps;
+      for (int k = r; k < rounds - 1; ++k) steps /= 3;
+      p.steps.push_back(std::min(final_steps, std::max(min_steps, steps)));
+      const int n = p.candidates[static_cast<std::size_t>(r)];
+      for (int k = 0; k < n; ++k) p.cost_s += cost_s(k, p.steps.back());
+      p.cost_s += cost_s(n0, p.steps.back());  // the default
+    }
+    return p;
+  };
+  const int least = std::min(first, 2);
+  for (int n0 = first; n0 > least; --n0) {
+    HalvingPlan p = plan_for(n0);
+    if (p.cost_s <= budget_s) return p;
+  }
+  return plan_for(std::max(least, 1));
+}
+
+std::string TuneCandidate::family() const {
+  std::string out;
+  for (const auto& [key, value] : point) {
+    if (key == "strategy" || key == "pipeline" || key == "schedule") {
+      out += (out.empty() ? "" : " ") + key + "=" + value;
+    }
+  }
+  return out;
+}
+
+int default_first_round(const std::vector<TuneCandidate>& candidates) {
+  std::set<std::string> families;
+  int count = 0;
+  for (const TuneCandidate& c : candidates) {
+    if (!c.refused.empty()) continue;
+    ++count;
+    families.insert(c.family());
+  }
+  return std::min(count, std::max(8, static_cast<int>(families.size())));
+}
+
+std::string TuneMeasurement::id() const {
+  return "r" + std::to_string(round) + "." + std::to_string(candidate);
+}
+
+nlohmann::json TuneMeasurement::to_json() const {
+  return {{"candidate", candidate}, {"round", round}, {"steps", steps}};
+}
+
+TuneMeasurement TuneMeasurement::from_json(const nlohmann::json& j) {
+  return {.candidate = j.at("candidate").get<int>(),
+          .round = j.at("round").get<int>(),
+          .steps = j.at("steps").get<int>()};
+}
+
+TuneSearch::TuneSearch(std::vector<TuneCandidate> candidates, HalvingPlan plan)
+    : candidates_(std::move(candidates)), plan_(std::move(plan)) {
+  for (int i = 0; i < static_cast<int>(candidates_.size()); ++i) {
+    const TuneCandidate& c = candidates_[static_cast<std::size_t>(i)];
+    if (c.is_default) {
+      // Every answer is measured against it.
+      if (!c.refused.empty()) {
+        throw UsageError("the default configuration (" + c.label() + ") cannot run: " + c.refused);
+      }
+      default_ = i;
+    }
+    if (c.refused.empty()) ranked_.push_back(i);
+  }
+  TANDEM_CHECK(default_ >= 0);
+  std::stable_sort(ranked_.begin(), ranked_.end(), [&](int a, int b) {
+    return candidates_[static_cast<std::size_t>(a)].predicted_s <
+           candidates_[static_cast<std::size_t>(b)].predicted_s;
+  });
+  if (!plan_.candidates.empty()) start_round(0);
+}
+
+void TuneSearch::start_round(int round) {
+  const int keep = plan_.candidates[static_cast<std::size_t>(round)];
+  std::vector<int> pool;
+  if (round == 0) {
+    pool = ranked_;
+  } else {
+    // The previous round's candidates by what they measured, fastest first.
+    pool = in_round_;
+    std::stable_sort(pool.begin(), pool.end(), [&](int a, int b) {
+      return candidates_[static_cast<std::size_t>(a)].measured_s() <
+             candidates_[static_cast<std::size_t>(b)].measured_s();
+    });
+  }
+  in_round_.clear();
+  if (round == 0) {
+    // The best predicted of each family first, the best families first.
+    std::set<std::string> seen;
+    for (const int i : pool) {
+      if (static_cast<int>(in_round_.size()) >= keep) break;
+      if (seen.insert(candidates_[static_cast<std::size_t>(i)].family()).second) {
+        in_round_.push_back(i);
+      }
+    }
+  }
+  for (const int i : pool) {
+    if (static_cast<int>(in_round_.size()) >= keep) break;
+    if (std::find(in_round_.begin(), in_round_.end(), i) == in_round_.end()) in_round_.push_back(i);
+  }
+  // The default is measured in every round, so that every answer compares with it on
+  // the same machine at the same time.
+  if (std::find(in_round_.begin(), in_round_.end(), default_) == in_round_.end()) {
+    in_round_.push_back(default_);
+  }
+  done_in_round_ = 0;
+}
+
+std::optional<TuneMeasurement> TuneSearch::next() const {
+  if (round_ >= static_cast<int>(plan_.candidates.size())) return std::nullopt;
+  return TuneMeasurement{.candidate = in_round_[done_in_round_],
+                         .round = round_,
+                         .steps = plan_.steps[static_cast<std::size_t>(round_)]};
+}
+
+void TuneSearch::record(const TuneMeasurement& m, const std::vector<double>& samples_s,
+                        double wall_s) {
+  const std::optional<TuneMeasurement> expected = next();
+  TANDEM_CHECK(expected && expected->candidate == m.candidate && expected->round == m.round);
+  TuneCandidate& c = candidates_[static_cast<std::size_t>(m.candidate)];
+  c.samples_s.insert(c.samples_s.end(), samples_s.begin(), samples_s.end());
+  ++c.rounds;
+  wall_s_ += wall_s;
+  if (++done_in_round_ == in_round_.size()) {
+    ++round_;
+    if (round_ < static_cast<int>(plan_.candidates.size())) start_round(round_);
+  }
+}
+
+int TuneSearch::remaining() const {
+  const int rounds = static_cast<int>(plan_.candidates.size());
+  if (round_ >= rounds) return 0;
+  int left = static_cast<int>(in_round_.size() - done_in_round_);
+  for (int r = round_ + 1; r < rounds; ++r)
+    left += plan_.candidates[static_cast<std::size_t>(r)] + 1;
+  return left;
+}
+
+TuneAnswer TuneSearch::answer() const {
+  TuneAnswer a;
+  a.default_index = default_;
+  // The last round with every candidate measured (all of them once the search is done).
+  std::vector<int> finalists;
+  for (const int i : in_round_) {
+    if (candidates_[static_cast<std::size_t>(i)].rounds > 0) finalists.push_back(i);
+  }
+  std::stable_sort(finalists.begin(), finalists.end(), [&](int x, int y) {
+    return candidates_[static_cast<std::size_t>(x)].measured_s() <
+           candidates_[static_cast<std::size_t>(y)].measured_s();
+  });
+  a.sequential_s = sequential_s_;
+  a.default_s = candidates_[static_cast<std::size_t>(default_)].measured_s();
+  if (finalists.empty()) return a;
+  a.best = finalists.front();
+  if (finalists.size() > 1) a.runner_up = finalists[1];
+  const TuneCandidate& best = candidates_[static_cast<std::size_t>(a.best)];
+  a.best_s = best.measured_s();
+  a.default_is_best = a.best == default_;
+  a.gap = a.runner_up < 0
+              ? kUndefined
+              : candidates_[static_cast<std::size_t>(a.runner_up)].measured_s() / a.best_s - 1;
+  const Summary s = summarize(best.samples_s);
+  a.spread = (s.p90 - s.p10) / 2 / s.median;
+  return a;
+}
+
+Calibration calibrate_from(const Characterization& c, const TrainConfig& base) {
+  std::vector<MeasuredRun> runs;
+  for (const ScenarioRun& run : c.runs) {
+    MeasuredRun m{.what = "the default's " + std::string(to_string(run.scenario)),
+                  .config = scenario_config(base, run.scenario),
+                  .timeline = run.timeline,
+                  .warmup = c.warmup};
+    m.config.steps = c.warmup + c.iterations;
+    m.step_s = median_e2e_s(m.timeline, m.warmup);
+    runs.push_back(std::move(m));
+  }
+  const ScenarioMetrics& mm = c.metrics;
+  const ContentionSample contention{.comp_iso = mm.t_comp_iso_ns.median / 1e9,
+                                    .comp_ovl = mm.t_comp_ovl_ns.median / 1e9,
+                                    .comm_iso = mm.t_comm_iso_ns.median / 1e9,
+                                    .comm_ovl = mm.t_comm_ovl_ns.median / 1e9,
+                                    .overlap = mm.t_ovl_ns.median / 1e9,
+                                    .what = "the default's scenarios"};
+  return fit_calibration(compute_samples(runs), comm_samples(runs), {contention});
+}
+
+void predict_candidates(std::vector<TuneCandidate>& candidates, const Cluster& cluster) {
+  for (TuneCandidate& c : candidates) {
+    if (!c.refused.empty()) continue;
+    TrainConfig config = c.config;
+    config.steps = 4;
+    try {
+      const TrainResult r = simulate_training(config, SimulateOptions{.cluster = cluster});
+      c.predicted_s = median_e2e_s(r.timeline, 1);
+      c.memory_bytes = 0;
+      for (const RankMemory& m : r.memory) {
+        const StateBytes& s = m.state;
+        c.memory_bytes = std::max(
+            c.memory_bytes,
+            static_cast<double>(s.persistent() + s.activations + s.gathered_peak + s.grads_peak));
+      }
+    } catch (const UsageError& e) {
+      c.refused = e.what();
+    }
+  }
+}
+
+namespace {
+
+nlohmann::json ms(double seconds) { return number_or_null(seconds * 1e3); }
+
+}  // namespace
+
+nlohmann::json to_json(const TuneCandidate& c) {
+  nlohmann::json flags = nlohmann::json::array();
+  for (const auto& [flag, value] : c.flags) {
+    flags.push_back(value.empty() ? flag : flag + " " + value);
+  }
+  const Summary s = summarize(c.samples_s);
+  std::vector<double> samples_ms;
+  for (const double v : c.samples_s) samples_ms.push_back(v * 1e3);
+  return {{"id", c.id()},
+          {"label", c.label()},
+          {"flags", flags},
+          {"default", c.is_default},
+          {"refused", c.refused.empty() ? nlohmann::json(nullptr) : nlohmann::json(c.refused)},
+          {"predicted_ms", c.refused.empty() ? ms(c.predicted_s) : nlohmann::json(nullptr)},
+          {"memory_bytes", c.refused.empty() ? number_or_null(c.memory_bytes) : nullptr},
+          {"rounds", c.rounds},
+          {"measured_ms",
+           {{"median", ms(s.median)}, {"p10", ms(s.p10)}, {"p90", ms(s.p90)}, {"count", s.count}}},
+          {"samples_ms", samples_ms}};
+}
+
+nlohmann::json to_json(const TuneAnswer& a, const std::vector<TuneCandidate>& candidates) {
+  const auto id = [&](int i) {
+    return i < 0 ? nlohmann::json(nullptr)
+                 : nlohmann::json(candidates[static_cast<std::size_t>(i)].id());
+  };
+  return {{"best", id(a.best)},
+          {"runner_up", id(a.runner_up)},
+          {"default", id(a.default_index)},
+          {"best_ms", ms(a.best_s)},
+          {"default_ms", ms(a.default_s)},
+          {"sequential_ms", ms(a.sequential_s)},
+          {"gap_to_runner_up", number_or_null(a.gap)},
+          {"spread", number_or_null(a.spread)},
+          {"default_is_best", a.default_is_best},
+          {"sure", a.best >= 0 && a.runner_up >= 0 && a.sure()}};
+}
+
+std::vector<int> pareto_front(const std::vector<TuneCandidate>& candidates) {
+  std::vector<int> measured;
+  for (int i = 0; i < static_cast<int>(candidates.size()); ++i) {
+    if (!candidates[static_cast<std::size_t>(i)].samples_s.empty()) measured.push_back(i);
+  }
+  std::stable_sort(measured.begin(), measured.end(), [&](int a, int b) {
+    const TuneCandidate& x = candidates[static_cast<std::size_t>(a)];
+    const TuneCandidate& y = candidates[static_cast<std::size_t>(b)];
+    return std::pair(x.measured_s(), x.memory_bytes) < std::pair(y.measured_s(), y.memory_bytes);
+  });
+  std::vector<int> front;
+  double least = INFINITY;
+  for (const int i : measured) {
+    if (candidates[static_cast<std::size_t>(i)].memory_bytes < least) {
+      front.push_back(i);
+      least = candidates[static_cast<std::size_t>(i)].memory_bytes;
+    }
+  }
+  return front;
+}
+
+}  // namespace tandem

@@ -1,0 +1,190 @@
+// `tandem tune` (docs/TUNE.md): the fastest configuration of a training run, found by
+// ranking a space of configurations with the calibrated simulator and measuring the most
+// promising on real steps with successive halving.
+//
+// The pieces, each pure so that a test can drive it with numbers it chose:
+//   TuneSpace      the axes (strategy, bucket size, fsdp's prefetch and resharding,
+//                  micro-batches, pipeline stages and schedule, threads per rank) and
+//                  the candidates they make from the user's run, every one with the same
+//                  samples per step over every replica;
+//   plan_halving   how many candidates a budget affords, and the steps of each round;
+//   TuneSearch     the state of a search: which measurement comes next, what each
+//                  measured, and the answer (the best, never slower than the default,
+//                  against the default and sequential, and how sure).
+// Running the measurements, and who decides in a job of several processes, is the CLI's
+// (apps/tandem/tune_command.cpp): the leader asks TuneSearch and tells every rank.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "engine/trainer.h"
+#include "experiment/characterize.h"
+#include "report/sweep_point.h"
+#include "simulate/calibration.h"
+
+namespace tandem {
+
+inline constexpr std::string_view kTuneKeys =
+    "strategy bucket-mb prefetch reshard micro-batches pipeline schedule threads";
+
+// What tune varies. Every axis has a default chosen from the run (below); --space
+// KEY=V1,V2 replaces one.
+struct TuneSpace {
+  std::vector<std::string> strategies;  // as --strategy takes them
+  std::vector<double> bucket_mb;        // bucketed only
+  std::vector<int> prefetch;            // fsdp only
+  std::vector<bool> reshard;            // fsdp only: reshard after forward
+  std::vector<int> micro_batches;       // M per replica; a pipeline of P stages runs M x P
+  std::vector<int> pipeline;            // stages (1: none)
+  std::vector<std::string> schedules;   // pipelines only
+  std::vector<int> threads;             // BLAS threads per rank
+
+  // The default axes for `base` on a machine with `cpus` hardware threads:
+  // every strategy, bucket caps of 1, 5, 25 and 100 MiB (the caps above the model's
+  // gradient but the smallest of them make the same plan and are left out), prefetch 1
+  // and 2, both reshardings, 1, 2 and 4 micro-batches where they divide the batch,
+  // pipelines of 1, 2 and 4 stages where they divide the ranks and fit the units, gpipe,
+  // 1f1b and interleaved:2, and threads per rank from 1 up to cpus / ranks in powers of 2.
+  static TuneSpace defaults(const TrainConfig& base, int cpus);
+  // Replaces the axis of one "KEY=V1,V2" (as --sweep writes it); UsageError naming --space.
+  void set(std::string_view text);
+};
+
+// One configuration: the user's run with some flags changed.
+struct TuneCandidate {
+  SweepPoint point;  // (key, value) in kTuneKeys order, only the keys that apply
+  // The flags of `tandem train` that make it ("--strategy", "zero2"; a switch has "").
+  std::vector<std::pair<std::string, std::string>> flags;
+  TrainConfig config;
+  bool is_default = false;  // bucketed, 25 MiB, one micro-batch, no pipeline
+  std::string refused;  // why it is never tried (it does not fit, it cannot run); "": a candidate
+  double predicted_s = 0;         // the simulator's step time
+  double memory_bytes = 0;        // per rank, the largest: state, activations, gathered peaks
+  std::vector<double> samples_s;  // measured steps (E2E), every round pooled
+  int rounds = 0;                 // rounds it was measured in
+  double measured_s() const;      // the median of samples_s (NaN: never measured)
+
+  std::string id() const { return point_id(point); }
+  std::string label() const { return describe(point); }
+  // "strategy=zero2", "pipeline=2 schedule=1f1b": what the first round has one of each.
+  std::string family() const;
+};
+
+// The candidates of `space` on `base`, in a fixed order (every rank of a job makes the same
+// list). Every candidate runs global_batch(base) samples per step: a pipeline of P stages
+// gets P times the rows per replica. The default is always among them (added if the
+// space leaves it out). `split_auto`: pipelines balance their stages by measured unit
+// times (--split auto), else by FLOPs. Configurations that validate(config, runs_here)
+// refuses (they do not fit this machine's memory, or cannot run) are kept, refused, with
+// its reason.
+std::vector<TuneCandidate> tune_candidates(const TrainConfig& base, const TuneSpace& space,
+                                           bool split_auto, bool runs_here = true);
+
+// Successive halving (with a factor of 3, as Hyperband's rounds): round r measures n_r
+// candidates for steps_r steps each and keeps the fastest third (by the median of
+// everything each measured so far; at least 2), until 2 are left; the steps triple round
+// by round up to `final_steps` in the last (at least `min_steps` in the first). The default
+// is measured in every round besides them.
+struct HalvingPlan {
+  std::vector<int> candidates;  // per round, the default aside
+  std::vector<int> steps;       // per round
+  double cost_s = 0;            // predicted seconds of measuring
+};
+// `cost_s(rank, steps)`: predicted seconds to measure the rank-th candidate of the first
+// round for `steps` steps (its warm-up and setup included; rank `first` is the default).
+// The plan for `first` candidates, or for fewer (at least 2, where there are) when it
+// would not fit `budget_s`.
+HalvingPlan plan_halving(int first, double budget_s, int final_steps, int min_steps,
+                         const std::function<double(int rank, int steps)>& cost_s);
+
+// The first round's size by default: the best predicted of every family (a strategy, or a
+// pipeline's stages and schedule, so that one family the simulator misjudges is still
+// measured), and at least 8 where there are.
+int default_first_round(const std::vector<TuneCandidate>& candidates);
+
+// One measurement to make: a candidate, measured for `steps` steps in round `round`.
+struct TuneMeasurement {
+  int candidate = 0;  // index into the candidates
+  int round = 0;
+  int steps = 0;
+  std::string id() const;  // "r<round>.<candidate index>": the resumable point's name
+  nlohmann::json to_json() const;
+  static TuneMeasurement from_json(const nlohmann::json& j);
+};
+
+struct TuneAnswer {
+  int best = -1;       // index of the recommended candidate
+  int runner_up = -1;  // the next fastest of the last round (-1: none)
+  int default_index = -1;
+  double best_s = 0, default_s = 0;  // medians
+  double sequential_s = 0;           // the default's sequential scenario (NaN: not measured)
+  double gap = 0;                    // runner-up / best - 1
+  double spread = 0;                 // (p90 - p10) / 2 / median of the best's steps
+  bool default_is_best = false;
+  bool sure() const { return gap > spread; }
+};
+
+class TuneSearch {
+ public:
+  // `candidates` with predictions (refused ones are never measured); `plan` from
+  // plan_halving. The first round measures the best predicted candidate of each family
+  // (the best families first), then the next best predicted, up to the plan's count.
+  TuneSearch(std::vector<TuneCandidate> candidates, HalvingPlan plan);
+
+  // What to measure next; nullopt when the search is done.
+  std::optional<TuneMeasurement> next() const;
+  // The steps of a measurement (E2E seconds, warm-up left out) and its wall time.
+  void record(const TuneMeasurement& m, const std::vector<double>& samples_s, double wall_s);
+  // The default's sequential scenario, measured with the calibration (NaN: none).
+  void set_sequential(double seconds) { sequential_s_ = seconds; }
+
+  // The fastest of the last round measured; the default when nothing beat it.
+  TuneAnswer answer() const;
+
+  const std::vector<TuneCandidate>& candidates() const { return candidates_; }
+  const HalvingPlan& plan() const { return plan_; }
+  int round() const { return round_; }
+  double measured_wall_s() const { return wall_s_; }
+  // Measurements left in this plan (for progress).
+  int remaining() const;
+
+ private:
+  void start_round(int round);
+
+  std::vector<TuneCandidate> candidates_;
+  HalvingPlan plan_;
+  std::vector<int> ranked_;  // candidate indices by predicted time, refused left out
+  int default_ = -1;
+  int round_ = 0;
+  std::vector<int> in_round_;  // candidates of the current round, in measuring order
+  std::size_t done_in_round_ = 0;
+  double sequential_s_ = 0;
+  double wall_s_ = 0;
+};
+
+// The simulator's calibration from the four scenarios of one characterized configuration
+// (`base`, as characterized): compute from compute-only, collectives from comm-only,
+// contention from the overlapped scenario against both (simulate/calibration.h). Throws
+// UsageError when a parameter cannot be fitted (no collective: one rank).
+Calibration calibrate_from(const Characterization& c, const TrainConfig& base);
+
+// Each candidate that is not refused, simulated for a few steps on `cluster`: its step
+// time (the median after the first) and its memory per rank. One the simulator refuses (it
+// does not fit the device's memory) is refused with the simulator's reason.
+void predict_candidates(std::vector<TuneCandidate>& candidates, const Cluster& cluster);
+
+// summary.json's "tune" body pieces.
+nlohmann::json to_json(const TuneCandidate& c);
+nlohmann::json to_json(const TuneAnswer& a, const std::vector<TuneCandidate>& candidates);
+
+// The Pareto front of (measured time, memory) over the measured candidates: indices, by time.
+std::vector<int> pareto_front(const std::vector<TuneCandidate>& candidates);
+
+}  // namespace tandem
