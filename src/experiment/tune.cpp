@@ -45,12 +45,12 @@ TuneSpace TuneSpace::defaults(const TrainConfig& base, int cpus) {
   }
   s.prefetch = {1, 2};
   s.reshard = {true, false};
-  for (const int m : {1, 2, 4}) {
+  for (const int m : {1, 2, 4, 8}) {
     if (divides(m, base.batch)) s.micro_batches.push_back(m);
   }
   const int units = ModelLayout(base.model).units();
-  for (const int p : {1, 2, 4}) {
-    if (divides(p, base.ranks) && p <= units) s.pipeline.push_back(p);
+  for (int p = 1; p <= base.ranks && p <= units; p *= 2) {
+    if (divides(p, base.ranks)) s.pipeline.push_back(p);
   }
   s.schedules = {"gpipe", "1f1b", "interleaved:2"};
   for (int t = 1; t == 1 || t * base.ranks <= cpus; t *= 2) s.threads.push_back(t);

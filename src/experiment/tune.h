@@ -49,8 +49,8 @@ struct TuneSpace {
   // The default axes for `base` on a machine with `cpus` hardware threads:
   // every strategy, bucket caps of 1, 5, 25 and 100 MiB (the caps above the model's
   // gradient but the smallest of them make the same plan and are left out), prefetch 1
-  // and 2, both reshardings, 1, 2 and 4 micro-batches where they divide the batch,
-  // pipelines of 1, 2 and 4 stages where they divide the ranks and fit the units, gpipe,
+  // and 2, both reshardings, 1, 2, 4 and 8 micro-batches where they divide the batch,
+  // pipelines of 1, 2, 4, ... stages where they divide the ranks and fit the units, gpipe,
   // 1f1b and interleaved:2, and threads per rank from 1 up to cpus / ranks in powers of 2.
   static TuneSpace defaults(const TrainConfig& base, int cpus);
   // Replaces the axis of one "KEY=V1,V2" (as --sweep writes it); UsageError naming --space.

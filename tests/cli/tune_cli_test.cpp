@@ -1,0 +1,171 @@
+// `tandem tune` as a user runs it: an answer whose command line runs, never slower than
+// the default, a directory a cut-off search resumes from, the simulator alone on a
+// cluster, and one line with exit code 2 for bad input.
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+#include <regex>
+#include <string>
+
+#include "cli/cli_support.h"
+
+namespace tandem::testing {
+namespace {
+
+namespace fs = std::filesystem;
+
+// A small space, so that the test measures a handful of configurations.
+const std::string kSmall =
+    "tune --model mlp:2x64 --ranks 2 --batch 8 --steps 4 --warmup 1 --baseline-iterations 3 "
+    "--budget 2m --space strategy=bucketed,layerwise,zero2 --space bucket-mb=1,25 "
+    "--space micro-batches=1,2 --space schedule=1f1b ";
+
+int count_measurements(const std::string& out) {
+  const std::regex line(R"(\n  \[\d+/\d+\] round )");
+  return static_cast<int>(
+      std::distance(std::sregex_iterator(out.begin(), out.end(), line), std::sregex_iterator()));
+}
+
+TEST(TuneCliTest, AnswersWithACommandThatRunsAndIsNeverSlowerThanTheDefault) {
+  TempDir dir;
+  const fs::path out = dir.path() / "tune";
+  const CliResult r = run_tandem(kSmall + "--out " + out.string());
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_NE(r.out.find("characterizing the default"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("\nbest: "), std::string::npos) << r.out;
+  for (const char* file : {"summary.json", "candidates.csv", "report.html", "settings.json"}) {
+    EXPECT_TRUE(fs::exists(out / file)) << file;
+  }
+  const auto summary = nlohmann::json::parse(slurp(out / "summary.json"));
+  EXPECT_EQ(summary["command"], "tune");
+  const auto& t = summary["tune"];
+  EXPECT_EQ(t["mode"], "measured");
+  const auto& a = t["answer"];
+  ASSERT_TRUE(a["best"].is_string()) << a;
+  EXPECT_LE(a["best_ms"].get<double>(), a["default_ms"].get<double>()) << a;
+  EXPECT_GT(a["sequential_ms"].get<double>(), 0) << a;
+  // Every measured configuration keeps its prediction beside what it measured; the
+  // default was measured in every round, so as often as the most measured.
+  int most = 0, default_rounds = -1, rounds = 0;
+  for (const auto& c : t["candidates"]) {
+    most = std::max(most, c["rounds"].get<int>());
+    rounds += c["rounds"].get<int>();
+    if (c["default"].get<bool>()) default_rounds = c["rounds"].get<int>();
+    if (c["rounds"].get<int>() > 0) {
+      EXPECT_GT(c["predicted_ms"].get<double>(), 0) << c;
+      EXPECT_GT(c["measured_ms"]["median"].get<double>(), 0) << c;
+      EXPECT_FALSE(c["samples_ms"].empty()) << c;
+    }
+  }
+  EXPECT_EQ(default_rounds, most);
+  EXPECT_EQ(most, static_cast<int>(t["plan"]["steps"].size()));
+  EXPECT_EQ(rounds, t["measurements"].get<int>());
+  EXPECT_EQ(rounds, count_measurements(r.out));
+  EXPECT_NE(slurp(out / "report.html").find("tandem tune report"), std::string::npos);
+  EXPECT_EQ(slurp(out / "candidates.csv").rfind("id,configuration,default,refused,", 0), 0u);
+
+  // The recommended command line trains as it is.
+  std::string command = a["command"].get<std::string>();
+  ASSERT_EQ(command.rfind("tandem train ", 0), 0u) << command;
+  EXPECT_NE(command.find("--model mlp:2x64"), std::string::npos) << command;
+  command.replace(0, std::string("tandem").size(), TANDEM_BINARY);
+  const CliResult train = run_shell(command + " --steps 2 --quiet");
+  EXPECT_EQ(train.exit_code, 0) << command << "\n" << train.err;
+}
+
+TEST(TuneCliTest, ResumeMeasuresOnlyWhatACutOffSearchLeft) {
+  TempDir dir;
+  const fs::path out = dir.path() / "tune";
+  const CliResult first = run_tandem(kSmall + "--out " + out.string());
+  ASSERT_EQ(first.exit_code, 0) << first.err;
+  const int all = count_measurements(first.out);
+  ASSERT_GT(all, 3) << first.out;
+  const auto before = nlohmann::json::parse(slurp(out / "summary.json"));
+  // Cut off: the last round's measurements and the summary never written, as a search
+  // killed before them leaves the directory.
+  int removed = 0;
+  for (const auto& e : fs::directory_iterator(out / "points")) {
+    const std::string name = e.path().filename().string();
+    const int round = name[0] == 'r' ? std::stoi(name.substr(1)) : -1;
+    if (round == static_cast<int>(before["tune"]["plan"]["steps"].size()) - 1) {
+      fs::remove_all(e.path());
+      ++removed;
+    }
+  }
+  ASSERT_GT(removed, 0);
+  fs::remove(out / "summary.json");
+  const CliResult resumed = run_tandem(kSmall + "--out " + out.string() + " --resume");
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.err;
+  EXPECT_NE(resumed.out.find("resuming"), std::string::npos) << resumed.out;
+  EXPECT_EQ(resumed.out.find("characterizing the default ("), std::string::npos) << resumed.out;
+  EXPECT_EQ(count_measurements(resumed.out), removed) << resumed.out;
+  const auto after = nlohmann::json::parse(slurp(out / "summary.json"));
+  EXPECT_EQ(after["tune"]["measurements"], before["tune"]["measurements"]);
+  // The rounds before the cut were read back as they were measured.
+  EXPECT_EQ(after["tune"]["plan"], before["tune"]["plan"]);
+
+  // A resume with other settings would mix two searches: refused, naming the setting.
+  const CliResult other =
+      run_tandem(kSmall + "--out " + out.string() + " --resume --model mlp:2x32");
+  EXPECT_EQ(other.exit_code, 2) << other.out;
+  EXPECT_NE(other.err.find("--model"), std::string::npos) << other.err;
+}
+
+TEST(TuneCliTest, SimulateRanksAClustersSpaceAndRefusesWhatDoesNotFit) {
+  TempDir dir;
+  const fs::path out = dir.path() / "sim";
+  const CliResult r = run_tandem(
+      "tune --simulate --cluster 1x8xh100 --model gpt:layers=4,dim=256,heads=4,seq=64 --batch 8 "
+      "--out " +
+      out.string());
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("8 ranks"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("predicted best: "), std::string::npos) << r.out;
+  EXPECT_EQ(count_measurements(r.out), 0);
+  const auto t = nlohmann::json::parse(slurp(out / "summary.json"))["tune"];
+  EXPECT_EQ(t["mode"], "simulated");
+  // The answer is the fastest predicted of the configurations not refused.
+  double fastest = 1e300;
+  for (const auto& c : t["candidates"]) {
+    if (c["refused"].is_null()) fastest = std::min(fastest, c["predicted_ms"].get<double>());
+    EXPECT_EQ(c["rounds"], 0) << c;
+  }
+  EXPECT_DOUBLE_EQ(t["answer"]["best_predicted_ms"].get<double>(), fastest);
+
+  // A model too large for the device: every configuration refused, said so.
+  const CliResult big = run_tandem("tune --simulate --cluster 1x2xh100 --model gpt3-13b --batch 8");
+  ASSERT_EQ(big.exit_code, 0) << big.err;
+  EXPECT_NE(big.out.find("no configuration fits"), std::string::npos) << big.out;
+}
+
+TEST(TuneCliTest, BadInputIsOneLineAndExitCode2) {
+  TempDir dir;
+  const struct {
+    std::string args;
+    std::string names;
+  } cases[] = {
+      {"--space colour=red", "--space"},
+      {"--space strategy=zero9", "--space"},
+      {"--strategy zero2", "--space strategy"},
+      {"--bucket-mb 5", "--space bucket-mb"},
+      {"--ranks 1", "--ranks"},
+      {"--budget 0s", "--budget"},
+      {"--budget soon", "--budget"},
+      {"--cluster 1x8xh100", "--simulate"},
+      {"--simulate", "--cluster"},
+      {"--simulate --cluster 1x8xh100 --resume", "--resume"},
+      {"--no-timeline", "--no-timeline"},
+  };
+  for (const auto& c : cases) {
+    const CliResult r = run_tandem("tune --model mlp:2x64 --ranks 2 --batch 8 " + c.args +
+                                   " --out " + (dir.path() / "never").string());
+    EXPECT_EQ(r.exit_code, 2) << c.args << "\n" << r.out << r.err;
+    EXPECT_NE(r.err.find(c.names), std::string::npos) << c.args << ": " << r.err;
+    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << c.args << ": " << r.err;
+    EXPECT_FALSE(fs::exists(dir.path() / "never")) << c.args;
+    EXPECT_FALSE(fs::exists(dir.path() / "never.partial")) << c.args;
+  }
+}
+
+}  // namespace
+}  // namespace tandem::testing

@@ -1,0 +1,277 @@
+// tandem tune's pieces (experiment/tune.h): the space and its candidates, the halving
+// plan, the search driven by chosen numbers, and the calibration and predictions from a
+// real characterization.
+#include "experiment/tune.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <map>
+#include <set>
+
+#include "core/error.h"
+#include "experiment/workload.h"
+#include "simulate/calibration.h"
+
+namespace tandem {
+namespace {
+
+TrainConfig base_config(const std::string& model, int ranks, int batch) {
+  TrainConfig c;
+  c.model = ModelSpec::parse(model);
+  c.ranks = ranks;
+  c.batch = batch;
+  c.steps = 4;
+  return c;
+}
+
+std::string value_of(const TuneCandidate& c, const std::string& key) {
+  for (const auto& [k, v] : c.point) {
+    if (k == key) return v;
+  }
+  return "";
+}
+
+TEST(TuneSpaceTest, DefaultsFollowTheRun) {
+  // mlp:4x512: 4 x 512 x 512 weights and biases, about 4 MiB of gradient: caps of 1 and 5
+  // MiB, the default's 25, and no 100 (it makes 25's plan).
+  const TuneSpace s = TuneSpace::defaults(base_config("mlp:4x512", 4, 12), 8);
+  EXPECT_EQ(s.bucket_mb, (std::vector<double>{1, 5, 25}));
+  EXPECT_EQ(s.micro_batches, (std::vector<int>{1, 2, 4}));  // 8 does not divide 12
+  EXPECT_EQ(s.pipeline, (std::vector<int>{1, 2, 4}));
+  EXPECT_EQ(s.threads, (std::vector<int>{1, 2}));  // 8 cpus, 4 ranks
+  EXPECT_EQ(s.strategies.size(), 8u);
+  // Three ranks: no pipeline divides them but one stage; one cpu: one thread.
+  const TuneSpace odd = TuneSpace::defaults(base_config("mlp:4x512", 3, 8), 1);
+  EXPECT_EQ(odd.pipeline, (std::vector<int>{1}));
+  EXPECT_EQ(odd.threads, (std::vector<int>{1}));
+  EXPECT_EQ(odd.micro_batches, (std::vector<int>{1, 2, 4, 8}));
+}
+
+TEST(TuneSpaceTest, SetReplacesOneAxisAndNamesTheFlagOnErrors) {
+  TuneSpace s = TuneSpace::defaults(base_config("mlp:4x512", 2, 8), 2);
+  s.set("strategy=zero2,fsdp");
+  s.set("reshard=no");
+  s.set("bucket-mb=0.5,2");
+  EXPECT_EQ(s.strategies, (std::vector<std::string>{"zero2", "fsdp"}));
+  EXPECT_EQ(s.reshard, (std::vector<bool>{false}));
+  EXPECT_EQ(s.bucket_mb, (std::vector<double>{0.5, 2}));
+  for (const char* bad : {"colour=red", "strategy=zero9", "reshard=maybe", "pipeline=0",
+                          "bucket-mb=-1", "schedule=zigzag", "threads=", "threads"}) {
+    try {
+      s.set(bad);
+      ADD_FAILURE() << bad << " was accepted";
+    } catch (const UsageError& e) {
+      EXPECT_NE(std::string(e.what()).find("--space"), std::string::npos) << e.what();
+    }
+  }
+}
+
+TEST(TuneCandidatesTest, EveryCandidateRunsTheSameSamplesPerStep) {
+  const TrainConfig base = base_config("mlp:4x256", 4, 8);
+  const std::vector<TuneCandidate> all =
+      tune_candidates(base, TuneSpace::defaults(base, 4), /*split_auto=*/true);
+  int defaults = 0;
+  std::set<std::string> ids;
+  bool pipelines = false;
+  for (const TuneCandidate& c : all) {
+    EXPECT_TRUE(ids.insert(c.id()).second) << "two candidates named " << c.id();
+    if (c.is_default) {
+      ++defaults;
+      EXPECT_EQ(c.config.reducer.plan.strategy.kind, StrategyKind::kBucketed);
+      EXPECT_EQ(c.config.reducer.plan.bucket_cap_bytes, 25 << 20);
+      EXPECT_EQ(micro_batches(c.config), 1);
+    }
+    if (!c.refused.empty()) continue;
+    EXPECT_EQ(global_batch(c.config), global_batch(base)) << c.label();
+    if (c.config.pipeline.stages > 1) {
+      pipelines = true;
+      const int p = c.config.pipeline.stages;
+      EXPECT_EQ(c.config.batch, base.batch * p) << c.label();
+      EXPECT_EQ(micro_batches(c.config), std::stoi(value_of(c, "micro-batches")) * p);
+      EXPECT_TRUE(c.config.pipeline.split_auto);
+      EXPECT_EQ(c.family(),
+                "pipeline=" + std::to_string(p) + " schedule=" + value_of(c, "schedule"));
+    }
+  }
+  EXPECT_EQ(defaults, 1);
+  EXPECT_TRUE(pipelines);
+}
+
+TEST(TuneCandidatesTest, FlagsSayWhatTheConfigurationIs) {
+  const TrainConfig base = base_config("mlp:4x256", 2, 8);
+  TuneSpace space = TuneSpace::defaults(base, 2);
+  space.set("strategy=fsdp");
+  space.set("micro-batches=1,3");
+  space.set("pipeline=1");
+  const std::vector<TuneCandidate> all = tune_candidates(base, space, false);
+  int refused = 0;
+  for (const TuneCandidate& c : all) {
+    if (c.is_default) continue;  // added: the space leaves it out
+    const bool keeps = value_of(c, "reshard") == "yes";
+    const bool flagged = std::any_of(c.flags.begin(), c.flags.end(), [](const auto& f) {
+      return f.first == "--no-reshard-after-forward";
+    });
+    EXPECT_EQ(c.config.shard.reshard_after_forward, keeps) << c.label();
+    EXPECT_EQ(flagged, !keeps) << c.label();
+    // 3 micro-batches of a batch of 8 cannot run: refused, with validate()'s reason.
+    if (value_of(c, "micro-batches") == "3") {
+      ++refused;
+      EXPECT_NE(c.refused.find("--micro-batches"), std::string::npos) << c.refused;
+    } else {
+      EXPECT_EQ(c.refused, "") << c.label();
+    }
+  }
+  EXPECT_EQ(refused, 4);  // 2 prefetches x 2 reshardings
+  EXPECT_EQ(std::count_if(all.begin(), all.end(), [](const auto& c) { return c.is_default; }), 1);
+}
+
+TEST(HalvingPlanTest, ThirdsEachRoundAndShrinksToTheBudget) {
+  // Every step costs 1 s, every measurement 2 s more.
+  const auto cost = [](int, int steps) { return 2.0 + steps; };
+  const HalvingPlan p = plan_halving(12, 1e9, 27, 3, cost);
+  EXPECT_EQ(p.candidates, (std::vector<int>{12, 4, 2}));
+  EXPECT_EQ(p.steps, (std::vector<int>{3, 9, 27}));
+  EXPECT_DOUBLE_EQ(p.cost_s, 13 * 5.0 + 5 * 11.0 + 3 * 29.0);
+  // A budget of 150 s affords fewer first: the largest plan that fits.
+  const HalvingPlan q = plan_halving(12, 150, 27, 3, cost);
+  EXPECT_LE(q.cost_s, 150);
+  EXPECT_GT(plan_halving(q.candidates.front() + 1, 1e9, 27, 3, cost).cost_s, 150);
+  // No budget at all: still two candidates (and the default).
+  const HalvingPlan r = plan_halving(12, 0, 27, 3, cost);
+  EXPECT_EQ(r.candidates, (std::vector<int>{2}));
+  EXPECT_EQ(r.steps, (std::vector<int>{27}));
+}
+
+// Candidates with chosen predictions and true step times: the search measures what the
+// plan says and answers with the fastest measured, never slower than the default.
+struct Synthetic {
+  std::vector<TuneCandidate> candidates;
+  std::map<int, double> truth;  // seconds per step
+
+  void add(const std::string& strategy, const std::string& variant, double predicted,
+           double truth_s, bool is_default = false) {
+    TuneCandidate c;
+    c.point = {{"strategy", strategy}, {"variant", variant}};
+    c.predicted_s = predicted;
+    c.is_default = is_default;
+    truth[static_cast<int>(candidates.size())] = truth_s;
+    candidates.push_back(std::move(c));
+  }
+
+  // Runs the search to its end; returns every measurement made, in order.
+  std::vector<TuneMeasurement> run(TuneSearch& search) const {
+    std::vector<TuneMeasurement> made;
+    while (const auto m = search.next()) {
+      made.push_back(*m);
+      // Steps of the true time, a little spread around it.
+      std::vector<double> samples;
+      for (int s = 0; s < m->steps; ++s) {
+        samples.push_back(truth.at(m->candidate) * (1 + 0.01 * ((s % 3) - 1)));
+      }
+      search.record(*m, samples, 1.0);
+    }
+    return made;
+  }
+};
+
+TEST(TuneSearchTest, MeasuresEveryFamilyFirstAndFindsTheFastest) {
+  Synthetic s;
+  s.add("bucketed", "25", 1.00, 1.00, /*is_default=*/true);
+  s.add("bucketed", "5", 0.90, 0.95);
+  s.add("bucketed", "1", 0.91, 0.97);
+  s.add("zero2", "a", 0.80, 1.10);  // predicted best, measures badly
+  s.add("zero2", "b", 0.81, 1.20);
+  s.add("pipeline", "a", 1.50, 0.70);  // the simulator misjudges the family: still measured
+  s.add("pipeline", "b", 1.60, 0.60);  // ... but its second member is never reached
+  s.candidates[2].refused = "does not fit";
+  TuneSearch search(s.candidates, HalvingPlan{.candidates = {3, 2}, .steps = {3, 9}});
+  const std::vector<TuneMeasurement> made = s.run(search);
+  // Round 0: the best predicted of each family (zero2 a, bucketed 5, pipeline a), then the
+  // default; round 1: the two fastest (pipeline a, bucketed 5) and the default.
+  std::vector<int> order;
+  for (const TuneMeasurement& m : made) order.push_back(m.candidate);
+  EXPECT_EQ(order, (std::vector<int>{3, 1, 5, 0, 5, 1, 0}));
+  EXPECT_EQ(made.back().steps, 9);
+  const TuneAnswer a = search.answer();
+  EXPECT_EQ(a.best, 5);
+  EXPECT_EQ(a.runner_up, 1);
+  EXPECT_FALSE(a.default_is_best);
+  EXPECT_NEAR(a.best_s, 0.70, 1e-9);
+  EXPECT_NEAR(a.default_s, 1.00, 1e-9);
+  EXPECT_NEAR(a.gap, 0.95 / 0.70 - 1, 1e-9);
+  EXPECT_TRUE(a.sure());  // a 36% gap against a 1% spread
+  EXPECT_EQ(search.remaining(), 0);
+  // The refused one was never measured.
+  EXPECT_TRUE(search.candidates()[2].samples_s.empty());
+}
+
+TEST(TuneSearchTest, NothingBeatsTheDefaultSoItIsTheAnswer) {
+  Synthetic s;
+  s.add("layerwise", "", 0.5, 2.0);
+  s.add("bucketed", "25", 1.0, 1.0, true);
+  s.add("zero1", "", 0.6, 1.5);
+  TuneSearch search(s.candidates, HalvingPlan{.candidates = {2}, .steps = {5}});
+  s.run(search);
+  const TuneAnswer a = search.answer();
+  EXPECT_EQ(a.best, 1);
+  EXPECT_TRUE(a.default_is_best);
+  EXPECT_LE(a.best_s, a.default_s);
+}
+
+TEST(TuneSearchTest, ARefusedDefaultIsAUsageError) {
+  Synthetic s;
+  s.add("bucketed", "25", 1.0, 1.0, true);
+  s.add("zero1", "", 0.6, 1.5);
+  s.candidates[0].refused = "needs 3 GiB";
+  EXPECT_THROW(TuneSearch(s.candidates, HalvingPlan{.candidates = {2}, .steps = {5}}), UsageError);
+}
+
+TEST(TuneSearchTest, ParetoFrontKeepsWhatNothingBeatsOnBoth) {
+  std::vector<TuneCandidate> c(5);
+  const double time[] = {1.0, 2.0, 3.0, 1.5, 4.0};
+  const double memory[] = {100, 50, 60, 100, 10};
+  for (int i = 0; i < 5; ++i) {
+    c[static_cast<std::size_t>(i)].samples_s = {time[i]};
+    c[static_cast<std::size_t>(i)].memory_bytes = memory[i];
+  }
+  EXPECT_EQ(pareto_front(c), (std::vector<int>{0, 1, 4}));
+}
+
+// The calibration fitted from a real characterization of the default, and the space
+// predicted with it: every prediction positive, and the memory each strategy keeps in the
+// order sharding promises.
+TEST(TuneCalibrationTest, FitsFromTheDefaultsScenariosAndPredictsTheSpace) {
+  TrainConfig base = base_config("mlp:3x128", 2, 8);
+  std::unique_ptr<Workload> w = make_train_workload(base);
+  const Characterization c = characterize(*w, {.warmup = 1, .iterations = 3});
+  const Calibration cal = calibrate_from(c, base);
+  EXPECT_GT(cal.gemm_flops_per_s[0], 0);
+  EXPECT_GT(cal.link.bandwidth_bytes_per_s, 0);
+  EXPECT_GT(cal.compute.samples, 0);
+  EXPECT_GT(cal.comm.samples, 0);
+
+  TuneSpace space = TuneSpace::defaults(base, 2);
+  space.set("strategy=bucketed,zero2");
+  space.set("bucket-mb=25");
+  space.set("micro-batches=1");
+  space.set("schedule=1f1b");
+  std::vector<TuneCandidate> all = tune_candidates(base, space, false);
+  predict_candidates(all, calibrated_cluster(cal, 2, 1e12, "test"));
+  std::map<std::string, double> memory;
+  for (const TuneCandidate& t : all) {
+    ASSERT_EQ(t.refused, "") << t.label();
+    EXPECT_GT(t.predicted_s, 0) << t.label();
+    memory[t.family()] = t.memory_bytes;
+  }
+  EXPECT_LT(memory.at("strategy=zero2"), memory.at("strategy=bucketed"));
+  EXPECT_LT(memory.at("pipeline=2 schedule=1f1b"), memory.at("strategy=bucketed"));
+  // A cluster too small for any of them refuses all, with the simulator's reason.
+  predict_candidates(all, calibrated_cluster(cal, 2, 1000, "tiny"));
+  for (const TuneCandidate& t : all) {
+    EXPECT_NE(t.refused.find("per device"), std::string::npos) << t.refused;
+  }
+}
+
+}  // namespace
+}  // namespace tandem
