@@ -1,5 +1,5 @@
 // `tandem report DIR`: (re)builds the self-contained HTML report of a results directory
-// written by `tandem train`, `characterize` or `analyze --out`.
+// written by `tandem train`, `characterize`, `analyze` or `tune --out`.
 #include <cstdio>
 
 #include "commands.h"
@@ -35,7 +35,8 @@ void add_report_command(CLI::App& app, RunCommand& run) {
       "report",
       "Build report.html (Gantt charts, E2E and breakdown bars, slowdown, scaling, "
       "power, metrics) from a results directory; works offline");
-  cmd->add_option("dir", flags->dir, "Results directory of tandem train/characterize/analyze --out")
+  cmd->add_option("dir", flags->dir,
+                  "Results directory of tandem train/characterize/analyze/tune --out")
       ->required();
   cmd->add_option("--point", flags->point,
                   "Configuration drawn in detail (its id under points/; default: the first)");

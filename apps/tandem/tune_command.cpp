@@ -435,8 +435,10 @@ int run_measured(TuneFlags flags, const CommandLine& argv) {
       if (job.leader()) baseline = baseline_from_json(*stored_baseline, *writer);
     } else {
       if (job.leader()) {
-        std::printf("  characterizing the default (%s): 4 scenarios x %d steps\n",
-                    def.label().c_str(), flags.warmup + flags.baseline_iterations);
+        std::printf(
+            "  characterizing the default (%s): 4 scenarios x %d steps, for the "
+            "calibration and the sequential baseline\n",
+            def.label().c_str(), flags.warmup + flags.baseline_iterations);
         std::fflush(stdout);
       }
       TrainConfig config = def.config;
@@ -445,6 +447,24 @@ int run_measured(TuneFlags flags, const CommandLine& argv) {
       const Characterization c = characterize(
           *workload,
           {.warmup = flags.warmup, .iterations = flags.baseline_iterations, .job = &job});
+      // The same steps in the smallest micro-batches of the space, compute only: the
+      // passes' FLOPs and bytes in another ratio, for the calibration's fit.
+      std::vector<MeasuredRun> more;
+      const int finest = *std::max_element(space.micro_batches.begin(), space.micro_batches.end());
+      if (!given && finest > 1 && config.batch % finest == 0) {
+        TrainConfig variant = scenario_config(config, Scenario::kComputeOnly);
+        variant.pipeline.micro_batches = finest;
+        variant.steps = flags.warmup + flags.baseline_iterations;
+        Timeline t = make_train_workload(variant)->run(job, Scenario::kComputeOnly, variant.steps);
+        if (job.leader()) {
+          more.push_back(
+              {.what = "the default in " + std::to_string(finest) + " micro-batches, compute-only",
+               .config = variant,
+               .timeline = std::move(t),
+               .warmup = flags.warmup});
+          more.back().step_s = median_e2e_s(more.back().timeline, flags.warmup);
+        }
+      }
       baseline.wall_s = seconds_since(t0);
       if (job.leader()) {
         if (given) {
@@ -452,7 +472,7 @@ int run_measured(TuneFlags flags, const CommandLine& argv) {
           baseline.memory_bytes = given_memory;
           baseline.calibration_source = given_source;
         } else {
-          baseline.calibration = calibrate_from(c, config);
+          baseline.calibration = calibrate_from(c, config, more);
           const AvailableMemory memory = available_memory();
           baseline.memory_bytes = memory.bytes > 0 ? static_cast<double>(memory.bytes) : 1e12;
           baseline.calibration_source = "fitted by tandem tune from the default's scenarios";
@@ -465,7 +485,11 @@ int run_measured(TuneFlags flags, const CommandLine& argv) {
         for (const ScenarioRun& run : c.runs) {
           steps_s += median_e2e_s(run.timeline, c.warmup) * (c.warmup + c.iterations);
         }
-        baseline.overhead_s = std::max(0.0, (baseline.wall_s - steps_s) / 4);
+        for (const MeasuredRun& run : more) {
+          steps_s += run.step_s * (flags.warmup + flags.baseline_iterations);
+        }
+        baseline.overhead_s =
+            std::max(0.0, (baseline.wall_s - steps_s) / static_cast<double>(4 + more.size()));
         if (writer != nullptr) {
           writer->write(fs::path("points") / "baseline" / kCalibrationFile,
                         calibration_json(baseline.calibration, baseline.memory_bytes,

@@ -399,8 +399,9 @@ TuneAnswer TuneSearch::answer() const {
   return a;
 }
 
-Calibration calibrate_from(const Characterization& c, const TrainConfig& base) {
-  std::vector<MeasuredRun> runs;
+Calibration calibrate_from(const Characterization& c, const TrainConfig& base,
+                           const std::vector<MeasuredRun>& more) {
+  std::vector<MeasuredRun> runs = more;
   for (const ScenarioRun& run : c.runs) {
     MeasuredRun m{.what = "the default's " + std::string(to_string(run.scenario)),
                   .config = scenario_config(base, run.scenario),

@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "engine/trainer.h"
+#include "experiment/calibrate.h"
 #include "experiment/characterize.h"
 #include "report/sweep_point.h"
 #include "simulate/calibration.h"
@@ -171,9 +172,14 @@ class TuneSearch {
 
 // The simulator's calibration from the four scenarios of one characterized configuration
 // (`base`, as characterized): compute from compute-only, collectives from comm-only,
-// contention from the overlapped scenario against both (simulate/calibration.h). Throws
-// UsageError when a parameter cannot be fitted (no collective: one rank).
-Calibration calibrate_from(const Characterization& c, const TrainConfig& base);
+// contention from the overlapped scenario against both (simulate/calibration.h); and
+// from `more` measured runs besides (a compute-only run of the same model in smaller
+// micro-batches: the passes' FLOPs and bytes in another ratio, without which every
+// sample of a model of equal layers has the same one and the GEMM rate and the memory
+// bandwidth cannot be told apart). Throws UsageError when a parameter cannot be fitted
+// (no collective: one rank).
+Calibration calibrate_from(const Characterization& c, const TrainConfig& base,
+                           const std::vector<MeasuredRun>& more = {});
 
 // Each candidate that is not refused, simulated for a few steps on `cluster`: its step
 // time (the median after the first) and its memory per rank. One the simulator refuses (it
