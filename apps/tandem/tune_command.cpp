@@ -31,6 +31,7 @@
 #include "experiment/workload.h"
 #include "flag_checks.h"
 #include "job_flags.h"
+#include "power/nvml.h"
 #include "report/results_dir.h"
 #include "simulate/calibration.h"
 #include "simulate/simulator.h"
@@ -56,6 +57,8 @@ struct TuneFlags {
   int baseline_iterations = 10;
   int top = 12;
   int candidates = 0;  // --candidates: the first round's size (0: default_first_round)
+  std::string objective = "time";
+  PowerFlags power;
   bool simulate = false;
   std::string cluster;
   std::string calibration;
@@ -129,6 +132,22 @@ std::vector<double> step_seconds(const Timeline& timeline, int warmup) {
     if (m.step >= warmup) out.push_back(m.e2e_ns / 1e9);
   }
   return out;
+}
+
+// Joules per measured step over every power source, from the samples of a measurement
+// (the steps from `warmup` on: their first start to their last end on the timeline).
+double energy_per_step(const PowerSampler& sampler, const Timeline& timeline, int warmup,
+                       int steps) {
+  std::int64_t begin = INT64_MAX, end = INT64_MIN;
+  for (const Span& span : timeline.spans) {
+    if (span.step < warmup) continue;
+    begin = std::min(begin, span.start_ns);
+    end = std::max(end, span.end_ns);
+  }
+  if (begin >= end || steps <= 0) return kUndefinedScore;
+  double joules = 0;
+  for (const PowerSummary& p : sampler.summarize(begin, end)) joules += p.energy_joules;
+  return joules / steps;
 }
 
 // The table of the candidates measured (or, simulated, the best predicted), fastest first.
@@ -261,8 +280,8 @@ int run_simulated(const TuneFlags& flags, const CommandLine& argv) {
         "--simulate: needs --cluster (NODESxDEVICESxPROFILE, a JSON file, or here "
         "with --calibration)");
   }
-  for (const char* flag :
-       {"--exhaustive", "--resume", "--budget", "--baseline-iterations", "--warmup", "--backend"}) {
+  for (const char* flag : {"--exhaustive", "--resume", "--budget", "--baseline-iterations",
+                           "--warmup", "--backend", "--objective"}) {
     if (flags.workload.given.contains(flag)) {
       throw UsageError(std::string(flag) + ": for a measured search; not with --simulate");
     }
@@ -335,11 +354,13 @@ struct Baseline {
   double overlapped_s = 0;  // its overlapped one
   double overhead_s = 0;    // per measurement: what a run costs besides its steps
   double wall_s = 0;
+  double sequential_j = kUndefinedScore;  // per step, the energy objective
   nlohmann::json to_json() const {
     return {{"calibration", calibration_json(calibration, memory_bytes, calibration_source)},
             {"sequential_ms", sequential_s * 1e3},
             {"overlapped_ms", overlapped_s * 1e3},
             {"overhead_s", overhead_s},
+            {"sequential_j_per_step", number_or_null(sequential_j)},
             {"wall_s", wall_s}};
   }
 };
@@ -354,6 +375,8 @@ Baseline baseline_from_json(const nlohmann::json& j, ResultsWriter& writer) {
   b.overlapped_s = j.at("overlapped_ms").get<double>() / 1e3;
   b.overhead_s = j.at("overhead_s").get<double>();
   b.wall_s = j.at("wall_s").get<double>();
+  const nlohmann::json& e = j.value("sequential_j_per_step", nlohmann::json());
+  b.sequential_j = e.is_number() ? e.get<double>() : kUndefinedScore;
   return b;
 }
 
@@ -405,6 +428,28 @@ int run_measured(TuneFlags flags, const CommandLine& argv) {
     return 2;
   }
   ResultsWriter* writer = outputs.writer.get();
+  // --objective energy: rank 0's host's power sources (RAPL; NVML's GPUs on cuda), as
+  // train samples them; none is one line on every rank.
+  const bool energy = flags.objective == "energy";
+  std::optional<PowerSampler> power;
+  if (energy) {
+    std::string refused;
+    if (job.leader()) {
+      NvmlDiscovery found = discover_power(flags.power.powercap_root, base.device == Device::kCuda);
+      if (found.sources.empty()) {
+        refused = "--objective energy: no power source on this host (" + found.status +
+                  "); energy cannot be measured here";
+      } else {
+        std::printf("  power: %s\n", found.status.c_str());
+        power.emplace(std::move(found.sources), std::chrono::milliseconds(flags.power.interval_ms));
+      }
+    }
+    refused = share_from_leader(job, refused);
+    if (!refused.empty()) {
+      if (job.leader()) throw UsageError(refused);
+      return 2;
+    }
+  }
   const auto stored = [&](const std::string& id) -> std::optional<nlohmann::json> {
     if (writer == nullptr || !outputs.finished.contains(id)) return std::nullopt;
     return writer->load_points({id}).front();
@@ -444,9 +489,10 @@ int run_measured(TuneFlags flags, const CommandLine& argv) {
       TrainConfig config = def.config;
       std::unique_ptr<Workload> workload = make_train_workload(config);
       const Clock::time_point t0 = Clock::now();
-      const Characterization c = characterize(
-          *workload,
-          {.warmup = flags.warmup, .iterations = flags.baseline_iterations, .job = &job});
+      const Characterization c = characterize(*workload, {.warmup = flags.warmup,
+                                                          .iterations = flags.baseline_iterations,
+                                                          .power = power ? &*power : nullptr,
+                                                          .job = &job});
       // The same steps in the smallest micro-batches of the space, compute only: the
       // passes' FLOPs and bytes in another ratio, for the calibration's fit.
       std::vector<MeasuredRun> more;
@@ -478,6 +524,12 @@ int run_measured(TuneFlags flags, const CommandLine& argv) {
           baseline.calibration_source = "fitted by tandem tune from the default's scenarios";
         }
         baseline.sequential_s = c.metrics.e2e_seq_ns.median / 1e9;
+        if (energy) {
+          const ScenarioRun& seq = c.run(Scenario::kSequential);
+          baseline.sequential_j = 0;
+          for (const PowerSummary& p : seq.power)
+            baseline.sequential_j += seq.energy_per_iteration(p);
+        }
         baseline.overlapped_s = c.metrics.e2e_ovl_ns.median / 1e9;
         // Each scenario ran warm-up + iterations steps of about its median; the rest is
         // what a run costs besides its steps (building the model, the data, the ranks).
@@ -552,8 +604,8 @@ int run_measured(TuneFlags flags, const CommandLine& argv) {
             plan.candidates.front(), first);
       }
       std::fflush(stdout);
-      search.emplace(candidates, plan);
-      search->set_sequential(baseline.sequential_s);
+      search.emplace(candidates, plan, energy ? TuneObjective::kEnergy : TuneObjective::kTime);
+      search->set_sequential(baseline.sequential_s, baseline.sequential_j);
     }
     // 3. Successive halving on real steps.
     int done = 0;
@@ -568,7 +620,9 @@ int run_measured(TuneFlags flags, const CommandLine& argv) {
           if (!old) break;
           std::vector<double> samples;
           for (const double v : old->at("samples_ms")) samples.push_back(v / 1e3);
-          search->record(*next, samples, old->at("wall_s").get<double>());
+          const nlohmann::json& e = old->value("energy_j_per_step", nlohmann::json());
+          search->record(*next, samples, old->at("wall_s").get<double>(),
+                         e.is_number() ? e.get<double>() : kUndefinedScore);
           ++done;
         }
         if (next) action = next->to_json().dump();
@@ -588,17 +642,22 @@ int run_measured(TuneFlags flags, const CommandLine& argv) {
       TrainConfig config = c.config;
       std::unique_ptr<Workload> workload = make_train_workload(config);
       const Clock::time_point t0 = Clock::now();
+      if (power) power->start();
       const Timeline timeline = workload->run(job, Scenario::kOverlapped, flags.warmup + m.steps);
+      if (power) power->stop();
       const double wall = seconds_since(t0);
       if (!job.leader()) continue;
       const std::vector<double> samples = step_seconds(timeline, flags.warmup);
-      search->record(m, samples, wall);
+      const double joules =
+          power ? energy_per_step(*power, timeline, flags.warmup, m.steps) : kUndefinedScore;
+      search->record(m, samples, wall, joules);
       ++done;
       const Summary s = summarize(samples);
       const double elapsed = seconds_since(measuring);
       const int left = search->remaining();
       std::printf(": %s (p10 %s, p90 %s)", ms_text(s.median).c_str(), ms_text(s.p10).c_str(),
                   ms_text(s.p90).c_str());
+      if (power) std::printf(", %.3g J per step", joules);
       if (left > 0) std::printf("; about %s left", duration_text(elapsed / done * left).c_str());
       std::printf("\n");
       std::fflush(stdout);
@@ -609,6 +668,7 @@ int run_measured(TuneFlags flags, const CommandLine& argv) {
         point["id"] = c.id();
         point["samples_ms"] = samples_ms;
         point["wall_s"] = wall;
+        point["energy_j_per_step"] = number_or_null(joules);
         writer->commit_point(m.id(), point);
       }
     }
@@ -620,22 +680,34 @@ int run_measured(TuneFlags flags, const CommandLine& argv) {
     const TuneCandidate& best = measured[static_cast<std::size_t>(a.best)];
     const Summary bs = summarize(best.samples_s);
     const double tuning_s = baseline.wall_s + search->measured_wall_s();
-    std::printf("\nbest: %s, %s (p10 %s, p90 %s)\n", best.label().c_str(),
-                ms_text(a.best_s).c_str(), ms_text(bs.p10).c_str(), ms_text(bs.p90).c_str());
+    std::printf("\nbest%s: %s, %s (p10 %s, p90 %s)", energy ? " for energy" : "",
+                best.label().c_str(), ms_text(a.best_s).c_str(), ms_text(bs.p10).c_str(),
+                ms_text(bs.p90).c_str());
+    if (energy) std::printf(", %.3g J per step", a.best_j);
+    std::printf("\n");
     if (a.default_is_best) {
       std::printf("  nothing measured beat the default (bucketed, 25 MiB): keep it\n");
+    } else if (energy) {
+      std::printf("  %.2fx the default's energy per step (%.3g J; %s per step)\n",
+                  a.best_j / a.default_j, a.default_j, ms_text(a.default_s).c_str());
     } else {
       std::printf("  %.2fx the default's speed (%s, measured in the same rounds)\n",
                   a.default_s / a.best_s, ms_text(a.default_s).c_str());
     }
-    std::printf("  %.2fx sequential's (the default's sequential scenario, %s)\n",
-                a.sequential_s / a.best_s, ms_text(a.sequential_s).c_str());
+    if (energy) {
+      std::printf(
+          "  %.2fx sequential's energy per step (the default's sequential scenario, %.3g J)\n",
+          a.best_j / a.sequential_j, a.sequential_j);
+    } else {
+      std::printf("  %.2fx sequential's (the default's sequential scenario, %s)\n",
+                  a.sequential_s / a.best_s, ms_text(a.sequential_s).c_str());
+    }
     if (a.runner_up >= 0) {
       const TuneCandidate& r = measured[static_cast<std::size_t>(a.runner_up)];
       std::printf(
-          "  %s: the runner-up (%s) is %.1f%% slower; the best's steps spread +-%.1f%% "
-          "(p10-p90)\n",
-          a.sure() ? "clear" : "within noise", r.label().c_str(), 100 * a.gap, 100 * a.spread);
+          "  %s: the runner-up (%s) is %.1f%% %s; the best's %s spread +-%.1f%% (p10-p90)\n",
+          a.sure() ? "clear" : "within noise", r.label().c_str(), 100 * a.gap,
+          energy ? "costlier" : "slower", energy ? "measurements" : "steps", 100 * a.spread);
     }
     std::printf("  %s\n", train_command(flags, best).c_str());
     std::printf("  tuning took %s (%s characterizing the default), %d measurements\n",
@@ -698,6 +770,13 @@ void add_tune_command(CLI::App& app, RunCommand& run) {
                   "Configurations the first round measures (default: the best predicted of "
                   "each strategy and pipeline schedule, at least 8); fewer if the budget is short")
       ->check(integer_in(2, 100000));
+  cmd->add_option("--objective", flags->objective,
+                  "What the search minimizes: time (the median step) or energy (joules per "
+                  "step over every power source of rank 0's host: RAPL, and NVML's GPUs with "
+                  "--device cuda; refused where there is none)")
+      ->check(CLI::IsMember({"time", "energy"}))
+      ->capture_default_str();
+  add_power_flags(*cmd, flags->power);
   cmd->add_option("--top", flags->top, "Rows of the table printed at the end")
       ->check(integer_in(1, 100000))
       ->capture_default_str();
@@ -724,10 +803,11 @@ void add_tune_command(CLI::App& app, RunCommand& run) {
     flags->settings = settings_of(*cmd, {"--out", "--resume", "--force", "--top"});
     // The run's own flags, for the recommended `tandem train` line.
     static const std::set<std::string> tune_only = {
-        "--out",         "--resume",     "--force",      "--budget",
-        "--space",       "--exhaustive", "--warmup",     "--baseline-iterations",
-        "--top",         "--simulate",   "--candidates", "--cluster",
-        "--calibration", "--steps"};
+        "--out",          "--resume",     "--force",      "--budget",
+        "--space",        "--exhaustive", "--warmup",     "--baseline-iterations",
+        "--top",          "--simulate",   "--candidates", "--cluster",
+        "--calibration",  "--steps",      "--objective",  "--power-interval-ms",
+        "--powercap-root"};
     flags->train_args.clear();
     for (const CLI::Option* opt : cmd->get_options()) {
       const std::string name = opt->get_name();

@@ -30,6 +30,10 @@ bool divides(int d, int n) { return d > 0 && n % d == 0; }
 }  // namespace
 
 double TuneCandidate::measured_s() const { return summarize(samples_s).median; }
+double TuneCandidate::measured_j() const { return summarize(energy_j).median; }
+double TuneCandidate::score(TuneObjective objective) const {
+  return objective == TuneObjective::kEnergy ? measured_j() : measured_s();
+}
 
 TuneSpace TuneSpace::defaults(const TrainConfig& base, int cpus) {
   TuneSpace s;
@@ -284,8 +288,9 @@ TuneMeasurement TuneMeasurement::from_json(const nlohmann::json& j) {
           .steps = j.at("steps").get<int>()};
 }
 
-TuneSearch::TuneSearch(std::vector<TuneCandidate> candidates, HalvingPlan plan)
-    : candidates_(std::move(candidates)), plan_(std::move(plan)) {
+TuneSearch::TuneSearch(std::vector<TuneCandidate> candidates, HalvingPlan plan,
+                       TuneObjective objective)
+    : candidates_(std::move(candidates)), plan_(std::move(plan)), objective_(objective) {
   for (int i = 0; i < static_cast<int>(candidates_.size()); ++i) {
     const TuneCandidate& c = candidates_[static_cast<std::size_t>(i)];
     if (c.is_default) {
@@ -314,8 +319,8 @@ void TuneSearch::start_round(int round) {
     // The previous round's candidates by what they measured, fastest first.
     pool = in_round_;
     std::stable_sort(pool.begin(), pool.end(), [&](int a, int b) {
-      return candidates_[static_cast<std::size_t>(a)].measured_s() <
-             candidates_[static_cast<std::size_t>(b)].measured_s();
+      return candidates_[static_cast<std::size_t>(a)].score(objective_) <
+             candidates_[static_cast<std::size_t>(b)].score(objective_);
     });
   }
   in_round_.clear();
@@ -349,11 +354,12 @@ std::optional<TuneMeasurement> TuneSearch::next() const {
 }
 
 void TuneSearch::record(const TuneMeasurement& m, const std::vector<double>& samples_s,
-                        double wall_s) {
+                        double wall_s, double energy_j) {
   const std::optional<TuneMeasurement> expected = next();
   TANDEM_CHECK(expected && expected->candidate == m.candidate && expected->round == m.round);
   TuneCandidate& c = candidates_[static_cast<std::size_t>(m.candidate)];
   c.samples_s.insert(c.samples_s.end(), samples_s.begin(), samples_s.end());
+  if (!std::isnan(energy_j)) c.energy_j.push_back(energy_j);
   ++c.rounds;
   wall_s_ += wall_s;
   if (++done_in_round_ == in_round_.size()) {
@@ -373,6 +379,7 @@ int TuneSearch::remaining() const {
 
 TuneAnswer TuneSearch::answer() const {
   TuneAnswer a;
+  a.objective = objective_;
   a.default_index = default_;
   // The last round with every candidate measured (all of them once the search is done).
   std::vector<int> finalists;
@@ -380,21 +387,29 @@ TuneAnswer TuneSearch::answer() const {
     if (candidates_[static_cast<std::size_t>(i)].rounds > 0) finalists.push_back(i);
   }
   std::stable_sort(finalists.begin(), finalists.end(), [&](int x, int y) {
-    return candidates_[static_cast<std::size_t>(x)].measured_s() <
-           candidates_[static_cast<std::size_t>(y)].measured_s();
+    return candidates_[static_cast<std::size_t>(x)].score(objective_) <
+           candidates_[static_cast<std::size_t>(y)].score(objective_);
   });
   a.sequential_s = sequential_s_;
   a.default_s = candidates_[static_cast<std::size_t>(default_)].measured_s();
+  if (objective_ == TuneObjective::kEnergy) {
+    a.default_j = candidates_[static_cast<std::size_t>(default_)].measured_j();
+    a.sequential_j = sequential_j_;
+  }
   if (finalists.empty()) return a;
   a.best = finalists.front();
   if (finalists.size() > 1) a.runner_up = finalists[1];
   const TuneCandidate& best = candidates_[static_cast<std::size_t>(a.best)];
   a.best_s = best.measured_s();
+  if (objective_ == TuneObjective::kEnergy) a.best_j = best.measured_j();
+  const double best_score = best.score(objective_);
   a.default_is_best = a.best == default_;
-  a.gap = a.runner_up < 0
-              ? kUndefined
-              : candidates_[static_cast<std::size_t>(a.runner_up)].measured_s() / a.best_s - 1;
-  const Summary s = summarize(best.samples_s);
+  a.gap =
+      a.runner_up < 0
+          ? kUndefined
+          : candidates_[static_cast<std::size_t>(a.runner_up)].score(objective_) / best_score - 1;
+  const Summary s =
+      summarize(objective_ == TuneObjective::kEnergy ? best.energy_j : best.samples_s);
   a.spread = (s.p90 - s.p10) / 2 / s.median;
   return a;
 }
@@ -466,7 +481,10 @@ nlohmann::json to_json(const TuneCandidate& c) {
           {"rounds", c.rounds},
           {"measured_ms",
            {{"median", ms(s.median)}, {"p10", ms(s.p10)}, {"p90", ms(s.p90)}, {"count", s.count}}},
-          {"samples_ms", samples_ms}};
+          {"samples_ms", samples_ms},
+          {"energy_j_per_step", c.energy_j.empty() ? nlohmann::json(nullptr)
+                                                   : nlohmann::json{{"median", c.measured_j()},
+                                                                    {"samples", c.energy_j}}}};
 }
 
 nlohmann::json to_json(const TuneAnswer& a, const std::vector<TuneCandidate>& candidates) {
@@ -480,6 +498,10 @@ nlohmann::json to_json(const TuneAnswer& a, const std::vector<TuneCandidate>& ca
           {"best_ms", ms(a.best_s)},
           {"default_ms", ms(a.default_s)},
           {"sequential_ms", ms(a.sequential_s)},
+          {"objective", a.objective == TuneObjective::kEnergy ? "energy" : "time"},
+          {"best_j_per_step", number_or_null(a.best_j)},
+          {"default_j_per_step", number_or_null(a.default_j)},
+          {"sequential_j_per_step", number_or_null(a.sequential_j)},
           {"gap_to_runner_up", number_or_null(a.gap)},
           {"spread", number_or_null(a.spread)},
           {"default_is_best", a.default_is_best},

@@ -17,6 +17,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <limits>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
@@ -31,6 +32,10 @@
 #include "simulate/calibration.h"
 
 namespace tandem {
+
+// What tune minimizes: the median step time, or the energy per step where power is
+// measured (every power source of rank 0's host summed over the measured steps).
+enum class TuneObjective : std::uint8_t { kTime, kEnergy };
 
 inline constexpr std::string_view kTuneKeys =
     "strategy bucket-mb prefetch reshard micro-batches pipeline schedule threads";
@@ -58,6 +63,8 @@ struct TuneSpace {
   void set(std::string_view text);
 };
 
+inline constexpr double kUndefinedScore = std::numeric_limits<double>::quiet_NaN();
+
 // One configuration: the user's run with some flags changed.
 struct TuneCandidate {
   SweepPoint point;  // (key, value) in kTuneKeys order, only the keys that apply
@@ -69,8 +76,12 @@ struct TuneCandidate {
   double predicted_s = 0;         // the simulator's step time
   double memory_bytes = 0;        // per rank, the largest: state, activations, gathered peaks
   std::vector<double> samples_s;  // measured steps (E2E), every round pooled
+  std::vector<double> energy_j;   // joules per step, one per measurement (energy objective)
   int rounds = 0;                 // rounds it was measured in
   double measured_s() const;      // the median of samples_s (NaN: never measured)
+  double measured_j() const;      // the median of energy_j (NaN: none)
+  // What `objective` minimizes: measured_s() or measured_j().
+  double score(TuneObjective objective) const;
 
   std::string id() const { return point_id(point); }
   std::string label() const { return describe(point); }
@@ -121,13 +132,18 @@ struct TuneMeasurement {
 };
 
 struct TuneAnswer {
+  TuneObjective objective = TuneObjective::kTime;
   int best = -1;       // index of the recommended candidate
-  int runner_up = -1;  // the next fastest of the last round (-1: none)
+  int runner_up = -1;  // the next best of the last round (-1: none)
   int default_index = -1;
   double best_s = 0, default_s = 0;  // medians
   double sequential_s = 0;           // the default's sequential scenario (NaN: not measured)
-  double gap = 0;                    // runner-up / best - 1
-  double spread = 0;                 // (p90 - p10) / 2 / median of the best's steps
+  // The energy objective's joules per step (NaN for the time objective).
+  double best_j = kUndefinedScore, default_j = kUndefinedScore, sequential_j = kUndefinedScore;
+  // In the objective's terms: runner-up / best - 1, and (p90 - p10) / 2 / median of the
+  // best's samples (its steps' times, or its measurements' energies).
+  double gap = 0;
+  double spread = 0;
   bool default_is_best = false;
   bool sure() const { return gap > spread; }
 };
@@ -137,14 +153,21 @@ class TuneSearch {
   // `candidates` with predictions (refused ones are never measured); `plan` from
   // plan_halving. The first round measures the best predicted candidate of each family
   // (the best families first), then the next best predicted, up to the plan's count.
-  TuneSearch(std::vector<TuneCandidate> candidates, HalvingPlan plan);
+  TuneSearch(std::vector<TuneCandidate> candidates, HalvingPlan plan,
+             TuneObjective objective = TuneObjective::kTime);
 
   // What to measure next; nullopt when the search is done.
   std::optional<TuneMeasurement> next() const;
-  // The steps of a measurement (E2E seconds, warm-up left out) and its wall time.
-  void record(const TuneMeasurement& m, const std::vector<double>& samples_s, double wall_s);
+  // The steps of a measurement (E2E seconds, warm-up left out), its wall time and, for
+  // the energy objective, its joules per step.
+  void record(const TuneMeasurement& m, const std::vector<double>& samples_s, double wall_s,
+              double energy_j = kUndefinedScore);
   // The default's sequential scenario, measured with the calibration (NaN: none).
-  void set_sequential(double seconds) { sequential_s_ = seconds; }
+  void set_sequential(double seconds, double joules = kUndefinedScore) {
+    sequential_s_ = seconds;
+    sequential_j_ = joules;
+  }
+  TuneObjective objective() const { return objective_; }
 
   // The fastest of the last round measured; the default when nothing beat it.
   TuneAnswer answer() const;
@@ -166,7 +189,9 @@ class TuneSearch {
   int round_ = 0;
   std::vector<int> in_round_;  // candidates of the current round, in measuring order
   std::size_t done_in_round_ = 0;
+  TuneObjective objective_;
   double sequential_s_ = 0;
+  double sequential_j_ = kUndefinedScore;
   double wall_s_ = 0;
 };
 

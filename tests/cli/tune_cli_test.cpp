@@ -111,6 +111,36 @@ TEST(TuneCliTest, ResumeMeasuresOnlyWhatACutOffSearchLeft) {
   EXPECT_NE(other.err.find("--model"), std::string::npos) << other.err;
 }
 
+// --objective energy samples power through every measurement, as train does; a RAPL zone
+// that never advances makes every step cost 0 J, which the answer says as measured.
+TEST(TuneCliTest, EnergyObjectiveMeasuresEveryMeasurementsPower) {
+  TempDir dir;
+  const fs::path out = dir.path() / "tune";
+  const CliResult r =
+      run_tandem(kSmall + "--space strategy=bucketed --space pipeline=1 " +
+                 "--objective energy --powercap-root " + still_rapl_fixture(dir.path()).string() +
+                 " --out " + out.string());
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_NE(r.out.find("J per step"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("best for energy: "), std::string::npos) << r.out;
+  const auto t = nlohmann::json::parse(slurp(out / "summary.json"))["tune"];
+  EXPECT_EQ(t["answer"]["objective"], "energy");
+  EXPECT_EQ(t["answer"]["best_j_per_step"], 0.0) << t["answer"];
+  EXPECT_EQ(t["baseline"]["sequential_j_per_step"], 0.0) << t["baseline"];
+  for (const auto& c : t["candidates"]) {
+    if (c["rounds"].get<int>() == 0) continue;
+    ASSERT_TRUE(c["energy_j_per_step"].is_object()) << c;
+    EXPECT_EQ(c["energy_j_per_step"]["samples"].size(), c["rounds"].get<std::size_t>()) << c;
+  }
+  // No power source here: one line naming the flag, nothing measured or written.
+  const CliResult none =
+      run_tandem(kSmall + "--objective energy --powercap-root " + (dir.path() / "none").string() +
+                 " --out " + (dir.path() / "never").string());
+  EXPECT_EQ(none.exit_code, 2) << none.out;
+  EXPECT_NE(none.err.find("--objective energy"), std::string::npos) << none.err;
+  EXPECT_FALSE(fs::exists(dir.path() / "never"));
+}
+
 TEST(TuneCliTest, SimulateRanksAClustersSpaceAndRefusesWhatDoesNotFit) {
   TempDir dir;
   const fs::path out = dir.path() / "sim";
@@ -155,6 +185,8 @@ TEST(TuneCliTest, BadInputIsOneLineAndExitCode2) {
       {"--simulate", "--cluster"},
       {"--simulate --cluster 1x8xh100 --resume", "--resume"},
       {"--no-timeline", "--no-timeline"},
+      {"--objective speed", "--objective"},
+      {"--simulate --cluster 1x8xh100 --objective energy", "--objective"},
   };
   for (const auto& c : cases) {
     const CliResult r = run_tandem("tune --model mlp:2x64 --ranks 2 --batch 8 " + c.args +

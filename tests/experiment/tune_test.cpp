@@ -219,6 +219,28 @@ TEST(TuneSearchTest, NothingBeatsTheDefaultSoItIsTheAnswer) {
   EXPECT_LE(a.best_s, a.default_s);
 }
 
+TEST(TuneSearchTest, TheEnergyObjectivePicksTheLeastEnergyNotTheFastest) {
+  Synthetic s;
+  s.add("bucketed", "25", 1.0, 1.0, true);
+  s.add("layerwise", "", 0.9, 0.8);  // fastest, and costliest
+  s.add("zero1", "", 0.95, 1.2);     // slowest, and cheapest
+  const std::map<int, double> joules = {{0, 100}, {1, 120}, {2, 70}};
+  TuneSearch search(s.candidates, HalvingPlan{.candidates = {2}, .steps = {3}},
+                    TuneObjective::kEnergy);
+  search.set_sequential(1.1, 110);
+  while (const auto m = search.next()) {
+    search.record(*m, {s.truth.at(m->candidate)}, 1.0, joules.at(m->candidate));
+  }
+  const TuneAnswer a = search.answer();
+  EXPECT_EQ(a.best, 2);
+  EXPECT_EQ(a.runner_up, 0);
+  EXPECT_DOUBLE_EQ(a.best_j, 70);
+  EXPECT_DOUBLE_EQ(a.default_j, 100);
+  EXPECT_DOUBLE_EQ(a.sequential_j, 110);
+  EXPECT_NEAR(a.gap, 100.0 / 70 - 1, 1e-12);
+  EXPECT_DOUBLE_EQ(a.best_s, 1.2);  // its time, still reported
+}
+
 TEST(TuneSearchTest, ARefusedDefaultIsAUsageError) {
   Synthetic s;
   s.add("bucketed", "25", 1.0, 1.0, true);

@@ -57,6 +57,13 @@ std::string tune_body(const Results& r, const ReportOptions& options) {
       items.emplace_back("predicted step", ms_cell(number(answer, "best_predicted_ms")));
     } else {
       items.emplace_back("measured step", ms_cell(number(answer, "best_ms")));
+      if (answer.value("objective", std::string()) == "energy") {
+        char joules[96];
+        std::snprintf(joules, sizeof joules, "%.3g J (the default %.3g J, sequential %.3g J)",
+                      number(answer, "best_j_per_step"), number(answer, "default_j_per_step"),
+                      number(answer, "sequential_j_per_step"));
+        items.emplace_back("energy per step (the objective)", joules);
+      }
       const double d = number(answer, "default_ms"), b = number(answer, "best_ms");
       const double q = number(answer, "sequential_ms");
       char buf[96];
