@@ -709,7 +709,8 @@ int run_measured(TuneFlags flags, const CommandLine& argv) {
           a.sure() ? "clear" : "within noise", r.label().c_str(), 100 * a.gap,
           energy ? "costlier" : "slower", energy ? "measurements" : "steps", 100 * a.spread);
     }
-    std::printf("  %s\n", train_command(flags, best).c_str());
+    std::printf("  %s%s\n", train_command(flags, best).c_str(),
+                job.in_process() ? "" : "  (under the same launcher)");
     std::printf("  tuning took %s (%s characterizing the default), %d measurements\n",
                 duration_text(seconds_since(start)).c_str(), duration_text(baseline.wall_s).c_str(),
                 done);
@@ -748,7 +749,8 @@ void add_tune_command(CLI::App& app, RunCommand& run) {
   add_workload_flags(*cmd, flags->workload);
   add_job_flags(*cmd, flags->job);
   cmd->get_option("--steps")->description(
-      "Measured steps per configuration in the last round (earlier rounds halve them)");
+      "Measured steps per configuration in the last round (each earlier round a third as "
+      "many, at least a quarter of them or 3)");
   cmd->add_option("--budget", flags->budget,
                   "Time for the search: the default's characterization and the measurements "
                   "(e.g. 90s, 10m); how many configurations are measured follows from it")

@@ -45,7 +45,9 @@ void on_signal(int signal) {
 
 [[noreturn]] void interrupted(int signal) {
   const char* name = signal == SIGINT ? "SIGINT" : signal == SIGTERM ? "SIGTERM" : "SIGHUP";
-  std::fprintf(stderr, "tandem: interrupted by %s; the run's partial results are removed\n",
+  std::fprintf(stderr,
+               "tandem: interrupted by %s; the run's partial results are removed (the finished "
+               "points of a sweep or a tune are kept for --resume)\n",
                name);
   std::fflush(stderr);
   {

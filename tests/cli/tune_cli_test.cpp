@@ -3,6 +3,7 @@
 // cluster, and one line with exit code 2 for bad input.
 #include <gtest/gtest.h>
 
+#include <csignal>
 #include <nlohmann/json.hpp>
 #include <regex>
 #include <string>
@@ -139,6 +140,46 @@ TEST(TuneCliTest, EnergyObjectiveMeasuresEveryMeasurementsPower) {
   EXPECT_EQ(none.exit_code, 2) << none.out;
   EXPECT_NE(none.err.find("--objective energy"), std::string::npos) << none.err;
   EXPECT_FALSE(fs::exists(dir.path() / "never"));
+}
+
+// SIGTERM mid-search: one line, the measurements made kept for --resume (the rest of
+// the partial directory and the lock gone), and the resumed search measures only the rest.
+TEST(TuneCliTest, ATerminatedSearchResumesWithTheMeasurementsItMade) {
+  TempDir dir;
+  const fs::path out = dir.path() / "t";
+  const fs::path log = dir.path() / "log";
+  std::string run = kSmall + "--out " + out.string();
+  run.replace(run.find("--steps 4"), 9, "--steps 400");
+  const pid_t tune = start_shell("exec " + std::string(TANDEM_BINARY) + " " + run + " >" +
+                                 log.string() + " 2>&1 </dev/null");
+  ASSERT_GT(tune, 0);
+  const std::string seen = wait_for_text(log, "[2/", std::chrono::seconds(120));
+  ::kill(tune, SIGTERM);
+  const int status = wait_for_exit(tune, std::chrono::seconds(60));
+  ASSERT_NE(seen.find("[2/"), std::string::npos) << seen;
+  const std::string said = slurp(log);
+  ASSERT_TRUE(WIFEXITED(status)) << "status " << status;
+  if (WEXITSTATUS(status) == 0) GTEST_SKIP() << "the search ended before the signal";
+  EXPECT_EQ(WEXITSTATUS(status), 128 + SIGTERM) << said;
+  EXPECT_NE(said.find("tandem: interrupted by SIGTERM"), std::string::npos) << said;
+  const fs::path left = dir.path() / "t.partial";
+  ASSERT_TRUE(fs::exists(left / "points" / "baseline" / "result.json")) << said;
+  EXPECT_FALSE(fs::exists(dir.path() / ".t.lock"));
+  int made = 0;
+  for (const auto& e : fs::directory_iterator(left / "points")) {
+    made += e.path().filename().string()[0] == 'r' && fs::exists(e.path() / "result.json");
+  }
+  EXPECT_GE(made, 1);
+
+  const CliResult resumed = run_tandem(run + " --resume");
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.err;
+  EXPECT_NE(resumed.out.find("resuming " + out.string() + ": " + std::to_string(made + 1) +
+                             " measurements done"),
+            std::string::npos)
+      << resumed.out;
+  const auto t = nlohmann::json::parse(slurp(out / "summary.json"))["tune"];
+  EXPECT_EQ(count_measurements(resumed.out), t["measurements"].get<int>() - made);
+  EXPECT_FALSE(fs::exists(left));
 }
 
 TEST(TuneCliTest, SimulateRanksAClustersSpaceAndRefusesWhatDoesNotFit) {
