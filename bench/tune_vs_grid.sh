@@ -19,8 +19,8 @@ if [ ${#workloads[@]} -eq 0 ]; then
   workloads=(
     "mlp 2|--model mlp:8x1024 --ranks 2 --batch 64"
     "mlp 2 link|--model mlp:8x1024 --ranks 2 --batch 64 --link 10GB/s,20us"
-    "gpt 2|--model gpt:layers=4,dim=256,heads=4,seq=64 --ranks 2 --batch 8"
-    "llama 2|--model llama:layers=4,dim=256,heads=4,seq=64 --ranks 2 --batch 8"
+    "gpt 2|--model gpt:layers=4,dim=128,heads=4,seq=64,vocab=4096 --ranks 2 --batch 8"
+    "llama 2|--model llama:layers=4,dim=128,heads=4,seq=64,vocab=4096 --ranks 2 --batch 8"
     "mlp 4|--model mlp:6x512 --ranks 4 --batch 32"
     "mpi mlp 2|--model mlp:8x1024 --ranks 2 --batch 64"
   )

@@ -85,9 +85,17 @@ struct ScatterPoint {
   double x = 0, y = 0;  // NaN: left out
   std::string label;
 };
-// Fractions on both axes are drawn as percentages.
+// How a scatter reads its numbers: fractions drawn as percentages (overlap ratio against
+// slowdown), or plain values in the titles' units (milliseconds, MiB) with the y axis from
+// 0 where nothing is negative; `diagonal` draws y = x (predicted against measured).
+struct ScatterStyle {
+  bool percent = true;
+  bool diagonal = false;
+  bool labels = true;  // names beside the dots (at most 12 dots); else only on hover
+};
 std::string scatter_chart(const std::vector<ScatterPoint>& points, std::string_view x_title,
-                          std::string_view y_title, std::string_view label);
+                          std::string_view y_title, std::string_view label,
+                          ScatterStyle style = {});
 
 // ---- Lines over a numeric x (chunk count, bucket size) ----------------------------
 

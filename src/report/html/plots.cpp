@@ -153,22 +153,24 @@ std::string stacked_bar_chart(const std::vector<Series>& series, const std::vect
 }
 
 std::string scatter_chart(const std::vector<ScatterPoint>& points, std::string_view x_title,
-                          std::string_view y_title, std::string_view label) {
+                          std::string_view y_title, std::string_view label, ScatterStyle style) {
   constexpr double kW = 760, kH = 400, kL = 70, kR = 24, kT = 36, kB = 50;
+  const double scale = style.percent ? 100 : 1;
   Svg svg(kW, kH, "chart scatter", label);
   double x_max = 0, y_min = 0, y_max = 0;
   for (const ScatterPoint& p : points) {
     if (!std::isfinite(p.x) || !std::isfinite(p.y)) continue;
-    x_max = std::max(x_max, 100 * p.x);
-    y_min = std::min(y_min, 100 * p.y);
-    y_max = std::max(y_max, 100 * p.y);
+    x_max = std::max(x_max, scale * p.x);
+    y_min = std::min(y_min, scale * p.y);
+    y_max = std::max(y_max, scale * p.y);
   }
+  if (style.diagonal) x_max = y_max = std::max(x_max, y_max);  // the same scale both ways
   const double x_top = nice_max(std::max(x_max, 1e-3));
   // Widen the range to whole tick steps so no dot sits on the frame.
   y_max = std::max(y_max, y_min + 1e-3);
   const std::vector<double> rough = nice_ticks(y_min, y_max, 6);
   const double step = rough.size() > 1 ? rough[1] - rough[0] : 1;
-  const double y_lo = std::floor(y_min / step - 1e-9) * step;
+  const double y_lo = !style.percent && y_min >= 0 ? 0.0 : std::floor(y_min / step - 1e-9) * step;
   const double y_hi = std::ceil(y_max / step + 1e-9) * step;
   const std::vector<double> y_ticks = nice_ticks(y_lo, y_hi, 6);
   const LinearScale x{.d0 = 0, .d1 = x_top, .r0 = kL, .r1 = kW - kR};
@@ -176,13 +178,24 @@ std::string scatter_chart(const std::vector<ScatterPoint>& points, std::string_v
   x_axis(svg, x, nice_ticks(0, x_top, 8), kH - kB, kT, x_title);
   y_axis(svg, y, y_ticks, kL, kW - kR, y_title);
   if (y_lo < 0) svg.line(kL, y(0), kW - kR, y(0), "zero");
-  const bool label_points = points.size() <= 12;
+  if (style.diagonal) {
+    const double end = std::min(x_top, y_hi);
+    svg.line(x(0), y(0), x(end), y(end), "zero");
+  }
+  const auto value = [&](double v, std::string_view title) {
+    if (style.percent) return format_percent(v);
+    char buf[48];
+    std::snprintf(buf, sizeof buf, "%.3g", v);
+    return std::string(title) + " " + buf;
+  };
+  const bool label_points = style.labels && points.size() <= 12;
   for (const ScatterPoint& p : points) {
     if (!std::isfinite(p.x) || !std::isfinite(p.y)) continue;
-    const double px = x(100 * p.x), py = y(100 * p.y);
-    svg.circle(
-        px, py, 4.5, "pt",
-        p.label + ": overlap ratio " + format_percent(p.x) + ", slowdown " + format_percent(p.y));
+    const double px = x(scale * p.x), py = y(scale * p.y);
+    svg.circle(px, py, 4.5, "pt",
+               style.percent
+                   ? p.label + ": overlap ratio " + value(p.x, "") + ", slowdown " + value(p.y, "")
+                   : p.label + ": " + value(p.x, x_title) + ", " + value(p.y, y_title));
     if (label_points) svg.text(px + 7, py - 5, short_label(p.label), "pt-label");
   }
   return svg.str();

@@ -106,22 +106,30 @@ std::string tune_body(const Results& r, const ReportOptions& options) {
            label + (front.contains(c.value("id", std::string())) ? " (Pareto front)" : "")});
     }
   }
+  std::string on_front;
+  for (const json& id : t.value("pareto", json::array())) {
+    const json* c = find(id);
+    on_front +=
+        (on_front.empty() ? "" : "; ") + (c != nullptr ? label_of(*c) : id.get<std::string>());
+  }
   if (!points.empty()) {
     body += section("predicted", "Predicted against measured",
                     "Every configuration the search measured: the calibrated simulator's step time "
                     "(x) against the median of its measured steps (y). Points on the diagonal were "
                     "predicted exactly; the ranking only needs the order right.",
                     figure(scatter_chart(points, "predicted step (ms)", "measured step (ms)",
-                                         "Predicted against measured step time"),
+                                         "Predicted against measured step time",
+                                         {.percent = false, .diagonal = true, .labels = false}),
                            "One point per measured configuration (hover for its name)."));
-    body +=
-        section("pareto", "Step time and memory",
-                "Measured step time (x) against the memory a rank holds (y: parameters, gradients, "
-                "optimizer state, activations and gathered peaks, as the simulator counts them). "
-                "The Pareto front: no other configuration is both faster and smaller.",
-                figure(scatter_chart(memory, "measured step (ms)", "memory per rank (MiB)",
-                                     "Step time against memory"),
-                       "Configurations on the Pareto front say so in their name."));
+    body += section(
+        "pareto", "Step time and memory",
+        "Measured step time (x) against the memory a rank holds (y: parameters, gradients, "
+        "optimizer state, activations and gathered peaks, as the simulator counts them). "
+        "The Pareto front: no other configuration is both faster and smaller.",
+        figure(scatter_chart(memory, "measured step (ms)", "memory per rank (MiB)",
+                             "Step time against memory", {.percent = false, .labels = false}),
+               "On the Pareto front, fastest first: " + on_front +
+                   " (hover over a dot for its name)."));
   }
 
   // Every configuration.
