@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <map>
 #include <numeric>
 #include <set>
 
@@ -263,15 +264,57 @@ std::string TuneCandidate::family() const {
   return out;
 }
 
-int default_first_round(const std::vector<TuneCandidate>& candidates) {
-  std::set<std::string> families;
-  int count = 0;
-  for (const TuneCandidate& c : candidates) {
-    if (!c.refused.empty()) continue;
-    ++count;
-    families.insert(c.family());
+namespace {
+
+// The candidates not refused, by predicted time (ties in list order).
+std::vector<int> ranked_by_prediction(const std::vector<TuneCandidate>& candidates) {
+  std::vector<int> ranked;
+  for (int i = 0; i < static_cast<int>(candidates.size()); ++i) {
+    if (candidates[static_cast<std::size_t>(i)].refused.empty()) ranked.push_back(i);
   }
-  return std::min(count, std::max(8, static_cast<int>(families.size())));
+  std::stable_sort(ranked.begin(), ranked.end(), [&](int a, int b) {
+    return candidates[static_cast<std::size_t>(a)].predicted_s <
+           candidates[static_cast<std::size_t>(b)].predicted_s;
+  });
+  return ranked;
+}
+
+// Note [family picks]: what the first round measures before anything else. The
+// simulator's errors are alike within a family (a pipeline's bubble, a strategy's
+// collectives), so its ranking across families is the least trustworthy: the best
+// predicted of each family comes first (the best families first). Within a family the
+// members differ in what the calibration sees least well (micro-batches, bucket caps),
+// so where the second best is predicted within kSiblingTolerance of the best, it follows.
+constexpr double kSiblingTolerance = 0.10;
+
+std::vector<int> family_picks(const std::vector<TuneCandidate>& candidates,
+                              const std::vector<int>& ranked) {
+  std::map<std::string, int> best;  // family -> its best predicted
+  std::set<std::string> second_seen;
+  std::vector<int> firsts, seconds;
+  for (const int i : ranked) {
+    const TuneCandidate& c = candidates[static_cast<std::size_t>(i)];
+    const std::string family = c.family();
+    const auto it = best.find(family);
+    if (it == best.end()) {
+      best.emplace(family, i);
+      firsts.push_back(i);
+    } else if (second_seen.insert(family).second &&
+               c.predicted_s <= (1 + kSiblingTolerance) *
+                                    candidates[static_cast<std::size_t>(it->second)].predicted_s) {
+      seconds.push_back(i);
+    }
+  }
+  firsts.insert(firsts.end(), seconds.begin(), seconds.end());
+  return firsts;
+}
+
+}  // namespace
+
+int default_first_round(const std::vector<TuneCandidate>& candidates) {
+  const std::vector<int> ranked = ranked_by_prediction(candidates);
+  const int picks = static_cast<int>(family_picks(candidates, ranked).size());
+  return std::min(static_cast<int>(ranked.size()), std::max(8, picks));
 }
 
 std::string TuneMeasurement::id() const {
@@ -300,13 +343,9 @@ TuneSearch::TuneSearch(std::vector<TuneCandidate> candidates, HalvingPlan plan,
       }
       default_ = i;
     }
-    if (c.refused.empty()) ranked_.push_back(i);
   }
   TANDEM_CHECK(default_ >= 0);
-  std::stable_sort(ranked_.begin(), ranked_.end(), [&](int a, int b) {
-    return candidates_[static_cast<std::size_t>(a)].predicted_s <
-           candidates_[static_cast<std::size_t>(b)].predicted_s;
-  });
+  ranked_ = ranked_by_prediction(candidates_);
   if (!plan_.candidates.empty()) start_round(0);
 }
 
@@ -325,13 +364,10 @@ void TuneSearch::start_round(int round) {
   }
   in_round_.clear();
   if (round == 0) {
-    // The best predicted of each family first, the best families first.
-    std::set<std::string> seen;
-    for (const int i : pool) {
+    // Note [family picks].
+    for (const int i : family_picks(candidates_, pool)) {
       if (static_cast<int>(in_round_.size()) >= keep) break;
-      if (seen.insert(candidates_[static_cast<std::size_t>(i)].family()).second) {
-        in_round_.push_back(i);
-      }
+      in_round_.push_back(i);
     }
   }
   for (const int i : pool) {

@@ -118,7 +118,8 @@ HalvingPlan plan_halving(int first, double budget_s, int final_steps, int min_st
 
 // The first round's size by default: the best predicted of every family (a strategy, or a
 // pipeline's stages and schedule, so that one family the simulator misjudges is still
-// measured), and at least 8 where there are.
+// measured) and each family's second best where predicted within 10% of its best (Note
+// [family picks] in tune.cpp), and at least 8 where there are.
 int default_first_round(const std::vector<TuneCandidate>& candidates);
 
 // One measurement to make: a candidate, measured for `steps` steps in round `round`.
@@ -152,7 +153,8 @@ class TuneSearch {
  public:
   // `candidates` with predictions (refused ones are never measured); `plan` from
   // plan_halving. The first round measures the best predicted candidate of each family
-  // (the best families first), then the next best predicted, up to the plan's count.
+  // (the best families first), then each family's second best where predicted within 10%
+  // of its best, then the next best predicted, up to the plan's count.
   TuneSearch(std::vector<TuneCandidate> candidates, HalvingPlan plan,
              TuneObjective objective = TuneObjective::kTime);
 

@@ -206,6 +206,30 @@ TEST(TuneSearchTest, MeasuresEveryFamilyFirstAndFindsTheFastest) {
   EXPECT_TRUE(search.candidates()[2].samples_s.empty());
 }
 
+// A family's second best, predicted within 10% of its best, is measured in the first
+// round before the next best predicted of any family: the simulator tells a family's
+// members apart least well (here it prefers one micro-batch; two measure faster).
+TEST(TuneSearchTest, AFamilysCloseSecondIsMeasuredInTheFirstRound) {
+  Synthetic s;
+  s.add("bucketed", "25", 1.00, 1.00, true);
+  s.add("bucketed", "5", 0.70, 0.99);
+  s.add("pipeline", "m1", 0.80, 0.90);
+  s.add("pipeline", "m2", 0.85, 0.60);  // within 10% of m1: measured
+  s.add("zero2", "a", 0.75, 1.10);
+  s.add("zero2", "b", 0.90, 0.50);                  // 20% above zero2 a: not in the first round
+  EXPECT_EQ(default_first_round(s.candidates), 6);  // at least 8, but 6 is all there is
+  TuneSearch search(s.candidates, HalvingPlan{.candidates = {4, 2}, .steps = {3, 9}});
+  const std::vector<TuneMeasurement> made = s.run(search);
+  std::vector<int> first;
+  for (const TuneMeasurement& m : made) {
+    if (m.round == 0) first.push_back(m.candidate);
+  }
+  // Family bests (bucketed 5, zero2 a, pipeline m1), the close second (pipeline m2), then
+  // the default.
+  EXPECT_EQ(first, (std::vector<int>{1, 4, 2, 3, 0}));
+  EXPECT_EQ(search.answer().best, 3);
+}
+
 TEST(TuneSearchTest, NothingBeatsTheDefaultSoItIsTheAnswer) {
   Synthetic s;
   s.add("layerwise", "", 0.5, 2.0);
