@@ -591,7 +591,9 @@ int run_measured(TuneFlags flags, const CommandLine& argv) {
       std::printf("  plan: %zu round%s (", plan.candidates.size(),
                   plan.candidates.size() == 1 ? "" : "s");
       for (std::size_t r = 0; r < plan.candidates.size(); ++r) {
+        const int passes = plan.passes_of(static_cast<int>(r));
         std::printf("%s%d x %d steps", r ? ", " : "", plan.candidates[r], plan.steps[r]);
+        if (passes > 1) std::printf(" in %d alternating passes", passes);
       }
       std::printf(", the default in every round), about %s of measuring\n",
                   duration_text(plan.cost_s).c_str());
@@ -633,8 +635,9 @@ int run_measured(TuneFlags flags, const CommandLine& argv) {
       const TuneCandidate& c = candidates[static_cast<std::size_t>(m.candidate)];
       if (job.leader()) {
         const int left = search->remaining();
-        std::printf("  [%d/%d] round %d: %s%s, %d steps (predicted %s)", done + 1, done + left,
-                    m.round + 1, c.label().c_str(), c.is_default ? " (default)" : "", m.steps,
+        std::printf("  [%d/%d] round %d%s: %s%s, %d steps (predicted %s)", done + 1, done + left,
+                    m.round + 1, m.pass > 0 ? (", pass " + std::to_string(m.pass + 1)).c_str() : "",
+                    c.label().c_str(), c.is_default ? " (default)" : "", m.steps,
                     ms_text(search->candidates()[static_cast<std::size_t>(m.candidate)].predicted_s)
                         .c_str());
         std::fflush(stdout);
@@ -727,6 +730,7 @@ int run_measured(TuneFlags flags, const CommandLine& argv) {
       body["warmup"] = flags.warmup;
       body["plan"] = {{"candidates", search->plan().candidates},
                       {"steps", search->plan().steps},
+                      {"passes", search->plan().passes},
                       {"predicted_cost_s", search->plan().cost_s}};
       write_outputs(*writer, measured, body);
     }

@@ -239,10 +239,13 @@ HalvingPlan plan_halving(int first, double budget_s, int final_steps, int min_st
     for (int r = 0; r < rounds; ++r) {
       int steps = final_steps;
       for (int k = r; k < rounds - 1; ++k) steps /= 3;
-      p.steps.push_back(std::min(final_steps, std::max(min_steps, steps)));
+      steps = std::min(final_steps, std::max(min_steps, steps));
+      const int passes = r == rounds - 1 ? std::min(kFinalPasses, steps) : 1;
+      p.steps.push_back(steps / passes);
+      p.passes.push_back(passes);
       const int n = p.candidates[static_cast<std::size_t>(r)];
-      for (int k = 0; k < n; ++k) p.cost_s += cost_s(k, p.steps.back());
-      p.cost_s += cost_s(n0, p.steps.back());  // the default
+      for (int k = 0; k < n; ++k) p.cost_s += passes * cost_s(k, p.steps.back());
+      p.cost_s += passes * cost_s(n0, p.steps.back());  // the default
     }
     return p;
   };
@@ -318,17 +321,19 @@ int default_first_round(const std::vector<TuneCandidate>& candidates) {
 }
 
 std::string TuneMeasurement::id() const {
-  return "r" + std::to_string(round) + "." + std::to_string(candidate);
+  return "r" + std::to_string(round) + "." + std::to_string(candidate) +
+         (pass > 0 ? "." + std::to_string(pass) : "");
 }
 
 nlohmann::json TuneMeasurement::to_json() const {
-  return {{"candidate", candidate}, {"round", round}, {"steps", steps}};
+  return {{"candidate", candidate}, {"round", round}, {"steps", steps}, {"pass", pass}};
 }
 
 TuneMeasurement TuneMeasurement::from_json(const nlohmann::json& j) {
   return {.candidate = j.at("candidate").get<int>(),
           .round = j.at("round").get<int>(),
-          .steps = j.at("steps").get<int>()};
+          .steps = j.at("steps").get<int>(),
+          .pass = j.value("pass", 0)};
 }
 
 TuneSearch::TuneSearch(std::vector<TuneCandidate> candidates, HalvingPlan plan,
@@ -380,25 +385,31 @@ void TuneSearch::start_round(int round) {
     in_round_.push_back(default_);
   }
   done_in_round_ = 0;
+  pass_ = 0;
 }
 
 std::optional<TuneMeasurement> TuneSearch::next() const {
   if (round_ >= static_cast<int>(plan_.candidates.size())) return std::nullopt;
   return TuneMeasurement{.candidate = in_round_[done_in_round_],
                          .round = round_,
-                         .steps = plan_.steps[static_cast<std::size_t>(round_)]};
+                         .steps = plan_.steps[static_cast<std::size_t>(round_)],
+                         .pass = pass_};
 }
 
 void TuneSearch::record(const TuneMeasurement& m, const std::vector<double>& samples_s,
                         double wall_s, double energy_j) {
   const std::optional<TuneMeasurement> expected = next();
-  TANDEM_CHECK(expected && expected->candidate == m.candidate && expected->round == m.round);
+  TANDEM_CHECK(expected && expected->candidate == m.candidate && expected->round == m.round &&
+               expected->pass == m.pass);
   TuneCandidate& c = candidates_[static_cast<std::size_t>(m.candidate)];
   c.samples_s.insert(c.samples_s.end(), samples_s.begin(), samples_s.end());
   if (!std::isnan(energy_j)) c.energy_j.push_back(energy_j);
-  ++c.rounds;
+  if (m.pass == 0) ++c.rounds;
+  ++c.measurements;
   wall_s_ += wall_s;
   if (++done_in_round_ == in_round_.size()) {
+    done_in_round_ = 0;
+    if (++pass_ < plan_.passes_of(round_)) return;
     ++round_;
     if (round_ < static_cast<int>(plan_.candidates.size())) start_round(round_);
   }
@@ -407,9 +418,11 @@ void TuneSearch::record(const TuneMeasurement& m, const std::vector<double>& sam
 int TuneSearch::remaining() const {
   const int rounds = static_cast<int>(plan_.candidates.size());
   if (round_ >= rounds) return 0;
-  int left = static_cast<int>(in_round_.size() - done_in_round_);
-  for (int r = round_ + 1; r < rounds; ++r)
-    left += plan_.candidates[static_cast<std::size_t>(r)] + 1;
+  int left = static_cast<int>(in_round_.size()) * (plan_.passes_of(round_) - pass_) -
+             static_cast<int>(done_in_round_);
+  for (int r = round_ + 1; r < rounds; ++r) {
+    left += (plan_.candidates[static_cast<std::size_t>(r)] + 1) * plan_.passes_of(r);
+  }
   return left;
 }
 
@@ -515,6 +528,7 @@ nlohmann::json to_json(const TuneCandidate& c) {
           {"predicted_ms", c.refused.empty() ? ms(c.predicted_s) : nlohmann::json(nullptr)},
           {"memory_bytes", c.refused.empty() ? number_or_null(c.memory_bytes) : nullptr},
           {"rounds", c.rounds},
+          {"measurements", c.measurements},
           {"measured_ms",
            {{"median", ms(s.median)}, {"p10", ms(s.p10)}, {"p90", ms(s.p90)}, {"count", s.count}}},
           {"samples_ms", samples_ms},

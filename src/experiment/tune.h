@@ -78,6 +78,7 @@ struct TuneCandidate {
   std::vector<double> samples_s;  // measured steps (E2E), every round pooled
   std::vector<double> energy_j;   // joules per step, one per measurement (energy objective)
   int rounds = 0;                 // rounds it was measured in
+  int measurements = 0;           // measurements made (a round's passes each count)
   double measured_s() const;      // the median of samples_s (NaN: never measured)
   double measured_j() const;      // the median of energy_j (NaN: none)
   // What `objective` minimizes: measured_s() or measured_j().
@@ -102,12 +103,21 @@ std::vector<TuneCandidate> tune_candidates(const TrainConfig& base, const TuneSp
 // Successive halving (with a factor of 3, as Hyperband's rounds): round r measures n_r
 // candidates for steps_r steps each and keeps the fastest third (by the median of
 // everything each measured so far; at least 2), until 2 are left; the steps triple round
-// by round up to `final_steps` in the last (at least `min_steps` in the first). The default
+// by round up to `final_steps` in the last (at least `min_steps` in the first), measured
+// there in kFinalPasses alternating passes of final_steps / kFinalPasses steps. The default
 // is measured in every round besides them.
+// The last round measures its candidates in kFinalPasses passes, alternating (A B D A B
+// D): a shared machine's slow spells, seconds long, then fall on all of them alike
+// instead of on whichever was being measured.
+inline constexpr int kFinalPasses = 2;
 struct HalvingPlan {
   std::vector<int> candidates;  // per round, the default aside
-  std::vector<int> steps;       // per round
+  std::vector<int> steps;       // per round: steps of one measurement
+  std::vector<int> passes;      // per round: measurements of each candidate (empty: 1 each)
   double cost_s = 0;            // predicted seconds of measuring
+  int passes_of(int round) const {
+    return passes.empty() ? 1 : passes[static_cast<std::size_t>(round)];
+  }
 };
 // `cost_s(rank, steps)`: predicted seconds to measure the rank-th candidate of the first
 // round for `steps` steps (its warm-up and setup included; rank `first` is the default).
@@ -127,7 +137,9 @@ struct TuneMeasurement {
   int candidate = 0;  // index into the candidates
   int round = 0;
   int steps = 0;
-  std::string id() const;  // "r<round>.<candidate index>": the resumable point's name
+  int pass = 0;  // which of the round's passes
+  // "r<round>.<candidate index>" (".<pass>" after the first pass): the resumable point's name
+  std::string id() const;
   nlohmann::json to_json() const;
   static TuneMeasurement from_json(const nlohmann::json& j);
 };
@@ -190,7 +202,8 @@ class TuneSearch {
   int default_ = -1;
   int round_ = 0;
   std::vector<int> in_round_;  // candidates of the current round, in measuring order
-  std::size_t done_in_round_ = 0;
+  std::size_t done_in_round_ = 0;  // in the current pass
+  int pass_ = 0;
   TuneObjective objective_;
   double sequential_s_ = 0;
   double sequential_j_ = kUndefinedScore;

@@ -129,18 +129,21 @@ TEST(TuneCandidatesTest, FlagsSayWhatTheConfigurationIs) {
 TEST(HalvingPlanTest, ThirdsEachRoundAndShrinksToTheBudget) {
   // Every step costs 1 s, every measurement 2 s more.
   const auto cost = [](int, int steps) { return 2.0 + steps; };
-  const HalvingPlan p = plan_halving(12, 1e9, 27, 3, cost);
+  const HalvingPlan p = plan_halving(12, 1e9, 28, 3, cost);
   EXPECT_EQ(p.candidates, (std::vector<int>{12, 4, 2}));
-  EXPECT_EQ(p.steps, (std::vector<int>{3, 9, 27}));
-  EXPECT_DOUBLE_EQ(p.cost_s, 13 * 5.0 + 5 * 11.0 + 3 * 29.0);
+  // The last round's 28 steps in two alternating passes of 14.
+  EXPECT_EQ(p.steps, (std::vector<int>{3, 9, 14}));
+  EXPECT_EQ(p.passes, (std::vector<int>{1, 1, 2}));
+  EXPECT_DOUBLE_EQ(p.cost_s, 13 * 5.0 + 5 * 11.0 + 3 * 2 * 16.0);
   // A budget of 150 s affords fewer first: the largest plan that fits.
-  const HalvingPlan q = plan_halving(12, 150, 27, 3, cost);
+  const HalvingPlan q = plan_halving(12, 150, 28, 3, cost);
   EXPECT_LE(q.cost_s, 150);
-  EXPECT_GT(plan_halving(q.candidates.front() + 1, 1e9, 27, 3, cost).cost_s, 150);
+  EXPECT_GT(plan_halving(q.candidates.front() + 1, 1e9, 28, 3, cost).cost_s, 150);
   // No budget at all: still two candidates (and the default).
-  const HalvingPlan r = plan_halving(12, 0, 27, 3, cost);
+  const HalvingPlan r = plan_halving(12, 0, 28, 3, cost);
   EXPECT_EQ(r.candidates, (std::vector<int>{2}));
-  EXPECT_EQ(r.steps, (std::vector<int>{27}));
+  EXPECT_EQ(r.steps, (std::vector<int>{14}));
+  EXPECT_EQ(r.passes, (std::vector<int>{2}));
 }
 
 // Candidates with chosen predictions and true step times: the search measures what the
@@ -185,14 +188,24 @@ TEST(TuneSearchTest, MeasuresEveryFamilyFirstAndFindsTheFastest) {
   s.add("pipeline", "a", 1.50, 0.70);  // the simulator misjudges the family: still measured
   s.add("pipeline", "b", 1.60, 0.60);  // ... but its second member is never reached
   s.candidates[2].refused = "does not fit";
-  TuneSearch search(s.candidates, HalvingPlan{.candidates = {3, 2}, .steps = {3, 9}});
+  TuneSearch search(s.candidates,
+                    HalvingPlan{.candidates = {3, 2}, .steps = {3, 9}, .passes = {1, 2}});
   const std::vector<TuneMeasurement> made = s.run(search);
   // Round 0: the best predicted of each family (zero2 a, bucketed 5, pipeline a), then the
-  // default; round 1: the two fastest (pipeline a, bucketed 5) and the default.
+  // default; round 1: the two fastest (pipeline a, bucketed 5) and the default, in two
+  // alternating passes.
   std::vector<int> order;
-  for (const TuneMeasurement& m : made) order.push_back(m.candidate);
-  EXPECT_EQ(order, (std::vector<int>{3, 1, 5, 0, 5, 1, 0}));
+  std::vector<std::string> ids;
+  for (const TuneMeasurement& m : made) {
+    order.push_back(m.candidate);
+    ids.push_back(m.id());
+  }
+  EXPECT_EQ(order, (std::vector<int>{3, 1, 5, 0, 5, 1, 0, 5, 1, 0}));
+  EXPECT_EQ(ids[4], "r1.5");
+  EXPECT_EQ(ids[7], "r1.5.1");
   EXPECT_EQ(made.back().steps, 9);
+  EXPECT_EQ(search.candidates()[5].rounds, 2);
+  EXPECT_EQ(search.candidates()[5].measurements, 3);
   const TuneAnswer a = search.answer();
   EXPECT_EQ(a.best, 5);
   EXPECT_EQ(a.runner_up, 1);
