@@ -495,21 +495,29 @@ int run_measured(TuneFlags flags, const CommandLine& argv) {
                                                           .job = &job});
       // The same steps in the smallest micro-batches of the space, compute only: the
       // passes' FLOPs and bytes in another ratio, for the calibration's fit.
+      // And in fp32 where the run is not: the calibration's memory bandwidth and first
+      // GEMM rate are fitted on fp32 passes (simulate/calibration.h).
       std::vector<MeasuredRun> more;
-      const int finest = *std::max_element(space.micro_batches.begin(), space.micro_batches.end());
-      if (!given && finest > 1 && config.batch % finest == 0) {
-        TrainConfig variant = scenario_config(config, Scenario::kComputeOnly);
-        variant.pipeline.micro_batches = finest;
+      const auto compute_only = [&](TrainConfig variant, const std::string& what) {
+        variant = scenario_config(variant, Scenario::kComputeOnly);
         variant.steps = flags.warmup + flags.baseline_iterations;
         Timeline t = make_train_workload(variant)->run(job, Scenario::kComputeOnly, variant.steps);
-        if (job.leader()) {
-          more.push_back(
-              {.what = "the default in " + std::to_string(finest) + " micro-batches, compute-only",
-               .config = variant,
-               .timeline = std::move(t),
-               .warmup = flags.warmup});
-          more.back().step_s = median_e2e_s(more.back().timeline, flags.warmup);
-        }
+        if (!job.leader()) return;
+        more.push_back(
+            {.what = what, .config = variant, .timeline = std::move(t), .warmup = flags.warmup});
+        more.back().step_s = median_e2e_s(more.back().timeline, flags.warmup);
+      };
+      const int finest = *std::max_element(space.micro_batches.begin(), space.micro_batches.end());
+      if (!given && finest > 1 && config.batch % finest == 0) {
+        TrainConfig variant = config;
+        variant.pipeline.micro_batches = finest;
+        compute_only(variant,
+                     "the default in " + std::to_string(finest) + " micro-batches, compute-only");
+      }
+      if (!given && config.precision != Precision::kFp32) {
+        TrainConfig variant = config;
+        variant.precision = Precision::kFp32;
+        compute_only(variant, "the default in fp32, compute-only");
       }
       baseline.wall_s = seconds_since(t0);
       if (job.leader()) {
@@ -518,7 +526,12 @@ int run_measured(TuneFlags flags, const CommandLine& argv) {
           baseline.memory_bytes = given_memory;
           baseline.calibration_source = given_source;
         } else {
-          baseline.calibration = calibrate_from(c, config, more);
+          try {
+            baseline.calibration = calibrate_from(c, config, more);
+          } catch (const UsageError& e) {
+            throw UsageError(std::string("the calibration from the default's scenarios: ") +
+                             e.what());
+          }
           const AvailableMemory memory = available_memory();
           baseline.memory_bytes = memory.bytes > 0 ? static_cast<double>(memory.bytes) : 1e12;
           baseline.calibration_source = "fitted by tandem tune from the default's scenarios";

@@ -182,6 +182,18 @@ TEST(TuneCliTest, ATerminatedSearchResumesWithTheMeasurementsItMade) {
   EXPECT_FALSE(fs::exists(left));
 }
 
+// A bf16 run calibrates from its own passes and an fp32 compute-only run besides (the fit
+// needs fp32 passes), where this CPU runs bf16 at all.
+TEST(TuneCliTest, ABf16RunIsCalibratedAndTuned) {
+  if (run_tandem("train --model mlp:2x64 --ranks 1 --batch 8 --steps 1 --quiet --precision bf16")
+          .exit_code != 0) {
+    GTEST_SKIP() << "this CPU runs no bf16 GEMM";
+  }
+  const CliResult r = run_tandem(kSmall + "--space strategy=bucketed --precision bf16");
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_NE(r.out.find("--precision bf16"), std::string::npos) << r.out;
+}
+
 TEST(TuneCliTest, SimulateRanksAClustersSpaceAndRefusesWhatDoesNotFit) {
   TempDir dir;
   const fs::path out = dir.path() / "sim";
