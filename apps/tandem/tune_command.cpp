@@ -417,6 +417,10 @@ int run_measured(TuneFlags flags, const CommandLine& argv) {
                              "--calibration", &given_memory, &given_source);
   }
   if (flags.settings.contains("--ranks")) flags.settings["--ranks"] = std::to_string(base.ranks);
+  // The CPU's GEMM settings, process-wide, before the header names them (as characterize
+  // does; every measurement applies its candidate's threads again). Asking the library what
+  // it runs also sets it up here, once, before any rank's thread calls it.
+  if (base.device == Device::kCpu) apply_cpu_gemm_flags(flags.workload);
 
   Job job(backend, job_options(flags.job, base.timeout_ns));
   expect_job_size(job, base.ranks);
@@ -467,6 +471,7 @@ int run_measured(TuneFlags flags, const CommandLine& argv) {
           base.model.text.c_str(), base.ranks, describe_ranks(job).c_str(), base.batch,
           global_batch(base), candidates.size(), refused, duration_text(budget_s).c_str(),
           flags.exhaustive ? ", --exhaustive: every configuration measured" : "");
+      if (base.device == Device::kCpu) print_cpu_gemm_lines();
       if (!outputs.finished.empty()) {
         std::printf("  resuming %s: %zu measurements done\n", flags.out.c_str(),
                     outputs.finished.size());
