@@ -17,7 +17,6 @@
 #include <thread>
 #include <vector>
 
-#include "analysis/metrics.h"
 #include "analysis/statistics.h"
 #include "comm/backend_registry.h"
 #include "commands.h"
@@ -123,15 +122,6 @@ std::string duration_text(double seconds) {
 
 double seconds_since(Clock::time_point t0) {
   return std::chrono::duration<double>(Clock::now() - t0).count();
-}
-
-// The measured steps' E2E (docs/METRICS.md), seconds.
-std::vector<double> step_seconds(const Timeline& timeline, int warmup) {
-  std::vector<double> out;
-  for (const StepMetrics& m : compute_step_metrics(timeline)) {
-    if (m.step >= warmup) out.push_back(m.e2e_ns / 1e9);
-  }
-  return out;
 }
 
 // Joules per measured step over every power source, from the samples of a measurement
@@ -668,7 +658,7 @@ int run_measured(TuneFlags flags, const CommandLine& argv) {
       if (power) power->stop();
       const double wall = seconds_since(t0);
       if (!job.leader()) continue;
-      const std::vector<double> samples = step_seconds(timeline, flags.warmup);
+      const std::vector<double> samples = e2e_seconds(timeline, flags.warmup);
       const double joules =
           power ? energy_per_step(*power, timeline, flags.warmup, m.steps) : kUndefinedScore;
       search->record(m, samples, wall, joules);

@@ -55,12 +55,16 @@ Timeline read_trace(const fs::path& path, const std::string& flag) {
 
 }  // namespace
 
-double median_e2e_s(const Timeline& timeline, int warmup) {
+std::vector<double> e2e_seconds(const Timeline& timeline, int warmup) {
   std::vector<double> e2e;
   for (const StepMetrics& m : compute_step_metrics(timeline)) {
     if (m.step >= warmup) e2e.push_back(m.e2e_ns / 1e9);
   }
-  return median_of(e2e);
+  return e2e;
+}
+
+double median_e2e_s(const Timeline& timeline, int warmup) {
+  return median_of(e2e_seconds(timeline, warmup));
 }
 
 namespace {

@@ -64,6 +64,8 @@ std::vector<CommSample> comm_samples(const std::vector<MeasuredRun>& runs);
 // The median E2E (docs/METRICS.md: the iteration window of the slowest rank) over the
 // steps from `warmup` on: how measured and predicted steps are compared.
 double median_e2e_s(const Timeline& timeline, int warmup);
+// The E2E of each of those steps, in step order (what median_e2e_s takes the median of).
+std::vector<double> e2e_seconds(const Timeline& timeline, int warmup);
 
 struct Prediction {
   std::string what;
