@@ -122,6 +122,11 @@ void apply(const std::string& key, const std::string& value, CharacterizeFlags& 
     w.gemm = value;
   } else if (key == "micro-batches") {
     w.micro_batches = number(1, 4096);
+  } else if (key == "overlap-optimizer") {
+    if (value != "yes" && value != "no") {
+      throw UsageError("--sweep overlap-optimizer: expected yes or no, not '" + value + "'");
+    }
+    w.overlap_optimizer = value == "yes";
   }
 }
 
@@ -163,6 +168,11 @@ std::unique_ptr<Workload> make_workload(const CharacterizeFlags& f, bool batch_g
                        std::string(!f.microbench.empty()  ? "--microbench"
                                    : !f.synthetic.empty() ? "--synthetic"
                                                           : "--device"));
+    }
+    if (f.workload.overlap_optimizer) {
+      throw UsageError(
+          "--overlap-optimizer: the simulator does not model it yet (drop it, or "
+          "--simulate)");
     }
     SimulateOptions options{.cluster =
                                 resolve_cluster(f.simulate, f.calibration, f.workload.ranks)};
@@ -440,7 +450,8 @@ void add_characterize_command(CLI::App& app, RunCommand& run) {
       "KEY=V1,V2,... (repeatable: a grid); keys: strategy bucket-mb chunks batch "
       "model prefetch pipeline schedule micro-batches ranks link threads precision gemm "
       "power-cap (a GPU's power limit in watts, set per point and put back after; needs "
-      "--device cuda and the right to change it; docs/CHARACTERIZE.md); not ranks, link or "
+      "--device cuda and the right to change it; docs/CHARACTERIZE.md), overlap-optimizer "
+      "(yes,no); not ranks, link or "
       "power-cap under mpirun; separate values with ';' when they hold commas");
   cmd->add_option("--out", flags->out,
                   "Results directory: summary.json, iterations.csv, trace.json, report.html, "

@@ -89,6 +89,12 @@ void add_workload_flags(CLI::App& app, WorkloadFlags& f, WorkloadUse use) {
                  "Micro-batches per synchronization (gradient accumulation)")
       ->check(integer_in(1, 1 << 20))
       ->capture_default_str();
+  if (here) {
+    app.add_flag("--overlap-optimizer", f.overlap_optimizer,
+                 "Update each bucket's parameters as soon as its all-reduce is done, while "
+                 "backward and the other buckets' all-reduces go on (DDP's optimizer in "
+                 "backward; bit for bit the same update; DDP strategies only)");
+  }
   app.add_option("--pipeline", f.pipeline,
                  "Pipeline stages P: the model cut into P stages on different ranks, "
                  "--ranks = P (docs/PIPELINE.md)")
@@ -243,6 +249,7 @@ TrainConfig to_train_config(const WorkloadFlags& f, bool batch_given, bool runs_
   if (c.reducer.plan.first_bucket_cap_bytes < 4) {
     throw UsageError("--first-bucket-mb: too small (below 4 bytes, one float)");
   }
+  c.reducer.overlap_optimizer = f.overlap_optimizer;
   c.timeout_ns = static_cast<std::int64_t>(f.timeout_s * 1e9);
   if (!f.link.empty()) c.link = for_flag("--link", [&] { return LinkModel::parse(f.link); });
   c.seed = f.seed;

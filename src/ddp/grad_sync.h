@@ -75,6 +75,10 @@ class GradSync {
   }
   virtual void after_optimizer() {}
   virtual void end_step() {}
+  // True when optimizer_step records its own optimizer spans (it waits for collectives
+  // between updates, which no compute span may cover); else the loop times the whole call
+  // as one optimizer span.
+  virtual bool times_optimizer() const { return false; }
 
   // The full parameters in the model's layout, between steps: a host copy, or nothing
   // when `copy` is false (a strategy whose parameters are sharded still gathers them: it

@@ -167,7 +167,7 @@ std::string_view to_string(CommMode mode) {
 }
 
 Reducer::Reducer(Communicator& comm, RankModel& model, const ReducerOptions& options,
-                 const std::vector<bool>& units)
+                 const std::vector<bool>& units, int micro_batches, bool compute)
     : comm_(comm),
       model_(model),
       grads_(model.grads()),
@@ -175,7 +175,16 @@ Reducer::Reducer(Communicator& comm, RankModel& model, const ReducerOptions& opt
       params_(grad_params(model.layout(), units)),
       buckets_(plan_buckets(params_, grads_.size(), options.plan)),
       schedule_(params_, buckets_),
-      works_(buckets_.size()) {}
+      works_(buckets_.size()),
+      grad_scale_(1.0f / static_cast<float>(std::max(1, micro_batches))),
+      compute_(compute),
+      updated_(buckets_.size()),
+      waited_(buckets_.size()) {
+  // SGD's velocity lives here instead of in the model (whose own stays unallocated: the
+  // model's optimizer never runs), over the whole flat array so that a bucket's range
+  // indexes it as it indexes the gradients.
+  if (options_.overlap_optimizer && compute_) velocity_ = model.allocate_zeroed(grads_.size());
+}
 
 bool Reducer::overlaps() const {
   return options_.mode == CommMode::kOverlapped &&
@@ -186,6 +195,8 @@ void Reducer::begin_step(int step) {
   step_ = step;
   schedule_.reset();
   for (auto& work : works_) work.reset();
+  std::fill(updated_.begin(), updated_.end(), false);
+  std::fill(waited_.begin(), waited_.end(), false);
 }
 
 void Reducer::after_backward(int unit, bool last_micro_batch) {
@@ -193,6 +204,7 @@ void Reducer::after_backward(int unit, bool last_micro_batch) {
   schedule_.mark_unit_ready(unit);
   if (!overlaps()) return;
   for (int b = schedule_.take_ready(); b >= 0; b = schedule_.take_ready()) launch(buckets_[b]);
+  if (options_.overlap_optimizer) update_completed();
 }
 
 void Reducer::launch(const Bucket& bucket) {
@@ -203,11 +215,73 @@ void Reducer::launch(const Bucket& bucket) {
       grads_.subspan(bucket.begin, bucket.end - bucket.begin), ReduceOp::kAverage, info);
 }
 
+// Note [optimizer overlap]: with --overlap-optimizer a bucket's update (SGD on its range,
+// then its gradients zeroed) runs on the compute thread as soon as its all-reduce is done:
+// after each unit's backward, every bucket found done by then (Work::test, no waiting);
+// after backward, the rest in plan order, each waited for and updated while the later
+// buckets are still on the wire. SGD is elementwise, so updating range by range is bit for
+// bit the update of the whole replica. The sequential scenario waits for every bucket
+// first (no overlap), then updates bucket by bucket, and so does compute-only (nothing to
+// wait for). The step ends after the last update,
+// as DDP's optimizer-in-backward does, so the next forward needs no wait of its own.
+void Reducer::update(int b, float grad_scale) {
+  const Bucket& bucket = buckets_[static_cast<std::size_t>(b)];
+  const std::size_t n = bucket.end - bucket.begin;
+  model_.begin_span(Lane::kCompute, SpanKind::kOptimizer, b);
+  model_.sgd_step(model_.params().subspan(bucket.begin, n), grads_.subspan(bucket.begin, n),
+                  velocity_->span().subspan(bucket.begin, n), grad_scale);
+  model_.zero_grads(bucket.begin, bucket.end);
+  model_.end_span();
+  updated_[static_cast<std::size_t>(b)] = true;
+}
+
+void Reducer::update_completed() {
+  if (!compute_) return;
+  for (std::size_t b = 0; b < schedule_.taken(); ++b) {  // launched so far
+    if (updated_[b]) continue;
+    const WorkPtr& work = works_[b];
+    if (work) {
+      if (!work->test()) continue;
+      wait_timed(model_, comm_, *work, work->info().tag);  // rethrows its error; a device
+      waited_[b] = true;                                   // stream waits (done: at once)
+    }
+    update(static_cast<int>(b), grad_scale_);
+  }
+}
+
 void Reducer::before_optimizer() {
   // Whatever backward did not launch (all of it when deferred) goes now, in order.
   for (int b = schedule_.take_next(); b >= 0; b = schedule_.take_next()) launch(buckets_[b]);
-  for (const WorkPtr& work : works_) {
-    if (work) wait_timed(model_, comm_, *work, work->info().tag);
+  // Overlapped updates wait bucket by bucket in optimizer_step.
+  if (options_.overlap_optimizer && options_.mode == CommMode::kOverlapped) return;
+  for (std::size_t b = 0; b < works_.size(); ++b) {
+    if (!works_[b] || waited_[b]) continue;
+    wait_timed(model_, comm_, *works_[b], works_[b]->info().tag);
+    waited_[b] = true;
+  }
+}
+
+void Reducer::optimizer_step(RankModel& model, float grad_scale) {
+  if (!options_.overlap_optimizer) {
+    GradSync::optimizer_step(model, grad_scale);
+    return;
+  }
+  for (std::size_t b = 0; b < buckets_.size(); ++b) {
+    if (updated_[b]) continue;
+    if (works_[b] && !waited_[b]) {
+      wait_timed(model_, comm_, *works_[b], works_[b]->info().tag);
+      waited_[b] = true;
+    }
+    update(static_cast<int>(b), grad_scale);
+  }
+}
+
+void Reducer::after_optimizer() {
+  // The comm-only scenario runs no optimizer_step: its waits are timed here.
+  for (std::size_t b = 0; b < works_.size(); ++b) {
+    if (!works_[b] || waited_[b]) continue;
+    wait_timed(model_, comm_, *works_[b], works_[b]->info().tag);
+    waited_[b] = true;
   }
 }
 
@@ -232,7 +306,8 @@ StateBytes Reducer::state_bytes() const {
 
 std::string Reducer::describe() const {
   return options_.plan.strategy.to_string() + ", " + std::to_string(buckets_.size()) +
-         (buckets_.size() == 1 ? " bucket" : " buckets");
+         (buckets_.size() == 1 ? " bucket" : " buckets") +
+         (options_.overlap_optimizer ? ", optimizer overlapped" : "");
 }
 
 }  // namespace tandem

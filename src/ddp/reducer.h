@@ -15,6 +15,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -88,6 +89,10 @@ struct ReducerOptions {
   // kOff: the compute-only scenario (nothing is sent); kSequential: launch only before
   // the optimizer, after backward (the sequential scenario).
   CommMode mode = CommMode::kOverlapped;
+  // --overlap-optimizer (Note [optimizer overlap] in reducer.cpp): each bucket's SGD update
+  // runs as soon as its all-reduce is done, while backward and the other buckets'
+  // all-reduces go on, instead of one update of the whole replica after the last wait.
+  bool overlap_optimizer = false;
 };
 
 class Reducer final : public GradSync {
@@ -95,8 +100,11 @@ class Reducer final : public GradSync {
   // Reduces model.grads() over `comm` (bound to the model's stream on a device). Wait
   // spans are timed by the model (RankModel::begin_span).
   // `units`: the units whose gradients it reduces (a pipeline stage's; empty: all).
+  // With options.overlap_optimizer the reducer updates the parameters itself, scaling the
+  // gradients by 1 / `micro_batches`; `compute` false (the comm-only scenario) updates
+  // nothing.
   Reducer(Communicator& comm, RankModel& model, const ReducerOptions& options,
-          const std::vector<bool>& units = {});
+          const std::vector<bool>& units = {}, int micro_batches = 1, bool compute = true);
 
   const std::vector<Bucket>& buckets() const { return buckets_; }
   const ReducerOptions& options() const { return options_; }
@@ -112,7 +120,12 @@ class Reducer final : public GradSync {
   void begin_step(int step) override;
   void after_backward(int unit, bool last_micro_batch) override;
   void before_optimizer() override;
+  // With overlap_optimizer: every bucket not updated yet, in plan order, waited for and
+  // updated (an optimizer span each); else the whole replica's update.
+  void optimizer_step(RankModel& model, float grad_scale) override;
+  void after_optimizer() override;
   void end_step() override;
+  bool times_optimizer() const override { return options_.overlap_optimizer; }
   std::int64_t bytes_per_step() const override;
   // A whole replica: parameters, gradients and SGD's velocity.
   StateBytes state_bytes() const override;
@@ -120,6 +133,11 @@ class Reducer final : public GradSync {
 
  private:
   void launch(const Bucket& bucket);
+  // Optimizer overlap: bucket `b`'s SGD update and the zeroing of its gradients, timed as
+  // an optimizer span tagged with the bucket.
+  void update(int b, float grad_scale);
+  // Updates the buckets whose all-reduce is already done, in plan order, waiting for none.
+  void update_completed();
 
   Communicator& comm_;
   RankModel& model_;
@@ -130,6 +148,11 @@ class Reducer final : public GradSync {
   LaunchSchedule schedule_;     // pending counts and plan order
   std::vector<WorkPtr> works_;  // per unit, this step
   int step_ = -1;
+  float grad_scale_ = 1.0f;  // overlap_optimizer: 1 / micro-batches
+  bool compute_ = true;
+  std::unique_ptr<ModelArray> velocity_;  // overlap_optimizer: SGD's, in the model's memory
+  std::vector<bool> updated_;             // per bucket, this step
+  std::vector<bool> waited_;              // per bucket, this step
 };
 
 }  // namespace tandem

@@ -147,6 +147,21 @@ void validate(const TrainConfig& config, bool runs_here) {
         config.reducer.plan.strategy.to_string() +
         (config.pipeline.stages > 1 ? " and --pipeline" : "") + " use --precision bf16");
   }
+  if (config.reducer.overlap_optimizer) {
+    if (config.reducer.plan.strategy.sharded() || config.pipeline.stages > 1) {
+      throw UsageError(
+          "--overlap-optimizer: updates DDP's buckets (sequential, layerwise, "
+          "bucketed, chunked:N), not " +
+          (config.pipeline.stages > 1 ? std::string("a --pipeline run")
+                                      : "--strategy " + config.reducer.plan.strategy.to_string()));
+    }
+    if (config.device == Device::kCuda && config.model.is_transformer() &&
+        config.precision == Precision::kFp16) {
+      throw UsageError(
+          "--overlap-optimizer: fp16's dynamic loss scale decides to update only "
+          "after every gradient is known; use --precision bf16");
+    }
+  }
   if (!config.data_path.empty() && !config.model.is_transformer()) {
     throw UsageError("--data: trains transformer models (gpt, llama and the presets) on text; '" +
                      config.model.text + "' learns its synthetic task");
@@ -318,7 +333,10 @@ std::unique_ptr<GradSync> make_grad_sync(const TrainConfig& config, const StageP
     return make_stage_sync(plan, comm, control, model, std::move(replicas), config.reducer);
   }
   const Strategy& strategy = config.reducer.plan.strategy;
-  if (!strategy.sharded()) return std::make_unique<Reducer>(comm, model, config.reducer);
+  if (!strategy.sharded()) {
+    return std::make_unique<Reducer>(comm, model, config.reducer, std::vector<bool>{},
+                                     micro_batches(config), config.compute);
+  }
   return std::make_unique<ShardedSync>(comm, model, strategy.kind, config.reducer.mode,
                                        config.shard, micro_batches(config));
 }
@@ -335,9 +353,10 @@ StepRecord run_step(const TrainConfig& config, int step, RankModel& model, GradS
   stage.reduce_tied_grads(step);
   sync.before_optimizer();
   if (config.compute) {
-    model.begin_span(Lane::kCompute, SpanKind::kOptimizer);
+    const bool timed = !sync.times_optimizer();
+    if (timed) model.begin_span(Lane::kCompute, SpanKind::kOptimizer);
     sync.optimizer_step(model, 1.0f / static_cast<float>(micro));
-    model.end_span();
+    if (timed) model.end_span();
   }
   sync.after_optimizer();
   stage.finish_step();
