@@ -282,6 +282,7 @@ nlohmann::json train_config_json(const TrainConfig& c, const TrainResult& result
                                     : nlohmann::json(nullptr)},
       {"bucket_cap_bytes", c.reducer.plan.bucket_cap_bytes},
       {"first_bucket_cap_bytes", c.reducer.plan.first_bucket_cap_bytes},
+      {"overlap_optimizer", c.reducer.overlap_optimizer},
       {"link", c.link.enabled() ? nlohmann::json(c.link.describe()) : nlohmann::json(nullptr)},
       {"link_emulated", c.link.enabled()},
       {"seed", c.seed},

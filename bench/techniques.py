@@ -1,0 +1,109 @@
+#!/usr/bin/env python3
+"""Each overlap technique against the plain strategy it modifies (docs/FINDINGS.md).
+
+For every workload (GPT and MLP at 2 ranks), with and without --link emulation, and every
+technique, `tandem characterize` runs the plain configuration and the technique's
+alternately, ROUNDS times each (the machine is shared and noisy: the two sides of a ratio
+are measured in the same minutes), and `tandem train` runs each once for the memory and
+the loss. Printed per row: the medians over rounds of each side's per-step medians (step
+time E2E_ovl, compute slowdown S, overlap ratio R, hidden share, exposed communication),
+the bytes on the wire per step and rank, the memory per rank (activations kept, the
+process's peak resident set in the steps) and the ratio of the technique's step time to
+the plain one's.
+
+    bench/techniques.py TANDEM_BINARY [--rounds N] [--only NAME] [--out DIR]
+"""
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+WORKLOADS = {
+    "mlp": ["--model", "mlp:8x1024", "--ranks", "2", "--batch", "64"],
+    "gpt": ["--model", "gpt:layers=4,dim=128,heads=4,seq=64,vocab=4096", "--ranks", "2",
+            "--batch", "8"],
+}
+LINKS = {"": [], "10GB/s,20us": ["--link", "10GB/s,20us"]}
+# name: (the plain configuration's flags, the technique's extra flags)
+TECHNIQUES = {
+    "overlap-optimizer (bucketed)": (["--strategy", "bucketed"], ["--overlap-optimizer"]),
+    "overlap-optimizer (layerwise)": (["--strategy", "layerwise"], ["--overlap-optimizer"]),
+}
+METRICS = ["e2e_ovl_ns", "compute_slowdown", "overlap_ratio", "hidden_share", "exposed_comm_ns"]
+
+
+def run(cmd, log):
+    with open(log, "w") as out:
+        done = subprocess.run(cmd, stdout=out, stderr=subprocess.STDOUT)
+    if done.returncode != 0:
+        sys.exit(f"failed ({done.returncode}): {' '.join(cmd)}; see {log}")
+
+
+def characterize(tandem, flags, out):
+    run([tandem, "characterize", *flags, "--iterations", "20", "--out", str(out)],
+        f"{out}.log")
+    point = json.loads((out / "summary.json").read_text())["points"][0]
+    values = {m: point["metrics"][m]["median"] for m in METRICS}
+    steps = point["scenarios"]["overlapped"]["steps"]
+    values["bytes"] = statistics.median(s["bytes"] for s in steps)
+    return values
+
+
+def train(tandem, flags, out):
+    run([tandem, "train", *flags, "--steps", "10", "--out", str(out)], f"{out}.log")
+    summary = json.loads((out / "summary.json").read_text())
+    rank0 = summary["memory"][0]
+    return {"activations": rank0["activations_bytes"],
+            "rss": rank0["steps_peak_rss_bytes"], "loss": summary["last_loss"]}
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("tandem")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--only", help="techniques whose name contains this")
+    parser.add_argument("--out", help="keep every run here (default: a temporary directory)")
+    args = parser.parse_args()
+    root = Path(args.out or tempfile.mkdtemp(prefix="tandem-techniques-"))
+    root.mkdir(parents=True, exist_ok=True)
+    print("| workload | link | technique | side | step ms | S | R | hidden | exposed ms "
+          "| MiB/step | activations MiB | peak RSS MiB | ratio |")
+    print("|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    n = 0
+    for technique, (plain, extra) in TECHNIQUES.items():
+        if args.only and args.only not in technique:
+            continue
+        for workload, wflags in WORKLOADS.items():
+            for link, lflags in LINKS.items():
+                sides = {"plain": wflags + lflags + plain,
+                         "technique": wflags + lflags + plain + extra}
+                per_round = {side: [] for side in sides}
+                for r in range(args.rounds):
+                    order = list(sides) if r % 2 == 0 else list(reversed(sides))
+                    for side in order:
+                        n += 1
+                        per_round[side].append(characterize(args.tandem, sides[side],
+                                                            root / f"c{n}"))
+                rows = {}
+                for side, flags in sides.items():
+                    n += 1
+                    row = {m: statistics.median(v[m] for v in per_round[side])
+                           for m in per_round[side][0]}
+                    row.update(train(args.tandem, flags, root / f"t{n}"))
+                    rows[side] = row
+                for side, row in rows.items():
+                    ratio = row["e2e_ovl_ns"] / rows["plain"]["e2e_ovl_ns"]
+                    print(f"| {workload} | {link or 'none'} | {technique} | {side} "
+                          f"| {row['e2e_ovl_ns'] / 1e6:.2f} | {100 * row['compute_slowdown']:.1f}% "
+                          f"| {100 * row['overlap_ratio']:.1f}% | {100 * row['hidden_share']:.0f}% "
+                          f"| {row['exposed_comm_ns'] / 1e6:.2f} | {row['bytes'] / 2**20:.1f} "
+                          f"| {row['activations'] / 2**20:.2f} | {row['rss'] / 2**20:.0f} "
+                          f"| {ratio:.3f} |", flush=True)
+    print(f"runs kept in {root}" if args.out else "", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()
