@@ -127,6 +127,9 @@ void apply(const std::string& key, const std::string& value, CharacterizeFlags& 
       throw UsageError("--sweep overlap-optimizer: expected yes or no, not '" + value + "'");
     }
     w.overlap_optimizer = value == "yes";
+  } else if (key == "recompute") {
+    checked_by([&] { (void)parse_recompute(value); });
+    w.recompute = value;
   }
 }
 
@@ -451,7 +454,7 @@ void add_characterize_command(CLI::App& app, RunCommand& run) {
       "model prefetch pipeline schedule micro-batches ranks link threads precision gemm "
       "power-cap (a GPU's power limit in watts, set per point and put back after; needs "
       "--device cuda and the right to change it; docs/CHARACTERIZE.md), overlap-optimizer "
-      "(yes,no); not ranks, link or "
+      "(yes,no), recompute; not ranks, link or "
       "power-cap under mpirun; separate values with ';' when they hold commas");
   cmd->add_option("--out", flags->out,
                   "Results directory: summary.json, iterations.csv, trace.json, report.html, "

@@ -95,6 +95,11 @@ void add_workload_flags(CLI::App& app, WorkloadFlags& f, WorkloadUse use) {
                  "backward and the other buckets' all-reduces go on (DDP's optimizer in "
                  "backward; bit for bit the same update; DDP strategies only)");
   }
+  app.add_option("--recompute", f.recompute,
+                 "Transformers: activations dropped after forward and computed again in "
+                 "backward: none, full (each block keeps only its input) or selective (the "
+                 "attention probabilities only, as Megatron-LM); bit for bit the same training")
+      ->capture_default_str();
   app.add_option("--pipeline", f.pipeline,
                  "Pipeline stages P: the model cut into P stages on different ranks, "
                  "--ranks = P (docs/PIPELINE.md)")
@@ -221,6 +226,12 @@ TrainConfig to_train_config(const WorkloadFlags& f, bool batch_given, bool runs_
   c.model = for_flag("--model", [&] { return ModelSpec::parse(f.model); });
   c.model = c.model.with_overrides(f.shape);
   if (!f.data.empty()) c.model = c.model.with_vocab(256, "--data");
+  c.model.recompute = for_flag("--recompute", [&] { return parse_recompute(f.recompute); });
+  if (c.model.recompute != Recompute::kNone && !c.model.is_transformer()) {
+    throw UsageError(
+        "--recompute: transformer models only (gpt, llama and the presets); an "
+        "mlp layer keeps only its input and its output");
+  }
   c.data_path = f.data;
   c.eval_every = f.eval_every;
   c.ranks = f.ranks;

@@ -216,7 +216,7 @@ StageRunner::StageRunner(const StagePlan& plan, Options options, Communicator& c
   if (plan_.shape.stages > 1) {
     model_.configure_stage(plan_.owned_units(stage_, model_.units()), slots_);
   }
-  activation_bytes_ = static_cast<std::int64_t>(slots_) * model_.activation_bytes();
+  activation_bytes_ = model_.activation_bytes();  // every slot's
   // gpt's tied embedding on two stages: its first and last stage of each replica form an
   // embedding group (Megatron's), ranked first stage first; every other rank is a group of
   // one that is never used. A collective of every rank, before any step.

@@ -26,6 +26,8 @@ class ActivationSlots {
     for (std::size_t k = 1; k < parked_.size(); ++k) allocate(parked_[k]);
   }
   int current() const { return slot_; }
+  // Slots configured (1 before configure: the current one alone).
+  int count() const { return parked_.empty() ? 1 : static_cast<int>(parked_.size()); }
   // Makes `slot` the current one (held in `current`).
   void select(Acts& current, int slot) {
     TANDEM_CHECK(slot >= 0 && (slot == 0 || static_cast<std::size_t>(slot) < parked_.size()));

@@ -301,8 +301,13 @@ double ModelLayout::forward_flops(int rows) const {
 int ModelLayout::compute_spans_per_micro_batch() const {
   // Forward and backward: mlp, a span per layer and the loss; a transformer, the
   // embedding, per block norm + attention + norm + mlp, the head's norm and head, the loss.
+  // --recompute adds backward spans per block: full its four forward ones again,
+  // selective one (attention's core).
   if (!spec_.is_transformer()) return 2 * units() + 2;
-  return 2 * (1 + 4 * spec_.transformer.layers + 2 + 1);
+  const int replayed = spec_.recompute == Recompute::kFull        ? 4
+                       : spec_.recompute == Recompute::kSelective ? 1
+                                                                  : 0;
+  return 2 * (1 + 4 * spec_.transformer.layers + 2 + 1) + replayed * spec_.transformer.layers;
 }
 
 }  // namespace tandem

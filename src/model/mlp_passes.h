@@ -205,7 +205,7 @@ auto MlpOn<Backend>::input_grad(int layer) const -> std::span<const T> {
 
 template <typename Backend>
 std::int64_t MlpOn<Backend>::activation_bytes() const {
-  return impl_->bytes();
+  return impl_->slots.count() * impl_->bytes();  // every slot alike
 }
 
 template <typename Backend>

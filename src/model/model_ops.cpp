@@ -18,6 +18,8 @@ std::string_view to_string(ModelOp op) {
       return "head";
     case ModelOp::kLoss:
       return "loss";
+    case ModelOp::kRecompute:
+      return "recompute";
   }
   return "?";
 }

@@ -23,8 +23,9 @@ enum class ModelOp : NameId {
   kMlp,            // the MLP: up projection(s), GELU / SwiGLU, down projection
   kHead,           // the output head (logits)
   kLoss,           // cross-entropy over the vocabulary
+  kRecompute,      // --recompute: a block's forward (or its attention) again, in backward
 };
-inline constexpr int kModelOpCount = 6;
+inline constexpr int kModelOpCount = 7;
 
 constexpr NameId op_name(ModelOp op) { return static_cast<NameId>(op); }
 std::string_view to_string(ModelOp op);

@@ -270,6 +270,26 @@ ModelSpec parse_transformer(std::string_view text, std::string_view name, std::s
 
 }  // namespace
 
+std::string_view to_string(Recompute recompute) {
+  switch (recompute) {
+    case Recompute::kNone:
+      return "none";
+    case Recompute::kFull:
+      return "full";
+    case Recompute::kSelective:
+      return "selective";
+  }
+  return "?";
+}
+
+Recompute parse_recompute(std::string_view text) {
+  for (Recompute r : {Recompute::kNone, Recompute::kFull, Recompute::kSelective}) {
+    if (text == to_string(r)) return r;
+  }
+  throw UsageError("unknown recomputation '" + std::string(text) +
+                   "' (expected none, full or selective)");
+}
+
 std::string_view to_string(ModelKind kind) {
   switch (kind) {
     case ModelKind::kMlp:

@@ -46,6 +46,16 @@ struct TransformerShape {
 // 256 (5120 -> 13824, 4096 -> 11008).
 int llama_hidden(int dim);
 
+// What a transformer's backward reads that its forward does not keep (--recompute;
+// Note [activation recomputation] in transformer_passes.h): nothing (every block's
+// tensors are kept), everything but each block's input (full: the block's forward runs
+// again at the start of its backward), or the attention probabilities [B, H, T, T]
+// (selective, as Megatron-LM: the softmax(QK^T) of each block runs again in backward).
+enum class Recompute : std::uint8_t { kNone, kFull, kSelective };
+std::string_view to_string(Recompute recompute);
+// "none", "full", "selective"; throws UsageError.
+Recompute parse_recompute(std::string_view text);
+
 // Shape changes from the command line (0: keep). Applied by ModelSpec::with_overrides.
 struct ShapeOverrides {
   int layers = 0;
@@ -75,6 +85,8 @@ struct ModelSpec {
   std::string base;           // "gpt", "llama" or the preset's name
   bool hidden_given = false;  // hidden= was spelled out (it then survives a new dim)
   bool vocab_given = false;   // vocab= was spelled out
+  // How the passes keep activations (not part of `text`: the same model either way).
+  Recompute recompute = Recompute::kNone;
 
   // Throws UsageError naming the spec on bad input. Transformer presets parse at full
   // size (parameter_count() is exact); check_size() bounds what may be allocated.

@@ -108,7 +108,8 @@ class RankModel {
   virtual void begin_backward(int unit, std::span<const float> output_grad) = 0;
   // After backward_unit(unit): dL/d(unit's input), valid until the next backward_unit.
   virtual std::span<const float> input_grad(int unit) = 0;
-  // Bytes of the activations one micro-batch keeps (one slot), for this rank's units.
+  // Bytes of the activations kept for this rank's units: every slot's (one micro-batch's
+  // each), and the scratch that --recompute fills (one block's, shared by the slots).
   virtual std::int64_t activation_bytes() const = 0;
 
   // Starts `step`; returns its start time on the spans' clock.

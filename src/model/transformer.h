@@ -100,6 +100,9 @@ class TransformerOn : public ModelOn<Backend> {
   std::span<const T> logits() const;
 
  private:
+  // Block `unit`'s forward (Note [activation recomputation]); `replay`: again, in backward.
+  void block_forward(int unit, Timer timer, int step, bool replay);
+
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };

@@ -56,14 +56,42 @@ struct TransformerActs {
     std::size_t n = (inputs.size() + targets.size()) * sizeof(std::int32_t);
     auto add = [&](const Buffer<T>& v) { n += v.size() * sizeof(T); };
     for (const auto& v : x) add(v);
-    for (const Block& b : blocks) {
-      for (const auto* v : {&b.ln1, &b.ln1_mean, &b.ln1_rstd, &b.qkv, &b.att, &b.atty, &b.xmid,
-                            &b.ln2, &b.ln2_mean, &b.ln2_rstd, &b.up, &b.act}) {
-        add(*v);
-      }
-    }
+    for (const Block& b : blocks) n += static_cast<std::size_t>(block_bytes(b));
     for (const auto* v : {&lnf, &lnf_mean, &lnf_rstd, &logits}) add(*v);
     return static_cast<std::int64_t>(n);
+  }
+  static std::int64_t block_bytes(const Block& b) {
+    std::size_t n = 0;
+    for (const auto* v : {&b.ln1, &b.ln1_mean, &b.ln1_rstd, &b.qkv, &b.att, &b.atty, &b.xmid,
+                          &b.ln2, &b.ln2_mean, &b.ln2_rstd, &b.up, &b.act}) {
+      n += v->size() * sizeof(T);
+    }
+    return static_cast<std::int64_t>(n);
+  }
+
+  // One block's tensors for max_batch sequences; the attention probabilities only when
+  // `att` (else left empty).
+  static void allocate_block(const Backend& dev, const ModelSpec& spec, int max_batch, Block& b,
+                             bool att) {
+    const TransformerShape& s = spec.transformer;
+    const auto n = static_cast<std::size_t>(max_batch) * static_cast<std::size_t>(s.seq);
+    const auto D = static_cast<std::size_t>(s.dim), F = static_cast<std::size_t>(s.hidden);
+    const auto TT = static_cast<std::size_t>(s.seq) * static_cast<std::size_t>(s.seq);
+    auto sized = [&](std::size_t size) { return dev.template buffer<T>(size); };
+    b.ln1 = sized(n * D);
+    b.ln1_mean = sized(n);
+    b.ln1_rstd = sized(n);
+    b.qkv = sized(n * 3 * D);
+    if (att) {
+      b.att = sized(static_cast<std::size_t>(max_batch) * static_cast<std::size_t>(s.heads) * TT);
+    }
+    b.atty = sized(n * D);
+    b.xmid = sized(n * D);
+    b.ln2 = sized(n * D);
+    b.ln2_mean = sized(n);
+    b.ln2_rstd = sized(n);
+    b.up = sized(n * (spec.kind == ModelKind::kGpt ? F : 2 * F));
+    b.act = sized(n * F);
   }
 
   // Sized for max_batch sequences and the units in `owned`: a unit's own tensors, the
@@ -71,11 +99,9 @@ struct TransformerActs {
   void allocate(const Backend& dev, const ModelSpec& spec, int max_batch,
                 const std::vector<bool>& owned) {
     const TransformerShape& s = spec.transformer;
-    const bool gpt = spec.kind == ModelKind::kGpt;
     const auto n = static_cast<std::size_t>(max_batch) * static_cast<std::size_t>(s.seq);
-    const auto D = static_cast<std::size_t>(s.dim), F = static_cast<std::size_t>(s.hidden);
+    const auto D = static_cast<std::size_t>(s.dim);
     const auto L = static_cast<std::size_t>(s.layers);
-    const auto TT = static_cast<std::size_t>(s.seq) * static_cast<std::size_t>(s.seq);
     auto own = [&](std::size_t unit) { return unit < owned.size() && owned[unit]; };
     auto sized = [&](std::size_t size, bool keep) {
       return keep ? dev.template buffer<T>(size) : Buffer<T>();
@@ -87,22 +113,12 @@ struct TransformerActs {
     for (std::size_t i = 0; i <= L; ++i) x.push_back(sized(n * D, own(i) || own(i + 1)));
     blocks.clear();
     blocks.resize(L);
+    // --recompute full keeps no block's tensors (only its input, x[l]); selective keeps all
+    // but the attention probabilities (Note [activation recomputation]).
     for (std::size_t l = 0; l < L; ++l) {
-      Block& b = blocks[l];
-      const bool keep = own(l + 1);
-      b.ln1 = sized(n * D, keep);
-      b.ln1_mean = sized(n, keep);
-      b.ln1_rstd = sized(n, keep);
-      b.qkv = sized(n * 3 * D, keep);
-      b.att =
-          sized(static_cast<std::size_t>(max_batch) * static_cast<std::size_t>(s.heads) * TT, keep);
-      b.atty = sized(n * D, keep);
-      b.xmid = sized(n * D, keep);
-      b.ln2 = sized(n * D, keep);
-      b.ln2_mean = sized(n, keep);
-      b.ln2_rstd = sized(n, keep);
-      b.up = sized(n * (gpt ? F : 2 * F), keep);
-      b.act = sized(n * F, keep);
+      if (own(l + 1) && spec.recompute != Recompute::kFull) {
+        allocate_block(dev, spec, max_batch, blocks[l], spec.recompute == Recompute::kNone);
+      }
     }
     const bool head = own(L + 1);
     lnf = sized(n * D, head);
@@ -137,13 +153,24 @@ struct TransformerOn<Backend>::Impl : TransformerOffsets, TransformerActs<Backen
   Buffer<T> rope;  // llama: [T, hd/2, 2]
   // Backward scratch.
   Buffer<T> dx, dln, dqkv, datty, dup, dact, att_scratch;
+  // --recompute: the tensors a block's backward reads that no block keeps, for one block
+  // at a time (full: all of a Block's; selective: att only).
+  Block replay;
   int next_backward = -1;  // the unit backward_unit expects next (-1: none)
   // Pipeline stages: the units this model runs (all unless configure_stage said
   // otherwise), and the other slots' activations.
   std::vector<bool> owned;
   ActivationSlots<Acts> slots;
 
+  Recompute recompute = Recompute::kNone;
+
   Acts& acts() { return *this; }
+  // Where block l's tensors are: its own, or (full recomputation) the replay's.
+  Block& block(std::size_t l) { return recompute == Recompute::kFull ? replay : this->blocks[l]; }
+  // Block l's attention probabilities: its own, or the replay's.
+  T* att(std::size_t l) {
+    return recompute == Recompute::kNone ? this->blocks[l].att.data() : replay.att.data();
+  }
 };
 
 template <typename Backend>
@@ -170,6 +197,13 @@ TransformerOn<Backend>::TransformerOn(const ModelSpec& model_spec, int max_batch
   m.dup = dev.template buffer<T>(n * up);
   m.dact = dev.template buffer<T>(n * F);
   m.att_scratch = dev.template buffer<T>(Backend::attention_scratch(s.seq, s.heads));
+  m.recompute = model_spec.recompute;
+  if (m.recompute == Recompute::kFull) {
+    TransformerActs<Backend>::allocate_block(dev, model_spec, max_batch, m.replay, /*att=*/true);
+  } else if (m.recompute == Recompute::kSelective) {
+    m.replay.att = dev.template buffer<T>(static_cast<std::size_t>(max_batch) *
+                                          static_cast<std::size_t>(s.heads) * s.seq * s.seq);
+  }
   if (!m.gpt) {
     std::vector<T> table(static_cast<std::size_t>(s.seq) * static_cast<std::size_t>(s.head_dim()));
     layers::Ops<T>::rope_table(table.data(), s.seq, s.head_dim());
@@ -188,8 +222,13 @@ std::int64_t TransformerOn<Backend>::buffer_bytes(const ModelSpec& model_spec, i
   const std::int64_t per_block =
       6 * D + 4 + 3 * D + static_cast<std::int64_t>(s.heads) * s.seq + up + F;
   const std::int64_t scratch = 3 * D + 3 * D + up + F;
-  const std::int64_t per_token =
-      (s.layers + 1) * D + s.layers * per_block + D + 2 + s.vocab + scratch;
+  // Every block's tensors, or (Note [activation recomputation]) one replay block's.
+  const std::int64_t probs = static_cast<std::int64_t>(s.heads) * s.seq;
+  const std::int64_t blocks = model_spec.recompute == Recompute::kFull ? per_block
+                              : model_spec.recompute == Recompute::kSelective
+                                  ? s.layers * (per_block - probs) + probs
+                                  : s.layers * per_block;
+  const std::int64_t per_token = (s.layers + 1) * D + blocks + D + 2 + s.vocab + scratch;
   const std::int64_t tokens = static_cast<std::int64_t>(max_batch) * s.seq;
   const auto attention = static_cast<std::int64_t>(Backend::attention_scratch(s.seq, s.heads));
   return static_cast<std::int64_t>(sizeof(T)) *
@@ -213,6 +252,10 @@ void TransformerOn<Backend>::configure_stage(const std::vector<bool>& owned, int
   TANDEM_CHECK(slots >= 1);
   m.owned = owned;
   m.acts().allocate(this->backend(), this->spec(), m.max_batch, owned);
+  // A stage without blocks replays none.
+  if (std::none_of(owned.begin() + 1, owned.end() - 1, [](bool own) { return own; })) {
+    m.replay = typename Impl::Block{};
+  }
   m.slots.configure(slots, [&](TransformerActs<Backend>& a) {
     a.allocate(this->backend(), this->spec(), m.max_batch, owned);
   });
@@ -251,7 +294,8 @@ auto TransformerOn<Backend>::input_grad(int unit) const -> std::span<const T> {
 
 template <typename Backend>
 std::int64_t TransformerOn<Backend>::activation_bytes() const {
-  return impl_->bytes();
+  // Every slot alike, and the replay once (one block's, shared by the slots).
+  return impl_->slots.count() * impl_->bytes() + Impl::block_bytes(impl_->replay);
 }
 
 template <typename Backend>
@@ -278,7 +322,7 @@ void TransformerOn<Backend>::forward_unit(int unit, Timer timer, int step) {
   TANDEM_CHECK(m.rows >= 1);  // set_input() first
   TANDEM_CHECK(unit >= 0 && unit < this->units() && m.owned[static_cast<std::size_t>(unit)]);
   const TransformerShape& s = this->spec().transformer;
-  const int B = m.rows, Tn = s.seq, D = s.dim, H = s.heads, F = s.hidden, L = s.layers;
+  const int B = m.rows, Tn = s.seq, D = s.dim, L = s.layers;
   const int N = B * Tn;
   const T* w = this->flat_params().data();
   const TransformerFlops flops = transformer_flops(this->spec(), B);
@@ -311,8 +355,38 @@ void TransformerOn<Backend>::forward_unit(int unit, Timer timer, int step) {
     return;
   }
 
+  block_forward(unit, timer, step, /*replay=*/false);
+}
+
+// Note [activation recomputation]: --recompute full keeps of each block only its input
+// x[l] (and the stream's other checkpoints, the x[] every block reads); its other tensors
+// live in one replay Block, which the block's backward fills first by running the
+// block's forward again from x[l] (stopping before the down projection, whose output is
+// the next block's input, already kept). --recompute selective keeps everything but the
+// attention probabilities [B, H, T, T], the one tensor that grows with T^2, and the
+// block's backward runs attention's core (scores, softmax, weighted sum) again from the
+// kept qkv into the replay's. The same kernels on the same inputs give the same bits, so
+// training is bit for bit the run without recomputation. The replayed work is timed as
+// backward spans of the block named "recompute", with the FLOPs of its matrix products.
+template <typename Backend>
+void TransformerOn<Backend>::block_forward(int unit, Timer timer, int step, bool replay) {
+  Impl& m = *impl_;
+  Backend& dev = this->backend();
+  const TransformerShape& s = this->spec().transformer;
+  const int B = m.rows, Tn = s.seq, D = s.dim, H = s.heads, F = s.hidden;
+  const int N = B * Tn;
+  const T* w = this->flat_params().data();
+  const TransformerFlops flops = transformer_flops(this->spec(), B);
+  const double down_flops = 2.0 * N * F * D;
+  auto span = [&](ModelOp op, double f) {
+    return replay
+               ? dev.section(timer, SpanKind::kBackward, step, unit, op_name(ModelOp::kRecompute),
+                             op == ModelOp::kMlp ? f - down_flops : f)
+               : dev.section(timer, SpanKind::kForward, step, unit, op_name(op), f);
+  };
   const auto l = static_cast<std::size_t>(unit - 1);
-  auto& b = m.blocks[l];
+  auto& b = m.block(l);
+  T* att = m.att(l);
   const TransformerOffsets::BlockParams& p = m.block_params[l];
   const T* x = m.x[l].data();
   auto norm = [&](T* out, T* mean, T* rstd, const T* inp, std::size_t gain, std::size_t bias) {
@@ -331,7 +405,7 @@ void TransformerOn<Backend>::forward_unit(int unit, Timer timer, int step) {
     auto sa = span(ModelOp::kAttention, flops.attention);
     dev.linear_forward(b.qkv.data(), b.ln1.data(), w + p.qkv_w, bias(p.qkv_b), N, D, 3 * D);
     if (!m.gpt) dev.rope_forward(b.qkv.data(), m.rope.data(), B, Tn, D, H);
-    dev.attention_forward(b.atty.data(), b.att.data(), b.qkv.data(), B, Tn, D, H);
+    dev.attention_forward(b.atty.data(), att, b.qkv.data(), B, Tn, D, H);
     dev.linear_residual_forward(b.xmid.data(), x, b.atty.data(), w + p.proj_w, bias(p.proj_b), N, D,
                                 D);
   }
@@ -344,6 +418,7 @@ void TransformerOn<Backend>::forward_unit(int unit, Timer timer, int step) {
     dev.linear_forward(b.up.data(), b.ln2.data(), w + p.up_w, nullptr, N, D, 2 * F);
     dev.swiglu_forward(b.act.data(), b.up.data(), N, F);
   }
+  if (replay) return;  // the output, x[l + 1], is kept
   dev.linear_residual_forward(m.x[l + 1].data(), b.xmid.data(), b.act.data(), w + p.down_w,
                               bias(p.down_b), N, F, D);
 }
@@ -419,7 +494,9 @@ void TransformerOn<Backend>::backward_unit(int unit, Timer timer, int step) {
 
   // A block: m.dx holds dL/d(its output); it leaves holding dL/d(its input).
   const auto l = static_cast<std::size_t>(unit - 1);
-  auto& b = m.blocks[l];
+  if (m.recompute == Recompute::kFull) block_forward(unit, timer, step, /*replay=*/true);
+  auto& b = m.block(l);
+  T* att = m.att(l);
   const TransformerOffsets::BlockParams& p = m.block_params[l];
   T* dx = m.dx.data();
   T* no_bias = nullptr;
@@ -451,11 +528,18 @@ void TransformerOn<Backend>::backward_unit(int unit, Timer timer, int step) {
   }
   norm_backward(b.xmid.data(), b.ln2_mean.data(), b.ln2_rstd.data(), p.ln2_w, p.ln2_b);
   {
+    if (m.recompute == Recompute::kSelective) {
+      // The probabilities again, from the kept qkv (atty is rewritten with the same bits).
+      const double core = flops.attention - 2.0 * N * D * 4 * D;  // less qkv and proj
+      auto sr =
+          dev.section(timer, SpanKind::kBackward, step, unit, op_name(ModelOp::kRecompute), core);
+      dev.attention_forward(b.atty.data(), att, b.qkv.data(), B, Tn, D, H);
+    }
     auto sa = span(ModelOp::kAttention, flops.attention);
     dev.linear_backward(m.datty.data(), g + p.proj_w, dbias(p.proj_b), dx, b.atty.data(),
                         w + p.proj_w, N, D, D);
-    dev.attention_backward(m.dqkv.data(), m.att_scratch.data(), m.datty.data(), b.qkv.data(),
-                           b.att.data(), B, Tn, D, H);
+    dev.attention_backward(m.dqkv.data(), m.att_scratch.data(), m.datty.data(), b.qkv.data(), att,
+                           B, Tn, D, H);
     if (!m.gpt) dev.rope_backward(m.dqkv.data(), m.rope.data(), B, Tn, D, H);
     dev.linear_backward(m.dln.data(), g + p.qkv_w, dbias(p.qkv_b), m.dqkv.data(), b.ln1.data(),
                         w + p.qkv_w, N, D, 3 * D);

@@ -8,6 +8,7 @@
 
 #include "analysis/pipeline_metrics.h"
 #include "core/parse.h"
+#include "model/model_ops.h"
 
 namespace tandem {
 
@@ -151,6 +152,18 @@ TrainSummary summarize_training(const TrainConfig& config, const TrainResult& re
   out.overlap_ms = summarize_ms(steps, &StepMetrics::t_ovl_ns);
   out.exposed_comm_ms = summarize_ms(steps, &StepMetrics::t_exposed_comm_ns);
   out.hidden_share = hidden_share(steps);
+  if (config.model.recompute != Recompute::kNone && config.record) {
+    std::map<int, double> recompute_ns;  // per measured step, over every rank
+    for (const Span& span : result.timeline.spans) {
+      if (span.kind == SpanKind::kBackward && span.name == op_name(ModelOp::kRecompute) &&
+          span.step >= static_cast<int>(skip)) {
+        recompute_ns[span.step] += static_cast<double>(span.end_ns - span.start_ns);
+      }
+    }
+    std::vector<double> per_step;
+    for (const auto& [step, ns] : recompute_ns) per_step.push_back(ns / 1e6 / config.ranks);
+    out.recompute_ms = summarize(per_step);
+  }
   out.bytes_per_step = config.ranks > 1 ? result.bytes_per_step : 0;
 
   if (config.pipeline.stages > 1 && config.record && !result.timeline.spans.empty()) {
@@ -215,7 +228,19 @@ std::string format_train_summary(const TrainConfig& config, const TrainResult& r
     if (p.resolution) add(" (+-%.0f%%: the counter's step)", 100 * *p.resolution);
     text += "\n";
   }
+  if (s.recompute_ms.count > 0) {
+    add("  recomputation    %s  (--recompute %s: forward work run again in backward, part of "
+        "compute)\n",
+        ms(s.recompute_ms).c_str(), std::string(to_string(config.model.recompute)).c_str());
+  }
   text += format_memory(result);
+  if (result.pipeline.empty() && !result.memory.empty()) {
+    add("  activations      %s per rank, kept from forward to backward%s\n",
+        mib(result.memory.front().state.activations).c_str(),
+        config.model.recompute == Recompute::kNone
+            ? ""
+            : (" (--recompute " + std::string(to_string(config.model.recompute)) + ")").c_str());
+  }
   if (!result.pipeline.empty()) {
     std::string slots;
     for (const RankMemory& m : result.memory) {
@@ -283,6 +308,7 @@ nlohmann::json train_config_json(const TrainConfig& c, const TrainResult& result
       {"bucket_cap_bytes", c.reducer.plan.bucket_cap_bytes},
       {"first_bucket_cap_bytes", c.reducer.plan.first_bucket_cap_bytes},
       {"overlap_optimizer", c.reducer.overlap_optimizer},
+      {"recompute", std::string(to_string(c.model.recompute))},
       {"link", c.link.enabled() ? nlohmann::json(c.link.describe()) : nlohmann::json(nullptr)},
       {"link_emulated", c.link.enabled()},
       {"seed", c.seed},
@@ -301,6 +327,7 @@ TrainConfig train_config_from_json(const nlohmann::json& j, const std::string& w
   TrainConfig c;
   try {
     c.model = ModelSpec::parse(j.at("model").get<std::string>());
+    c.model.recompute = parse_recompute(j.value("recompute", std::string("none")));
     c.ranks = j.at("ranks").get<int>();
     c.batch = j.at("batch_per_rank").get<int>();
     c.accumulate = j.at("accumulate").get<int>();
@@ -384,6 +411,8 @@ nlohmann::json train_summary_body(const TrainConfig& config, const TrainResult& 
       {"wait_ms", s.wait_ms},
       {"overlap_ms", s.overlap_ms},
       {"exposed_comm_ms", s.exposed_comm_ms},
+      {"recompute_ms",
+       s.recompute_ms.count > 0 ? nlohmann::json(s.recompute_ms) : nlohmann::json(nullptr)},
       {"hidden_share", number_or_null(s.hidden_share)},
       {"first_loss", s.first_loss},
       {"last_loss", s.last_loss},

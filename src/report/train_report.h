@@ -19,6 +19,9 @@ struct TrainSummary {
   std::int64_t bytes_per_step = 0;  // all-reduced bytes per rank per step
   // From the timeline (NaN-filled when --no-timeline): per step, mean over ranks.
   Summary compute_ms, comm_ms, wait_ms, overlap_ms, exposed_comm_ms;
+  // --recompute: the compute spent running forward work again in backward (the spans
+  // named "recompute"), per step, mean over ranks; empty (count 0) without it.
+  Summary recompute_ms;
   double hidden_share = 0;              // Σ T_ovl / Σ T_comm over measured steps (HTA)
   float first_loss = 0, last_loss = 0;  // mean over ranks
   bool has_loss = false;  // some step computed a loss (not comm-only runs or simulations)

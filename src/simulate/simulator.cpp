@@ -138,10 +138,18 @@ UnitCosts unit_costs(const TrainConfig& config, const Cluster& cluster) {
       c.backward_flops[static_cast<std::size_t>(u)] = 2 * fl;
       // A block's norms, residual adds, activation and softmax over [B, H, T, T]; the
       // embedding writes the stream; the head's norm reads and writes it.
+      const double softmax = 3.0 * rows * s.heads * static_cast<double>(s.seq) * s.seq;
       activation_bytes[static_cast<std::size_t>(u)] =
-          4.0 * (block ? N * (12.0 * s.dim + 3.0 * s.hidden) +
-                             3.0 * rows * s.heads * static_cast<double>(s.seq) * s.seq
-                       : 2.0 * N * s.dim);
+          4.0 * (block ? N * (12.0 * s.dim + 3.0 * s.hidden) + softmax : 2.0 * N * s.dim);
+      // --recompute (Note [activation recomputation] in model/transformer_passes.h): a
+      // block's backward runs its forward again but the down projection (full), or the
+      // attention's scores, softmax and weighted sum (selective). The bytes follow below
+      // with the backward's.
+      if (block && spec.recompute == Recompute::kFull) {
+        c.backward_flops[static_cast<std::size_t>(u)] += fl - 2 * N * s.hidden * s.dim;
+      } else if (block && spec.recompute == Recompute::kSelective) {
+        c.backward_flops[static_cast<std::size_t>(u)] += 4 * N * s.seq * s.dim;
+      }
     }
     loss_elements = N * s.vocab;
   } else {
@@ -165,6 +173,13 @@ UnitCosts unit_costs(const TrainConfig& config, const Cluster& cluster) {
     }
     c.forward_bytes[i] = weights + activation_bytes[i];
     c.backward_bytes[i] = 3 * weights + 2 * activation_bytes[i];
+    const bool block = spec.is_transformer() && u >= 1 && u <= spec.transformer.layers;
+    if (block && spec.recompute == Recompute::kFull) {
+      c.backward_bytes[i] += c.forward_bytes[i];
+    } else if (block && spec.recompute == Recompute::kSelective) {
+      const TransformerShape& s = spec.transformer;
+      c.backward_bytes[i] += 4.0 * 3 * rows * s.heads * static_cast<double>(s.seq) * s.seq;
+    }
     c.forward[i] = c.forward_flops[i] / flop_rate + c.forward_bytes[i] / bw;
     c.backward[i] = c.backward_flops[i] / flop_rate + c.backward_bytes[i] / bw;
   }

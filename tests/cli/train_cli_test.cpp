@@ -337,7 +337,13 @@ INSTANTIATE_TEST_SUITE_P(
         BadInput{kTinyGpt + "--eval-every 5", "--eval-every: measures the held-out loss of --data"},
         BadInput{"--model mlp:2x8 --eval-every 5", "this run has no --data"},
         BadInput{kTinyGpt + "--data " + kReadme + " --eval-every 5 --pipeline 2 --ranks 2",
-                 "--eval-every: not with --pipeline"}));
+                 "--eval-every: not with --pipeline"},
+        // The techniques (docs/FINDINGS.md): what they cannot apply to.
+        BadInput{kTinyGpt + "--recompute some", "--recompute"},
+        BadInput{"--model mlp:2x8 --recompute full", "--recompute: transformer models only"},
+        BadInput{kTinyGpt + "--overlap-optimizer --strategy fsdp",
+                 "--overlap-optimizer: updates DDP's buckets"},
+        BadInput{kTinyGpt + "--overlap-optimizer --pipeline 2 --ranks 2", "not a --pipeline run"}));
 
 // A small GPT on a text file: the loss falls from ln(256), and --eval-every prints the
 // held-out loss on its steps, into the step lines, steps.csv and summary.json.
