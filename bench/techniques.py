@@ -26,12 +26,27 @@ WORKLOADS = {
     "gpt": ["--model", "gpt:layers=4,dim=128,heads=4,seq=64,vocab=4096", "--ranks", "2",
             "--batch", "8"],
 }
-LINKS = {"": [], "10GB/s,20us": ["--link", "10GB/s,20us"]}
-# name: (the plain configuration's flags, the technique's extra flags)
+# name: (the plain configuration's flags, the technique's extra flags, its workloads, its
+# links)
+ALL_LINKS = ["", "10GB/s,20us"]
 TECHNIQUES = {
-    "overlap-optimizer (bucketed)": (["--strategy", "bucketed"], ["--overlap-optimizer"]),
-    "overlap-optimizer (layerwise)": (["--strategy", "layerwise"], ["--overlap-optimizer"]),
+    "overlap-optimizer (bucketed)": (["--strategy", "bucketed"], ["--overlap-optimizer"],
+                                     ["mlp", "gpt"], ALL_LINKS),
+    "overlap-optimizer (layerwise)": (["--strategy", "layerwise"], ["--overlap-optimizer"],
+                                      ["mlp", "gpt"], ALL_LINKS),
+    # 1GB/s: the mlp's 28 MiB take about as long on the wire as its compute.
+    "double-buffer (bucketed)": (["--strategy", "bucketed"], ["--double-buffer"], ["mlp", "gpt"],
+                                 ALL_LINKS + ["1GB/s,20us"]),
+    "recompute full": (["--strategy", "bucketed"], ["--recompute", "full"], ["gpt"], ALL_LINKS),
+    "recompute selective": (["--strategy", "bucketed"], ["--recompute", "selective"], ["gpt"],
+                            ALL_LINKS),
 }
+# The loss each technique that changes training costs: 200 steps of a GPT on a text file,
+# the plain run beside the technique's, the training loss every 50 steps and the held-out
+# loss at the end.
+LOSS_RUN = ["--model", "gpt:layers=2,dim=64,heads=4,seq=64", "--ranks", "2", "--batch", "8",
+            "--steps", "200", "--lr", "0.1", "--data", "/usr/share/common-licenses/GPL-3"]
+LOSS_TECHNIQUES = {"double-buffer": ["--double-buffer"]}
 METRICS = ["e2e_ovl_ns", "compute_slowdown", "overlap_ratio", "hidden_share", "exposed_comm_ns"]
 
 
@@ -73,11 +88,13 @@ def main():
           "| MiB/step | activations MiB | peak RSS MiB | ratio |")
     print("|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     n = 0
-    for technique, (plain, extra) in TECHNIQUES.items():
+    for technique, (plain, extra, workloads, links) in TECHNIQUES.items():
         if args.only and args.only not in technique:
             continue
-        for workload, wflags in WORKLOADS.items():
-            for link, lflags in LINKS.items():
+        for workload in workloads:
+            wflags = WORKLOADS[workload]
+            for link in links:
+                lflags = ["--link", link] if link else []
                 sides = {"plain": wflags + lflags + plain,
                          "technique": wflags + lflags + plain + extra}
                 per_round = {side: [] for side in sides}
@@ -102,6 +119,23 @@ def main():
                           f"| {row['exposed_comm_ns'] / 1e6:.2f} | {row['bytes'] / 2**20:.1f} "
                           f"| {row['activations'] / 2**20:.2f} | {row['rss'] / 2**20:.0f} "
                           f"| {ratio:.3f} |", flush=True)
+    print("\n| technique | side | loss step 1 | 50 | 100 | 150 | 200 | held-out loss |")
+    print("|---|---|---:|---:|---:|---:|---:|---:|")
+    for technique, extra in LOSS_TECHNIQUES.items():
+        if args.only and args.only not in technique:
+            continue
+        for side, flags in (("plain", LOSS_RUN), ("technique", LOSS_RUN + extra)):
+            n += 1
+            out = root / f"l{n}"
+            run([args.tandem, "train", *flags, "--quiet", "--out", str(out)], f"{out}.log")
+            loss = {}  # step -> [rank losses]
+            for row in (out / "steps.csv").read_text().splitlines()[1:]:
+                cells = row.split(",")
+                loss.setdefault(int(cells[0]), []).append(float(cells[2]))
+            at = [statistics.mean(loss[k]) for k in (0, 49, 99, 149, 199)]
+            held_out = json.loads((out / "summary.json").read_text())["val_loss"]
+            print(f"| {technique} | {side} | " + " | ".join(f"{v:.3f}" for v in at) +
+                  f" | {held_out:.3f} |", flush=True)
     print(f"runs kept in {root}" if args.out else "", file=sys.stderr)
 
 

@@ -122,11 +122,11 @@ void apply(const std::string& key, const std::string& value, CharacterizeFlags& 
     w.gemm = value;
   } else if (key == "micro-batches") {
     w.micro_batches = number(1, 4096);
-  } else if (key == "overlap-optimizer") {
+  } else if (key == "overlap-optimizer" || key == "double-buffer") {
     if (value != "yes" && value != "no") {
-      throw UsageError("--sweep overlap-optimizer: expected yes or no, not '" + value + "'");
+      throw UsageError("--sweep " + key + ": expected yes or no, not '" + value + "'");
     }
-    w.overlap_optimizer = value == "yes";
+    (key == "overlap-optimizer" ? w.overlap_optimizer : w.double_buffer) = value == "yes";
   } else if (key == "recompute") {
     checked_by([&] { (void)parse_recompute(value); });
     w.recompute = value;
@@ -172,10 +172,10 @@ std::unique_ptr<Workload> make_workload(const CharacterizeFlags& f, bool batch_g
                                    : !f.synthetic.empty() ? "--synthetic"
                                                           : "--device"));
     }
-    if (f.workload.overlap_optimizer) {
+    if (f.workload.overlap_optimizer || f.workload.double_buffer) {
       throw UsageError(
-          "--overlap-optimizer: the simulator does not model it yet (drop it, or "
-          "--simulate)");
+          std::string(f.workload.overlap_optimizer ? "--overlap-optimizer" : "--double-buffer") +
+          ": the simulator does not model it yet (drop it, or --simulate)");
     }
     SimulateOptions options{.cluster =
                                 resolve_cluster(f.simulate, f.calibration, f.workload.ranks)};
@@ -453,8 +453,8 @@ void add_characterize_command(CLI::App& app, RunCommand& run) {
       "KEY=V1,V2,... (repeatable: a grid); keys: strategy bucket-mb chunks batch "
       "model prefetch pipeline schedule micro-batches ranks link threads precision gemm "
       "power-cap (a GPU's power limit in watts, set per point and put back after; needs "
-      "--device cuda and the right to change it; docs/CHARACTERIZE.md), overlap-optimizer "
-      "(yes,no), recompute; not ranks, link or "
+      "--device cuda and the right to change it; docs/CHARACTERIZE.md), overlap-optimizer and "
+      "double-buffer (yes,no), recompute; not ranks, link or "
       "power-cap under mpirun; separate values with ';' when they hold commas");
   cmd->add_option("--out", flags->out,
                   "Results directory: summary.json, iterations.csv, trace.json, report.html, "

@@ -94,6 +94,11 @@ void add_workload_flags(CLI::App& app, WorkloadFlags& f, WorkloadUse use) {
                  "Update each bucket's parameters as soon as its all-reduce is done, while "
                  "backward and the other buckets' all-reduces go on (DDP's optimizer in "
                  "backward; bit for bit the same update; DDP strategies only)");
+    app.add_flag("--double-buffer", f.double_buffer,
+                 "Two gradient buffers: each step's gradients are all-reduced during the next "
+                 "step's forward and backward, and the update uses them one step late "
+                 "(communication overlaps a whole step; the staleness changes the loss; DDP "
+                 "strategies only)");
   }
   app.add_option("--recompute", f.recompute,
                  "Transformers: activations dropped after forward and computed again in "
@@ -261,6 +266,7 @@ TrainConfig to_train_config(const WorkloadFlags& f, bool batch_given, bool runs_
     throw UsageError("--first-bucket-mb: too small (below 4 bytes, one float)");
   }
   c.reducer.overlap_optimizer = f.overlap_optimizer;
+  c.reducer.double_buffer = f.double_buffer;
   c.timeout_ns = static_cast<std::int64_t>(f.timeout_s * 1e9);
   if (!f.link.empty()) c.link = for_flag("--link", [&] { return LinkModel::parse(f.link); });
   c.seed = f.seed;

@@ -31,6 +31,7 @@ struct WorkloadFlags {
   double first_bucket_mb = 1;
   int accumulate = 1;
   bool overlap_optimizer = false;
+  bool double_buffer = false;
   std::string recompute = "none";
   int pipeline = 1;                    // stages
   std::string schedule = "1f1b";

@@ -171,6 +171,7 @@ Reducer::Reducer(Communicator& comm, RankModel& model, const ReducerOptions& opt
     : comm_(comm),
       model_(model),
       grads_(model.grads()),
+      reduced_(grads_),
       options_(options),
       params_(grad_params(model.layout(), units)),
       buckets_(plan_buckets(params_, grads_.size(), options.plan)),
@@ -183,7 +184,13 @@ Reducer::Reducer(Communicator& comm, RankModel& model, const ReducerOptions& opt
   // SGD's velocity lives here instead of in the model (whose own stays unallocated: the
   // model's optimizer never runs), over the whole flat array so that a bucket's range
   // indexes it as it indexes the gradients.
-  if (options_.overlap_optimizer && compute_) velocity_ = model.allocate_zeroed(grads_.size());
+  if ((options_.overlap_optimizer || options_.double_buffer) && compute_) {
+    velocity_ = model.allocate_zeroed(grads_.size());
+  }
+  if (options_.double_buffer) {
+    second_ = model.allocate_zeroed(grads_.size());
+    reduced_ = second_->span();
+  }
 }
 
 bool Reducer::overlaps() const {
@@ -191,16 +198,32 @@ bool Reducer::overlaps() const {
          options_.plan.strategy.kind != StrategyKind::kSequential;
 }
 
+// Note [double buffering]: with --double-buffer backward writes the model's gradients as
+// always, and the collectives average a second buffer that holds the previous step's.
+// Step k: begin_step launches every bucket of the second buffer (step k - 1's gradients),
+// so the all-reduce runs during the whole forward and backward of step k; before the
+// optimizer they are waited for; optimizer_step updates the parameters with them, then
+// moves step k's gradients into the second buffer and zeroes the model's. The update of
+// step k uses the gradients of step k - 1 (computed at the parameters before step k - 1's
+// update): a one-step-delayed SGD, w(k+1) = w(k) - lr v(k), v(k) from g(k - 1); step 0
+// updates nothing and the last step's gradients are never applied. The all-reduce is
+// tagged with the step it runs in, launched and waited for within it, so a step still ends
+// with nothing in flight. The sequential scenario launches it before the optimizer
+// instead (no overlap); comm-only moves no gradients but averages the buffer alike.
 void Reducer::begin_step(int step) {
   step_ = step;
   schedule_.reset();
   for (auto& work : works_) work.reset();
   std::fill(updated_.begin(), updated_.end(), false);
   std::fill(waited_.begin(), waited_.end(), false);
+  if (options_.double_buffer && second_full_ && options_.mode == CommMode::kOverlapped) {
+    for (int b = schedule_.take_next(); b >= 0; b = schedule_.take_next()) launch(buckets_[b]);
+  }
 }
 
 void Reducer::after_backward(int unit, bool last_micro_batch) {
   if (!last_micro_batch) return;  // accumulation: synchronize only the last micro-batch
+  if (options_.double_buffer) return;  // this step's gradients go out in the next step
   schedule_.mark_unit_ready(unit);
   if (!overlaps()) return;
   for (int b = schedule_.take_ready(); b >= 0; b = schedule_.take_ready()) launch(buckets_[b]);
@@ -212,7 +235,7 @@ void Reducer::launch(const Bucket& bucket) {
   const OpInfo info{
       .kind = SpanKind::kAllreduce, .bytes = bucket.bytes(), .step = step_, .tag = bucket.index};
   works_[static_cast<std::size_t>(bucket.index)] = comm_.allreduce(
-      grads_.subspan(bucket.begin, bucket.end - bucket.begin), ReduceOp::kAverage, info);
+      reduced_.subspan(bucket.begin, bucket.end - bucket.begin), ReduceOp::kAverage, info);
 }
 
 // Note [optimizer overlap]: with --overlap-optimizer a bucket's update (SGD on its range,
@@ -250,6 +273,8 @@ void Reducer::update_completed() {
 }
 
 void Reducer::before_optimizer() {
+  // Double buffering: nothing to average before the first step's gradients exist.
+  if (options_.double_buffer && !second_full_) return;
   // Whatever backward did not launch (all of it when deferred) goes now, in order.
   for (int b = schedule_.take_next(); b >= 0; b = schedule_.take_next()) launch(buckets_[b]);
   // Overlapped updates wait bucket by bucket in optimizer_step.
@@ -262,6 +287,12 @@ void Reducer::before_optimizer() {
 }
 
 void Reducer::optimizer_step(RankModel& model, float grad_scale) {
+  if (options_.double_buffer) {
+    if (second_full_) model.sgd_step(model.params(), reduced_, velocity_->span(), grad_scale);
+    model.copy(grads_, reduced_);
+    model.zero_grad();
+    return;
+  }
   if (!options_.overlap_optimizer) {
     GradSync::optimizer_step(model, grad_scale);
     return;
@@ -277,6 +308,7 @@ void Reducer::optimizer_step(RankModel& model, float grad_scale) {
 }
 
 void Reducer::after_optimizer() {
+  second_full_ = options_.double_buffer;  // from now on it holds a step's gradients
   // The comm-only scenario runs no optimizer_step: its waits are timed here.
   for (std::size_t b = 0; b < works_.size(); ++b) {
     if (!works_[b] || waited_[b]) continue;
@@ -301,13 +333,16 @@ std::int64_t Reducer::bytes_per_step() const {
 
 StateBytes Reducer::state_bytes() const {
   const auto bytes = static_cast<std::int64_t>(grads_.size() * sizeof(float));
-  return {.params = bytes, .grads = bytes, .optimizer = bytes};
+  return {.params = bytes,
+          .grads = options_.double_buffer ? 2 * bytes : bytes,  // and the second buffer
+          .optimizer = bytes};
 }
 
 std::string Reducer::describe() const {
   return options_.plan.strategy.to_string() + ", " + std::to_string(buckets_.size()) +
          (buckets_.size() == 1 ? " bucket" : " buckets") +
-         (options_.overlap_optimizer ? ", optimizer overlapped" : "");
+         (options_.overlap_optimizer ? ", optimizer overlapped" : "") +
+         (options_.double_buffer ? ", double-buffered (the update one step late)" : "");
 }
 
 }  // namespace tandem

@@ -93,6 +93,10 @@ struct ReducerOptions {
   // runs as soon as its all-reduce is done, while backward and the other buckets'
   // all-reduces go on, instead of one update of the whole replica after the last wait.
   bool overlap_optimizer = false;
+  // --double-buffer (Note [double buffering] in reducer.cpp): step k's gradients are
+  // all-reduced from a second buffer during step k + 1's forward and backward, and the
+  // update of step k + 1 uses them: one step late.
+  bool double_buffer = false;
 };
 
 class Reducer final : public GradSync {
@@ -100,7 +104,8 @@ class Reducer final : public GradSync {
   // Reduces model.grads() over `comm` (bound to the model's stream on a device). Wait
   // spans are timed by the model (RankModel::begin_span).
   // `units`: the units whose gradients it reduces (a pipeline stage's; empty: all).
-  // With options.overlap_optimizer the reducer updates the parameters itself, scaling the
+  // With options.overlap_optimizer or double_buffer the reducer updates the parameters
+  // itself, scaling the
   // gradients by 1 / `micro_batches`; `compute` false (the comm-only scenario) updates
   // nothing.
   Reducer(Communicator& comm, RankModel& model, const ReducerOptions& options,
@@ -121,7 +126,9 @@ class Reducer final : public GradSync {
   void after_backward(int unit, bool last_micro_batch) override;
   void before_optimizer() override;
   // With overlap_optimizer: every bucket not updated yet, in plan order, waited for and
-  // updated (an optimizer span each); else the whole replica's update.
+  // updated (an optimizer span each); with double_buffer: the update by the previous
+  // step's averaged gradients (none in the first step), then this step's gradients moved
+  // to the second buffer; else the whole replica's update.
   void optimizer_step(RankModel& model, float grad_scale) override;
   void after_optimizer() override;
   void end_step() override;
@@ -141,7 +148,11 @@ class Reducer final : public GradSync {
 
   Communicator& comm_;
   RankModel& model_;
-  std::span<float> grads_;
+  std::span<float> grads_;  // what backward writes
+  // What the collectives average: grads_, or with double_buffer the second buffer.
+  std::span<float> reduced_;
+  std::unique_ptr<ModelArray> second_;  // double_buffer: the gradients of the step before
+  bool second_full_ = false;            // double_buffer: second_ holds a step's gradients
   ReducerOptions options_;
   std::vector<GradParam> params_;
   std::vector<Bucket> buckets_;

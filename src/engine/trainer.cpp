@@ -147,20 +147,30 @@ void validate(const TrainConfig& config, bool runs_here) {
         config.reducer.plan.strategy.to_string() +
         (config.pipeline.stages > 1 ? " and --pipeline" : "") + " use --precision bf16");
   }
-  if (config.reducer.overlap_optimizer) {
+  // The reducer's own updates (docs/REDUCER.md): DDP's buckets only, and not with fp16's
+  // dynamic loss scale, which decides whether to update after every gradient is known.
+  for (const auto& [flag, on] : {std::pair{"--overlap-optimizer", config.reducer.overlap_optimizer},
+                                 std::pair{"--double-buffer", config.reducer.double_buffer}}) {
+    if (!on) continue;
     if (config.reducer.plan.strategy.sharded() || config.pipeline.stages > 1) {
-      throw UsageError(
-          "--overlap-optimizer: updates DDP's buckets (sequential, layerwise, "
-          "bucketed, chunked:N), not " +
-          (config.pipeline.stages > 1 ? std::string("a --pipeline run")
-                                      : "--strategy " + config.reducer.plan.strategy.to_string()));
+      throw UsageError(std::string(flag) +
+                       ": updates DDP's buckets (sequential, layerwise, bucketed, chunked:N), "
+                       "not " +
+                       (config.pipeline.stages > 1
+                            ? std::string("a --pipeline run")
+                            : "--strategy " + config.reducer.plan.strategy.to_string()));
     }
     if (config.device == Device::kCuda && config.model.is_transformer() &&
         config.precision == Precision::kFp16) {
-      throw UsageError(
-          "--overlap-optimizer: fp16's dynamic loss scale decides to update only "
-          "after every gradient is known; use --precision bf16");
+      throw UsageError(std::string(flag) +
+                       ": fp16's dynamic loss scale decides to update only after every "
+                       "gradient is known; use --precision bf16");
     }
+  }
+  if (config.reducer.overlap_optimizer && config.reducer.double_buffer) {
+    throw UsageError(
+        "--double-buffer: not with --overlap-optimizer (the delayed update waits "
+        "for a whole step's all-reduce, which ran during forward and backward)");
   }
   if (!config.data_path.empty() && !config.model.is_transformer()) {
     throw UsageError("--data: trains transformer models (gpt, llama and the presets) on text; '" +

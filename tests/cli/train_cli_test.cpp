@@ -343,7 +343,10 @@ INSTANTIATE_TEST_SUITE_P(
         BadInput{"--model mlp:2x8 --recompute full", "--recompute: transformer models only"},
         BadInput{kTinyGpt + "--overlap-optimizer --strategy fsdp",
                  "--overlap-optimizer: updates DDP's buckets"},
-        BadInput{kTinyGpt + "--overlap-optimizer --pipeline 2 --ranks 2", "not a --pipeline run"}));
+        BadInput{kTinyGpt + "--overlap-optimizer --pipeline 2 --ranks 2", "not a --pipeline run"},
+        BadInput{kTinyGpt + "--double-buffer --strategy zero2", "--double-buffer"},
+        BadInput{kTinyGpt + "--double-buffer --overlap-optimizer",
+                 "--double-buffer: not with --overlap-optimizer"}));
 
 // A small GPT on a text file: the loss falls from ln(256), and --eval-every prints the
 // held-out loss on its steps, into the step lines, steps.csv and summary.json.

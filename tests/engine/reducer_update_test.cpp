@@ -1,9 +1,13 @@
-// --overlap-optimizer (Note [optimizer overlap] in ddp/reducer.cpp): each bucket is
-// updated as soon as its all-reduce is done, and the result is bit for bit the update of
-// the whole replica after the last wait.
+// The reducer's own updates (docs/REDUCER.md). --overlap-optimizer (Note [optimizer
+// overlap] in ddp/reducer.cpp): each bucket is updated as soon as its all-reduce is done,
+// and the result is bit for bit the update of the whole replica after the last wait.
+// --double-buffer (Note [double buffering]): a step's gradients are all-reduced during the
+// next step and update it, bit for bit the one-step-delayed SGD of a plain loop.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
+#include <map>
 #include <stdexcept>
 
 #include "comm/communicator.h"
@@ -204,6 +208,95 @@ TEST(OptimizerOverlapTrainTest, StrategiesThatDoNotUseBucketsAreRefusedNamingThe
   pipeline.ranks = 2;
   pipeline.pipeline.stages = 2;
   EXPECT_THROW(validate(pipeline), UsageError);
+}
+
+// Double buffering, observed on the gated communicator: nothing goes out in the first
+// step; the next step's all-reduce of the first step's gradients is launched before any of
+// its backward, and its update uses them, not its own.
+TEST_F(OptimizerOverlapTest, DoubleBufferingAveragesAStepsGradientsDuringTheNextOne) {
+  ReducerOptions options;
+  options.plan.strategy = Strategy::parse("layerwise");
+  options.double_buffer = true;
+  Reducer reducer(comm_, *model_, options);
+  EXPECT_FALSE(reducer.times_optimizer());
+  auto step = [&](int k, float grad) {
+    reducer.begin_step(k);
+    const std::size_t launched_at_begin = comm_.works.size();
+    std::fill(model_->grads().begin(), model_->grads().end(), grad);  // this step's backward
+    for (int u = 2; u >= 0; --u) reducer.after_backward(u, true);
+    EXPECT_EQ(comm_.works.size(), launched_at_begin) << "nothing launches during backward";
+    for (const WorkPtr& w : comm_.works) {
+      if (!w->test()) w->finish(k);
+    }
+    reducer.before_optimizer();
+    reducer.optimizer_step(*model_, 1.0f);
+    reducer.after_optimizer();
+    reducer.end_step();
+    EXPECT_EQ(std::count(model_->grads().begin(), model_->grads().end(), 0.0f),
+              static_cast<std::ptrdiff_t>(model_->grads().size()))
+        << "the model's gradients are zeroed for the next step";
+    return launched_at_begin;
+  };
+  EXPECT_EQ(step(0, 1.0f), 0u);  // nothing to average yet, and no update
+  for (float p : model_->params()) ASSERT_EQ(p, 1.0f);
+  EXPECT_EQ(step(1, 3.0f), 3u);  // step 0's three buckets, before step 1's backward
+  for (const WorkPtr& w : comm_.works) EXPECT_EQ(w->info().step, 1);
+  for (float p : model_->params()) ASSERT_EQ(p, 0.5f);  // 1 - 0.5 x step 0's gradient 1
+  EXPECT_EQ(step(2, 5.0f), 6u);
+  for (float p : model_->params()) ASSERT_EQ(p, -1.0f);  // 0.5 - 0.5 x step 1's gradient 3
+}
+
+// The one-step-delayed SGD written as a plain loop over one rank's model: step k computes
+// g(k) at w(k) and applies g(k - 1). train() with --double-buffer must end on its bits.
+TEST(DoubleBufferTrainTest, EqualsAPlainLoopOfTheOneStepDelayedUpdate) {
+  TrainConfig c = config("mlp:4x96", "bucketed", false);
+  c.ranks = 1;
+  c.accumulate = 1;
+  c.reducer.double_buffer = true;
+  const TrainResult trained = train_local(c);
+
+  RankRecorder recorder(0, 1 << 12);
+  ModelConfig mc{.spec = c.model, .batch = c.batch, .seed = c.seed, .sgd = c.sgd};
+  std::unique_ptr<RankModel> model = make_rank_model(mc, recorder);
+  std::vector<float> previous(model->grads().size()), velocity(previous.size());
+  for (int k = 0; k < c.steps; ++k) {
+    model->begin_step(k);
+    model->set_micro_batch(k);
+    for (int u = 0; u < model->units(); ++u) model->forward_unit(u);
+    model->forward_loss();
+    model->backward_loss();
+    for (int u = model->units() - 1; u >= 0; --u) model->backward_unit(u);
+    if (k > 0) model->sgd_step(model->params(), previous, velocity, 1.0f);
+    std::copy(model->grads().begin(), model->grads().end(), previous.begin());
+    model->zero_grad();
+    model->end_step();
+  }
+  const std::vector<float> expected = model->download_params();
+  ASSERT_EQ(trained.final_params.size(), expected.size());
+  EXPECT_EQ(std::memcmp(trained.final_params.data(), expected.data(), 4 * expected.size()), 0);
+}
+
+TEST(DoubleBufferTrainTest, ReplicasStayEqualTheUpdateIsLateAndEveryStepButTheFirstAverages) {
+  TrainConfig c = config("mlp:4x96", "bucketed", false);
+  c.accumulate = 1;
+  const TrainResult synchronous = train_local(c);
+  c.reducer.double_buffer = true;
+  const TrainResult delayed = train_local(c);  // --verify: every rank equal after every step
+  EXPECT_NE(delayed.sync.find("double-buffered"), std::string::npos) << delayed.sync;
+  ASSERT_EQ(delayed.final_params.size(), synchronous.final_params.size());
+  EXPECT_NE(std::memcmp(delayed.final_params.data(), synchronous.final_params.data(),
+                        4 * delayed.final_params.size()),
+            0)
+      << "a delayed update must train differently";
+  std::map<int, std::size_t> allreduces;  // per step
+  for (const Span& s : delayed.timeline.spans) allreduces[s.step] += s.kind == SpanKind::kAllreduce;
+  EXPECT_EQ(allreduces[0], 0u);
+  for (int k = 1; k < c.steps; ++k) {
+    EXPECT_EQ(allreduces[k], delayed.buckets.size() * 3) << "step " << k;
+  }
+  TrainConfig both = c;
+  both.reducer.overlap_optimizer = true;
+  EXPECT_THROW(validate(both), UsageError);
 }
 
 }  // namespace
