@@ -45,7 +45,8 @@ TECHNIQUES = {
 # the plain run beside the technique's, the training loss every 50 steps and the held-out
 # loss at the end.
 LOSS_RUN = ["--model", "gpt:layers=2,dim=64,heads=4,seq=64", "--ranks", "2", "--batch", "8",
-            "--steps", "200", "--lr", "0.1", "--data", "/usr/share/common-licenses/GPL-3"]
+            "--steps", "200", "--data", "/usr/share/common-licenses/GPL-3"]
+LOSS_LRS = ["0.1", "0.03"]
 LOSS_TECHNIQUES = {"double-buffer": ["--double-buffer"]}
 METRICS = ["e2e_ovl_ns", "compute_slowdown", "overlap_ratio", "hidden_share", "exposed_comm_ns"]
 
@@ -81,6 +82,7 @@ def main():
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--only", help="techniques whose name contains this")
     parser.add_argument("--out", help="keep every run here (default: a temporary directory)")
+    parser.add_argument("--loss-only", action="store_true", help="only the loss comparisons")
     args = parser.parse_args()
     root = Path(args.out or tempfile.mkdtemp(prefix="tandem-techniques-"))
     root.mkdir(parents=True, exist_ok=True)
@@ -89,7 +91,7 @@ def main():
     print("|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     n = 0
     for technique, (plain, extra, workloads, links) in TECHNIQUES.items():
-        if args.only and args.only not in technique:
+        if (args.only and args.only not in technique) or args.loss_only:
             continue
         for workload in workloads:
             wflags = WORKLOADS[workload]
@@ -119,23 +121,27 @@ def main():
                           f"| {row['exposed_comm_ns'] / 1e6:.2f} | {row['bytes'] / 2**20:.1f} "
                           f"| {row['activations'] / 2**20:.2f} | {row['rss'] / 2**20:.0f} "
                           f"| {ratio:.3f} |", flush=True)
-    print("\n| technique | side | loss step 1 | 50 | 100 | 150 | 200 | held-out loss |")
-    print("|---|---|---:|---:|---:|---:|---:|---:|")
+    print("\n| technique | lr | side | loss step 1 | 50 | 100 | 150 | 200 | held-out loss |")
+    print("|---|---:|---|---:|---:|---:|---:|---:|---:|")
     for technique, extra in LOSS_TECHNIQUES.items():
         if args.only and args.only not in technique:
             continue
-        for side, flags in (("plain", LOSS_RUN), ("technique", LOSS_RUN + extra)):
+        for lr, (side, flags) in ((lr, side) for lr in LOSS_LRS
+                                  for side in (("plain", LOSS_RUN),
+                                               ("technique", LOSS_RUN + extra))):
             n += 1
             out = root / f"l{n}"
-            run([args.tandem, "train", *flags, "--quiet", "--out", str(out)], f"{out}.log")
+            run([args.tandem, "train", *flags, "--lr", lr, "--quiet", "--out", str(out)],
+                f"{out}.log")
             loss = {}  # step -> [rank losses]
             for row in (out / "steps.csv").read_text().splitlines()[1:]:
                 cells = row.split(",")
                 loss.setdefault(int(cells[0]), []).append(float(cells[2]))
             at = [statistics.mean(loss[k]) for k in (0, 49, 99, 149, 199)]
             held_out = json.loads((out / "summary.json").read_text())["val_loss"]
-            print(f"| {technique} | {side} | " + " | ".join(f"{v:.3f}" for v in at) +
-                  f" | {held_out:.3f} |", flush=True)
+            # A diverged run's losses are NaN (summary.json says null).
+            print(f"| {technique} | {lr} | {side} | " + " | ".join(f"{v:.3f}" for v in at) +
+                  f" | {'diverged' if held_out is None else f'{held_out:.3f}'} |", flush=True)
     print(f"runs kept in {root}" if args.out else "", file=sys.stderr)
 
 

@@ -99,6 +99,16 @@ void add_workload_flags(CLI::App& app, WorkloadFlags& f, WorkloadUse use) {
                  "step's forward and backward, and the update uses them one step late "
                  "(communication overlaps a whole step; the staleness changes the loss; DDP "
                  "strategies only)");
+    app.add_option("--layer-drop", f.layer_drop,
+                   "Transformers: each block is skipped (the identity) with this probability "
+                   "in each micro-batch on each rank, seeded (LayerDrop): its parameters get "
+                   "no gradient, so a DDP bucket waits for them forever unless --find-unused")
+        ->check(number_in({.min = 0, .max = 1}))
+        ->capture_default_str();
+    app.add_flag("--find-unused", f.find_unused,
+                 "Mark the gradients of units a micro-batch skipped ready at once (DDP's "
+                 "find_unused_parameters); without it a skipped block stops the step with one "
+                 "line naming its bucket");
   }
   app.add_option("--recompute", f.recompute,
                  "Transformers: activations dropped after forward and computed again in "
@@ -232,6 +242,7 @@ TrainConfig to_train_config(const WorkloadFlags& f, bool batch_given, bool runs_
   c.model = c.model.with_overrides(f.shape);
   if (!f.data.empty()) c.model = c.model.with_vocab(256, "--data");
   c.model.recompute = for_flag("--recompute", [&] { return parse_recompute(f.recompute); });
+  c.model.layer_drop = f.layer_drop;
   if (c.model.recompute != Recompute::kNone && !c.model.is_transformer()) {
     throw UsageError(
         "--recompute: transformer models only (gpt, llama and the presets); an "
@@ -267,6 +278,7 @@ TrainConfig to_train_config(const WorkloadFlags& f, bool batch_given, bool runs_
   }
   c.reducer.overlap_optimizer = f.overlap_optimizer;
   c.reducer.double_buffer = f.double_buffer;
+  c.reducer.find_unused = f.find_unused;
   c.timeout_ns = static_cast<std::int64_t>(f.timeout_s * 1e9);
   if (!f.link.empty()) c.link = for_flag("--link", [&] { return LinkModel::parse(f.link); });
   c.seed = f.seed;

@@ -32,6 +32,8 @@ struct WorkloadFlags {
   int accumulate = 1;
   bool overlap_optimizer = false;
   bool double_buffer = false;
+  double layer_drop = 0;
+  bool find_unused = false;
   std::string recompute = "none";
   int pipeline = 1;                    // stages
   std::string schedule = "1f1b";

@@ -180,7 +180,8 @@ Reducer::Reducer(Communicator& comm, RankModel& model, const ReducerOptions& opt
       grad_scale_(1.0f / static_cast<float>(std::max(1, micro_batches))),
       compute_(compute),
       updated_(buckets_.size()),
-      waited_(buckets_.size()) {
+      waited_(buckets_.size()),
+      unit_ready_(static_cast<std::size_t>(model.units())) {
   // SGD's velocity lives here instead of in the model (whose own stays unallocated: the
   // model's optimizer never runs), over the whole flat array so that a bucket's range
   // indexes it as it indexes the gradients.
@@ -216,6 +217,7 @@ void Reducer::begin_step(int step) {
   for (auto& work : works_) work.reset();
   std::fill(updated_.begin(), updated_.end(), false);
   std::fill(waited_.begin(), waited_.end(), false);
+  std::fill(unit_ready_.begin(), unit_ready_.end(), false);
   if (options_.double_buffer && second_full_ && options_.mode == CommMode::kOverlapped) {
     for (int b = schedule_.take_next(); b >= 0; b = schedule_.take_next()) launch(buckets_[b]);
   }
@@ -223,6 +225,7 @@ void Reducer::begin_step(int step) {
 
 void Reducer::after_backward(int unit, bool last_micro_batch) {
   if (!last_micro_batch) return;  // accumulation: synchronize only the last micro-batch
+  unit_ready_.at(static_cast<std::size_t>(unit)) = true;
   if (options_.double_buffer) return;  // this step's gradients go out in the next step
   schedule_.mark_unit_ready(unit);
   if (!overlaps()) return;
@@ -272,7 +275,33 @@ void Reducer::update_completed() {
   }
 }
 
+// Note [unused parameters]: a unit that a micro-batch skipped (--layer-drop) produces no
+// gradient, and the loop reports it to the reducer only with --find-unused (at the start
+// of backward, as DDP's find_unused_parameters marks such parameters ready); its bucket
+// then goes out with zeros for it, averaged over every rank like the rest. Without the
+// flag that bucket can never become ready: DDP then fails the next step with "Expected to
+// have finished reduction in the prior iteration"; here the step itself stops before its
+// optimizer with one line naming the bucket, the unit and the flag. The peers, waiting
+// for this rank's all-reduce, are aborted with that error (never a hang).
+void Reducer::check_every_unit_reported() const {
+  for (const GradParam& p : params_) {
+    if (unit_ready_.at(static_cast<std::size_t>(p.unit))) continue;
+    const auto bucket = std::find_if(buckets_.begin(), buckets_.end(), [&](const Bucket& b) {
+      return b.begin <= p.offset && p.offset < b.end;
+    });
+    throw RuntimeError(
+        "rank " + std::to_string(comm_.rank()) + ", step " + std::to_string(step_) + ": bucket " +
+        std::to_string(bucket == buckets_.end() ? -1 : bucket->index) +
+        " never became ready: unit " + std::to_string(p.unit) +
+        " produced no gradient in the last micro-batch (a block --layer-drop skipped); pass "
+        "--find-unused to mark unused parameters ready (DDP's find_unused_parameters)");
+  }
+}
+
 void Reducer::before_optimizer() {
+  // Only a model that skips units can leave one unreported (a pipeline stage's reducer
+  // never hears of the tied embedding: StageSync averages it itself).
+  if (compute_ && model_.layout().spec().layer_drop > 0) check_every_unit_reported();
   // Double buffering: nothing to average before the first step's gradients exist.
   if (options_.double_buffer && !second_full_) return;
   // Whatever backward did not launch (all of it when deferred) goes now, in order.

@@ -97,6 +97,10 @@ struct ReducerOptions {
   // all-reduced from a second buffer during step k + 1's forward and backward, and the
   // update of step k + 1 uses them: one step late.
   bool double_buffer = false;
+  // --find-unused (DDP's find_unused_parameters): the loop reports units a micro-batch
+  // skipped as done at once (engine/pipeline.h); the reducer itself only checks, before
+  // the optimizer, that every unit it reduces was reported (Note [unused parameters]).
+  bool find_unused = false;
 };
 
 class Reducer final : public GradSync {
@@ -140,6 +144,8 @@ class Reducer final : public GradSync {
 
  private:
   void launch(const Bucket& bucket);
+  // Throws RuntimeError naming the first bucket with a unit never reported this step.
+  void check_every_unit_reported() const;
   // Optimizer overlap: bucket `b`'s SGD update and the zeroing of its gradients, timed as
   // an optimizer span tagged with the bucket.
   void update(int b, float grad_scale);
@@ -164,6 +170,7 @@ class Reducer final : public GradSync {
   std::unique_ptr<ModelArray> velocity_;  // overlap_optimizer: SGD's, in the model's memory
   std::vector<bool> updated_;             // per bucket, this step
   std::vector<bool> waited_;              // per bucket, this step
+  std::vector<bool> unit_ready_;          // per model unit, this step's last micro-batch
 };
 
 }  // namespace tandem

@@ -397,10 +397,18 @@ void StageRunner::backward(const PipelineAction& a, int step) {
     model_.begin_backward(last, copy.array->span());
   }
   const bool last_micro = a.micro == options_.micro_batches - 1;
+  // A unit the micro-batch skipped produces no gradient, so autograd would never call its
+  // hooks: the strategy hears of it at once with --find-unused, else never.
+  auto ran = [&](int u) { return !options_.compute || model_.unit_ran(u); };
+  if (options_.find_unused) {
+    for (int u = last; u >= first; --u) {
+      if (!ran(u)) sync_.after_backward(u, last_micro);
+    }
+  }
   for (int u = last; u >= first; --u) {
     sync_.before_backward(u);
     if (options_.compute) model_.backward_unit(u);
-    sync_.after_backward(u, last_micro);
+    if (ran(u)) sync_.after_backward(u, last_micro);
   }
   if (--chunks_in_flight_[static_cast<std::size_t>(a.micro)] == 0) {
     free_slots_.push_back(slot);

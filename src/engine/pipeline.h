@@ -95,6 +95,10 @@ class StageRunner {
     int micro_batches = 1;
     CommMode mode = CommMode::kOverlapped;
     bool compute = true;  // false: comm-only, the transfers without the math
+    // --find-unused: a unit the micro-batch skipped (RankModel::unit_ran) is reported to
+    // the strategy as done at the start of its backward, as DDP's find_unused_parameters
+    // marks unused parameters ready; without it the strategy never hears of that unit.
+    bool find_unused = false;
   };
   // `recorder`: the rank's, whose compute and wait spans get their micro-batch (may be null).
   StageRunner(const StagePlan& plan, Options options, Communicator& comm, RankModel& model,

@@ -167,6 +167,23 @@ void validate(const TrainConfig& config, bool runs_here) {
                        "gradient is known; use --precision bf16");
     }
   }
+  if (config.model.layer_drop > 0 || config.reducer.find_unused) {
+    const char* flag = config.model.layer_drop > 0 ? "--layer-drop" : "--find-unused";
+    if (config.model.layer_drop > 0 && !config.model.is_transformer()) {
+      throw UsageError("--layer-drop: skips transformer blocks; '" + config.model.text +
+                       "' has none");
+    }
+    if (config.reducer.plan.strategy.sharded() || config.pipeline.stages > 1) {
+      throw UsageError(std::string(flag) +
+                       ": DDP strategies only (sequential, layerwise, bucketed, chunked:N), not " +
+                       (config.pipeline.stages > 1
+                            ? std::string("a --pipeline run")
+                            : "--strategy " + config.reducer.plan.strategy.to_string()));
+    }
+  }
+  if (!(config.model.layer_drop >= 0 && config.model.layer_drop <= 1)) {
+    throw UsageError("--layer-drop must be 0..1");
+  }
   if (config.reducer.overlap_optimizer && config.reducer.double_buffer) {
     throw UsageError(
         "--double-buffer: not with --overlap-optimizer (the delayed update waits "
@@ -467,7 +484,8 @@ std::string train_rank(const TrainConfig& config, RankEnv& env, const StepCallba
         plan,
         StageRunner::Options{.micro_batches = micro_batches(config),
                              .mode = config.reducer.mode,
-                             .compute = config.compute},
+                             .compute = config.compute,
+                             .find_unused = config.reducer.find_unused},
         comm, *model, *sync, &env.recorder);
     // Note [peak RSS]: the process's peak so far covers building the model (every rank
     // initializes a whole replica, then a sharded strategy keeps its shards); it is reset

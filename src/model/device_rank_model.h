@@ -45,7 +45,11 @@ class DeviceRankModel final : public RankModel {
  public:
   using Backend = typename Device::Backend;
 
-  DeviceRankModel(const ModelConfig& config, RankRecorder& recorder) : device_(config, recorder) {
+  DeviceRankModel(const ModelConfig& config, RankRecorder& recorder)
+      : device_(config, recorder),
+        layer_drop_(config.spec.layer_drop),
+        seed_(config.seed),
+        rank_(config.rank) {
     if (config.spec.is_transformer()) {
       net_.template emplace<TransformerNet>(config, device_);
     } else {
@@ -127,7 +131,28 @@ class DeviceRankModel final : public RankModel {
     return start;
   }
   void set_micro_batch(int index) override {
-    with_net([&](auto& net) { net.model.set_input(net.data.input(index)); });
+    with_net([&](auto& net) {
+      net.model.set_input(net.data.input(index));
+      if constexpr (requires { net.model.set_skipped(std::vector<bool>{}); }) {
+        if (layer_drop_ > 0) {  // each block, this micro-batch, this rank
+          std::vector<bool> skipped(static_cast<std::size_t>(net.model.units()), false);
+          for (int u = 1; u + 1 < net.model.units(); ++u) {
+            skipped[static_cast<std::size_t>(u)] =
+                layer_dropped(layer_drop_, seed_, rank_, index, u);
+          }
+          net.model.set_skipped(std::move(skipped));
+        }
+      }
+    });
+  }
+  bool unit_ran(int unit) const override {
+    return with_model([&](const auto& model) {
+      if constexpr (requires { model.unit_ran(unit); }) {
+        return model.unit_ran(unit);
+      } else {
+        return true;
+      }
+    });
   }
   void forward_unit(int unit) override {
     with_model([&](auto& model) { model.forward_unit(unit, device_.timer(), step_); });
@@ -215,6 +240,9 @@ class DeviceRankModel final : public RankModel {
   }
 
   Device device_;  // first: the device and its stream outlive the model's buffers
+  double layer_drop_ = 0;  // --layer-drop (ModelSpec::layer_drop)
+  std::uint64_t seed_ = 0;
+  int rank_ = 0;
   std::variant<std::monostate, MlpNet, TransformerNet> net_;
   int step_ = -1;
 };

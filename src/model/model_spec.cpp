@@ -10,6 +10,7 @@
 #include <utility>
 
 #include "core/error.h"
+#include "model/rng.h"
 
 namespace tandem {
 namespace {
@@ -288,6 +289,14 @@ Recompute parse_recompute(std::string_view text) {
   }
   throw UsageError("unknown recomputation '" + std::string(text) +
                    "' (expected none, full or selective)");
+}
+
+bool layer_dropped(double p, std::uint64_t seed, int rank, int index, int block) {
+  if (p <= 0) return false;
+  using detail::mix64;
+  std::uint64_t h = mix64(seed ^ 0x4c41594552445250ull);  // "LAYERDRP"
+  for (const int v : {rank, index, block}) h = mix64(h ^ static_cast<std::uint32_t>(v));
+  return static_cast<double>(h >> 11) * 0x1.0p-53 < p;
 }
 
 std::string_view to_string(ModelKind kind) {

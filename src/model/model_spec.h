@@ -56,6 +56,11 @@ std::string_view to_string(Recompute recompute);
 // "none", "full", "selective"; throws UsageError.
 Recompute parse_recompute(std::string_view text);
 
+// --layer-drop: whether block `block` (1-based unit) is skipped in micro-batch `index` of
+// `rank`, for probability `p` and the run's seed; the same on every device, independent
+// across ranks (each rank skips its own, as DDP's ranks do with LayerDrop).
+bool layer_dropped(double p, std::uint64_t seed, int rank, int index, int block);
+
 // Shape changes from the command line (0: keep). Applied by ModelSpec::with_overrides.
 struct ShapeOverrides {
   int layers = 0;
@@ -87,6 +92,10 @@ struct ModelSpec {
   bool vocab_given = false;   // vocab= was spelled out
   // How the passes keep activations (not part of `text`: the same model either way).
   Recompute recompute = Recompute::kNone;
+  // --layer-drop (transformers; LayerDrop, Fan et al. 2019): the probability that a block
+  // is skipped (its output = its input) in a micro-batch on a rank; 0: none. Not part of
+  // `text` either.
+  double layer_drop = 0;
 
   // Throws UsageError naming the spec on bad input. Transformer presets parse at full
   // size (parameter_count() is exact); check_size() bounds what may be allocated.

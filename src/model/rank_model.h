@@ -122,6 +122,13 @@ class RankModel {
   virtual void backward_loss() = 0;
   // Parameter gradients of `unit` accumulate (+=) into grads().
   virtual void backward_unit(int unit) = 0;
+  // False when the current micro-batch skips `unit` (--layer-drop: ModelSpec::layer_drop):
+  // its forward and backward run (as the identity), but its parameters get no gradient,
+  // as autograd would never reach them.
+  virtual bool unit_ran(int unit) const {
+    (void)unit;
+    return true;
+  }
   // The mean loss over held-out data, where the model has some (a transformer trained
   // on a file); computed between steps, recording no spans.
   virtual std::optional<double> validation_loss() { return std::nullopt; }

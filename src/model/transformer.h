@@ -81,6 +81,12 @@ class TransformerOn : public ModelOn<Backend> {
   void backward_loss(Timer timer, int step);
   // Units last..0, in that order; parameter gradients accumulate (+=).
   void backward_unit(int unit, Timer timer, int step);
+  // --layer-drop: the blocks the passes after the next set_input skip (flagged by unit;
+  // empty: none). A skipped block's forward copies its input to its output and its
+  // backward passes the gradient through: its parameters get none. set_input clears it.
+  void set_skipped(std::vector<bool> units);
+  // False for a block the current micro-batch skips.
+  bool unit_ran(int unit) const;
 
   // ---- pipeline stages: RankModel's members of the same names (rank_model.h), over
   // this model's units and its activation slots (Note [activation slots]) ----

@@ -163,8 +163,13 @@ struct TransformerOn<Backend>::Impl : TransformerOffsets, TransformerActs<Backen
   ActivationSlots<Acts> slots;
 
   Recompute recompute = Recompute::kNone;
+  std::vector<bool> skipped;  // --layer-drop: per unit, this micro-batch (empty: none)
 
   Acts& acts() { return *this; }
+  bool skips(int unit) const {
+    return static_cast<std::size_t>(unit) < skipped.size() &&
+           skipped[static_cast<std::size_t>(unit)];
+  }
   // Where block l's tensors are: its own, or (full recomputation) the replay's.
   Block& block(std::size_t l) { return recompute == Recompute::kFull ? replay : this->blocks[l]; }
   // Block l's attention probabilities: its own, or the replay's.
@@ -313,6 +318,21 @@ void TransformerOn<Backend>::set_input(const Tokens& batch) {
       this->backend().load_tokens(batch, m.inputs.data(), m.targets.data(),
                                   this->spec().transformer.seq, this->spec().transformer.vocab);
   m.next_backward = -1;
+  m.skipped.clear();
+}
+
+template <typename Backend>
+void TransformerOn<Backend>::set_skipped(std::vector<bool> units) {
+  TANDEM_CHECK(units.empty() || units.size() == static_cast<std::size_t>(this->units()));
+  for (std::size_t u = 0; u < units.size(); ++u) {
+    TANDEM_CHECK(!units[u] || (u >= 1 && u + 1 < units.size()));  // blocks only
+  }
+  impl_->skipped = std::move(units);
+}
+
+template <typename Backend>
+bool TransformerOn<Backend>::unit_ran(int unit) const {
+  return !impl_->skips(unit);
 }
 
 template <typename Backend>
@@ -355,6 +375,11 @@ void TransformerOn<Backend>::forward_unit(int unit, Timer timer, int step) {
     return;
   }
 
+  if (m.skips(unit)) {  // --layer-drop: the block is the identity
+    const auto l = static_cast<std::size_t>(unit - 1);
+    dev.copy(m.x[l + 1].data(), m.x[l].data(), static_cast<std::size_t>(N) * D);
+    return;
+  }
   block_forward(unit, timer, step, /*replay=*/false);
 }
 
@@ -493,6 +518,7 @@ void TransformerOn<Backend>::backward_unit(int unit, Timer timer, int step) {
   }
 
   // A block: m.dx holds dL/d(its output); it leaves holding dL/d(its input).
+  if (m.skips(unit)) return;  // --layer-drop: the identity passes dx through unchanged
   const auto l = static_cast<std::size_t>(unit - 1);
   if (m.recompute == Recompute::kFull) block_forward(unit, timer, step, /*replay=*/true);
   auto& b = m.block(l);

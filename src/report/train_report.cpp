@@ -309,6 +309,8 @@ nlohmann::json train_config_json(const TrainConfig& c, const TrainResult& result
       {"first_bucket_cap_bytes", c.reducer.plan.first_bucket_cap_bytes},
       {"overlap_optimizer", c.reducer.overlap_optimizer},
       {"double_buffer", c.reducer.double_buffer},
+      {"layer_drop", c.model.layer_drop},
+      {"find_unused", c.reducer.find_unused},
       {"recompute", std::string(to_string(c.model.recompute))},
       {"link", c.link.enabled() ? nlohmann::json(c.link.describe()) : nlohmann::json(nullptr)},
       {"link_emulated", c.link.enabled()},

@@ -346,7 +346,11 @@ INSTANTIATE_TEST_SUITE_P(
         BadInput{kTinyGpt + "--overlap-optimizer --pipeline 2 --ranks 2", "not a --pipeline run"},
         BadInput{kTinyGpt + "--double-buffer --strategy zero2", "--double-buffer"},
         BadInput{kTinyGpt + "--double-buffer --overlap-optimizer",
-                 "--double-buffer: not with --overlap-optimizer"}));
+                 "--double-buffer: not with --overlap-optimizer"},
+        BadInput{"--model mlp:2x8 --layer-drop 0.5", "--layer-drop: skips transformer blocks"},
+        BadInput{kTinyGpt + "--layer-drop 1.5", "--layer-drop"},
+        BadInput{kTinyGpt + "--find-unused --strategy fsdp",
+                 "--find-unused: DDP strategies only"}));
 
 // A small GPT on a text file: the loss falls from ln(256), and --eval-every prints the
 // held-out loss on its steps, into the step lines, steps.csv and summary.json.
