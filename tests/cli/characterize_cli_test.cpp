@@ -114,6 +114,39 @@ TEST(CharacterizeCliTest, TransformerPresetsShrinkAndSweep) {
   }
 }
 
+// The techniques (docs/FINDINGS.md, "Overlap techniques") as sweep keys: each point runs
+// the four scenarios with the technique, and its config says which.
+TEST(CharacterizeCliTest, TechniquesSweep) {
+  TempDir dir;
+  const fs::path out = dir.path() / "techniques";
+  const CliResult r = run_tandem(
+      "characterize --model gpt:layers=2,dim=16,heads=2,seq=8,vocab=32 --ranks 2 --batch 2 "
+      "--warmup 0 --iterations 2 --no-progress --sweep recompute=none,full,selective "
+      "--sweep overlap-optimizer=no,yes --out " +
+      out.string());
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const auto summary = nlohmann::json::parse(slurp(out / "summary.json"));
+  ASSERT_EQ(summary["points"].size(), 6u);
+  std::vector<std::string> seen;
+  for (const auto& point : summary["points"]) {
+    EXPECT_TRUE(point["metrics"].contains("e2e_ovl_ns")) << point.dump();
+    seen.push_back(point["config"]["recompute"].get<std::string>() +
+                   (point["config"]["overlap_optimizer"].get<bool>() ? "+overlap" : ""));
+  }
+  EXPECT_EQ(seen, (std::vector<std::string>{"none", "none+overlap", "full", "full+overlap",
+                                            "selective", "selective+overlap"}));
+  const fs::path point = out / "points" / "recompute-full.overlap-optimizer-yes";
+  ASSERT_TRUE(fs::exists(point / "overlapped.trace.json")) << point;
+  const std::string trace = slurp(point / "overlapped.trace.json");
+  EXPECT_NE(trace.find("\"recompute\""), std::string::npos);
+  for (const char* bad : {"--sweep double-buffer=maybe", "--sweep recompute=most"}) {
+    const CliResult refused =
+        run_tandem(std::string("characterize --model gpt:layers=1,dim=16,heads=2,seq=8 ") + bad);
+    EXPECT_EQ(refused.exit_code, 2) << bad;
+    EXPECT_EQ(count_lines(refused.err), 1) << refused.err;
+  }
+}
+
 // Pipelines (docs/PIPELINE.md): one point per schedule, each run in all four scenarios.
 TEST(CharacterizeCliTest, PipelineSchedulesSweep) {
   TempDir dir;
