@@ -37,6 +37,9 @@ TECHNIQUES = {
     # 1GB/s: the mlp's 28 MiB take about as long on the wire as its compute.
     "double-buffer (bucketed)": (["--strategy", "bucketed"], ["--double-buffer"], ["mlp", "gpt"],
                                  ALL_LINKS + ["1GB/s,20us"]),
+    "layer-drop 0.2 + find-unused": (["--strategy", "bucketed"],
+                                     ["--layer-drop", "0.2", "--find-unused"], ["gpt"],
+                                     ALL_LINKS),
     "recompute full": (["--strategy", "bucketed"], ["--recompute", "full"], ["gpt"], ALL_LINKS),
     "recompute selective": (["--strategy", "bucketed"], ["--recompute", "selective"], ["gpt"],
                             ALL_LINKS),
