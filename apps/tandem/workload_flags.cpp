@@ -93,7 +93,9 @@ void add_workload_flags(CLI::App& app, WorkloadFlags& f, WorkloadUse use) {
     app.add_flag("--overlap-optimizer", f.overlap_optimizer,
                  "Update each bucket's parameters as soon as its all-reduce is done, while "
                  "backward and the other buckets' all-reduces go on (DDP's optimizer in "
-                 "backward; bit for bit the same update; DDP strategies only)");
+                 "backward, ZeRO's overlapped step for zero1, zero2 and fsdp: each unit's shard as "
+                 "its reduce-scatter is done; bit for bit the same update; not with "
+                 "--pipeline)");
     app.add_flag("--double-buffer", f.double_buffer,
                  "Two gradient buffers: each step's gradients are all-reduced during the next "
                  "step's forward and backward, and the update uses them one step late "

@@ -48,7 +48,7 @@ std::vector<std::vector<int>> units_read(const ModelLayout& layout) {
 }  // namespace
 
 ShardedSync::ShardedSync(Communicator& comm, RankModel& model, StrategyKind kind, CommMode mode,
-                         ShardOptions options, int micro_batches)
+                         ShardOptions options, int micro_batches, bool compute)
     : comm_(comm),
       model_(model),
       kind_(kind),
@@ -60,6 +60,8 @@ ShardedSync::ShardedSync(Communicator& comm, RankModel& model, StrategyKind kind
                 options.reshard_after_forward) {
   TANDEM_CHECK(kind == StrategyKind::kZero1 || kind == StrategyKind::kZero2 || fsdp());
   TANDEM_CHECK(micro_batches >= 1 && options.prefetch >= 0);
+  grad_scale_ = 1.0f / static_cast<float>(micro_batches);
+  compute_ = compute;
   const ModelLayout& layout = model.layout();
   TANDEM_CHECK_EQ(layout.options().unit_multiple % static_cast<std::size_t>(ranks_), 0u);
   std::size_t offset = 0;
@@ -119,6 +121,7 @@ void ShardedSync::begin_step(int step) {
   in_step_ = true;
   event_ = 0;
   bytes_this_step_ = 0;
+  for (Unit& unit : units_) unit.updated = false;
 }
 
 void ShardedSync::before_forward(int unit) {
@@ -230,20 +233,66 @@ void ShardedSync::settle_reduces(bool wait_all) {
       continue;
     }
     unit.reduce.reset();
-    if (kind_ != StrategyKind::kZero1) {
-      model_.discard_grads(unit.begin, unit.owned_end);
-      unit.grads_live = false;
-    }
+    settled(static_cast<int>(u));
   }
+}
+
+// Note [sharded optimizer overlap]: with --overlap-optimizer a unit's shard gets its SGD
+// step as soon as its reduce-scatter is settled, during backward when it is found done,
+// after backward unit by unit as each is waited for, while the later reduce-scatters are
+// still running (ZeRO's overlapped step). It is SGD on the same shard with the same
+// gradient block, so bit for bit the step after the last wait. Only the local update
+// moves: zero1's and zero2's all-gathers of the updated blocks still go after the
+// optimizer, in unit order, because collectives must be issued in the same order on
+// every rank and a reduce-scatter ends at different moments on different ranks.
+void ShardedSync::settled(int u) {
+  Unit& unit = units_[static_cast<std::size_t>(u)];
+  if (kind_ != StrategyKind::kZero1) {
+    model_.discard_grads(unit.begin, unit.owned_end);
+    unit.grads_live = false;
+  }
+  if (options_.overlap_optimizer && compute_) update(u, grad_scale_);
+}
+
+void ShardedSync::update(int u, float grad_scale) {
+  Unit& unit = units_[static_cast<std::size_t>(u)];
+  model_.begin_span(Lane::kCompute, SpanKind::kOptimizer, u);
+  if (communicates()) {
+    model_.sgd_step(fsdp() ? param_shard(unit) : own_params(unit), grad_shard(unit),
+                    velocity_shard(unit), grad_scale);
+    if (kind_ == StrategyKind::kZero1) model_.zero_grads(unit.begin, unit.owned_end);
+  } else {
+    // Compute-only: the rank's block of its own gradient (see optimizer_step).
+    model_.sgd_step(own_params(unit), own_grads(unit), velocity_shard(unit), grad_scale);
+    model_.zero_grads(unit.begin, unit.owned_end);
+  }
+  model_.end_span();
+  unit.updated = true;
 }
 
 void ShardedSync::wait(Work& work, int tag) { wait_timed(model_, comm_, work, tag); }
 
 void ShardedSync::before_optimizer() {
-  if (communicates()) settle_reduces(/*wait=*/true);
+  // Overlapped updates wait unit by unit in optimizer_step.
+  const bool later = options_.overlap_optimizer && compute_ && mode_ == CommMode::kOverlapped;
+  if (communicates() && !later) settle_reduces(/*wait=*/true);
 }
 
 void ShardedSync::optimizer_step(RankModel& model, float grad_scale) {
+  if (options_.overlap_optimizer) {
+    for (std::size_t u = 0; u < units_.size(); ++u) {
+      Unit& unit = units_[u];
+      if (unit.updated) continue;
+      if (unit.reduce) {  // waited for, then settled: which updates it
+        wait(*unit.reduce, static_cast<int>(u));
+        unit.reduce.reset();
+        settled(static_cast<int>(u));
+      } else {
+        update(static_cast<int>(u), grad_scale);
+      }
+    }
+    return;
+  }
   if (!communicates()) {
     // The compute-only scenario's compute is the overlapped one's (docs/METRICS.md): SGD on
     // a shard's worth of every unit, the rank's block of its own (unaveraged) gradient.
@@ -367,6 +416,7 @@ std::string ShardedSync::describe() const {
     out += ", prefetch " + std::to_string(options_.prefetch);
     if (!options_.reshard_after_forward) out += ", kept from forward to backward";
   }
+  if (options_.overlap_optimizer) out += ", optimizer overlapped";
   return out;
 }
 

@@ -52,6 +52,9 @@ namespace tandem {
 struct ShardOptions {
   int prefetch = 1;  // fsdp: units whose all-gather is issued ahead of the one computing
   bool reshard_after_forward = true;  // fsdp: give a unit's parameters back after forward
+  // --overlap-optimizer (ZeRO's overlapped step): a unit's shard is updated as soon as its
+  // reduce-scatter is done (Note [sharded optimizer overlap] in sharded.cpp).
+  bool overlap_optimizer = false;
 };
 
 // The layout a sharded strategy needs for `ranks` ranks (see above).
@@ -71,8 +74,9 @@ class ShardedSync final : public GradSync {
   // `micro_batches`: per step, as the rank loop runs them (--accumulate).
   // The shards and the optimizer live in the model's memory (RankModel::allocate_zeroed)
   // and SGD runs there with the model's options, so the same code runs on every device.
+  // `compute` false (the comm-only scenario): options.overlap_optimizer updates nothing.
   ShardedSync(Communicator& comm, RankModel& model, StrategyKind kind, CommMode mode,
-              ShardOptions options, int micro_batches);
+              ShardOptions options, int micro_batches, bool compute = true);
   ~ShardedSync() override;
 
   void begin_step(int step) override;
@@ -84,6 +88,7 @@ class ShardedSync final : public GradSync {
   void optimizer_step(RankModel& model, float grad_scale) override;
   void after_optimizer() override;
   void end_step() override;
+  bool times_optimizer() const override { return options_.overlap_optimizer; }
   std::int64_t bytes_per_step() const override;
   StateBytes state_bytes() const override;
   std::string describe() const override;
@@ -106,6 +111,7 @@ class ShardedSync final : public GradSync {
     WorkPtr gather;           // fsdp: the all-gather in flight; zero1/2: after the step
     WorkPtr reduce;           // the reduce-scatter in flight
     bool grads_live = false;  // a full gradient is in the model (zero2, fsdp)
+    bool updated = false;     // overlap_optimizer: this step's SGD on the shard is done
   };
 
   bool fsdp() const { return kind_ == StrategyKind::kFsdp; }
@@ -118,6 +124,11 @@ class ShardedSync final : public GradSync {
   // Ends reduce-scatters that are done (all of them with `wait`), giving their
   // gradients back where the stage keeps only shards.
   void settle_reduces(bool wait);
+  // The unit's reduce-scatter ended: its gradient given back where only shards are kept,
+  // and with overlap_optimizer its shard updated at once.
+  void settled(int u);
+  // overlap_optimizer: SGD on the unit's shard, timed as an optimizer span tagged with it.
+  void update(int u, float grad_scale);
   void wait(Work& work, int tag);
   std::span<float> own_params(Unit& unit);  // the rank's block of the model's parameters
   std::span<float> own_grads(Unit& unit);   // and of its gradients
@@ -142,6 +153,8 @@ class ShardedSync final : public GradSync {
   ShardSchedule schedule_;  // fsdp: which units are gathered, resident, given back
   int step_ = -1;
   bool in_step_ = false;
+  float grad_scale_ = 1.0f;  // 1 / micro-batches
+  bool compute_ = true;
   int event_ = 0;  // the compute event now running or next (ShardSchedule's numbering)
   std::int64_t gathered_peak_ = 0;
   std::int64_t grads_peak_ = 0;

@@ -152,10 +152,12 @@ void validate(const TrainConfig& config, bool runs_here) {
   for (const auto& [flag, on] : {std::pair{"--overlap-optimizer", config.reducer.overlap_optimizer},
                                  std::pair{"--double-buffer", config.reducer.double_buffer}}) {
     if (!on) continue;
-    if (config.reducer.plan.strategy.sharded() || config.pipeline.stages > 1) {
+    const bool sharded_ok = std::string_view(flag) == "--overlap-optimizer";  // ZeRO's step
+    if ((config.reducer.plan.strategy.sharded() && !sharded_ok) || config.pipeline.stages > 1) {
       throw UsageError(std::string(flag) +
-                       ": updates DDP's buckets (sequential, layerwise, bucketed, chunked:N), "
-                       "not " +
+                       (sharded_ok ? ": updates DDP's buckets or ZeRO's shards, not "
+                                   : ": updates DDP's buckets (sequential, layerwise, bucketed, "
+                                     "chunked:N), not ") +
                        (config.pipeline.stages > 1
                             ? std::string("a --pipeline run")
                             : "--strategy " + config.reducer.plan.strategy.to_string()));
@@ -364,8 +366,10 @@ std::unique_ptr<GradSync> make_grad_sync(const TrainConfig& config, const StageP
     return std::make_unique<Reducer>(comm, model, config.reducer, std::vector<bool>{},
                                      micro_batches(config), config.compute);
   }
-  return std::make_unique<ShardedSync>(comm, model, strategy.kind, config.reducer.mode,
-                                       config.shard, micro_batches(config));
+  ShardOptions shard = config.shard;
+  shard.overlap_optimizer = config.reducer.overlap_optimizer;
+  return std::make_unique<ShardedSync>(comm, model, strategy.kind, config.reducer.mode, shard,
+                                       micro_batches(config), config.compute);
 }
 
 // One step of the rank loop (see trainer.h): the passes as the stage's schedule orders

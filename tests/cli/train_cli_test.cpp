@@ -341,8 +341,6 @@ INSTANTIATE_TEST_SUITE_P(
         // The techniques (docs/FINDINGS.md): what they cannot apply to.
         BadInput{kTinyGpt + "--recompute some", "--recompute"},
         BadInput{"--model mlp:2x8 --recompute full", "--recompute: transformer models only"},
-        BadInput{kTinyGpt + "--overlap-optimizer --strategy fsdp",
-                 "--overlap-optimizer: updates DDP's buckets"},
         BadInput{kTinyGpt + "--overlap-optimizer --pipeline 2 --ranks 2", "not a --pipeline run"},
         BadInput{kTinyGpt + "--double-buffer --strategy zero2", "--double-buffer"},
         BadInput{kTinyGpt + "--double-buffer --overlap-optimizer",
