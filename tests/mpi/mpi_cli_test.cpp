@@ -139,6 +139,41 @@ TEST(MpiTrain, ShardedStrategiesMatchLocalSequential) {
   }
 }
 
+// The techniques (docs/FINDINGS.md, "Overlap techniques") as processes: each run's losses
+// within 1e-5 of the same run on the local backend (Open MPI rounds its sums in another
+// order), and a skipped block without --find-unused ends every rank with the one line
+// naming the bucket, never a hang.
+TEST(MpiTrain, TechniquesMatchLocal) {
+  TempDir dir;
+  const std::string gpt = " --model gpt:layers=3,dim=32,heads=2,seq=16 --batch 4 --steps 6 --quiet";
+  int run = 0;
+  for (const char* flags :
+       {" --overlap-optimizer", " --overlap-optimizer --strategy zero2", " --double-buffer",
+        " --recompute full", " --recompute selective", " --layer-drop 0.3 --find-unused"}) {
+    const auto local_out = dir.path() / ("local" + std::to_string(run));
+    const auto mpi_out = dir.path() / ("mpi" + std::to_string(run++));
+    const CliResult local = run_shell(std::string(TANDEM_BINARY) + " train --ranks 2" + gpt +
+                                      flags + " --out " + local_out.string());
+    ASSERT_EQ(local.exit_code, 0) << flags << ": " << local.err;
+    const CliResult mpi = run_shell(mpirun(2) + TANDEM_BINARY + " train --backend mpi --verify" +
+                                    gpt + flags + " --out " + mpi_out.string());
+    ASSERT_EQ(mpi.exit_code, 0) << flags << ": " << mpi.err << mpi.out;
+    const auto want = read_steps(local_out / "steps.csv");
+    const auto got = read_steps(mpi_out / "steps.csv");
+    ASSERT_EQ(got.size(), 12u) << flags;
+    for (const auto& [key, row] : got) {
+      const float w = want.at(key).loss;
+      EXPECT_LE(std::fabs(row.loss - w), 1e-5f * std::fabs(w))
+          << flags << ", step " << key.first << " rank " << key.second;
+    }
+  }
+  const CliResult stopped =
+      run_shell(mpirun(2) + TANDEM_BINARY + " train --backend mpi" + gpt + " --layer-drop 0.3");
+  EXPECT_NE(stopped.exit_code, 0);
+  EXPECT_NE(stopped.err.find("never became ready"), std::string::npos) << stopped.err;
+  EXPECT_NE(stopped.err.find("--find-unused"), std::string::npos) << stopped.err;
+}
+
 // Pipeline stages as processes (docs/PIPELINE.md): activations and their gradients move
 // point to point, replicas average over a split communicator; every loss a stage reports
 // is within 1e-6 of the same run on the local backend.
