@@ -172,11 +172,6 @@ std::unique_ptr<Workload> make_workload(const CharacterizeFlags& f, bool batch_g
                                    : !f.synthetic.empty() ? "--synthetic"
                                                           : "--device"));
     }
-    if (f.workload.overlap_optimizer || f.workload.double_buffer) {
-      throw UsageError(
-          std::string(f.workload.overlap_optimizer ? "--overlap-optimizer" : "--double-buffer") +
-          ": the simulator does not model it yet (drop it, or --simulate)");
-    }
     SimulateOptions options{.cluster =
                                 resolve_cluster(f.simulate, f.calibration, f.workload.ranks)};
     for (const std::string& s : f.stragglers) options.stragglers.push_back(Straggler::parse(s));

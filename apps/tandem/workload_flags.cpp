@@ -89,18 +89,18 @@ void add_workload_flags(CLI::App& app, WorkloadFlags& f, WorkloadUse use) {
                  "Micro-batches per synchronization (gradient accumulation)")
       ->check(integer_in(1, 1 << 20))
       ->capture_default_str();
+  app.add_flag("--overlap-optimizer", f.overlap_optimizer,
+               "Update each bucket's parameters as soon as its all-reduce is done, while "
+               "backward and the other buckets' all-reduces go on (DDP's optimizer in "
+               "backward, ZeRO's overlapped step for zero1, zero2 and fsdp: each unit's shard as "
+               "its reduce-scatter is done; bit for bit the same update; not with "
+               "--pipeline)");
+  app.add_flag("--double-buffer", f.double_buffer,
+               "Two gradient buffers: each step's gradients are all-reduced during the next "
+               "step's forward and backward, and the update uses them one step late "
+               "(communication overlaps a whole step; the staleness changes the loss; DDP "
+               "strategies only)");
   if (here) {
-    app.add_flag("--overlap-optimizer", f.overlap_optimizer,
-                 "Update each bucket's parameters as soon as its all-reduce is done, while "
-                 "backward and the other buckets' all-reduces go on (DDP's optimizer in "
-                 "backward, ZeRO's overlapped step for zero1, zero2 and fsdp: each unit's shard as "
-                 "its reduce-scatter is done; bit for bit the same update; not with "
-                 "--pipeline)");
-    app.add_flag("--double-buffer", f.double_buffer,
-                 "Two gradient buffers: each step's gradients are all-reduced during the next "
-                 "step's forward and backward, and the update uses them one step late "
-                 "(communication overlaps a whole step; the staleness changes the loss; DDP "
-                 "strategies only)");
     app.add_option("--layer-drop", f.layer_drop,
                    "Transformers: each block is skipped (the identity) with this probability "
                    "in each micro-batch on each rank, seeded (LayerDrop): its parameters get "

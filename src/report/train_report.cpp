@@ -350,6 +350,9 @@ TrainConfig train_config_from_json(const nlohmann::json& j, const std::string& w
       c.shard.prefetch = j.at("prefetch").get<int>();
       c.shard.reshard_after_forward = j.at("reshard_after_forward").get<bool>();
     }
+    // The techniques (absent before they existed: off).
+    c.reducer.overlap_optimizer = j.value("overlap_optimizer", false);
+    c.reducer.double_buffer = j.value("double_buffer", false);
     c.reducer.plan.bucket_cap_bytes = j.at("bucket_cap_bytes").get<std::int64_t>();
     c.reducer.plan.first_bucket_cap_bytes = j.at("first_bucket_cap_bytes").get<std::int64_t>();
     c.precision = parse_precision(j.at("precision").get<std::string>());

@@ -270,8 +270,15 @@ class SimSync {
   virtual void after_forward(ProgramBuilder& p, int unit) { (void)p, (void)unit; }
   virtual void before_backward(ProgramBuilder& p, int unit) { (void)p, (void)unit; }
   virtual void after_backward(ProgramBuilder& p, int unit, bool last_micro) = 0;
+  // Before the step's first forward (double buffering posts the previous step's buckets).
+  virtual void begin_step(ProgramBuilder& p) { (void)p; }
   virtual void before_optimizer(ProgramBuilder& p) = 0;
   virtual double optimizer_seconds(const UnitCosts& costs) const { return costs.optimizer; }
+  // The update: one optimizer span of optimizer_seconds, or (--overlap-optimizer) a span per
+  // bucket or unit, each after its own wait. `work` scales compute (0: comm-only).
+  virtual void optimizer(ProgramBuilder& p, const UnitCosts& costs, double work) {
+    p.compute(SpanKind::kOptimizer, -1, -1, work * optimizer_seconds(costs), 0);
+  }
   virtual void after_optimizer(ProgramBuilder& p) { (void)p; }
   virtual void end_step(ProgramBuilder& p) { (void)p; }
 };
@@ -292,12 +299,23 @@ class SimReducer final : public SimSync {
         overlap_(config.reducer.mode == CommMode::kOverlapped &&
                  config.reducer.plan.strategy.kind != StrategyKind::kSequential),
         hold_embedding_(hold_embedding),
+        overlap_optimizer_(config.reducer.overlap_optimizer &&
+                           config.reducer.mode == CommMode::kOverlapped),
+        double_buffer_(config.reducer.double_buffer),
+        sequential_(config.reducer.mode == CommMode::kSequential),
         issued_(buckets_.size(), -1) {
     schedule_.reset();
   }
 
+  // --double-buffer (Note [double buffering] in ddp/reducer.cpp): the previous step's
+  // gradients go out as the step begins (in the steady state every step has some), in
+  // the overlapped scenario; the sequential one posts them before the optimizer.
+  void begin_step(ProgramBuilder& p) override {
+    if (!double_buffer_ || sequential_) return;
+    for (int b = schedule_.take_next(); b >= 0; b = schedule_.take_next()) post(p, b);
+  }
   void after_backward(ProgramBuilder& p, int unit, bool last_micro) override {
-    if (!last_micro || (unit == 0 && hold_embedding_)) return;
+    if (!last_micro || (unit == 0 && hold_embedding_) || double_buffer_) return;
     schedule_.mark_unit_ready(unit);
     if (!overlap_) return;
     for (int b = schedule_.take_ready(); b >= 0; b = schedule_.take_ready()) post(p, b);
@@ -305,8 +323,34 @@ class SimReducer final : public SimSync {
   void before_optimizer(ProgramBuilder& p) override {
     if (hold_embedding_) schedule_.mark_unit_ready(0);
     for (int b = schedule_.take_next(); b >= 0; b = schedule_.take_next()) post(p, b);
+    if (overlap_optimizer_) return;  // each bucket waited for before its own update
     for (std::size_t b = 0; b < issued_.size(); ++b) {
       if (issued_[b] >= 0) p.wait(issued_[b], static_cast<int>(b));
+      issued_[b] = -1;
+    }
+  }
+  // --overlap-optimizer (Note [optimizer overlap] in ddp/reducer.cpp): each bucket's update
+  // after its own wait, in plan order (the simulator does not find buckets done during
+  // backward: it updates every one after backward, which the real reducer does for those
+  // still in flight).
+  void optimizer(ProgramBuilder& p, const UnitCosts& costs, double work) override {
+    if (!overlap_optimizer_ || costs.optimizer_numel <= 0) {
+      SimSync::optimizer(p, costs, work);
+      return;
+    }
+    for (std::size_t b = 0; b < buckets_.size(); ++b) {
+      if (issued_[b] >= 0) p.wait(issued_[b], static_cast<int>(b));
+      issued_[b] = -1;
+      const double share = static_cast<double>(buckets_[b].end - buckets_[b].begin) /
+                           static_cast<double>(costs.optimizer_numel);
+      p.compute(SpanKind::kOptimizer, static_cast<int>(b), -1, work * costs.optimizer * share, 0);
+    }
+  }
+  // Comm-only runs no update: what it did not wait for is waited for here.
+  void end_step(ProgramBuilder& p) override {
+    for (std::size_t b = 0; b < issued_.size(); ++b) {
+      if (issued_[b] >= 0) p.wait(issued_[b], static_cast<int>(b));
+      issued_[b] = -1;
     }
   }
 
@@ -325,6 +369,9 @@ class SimReducer final : public SimSync {
   bool comm_;
   bool overlap_;
   bool hold_embedding_;
+  bool overlap_optimizer_;
+  bool double_buffer_;
+  bool sequential_;
   std::vector<int> issued_;  // per bucket: its transfer in the step, -1 before
 };
 
@@ -340,6 +387,9 @@ class SimSharded final : public SimSync {
         sequential_(config.reducer.mode == CommMode::kSequential),
         schedule_(reads_of(layout), micro_batches(config), sequential_ ? 0 : config.shard.prefetch,
                   config.shard.reshard_after_forward),
+        overlap_optimizer_(config.reducer.overlap_optimizer &&
+                           config.reducer.mode == CommMode::kOverlapped),
+        ranks_(config.ranks),
         gather_(static_cast<std::size_t>(layout.units()), -1),
         reduce_(static_cast<std::size_t>(layout.units()), -1) {
     for (int u = 0; u < layout.units(); ++u) {
@@ -369,7 +419,24 @@ class SimSharded final : public SimSync {
     reduce_[static_cast<std::size_t>(unit)] = p.post(SpanKind::kReduceScatter, bytes(unit), unit);
     if (sequential_) settle(p);
   }
-  void before_optimizer(ProgramBuilder& p) override { settle(p); }
+  void before_optimizer(ProgramBuilder& p) override {
+    if (!overlap_optimizer_) settle(p);  // else each unit before its own update
+  }
+  // --overlap-optimizer (Note [sharded optimizer overlap] in ddp/sharded.cpp): each unit's
+  // shard updated after its own reduce-scatter, in unit order.
+  void optimizer(ProgramBuilder& p, const UnitCosts& costs, double work) override {
+    if (!overlap_optimizer_ || costs.optimizer_numel <= 0) {
+      SimSync::optimizer(p, costs, work);
+      return;
+    }
+    for (std::size_t u = 0; u < reduce_.size(); ++u) {
+      if (reduce_[u] >= 0) p.wait(reduce_[u], static_cast<int>(u));
+      reduce_[u] = -1;
+      const double shard = static_cast<double>(bytes_[u]) / sizeof(float) / ranks_;
+      p.compute(SpanKind::kOptimizer, static_cast<int>(u), -1,
+                work * costs.optimizer * shard / static_cast<double>(costs.optimizer_numel), 0);
+    }
+  }
   double optimizer_seconds(const UnitCosts& costs) const override {
     // SGD on the rank's shards (in the compute-only scenario too: ShardedSync runs the
     // overlapped scenario's optimizer work there): the same bytes per element as on a
@@ -443,6 +510,8 @@ class SimSharded final : public SimSync {
   bool comm_;
   bool sequential_;
   ShardSchedule schedule_;
+  bool overlap_optimizer_;
+  int ranks_;
   std::vector<std::int64_t> bytes_;  // per unit, padded
   std::size_t shard_numel_ = 0;
   std::vector<int> gather_;  // per unit: its all-gather in flight, -1 if none
@@ -499,6 +568,7 @@ void stage_program(const StageContext& ctx, SimSync& sync, ProgramBuilder& p) {
     posted[i] = true;
     p.post_transfer(receive[i], actions[i].micro);
   };
+  sync.begin_step(p);
   std::vector<std::pair<int, int>> sends;  // transfer, micro: waited for at the step's end
   for (std::size_t i = 0; i < n; ++i) {
     if (mode == CommMode::kOverlapped) {
@@ -556,7 +626,7 @@ void stage_program(const StageContext& ctx, SimSync& sync, ProgramBuilder& p) {
     }
   }
   sync.before_optimizer(p);
-  p.compute(SpanKind::kOptimizer, -1, -1, work * sync.optimizer_seconds(costs), 0);
+  sync.optimizer(p, costs, work);
   sync.after_optimizer(p);
   for (const auto& [t, micro] : sends) p.wait(t, micro);
   sync.end_step(p);
@@ -1139,7 +1209,10 @@ TrainResult simulate_training(const TrainConfig& given, const SimulateOptions& o
   }
   double need = 0;
   for (const Actor& a : actors) {
-    StateBytes mine{.params = replica, .grads = replica, .optimizer = replica};
+    // --double-buffer keeps a second gradient array (Reducer::state_bytes).
+    StateBytes mine{.params = replica,
+                    .grads = config.reducer.double_buffer ? 2 * replica : replica,
+                    .optimizer = replica};
     int in_flight = 1;
     double held = 1;  // the share of the model's units whose buffers the rank keeps
     if (sharded) {

@@ -105,6 +105,63 @@ TEST(SimulatorTest, ASequentialStepIsComputeThenCommunicationThenOptimizer) {
   EXPECT_EQ(static_cast<std::size_t>(waits), 2 * 2 * r.buckets.size());
 }
 
+// --overlap-optimizer on the sequential strategy: every bucket goes after backward, back
+// to back; bucket b's update starts when its own all-reduce and the update before it are
+// done, so each update hides under the next bucket's all-reduce.
+TEST(SimulatorTest, OverlappedUpdatesFollowEachBucketsOwnAllreduce) {
+  const Cluster cluster = round_cluster(1, 2);
+  TrainConfig config = mlp_config("mlp:4x512", 2, "sequential");
+  config.reducer.plan.bucket_cap_bytes = 1 << 20;  // several buckets
+  const UnitCosts k = unit_costs(config, cluster);
+  const double compute = std::accumulate(k.forward.begin(), k.forward.end(), 0.0) +
+                         std::accumulate(k.backward.begin(), k.backward.end(), 0.0) +
+                         k.loss_forward + k.loss_backward;
+  const TrainResult plain = simulate_training(config, {.cluster = cluster});
+  config.reducer.overlap_optimizer = true;
+  const TrainResult r = simulate_training(config, {.cluster = cluster});
+  ASSERT_GT(r.buckets.size(), 2u);
+  double comm_end = compute, update_end = compute;
+  for (const Bucket& b : r.buckets) {
+    comm_end += allreduce_seconds(cluster, 2, static_cast<double>(b.bytes()));
+    update_end = std::max(comm_end, update_end) +
+                 k.optimizer * static_cast<double>(b.end - b.begin) / k.optimizer_numel;
+  }
+  for (const StepRecord& s : r.steps) {
+    EXPECT_NEAR(seconds(s.end_ns - s.start_ns), update_end, 4e-9) << s.step;
+  }
+  EXPECT_LT(r.steps[0].end_ns - r.steps[0].start_ns,
+            plain.steps[0].end_ns - plain.steps[0].start_ns);
+  std::size_t updates = 0;
+  for (const Span& s : r.timeline.spans) updates += s.kind == SpanKind::kOptimizer;
+  EXPECT_EQ(updates, 2 * 2 * r.buckets.size());  // a span per bucket, rank and step
+}
+
+// --double-buffer: the previous step's all-reduces go out as the step begins and run under
+// its forward and backward; when they take less than that, the step is its compute and
+// its update, and every all-reduce starts with the step.
+TEST(SimulatorTest, DoubleBufferingHidesTheAllreducesUnderTheWholeStep) {
+  const Cluster cluster = round_cluster(1, 2);
+  TrainConfig config = mlp_config("mlp:4x512", 2, "bucketed");
+  config.batch = 256;  // compute longer than the all-reduces
+  config.reducer.double_buffer = true;
+  const UnitCosts k = unit_costs(config, cluster);
+  const double compute = std::accumulate(k.forward.begin(), k.forward.end(), 0.0) +
+                         std::accumulate(k.backward.begin(), k.backward.end(), 0.0) +
+                         k.loss_forward + k.loss_backward;
+  const TrainResult r = simulate_training(config, {.cluster = cluster});
+  double comm = 0;
+  for (const Bucket& b : r.buckets)
+    comm += allreduce_seconds(cluster, 2, static_cast<double>(b.bytes()));
+  ASSERT_LT(comm, compute);
+  for (const StepRecord& s : r.steps) {
+    EXPECT_NEAR(seconds(s.end_ns - s.start_ns), compute + k.optimizer, 4e-9) << s.step;
+  }
+  for (const Span& s : r.timeline.spans) {
+    if (s.kind != SpanKind::kAllreduce || s.rank != 0 || s.step != 0 || s.tag != 0) continue;
+    EXPECT_EQ(s.start_ns, r.steps[0].start_ns) << "the first bucket goes out as the step begins";
+  }
+}
+
 // Layerwise on 2 layers: the last layer's all-reduce starts when its backward ends and
 // overlaps layer 0's backward. Both slow down while they overlap; the hand computation
 // follows the piecewise rates.
