@@ -6,6 +6,7 @@
 
 #include <cstring>
 
+#include "engine/same_training.h"
 #include "engine/trainer.h"
 #include "model/model_ops.h"
 #include "model/transformer.h"
@@ -26,17 +27,6 @@ TrainConfig config(std::string_view model, Recompute recompute) {
   return c;
 }
 
-void expect_bitwise_equal(const TrainResult& a, const TrainResult& b, const std::string& what) {
-  ASSERT_FALSE(a.final_params.empty()) << what;
-  ASSERT_EQ(a.final_params.size(), b.final_params.size()) << what;
-  EXPECT_EQ(std::memcmp(a.final_params.data(), b.final_params.data(), 4 * a.final_params.size()), 0)
-      << what << ": parameters differ from the run that keeps every activation";
-  ASSERT_EQ(a.steps.size(), b.steps.size()) << what;
-  for (std::size_t i = 0; i < a.steps.size(); ++i) {
-    EXPECT_EQ(a.steps[i].loss, b.steps[i].loss) << what << ", step " << a.steps[i].step;
-  }
-}
-
 const char* const kModels[] = {"gpt:layers=3,dim=32,heads=2,seq=16",
                                "llama:layers=3,dim=32,heads=2,seq=16"};
 
@@ -45,7 +35,7 @@ TEST(RecomputeTest, DataParallelTrainingIsBitForBitTheRunThatKeepsEverything) {
     const TrainResult kept = train_local(config(model, Recompute::kNone));
     for (Recompute r : {Recompute::kFull, Recompute::kSelective}) {
       const TrainResult again = train_local(config(model, r));
-      expect_bitwise_equal(kept, again, std::string(model) + " " + std::string(to_string(r)));
+      expect_same_training(kept, again, std::string(model) + " " + std::string(to_string(r)));
       EXPECT_LT(again.memory.at(0).state.activations, kept.memory.at(0).state.activations)
           << model << " " << to_string(r);
     }
@@ -68,7 +58,7 @@ TEST(RecomputeTest, PipelinedTrainingIsBitForBitTheRunThatKeepsEverything) {
     const TrainResult kept = pipelined(Recompute::kNone);
     for (Recompute r : {Recompute::kFull, Recompute::kSelective}) {
       const TrainResult again = pipelined(r);
-      expect_bitwise_equal(kept, again, std::string(schedule) + " " + std::string(to_string(r)));
+      expect_same_training(kept, again, std::string(schedule) + " " + std::string(to_string(r)));
       for (std::size_t rank = 0; rank < 2; ++rank) {
         EXPECT_LT(again.memory.at(rank).state.activations, kept.memory.at(rank).state.activations)
             << schedule << " " << to_string(r) << " rank " << rank;

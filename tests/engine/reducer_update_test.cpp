@@ -13,6 +13,7 @@
 #include "comm/communicator.h"
 #include "core/error.h"
 #include "ddp/reducer.h"
+#include "engine/same_training.h"
 #include "engine/trainer.h"
 
 namespace tandem {
@@ -145,17 +146,6 @@ TrainConfig config(std::string_view model, std::string_view strategy, bool overl
   return c;
 }
 
-void expect_bitwise_equal(const TrainResult& a, const TrainResult& b, const std::string& what) {
-  ASSERT_FALSE(a.final_params.empty()) << what;
-  ASSERT_EQ(a.final_params.size(), b.final_params.size()) << what;
-  EXPECT_EQ(std::memcmp(a.final_params.data(), b.final_params.data(), 4 * a.final_params.size()), 0)
-      << what << ": the overlapped update differs from the whole replica's";
-  ASSERT_EQ(a.steps.size(), b.steps.size()) << what;
-  for (std::size_t i = 0; i < a.steps.size(); ++i) {
-    EXPECT_EQ(a.steps[i].loss, b.steps[i].loss) << what << ", step " << a.steps[i].step;
-  }
-}
-
 TEST(OptimizerOverlapTrainTest, EveryStrategyEndsBitwiseEqualToTheWholeReplicasUpdate) {
   for (const char* model : {"mlp:4x96", "gpt:layers=2,dim=32,heads=2,seq=8"}) {
     for (const char* strategy :
@@ -163,7 +153,7 @@ TEST(OptimizerOverlapTrainTest, EveryStrategyEndsBitwiseEqualToTheWholeReplicasU
       const TrainResult plain = train_local(config(model, strategy, false));
       const TrainResult overlapped = train_local(config(model, strategy, true));
       EXPECT_NE(overlapped.sync.find("optimizer overlapped"), std::string::npos) << overlapped.sync;
-      expect_bitwise_equal(plain, overlapped, std::string(model) + " " + strategy);
+      expect_same_training(plain, overlapped, std::string(model) + " " + strategy);
       // The updates are the buckets' (a sharded strategy's: the units'): one optimizer span
       // per bucket per step and rank.
       std::size_t updates = 0;
@@ -186,7 +176,7 @@ TEST(OptimizerOverlapTrainTest, EveryScenarioUpdatesAlikeAndCommOnlyUpdatesNothi
       reference.reducer.mode = mode;
       // Compute-only: without communication the replicas drift apart.
       c.verify = reference.verify = mode != CommMode::kOff;
-      expect_bitwise_equal(train_local(reference), train_local(c),
+      expect_same_training(train_local(reference), train_local(c),
                            std::string(strategy) + " " + std::string(to_string(mode)));
     }
   }
