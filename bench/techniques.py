@@ -34,6 +34,10 @@ TECHNIQUES = {
                                      ["mlp", "gpt"], ALL_LINKS),
     "overlap-optimizer (layerwise)": (["--strategy", "layerwise"], ["--overlap-optimizer"],
                                       ["mlp", "gpt"], ALL_LINKS),
+    "overlap-optimizer (zero2)": (["--strategy", "zero2"], ["--overlap-optimizer"],
+                                  ["mlp", "gpt"], ALL_LINKS),
+    "overlap-optimizer (fsdp)": (["--strategy", "fsdp"], ["--overlap-optimizer"], ["mlp", "gpt"],
+                                 ALL_LINKS),
     # 1GB/s: the mlp's 28 MiB take about as long on the wire as its compute.
     "double-buffer (bucketed)": (["--strategy", "bucketed"], ["--double-buffer"], ["mlp", "gpt"],
                                  ALL_LINKS + ["1GB/s,20us"]),
