@@ -248,8 +248,8 @@ void Reducer::launch(const Bucket& bucket) {
 // buckets are still on the wire. SGD is elementwise, so updating range by range is bit for
 // bit the update of the whole replica. The sequential scenario waits for every bucket
 // first (no overlap), then updates bucket by bucket, and so does compute-only (nothing to
-// wait for). The step ends after the last update,
-// as DDP's optimizer-in-backward does, so the next forward needs no wait of its own.
+// wait for). The step ends after the last update, as DDP's optimizer-in-backward does, so
+// the next forward needs no wait of its own.
 void Reducer::update(int b, float grad_scale) {
   const Bucket& bucket = buckets_[static_cast<std::size_t>(b)];
   const std::size_t n = bucket.end - bucket.begin;
