@@ -261,16 +261,17 @@ void Reducer::update(int b, float grad_scale) {
   updated_[static_cast<std::size_t>(b)] = true;
 }
 
+void Reducer::wait_for(std::size_t b) {
+  if (!works_[b] || waited_[b]) return;
+  wait_timed(model_, comm_, *works_[b], works_[b]->info().tag);
+  waited_[b] = true;
+}
+
 void Reducer::update_completed() {
   if (!compute_) return;
   for (std::size_t b = 0; b < schedule_.taken(); ++b) {  // launched so far
-    if (updated_[b]) continue;
-    const WorkPtr& work = works_[b];
-    if (work) {
-      if (!work->test()) continue;
-      wait_timed(model_, comm_, *work, work->info().tag);  // rethrows its error; a device
-      waited_[b] = true;                                   // stream waits (done: at once)
-    }
+    if (updated_[b] || (works_[b] && !works_[b]->test())) continue;
+    wait_for(b);  // done already: rethrows its error; a device stream waits (at once)
     update(static_cast<int>(b), grad_scale_);
   }
 }
@@ -308,11 +309,7 @@ void Reducer::before_optimizer() {
   for (int b = schedule_.take_next(); b >= 0; b = schedule_.take_next()) launch(buckets_[b]);
   // Overlapped updates wait bucket by bucket in optimizer_step.
   if (options_.overlap_optimizer && options_.mode == CommMode::kOverlapped) return;
-  for (std::size_t b = 0; b < works_.size(); ++b) {
-    if (!works_[b] || waited_[b]) continue;
-    wait_timed(model_, comm_, *works_[b], works_[b]->info().tag);
-    waited_[b] = true;
-  }
+  for (std::size_t b = 0; b < works_.size(); ++b) wait_for(b);
 }
 
 void Reducer::optimizer_step(RankModel& model, float grad_scale) {
@@ -328,10 +325,7 @@ void Reducer::optimizer_step(RankModel& model, float grad_scale) {
   }
   for (std::size_t b = 0; b < buckets_.size(); ++b) {
     if (updated_[b]) continue;
-    if (works_[b] && !waited_[b]) {
-      wait_timed(model_, comm_, *works_[b], works_[b]->info().tag);
-      waited_[b] = true;
-    }
+    wait_for(b);
     update(static_cast<int>(b), grad_scale);
   }
 }
@@ -339,11 +333,7 @@ void Reducer::optimizer_step(RankModel& model, float grad_scale) {
 void Reducer::after_optimizer() {
   second_full_ = options_.double_buffer;  // from now on it holds a step's gradients
   // The comm-only scenario runs no optimizer_step: its waits are timed here.
-  for (std::size_t b = 0; b < works_.size(); ++b) {
-    if (!works_[b] || waited_[b]) continue;
-    wait_timed(model_, comm_, *works_[b], works_[b]->info().tag);
-    waited_[b] = true;
-  }
+  for (std::size_t b = 0; b < works_.size(); ++b) wait_for(b);
 }
 
 void Reducer::end_step() {

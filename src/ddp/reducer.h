@@ -109,9 +109,8 @@ class Reducer final : public GradSync {
   // spans are timed by the model (RankModel::begin_span).
   // `units`: the units whose gradients it reduces (a pipeline stage's; empty: all).
   // With options.overlap_optimizer or double_buffer the reducer updates the parameters
-  // itself, scaling the
-  // gradients by 1 / `micro_batches`; `compute` false (the comm-only scenario) updates
-  // nothing.
+  // itself, scaling the gradients by 1 / `micro_batches`; `compute` false (the comm-only
+  // scenario) updates nothing.
   Reducer(Communicator& comm, RankModel& model, const ReducerOptions& options,
           const std::vector<bool>& units = {}, int micro_batches = 1, bool compute = true);
 
@@ -149,6 +148,9 @@ class Reducer final : public GradSync {
   // Optimizer overlap: bucket `b`'s SGD update and the zeroing of its gradients, timed as
   // an optimizer span tagged with the bucket.
   void update(int b, float grad_scale);
+  // Waits for bucket `b`'s all-reduce of this step (a wait span where it blocks), once;
+  // nothing when it was not launched.
+  void wait_for(std::size_t b);
   // Updates the buckets whose all-reduce is already done, in plan order, waiting for none.
   void update_completed();
 

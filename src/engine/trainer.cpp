@@ -147,12 +147,18 @@ void validate(const TrainConfig& config, bool runs_here) {
         config.reducer.plan.strategy.to_string() +
         (config.pipeline.stages > 1 ? " and --pipeline" : "") + " use --precision bf16");
   }
-  // The reducer's own updates (docs/REDUCER.md): DDP's buckets only, and not with fp16's
-  // dynamic loss scale, which decides whether to update after every gradient is known.
-  for (const auto& [flag, on] : {std::pair{"--overlap-optimizer", config.reducer.overlap_optimizer},
-                                 std::pair{"--double-buffer", config.reducer.double_buffer}}) {
+  // A strategy's own updates (docs/REDUCER.md): DDP's buckets (and ZeRO's shards for
+  // --overlap-optimizer), no pipelines, and not with fp16's dynamic loss scale, which
+  // decides whether to update after every gradient is known.
+  struct OwnUpdate {
+    const char* flag;
+    bool on;
+    bool sharded_ok;  // ZeRO's overlapped step
+  };
+  for (const auto& [flag, on, sharded_ok] :
+       {OwnUpdate{"--overlap-optimizer", config.reducer.overlap_optimizer, true},
+        OwnUpdate{"--double-buffer", config.reducer.double_buffer, false}}) {
     if (!on) continue;
-    const bool sharded_ok = std::string_view(flag) == "--overlap-optimizer";  // ZeRO's step
     if ((config.reducer.plan.strategy.sharded() && !sharded_ok) || config.pipeline.stages > 1) {
       throw UsageError(std::string(flag) +
                        (sharded_ok ? ": updates DDP's buckets or ZeRO's shards, not "

@@ -324,10 +324,7 @@ class SimReducer final : public SimSync {
     if (hold_embedding_) schedule_.mark_unit_ready(0);
     for (int b = schedule_.take_next(); b >= 0; b = schedule_.take_next()) post(p, b);
     if (overlap_optimizer_) return;  // each bucket waited for before its own update
-    for (std::size_t b = 0; b < issued_.size(); ++b) {
-      if (issued_[b] >= 0) p.wait(issued_[b], static_cast<int>(b));
-      issued_[b] = -1;
-    }
+    for (std::size_t b = 0; b < issued_.size(); ++b) wait(p, b);
   }
   // --overlap-optimizer (Note [optimizer overlap] in ddp/reducer.cpp): each bucket's update
   // after its own wait, in plan order (the simulator does not find buckets done during
@@ -339,8 +336,7 @@ class SimReducer final : public SimSync {
       return;
     }
     for (std::size_t b = 0; b < buckets_.size(); ++b) {
-      if (issued_[b] >= 0) p.wait(issued_[b], static_cast<int>(b));
-      issued_[b] = -1;
+      wait(p, b);
       const double share = static_cast<double>(buckets_[b].end - buckets_[b].begin) /
                            static_cast<double>(costs.optimizer_numel);
       p.compute(SpanKind::kOptimizer, static_cast<int>(b), -1, work * costs.optimizer * share, 0);
@@ -348,15 +344,17 @@ class SimReducer final : public SimSync {
   }
   // Comm-only runs no update: what it did not wait for is waited for here.
   void end_step(ProgramBuilder& p) override {
-    for (std::size_t b = 0; b < issued_.size(); ++b) {
-      if (issued_[b] >= 0) p.wait(issued_[b], static_cast<int>(b));
-      issued_[b] = -1;
-    }
+    for (std::size_t b = 0; b < issued_.size(); ++b) wait(p, b);
   }
 
   const std::vector<Bucket>& buckets() const { return buckets_; }
 
  private:
+  // Waits for bucket b's all-reduce if it is in flight (Reducer::wait_for).
+  void wait(ProgramBuilder& p, std::size_t b) {
+    if (issued_[b] >= 0) p.wait(issued_[b], static_cast<int>(b));
+    issued_[b] = -1;
+  }
   void post(ProgramBuilder& p, int b) {
     const Bucket& bucket = buckets_[static_cast<std::size_t>(b)];
     if (!comm_ || bucket.end <= bucket.begin) return;
@@ -430,8 +428,7 @@ class SimSharded final : public SimSync {
       return;
     }
     for (std::size_t u = 0; u < reduce_.size(); ++u) {
-      if (reduce_[u] >= 0) p.wait(reduce_[u], static_cast<int>(u));
-      reduce_[u] = -1;
+      settle(p, u);
       const double shard = static_cast<double>(bytes_[u]) / sizeof(float) / ranks_;
       p.compute(SpanKind::kOptimizer, static_cast<int>(u), -1,
                 work * costs.optimizer * shard / static_cast<double>(costs.optimizer_numel), 0);
@@ -492,11 +489,12 @@ class SimSharded final : public SimSync {
   }
   // Waits for every reduce-scatter in flight, in unit order (settle_reduces(true)).
   void settle(ProgramBuilder& p) {
-    for (std::size_t u = 0; u < reduce_.size(); ++u) {
-      if (reduce_[u] < 0) continue;
-      p.wait(reduce_[u], static_cast<int>(u));
-      reduce_[u] = -1;
-    }
+    for (std::size_t u = 0; u < reduce_.size(); ++u) settle(p, u);
+  }
+  // Waits for unit u's reduce-scatter if it is in flight.
+  void settle(ProgramBuilder& p, std::size_t u) {
+    if (reduce_[u] >= 0) p.wait(reduce_[u], static_cast<int>(u));
+    reduce_[u] = -1;
   }
   void note_gathered() {
     std::int64_t gathered = 0;
