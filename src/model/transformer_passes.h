@@ -69,6 +69,12 @@ struct TransformerActs {
     return static_cast<std::int64_t>(n);
   }
 
+  // Floats of one block's attention probabilities [B, H, T, T] for max_batch sequences.
+  static std::size_t probs_numel(const ModelSpec& spec, int max_batch) {
+    const TransformerShape& s = spec.transformer;
+    return static_cast<std::size_t>(max_batch) * static_cast<std::size_t>(s.heads) *
+           static_cast<std::size_t>(s.seq) * static_cast<std::size_t>(s.seq);
+  }
   // One block's tensors for max_batch sequences; the attention probabilities only when
   // `att` (else left empty).
   static void allocate_block(const Backend& dev, const ModelSpec& spec, int max_batch, Block& b,
@@ -76,14 +82,13 @@ struct TransformerActs {
     const TransformerShape& s = spec.transformer;
     const auto n = static_cast<std::size_t>(max_batch) * static_cast<std::size_t>(s.seq);
     const auto D = static_cast<std::size_t>(s.dim), F = static_cast<std::size_t>(s.hidden);
-    const auto TT = static_cast<std::size_t>(s.seq) * static_cast<std::size_t>(s.seq);
     auto sized = [&](std::size_t size) { return dev.template buffer<T>(size); };
     b.ln1 = sized(n * D);
     b.ln1_mean = sized(n);
     b.ln1_rstd = sized(n);
     b.qkv = sized(n * 3 * D);
     if (att) {
-      b.att = sized(static_cast<std::size_t>(max_batch) * static_cast<std::size_t>(s.heads) * TT);
+      b.att = sized(probs_numel(spec, max_batch));
     }
     b.atty = sized(n * D);
     b.xmid = sized(n * D);
@@ -206,8 +211,8 @@ TransformerOn<Backend>::TransformerOn(const ModelSpec& model_spec, int max_batch
   if (m.recompute == Recompute::kFull) {
     TransformerActs<Backend>::allocate_block(dev, model_spec, max_batch, m.replay, /*att=*/true);
   } else if (m.recompute == Recompute::kSelective) {
-    m.replay.att = dev.template buffer<T>(static_cast<std::size_t>(max_batch) *
-                                          static_cast<std::size_t>(s.heads) * s.seq * s.seq);
+    m.replay.att =
+        dev.template buffer<T>(TransformerActs<Backend>::probs_numel(model_spec, max_batch));
   }
   if (!m.gpt) {
     std::vector<T> table(static_cast<std::size_t>(s.seq) * static_cast<std::size_t>(s.head_dim()));
