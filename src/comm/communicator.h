@@ -8,9 +8,12 @@
 //   completes (for device memory: until the bound stream has waited on it).
 // - All ranks issue the same collectives in the same order (as MPI requires); point to
 //   point operations match by (peer, tag) in issue order.
-// - fp32 only. Sum is deterministic where the backend can promise it (local: each
-//   element is summed in rank order 0..n-1, so reduce_scatter equals the matching
-//   block of allreduce bit for bit).
+// - fp32, and for all-reduce and reduce-scatter also fp16 and bf16 (compressed gradients,
+//   --compress: half the bytes on the wire). Sum is deterministic where the backend can
+//   promise it (local: each element is summed in rank order 0..n-1, so reduce_scatter
+//   equals the matching block of allreduce bit for bit). A 16-bit sum is rounded to 16
+//   bits: local sums in fp32 and rounds once; rings (mpi, nccl) round every partial sum,
+//   as NCCL does; every rank ends with the same bits.
 // - Buffers live in memory() : host memory, or the memory of CUDA device device().
 //   Device backends order their work after everything enqueued on the bound stream at
 //   issue time, and Work::wait() makes that stream wait (bind_stream).
@@ -37,6 +40,7 @@
 #include <string_view>
 
 #include "comm/work.h"
+#include "core/half.h"
 #include "core/stream.h"
 #include "timeline/recorder.h"
 
@@ -71,6 +75,13 @@ class Communicator {
   // this rank's own block of the output (in place).
   virtual WorkPtr allgather(std::span<const float> input, std::span<float> output,
                             OpInfo info = {}) = 0;
+  // The same two collectives over 16-bit floats of `type` (kFloat16 or kBFloat16; kFloat32
+  // is a UsageError): what a compressed gradient moves. OpInfo::bytes counts 2 per element.
+  virtual WorkPtr allreduce(std::span<std::uint16_t> data, DataType type, ReduceOp op,
+                            OpInfo info = {}) = 0;
+  virtual WorkPtr reduce_scatter(std::span<const std::uint16_t> input,
+                                 std::span<std::uint16_t> output, DataType type, ReduceOp op,
+                                 OpInfo info = {}) = 0;
   // data := root's data.
   virtual WorkPtr broadcast(std::span<float> data, int root, OpInfo info = {}) = 0;
   // Completes once every rank has issued it.

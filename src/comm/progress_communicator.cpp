@@ -18,7 +18,7 @@ std::int64_t payload_bytes(const Op& op) {
   const std::size_t count = op.kind == SpanKind::kReduceScatter || op.kind == SpanKind::kSend
                                 ? op.input_count
                                 : op.output_count;
-  return static_cast<std::int64_t>(count * sizeof(float));
+  return static_cast<std::int64_t>(count * op.element_bytes());
 }
 
 }  // namespace
@@ -64,6 +64,43 @@ WorkPtr ProgressCommunicator::allreduce(std::span<float> data, ReduceOp op, OpIn
 WorkPtr ProgressCommunicator::reduce_scatter(std::span<const float> input, std::span<float> output,
                                              ReduceOp op, OpInfo info) {
   return issue({.kind = SpanKind::kReduceScatter,
+                .input = input.data(),
+                .input_count = input.size(),
+                .output = output.data(),
+                .output_count = output.size(),
+                .reduce = op},
+               info);
+}
+
+namespace {
+
+void check_16_bits(DataType type) {
+  if (type == DataType::kFloat32) {
+    throw UsageError("a 16-bit collective needs fp16 or bf16, got fp32 (use the float overload)");
+  }
+}
+
+}  // namespace
+
+WorkPtr ProgressCommunicator::allreduce(std::span<std::uint16_t> data, DataType type, ReduceOp op,
+                                        OpInfo info) {
+  check_16_bits(type);
+  return issue({.kind = SpanKind::kAllreduce,
+                .type = type,
+                .input = data.data(),
+                .input_count = data.size(),
+                .output = data.data(),
+                .output_count = data.size(),
+                .reduce = op},
+               info);
+}
+
+WorkPtr ProgressCommunicator::reduce_scatter(std::span<const std::uint16_t> input,
+                                             std::span<std::uint16_t> output, DataType type,
+                                             ReduceOp op, OpInfo info) {
+  check_16_bits(type);
+  return issue({.kind = SpanKind::kReduceScatter,
+                .type = type,
                 .input = input.data(),
                 .input_count = input.size(),
                 .output = output.data(),

@@ -44,11 +44,14 @@ struct OpState {
 };
 
 // One issued operation. For allreduce and broadcast, input and output are the same buffer.
+// Counts are elements of `type`: fp32 for every operation but a 16-bit all-reduce or
+// reduce-scatter.
 struct Op {
   SpanKind kind = SpanKind::kOther;
-  const float* input = nullptr;
+  DataType type = DataType::kFloat32;
+  const void* input = nullptr;
   std::size_t input_count = 0;
-  float* output = nullptr;
+  void* output = nullptr;
   std::size_t output_count = 0;
   ReduceOp reduce = ReduceOp::kSum;
   int peer = -1;  // broadcast: the root; send/recv: the other rank
@@ -65,6 +68,17 @@ struct Op {
   std::unique_ptr<OpState> state{};
   std::function<void()> task{};  // run_task(): a backend task instead of an operation
   bool started = false;
+
+  // The buffers as what they hold (`T` is float for kFloat32, std::uint16_t else).
+  template <typename T>
+  const T* in() const {
+    return static_cast<const T*>(input);
+  }
+  template <typename T>
+  T* out() const {
+    return static_cast<T*>(output);
+  }
+  std::size_t element_bytes() const { return size_of(type); }
 };
 
 struct ProgressOptions {
@@ -86,6 +100,10 @@ class ProgressCommunicator : public Communicator {
   WorkPtr allreduce(std::span<float> data, ReduceOp op, OpInfo info = {}) override;
   WorkPtr reduce_scatter(std::span<const float> input, std::span<float> output, ReduceOp op,
                          OpInfo info = {}) override;
+  WorkPtr allreduce(std::span<std::uint16_t> data, DataType type, ReduceOp op,
+                    OpInfo info = {}) override;
+  WorkPtr reduce_scatter(std::span<const std::uint16_t> input, std::span<std::uint16_t> output,
+                         DataType type, ReduceOp op, OpInfo info = {}) override;
   WorkPtr allgather(std::span<const float> input, std::span<float> output,
                     OpInfo info = {}) override;
   WorkPtr broadcast(std::span<float> data, int root, OpInfo info = {}) override;

@@ -53,12 +53,12 @@ void check_values(const Communicator& comm, const std::string& what, const std::
 
 // Waits for a Work that must succeed, and checks what the backend filled into its info.
 void wait_ok(const Communicator& comm, const std::string& what, Work& work, SpanKind kind,
-             std::size_t payload_elems) {
+             std::size_t payload_elems, std::size_t element_bytes = sizeof(float)) {
   work.wait();
   if (!work.test()) fail(comm, what, "test() is false after wait()");
   if (work.exception() != nullptr) fail(comm, what, "exception() is set after success");
   if (work.info().kind != kind) fail(comm, what, "info().kind is not the operation's kind");
-  const auto bytes = static_cast<std::int64_t>(payload_elems * sizeof(float));
+  const auto bytes = static_cast<std::int64_t>(payload_elems * element_bytes);
   if (work.info().bytes != bytes) {
     fail(comm, what,
          "info().bytes is " + std::to_string(work.info().bytes) + ", expected " +
@@ -115,6 +115,64 @@ void contract_reduce_scatter(Communicator& comm, std::size_t block_elems, Reduce
   check_values(
       comm, what, output, [&](std::size_t i) { return reduced_value(comm.size(), offset + i, op); },
       tolerance_of(op));
+}
+
+void contract_compressed(Communicator& comm, std::size_t n_elems, DataType type) {
+  const int rank = comm.rank();
+  const auto ranks = static_cast<std::size_t>(comm.size());
+  // Integers in [-3, 3]: every partial sum over up to 64 ranks is exact in bf16's 8 bits.
+  const auto small = [](int r, std::size_t i) {
+    return static_cast<float>(static_cast<int>((i * 5 + static_cast<std::size_t>(r) * 3) % 7) - 3);
+  };
+  const auto reduced = [&](std::size_t i, ReduceOp op) {
+    float sum = 0;
+    for (int r = 0; r < comm.size(); ++r) sum += small(r, i);
+    return op == ReduceOp::kAverage ? sum / static_cast<float>(ranks) : sum;
+  };
+  // fp16 keeps 11 significant bits, bf16 8: one rounding of the average, or one per step
+  // of a ring.
+  const float tolerance = type == DataType::kBFloat16 ? 1.0f / 64 : 1.0f / 512;
+  const auto widened = [&](const std::vector<std::uint16_t>& values) {
+    std::vector<float> out(values.size());
+    widen(type, out.data(), values.data(), values.size());
+    return out;
+  };
+  // Every rank must hold the same bits: gather everyone's result (as floats, exact) and
+  // compare with this rank's.
+  const auto same_everywhere = [&](const std::string& what, const std::vector<float>& mine) {
+    std::vector<float> all(ranks * mine.size());
+    comm.allgather(mine, all)->wait();
+    for (std::size_t r = 0; r < ranks; ++r) {
+      if (!std::equal(mine.begin(), mine.end(),
+                      all.begin() + static_cast<std::ptrdiff_t>(r * mine.size()))) {
+        fail(comm, what, "rank " + std::to_string(r) + " ended with other bits");
+      }
+    }
+  };
+  for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kAverage}) {
+    std::vector<std::uint16_t> data(n_elems);
+    for (std::size_t i = 0; i < n_elems; ++i) data[i] = narrow(type, small(rank, i));
+    const std::string what = std::string(to_string(type)) + " " + op_what("allreduce", n_elems, op);
+    WorkPtr work = comm.allreduce(data, type, op, OpInfo{.step = 1, .tag = 3});
+    wait_ok(comm, what, *work, SpanKind::kAllreduce, n_elems, 2);
+    const std::vector<float> got = widened(data);
+    check_values(
+        comm, what, got, [&](std::size_t i) { return reduced(i, op); },
+        op == ReduceOp::kAverage ? tolerance : 0.0f);
+    same_everywhere(what, got);
+
+    const std::size_t block = n_elems / ranks;
+    std::vector<std::uint16_t> input(block * ranks), output(block, narrow(type, -99.0f));
+    for (std::size_t i = 0; i < input.size(); ++i) input[i] = narrow(type, small(rank, i));
+    const std::string rs_what =
+        std::string(to_string(type)) + " " + op_what("reduce_scatter", block, op);
+    WorkPtr rs = comm.reduce_scatter(input, output, type, op);
+    wait_ok(comm, rs_what, *rs, SpanKind::kReduceScatter, input.size(), 2);
+    const std::size_t offset = static_cast<std::size_t>(rank) * block;
+    check_values(
+        comm, rs_what, widened(output), [&](std::size_t i) { return reduced(offset + i, op); },
+        op == ReduceOp::kAverage ? tolerance : 0.0f);
+  }
 }
 
 void contract_allgather(Communicator& comm, std::size_t block_elems) {

@@ -23,6 +23,10 @@ class ContractFailure : public std::runtime_error {
 void contract_allreduce(Communicator& comm, std::size_t n_elems, ReduceOp op);
 // Each rank contributes size() blocks of block_elems and receives its own reduced block.
 void contract_reduce_scatter(Communicator& comm, std::size_t block_elems, ReduceOp op);
+// The 16-bit all-reduce and reduce-scatter of `type` (fp16 or bf16), sum and average:
+// sums of small integers are exact, averages within the type's rounding, every rank ends
+// with the same bits, and bytes count 2 per element.
+void contract_compressed(Communicator& comm, std::size_t n_elems, DataType type);
 // Each rank contributes block_elems; every rank ends with all blocks in rank order.
 void contract_allgather(Communicator& comm, std::size_t block_elems);
 void contract_broadcast(Communicator& comm, std::size_t n_elems, int root);

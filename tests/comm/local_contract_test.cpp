@@ -56,6 +56,13 @@ TEST_P(LocalContract, AllreduceAverage) {
   run_ranks(ranks(), [&](Communicator& c) { contract_allreduce(c, elems(), ReduceOp::kAverage); });
 }
 
+TEST_P(LocalContract, CompressedFp16AndBf16) {
+  run_ranks(ranks(), [&](Communicator& c) {
+    contract_compressed(c, elems(), DataType::kFloat16);
+    contract_compressed(c, elems(), DataType::kBFloat16);
+  });
+}
+
 TEST_P(LocalContract, ReduceScatter) {
   // elems() is the whole array here, so memory stays bounded at 8 ranks.
   const std::size_t block = elems() / static_cast<std::size_t>(ranks());

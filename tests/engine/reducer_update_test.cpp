@@ -35,6 +35,13 @@ class GatedComm final : public Communicator {
   WorkPtr reduce_scatter(std::span<const float>, std::span<float>, ReduceOp, OpInfo) override {
     throw std::logic_error("not used");
   }
+  WorkPtr allreduce(std::span<std::uint16_t>, DataType, ReduceOp, OpInfo) override {
+    throw std::logic_error("not used");
+  }
+  WorkPtr reduce_scatter(std::span<const std::uint16_t>, std::span<std::uint16_t>, DataType,
+                         ReduceOp, OpInfo) override {
+    throw std::logic_error("not used");
+  }
   WorkPtr allgather(std::span<const float>, std::span<float>, OpInfo) override {
     throw std::logic_error("not used");
   }

@@ -50,6 +50,13 @@ TEST_P(MpiContract, AllreduceAverage) {
   run_case([&](Communicator& c) { contract_allreduce(c, elems(), ReduceOp::kAverage); });
 }
 
+TEST_P(MpiContract, CompressedFp16AndBf16) {
+  run_case([&](Communicator& c) {
+    contract_compressed(c, elems(), DataType::kFloat16);
+    contract_compressed(c, elems(), DataType::kBFloat16);
+  });
+}
+
 TEST_P(MpiContract, ReduceScatter) {
   run_case([&](Communicator& c) {
     contract_reduce_scatter(c, block(), ReduceOp::kSum);

@@ -76,10 +76,9 @@ DeviceCommunicator::~DeviceCommunicator() {
   for (const Staged& s : staged_) cudaFree(s.data);
 }
 
-void DeviceCommunicator::copy_on_stream(float* dst, const float* src, std::size_t count) {
-  if (count == 0 || dst == src) return;
-  TANDEM_CUDA_CHECK(
-      cudaMemcpyAsync(dst, src, count * sizeof(float), cudaMemcpyDeviceToDevice, stream()));
+void DeviceCommunicator::copy_on_stream(void* dst, const void* src, std::size_t bytes) {
+  if (bytes == 0 || dst == src) return;
+  TANDEM_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream()));
 }
 
 bool DeviceCommunicator::enqueue_self_p2p(Op& op) {
@@ -94,7 +93,7 @@ bool DeviceCommunicator::enqueue_self_p2p(Op& op) {
       TANDEM_CUDA_CHECK(stream_ordered_alloc_ ? cudaMallocAsync(&data, bytes, stream())
                                               : cudaMalloc(&data, bytes));
       staged.data = static_cast<float*>(data);
-      copy_on_stream(staged.data, op.input, op.input_count);
+      copy_on_stream(staged.data, op.input, bytes);
     }
     staged_.push_back(staged);
     return true;
@@ -111,7 +110,7 @@ bool DeviceCommunicator::enqueue_self_p2p(Op& op) {
                        std::to_string(it->count) + " elements to itself and receives " +
                        std::to_string(op.output_count));
   }
-  copy_on_stream(op.output, it->data, op.output_count);
+  copy_on_stream(op.output, it->data, op.output_count * sizeof(float));
   if (it->data != nullptr) {
     if (stream_ordered_alloc_) {
       TANDEM_CUDA_CHECK(cudaFreeAsync(it->data, stream()));

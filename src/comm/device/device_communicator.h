@@ -59,7 +59,7 @@ class DeviceCommunicator : public ProgressCommunicator {
   // The device has memory pools: buffers can be allocated and freed in stream order.
   bool stream_ordered_alloc() const { return stream_ordered_alloc_; }
   // Device-to-device copy on stream() (nothing when empty or in place).
-  void copy_on_stream(float* dst, const float* src, std::size_t count);
+  void copy_on_stream(void* dst, const void* src, std::size_t bytes);
 
   bool starts_on_issue() const final { return true; }
   void prepare(Op& op) final;

@@ -14,6 +14,9 @@
 // and step that is two reads and one write for the rank's own work plus one read and one
 // write standing in for the neighbour's send: a real ring's local HBM traffic (the peer
 // writes the inbox over the link), plus one read.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
 #include <algorithm>
 #include <string>
 #include <vector>
@@ -31,11 +34,21 @@ namespace {
 
 constexpr int kThreads = 512;
 
+// Elements as the kernel computes them: fp32, or the 16-bit values of a compressed
+// gradient, widened for the arithmetic and rounded back (as NCCL's reductions of them).
+__device__ float load(const float* p) { return *p; }
+__device__ float load(const __half* p) { return __half2float(*p); }
+__device__ float load(const __nv_bfloat16* p) { return __bfloat162float(*p); }
+__device__ void store(float* p, float v) { *p = v; }
+__device__ void store(__half* p, float v) { *p = __float2half_rn(v); }
+__device__ void store(__nv_bfloat16* p, float v) { *p = __float2bfloat16_rn(v); }
+
 // One ring step (Note [emulated ring]). Element i of both ranges belongs to one thread,
 // which reads inbox[i] before it writes outbox[i]: inbox and outbox may be the same
 // buffer (P = 2). The name starts with tandem_emulated_ring: kernel timing
 // (timeline/gpu/kernel_timer.h) classifies it as communication by that prefix.
-__global__ void tandem_emulated_ring_reduce_copy(float* own, const float* inbox, float* outbox,
+template <typename T>
+__global__ void tandem_emulated_ring_reduce_copy(T* own, const T* inbox, T* outbox,
                                                  std::size_t recv_offset, std::size_t recv_count,
                                                  int reduce, float recv_scale,
                                                  std::size_t next_offset, std::size_t next_count,
@@ -45,10 +58,10 @@ __global__ void tandem_emulated_ring_reduce_copy(float* own, const float* inbox,
   for (std::size_t i = static_cast<std::size_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
        i += stride) {
     if (i < recv_count) {
-      const float in = inbox[i];
-      own[recv_offset + i] = reduce ? (own[recv_offset + i] + in) * recv_scale : in;
+      const float in = load(inbox + i);
+      store(own + recv_offset + i, reduce ? (load(own + recv_offset + i) + in) * recv_scale : in);
     }
-    if (i < next_count) outbox[i] = own[next_offset + i] * next_factor;
+    if (i < next_count) store(outbox + i, load(own + next_offset + i) * next_factor);
   }
 }
 
@@ -104,11 +117,21 @@ class EmulatedRing final : public DeviceCommunicator {
   void enqueue_one(Op& op) {
     switch (op.kind) {
       case SpanKind::kAllreduce:
-        run_ring(op.output, op.output_count, op.reduce);
+        switch (op.type) {
+          case DataType::kFloat32:
+            run_ring(op.out<float>(), op.output_count, op.reduce);
+            return;
+          case DataType::kFloat16:
+            run_ring(op.out<__half>(), op.output_count, op.reduce);
+            return;
+          case DataType::kBFloat16:
+            run_ring(op.out<__nv_bfloat16>(), op.output_count, op.reduce);
+            return;
+        }
         return;
       case SpanKind::kReduceScatter:
       case SpanKind::kAllgather:
-        copy_on_stream(op.output, op.input, op.output_count);
+        copy_on_stream(op.output, op.input, op.output_count * op.element_bytes());
         return;
       case SpanKind::kBroadcast:
       case SpanKind::kBarrier:
@@ -145,13 +168,14 @@ class EmulatedRing final : public DeviceCommunicator {
     inbox_bytes_ = bytes;
   }
 
-  void run_ring(float* data, std::size_t count, ReduceOp op) {
+  template <typename T>
+  void run_ring(T* data, std::size_t count, ReduceOp op) {
     const std::vector<RingLaunch> plan =
         emulated_ring_plan(count, peers_, op == ReduceOp::kAverage);
     if (plan.empty()) return;  // a ring of one (or nothing to reduce): the data is the result
     const std::size_t slot_elems = ring_slot_elems(count, peers_);
-    ensure_inbox(slot_elems * sizeof(float) * static_cast<std::size_t>(peers_ - 1));
-    auto* slots = static_cast<float*>(inbox_);
+    ensure_inbox(slot_elems * sizeof(T) * static_cast<std::size_t>(peers_ - 1));
+    auto* slots = static_cast<T*>(inbox_);
     for (const RingLaunch& l : plan) {
       tandem_emulated_ring_reduce_copy<<<blocks_, kThreads, 0, stream()>>>(
           data, slots + static_cast<std::size_t>(l.inbox_slot) * slot_elems,

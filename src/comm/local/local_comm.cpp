@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <type_traits>
 #include <utility>
 
 #include "comm/local/local_world.h"
@@ -14,13 +15,13 @@
 namespace tandem {
 namespace {
 
-// Reduction block, in floats: the n source blocks and the accumulator of one block
+// Reduction block, in elements: the n source blocks and the accumulator of one block
 // stay in L1/L2 while it is summed and written back, so each buffer crosses the memory
 // bus once in each direction.
 constexpr std::size_t kBlockFloats = 2048;  // 8 KiB
-// Slices start at multiples of this many floats (one 64-byte cache line), so two ranks
-// never write to the same line.
-constexpr std::size_t kSliceAlignFloats = 16;
+// Slices start at multiples of this many elements (one 64-byte cache line of 16-bit
+// values, two of floats), so two ranks never write to the same line.
+constexpr std::size_t kSliceAlignFloats = 32;
 
 void add_into(float* __restrict acc, const float* __restrict src, std::size_t len) {
   for (std::size_t i = 0; i < len; ++i) acc[i] += src[i];
@@ -39,6 +40,19 @@ void reduce_block(const std::vector<const float*>& srcs, std::size_t offset, std
   if (op == ReduceOp::kAverage) divide_by(acc, len, static_cast<float>(srcs.size()));
 }
 
+// The same over 16-bit values: widened, summed in fp32 in rank order, rounded once into
+// out[0, len). `wide` is scratch of len floats.
+void reduce_block(DataType type, const std::vector<const std::uint16_t*>& srcs, std::size_t offset,
+                  std::size_t len, ReduceOp op, float* acc, float* wide, std::uint16_t* out) {
+  widen(type, acc, srcs[0] + offset, len);
+  for (std::size_t k = 1; k < srcs.size(); ++k) {
+    widen(type, wide, srcs[k] + offset, len);
+    add_into(acc, wide, len);
+  }
+  if (op == ReduceOp::kAverage) divide_by(acc, len, static_cast<float>(srcs.size()));
+  narrow(type, out, acc, len);
+}
+
 // This rank's share [begin, end) of `count` elements split over n ranks.
 std::pair<std::size_t, std::size_t> slice_of(std::size_t count, int n, int rank) {
   const std::size_t per_rank =
@@ -49,43 +63,72 @@ std::pair<std::size_t, std::size_t> slice_of(std::size_t count, int n, int rank)
   return {begin, std::min(count, begin + chunk)};
 }
 
+// Reduces elements [0, count) of every rank's `srcs` (block `first` onward) into the
+// buffers `dsts` (every rank's for an all-reduce, this rank's for a reduce-scatter),
+// in blocks that stay in cache: each source is read once and each destination written
+// once. T is float or a 16-bit type (`type`).
+template <typename T>
+void reduce_into(DataType type, const std::vector<const T*>& srcs, const std::vector<T*>& dsts,
+                 std::size_t begin, std::size_t end, ReduceOp op) {
+  alignas(64) float acc[kBlockFloats];
+  for (std::size_t b = begin; b < end; b += kBlockFloats) {
+    const std::size_t len = std::min(kBlockFloats, end - b);
+    if constexpr (std::is_same_v<T, float>) {
+      (void)type;
+      reduce_block(srcs, b, len, op, acc);
+      for (float* dst : dsts) std::memcpy(dst + b, acc, len * sizeof(float));
+    } else {
+      alignas(64) float wide[kBlockFloats];
+      alignas(64) std::uint16_t narrowed[kBlockFloats];
+      reduce_block(type, srcs, b, len, op, acc, wide, narrowed);
+      for (T* dst : dsts) std::memcpy(dst + b, narrowed, len * sizeof(T));
+    }
+  }
+}
+
+template <typename T>
+void reduce_collective(const std::vector<const LocalPost*>& posts, int rank) {
+  const LocalPost& mine = *posts[static_cast<std::size_t>(rank)];
+  std::vector<const T*> srcs;
+  std::vector<T*> dsts;
+  if (mine.kind == SpanKind::kAllreduce) {
+    // Reduce my slice of every buffer, then write the result into every buffer.
+    for (const LocalPost* p : posts) {
+      srcs.push_back(static_cast<const T*>(p->output));
+      dsts.push_back(static_cast<T*>(p->output));
+    }
+    const auto [begin, end] = slice_of(mine.output_count, static_cast<int>(posts.size()), rank);
+    reduce_into(mine.type, srcs, dsts, begin, end, mine.reduce);
+    return;
+  }
+  // Reduce-scatter: my output is the reduction of block `rank` of every input, in rank
+  // order: the same sums as the allreduce's.
+  const std::size_t m = mine.output_count;
+  for (const LocalPost* p : posts) {
+    srcs.push_back(static_cast<const T*>(p->input) + m * static_cast<std::size_t>(rank));
+  }
+  // Offsets index the sources from their block; the output starts at 0 as well.
+  dsts.push_back(static_cast<T*>(mine.output));
+  reduce_into(mine.type, srcs, dsts, 0, m, mine.reduce);
+}
+
 // This rank's share of a formed collective; every rank runs its own concurrently.
 void move_data(const std::vector<const LocalPost*>& posts, int rank) {
   const LocalPost& mine = *posts[static_cast<std::size_t>(rank)];
-  const int n = static_cast<int>(posts.size());
   switch (mine.kind) {
-    case SpanKind::kAllreduce: {
-      // Reduce my slice of every buffer, then write the result into every buffer.
-      std::vector<const float*> srcs;
-      for (const LocalPost* p : posts) srcs.push_back(p->output);
-      const auto [begin, end] = slice_of(mine.output_count, n, rank);
-      alignas(64) float acc[kBlockFloats];
-      for (std::size_t b = begin; b < end; b += kBlockFloats) {
-        const std::size_t len = std::min(kBlockFloats, end - b);
-        reduce_block(srcs, b, len, mine.reduce, acc);
-        for (const LocalPost* p : posts) std::memcpy(p->output + b, acc, len * sizeof(float));
+    case SpanKind::kAllreduce:
+    case SpanKind::kReduceScatter:
+      if (mine.type == DataType::kFloat32) {
+        reduce_collective<float>(posts, rank);
+      } else {
+        reduce_collective<std::uint16_t>(posts, rank);
       }
       break;
-    }
-    case SpanKind::kReduceScatter: {
-      // My output is the reduction of block `rank` of every input, in rank order: the
-      // same sums as the allreduce's.
-      std::vector<const float*> srcs;
-      const std::size_t m = mine.output_count;
-      for (const LocalPost* p : posts) srcs.push_back(p->input + m * static_cast<std::size_t>(rank));
-      alignas(64) float acc[kBlockFloats];
-      for (std::size_t b = 0; b < m; b += kBlockFloats) {
-        const std::size_t len = std::min(kBlockFloats, m - b);
-        reduce_block(srcs, b, len, mine.reduce, acc);
-        std::memcpy(mine.output + b, acc, len * sizeof(float));
-      }
-      break;
-    }
     case SpanKind::kAllgather: {
       // Pull every rank's input into my output; skip my own block if it is in place.
       const std::size_t m = mine.input_count;
       for (std::size_t k = 0; k < posts.size(); ++k) {
-        float* dst = mine.output + k * m;
+        float* dst = static_cast<float*>(mine.output) + k * m;
         if (m > 0 && dst != posts[k]->input) std::memcpy(dst, posts[k]->input, m * sizeof(float));
       }
       break;
@@ -106,6 +149,7 @@ void move_data(const std::vector<const LocalPost*>& posts, int rank) {
 LocalPost post_of(const Op& op, int rank) {
   return {.kind = op.kind,
           .rank = rank,
+          .type = op.type,
           .input = op.input,
           .input_count = op.input_count,
           .output = op.output,

@@ -110,6 +110,10 @@ std::string LocalWorld::validate(const Group& group) const {
       return "collective mismatch: rank 0 issued " + std::string(to_string(first.kind)) + " but " +
              rank_str(r) + " issued " + std::string(to_string(p.kind));
     }
+    if (p.type != first.type) {
+      return "data type mismatch: rank 0 passed " + std::string(to_string(first.type)) + ", " +
+             rank_str(r) + " passed " + std::string(to_string(p.type));
+    }
     if (p.reduce != first.reduce) {
       return "reduce op mismatch: rank 0 uses " + std::string(to_string(first.reduce)) + ", " +
              rank_str(r) + " uses " + std::string(to_string(p.reduce));

@@ -39,9 +39,10 @@ class LocalCommunicator;
 struct LocalPost {
   SpanKind kind = SpanKind::kOther;
   int rank = 0;
-  const float* input = nullptr;
+  DataType type = DataType::kFloat32;  // input and output hold elements of this type
+  const void* input = nullptr;
   std::size_t input_count = 0;
-  float* output = nullptr;
+  void* output = nullptr;
   std::size_t output_count = 0;
   ReduceOp reduce = ReduceOp::kSum;
   int peer = -1;

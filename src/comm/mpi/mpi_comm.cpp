@@ -280,8 +280,16 @@ class MpiCommunicator final : public ProcessCommunicator {
     // Average is a sum divided here.
     if (op.reduce == ReduceOp::kAverage &&
         (op.kind == SpanKind::kAllreduce || op.kind == SpanKind::kReduceScatter)) {
-      const auto n = static_cast<float>(size());
-      for (std::size_t i = 0; i < op.output_count; ++i) op.output[i] /= n;
+      const float n_inverse = 1.0f / static_cast<float>(size());
+      if (op.type == DataType::kFloat32) {
+        const auto n = static_cast<float>(size());
+        for (std::size_t i = 0; i < op.output_count; ++i) op.out<float>()[i] /= n;
+      } else {
+        std::uint16_t* out = op.out<std::uint16_t>();
+        for (std::size_t i = 0; i < op.output_count; ++i) {
+          out[i] = narrow(op.type, widen(op.type, out[i]) * n_inverse);
+        }
+      }
     }
     return true;
   }
@@ -349,8 +357,9 @@ class MpiCommunicator final : public ProcessCommunicator {
   // faster for large buffers (docs/PERFORMANCE.md), the ring's reduce-scatter needs
   // scratch of 2/n of its input, where Open MPI's allocates a temporary of the whole
   // input: for sharded strategies, which exist to save memory, that matters.
+  // MPI has no 16-bit float type (nor a sum of one): those always take the ring.
   bool use_ring(const Op& op) const {
-    return algorithm_ == Algorithm::kRing ||
+    return algorithm_ == Algorithm::kRing || op.type != DataType::kFloat32 ||
            (algorithm_ == Algorithm::kAuto && op.work->info().bytes >= kAutoRingBytes);
   }
 
@@ -368,7 +377,7 @@ class MpiCommunicator final : public ProcessCommunicator {
     } else {
       // MPI forbids aliased buffers: my block already in place is MPI_IN_PLACE.
       const bool in_place =
-          op.input == op.output + static_cast<std::size_t>(rank()) * op.input_count;
+          op.input == op.out<float>() + static_cast<std::size_t>(rank()) * op.input_count;
       check_mpi(MPI_Iallgather(in_place ? MPI_IN_PLACE : op.input, in_count, MPI_FLOAT, op.output,
                                in_count, MPI_FLOAT, m_.comm, &st.request),
                 "MPI_Iallgather");
@@ -379,11 +388,11 @@ class MpiCommunicator final : public ProcessCommunicator {
     const RingKind kind = op.kind == SpanKind::kAllreduce       ? RingKind::kAllreduce
                           : op.kind == SpanKind::kReduceScatter ? RingKind::kReduceScatter
                                                                 : RingKind::kAllgather;
-    const float* input = kind == RingKind::kAllreduce ? op.output : op.input;
+    const void* input = kind == RingKind::kAllreduce ? op.output : op.input;
     const std::size_t total = kind == RingKind::kAllgather       ? op.output_count
                               : kind == RingKind::kReduceScatter ? op.input_count
                                                                  : op.output_count;
-    st.ring = std::make_unique<RingCollective>(m_.ring_comm, kind, input, op.output, total,
+    st.ring = std::make_unique<RingCollective>(m_.ring_comm, kind, op.type, input, op.output, total,
                                                kRingSegmentElems, ring_scratch_);
     st.ring_waiting = false;
     op.start_ns = now_ns();

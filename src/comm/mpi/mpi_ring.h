@@ -1,6 +1,8 @@
 // Internal to the `mpi` backend: segmented ring collectives (allreduce sum,
 // reduce-scatter sum, allgather) over MPI point-to-point messages, progressed without
-// blocking by the communication thread.
+// blocking by the communication thread. Elements are fp32, or fp16/bf16 for compressed
+// gradients (MPI has no 16-bit float type: they travel as MPI_UINT16_T and every partial
+// sum is rounded to 16 bits, as NCCL's ring does).
 //
 // The whole array (allreduce: the buffer; reduce-scatter: the input; allgather: the
 // output) is cut into size() chunks and every chunk into segments. Each segment index k
@@ -29,6 +31,8 @@
 #include <cstddef>
 #include <vector>
 
+#include "core/half.h"
+
 namespace tandem {
 
 enum class RingKind { kAllreduce, kReduceScatter, kAllgather };
@@ -40,8 +44,9 @@ class RingCollective {
   // rank's block (total / n elements; it may be the output's block rank), `output` has
   // `total`. `scratch` is grown as needed and must outlive this object; the buffers must
   // stay alive and untouched until progress() returns true.
-  RingCollective(MPI_Comm comm, RingKind kind, const float* input, float* output, std::size_t total,
-                 std::size_t segment_elems, std::vector<float>& scratch);
+  // Elements are of `type`; `segment_elems` counts them.
+  RingCollective(MPI_Comm comm, RingKind kind, DataType type, const void* input, void* output,
+                 std::size_t total, std::size_t segment_elems, std::vector<float>& scratch);
 
   // Posts what is ready, reduces what has arrived; returns true once this rank's output
   // is complete. Throws RuntimeError on an MPI error.
@@ -57,26 +62,33 @@ class RingCollective {
   // [begin, end) of segment k of chunk c in the whole array; empty when the chunk is
   // shorter.
   std::pair<std::size_t, std::size_t> range(int chunk, int k) const;
-  float* slot(int k, int which) const {  // scratch: `which` 0 receives, 1 holds a sum
+  char* slot(int k, int which) const {  // scratch: `which` 0 receives, 1 holds a sum
     return scratch_ + (static_cast<std::size_t>(k) * slots_ + static_cast<std::size_t>(which)) *
-                          segment_elems_;
+                          segment_elems_ * element_bytes_;
   }
+  const char* in_at(std::size_t element) const { return input_ + element * element_bytes_; }
+  char* out_at(std::size_t element) const { return output_ + element * element_bytes_; }
+  // sum[i] := a[i] + b[i] (sum may be a) in the ring's type, len elements.
+  void add(char* sum, const char* a, const char* b, std::size_t len) const;
   void post(int k);
   void finish_step(int k);
 
   MPI_Comm comm_;
   RingKind kind_;
+  DataType type_;
+  std::size_t element_bytes_;
+  MPI_Datatype mpi_type_;
   int rank_ = 0;
   int size_ = 1;
-  const float* input_;
-  float* output_;
+  const char* input_;
+  char* output_;
   std::size_t total_ = 0;
   std::size_t segment_elems_ = 1;
   std::size_t chunk_elems_ = 0;  // the largest chunk
   std::size_t slots_ = 0;        // scratch segments per segment index
   int steps_ = 0;
   std::vector<Segment> segments_;
-  float* scratch_ = nullptr;
+  char* scratch_ = nullptr;
   int unfinished_ = 0;
 };
 

@@ -218,14 +218,26 @@ class NcclCommunicator final : public DeviceCommunicator {
   }
 
  private:
+  static ncclDataType_t nccl_type(DataType type) {
+    switch (type) {
+      case DataType::kFloat16:
+        return ncclFloat16;
+      case DataType::kBFloat16:
+        return ncclBfloat16;
+      case DataType::kFloat32:
+        break;
+    }
+    return ncclFloat32;
+  }
+
   ncclResult_t launch(Op& op) {
     const cudaStream_t s = stream();
     switch (op.kind) {
       case SpanKind::kAllreduce:
-        return ncclAllReduce(op.output, op.output, op.output_count, ncclFloat32,
+        return ncclAllReduce(op.output, op.output, op.output_count, nccl_type(op.type),
                              nccl_op(op.reduce), comm_, s);
       case SpanKind::kReduceScatter:
-        return ncclReduceScatter(op.input, op.output, op.output_count, ncclFloat32,
+        return ncclReduceScatter(op.input, op.output, op.output_count, nccl_type(op.type),
                                  nccl_op(op.reduce), comm_, s);
       case SpanKind::kAllgather:
         return ncclAllGather(op.input, op.output, op.input_count, ncclFloat32, comm_, s);

@@ -16,6 +16,7 @@
 
 #include "compute/cpu/dispatch.h"
 #include "core/error.h"
+#include "core/half.h"
 
 #if TANDEM_HAVE_ONEDNN
 #include <omp.h>
@@ -521,19 +522,10 @@ void gemm(bool trans_a, bool trans_b, int m, int n, int k, double alpha, const d
               trans_b ? CblasTrans : CblasNoTrans, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
 }
 
-TANDEM_CPU_CLONES void to_bf16(unsigned short* out, const float* in, long n) {
-  for (long i = 0; i < n; ++i) {
-    const std::uint32_t bits = std::bit_cast<std::uint32_t>(in[i]);
-    // Round to nearest, ties to even: add 0x7FFF plus the lowest kept bit. A NaN keeps a
-    // set mantissa bit so that it cannot round into infinity.
-    const std::uint32_t rounded = bits + 0x7FFFu + ((bits >> 16) & 1u);
-    const bool nan = (bits & 0x7FFFFFFFu) > 0x7F800000u;
-    out[i] = static_cast<unsigned short>(nan ? (bits >> 16) | 0x40u : rounded >> 16);
-  }
+void to_bf16(unsigned short* out, const float* in, long n) {
+  narrow(DataType::kBFloat16, out, in, static_cast<std::size_t>(n));
 }
 
-float bf16_to_float(unsigned short v) {
-  return std::bit_cast<float>(static_cast<std::uint32_t>(v) << 16);
-}
+float bf16_to_float(unsigned short v) { return widen(DataType::kBFloat16, v); }
 
 }  // namespace tandem

@@ -1,0 +1,95 @@
+// fp32 <-> fp16/bf16 on the host (core/half.h), branch-free so that the loops vectorize.
+#include "core/half.h"
+
+#include <bit>
+
+#include "core/cpu_clones.h"
+
+namespace tandem {
+namespace {
+
+// Note [fp16 rounding]: fp32 bits without the sign, f:
+// - f >= 65520 (0x477FF000) rounds to infinity, and NaN (f > 0x7F800000) stays a quiet
+//   NaN; the normal path below gives exactly that for 65520 <= f < 2^16, so only
+//   f >= 2^16 (0x47800000) needs its own case;
+// - f < 2^-14 (0x38800000), fp16's smallest normal, is a subnormal or zero: adding 0.5f
+//   puts the value's multiples of 2^-24 (fp16's subnormal step) into the low mantissa
+//   bits, rounded to nearest even by the FPU itself;
+// - otherwise rebias the exponent (127 -> 15) and round the 13 dropped mantissa bits
+//   to nearest even: add 0xFFF plus the lowest kept bit, then shift (a carry into the
+//   exponent is the correct rounding up).
+inline std::uint16_t fp16_of(float value) {
+  std::uint32_t f = std::bit_cast<std::uint32_t>(value);
+  const std::uint32_t sign = (f >> 16) & 0x8000u;
+  f &= 0x7FFFFFFFu;
+  const std::uint32_t big = f > 0x7F800000u ? 0x7E00u : 0x7C00u;
+  const std::uint32_t small =
+      std::bit_cast<std::uint32_t>(std::bit_cast<float>(f) + 0.5f) - 0x3F000000u;
+  const std::uint32_t normal = (f - ((127u - 15u) << 23) + 0xFFFu + ((f >> 13) & 1u)) >> 13;
+  const std::uint32_t out = f >= 0x47800000u ? big : f < 0x38800000u ? small : normal;
+  return static_cast<std::uint16_t>(out | sign);
+}
+
+inline float float_of_fp16(std::uint16_t h) {
+  const std::uint32_t sign = static_cast<std::uint32_t>(h & 0x8000u) << 16;
+  const std::uint32_t rest = h & 0x7FFFu;
+  // Subnormals (exponent 0): the mantissa times 2^-24, exact in fp32.
+  const std::uint32_t subnormal = std::bit_cast<std::uint32_t>(static_cast<float>(rest) * 0x1p-24f);
+  const std::uint32_t normal = (rest << 13) + ((127u - 15u) << 23);
+  const std::uint32_t special = 0x7F800000u | ((rest & 0x3FFu) << 13);  // inf, NaN
+  const std::uint32_t out = rest >= 0x7C00u ? special : rest >= 0x0400u ? normal : subnormal;
+  return std::bit_cast<float>(out | sign);
+}
+
+// Round to nearest even: add 0x7FFF plus the lowest kept bit. A NaN keeps a set mantissa
+// bit so that it cannot round into infinity.
+inline std::uint16_t bf16_of(float value) {
+  const std::uint32_t bits = std::bit_cast<std::uint32_t>(value);
+  const std::uint32_t rounded = bits + 0x7FFFu + ((bits >> 16) & 1u);
+  const bool nan = (bits & 0x7FFFFFFFu) > 0x7F800000u;
+  return static_cast<std::uint16_t>(nan ? (bits >> 16) | 0x40u : rounded >> 16);
+}
+
+inline float float_of_bf16(std::uint16_t v) {
+  return std::bit_cast<float>(static_cast<std::uint32_t>(v) << 16);
+}
+
+}  // namespace
+
+std::uint16_t narrow(DataType type, float value) {
+  return type == DataType::kBFloat16 ? bf16_of(value) : fp16_of(value);
+}
+
+float widen(DataType type, std::uint16_t value) {
+  return type == DataType::kBFloat16 ? float_of_bf16(value) : float_of_fp16(value);
+}
+
+TANDEM_CPU_CLONES void narrow(DataType type, std::uint16_t* out, const float* in, std::size_t n,
+                              float scale) {
+  if (type == DataType::kBFloat16) {
+    for (std::size_t i = 0; i < n; ++i) out[i] = bf16_of(in[i] * scale);
+  } else {
+    for (std::size_t i = 0; i < n; ++i) out[i] = fp16_of(in[i] * scale);
+  }
+}
+
+TANDEM_CPU_CLONES void widen(DataType type, float* out, const std::uint16_t* in, std::size_t n) {
+  if (type == DataType::kBFloat16) {
+    for (std::size_t i = 0; i < n; ++i) out[i] = float_of_bf16(in[i]);
+  } else {
+    for (std::size_t i = 0; i < n; ++i) out[i] = float_of_fp16(in[i]);
+  }
+}
+
+TANDEM_CPU_CLONES void add_narrow(DataType type, std::uint16_t* acc, const std::uint16_t* in,
+                                  std::size_t n) {
+  if (type == DataType::kBFloat16) {
+    for (std::size_t i = 0; i < n; ++i)
+      acc[i] = bf16_of(float_of_bf16(acc[i]) + float_of_bf16(in[i]));
+  } else {
+    for (std::size_t i = 0; i < n; ++i)
+      acc[i] = fp16_of(float_of_fp16(acc[i]) + float_of_fp16(in[i]));
+  }
+}
+
+}  // namespace tandem
