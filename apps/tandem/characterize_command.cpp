@@ -127,6 +127,9 @@ void apply(const std::string& key, const std::string& value, CharacterizeFlags& 
       throw UsageError("--sweep " + key + ": expected yes or no, not '" + value + "'");
     }
     (key == "overlap-optimizer" ? w.overlap_optimizer : w.double_buffer) = value == "yes";
+  } else if (key == "compress") {
+    checked_by([&] { (void)Compression::parse(value); });
+    w.compress = value;
   } else if (key == "recompute") {
     checked_by([&] { (void)parse_recompute(value); });
     w.recompute = value;
@@ -449,7 +452,7 @@ void add_characterize_command(CLI::App& app, RunCommand& run) {
       "model prefetch pipeline schedule micro-batches ranks link threads precision gemm "
       "power-cap (a GPU's power limit in watts, set per point and put back after; needs "
       "--device cuda and the right to change it; docs/CHARACTERIZE.md), overlap-optimizer and "
-      "double-buffer (yes,no), recompute; not ranks, link or "
+      "double-buffer (yes,no), recompute, compress; not ranks, link or "
       "power-cap under mpirun; separate values with ';' when they hold commas");
   cmd->add_option("--out", flags->out,
                   "Results directory: summary.json, iterations.csv, trace.json, report.html, "

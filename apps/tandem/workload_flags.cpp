@@ -100,6 +100,13 @@ void add_workload_flags(CLI::App& app, WorkloadFlags& f, WorkloadUse use) {
                "step's forward and backward, and the update uses them one step late "
                "(communication overlaps a whole step; the staleness changes the loss; DDP "
                "strategies only)");
+  app.add_option("--compress", f.compress,
+                 "Gradient compression, as DDP's communication hooks: none, fp16 or bf16 (each "
+                 "bucket or sharded unit cast to 16 bits as it becomes ready, reduced in 16 bits "
+                 "and widened back: half the bytes), powersgd:R (rank-R factors with error "
+                 "feedback and warm start; DDP buckets of whole parameters, on the cpu); not "
+                 "with --pipeline")
+      ->capture_default_str();
   if (here) {
     app.add_option("--layer-drop", f.layer_drop,
                    "Transformers: each block is skipped (the identity) with this probability "
@@ -280,6 +287,7 @@ TrainConfig to_train_config(const WorkloadFlags& f, bool batch_given, bool runs_
   }
   c.reducer.overlap_optimizer = f.overlap_optimizer;
   c.reducer.double_buffer = f.double_buffer;
+  c.reducer.compress = for_flag("--compress", [&] { return Compression::parse(f.compress); });
   c.reducer.find_unused = f.find_unused;
   c.timeout_ns = static_cast<std::int64_t>(f.timeout_s * 1e9);
   if (!f.link.empty()) c.link = for_flag("--link", [&] { return LinkModel::parse(f.link); });

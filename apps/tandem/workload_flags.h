@@ -32,6 +32,7 @@ struct WorkloadFlags {
   int accumulate = 1;
   bool overlap_optimizer = false;
   bool double_buffer = false;
+  std::string compress = "none";
   double layer_drop = 0;
   bool find_unused = false;
   std::string recompute = "none";

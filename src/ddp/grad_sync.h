@@ -94,6 +94,8 @@ class GradSync {
 
   // Bytes this rank's collectives move per step (0 with CommMode::kOff).
   virtual std::int64_t bytes_per_step() const = 0;
+  // What they would move without --compress (ddp/compression.h).
+  virtual std::int64_t uncompressed_bytes_per_step() const { return bytes_per_step(); }
   // What the model's state costs this rank, as the strategy keeps it.
   virtual StateBytes state_bytes() const = 0;
   // One line for reports: "bucketed, 4 buckets (1.0 MiB first, 25.0 MiB cap)".

@@ -2,10 +2,12 @@
 
 #include <algorithm>
 #include <chrono>
+#include <map>
 
 #include "core/clock.h"
 #include "core/error.h"
 #include "core/parse.h"
+#include "ddp/powersgd.h"
 
 namespace tandem {
 
@@ -166,6 +168,17 @@ std::string_view to_string(CommMode mode) {
   return "?";
 }
 
+// PowerSGD's state of one bucket: the factors' math (ddp/powersgd.h) and the host buffers
+// its two all-reduces sum.
+struct Reducer::PowerSgd {
+  PowerSgdBucket math;
+  std::vector<float> p;
+  std::vector<float> q;
+  bool second = false;  // this step's Q all-reduce is launched (the bucket's last)
+};
+
+Reducer::~Reducer() = default;
+
 Reducer::Reducer(Communicator& comm, RankModel& model, const ReducerOptions& options,
                  const std::vector<bool>& units, int micro_batches, bool compute)
     : comm_(comm),
@@ -191,6 +204,32 @@ Reducer::Reducer(Communicator& comm, RankModel& model, const ReducerOptions& opt
   if (options_.double_buffer) {
     second_ = model.allocate_zeroed(grads_.size());
     reduced_ = second_->span();
+  }
+  if (options_.compress.casts()) {
+    wire_ = std::make_unique<WireCopy>(model, options_.compress.wire_type(), grads_.size());
+  }
+  if (options_.compress.kind == Compression::Kind::kPowerSgd) {
+    // Host buffers and the CPU's GEMM: refused on a GPU before this (trainer.cpp), as are
+    // plans that cut parameters (chunked).
+    TANDEM_CHECK(model.stream() == nullptr);
+    std::map<std::size_t, const ParamInfo*> by_offset;
+    for (const ParamInfo& p : model.layout().params()) by_offset[p.offset] = &p;
+    for (const Bucket& bucket : buckets_) {
+      std::vector<PowerSgdParam> members;
+      for (int i : bucket.params) {
+        const ParamInfo& info = *by_offset.at(params_[static_cast<std::size_t>(i)].offset);
+        TANDEM_CHECK(info.offset >= bucket.begin && info.offset + info.numel <= bucket.end);
+        members.push_back({info.offset, info.numel, info.shape});
+      }
+      // The same seed on every rank, another for every bucket (PyTorch's default seed 0).
+      auto state = std::make_unique<PowerSgd>(
+          PowerSgd{.math = PowerSgdBucket(std::move(members), bucket.begin, bucket.end,
+                                          options_.compress.rank,
+                                          0x9E3779B97F4A7C15ull * static_cast<std::uint64_t>(bucket.index + 1))});
+      state->p.resize(state->math.p_numel());
+      state->q.resize(state->math.q_numel());
+      powersgd_.push_back(std::move(state));
+    }
   }
 }
 
@@ -233,12 +272,73 @@ void Reducer::after_backward(int unit, bool last_micro_batch) {
   if (options_.overlap_optimizer) update_completed();
 }
 
+// Note [compression]: with --compress fp16|bf16 a bucket is cast to 16 bits as it is
+// launched, its values divided by the world size on the way (as PyTorch's
+// fp16_compress_hook divides before the all-reduce, so that the 16-bit sum cannot
+// overflow where the average would not), summed in 16 bits, and widened back into the
+// gradient when it is waited for: the casts are compute spans on the compute lane, the
+// first during backward. With powersgd:R the launch computes P from the bucket's
+// matrices (and packs what is not compressed beside it) and all-reduces it; after
+// backward, launch_second_round waits for each P in plan order, computes Q and
+// all-reduces it, and waiting for that gives the bucket its approximation. The second
+// round cannot start during backward: collectives must be issued in the same order on
+// every rank, and a P completes at different moments on different ranks; so PowerSGD's
+// second round trip is exposed after backward unless later buckets' P still hide it.
+// Compute-only moves nothing; comm-only sends the buffers without computing them.
 void Reducer::launch(const Bucket& bucket) {
   if (options_.mode == CommMode::kOff || bucket.end == bucket.begin) return;
+  const auto b = static_cast<std::size_t>(bucket.index);
+  const std::size_t n = bucket.end - bucket.begin;
+  const std::span<float> range = reduced_.subspan(bucket.begin, n);
   const OpInfo info{
-      .kind = SpanKind::kAllreduce, .bytes = bucket.bytes(), .step = step_, .tag = bucket.index};
-  works_[static_cast<std::size_t>(bucket.index)] = comm_.allreduce(
-      reduced_.subspan(bucket.begin, bucket.end - bucket.begin), ReduceOp::kAverage, info);
+      .kind = SpanKind::kAllreduce, .bytes = wire_bytes(bucket), .step = step_, .tag = bucket.index};
+  if (wire_) {
+    if (compute_) {
+      wire_->narrow(range, bucket.begin, 1.0f / static_cast<float>(comm_.size()), bucket.index);
+    }
+    works_[b] = comm_.allreduce(wire_->span(bucket.begin, n), wire_->type(), ReduceOp::kSum, info);
+  } else if (!powersgd_.empty()) {
+    PowerSgd& ps = *powersgd_[b];
+    if (compute_) {
+      time_compression(model_, bucket.index, [&] { ps.math.compute_p(range, ps.p, comm_.size()); });
+    }
+    ps.second = false;
+    works_[b] = comm_.allreduce(ps.p, ReduceOp::kSum, info);
+  } else {
+    works_[b] = comm_.allreduce(range, ReduceOp::kAverage, info);
+  }
+}
+
+void Reducer::launch_second_round() {
+  for (std::size_t b = 0; b < powersgd_.size(); ++b) {
+    PowerSgd& ps = *powersgd_[b];
+    if (!works_[b] || ps.second || ps.math.q_numel() == 0) continue;
+    wait_timed(model_, comm_, *works_[b], static_cast<int>(b));
+    if (compute_) time_compression(model_, static_cast<int>(b), [&] { ps.math.compute_q(ps.p, ps.q); });
+    ps.second = true;
+    works_[b] = comm_.allreduce(
+        ps.q, ReduceOp::kSum,
+        {.kind = SpanKind::kAllreduce, .step = step_, .tag = static_cast<int>(b)});
+  }
+}
+
+void Reducer::finish(std::size_t b) {
+  if (!compute_) return;
+  const Bucket& bucket = buckets_[b];
+  const std::span<float> range = reduced_.subspan(bucket.begin, bucket.end - bucket.begin);
+  if (wire_) {
+    wire_->widen(bucket.begin, range, bucket.index);
+  } else if (!powersgd_.empty()) {
+    PowerSgd& ps = *powersgd_[b];
+    time_compression(model_, bucket.index,
+                     [&] { ps.math.decompress(ps.p, ps.q, range, comm_.size()); });
+  }
+}
+
+std::int64_t Reducer::wire_bytes(const Bucket& bucket) const {
+  if (wire_) return static_cast<std::int64_t>((bucket.end - bucket.begin) * size_of(wire_->type()));
+  if (!powersgd_.empty()) return powersgd_[static_cast<std::size_t>(bucket.index)]->math.wire_bytes();
+  return bucket.bytes();
 }
 
 // Note [optimizer overlap]: with --overlap-optimizer a bucket's update (SGD on its range,
@@ -263,12 +363,16 @@ void Reducer::update(int b, float grad_scale) {
 
 void Reducer::wait_for(std::size_t b) {
   if (!works_[b] || waited_[b]) return;
+  // PowerSGD: the bucket's last all-reduce is Q's, launched by launch_second_round.
+  TANDEM_CHECK(powersgd_.empty() || powersgd_[b]->second || powersgd_[b]->math.q_numel() == 0);
   wait_timed(model_, comm_, *works_[b], works_[b]->info().tag);
   waited_[b] = true;
+  finish(b);
 }
 
 void Reducer::update_completed() {
-  if (!compute_) return;
+  // PowerSGD's buckets are final only after the second round, which follows backward.
+  if (!compute_ || !powersgd_.empty()) return;
   for (std::size_t b = 0; b < schedule_.taken(); ++b) {  // launched so far
     if (updated_[b] || (works_[b] && !works_[b]->test())) continue;
     wait_for(b);  // done already: rethrows its error; a device stream waits (at once)
@@ -307,6 +411,7 @@ void Reducer::before_optimizer() {
   if (options_.double_buffer && !second_full_) return;
   // Whatever backward did not launch (all of it when deferred) goes now, in order.
   for (int b = schedule_.take_next(); b >= 0; b = schedule_.take_next()) launch(buckets_[b]);
+  launch_second_round();
   // Overlapped updates wait bucket by bucket in optimizer_step.
   if (options_.overlap_optimizer && options_.mode == CommMode::kOverlapped) return;
   for (std::size_t b = 0; b < works_.size(); ++b) wait_for(b);
@@ -346,22 +451,36 @@ void Reducer::end_step() {
 std::int64_t Reducer::bytes_per_step() const {
   if (options_.mode == CommMode::kOff) return 0;
   std::int64_t bytes = 0;
+  for (const Bucket& b : buckets_) bytes += wire_bytes(b);
+  return bytes;
+}
+
+std::int64_t Reducer::uncompressed_bytes_per_step() const {
+  if (options_.mode == CommMode::kOff) return 0;
+  std::int64_t bytes = 0;
   for (const Bucket& b : buckets_) bytes += b.bytes();
   return bytes;
 }
 
+// The gradients' bytes include what communicating them keeps: the second buffer, the 16-bit
+// wire copy, PowerSGD's error feedback, warm start and factor buffers.
 StateBytes Reducer::state_bytes() const {
   const auto bytes = static_cast<std::int64_t>(grads_.size() * sizeof(float));
-  return {.params = bytes,
-          .grads = options_.double_buffer ? 2 * bytes : bytes,  // and the second buffer
-          .optimizer = bytes};
+  std::int64_t grads = options_.double_buffer ? 2 * bytes : bytes;
+  if (wire_) grads += wire_->bytes();
+  for (const auto& ps : powersgd_) {
+    grads += ps->math.state_bytes() +
+             static_cast<std::int64_t>((ps->p.size() + ps->q.size()) * sizeof(float));
+  }
+  return {.params = bytes, .grads = grads, .optimizer = bytes};
 }
 
 std::string Reducer::describe() const {
   return options_.plan.strategy.to_string() + ", " + std::to_string(buckets_.size()) +
          (buckets_.size() == 1 ? " bucket" : " buckets") +
          (options_.overlap_optimizer ? ", optimizer overlapped" : "") +
-         (options_.double_buffer ? ", double-buffered (the update one step late)" : "");
+         (options_.double_buffer ? ", double-buffered (the update one step late)" : "") +
+         (options_.compress.enabled() ? ", compressed " + options_.compress.to_string() : "");
 }
 
 }  // namespace tandem

@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "comm/communicator.h"
+#include "ddp/compression.h"
 #include "ddp/grad_sync.h"
 #include "ddp/launch_schedule.h"
 #include "model/rank_model.h"
@@ -101,10 +102,14 @@ struct ReducerOptions {
   // skipped as done at once (engine/pipeline.h); the reducer itself only checks, before
   // the optimizer, that every unit it reduces was reported (Note [unused parameters]).
   bool find_unused = false;
+  // --compress (ddp/compression.h, Note [compression] in reducer.cpp): each bucket's
+  // all-reduce in 16 bits, or PowerSGD's two all-reduces of low-rank factors.
+  Compression compress{};
 };
 
 class Reducer final : public GradSync {
  public:
+  ~Reducer() override;
   // Reduces model.grads() over `comm` (bound to the model's stream on a device). Wait
   // spans are timed by the model (RankModel::begin_span).
   // `units`: the units whose gradients it reduces (a pipeline stage's; empty: all).
@@ -137,6 +142,7 @@ class Reducer final : public GradSync {
   void end_step() override;
   bool times_optimizer() const override { return options_.overlap_optimizer; }
   std::int64_t bytes_per_step() const override;
+  std::int64_t uncompressed_bytes_per_step() const override;
   // A whole replica: parameters, gradients and SGD's velocity.
   StateBytes state_bytes() const override;
   std::string describe() const override;
@@ -153,6 +159,13 @@ class Reducer final : public GradSync {
   void wait_for(std::size_t b);
   // Updates the buckets whose all-reduce is already done, in plan order, waiting for none.
   void update_completed();
+  // PowerSGD: every launched bucket's P all-reduce waited for in plan order, its Q computed
+  // and all-reduced (the second round, issued in the same order on every rank).
+  void launch_second_round();
+  // What a bucket's collectives leave becomes its averaged gradient (compression's last
+  // phase: a widening cast, or PowerSGD's P Q^T).
+  void finish(std::size_t b);
+  std::int64_t wire_bytes(const Bucket& bucket) const;
 
   Communicator& comm_;
   RankModel& model_;
@@ -173,6 +186,11 @@ class Reducer final : public GradSync {
   std::vector<bool> updated_;             // per bucket, this step
   std::vector<bool> waited_;              // per bucket, this step
   std::vector<bool> unit_ready_;          // per model unit, this step's last micro-batch
+  // --compress fp16|bf16: the 16-bit copy of reduced_ that the all-reduces sum.
+  std::unique_ptr<WireCopy> wire_;
+  // --compress powersgd:R, per bucket: the factors' math and their wire buffers (host).
+  struct PowerSgd;
+  std::vector<std::unique_ptr<PowerSgd>> powersgd_;
 };
 
 }  // namespace tandem

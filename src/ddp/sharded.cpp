@@ -82,6 +82,15 @@ ShardedSync::ShardedSync(Communicator& comm, RankModel& model, StrategyKind kind
   if (!communicates()) return;
 
   grad_shards_ = model_.allocate_zeroed(shard_numel_);
+  if (options.compress.casts()) {
+    // Note [sharded compression]: a unit's gradient is cast to 16 bits (divided by the world
+    // size) as it becomes final, reduce-scattered in 16 bits, and the rank's block widened
+    // into its gradient shard when the reduce-scatter is settled; the all-gathers of
+    // parameters stay fp32 (PyTorch FSDP's reduce_dtype, not its param_dtype).
+    TANDEM_CHECK(options.compress.kind != Compression::Kind::kPowerSgd);
+    wire_ = std::make_unique<WireCopy>(model_, options.compress.wire_type(), model_.grads().size());
+    shard_wire_ = std::make_unique<WireCopy>(model_, options.compress.wire_type(), shard_numel_);
+  }
   if (fsdp()) {
     // The rank keeps its block of every unit; the model keeps nothing until gathered.
     param_shards_ = model_.allocate_zeroed(shard_numel_);
@@ -121,6 +130,7 @@ void ShardedSync::begin_step(int step) {
   in_step_ = true;
   event_ = 0;
   bytes_this_step_ = 0;
+  uncompressed_this_step_ = 0;
   for (Unit& unit : units_) unit.updated = false;
 }
 
@@ -189,6 +199,7 @@ void ShardedSync::issue_gather(int u) {
   unit.gather = comm_.allgather(fsdp() ? param_shard(unit) : own_params(unit), full, info);
   if (!in_step_) return;  // full_params(): between steps, not training's memory or traffic
   bytes_this_step_ += info.bytes;
+  uncompressed_this_step_ += info.bytes;
   note_transient();
 }
 
@@ -211,14 +222,23 @@ void ShardedSync::release_after(int event) {
 void ShardedSync::issue_reduce(int u) {
   Unit& unit = units_[static_cast<std::size_t>(u)];
   const std::size_t numel = unit.padded_end - unit.begin;
-  const OpInfo info{.kind = SpanKind::kReduceScatter,
-                    .bytes = static_cast<std::int64_t>(numel * sizeof(float)),
-                    .step = step_,
-                    .tag = u,
-                    .tag_kind = OpInfo::TagKind::kUnit};
-  unit.reduce = comm_.reduce_scatter(model_.grads().subspan(unit.begin, numel), grad_shard(unit),
-                                     ReduceOp::kAverage, info);
+  const OpInfo info{
+      .kind = SpanKind::kReduceScatter,
+      .bytes = static_cast<std::int64_t>(numel * (wire_ ? size_of(wire_->type()) : sizeof(float))),
+      .step = step_,
+      .tag = u,
+      .tag_kind = OpInfo::TagKind::kUnit};
+  const std::span<float> grads = model_.grads().subspan(unit.begin, numel);
+  if (wire_) {
+    if (compute_) wire_->narrow(grads, unit.begin, 1.0f / static_cast<float>(ranks_), u);
+    unit.reduce = comm_.reduce_scatter(wire_->span(unit.begin, numel),
+                                       shard_wire_->span(unit.offset, unit.shard), wire_->type(),
+                                       ReduceOp::kSum, info);
+  } else {
+    unit.reduce = comm_.reduce_scatter(grads, grad_shard(unit), ReduceOp::kAverage, info);
+  }
   bytes_this_step_ += info.bytes;
+  uncompressed_this_step_ += static_cast<std::int64_t>(numel * sizeof(float));
 }
 
 void ShardedSync::settle_reduces(bool wait_all) {
@@ -247,6 +267,7 @@ void ShardedSync::settle_reduces(bool wait_all) {
 // every rank and a reduce-scatter ends at different moments on different ranks.
 void ShardedSync::settled(int u) {
   Unit& unit = units_[static_cast<std::size_t>(u)];
+  if (wire_ && compute_) shard_wire_->widen(unit.offset, grad_shard(unit), u);
   if (kind_ != StrategyKind::kZero1) {
     model_.discard_grads(unit.begin, unit.owned_end);
     unit.grads_live = false;
@@ -328,6 +349,7 @@ void ShardedSync::end_step() {
     }
   }
   bytes_last_step_ = bytes_this_step_;
+  uncompressed_last_step_ = uncompressed_this_step_;
   in_step_ = false;
 }
 
@@ -397,6 +419,7 @@ StateBytes ShardedSync::state_bytes() const {
     out.gathered_peak = gathered_peak_;
     out.grads_peak = grads_peak_;
   }
+  if (wire_) out.grads += wire_->bytes() + shard_wire_->bytes();  // the 16-bit copies
   return out;
 }
 
@@ -417,6 +440,7 @@ std::string ShardedSync::describe() const {
     if (!options_.reshard_after_forward) out += ", kept from forward to backward";
   }
   if (options_.overlap_optimizer) out += ", optimizer overlapped";
+  if (options_.compress.enabled()) out += ", compressed " + options_.compress.to_string();
   return out;
 }
 

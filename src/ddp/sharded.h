@@ -41,6 +41,7 @@
 #include <vector>
 
 #include "comm/communicator.h"
+#include "ddp/compression.h"
 #include "ddp/grad_sync.h"
 #include "ddp/reducer.h"
 #include "ddp/shard_schedule.h"
@@ -55,6 +56,8 @@ struct ShardOptions {
   // --overlap-optimizer (ZeRO's overlapped step): a unit's shard is updated as soon as its
   // reduce-scatter is done (Note [sharded optimizer overlap] in sharded.cpp).
   bool overlap_optimizer = false;
+  // --compress fp16|bf16 (ddp/compression.h): each unit's reduce-scatter in 16 bits.
+  Compression compress{};
 };
 
 // The layout a sharded strategy needs for `ranks` ranks (see above).
@@ -90,6 +93,7 @@ class ShardedSync final : public GradSync {
   void end_step() override;
   bool times_optimizer() const override { return options_.overlap_optimizer; }
   std::int64_t bytes_per_step() const override;
+  std::int64_t uncompressed_bytes_per_step() const override { return uncompressed_last_step_; }
   StateBytes state_bytes() const override;
   std::string describe() const override;
 
@@ -149,6 +153,9 @@ class ShardedSync final : public GradSync {
   std::unique_ptr<ModelArray> param_shards_;     // fsdp: the parameters this rank keeps
   std::unique_ptr<ModelArray> grad_shards_;      // every stage: the averaged gradient block
   std::unique_ptr<ModelArray> velocity_shards_;  // SGD's momentum for the rank's block
+  // --compress: the 16-bit copies of the full gradient and of the rank's blocks.
+  std::unique_ptr<WireCopy> wire_;
+  std::unique_ptr<WireCopy> shard_wire_;
   std::vector<Unit> units_;
   ShardSchedule schedule_;  // fsdp: which units are gathered, resident, given back
   int step_ = -1;
@@ -160,6 +167,8 @@ class ShardedSync final : public GradSync {
   std::int64_t grads_peak_ = 0;
   std::int64_t bytes_this_step_ = 0;
   std::int64_t bytes_last_step_ = 0;
+  std::int64_t uncompressed_this_step_ = 0;
+  std::int64_t uncompressed_last_step_ = 0;
 };
 
 }  // namespace tandem

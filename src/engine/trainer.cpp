@@ -197,6 +197,25 @@ void validate(const TrainConfig& config, bool runs_here) {
         "--double-buffer: not with --overlap-optimizer (the delayed update waits "
         "for a whole step's all-reduce, which ran during forward and backward)");
   }
+  if (const Compression& compress = config.reducer.compress; compress.enabled()) {
+    const Strategy& strategy = config.reducer.plan.strategy;
+    if (config.pipeline.stages > 1) {
+      throw UsageError("--compress: compresses data-parallel gradients (DDP and sharded "
+                       "strategies), not a --pipeline run");
+    }
+    if (compress.kind == Compression::Kind::kPowerSgd) {
+      if (strategy.sharded() || strategy.kind == StrategyKind::kChunked) {
+        throw UsageError("--compress " + compress.to_string() +
+                         ": needs DDP buckets of whole parameters (sequential, layerwise, "
+                         "bucketed), not --strategy " +
+                         strategy.to_string() + "; sharded strategies take fp16 or bf16");
+      }
+      if (config.device == Device::kCuda) {
+        throw UsageError("--compress " + compress.to_string() +
+                         ": runs on the CPU only (--device cpu); on a GPU use fp16 or bf16");
+      }
+    }
+  }
   if (!config.data_path.empty() && !config.model.is_transformer()) {
     throw UsageError("--data: trains transformer models (gpt, llama and the presets) on text; '" +
                      config.model.text + "' learns its synthetic task");
@@ -374,6 +393,7 @@ std::unique_ptr<GradSync> make_grad_sync(const TrainConfig& config, const StageP
   }
   ShardOptions shard = config.shard;
   shard.overlap_optimizer = config.reducer.overlap_optimizer;
+  shard.compress = config.reducer.compress;
   return std::make_unique<ShardedSync>(comm, model, strategy.kind, config.reducer.mode, shard,
                                        micro_batches(config), config.compute);
 }
@@ -437,6 +457,7 @@ struct RankOutcome {
   std::string sync;  // the strategy's describe()
   RankMemory memory;
   std::int64_t bytes_per_step = 0;
+  std::int64_t uncompressed_bytes_per_step = 0;
 
   std::string encode() const {
     ByteWriter out;
@@ -447,7 +468,7 @@ struct RankOutcome {
     out.put_string(timing_source);
     out.put_string(sync);
     out.put_vector(std::vector<RankMemory>{memory});
-    out.put_vector(std::vector<std::int64_t>{bytes_per_step});
+    out.put_vector(std::vector<std::int64_t>{bytes_per_step, uncompressed_bytes_per_step});
     return out.take();
   }
   static RankOutcome decode(const std::string& bytes) {
@@ -460,7 +481,9 @@ struct RankOutcome {
     r.timing_source = in.get_string();
     r.sync = in.get_string();
     r.memory = in.get_vector<RankMemory>().at(0);
-    r.bytes_per_step = in.get_vector<std::int64_t>().at(0);
+    const std::vector<std::int64_t> moved = in.get_vector<std::int64_t>();
+    r.bytes_per_step = moved.at(0);
+    r.uncompressed_bytes_per_step = moved.at(1);
     return r;
   }
 };
@@ -559,7 +582,9 @@ std::string train_rank(const TrainConfig& config, RankEnv& env, const StepCallba
                      .timing_source = model->timing_source(),
                      .sync = sync->describe(),
                      .memory = memory,
-                     .bytes_per_step = sync->bytes_per_step() + stage->bytes_per_step()}
+                     .bytes_per_step = sync->bytes_per_step() + stage->bytes_per_step(),
+                     .uncompressed_bytes_per_step =
+                         sync->uncompressed_bytes_per_step() + stage->bytes_per_step()}
       .encode();
 }
 
@@ -658,6 +683,7 @@ TrainResult train(const TrainConfig& given, Job& job, const StepCallback& on_ste
     result.memory.push_back(rank.memory);
     if (r == 0) {
       result.bytes_per_step = rank.bytes_per_step;
+      result.uncompressed_bytes_per_step = rank.uncompressed_bytes_per_step;
       result.sync = std::move(rank.sync);
       result.final_params = std::move(rank.final_params);
       result.blas = std::move(rank.blas);

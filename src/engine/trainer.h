@@ -111,6 +111,8 @@ struct TrainResult {
   std::string sync;                 // the strategy's describe() line
   std::string pipeline;             // StagePlan::describe(), with pipeline stages
   std::int64_t bytes_per_step = 0;  // rank 0's collectives in the last step (GradSync)
+  // What they would have moved without --compress.
+  std::int64_t uncompressed_bytes_per_step = 0;
   std::size_t spans_dropped = 0;
   std::string blas;  // BLAS in use (threads included), or cuBLAS and the GEMM precision
   // The communicator backend and, for process jobs (mpi), the job's shape and how well

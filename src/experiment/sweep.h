@@ -14,7 +14,7 @@ namespace tandem {
 
 inline constexpr std::string_view kSweepKeys =
     "strategy bucket-mb chunks batch model prefetch pipeline schedule micro-batches ranks link "
-    "threads precision gemm power-cap overlap-optimizer double-buffer recompute";
+    "threads precision gemm power-cap overlap-optimizer double-buffer recompute compress";
 
 struct SweepAxis {
   std::string key;

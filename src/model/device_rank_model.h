@@ -19,7 +19,8 @@
 //   begin_step(), end_step(backend)  the step's start on the spans' clock; its end, after
 //                                  the device has finished and the spans are recorded
 //   begin_span(...), end_span()    the engine's own intervals on the same clock
-//   optimizer_step, sgd_step, allocate_zeroed, stream, make_current, finish, describe,
+//   optimizer_step, sgd_step, narrow, widen, allocate_zeroed, stream, make_current, finish,
+//   describe,
 //   device_details, timing_source, reset_device_peak, device_peak_bytes, note_memory
 //                                  as RankModel's members of the same names
 #pragma once
@@ -100,6 +101,13 @@ class DeviceRankModel final : public RankModel {
   void sgd_step(std::span<float> params, std::span<const float> grads, std::span<float> velocity,
                 float grad_scale) override {
     device_.sgd_step(params, grads, velocity, grad_scale);
+  }
+  void narrow(std::span<const float> from, std::uint16_t* to, DataType type,
+              float scale) override {
+    device_.narrow(from, to, type, scale);
+  }
+  void widen(const std::uint16_t* from, std::span<float> to, DataType type) override {
+    device_.widen(from, to, type);
   }
 
   // ---- pipeline stages ----
@@ -191,8 +199,8 @@ class DeviceRankModel final : public RankModel {
   void zero_grad() override {
     with_model([](auto& model) { model.zero_grad(); });
   }
-  void begin_span(Lane lane, SpanKind kind, int tag) override {
-    device_.begin_span(lane, kind, step_, tag);
+  void begin_span(Lane lane, SpanKind kind, int tag, NameId name) override {
+    device_.begin_span(lane, kind, step_, tag, name);
   }
   void end_span() override { device_.end_span(); }
   StepEnd end_step() override {

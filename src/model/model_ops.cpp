@@ -20,6 +20,8 @@ std::string_view to_string(ModelOp op) {
       return "loss";
     case ModelOp::kRecompute:
       return "recompute";
+    case ModelOp::kCompress:
+      return "compress";
   }
   return "?";
 }

@@ -24,8 +24,9 @@ enum class ModelOp : NameId {
   kHead,           // the output head (logits)
   kLoss,           // cross-entropy over the vocabulary
   kRecompute,      // --recompute: a block's forward (or its attention) again, in backward
+  kCompress,       // --compress: the gradient's casts and PowerSGD's products (the reducer's)
 };
-inline constexpr int kModelOpCount = 7;
+inline constexpr int kModelOpCount = 8;
 
 constexpr NameId op_name(ModelOp op) { return static_cast<NameId>(op); }
 std::string_view to_string(ModelOp op);

@@ -107,11 +107,21 @@ class CpuDevice {
   void optimizer_step(std::span<float> params, std::span<const float> grads, float grad_scale) {
     sgd_->step(params, grads, grad_scale);
   }
+  void narrow(std::span<const float> from, std::uint16_t* to, DataType type, float scale) {
+    tandem::narrow(type, to, from.data(), from.size(), scale);
+  }
+  void widen(const std::uint16_t* from, std::span<float> to, DataType type) {
+    tandem::widen(type, to.data(), from, to.size());
+  }
 
   std::int64_t begin_step() { return now_ns(); }
-  void begin_span(Lane lane, SpanKind kind, int step, int tag) {
-    open_.push_back(
-        Span{.lane = lane, .kind = kind, .step = step, .tag = tag, .start_ns = now_ns()});
+  void begin_span(Lane lane, SpanKind kind, int step, int tag, NameId name) {
+    open_.push_back(Span{.lane = lane,
+                         .kind = kind,
+                         .name = name,
+                         .step = step,
+                         .tag = tag,
+                         .start_ns = now_ns()});
   }
   void end_span() {
     TANDEM_CHECK(!open_.empty());

@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "compute/precision.h"
+#include "core/half.h"
 #include "core/stream.h"
 #include "model/layout.h"
 #include "model/sgd.h"
@@ -91,6 +92,12 @@ class RankModel {
   // memory: `velocity` is the caller's momentum state for `params`.
   virtual void sgd_step(std::span<float> params, std::span<const float> grads,
                         std::span<float> velocity, float grad_scale) = 0;
+  // Gradient compression (--compress fp16|bf16): to[i] := from[i] * scale rounded to
+  // `type` (fp16 or bf16, to nearest even), and back. Both sides in the model's memory (a
+  // 16-bit array lives in an allocate_zeroed array of half as many floats), on its stream.
+  virtual void narrow(std::span<const float> from, std::uint16_t* to, DataType type,
+                      float scale) = 0;
+  virtual void widen(const std::uint16_t* from, std::span<float> to, DataType type) = 0;
 
   // Pipeline stages (engine/pipeline.h, docs/PIPELINE.md): a rank that holds some units
   // of the model and keeps several micro-batches in flight.
@@ -136,7 +143,7 @@ class RankModel {
   virtual void optimizer_step(float grad_scale) = 0;
   virtual void zero_grad() = 0;
   // An interval of the engine's own (tag -1: none) on this model's clock; nest freely.
-  virtual void begin_span(Lane lane, SpanKind kind, int tag = -1) = 0;
+  virtual void begin_span(Lane lane, SpanKind kind, int tag = -1, NameId name = kNoName) = 0;
   virtual void end_span() = 0;
 
   struct StepEnd {

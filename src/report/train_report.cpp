@@ -152,19 +152,26 @@ TrainSummary summarize_training(const TrainConfig& config, const TrainResult& re
   out.overlap_ms = summarize_ms(steps, &StepMetrics::t_ovl_ns);
   out.exposed_comm_ms = summarize_ms(steps, &StepMetrics::t_exposed_comm_ns);
   out.hidden_share = hidden_share(steps);
-  if (config.model.recompute != Recompute::kNone && config.record) {
-    std::map<int, double> recompute_ns;  // per measured step, over every rank
+  // Compute spans of one name (ModelOp), per measured step, mean over ranks.
+  const auto named_ms = [&](SpanKind kind, ModelOp op) {
+    std::map<int, double> ns;  // per measured step, over every rank
     for (const Span& span : result.timeline.spans) {
-      if (span.kind == SpanKind::kBackward && span.name == op_name(ModelOp::kRecompute) &&
-          span.step >= static_cast<int>(skip)) {
-        recompute_ns[span.step] += static_cast<double>(span.end_ns - span.start_ns);
+      if (span.kind == kind && span.name == op_name(op) && span.step >= static_cast<int>(skip)) {
+        ns[span.step] += static_cast<double>(span.end_ns - span.start_ns);
       }
     }
     std::vector<double> per_step;
-    for (const auto& [step, ns] : recompute_ns) per_step.push_back(ns / 1e6 / config.ranks);
-    out.recompute_ms = summarize(per_step);
+    for (const auto& [step, sum] : ns) per_step.push_back(sum / 1e6 / config.ranks);
+    return summarize(per_step);
+  };
+  if (config.model.recompute != Recompute::kNone && config.record) {
+    out.recompute_ms = named_ms(SpanKind::kBackward, ModelOp::kRecompute);
+  }
+  if (config.reducer.compress.enabled() && config.record && config.compute) {
+    out.compress_ms = named_ms(SpanKind::kOther, ModelOp::kCompress);
   }
   out.bytes_per_step = config.ranks > 1 ? result.bytes_per_step : 0;
+  out.uncompressed_bytes_per_step = config.ranks > 1 ? result.uncompressed_bytes_per_step : 0;
 
   if (config.pipeline.stages > 1 && config.record && !result.timeline.spans.empty()) {
     const StagePlan plan = stage_plan(config);
@@ -203,6 +210,13 @@ std::string format_train_summary(const TrainConfig& config, const TrainResult& r
       format_bytes(static_cast<double>(s.bytes_per_step)).c_str(),
       config.link.enabled() ? (" over an emulated " + config.link.describe() + " link").c_str()
                             : "");
+  if (config.reducer.compress.enabled() && s.uncompressed_bytes_per_step > 0) {
+    add("                   %.1f%% of %s uncompressed (--compress %s)\n",
+        100.0 * static_cast<double>(s.bytes_per_step) /
+            static_cast<double>(s.uncompressed_bytes_per_step),
+        format_bytes(static_cast<double>(s.uncompressed_bytes_per_step)).c_str(),
+        config.reducer.compress.to_string().c_str());
+  }
   if (config.record) {
     add("  compute          %s\n", ms(s.compute_ms).c_str());
     add("  communication    %s\n", ms(s.comm_ms).c_str());
@@ -232,6 +246,11 @@ std::string format_train_summary(const TrainConfig& config, const TrainResult& r
     add("  recomputation    %s  (--recompute %s: forward work run again in backward, part of "
         "compute)\n",
         ms(s.recompute_ms).c_str(), std::string(to_string(config.model.recompute)).c_str());
+  }
+  if (s.compress_ms.count > 0) {
+    add("  compression      %s  (--compress %s: the casts or factors of the gradient, part of "
+        "compute)\n",
+        ms(s.compress_ms).c_str(), config.reducer.compress.to_string().c_str());
   }
   text += format_memory(result);
   if (result.pipeline.empty() && !result.memory.empty()) {
@@ -309,6 +328,7 @@ nlohmann::json train_config_json(const TrainConfig& c, const TrainResult& result
       {"first_bucket_cap_bytes", c.reducer.plan.first_bucket_cap_bytes},
       {"overlap_optimizer", c.reducer.overlap_optimizer},
       {"double_buffer", c.reducer.double_buffer},
+      {"compress", c.reducer.compress.to_string()},
       {"layer_drop", c.model.layer_drop},
       {"find_unused", c.reducer.find_unused},
       {"recompute", std::string(to_string(c.model.recompute))},
@@ -353,6 +373,7 @@ TrainConfig train_config_from_json(const nlohmann::json& j, const std::string& w
     // The techniques (absent before they existed: off).
     c.reducer.overlap_optimizer = j.value("overlap_optimizer", false);
     c.reducer.double_buffer = j.value("double_buffer", false);
+    c.reducer.compress = Compression::parse(j.value("compress", std::string("none")));
     c.reducer.plan.bucket_cap_bytes = j.at("bucket_cap_bytes").get<std::int64_t>();
     c.reducer.plan.first_bucket_cap_bytes = j.at("first_bucket_cap_bytes").get<std::int64_t>();
     c.precision = parse_precision(j.at("precision").get<std::string>());
@@ -412,6 +433,9 @@ nlohmann::json train_summary_body(const TrainConfig& config, const TrainResult& 
       {"step_ms", s.step_ms},
       {"samples_per_s", number_or_null(s.samples_per_s)},
       {"bytes_per_step", s.bytes_per_step},
+      {"uncompressed_bytes_per_step", s.uncompressed_bytes_per_step},
+      {"compress_ms",
+       s.compress_ms.count > 0 ? nlohmann::json(s.compress_ms) : nlohmann::json(nullptr)},
       {"compute_ms", s.compute_ms},
       {"comm_ms", s.comm_ms},
       {"wait_ms", s.wait_ms},

@@ -17,11 +17,15 @@ struct TrainSummary {
   Summary step_ms;                  // per step: the slowest rank's wall time
   double samples_per_s = 0;         // global samples per second at the median step time
   std::int64_t bytes_per_step = 0;  // all-reduced bytes per rank per step
+  std::int64_t uncompressed_bytes_per_step = 0;  // the same without --compress
   // From the timeline (NaN-filled when --no-timeline): per step, mean over ranks.
   Summary compute_ms, comm_ms, wait_ms, overlap_ms, exposed_comm_ms;
   // --recompute: the compute spent running forward work again in backward (the spans
   // named "recompute"), per step, mean over ranks; empty (count 0) without it.
   Summary recompute_ms;
+  // --compress: the compute of the gradient's casts or PowerSGD's products (spans named
+  // "compress"), per step, mean over ranks; empty without it.
+  Summary compress_ms;
   double hidden_share = 0;              // Σ T_ovl / Σ T_comm over measured steps (HTA)
   float first_loss = 0, last_loss = 0;  // mean over ranks
   bool has_loss = false;  // some step computed a loss (not comm-only runs or simulations)

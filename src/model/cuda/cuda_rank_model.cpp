@@ -31,6 +31,12 @@
 namespace tandem {
 namespace {
 
+// The cast kernels take the GEMM precision whose input type a compressed gradient has.
+Precision precision_of(DataType type) {
+  TANDEM_CHECK(type != DataType::kFloat32);
+  return type == DataType::kBFloat16 ? Precision::kBf16 : Precision::kFp16;
+}
+
 // The mlp's synthetic shard: generated on the host by the CPU model's code (so both
 // devices train on the same samples) and copied to the device once, before step 0.
 class DeviceDataset {
@@ -226,6 +232,12 @@ class CudaDevice {
     TANDEM_CHECK(!amp_);  // fp16 transformers are refused with sharded strategies (trainer.cpp)
     sgd_->step(params, grads, velocity, grad_scale, stream_.get());
   }
+  void narrow(std::span<const float> from, std::uint16_t* to, DataType type, float scale) {
+    cuda::cast_from_float(to, from.data(), from.size(), precision_of(type), scale, stream_.get());
+  }
+  void widen(const std::uint16_t* from, std::span<float> to, DataType type) {
+    cuda::cast_to_float(to.data(), from, to.size(), precision_of(type), stream_.get());
+  }
   // With fp16's loss scale: an overflowed gradient skips the step, on the device.
   void optimizer_step(std::span<float> params, std::span<const float> grads, float grad_scale) {
     if (!amp_) {
@@ -242,8 +254,8 @@ class CudaDevice {
     timer_.start_step(stream_.get());
     return timer_.enabled() ? timer_.anchor_ns() : now_ns();
   }
-  void begin_span(Lane lane, SpanKind kind, int step, int tag) {
-    timer_.begin(stream_.get(), lane, kind, step, tag);
+  void begin_span(Lane lane, SpanKind kind, int step, int tag, NameId name) {
+    timer_.begin(stream_.get(), lane, kind, step, tag, 0, name);
   }
   void end_span() { timer_.end(stream_.get()); }
   // The step's one host synchronization.
