@@ -147,6 +147,36 @@ TEST(CharacterizeCliTest, TechniquesSweep) {
   }
 }
 
+// Gradient compression (docs/REDUCER.md): each point runs the four scenarios, and the
+// compressed points move fewer bytes, with the casts or factors as compress spans.
+TEST(CharacterizeCliTest, CompressSweep) {
+  TempDir dir;
+  const fs::path out = dir.path() / "compress";
+  const CliResult r = run_tandem(
+      "characterize --model gpt:layers=2,dim=16,heads=2,seq=8,vocab=32 --ranks 2 --batch 2 "
+      "--warmup 0 --iterations 2 --no-progress --sweep compress=none,bf16,powersgd:1 --out " +
+      out.string());
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const auto summary = nlohmann::json::parse(slurp(out / "summary.json"));
+  ASSERT_EQ(summary["points"].size(), 3u);
+  std::vector<std::string> seen;
+  for (const auto& point : summary["points"]) {
+    EXPECT_TRUE(point["metrics"].contains("e2e_ovl_ns")) << point.dump();
+    seen.push_back(point["config"]["compress"].get<std::string>());
+  }
+  EXPECT_EQ(seen, (std::vector<std::string>{"none", "bf16", "powersgd:1"}));
+  for (const fs::path& point : fs::directory_iterator(out / "points")) {
+    if (point.filename().string().find("none") != std::string::npos) continue;
+    ASSERT_TRUE(fs::exists(point / "overlapped.trace.json")) << point;
+    EXPECT_NE(slurp(point / "overlapped.trace.json").find("\"compress\""), std::string::npos)
+        << point;
+  }
+  const CliResult refused =
+      run_tandem("characterize --model gpt:layers=1,dim=16,heads=2,seq=8 --sweep compress=fp8");
+  EXPECT_EQ(refused.exit_code, 2);
+  EXPECT_EQ(count_lines(refused.err), 1) << refused.err;
+}
+
 // Pipelines (docs/PIPELINE.md): one point per schedule, each run in all four scenarios.
 TEST(CharacterizeCliTest, PipelineSchedulesSweep) {
   TempDir dir;

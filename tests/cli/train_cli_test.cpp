@@ -347,8 +347,13 @@ INSTANTIATE_TEST_SUITE_P(
                  "--double-buffer: not with --overlap-optimizer"},
         BadInput{"--model mlp:2x8 --layer-drop 0.5", "--layer-drop: skips transformer blocks"},
         BadInput{kTinyGpt + "--layer-drop 1.5", "--layer-drop"},
-        BadInput{kTinyGpt + "--find-unused --strategy fsdp",
-                 "--find-unused: DDP strategies only"}));
+        BadInput{kTinyGpt + "--find-unused --strategy fsdp", "--find-unused: DDP strategies only"},
+        BadInput{kTinyGpt + "--compress fp8", "--compress: unknown compression 'fp8'"},
+        BadInput{kTinyGpt + "--compress powersgd:0", "--compress"},
+        BadInput{kTinyGpt + "--compress powersgd:2 --strategy zero2",
+                 "--compress powersgd:2: needs DDP buckets of whole parameters"},
+        BadInput{kTinyGpt + "--compress powersgd:2 --strategy chunked:4", "--strategy chunked:4"},
+        BadInput{kTinyGpt + "--compress fp16 --pipeline 2 --ranks 2", "not a --pipeline run"}));
 
 // A small GPT on a text file: the loss falls from ln(256), and --eval-every prints the
 // held-out loss on its steps, into the step lines, steps.csv and summary.json.

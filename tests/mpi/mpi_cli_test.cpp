@@ -149,7 +149,8 @@ TEST(MpiTrain, TechniquesMatchLocal) {
   int run = 0;
   for (const char* flags :
        {" --overlap-optimizer", " --overlap-optimizer --strategy zero2", " --double-buffer",
-        " --recompute full", " --recompute selective", " --layer-drop 0.3 --find-unused"}) {
+        " --recompute full", " --recompute selective", " --layer-drop 0.3 --find-unused",
+        " --compress fp16", " --compress bf16 --strategy zero2", " --compress powersgd:2"}) {
     const auto local_out = dir.path() / ("local" + std::to_string(run));
     const auto mpi_out = dir.path() / ("mpi" + std::to_string(run++));
     const CliResult local = run_shell(std::string(TANDEM_BINARY) + " train --ranks 2" + gpt +
