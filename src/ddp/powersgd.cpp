@@ -96,6 +96,30 @@ bool powersgd_compresses(const std::vector<int>& shape, std::size_t numel, int r
   return static_cast<std::size_t>(rank) * (matrix.rows + matrix.cols) < matrix.rows * matrix.cols;
 }
 
+PowerSgdSize powersgd_size(const std::vector<PowerSgdParam>& params, std::size_t numel, int rank) {
+  PowerSgdSize size;
+  const auto r = static_cast<double>(rank);
+  std::size_t compressed = 0;
+  for (const PowerSgdParam& param : params) {
+    if (!powersgd_compresses(param.shape, param.numel, rank)) continue;
+    const MatrixShape shape = matrix_shape(param.shape, param.numel);
+    size.p_numel += shape.rows * static_cast<std::size_t>(rank);
+    size.q_numel += shape.cols * static_cast<std::size_t>(rank);
+    compressed += param.numel;
+    const auto rows = static_cast<double>(shape.rows), cols = static_cast<double>(shape.cols);
+    // P = M Q, Q = M^T P, M ~ P Q^T, and Gram-Schmidt over P's R columns.
+    size.flops += 3 * 2 * rows * cols * r + 4 * rows * r * r;
+  }
+  size.p_numel += numel - compressed;
+  size.state_numel = 2 * compressed + size.q_numel;
+  // Per compressed element: M = grad + error (read 2, write 1), the three products read M or
+  // write the approximation (3), the error = M - approximation (read 2, write 1); per
+  // other element: into the P buffer and back (read and write twice).
+  size.bytes = 4.0 * (10.0 * static_cast<double>(compressed) +
+                      4.0 * static_cast<double>(numel - compressed));
+  return size;
+}
+
 PowerSgdBucket::PowerSgdBucket(std::vector<PowerSgdParam> params, std::size_t begin,
                                std::size_t end, int rank, std::uint64_t seed)
     : numel_(end - begin), rank_(rank) {
@@ -137,6 +161,9 @@ PowerSgdBucket::PowerSgdBucket(std::vector<PowerSgdParam> params, std::size_t be
   uncompressed_p_offset_ = p_numel_;
   for (const Segment& segment : uncompressed_) p_numel_ += segment.end - segment.begin;
 
+  const PowerSgdSize size = powersgd_size(params, numel_, rank);
+  TANDEM_CHECK(size.p_numel == p_numel_ && size.q_numel == q_numel_ &&
+               size.state_numel == 2 * state_numel + q_numel_);
   m_.assign(state_numel, 0.0f);
   error_.assign(state_numel, 0.0f);
   warm_q_.resize(q_numel_);

@@ -36,6 +36,18 @@ struct PowerSgdParam {
 // its rows * cols.
 bool powersgd_compresses(const std::vector<int>& shape, std::size_t numel, int rank);
 
+// What a bucket's compression costs, without its state (the simulator prices buckets of
+// models too large to hold): the two wire buffers, the products' FLOPs and the bytes the
+// elementwise work streams. `numel`: the bucket's range; params inside it.
+struct PowerSgdSize {
+  std::size_t p_numel = 0;
+  std::size_t q_numel = 0;
+  double flops = 0;
+  double bytes = 0;
+  std::size_t state_numel = 0;  // kept between steps: M and error per compressed element, Q
+};
+PowerSgdSize powersgd_size(const std::vector<PowerSgdParam>& params, std::size_t numel, int rank);
+
 class PowerSgdBucket {
  public:
   // `params`: the bucket's parameters, each wholly inside [begin, end) of the flat

@@ -24,6 +24,7 @@
 #include "ddp/compression.h"
 #include "ddp/grad_sync.h"
 #include "ddp/launch_schedule.h"
+#include "ddp/powersgd.h"
 #include "model/rank_model.h"
 
 namespace tandem {
@@ -82,6 +83,9 @@ std::vector<Bucket> plan_buckets(const std::vector<GradParam>& params, std::size
 // The parameters of a model layout as the reducer sees them: all, or those of the units
 // flagged in `units` (a pipeline stage's).
 std::vector<GradParam> grad_params(const ModelLayout& layout, const std::vector<bool>& units = {});
+// PowerSGD's view of a bucket's parameters (ddp/powersgd.h): their offsets and shapes.
+std::vector<PowerSgdParam> powersgd_params(const ModelLayout& layout, const Bucket& bucket,
+                                           const std::vector<GradParam>& params);
 // The plan of `options` over `layout`.
 std::vector<Bucket> plan_buckets(const ModelLayout& layout, const BucketPlanOptions& options);
 

@@ -192,6 +192,8 @@ UnitCosts unit_costs(const TrainConfig& config, const Cluster& cluster) {
   c.optimizer_numel = static_cast<double>(layout.numel());
   c.optimizer_bytes = 4.0 * 5 * c.optimizer_numel;
   c.optimizer = c.optimizer_bytes / bw;
+  c.byte_seconds = 1 / bw;
+  c.flop_seconds = 1 / flop_rate;
   return c;
 }
 
@@ -208,6 +210,7 @@ struct StepOp {
   double seconds = 0;
   double flops = 0;
   int transfer = -1;  // kPost, kWait: into StepPlan::transfers
+  NameId name = kNoName;  // a compute span's (ModelOp), as the real rank records it
 };
 
 // A collective or a point-to-point transfer of a step, and who takes part: a collective
@@ -251,12 +254,18 @@ struct ProgramBuilder {
   void wait(int t, int tag) {
     ops->push_back({.kind = StepOpKind::kWait, .tag = tag, .transfer = t});
   }
-  void compute(SpanKind span, int tag, int micro, double seconds, double flops) {
+  void compute(SpanKind span, int tag, int micro, double seconds, double flops,
+               NameId name = kNoName) {
     if (idle_before != nullptr && *idle_before) {
       const double idle = (*idle_before)(span, tag);
       if (idle > 0) ops->push_back({.kind = StepOpKind::kIdle, .seconds = idle});
     }
-    ops->push_back({.span = span, .tag = tag, .micro = micro, .seconds = seconds, .flops = flops});
+    ops->push_back({.span = span,
+                    .tag = tag,
+                    .micro = micro,
+                    .seconds = seconds,
+                    .flops = flops,
+                    .name = name});
   }
 };
 
@@ -291,7 +300,7 @@ class SimSync {
 class SimReducer final : public SimSync {
  public:
   SimReducer(const TrainConfig& config, const ModelLayout& layout, const std::vector<bool>& units,
-             bool hold_embedding, bool communicates)
+             bool hold_embedding, bool communicates, const UnitCosts& costs)
       : params_(grad_params(layout, units)),
         buckets_(plan_buckets(params_, layout.numel(), config.reducer.plan)),
         schedule_(params_, buckets_),
@@ -303,8 +312,17 @@ class SimReducer final : public SimSync {
                            config.reducer.mode == CommMode::kOverlapped),
         double_buffer_(config.reducer.double_buffer),
         sequential_(config.reducer.mode == CommMode::kSequential),
-        issued_(buckets_.size(), -1) {
+        issued_(buckets_.size(), -1),
+        compress_(config.reducer.compress),
+        compute_(config.compute),
+        costs_(costs) {
     schedule_.reset();
+    if (compress_.kind == Compression::Kind::kPowerSgd) {
+      for (const Bucket& bucket : buckets_) {
+        powersgd_.push_back(powersgd_size(powersgd_params(layout, bucket, params_),
+                                          bucket.end - bucket.begin, compress_.rank));
+      }
+    }
   }
 
   // --double-buffer (Note [double buffering] in ddp/reducer.cpp): the previous step's
@@ -323,6 +341,16 @@ class SimReducer final : public SimSync {
   void before_optimizer(ProgramBuilder& p) override {
     if (hold_embedding_) schedule_.mark_unit_ready(0);
     for (int b = schedule_.take_next(); b >= 0; b = schedule_.take_next()) post(p, b);
+    // PowerSGD's second round (Reducer::launch_second_round): each P waited for in plan
+    // order, its Q computed and all-reduced.
+    for (std::size_t b = 0; b < powersgd_.size(); ++b) {
+      if (issued_[b] < 0 || powersgd_[b].q_numel == 0) continue;
+      p.wait(issued_[b], static_cast<int>(b));
+      compress(p, b, 1.0 / 3);
+      issued_[b] = p.post(SpanKind::kAllreduce,
+                          static_cast<std::int64_t>(powersgd_[b].q_numel * sizeof(float)),
+                          static_cast<int>(b));
+    }
     if (overlap_optimizer_) return;  // each bucket waited for before its own update
     for (std::size_t b = 0; b < issued_.size(); ++b) wait(p, b);
   }
@@ -350,15 +378,42 @@ class SimReducer final : public SimSync {
   const std::vector<Bucket>& buckets() const { return buckets_; }
 
  private:
-  // Waits for bucket b's all-reduce if it is in flight (Reducer::wait_for).
+  // Waits for bucket b's all-reduce if it is in flight (Reducer::wait_for), then widens it
+  // or computes PowerSGD's approximation.
   void wait(ProgramBuilder& p, std::size_t b) {
-    if (issued_[b] >= 0) p.wait(issued_[b], static_cast<int>(b));
+    if (issued_[b] < 0) return;
+    p.wait(issued_[b], static_cast<int>(b));
     issued_[b] = -1;
+    compress(p, b, 1.0 / 3);
   }
   void post(ProgramBuilder& p, int b) {
     const Bucket& bucket = buckets_[static_cast<std::size_t>(b)];
     if (!comm_ || bucket.end <= bucket.begin) return;
-    issued_[static_cast<std::size_t>(b)] = p.post(SpanKind::kAllreduce, bucket.bytes(), b);
+    const auto i = static_cast<std::size_t>(b);
+    std::int64_t bytes = bucket.bytes();
+    if (compress_.casts()) {
+      bytes /= 2;
+    } else if (!powersgd_.empty()) {
+      bytes = static_cast<std::int64_t>(powersgd_[i].p_numel * sizeof(float));
+    }
+    compress(p, i, 1.0 / 3);
+    issued_[i] = p.post(SpanKind::kAllreduce, bytes, b);
+  }
+  // The compute of --compress around bucket b's collectives (Note [compression] in
+  // ddp/reducer.cpp), priced by the device's rates: a cast streams 4 + 2 bytes per element;
+  // PowerSGD's three phases each take `share` of its products and elementwise bytes.
+  void compress(ProgramBuilder& p, std::size_t b, double share) {
+    if (!compute_ || !compress_.enabled()) return;
+    const Bucket& bucket = buckets_[b];
+    double seconds = 0, flops = 0;
+    if (compress_.casts()) {
+      seconds = 6.0 * static_cast<double>(bucket.end - bucket.begin) * costs_.byte_seconds;
+    } else {
+      flops = share * powersgd_[b].flops;
+      seconds = flops * costs_.flop_seconds + share * powersgd_[b].bytes * costs_.byte_seconds;
+    }
+    p.compute(SpanKind::kOther, static_cast<int>(b), -1, seconds, flops,
+              op_name(ModelOp::kCompress));
   }
 
   std::vector<GradParam> params_;
@@ -371,6 +426,10 @@ class SimReducer final : public SimSync {
   bool double_buffer_;
   bool sequential_;
   std::vector<int> issued_;  // per bucket: its transfer in the step, -1 before
+  Compression compress_;
+  bool compute_;
+  const UnitCosts& costs_;
+  std::vector<PowerSgdSize> powersgd_;  // --compress powersgd:R, per bucket
 };
 
 // zero1, zero2 and fsdp, as ShardedSync runs them (ddp/sharded.cpp): the same
@@ -379,7 +438,7 @@ class SimReducer final : public SimSync {
 // the optimizer, and the step's end waits for what is still in flight.
 class SimSharded final : public SimSync {
  public:
-  SimSharded(const TrainConfig& config, const ModelLayout& layout)
+  SimSharded(const TrainConfig& config, const ModelLayout& layout, const UnitCosts& costs)
       : kind_(config.reducer.plan.strategy.kind),
         comm_(config.reducer.mode != CommMode::kOff),
         sequential_(config.reducer.mode == CommMode::kSequential),
@@ -389,7 +448,9 @@ class SimSharded final : public SimSync {
                            config.reducer.mode == CommMode::kOverlapped),
         ranks_(config.ranks),
         gather_(static_cast<std::size_t>(layout.units()), -1),
-        reduce_(static_cast<std::size_t>(layout.units()), -1) {
+        reduce_(static_cast<std::size_t>(layout.units()), -1),
+        casts_(config.reducer.compress.casts() && config.compute ? costs.byte_seconds : 0),
+        halves_(config.reducer.compress.casts()) {
     for (int u = 0; u < layout.units(); ++u) {
       const UnitInfo& info = layout.unit(u);
       bytes_.push_back(static_cast<std::int64_t>((info.padded_end - info.begin) * sizeof(float)));
@@ -414,7 +475,11 @@ class SimSharded final : public SimSync {
     if (fsdp()) schedule_.releases_after(event_);
     ++event_;
     if (!comm_ || !last_micro) return;
-    reduce_[static_cast<std::size_t>(unit)] = p.post(SpanKind::kReduceScatter, bytes(unit), unit);
+    // --compress fp16|bf16 (Note [sharded compression] in ddp/sharded.cpp): the unit cast
+    // to 16 bits (4 + 2 bytes per element streamed), reduce-scattered in 16 bits.
+    cast(p, unit, static_cast<double>(bytes(unit)) / sizeof(float));
+    reduce_[static_cast<std::size_t>(unit)] =
+        p.post(SpanKind::kReduceScatter, halves_ ? bytes(unit) / 2 : bytes(unit), unit);
     if (sequential_) settle(p);
   }
   void before_optimizer(ProgramBuilder& p) override {
@@ -491,10 +556,18 @@ class SimSharded final : public SimSync {
   void settle(ProgramBuilder& p) {
     for (std::size_t u = 0; u < reduce_.size(); ++u) settle(p, u);
   }
-  // Waits for unit u's reduce-scatter if it is in flight.
+  // Waits for unit u's reduce-scatter if it is in flight, then widens the rank's block.
   void settle(ProgramBuilder& p, std::size_t u) {
-    if (reduce_[u] >= 0) p.wait(reduce_[u], static_cast<int>(u));
+    if (reduce_[u] < 0) return;
+    p.wait(reduce_[u], static_cast<int>(u));
     reduce_[u] = -1;
+    cast(p, static_cast<int>(u),
+         static_cast<double>(bytes(static_cast<int>(u))) / sizeof(float) / ranks_);
+  }
+  void cast(ProgramBuilder& p, int u, double elements) {
+    if (casts_ > 0) {
+      p.compute(SpanKind::kOther, u, -1, 6 * elements * casts_, 0, op_name(ModelOp::kCompress));
+    }
   }
   void note_gathered() {
     std::int64_t gathered = 0;
@@ -514,6 +587,8 @@ class SimSharded final : public SimSync {
   std::size_t shard_numel_ = 0;
   std::vector<int> gather_;  // per unit: its all-gather in flight, -1 if none
   std::vector<int> reduce_;  // per unit: its reduce-scatter in flight, -1 if none
+  double casts_;             // --compress fp16|bf16 with compute: seconds per byte streamed; else 0
+  bool halves_;              // --compress fp16|bf16: the reduce-scatters move 16-bit values
   int event_ = 0;
   std::int64_t gathered_peak_ = 0;
 };
@@ -907,14 +982,14 @@ TrainResult simulate_training(const TrainConfig& given, const SimulateOptions& o
     std::unique_ptr<SimSharded> sharded_sync;
     std::unique_ptr<SimReducer> reducer;
     if (sharded) {
-      sharded_sync = std::make_unique<SimSharded>(config, layout);
+      sharded_sync = std::make_unique<SimSharded>(config, layout, costs);
     } else {
       const std::vector<bool> keep =
           pipeline ? stage_kept_units(layout, plan.owned_units(actor.stage, U))
                    : std::vector<bool>{};
       const bool hold_embedding = plan.tied_across_stages && plan.stage_of_chunk(0) == actor.stage;
       reducer = std::make_unique<SimReducer>(config, layout, keep, hold_embedding,
-                                             !pipeline || plan.replicas > 1);
+                                             !pipeline || plan.replicas > 1, costs);
       stage_buckets[static_cast<std::size_t>(actor.stage)] = reducer->buckets();
     }
     StageContext ctx{.config = &config,
@@ -1136,6 +1211,7 @@ TrainResult simulate_training(const TrainConfig& given, const SimulateOptions& o
       }
       a.spans.push_back({.lane = Lane::kCompute,
                          .kind = op.span,
+                         .name = op.name,
                          .step = a.step,
                          .tag = op.tag,
                          .micro = op.micro,
@@ -1205,18 +1281,33 @@ TrainResult simulate_training(const TrainConfig& given, const SimulateOptions& o
       }
     }
   }
+  // --compress: the 16-bit copy of the gradient, or PowerSGD's state and factor buffers.
+  std::int64_t compression_bytes = 0;
+  if (config.reducer.compress.casts()) compression_bytes = replica / 2;
+  if (config.reducer.compress.kind == Compression::Kind::kPowerSgd) {
+    const std::vector<GradParam> params = grad_params(layout);
+    for (const Bucket& b : stage_buckets[0]) {
+      const PowerSgdSize size = powersgd_size(powersgd_params(layout, b, params), b.end - b.begin,
+                                              config.reducer.compress.rank);
+      compression_bytes += static_cast<std::int64_t>(
+          (size.state_numel + size.p_numel + size.q_numel) * sizeof(float));
+    }
+  }
   double need = 0;
   for (const Actor& a : actors) {
-    // --double-buffer keeps a second gradient array (Reducer::state_bytes).
-    StateBytes mine{.params = replica,
-                    .grads = config.reducer.double_buffer ? 2 * replica : replica,
-                    .optimizer = replica};
+    // --double-buffer keeps a second gradient array, --compress its wire copies and state
+    // (Reducer::state_bytes).
+    StateBytes mine{
+        .params = replica,
+        .grads = (config.reducer.double_buffer ? 2 * replica : replica) + compression_bytes,
+        .optimizer = replica};
     int in_flight = 1;
     double held = 1;  // the share of the model's units whose buffers the rank keeps
     if (sharded) {
       std::int64_t full = 0;
       for (int u = 0; u < U; ++u) full += shards->unit_bytes(u);
       mine = sharded_state_bytes(strategy.kind, config.reducer.mode, full, shards->shard_bytes());
+      if (config.reducer.compress.casts()) mine.grads += (full + shards->shard_bytes()) / 2;
       if (comm) {
         mine.gathered_peak = shards->gathered_peak();
         if (strategy.kind != StrategyKind::kZero1) mine.grads_peak = grads_peak(a.spans, *shards);
@@ -1291,11 +1382,20 @@ TrainResult simulate_training(const TrainConfig& given, const SimulateOptions& o
       if (!config.shard.reshard_after_forward) result.sync += ", kept from forward to backward";
     }
   }
-  // Bytes the first rank moves per step (as a rank's communicator counts them).
+  // Bytes the first rank moves per step (as a rank's communicator counts them), and what
+  // they would be without --compress: the 16-bit reductions twice as large, PowerSGD's
+  // factors the buckets themselves.
+  const Compression& compress = config.reducer.compress;
   for (const Transfer& tr : step_plan.transfers) {
     if (std::find(tr.actors.begin(), tr.actors.end(), 0) != tr.actors.end()) {
       result.bytes_per_step += tr.bytes;
+      const bool reduction = tr.kind == SpanKind::kAllreduce || tr.kind == SpanKind::kReduceScatter;
+      result.uncompressed_bytes_per_step += compress.casts() && reduction ? 2 * tr.bytes : tr.bytes;
     }
+  }
+  if (compress.kind == Compression::Kind::kPowerSgd && config.reducer.mode != CommMode::kOff) {
+    result.uncompressed_bytes_per_step = 0;
+    for (const Bucket& b : result.buckets) result.uncompressed_bytes_per_step += b.bytes();
   }
   char blas[160];
   std::snprintf(blas, sizeof blas, "simulated %s GEMMs at %.0f%% of %s's peak (%.1f TFLOP/s)",

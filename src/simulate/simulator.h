@@ -78,6 +78,10 @@ struct UnitCosts {
   double optimizer = 0;
   double optimizer_bytes = 0;
   double optimizer_numel = 0;  // the elements the optimizer's time is for (0: measured, as is)
+  // The device's rates, for work priced by its size (--compress): seconds per byte streamed
+  // and per GEMM FLOP (0 when replaying measured passes: not priced).
+  double byte_seconds = 0;
+  double flop_seconds = 0;
 };
 UnitCosts unit_costs(const TrainConfig& config, const Cluster& cluster);
 

@@ -162,6 +162,41 @@ TEST(SimulatorTest, DoubleBufferingHidesTheAllreducesUnderTheWholeStep) {
   }
 }
 
+// --compress (Note [compression] in ddp/reducer.cpp): fp16 moves half the bytes, each
+// bucket cast before its all-reduce and widened after its wait (6 bytes per element at the
+// memory's rate, spans named "compress"); PowerSGD two all-reduces per bucket of the
+// factors' sizes, the second after backward.
+TEST(SimulatorTest, CompressionHalvesTheBytesAndPricesItsCasts) {
+  const Cluster cluster = round_cluster(1, 2);
+  TrainConfig config = mlp_config("mlp:4x512", 2, "layerwise");
+  const TrainResult plain = simulate_training(config, {.cluster = cluster});
+  config.reducer.compress = Compression::parse("fp16");
+  const TrainResult half = simulate_training(config, {.cluster = cluster});
+  EXPECT_EQ(2 * half.bytes_per_step, plain.bytes_per_step);
+  EXPECT_EQ(half.uncompressed_bytes_per_step, plain.bytes_per_step);
+  const UnitCosts k = unit_costs(config, cluster);
+  double casts = 0;
+  int spans = 0;
+  for (const Span& s : half.timeline.spans) {
+    if (s.rank != 0 || s.step != 0 || s.name != op_name(ModelOp::kCompress)) continue;
+    casts += seconds(s.end_ns - s.start_ns);
+    ++spans;
+  }
+  EXPECT_EQ(spans, 2 * static_cast<int>(half.buckets.size()));
+  // Every element cast twice; casts overlapping an all-reduce run slower (contention).
+  EXPECT_GE(
+      casts,
+      2 * 6.0 * static_cast<double>(ModelLayout(config.model).numel()) * k.byte_seconds - 1e-9);
+  config.reducer.compress = Compression::parse("powersgd:1");
+  const TrainResult low = simulate_training(config, {.cluster = cluster});
+  EXPECT_LT(low.bytes_per_step, plain.bytes_per_step / 50);
+  int allreduces = 0;
+  for (const Span& s : low.timeline.spans) {
+    if (s.rank == 0 && s.step == 0 && s.kind == SpanKind::kAllreduce) ++allreduces;
+  }
+  EXPECT_EQ(allreduces, 2 * static_cast<int>(low.buckets.size()));  // P and Q of each bucket
+}
+
 // Layerwise on 2 layers: the last layer's all-reduce starts when its backward ends and
 // overlaps layer 0's backward. Both slow down while they overlap; the hand computation
 // follows the piecewise rates.
