@@ -47,6 +47,14 @@ TECHNIQUES = {
     "recompute full": (["--strategy", "bucketed"], ["--recompute", "full"], ["gpt"], ALL_LINKS),
     "recompute selective": (["--strategy", "bucketed"], ["--recompute", "selective"], ["gpt"],
                             ALL_LINKS),
+    "compress fp16 (bucketed)": (["--strategy", "bucketed"], ["--compress", "fp16"],
+                                 ["mlp", "gpt"], ALL_LINKS + ["1GB/s,20us"]),
+    "compress bf16 (bucketed)": (["--strategy", "bucketed"], ["--compress", "bf16"],
+                                 ["mlp", "gpt"], ALL_LINKS),
+    "compress powersgd:4 (bucketed)": (["--strategy", "bucketed"], ["--compress", "powersgd:4"],
+                                       ["mlp", "gpt"], ALL_LINKS + ["1GB/s,20us"]),
+    "compress bf16 (zero2)": (["--strategy", "zero2"], ["--compress", "bf16"], ["mlp", "gpt"],
+                              ALL_LINKS),
 }
 # The loss each technique that changes training costs: 200 steps of a GPT on a text file,
 # the plain run beside the technique's, the training loss every 50 steps and the held-out
@@ -54,7 +62,11 @@ TECHNIQUES = {
 LOSS_RUN = ["--model", "gpt:layers=2,dim=64,heads=4,seq=64", "--ranks", "2", "--batch", "8",
             "--steps", "200", "--data", "/usr/share/common-licenses/GPL-3"]
 LOSS_LRS = ["0.1", "0.03"]
-LOSS_TECHNIQUES = {"double-buffer": ["--double-buffer"]}
+LOSS_TECHNIQUES = {"double-buffer": ["--double-buffer"],
+                   "compress fp16": ["--compress", "fp16"],
+                   "compress bf16": ["--compress", "bf16"],
+                   "compress powersgd:4": ["--compress", "powersgd:4"],
+                   "compress bf16 (zero2)": ["--compress", "bf16", "--strategy", "zero2"]}
 METRICS = ["e2e_ovl_ns", "compute_slowdown", "overlap_ratio", "hidden_share", "exposed_comm_ns"]
 
 
@@ -79,8 +91,10 @@ def train(tandem, flags, out):
     run([tandem, "train", *flags, "--steps", "10", "--out", str(out)], f"{out}.log")
     summary = json.loads((out / "summary.json").read_text())
     rank0 = summary["memory"][0]
+    compress = summary.get("compress_ms")
     return {"activations": rank0["activations_bytes"],
-            "rss": rank0["steps_peak_rss_bytes"], "loss": summary["last_loss"]}
+            "rss": rank0["steps_peak_rss_bytes"], "loss": summary["last_loss"],
+            "compress_ms": compress["median"] if compress else 0.0}
 
 
 def main():
@@ -94,8 +108,8 @@ def main():
     root = Path(args.out or tempfile.mkdtemp(prefix="tandem-techniques-"))
     root.mkdir(parents=True, exist_ok=True)
     print("| workload | link | technique | side | step ms | S | R | hidden | exposed ms "
-          "| MiB/step | activations MiB | peak RSS MiB | ratio |")
-    print("|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+          "| MiB/step | activations MiB | peak RSS MiB | compress ms | ratio |")
+    print("|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     n = 0
     for technique, (plain, extra, workloads, links) in TECHNIQUES.items():
         if (args.only and args.only not in technique) or args.loss_only:
@@ -127,7 +141,7 @@ def main():
                           f"| {100 * row['overlap_ratio']:.1f}% | {100 * row['hidden_share']:.0f}% "
                           f"| {row['exposed_comm_ns'] / 1e6:.2f} | {row['bytes'] / 2**20:.1f} "
                           f"| {row['activations'] / 2**20:.2f} | {row['rss'] / 2**20:.0f} "
-                          f"| {ratio:.3f} |", flush=True)
+                          f"| {row['compress_ms']:.2f} | {ratio:.3f} |", flush=True)
     print("\n| technique | lr | side | loss step 1 | 50 | 100 | 150 | 200 | held-out loss |")
     print("|---|---:|---|---:|---:|---:|---:|---:|---:|")
     for technique, extra in LOSS_TECHNIQUES.items():
