@@ -1,9 +1,15 @@
-// fp32 <-> fp16/bf16 on the host (core/half.h), branch-free so that the loops vectorize.
+// fp32 <-> fp16/bf16 on the host (core/half.h): branch-free loops that vectorize (the file
+// is compiled with -fno-trapping-math, src/CMakeLists.txt), and x86's F16C for fp16.
 #include "core/half.h"
 
 #include <bit>
 
 #include "core/cpu_clones.h"
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+#define TANDEM_HAVE_F16C_PATH 1
+#endif
 
 namespace tandem {
 namespace {
@@ -54,6 +60,55 @@ inline float float_of_bf16(std::uint16_t v) {
   return std::bit_cast<float>(static_cast<std::uint32_t>(v) << 16);
 }
 
+#if defined(TANDEM_HAVE_F16C_PATH)
+// Note [f16c]: x86's F16C instructions convert 8 values per instruction, rounding to
+// nearest even as fp16_of does (the tests hold them to the same bits, NaN aside: the
+// instruction keeps a NaN's payload); the portable loops above are what runs elsewhere.
+// Every x86-64-v3 CPU has F16C; the check is made once.
+bool has_f16c() {
+  static const bool yes = [] {
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("f16c") && __builtin_cpu_supports("avx");
+  }();
+  return yes;
+}
+
+__attribute__((target("avx,f16c"))) void narrow_f16c(std::uint16_t* out, const float* in,
+                                                     std::size_t n, float scale) {
+  const __m256 s = _mm256_set1_ps(scale);
+  std::size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256 v = _mm256_mul_ps(_mm256_loadu_ps(in + i), s);
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(out + i),
+                     _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+  }
+  for (; i < n; ++i) out[i] = fp16_of(in[i] * scale);
+}
+
+__attribute__((target("avx,f16c"))) void widen_f16c(float* out, const std::uint16_t* in,
+                                                    std::size_t n) {
+  std::size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(in + i));
+    _mm256_storeu_ps(out + i, _mm256_cvtph_ps(h));
+  }
+  for (; i < n; ++i) out[i] = float_of_fp16(in[i]);
+}
+
+__attribute__((target("avx,f16c"))) void add_narrow_f16c(std::uint16_t* acc,
+                                                         const std::uint16_t* in, std::size_t n) {
+  std::size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256 a = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(acc + i)));
+    const __m256 b = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(in + i)));
+    _mm_storeu_si128(
+        reinterpret_cast<__m128i*>(acc + i),
+        _mm256_cvtps_ph(_mm256_add_ps(a, b), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+  }
+  for (; i < n; ++i) acc[i] = fp16_of(float_of_fp16(acc[i]) + float_of_fp16(in[i]));
+}
+#endif
+
 }  // namespace
 
 std::uint16_t narrow(DataType type, float value) {
@@ -69,6 +124,9 @@ TANDEM_CPU_CLONES void narrow(DataType type, std::uint16_t* out, const float* in
   if (type == DataType::kBFloat16) {
     for (std::size_t i = 0; i < n; ++i) out[i] = bf16_of(in[i] * scale);
   } else {
+#if defined(TANDEM_HAVE_F16C_PATH)
+    if (has_f16c()) return narrow_f16c(out, in, n, scale);
+#endif
     for (std::size_t i = 0; i < n; ++i) out[i] = fp16_of(in[i] * scale);
   }
 }
@@ -77,6 +135,9 @@ TANDEM_CPU_CLONES void widen(DataType type, float* out, const std::uint16_t* in,
   if (type == DataType::kBFloat16) {
     for (std::size_t i = 0; i < n; ++i) out[i] = float_of_bf16(in[i]);
   } else {
+#if defined(TANDEM_HAVE_F16C_PATH)
+    if (has_f16c()) return widen_f16c(out, in, n);
+#endif
     for (std::size_t i = 0; i < n; ++i) out[i] = float_of_fp16(in[i]);
   }
 }
@@ -87,6 +148,9 @@ TANDEM_CPU_CLONES void add_narrow(DataType type, std::uint16_t* acc, const std::
     for (std::size_t i = 0; i < n; ++i)
       acc[i] = bf16_of(float_of_bf16(acc[i]) + float_of_bf16(in[i]));
   } else {
+#if defined(TANDEM_HAVE_F16C_PATH)
+    if (has_f16c()) return add_narrow_f16c(acc, in, n);
+#endif
     for (std::size_t i = 0; i < n; ++i)
       acc[i] = fp16_of(float_of_fp16(acc[i]) + float_of_fp16(in[i]));
   }

@@ -290,12 +290,29 @@ void Reducer::after_backward(int unit, bool last_micro_batch) {
 // round cannot start during backward: collectives must be issued in the same order on
 // every rank, and a P completes at different moments on different ranks; so PowerSGD's
 // second round trip is exposed after backward unless later buckets' P still hide it.
-// Compute-only moves nothing; comm-only sends the buffers without computing them.
+// Compute-only computes everything and sends nothing; comm-only sends the buffers without
+// computing them.
 void Reducer::launch(const Bucket& bucket) {
-  if (options_.mode == CommMode::kOff || bucket.end == bucket.begin) return;
+  if (bucket.end == bucket.begin) return;
   const auto b = static_cast<std::size_t>(bucket.index);
   const std::size_t n = bucket.end - bucket.begin;
   const std::span<float> range = reduced_.subspan(bucket.begin, n);
+  if (options_.mode == CommMode::kOff) {
+    // Compute-only: the compression's compute without its collectives, so that the
+    // scenario's compute is the overlapped one's (docs/METRICS.md).
+    if (!compute_ || !options_.compress.enabled()) return;
+    if (wire_) {
+      wire_->narrow(range, bucket.begin, 1.0f / static_cast<float>(comm_.size()), bucket.index);
+    } else {
+      PowerSgd& ps = *powersgd_[b];
+      time_compression(model_, bucket.index, [&] {
+        ps.math.compute_p(range, ps.p, comm_.size());
+        ps.math.compute_q(ps.p, ps.q);
+      });
+    }
+    finish(b);
+    return;
+  }
   const OpInfo info{
       .kind = SpanKind::kAllreduce, .bytes = wire_bytes(bucket), .step = step_, .tag = bucket.index};
   if (wire_) {

@@ -77,20 +77,23 @@ ShardedSync::ShardedSync(Communicator& comm, RankModel& model, StrategyKind kind
   }
   shard_numel_ = offset;
   velocity_shards_ = model_.allocate_zeroed(shard_numel_);
-  // Compute-only: a full local replica and no collective, and the optimizer's work of the
-  // overlapped scenario (SGD on the rank's block of each unit, optimizer_step).
-  if (!communicates()) return;
-
-  grad_shards_ = model_.allocate_zeroed(shard_numel_);
   if (options.compress.casts()) {
     // Note [sharded compression]: a unit's gradient is cast to 16 bits (divided by the world
     // size) as it becomes final, reduce-scattered in 16 bits, and the rank's block widened
     // into its gradient shard when the reduce-scatter is settled; the all-gathers of
     // parameters stay fp32 (PyTorch FSDP's reduce_dtype, not its param_dtype).
     TANDEM_CHECK(options.compress.kind != Compression::Kind::kPowerSgd);
+    // Compute-only casts as well (the scenario's compute is the overlapped one's), into a
+    // gradient shard of its own.
+    if (!communicates()) grad_shards_ = model_.allocate_zeroed(shard_numel_);
     wire_ = std::make_unique<WireCopy>(model_, options.compress.wire_type(), model_.grads().size());
     shard_wire_ = std::make_unique<WireCopy>(model_, options.compress.wire_type(), shard_numel_);
   }
+  // Compute-only: a full local replica and no collective, and the optimizer's work of the
+  // overlapped scenario (SGD on the rank's block of each unit, optimizer_step).
+  if (!communicates()) return;
+
+  grad_shards_ = model_.allocate_zeroed(shard_numel_);
   if (fsdp()) {
     // The rank keeps its block of every unit; the model keeps nothing until gathered.
     param_shards_ = model_.allocate_zeroed(shard_numel_);
@@ -171,6 +174,12 @@ void ShardedSync::before_backward(int unit) {
 }
 
 void ShardedSync::after_backward(int unit, bool last_micro_batch) {
+  if (!communicates() && wire_ && compute_ && last_micro_batch) {
+    Unit& u = units_[static_cast<std::size_t>(unit)];
+    wire_->narrow(model_.grads().subspan(u.begin, u.padded_end - u.begin), u.begin,
+                  1.0f / static_cast<float>(ranks_), unit);
+    shard_wire_->widen(u.offset, grad_shard(u), unit);
+  }
   if (communicates()) {
     if (fsdp()) release_after(event_);
     // Accumulation: the unit's gradient is final after the last micro-batch only.

@@ -388,8 +388,13 @@ class SimReducer final : public SimSync {
   }
   void post(ProgramBuilder& p, int b) {
     const Bucket& bucket = buckets_[static_cast<std::size_t>(b)];
-    if (!comm_ || bucket.end <= bucket.begin) return;
+    if (bucket.end <= bucket.begin) return;
     const auto i = static_cast<std::size_t>(b);
+    if (!comm_) {
+      // Compute-only: the compression's whole compute, no collective (Reducer::launch).
+      for (int phase = 0; phase < (compress_.casts() ? 2 : 3); ++phase) compress(p, i, 1.0 / 3);
+      return;
+    }
     std::int64_t bytes = bucket.bytes();
     if (compress_.casts()) {
       bytes /= 2;
@@ -474,10 +479,15 @@ class SimSharded final : public SimSync {
   void after_backward(ProgramBuilder& p, int unit, bool last_micro) override {
     if (fsdp()) schedule_.releases_after(event_);
     ++event_;
-    if (!comm_ || !last_micro) return;
+    if (!last_micro) return;
     // --compress fp16|bf16 (Note [sharded compression] in ddp/sharded.cpp): the unit cast
-    // to 16 bits (4 + 2 bytes per element streamed), reduce-scattered in 16 bits.
+    // to 16 bits (4 + 2 bytes per element streamed), reduce-scattered in 16 bits; the
+    // compute-only scenario casts and widens without the collective.
     cast(p, unit, static_cast<double>(bytes(unit)) / sizeof(float));
+    if (!comm_) {
+      cast(p, unit, static_cast<double>(bytes(unit)) / sizeof(float) / ranks_);
+      return;
+    }
     reduce_[static_cast<std::size_t>(unit)] =
         p.post(SpanKind::kReduceScatter, halves_ ? bytes(unit) / 2 : bytes(unit), unit);
     if (sequential_) settle(p);
