@@ -65,6 +65,10 @@ class Communicator {
   virtual int device() const { return -1; }
   // True when no real peer exists (the single-GPU emulation): every output says so.
   virtual bool emulated() const { return false; }
+  // How many ranks' data an all-reduce's sum adds up: size(), or for the emulated ring its
+  // peers, whose data it takes to be this rank's. Whoever divides by the world size before
+  // a sum (compressed gradients) divides by this.
+  virtual int allreduce_sum_ranks() const { return size(); }
 
   // data := op over ranks of data.
   virtual WorkPtr allreduce(std::span<float> data, ReduceOp op, OpInfo info = {}) = 0;

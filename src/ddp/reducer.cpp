@@ -302,7 +302,8 @@ void Reducer::launch(const Bucket& bucket) {
     // scenario's compute is the overlapped one's (docs/METRICS.md).
     if (!compute_ || !options_.compress.enabled()) return;
     if (wire_) {
-      wire_->narrow(range, bucket.begin, 1.0f / static_cast<float>(comm_.size()), bucket.index);
+      wire_->narrow(range, bucket.begin, 1.0f / static_cast<float>(comm_.allreduce_sum_ranks()),
+                    bucket.index);
     } else {
       PowerSgd& ps = *powersgd_[b];
       time_compression(model_, bucket.index, [&] {
@@ -317,7 +318,8 @@ void Reducer::launch(const Bucket& bucket) {
       .kind = SpanKind::kAllreduce, .bytes = wire_bytes(bucket), .step = step_, .tag = bucket.index};
   if (wire_) {
     if (compute_) {
-      wire_->narrow(range, bucket.begin, 1.0f / static_cast<float>(comm_.size()), bucket.index);
+      wire_->narrow(range, bucket.begin, 1.0f / static_cast<float>(comm_.allreduce_sum_ranks()),
+                    bucket.index);
     }
     works_[b] = comm_.allreduce(wire_->span(bucket.begin, n), wire_->type(), ReduceOp::kSum, info);
   } else if (!powersgd_.empty()) {

@@ -83,6 +83,7 @@ class EmulatedRing final : public DeviceCommunicator {
 
   std::string_view backend_name() const override { return "emulated"; }
   bool emulated() const override { return true; }
+  int allreduce_sum_ranks() const override { return peers_; }
   std::string describe() const override {
     return "emulated ring all-reduce: rank 0's side of a ring of " + std::to_string(peers_) +
            " peers on 1 GPU (device " + std::to_string(device()) + "), " +
