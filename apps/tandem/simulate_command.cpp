@@ -308,7 +308,10 @@ void add_simulate_command(CLI::App& app, RunCommand& run) {
   cmd->add_option("--what-if", flags->what_if,
                   "With --from-trace: network=Fx (collectives and transfers F times as fast), "
                   "contention=off (every pass and transfer at its unoverlapped time: E2E "
-                  "ideal), overlap=off (communication after compute); repeatable");
+                  "ideal), overlap=off (communication after compute), bucket-mb=M (DDP's "
+                  "bucket cap, bucketed and sequential runs), ranks=N (N ranks with the run's "
+                  "per-rank batch, collectives priced by the run's fit of its link); "
+                  "repeatable");
   cmd->add_option("--against", flags->against,
                   "RUN...: with --calibration, predict these measured runs (ones the fit did not "
                   "see) beside their measurements")

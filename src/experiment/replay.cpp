@@ -15,10 +15,16 @@ namespace tandem {
 WhatIf WhatIf::parse(const std::vector<std::string>& items) {
   WhatIf w;
   for (const std::string& item : items) {
-    const auto kv = parse_key_values(item, "--what-if", "network contention overlap");
+    const auto kv =
+        parse_key_values(item, "--what-if", "network contention overlap bucket-mb ranks");
     for (const auto& [key, value] : kv) {
       if (key == "network") {
         w.network = parse_factor(value, "--what-if network", {.min = 0.001, .max = 1000});
+      } else if (key == "bucket-mb") {
+        w.bucket_mb =
+            parse_double_in(value, "--what-if bucket-mb", {.min = 1.0 / 1024, .max = 1 << 20});
+      } else if (key == "ranks") {
+        w.ranks = static_cast<int>(parse_int_in(value, "--what-if ranks", 1, 1 << 20));
       } else if (value != "off") {
         throw UsageError("--what-if " + item + ": " + key + " takes off");
       } else {
@@ -39,6 +45,12 @@ std::string WhatIf::describe() const {
   }
   if (contention_off) add("contention off");
   if (overlap_off) add("overlap off");
+  if (bucket_mb > 0) {
+    char b[48];
+    std::snprintf(b, sizeof b, "bucket-mb %g", bucket_mb);
+    add(b);
+  }
+  if (ranks > 0) add("ranks " + std::to_string(ranks));
   return out.empty() ? "none" : out;
 }
 
@@ -234,8 +246,34 @@ Replay replay_run(const std::string& dir, const WhatIf& what_if) {
                                                      : transfer_seconds(*run, /*clean_only=*/true))
                              : transfers;
   if (what_if.overlap_off) config.reducer.mode = CommMode::kSequential;
+  if (what_if.bucket_mb > 0) {
+    const StrategyKind kind = config.reducer.plan.strategy.kind;
+    if (kind != StrategyKind::kBucketed && kind != StrategyKind::kSequential) {
+      throw UsageError("--what-if bucket-mb: the run's strategy " +
+                       config.reducer.plan.strategy.to_string() +
+                       " has no size-capped buckets (bucketed and sequential do)");
+    }
+    config.reducer.plan.bucket_cap_bytes =
+        static_cast<std::int64_t>(what_if.bucket_mb * static_cast<double>(1 << 20));
+  }
   SimulateOptions changed{.cluster = as_measured, .costs = &clean_costs};
   changed.stragglers = replay.stragglers;
+  // Note [what-if ranks]: another rank count keeps each rank's measured passes (the
+  // per-rank batch is the run's) and prices every collective by the run's own fit of its
+  // link at the new count: no collective of that size over that many ranks was measured.
+  // The ranks' paces are the run's for the ranks it had; the others compute at the median.
+  if (what_if.ranks > 0) {
+    config.ranks = what_if.ranks;
+    changed.cluster.devices_per_node = what_if.ranks;
+    std::erase_if(changed.stragglers, [&](const Straggler& s) { return s.rank >= what_if.ranks; });
+    out.notes.push_back("collectives over " + std::to_string(what_if.ranks) +
+                        " ranks priced by the run's fit of its link, not measured");
+  }
+  if (what_if.bucket_mb > 0) {
+    out.notes.push_back(
+        "buckets of other sizes priced by the run's fit of its link where none "
+        "of that size was measured");
+  }
   if (what_if.network != 1) {
     changed.cluster.intra.bandwidth_bytes_per_s *= what_if.network;
     changed.cluster.inter.bandwidth_bytes_per_s *= what_if.network;
@@ -243,6 +281,13 @@ Replay replay_run(const std::string& dir, const WhatIf& what_if) {
     changed.cluster.inter.latency_s /= what_if.network;
   }
   changed.collective_seconds = lookup(clean_transfers, what_if.network);
+  if (what_if.ranks > 0 && what_if.ranks != run->config.ranks) {
+    // Point-to-point transfers keep their measured times; collectives are the model's.
+    changed.collective_seconds = [measured = changed.collective_seconds](SpanKind kind, int tag,
+                                                                         std::int64_t bytes) {
+      return kind == SpanKind::kSend ? measured(kind, tag, bytes) : -1.0;
+    };
+  }
   changed.idle_before = replay.idle_before;
   out.config = config;
   out.what_if = simulate_training(config, changed);

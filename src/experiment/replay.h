@@ -1,7 +1,7 @@
 // Replay and what-if of tandem's own runs (docs/SIMULATE.md, "Replay"): a measured run's
 // configuration simulated with its passes and transfers as they were measured (no
 // model), which should reproduce its step, then again with one thing changed: the
-// network, contention, overlap.
+// network, contention, overlap, the bucket size, the rank count.
 #pragma once
 
 #include <string>
@@ -16,11 +16,15 @@ struct WhatIf {
   double network = 1;           // collectives and transfers this many times as fast
   bool contention_off = false;  // every pass and transfer at its unoverlapped time
   bool overlap_off = false;     // communication only after compute (the sequential scenario)
+  double bucket_mb = 0;         // > 0: DDP's bucket cap in MiB (bucketed, sequential)
+  int ranks = 0;                // > 0: this many ranks, each with the run's per-rank batch
 
-  // "network=2x", "contention=off", "overlap=off" (repeatable); throws UsageError naming
-  // --what-if.
+  // "network=2x", "contention=off", "overlap=off", "bucket-mb=5", "ranks=16" (repeatable);
+  // throws UsageError naming --what-if.
   static WhatIf parse(const std::vector<std::string>& items);
-  bool any() const { return network != 1 || contention_off || overlap_off; }
+  bool any() const {
+    return network != 1 || contention_off || overlap_off || bucket_mb > 0 || ranks > 0;
+  }
   std::string describe() const;  // "network 2x, contention off"
 };
 

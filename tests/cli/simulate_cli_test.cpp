@@ -180,10 +180,44 @@ TEST(SimulateCliTest, ReplayReproducesASimulationAndAppliesWhatIfs) {
   r = run_tandem("simulate --from-trace " + sim + " --what-if overlap=off");
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_GT(step(r.out, "what-if"), step(r.out, "replayed")) << r.out;
+  // Twice the ranks: every rank's passes as measured, each all-reduce over 8 ranks (more
+  // of them across the 2 nodes' network) instead of 4: slower, never faster.
+  r = run_tandem("simulate --from-trace " + sim + " --what-if ranks=8 --out " +
+                 (dir.path() / "eight").string());
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_GE(step(r.out, "what-if"), step(r.out, "replayed")) << r.out;
+  EXPECT_EQ(nlohmann::json::parse(slurp(dir.path() / "eight" / "summary.json"))["config"]["ranks"],
+            8);
+  // Another bucket size: the what-if's plan has the buckets of that cap.
+  const std::string bucketed = (dir.path() / "bucketed").string();
+  ASSERT_EQ(run_tandem("simulate --cluster 2x2xh100 --model mlp:4x1024 --strategy bucketed "
+                       "--steps 4 --out " +
+                       bucketed)
+                .exit_code,
+            0);
+  r = run_tandem("simulate --from-trace " + bucketed + " --what-if bucket-mb=2 --out " +
+                 (dir.path() / "small").string());
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("bucket-mb 2"), std::string::npos) << r.out;
+  EXPECT_EQ(nlohmann::json::parse(
+                slurp(dir.path() / "small" / "summary.json"))["config"]["bucket_cap_bytes"],
+            2 << 20);
+  // 12 MiB of gradients: 1 MiB first, then 2 MiB buckets (a parameter never split) where the
+  // run had 25 MiB ones.
+  const auto buckets = [](const std::string& out) {  // the summary's "strategy bucketed, N buckets"
+    const std::string label = "strategy bucketed, ";
+    const auto at = out.rfind(label);
+    return at == std::string::npos ? -1 : std::stoi(out.substr(at + label.size()));
+  };
+  const CliResult replay =
+      run_tandem("simulate --from-trace " + bucketed + " --what-if network=1x");
+  EXPECT_GT(buckets(r.out), buckets(replay.out) + 3) << r.out << replay.out;
   for (const std::string& args :
        std::vector<std::string>{"simulate --from-trace " + (dir.path() / "nope").string(),
                                 "simulate --from-trace " + sim + " --what-if network=fast",
                                 "simulate --from-trace " + sim + " --what-if contention=on",
+                                "simulate --from-trace " + sim + " --what-if bucket-mb=5",
+                                "simulate --from-trace " + sim + " --what-if ranks=0",
                                 "simulate --from-trace " + sim + " --model mlp:2x8",
                                 "simulate --cluster 2xh100 --what-if overlap=off"}) {
     const CliResult bad = run_tandem(args);
