@@ -15,6 +15,7 @@
 #include "experiment/replay.h"
 #include "flag_checks.h"
 #include "report/results_dir.h"
+#include "report/train_report.h"
 #include "simulate/simulator.h"
 #include "train_outputs.h"
 #include "workload_flags.h"
@@ -148,8 +149,20 @@ int run_replay(const SimulateFlags& flags, const CommandLine& argv) {
       {"replay_of", flags.from_trace},          {"what_if", what_if.describe()},
       {"measured_step_ms", r.measured_s * 1e3}, {"replayed_step_ms", replayed * 1e3},
       {"what_if_step_ms", changed * 1e3},       {"calibration", nullptr}};
-  return write_train_outputs(r.config, r.what_if, flags.warmup, nullptr, out ? &*out : nullptr,
-                             {{"simulated", simulated}});
+  // The run as replayed beside the what-if's own trace: report.html draws both Gantts.
+  if (out && what_if.any() && r.config.record) {
+    out->write_trace("replayed.trace.json", r.replayed.timeline,
+                     {.other_data = train_config_json(r.config, r.replayed)});
+  }
+  const int rc = write_train_outputs(r.config, r.what_if, flags.warmup, nullptr,
+                                     out ? &*out : nullptr, {{"simulated", simulated}});
+  if (out && what_if.any() && r.config.record) {
+    std::printf(
+        "wrote %s/replayed.trace.json (the run replayed, beside the what-if in "
+        "report.html)\n",
+        flags.out.c_str());
+  }
+  return rc;
 }
 
 int run_simulate(const SimulateFlags& flags, bool batch_given, const CommandLine& argv) {

@@ -115,6 +115,15 @@ inline int count_lines(const std::string& text) {
   return n;
 }
 
+// How many times `what` occurs in `text` (not overlapping).
+inline int count_occurrences(const std::string& text, const std::string& what) {
+  int n = 0;
+  for (auto at = text.find(what); at != std::string::npos; at = text.find(what, at + what.size())) {
+    ++n;
+  }
+  return n;
+}
+
 // The UsageError message of f(), or "" if it did not throw one.
 template <typename F>
 std::string usage_error(F f) {

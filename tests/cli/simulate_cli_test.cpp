@@ -177,6 +177,13 @@ TEST(SimulateCliTest, ReplayReproducesASimulationAndAppliesWhatIfs) {
   EXPECT_LT(step(r.out, "what-if"), step(r.out, "replayed")) << r.out;
   const auto summary = nlohmann::json::parse(slurp(dir.path() / "fast" / "summary.json"));
   EXPECT_EQ(summary["simulated"]["what_if"], "network 4x");
+  // Both timelines: the what-if's trace.json and the replay's, each drawn in report.html.
+  ASSERT_TRUE(fs::exists(dir.path() / "fast" / "replayed.trace.json"));
+  const std::string report = slurp(dir.path() / "fast" / "report.html");
+  EXPECT_NE(report.find("The run as replayed, before the what-if"), std::string::npos);
+  const std::string plain_report = slurp(fs::path(sim) / "report.html");
+  EXPECT_EQ(count_occurrences(report, "<svg"), count_occurrences(plain_report, "<svg") + 1)
+      << "the replay's Gantt beside the what-if's";
   r = run_tandem("simulate --from-trace " + sim + " --what-if overlap=off");
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_GT(step(r.out, "what-if"), step(r.out, "replayed")) << r.out;

@@ -134,6 +134,32 @@ std::string train_body(const Results& r, const ReportOptions& options) {
                   "when a bucket became ready, the dotted lead how long it waited for its "
                   "collective.",
                   timeline_html);
+  // A replay's what-if (tandem simulate --from-trace --what-if, docs/SIMULATE.md): the run
+  // as replayed (its median step), drawn below the what-if's timeline.
+  if (const auto replayed = trace ? load_trace(r.dir / "replayed.trace.json") : std::nullopt) {
+    const json simulated = s.value("simulated", json::object());
+    const std::vector<StepMetrics> all = compute_step_metrics(replayed->timeline);
+    const int warmup = std::max(0, config.value("steps", 0) - s.value("measured_steps", 0));
+    const int step = choose_step(drop_warmup(all, static_cast<std::size_t>(warmup)), all, options);
+    int total = 0;
+    const GanttInput g = gantt_for_step(replayed->timeline, step, options.max_ranks,
+                                        "replayed step " + std::to_string(step), total);
+    char numbers[160];
+    std::snprintf(numbers, sizeof numbers,
+                  "Measured %.3f ms, replayed %.3f ms, with the what-if (%s) %.3f ms.",
+                  simulated.value("measured_step_ms", NAN),
+                  simulated.value("replayed_step_ms", NAN),
+                  simulated.value("what_if", std::string("?")).c_str(),
+                  simulated.value("what_if_step_ms", NAN));
+    body += section("replayed", "The run as replayed, before the what-if",
+                    std::string(numbers) +
+                        " The timeline above is the what-if's; this one is the run replayed "
+                        "with its passes and transfers as measured (" +
+                        simulated.value("replay_of", std::string("?")) + ").",
+                    g.ranks.empty() ? note("replayed.trace.json has no spans of a training step")
+                                    : figure(gantt_chart(g),
+                                             "Step " + std::to_string(step) + " of the replay."));
+  }
   if (!breakdown_html.empty()) {
     body += section("breakdown", "Where each step goes",
                     "Per measured step: compute, the communication left exposed, and the "
