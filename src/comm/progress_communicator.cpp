@@ -51,28 +51,19 @@ void ProgressCommunicator::stop_thread() {
 
 // ---- issuing threads ----
 
-WorkPtr ProgressCommunicator::allreduce(std::span<float> data, ReduceOp op, OpInfo info) {
-  return issue({.kind = SpanKind::kAllreduce,
-                .input = data.data(),
-                .input_count = data.size(),
-                .output = data.data(),
-                .output_count = data.size(),
-                .reduce = op},
-               info);
-}
-
-WorkPtr ProgressCommunicator::reduce_scatter(std::span<const float> input, std::span<float> output,
-                                             ReduceOp op, OpInfo info) {
-  return issue({.kind = SpanKind::kReduceScatter,
-                .input = input.data(),
-                .input_count = input.size(),
-                .output = output.data(),
-                .output_count = output.size(),
-                .reduce = op},
-               info);
-}
-
 namespace {
+
+// An all-reduce (input and output the same buffer) or a reduce-scatter of `type`.
+Op reduction(SpanKind kind, DataType type, const void* input, std::size_t input_count, void* output,
+             std::size_t output_count, ReduceOp op) {
+  return {.kind = kind,
+          .type = type,
+          .input = input,
+          .input_count = input_count,
+          .output = output,
+          .output_count = output_count,
+          .reduce = op};
+}
 
 void check_16_bits(DataType type) {
   if (type == DataType::kFloat32) {
@@ -82,30 +73,33 @@ void check_16_bits(DataType type) {
 
 }  // namespace
 
+WorkPtr ProgressCommunicator::allreduce(std::span<float> data, ReduceOp op, OpInfo info) {
+  return issue(reduction(SpanKind::kAllreduce, DataType::kFloat32, data.data(), data.size(),
+                         data.data(), data.size(), op),
+               info);
+}
+
+WorkPtr ProgressCommunicator::reduce_scatter(std::span<const float> input, std::span<float> output,
+                                             ReduceOp op, OpInfo info) {
+  return issue(reduction(SpanKind::kReduceScatter, DataType::kFloat32, input.data(), input.size(),
+                         output.data(), output.size(), op),
+               info);
+}
+
 WorkPtr ProgressCommunicator::allreduce(std::span<std::uint16_t> data, DataType type, ReduceOp op,
                                         OpInfo info) {
   check_16_bits(type);
-  return issue({.kind = SpanKind::kAllreduce,
-                .type = type,
-                .input = data.data(),
-                .input_count = data.size(),
-                .output = data.data(),
-                .output_count = data.size(),
-                .reduce = op},
-               info);
+  return issue(
+      reduction(SpanKind::kAllreduce, type, data.data(), data.size(), data.data(), data.size(), op),
+      info);
 }
 
 WorkPtr ProgressCommunicator::reduce_scatter(std::span<const std::uint16_t> input,
                                              std::span<std::uint16_t> output, DataType type,
                                              ReduceOp op, OpInfo info) {
   check_16_bits(type);
-  return issue({.kind = SpanKind::kReduceScatter,
-                .type = type,
-                .input = input.data(),
-                .input_count = input.size(),
-                .output = output.data(),
-                .output_count = output.size(),
-                .reduce = op},
+  return issue(reduction(SpanKind::kReduceScatter, type, input.data(), input.size(), output.data(),
+                         output.size(), op),
                info);
 }
 

@@ -160,11 +160,15 @@ TEST(CharacterizeCliTest, CompressSweep) {
   const auto summary = nlohmann::json::parse(slurp(out / "summary.json"));
   ASSERT_EQ(summary["points"].size(), 3u);
   std::vector<std::string> seen;
+  std::vector<double> bytes;  // per point: the overlapped scenario's first step
   for (const auto& point : summary["points"]) {
     EXPECT_TRUE(point["metrics"].contains("e2e_ovl_ns")) << point.dump();
     seen.push_back(point["config"]["compress"].get<std::string>());
+    bytes.push_back(point["scenarios"]["overlapped"]["steps"][0]["bytes"].get<double>());
   }
   EXPECT_EQ(seen, (std::vector<std::string>{"none", "bf16", "powersgd:1"}));
+  EXPECT_EQ(bytes[1], bytes[0] / 2);
+  EXPECT_LT(bytes[2], bytes[0] / 2);
   for (const fs::path& point : fs::directory_iterator(out / "points")) {
     if (point.filename().string().find("none") != std::string::npos) continue;
     ASSERT_TRUE(fs::exists(point / "overlapped.trace.json")) << point;
