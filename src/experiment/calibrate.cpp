@@ -75,9 +75,14 @@ double median_field(const nlohmann::json& steps, const char* key) {
   return median_of(v);
 }
 
-// Why a measured configuration cannot calibrate the simulator yet; "" if it can.
-std::string unusable(const TrainConfig& c, const nlohmann::json& config) {
-  if (config.value("link_emulated", false)) return "an emulated --link is not simulated yet";
+// Why a measured configuration cannot calibrate the simulator yet, or be replayed; "" if it
+// can. A replay takes a run over an emulated --link as it was measured (its transfers' times
+// hold the emulated wire, and the run's own fit of its link is that wire's); a calibration
+// would fit the emulation instead of the machine.
+std::string unusable(const TrainConfig& c, const nlohmann::json& config, bool replay) {
+  if (!replay && config.value("link_emulated", false)) {
+    return "an emulated --link is not simulated yet";
+  }
   if (c.device != Device::kCpu)
     return "runs on " + std::string(to_string(c.device)) +
            " calibrate that device, not this machine's cpu";
@@ -117,11 +122,11 @@ bool overlaps(const Intervals& v, std::int64_t start, std::int64_t end) {
 }  // namespace
 
 MeasuredRuns read_measured_runs(const std::vector<std::string>& dirs, const std::string& flag,
-                                bool simulated) {
+                                bool replay) {
   MeasuredRuns out;
   for (const std::string& dir : dirs) {
     const nlohmann::json summary = read_json(fs::path(dir) / "summary.json", flag);
-    if (!simulated && summary.contains("simulated") && !summary["simulated"].is_null()) {
+    if (!replay && summary.contains("simulated") && !summary["simulated"].is_null()) {
       throw UsageError(flag + " " + dir + ": a simulation, not a measured run");
     }
     const std::string command = summary.value("command", "");
@@ -135,7 +140,7 @@ MeasuredRuns read_measured_runs(const std::vector<std::string>& dirs, const std:
     if (command == "train") {
       MeasuredRun run{.what = dir};
       run.config = train_config_from_json(summary.at("config"), flag + " " + dir);
-      if (const std::string why = unusable(run.config, summary["config"]); !why.empty()) {
+      if (const std::string why = unusable(run.config, summary["config"], replay); !why.empty()) {
         out.skipped.push_back(dir + ": " + why);
         continue;
       }
@@ -176,7 +181,7 @@ MeasuredRuns read_measured_runs(const std::vector<std::string>& dirs, const std:
           continue;
         }
         const TrainConfig base = train_config_from_json(config, flag + " " + what);
-        if (const std::string why = unusable(base, config); !why.empty()) {
+        if (const std::string why = unusable(base, config, replay); !why.empty()) {
           out.skipped.push_back(what + ": " + why);
           continue;
         }

@@ -38,12 +38,13 @@ struct MeasuredRuns {
 
 // Reads results directories tandem wrote (train: summary.json and trace.json;
 // characterize: summary.json and points/*/SCENARIO.trace.json). Throws UsageError naming
-// `flag` and the directory for anything else. Runs over an emulated --link and device
-// runs are skipped (said in `skipped`).
-// `simulated`: accept simulated results too (a replay of a simulation reproduces it; a
-// calibration from one would fit the simulator to itself).
+// `flag` and the directory for anything else. Device runs are skipped (said in
+// `skipped`), and so are runs over an emulated --link unless `replay`.
+// `replay`: for a replay, which also takes simulated results (a replay of a simulation
+// reproduces it; a calibration from one would fit the simulator to itself) and runs over
+// an emulated --link (replayed as measured).
 MeasuredRuns read_measured_runs(const std::vector<std::string>& dirs, const std::string& flag,
-                                bool simulated = false);
+                                bool replay = false);
 
 // Per (kind, unit; the loss is the last unit + 1, the optimizer -1): the median seconds of
 // a run's passes from its warm-up on, each the sum of its spans of one (rank, step,

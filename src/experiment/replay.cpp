@@ -163,7 +163,7 @@ std::vector<Straggler> rank_paces(const MeasuredRun& run) {
 }  // namespace
 
 Replay replay_run(const std::string& dir, const WhatIf& what_if) {
-  const MeasuredRuns measured = read_measured_runs({dir}, "--from-trace", /*simulated=*/true);
+  const MeasuredRuns measured = read_measured_runs({dir}, "--from-trace", /*replay=*/true);
   const MeasuredRun* run = nullptr;
   const MeasuredRun* compute_only = nullptr;
   const MeasuredRun* comm_only = nullptr;
