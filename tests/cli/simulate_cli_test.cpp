@@ -233,6 +233,24 @@ TEST(SimulateCliTest, ReplayReproducesASimulationAndAppliesWhatIfs) {
   }
 }
 
+// A run over an emulated --link replays with its wire as measured (a calibration still
+// refuses it: it would fit the emulation, not the machine).
+TEST(SimulateCliTest, AReplayTakesAnEmulatedLinkAsMeasured) {
+  TempDir dir;
+  const std::string run = (dir.path() / "linked").string();
+  ASSERT_EQ(run_tandem("train --ranks 2 --model mlp:2x64 --batch 8 --steps 4 --quiet --link "
+                       "1GB/s,20us --out " +
+                       run)
+                .exit_code,
+            0);
+  const CliResult r = run_tandem("simulate --from-trace " + run + " --what-if network=2x");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("replayed"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("what-if"), std::string::npos) << r.out;
+  const CliResult refused = run_tandem("simulate --calibrate " + run);
+  EXPECT_EQ(refused.exit_code, 2) << refused.out;
+}
+
 // characterize --simulate: the four scenarios predicted, the metrics derived from them as
 // from measured ones.
 TEST(SimulateCliTest, CharacterizePredictsTheFourScenarios) {
