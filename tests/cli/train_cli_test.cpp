@@ -139,6 +139,25 @@ TEST(TrainCliTest, ADataFileThatCannotBeReadWholeSaysSo) {
   EXPECT_EQ(r.err.find("Success"), std::string::npos) << r.err;
 }
 
+// --data is read a sequence at a time as batches draw them: a 64 GiB (sparse) file trains
+// in the address space a small one needs (it was read into every rank whole: bad_alloc or
+// the OOM killer).
+TEST(TrainCliTest, AHugeDataFileTrainsInTheMemoryOfASmallOne) {
+  TempDir dir;
+  const fs::path big = dir.path() / "big.txt";
+  std::ofstream(big) << "a file of zeros, but for this line\n";
+  std::error_code ec;
+  fs::resize_file(big, std::uintmax_t{64} << 30, ec);  // sparse: no disk
+  if (ec) GTEST_SKIP() << "no sparse 64 GiB file here: " << ec.message();
+  const CliResult r =
+      run_tandem_in_address_space(std::uint64_t{2} << 30,
+                                  "train --model gpt:layers=1,dim=8,heads=2,seq=8 --ranks 2 "
+                                  "--batch 2 --steps 3 --eval-every 3 --quiet --data " +
+                                      big.string());
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("val"), std::string::npos) << r.out;
+}
+
 // --data is sharded per replica: a pipeline's four stages are one replica, which a
 // 27-byte file feeds (18 bytes besides the held-out tail, a 9-byte window each); with
 // four replicas it is too small.
