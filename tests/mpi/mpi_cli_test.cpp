@@ -284,6 +284,28 @@ TEST(MultiHost, EveryOtherStrategyAcrossTwoHostsMatchesOneHost) {
   }
 }
 
+// scripts/multihost ends every process its hosts still run before it deletes them (a
+// namespace's deletion ends none): a process left running in h0, as an orted outliving a
+// broken job was, does not outlive the script.
+TEST(MultiHost, TeardownEndsWhatTheHostsLeftRunning) {
+  TempDir dir;
+  const std::string marker = (dir.path() / "left.pid").string();
+  const CliResult r = run_shell(std::string(TANDEM_SOURCE_DIR) +
+                                "/scripts/multihost --hosts 2 -- sh -c 'sleep 600 </dev/null "
+                                ">/dev/null 2>&1 & echo $! > " +
+                                marker + "'");
+  if (r.exit_code == 77) GTEST_SKIP() << r.err;
+  ASSERT_EQ(r.exit_code, 0) << r.err << r.out;
+  const std::string pid = slurp(marker).substr(0, slurp(marker).find('\n'));
+  ASSERT_FALSE(pid.empty());
+  // Gone, or a zombie its new parent has not reaped yet: either way it runs no more.
+  const std::string stat = slurp("/proc/" + pid + "/stat");
+  const auto state = stat.find(") ");
+  EXPECT_TRUE(stat.empty() || (state != std::string::npos && stat[state + 2] == 'Z'))
+      << "the process left in h0 still runs: " << stat;
+  run_shell("kill -KILL " + pid + " 2>/dev/null; true");  // never leave it behind
+}
+
 // characterize and a sweep across the hosts: one set of results, every point run by both
 // hosts' ranks.
 TEST(MultiHost, CharacterizeSweepsAcrossTwoHosts) {
