@@ -52,6 +52,18 @@ void print_inputs(const ImportResult& imported, const char* what) {
       std::printf("  %zu event name%s longer than 64 KiB, cut to the first 64 KiB\n", f.names_cut,
                   f.names_cut == 1 ? "" : "s");
     }
+    if (f.odd_devices > 0) {
+      std::printf(
+          "  %zu event%s with an args.device that is no device (kept on the file's "
+          "device)\n",
+          f.odd_devices, f.odd_devices == 1 ? "" : "s");
+    }
+    if (f.odd_nelems > 0) {
+      std::printf(
+          "  %zu nelems that %s no count (negative, fractional or beyond 2^63): those "
+          "collectives' sizes are unknown\n",
+          f.odd_nelems, f.odd_nelems == 1 ? "is" : "are");
+    }
   }
 }
 

@@ -219,8 +219,61 @@ std::vector<std::int32_t> step_ids(const std::vector<StepMetrics>& steps) {
 
 }  // namespace
 
+namespace {
+
+std::set<std::int32_t> ranks_of(const Timeline& timeline) {
+  std::set<std::int32_t> out;
+  for (const Span& s : timeline.spans) out.insert(s.rank);
+  return out;
+}
+
+std::string ranks_text(const std::set<std::int32_t>& ranks) {
+  std::string out;
+  std::size_t shown = 0;
+  for (const std::int32_t r : ranks) {
+    if (shown++ == 8) return out + ", ... (" + std::to_string(ranks.size()) + " ranks)";
+    out += (out.empty() ? "" : ", ") + std::to_string(r);
+  }
+  return out;
+}
+
+std::string formats_of(const ImportResult& imported) {
+  std::set<std::string> formats;
+  for (const TraceFileInfo& f : imported.files) formats.insert(f.format);
+  std::string out;
+  for (const std::string& f : formats) out += (out.empty() ? "" : "+") + f;
+  return out;
+}
+
+}  // namespace
+
+void check_baseline_matches(const ImportResult& run, const ImportResult& baseline) {
+  const std::string run_formats = formats_of(run), base_formats = formats_of(baseline);
+  if (run_formats != base_formats) {
+    throw UsageError("--baseline: a " + base_formats + " trace is not the baseline of a " +
+                     run_formats + " trace (the same job profiled without communication is)");
+  }
+  const std::set<std::int32_t> run_ranks = ranks_of(run.timeline);
+  const std::set<std::int32_t> base_ranks = ranks_of(baseline.timeline);
+  if (!base_ranks.empty() && !run_ranks.empty() && run_ranks != base_ranks) {
+    throw UsageError("--baseline: its ranks (" + ranks_text(base_ranks) +
+                     ") are not the trace's (" + ranks_text(run_ranks) +
+                     "): the baseline is the same job profiled without communication");
+  }
+  const bool run_gpu = std::any_of(run.files.begin(), run.files.end(),
+                                   [](const TraceFileInfo& f) { return f.devices > 0; });
+  const bool base_gpu = std::any_of(baseline.files.begin(), baseline.files.end(),
+                                    [](const TraceFileInfo& f) { return f.devices > 0; });
+  if (run_gpu != base_gpu) {
+    throw UsageError(std::string("--baseline: a profile ") + (base_gpu ? "with" : "without") +
+                     " GPU kernels is not the baseline of one " + (run_gpu ? "with" : "without") +
+                     " them");
+  }
+}
+
 AnalyzeResult analyze_imports(const ImportResult& run, const ImportResult* baseline,
                               std::size_t warmup) {
+  if (baseline != nullptr) check_baseline_matches(run, *baseline);
   AnalyzeResult r =
       analyze_timeline(run.timeline, baseline != nullptr ? &baseline->timeline : nullptr, warmup);
   r.hta_step_filter = run.hta_step_filter;

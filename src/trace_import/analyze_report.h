@@ -52,8 +52,11 @@ struct AnalyzeResult {
 // `baseline` may be null. Throws UsageError when nothing is left to analyze.
 AnalyzeResult analyze_timeline(const Timeline& run, const Timeline* baseline, std::size_t warmup);
 
+// Throws UsageError naming --baseline when `baseline` cannot be the run's compute-only
+// profile: another trace format, other ranks, GPU kernels on one side only.
+void check_baseline_matches(const ImportResult& run, const ImportResult& baseline);
 // analyze_timeline and, for Kineto inputs, HTA's per-rank overlap, the collectives table
-// and (with a baseline) the kernels contention slows.
+// and (with a baseline, check_baseline_matches first) the kernels contention slows.
 AnalyzeResult analyze_imports(const ImportResult& run, const ImportResult* baseline,
                               std::size_t warmup);
 

@@ -287,7 +287,9 @@ void TraceImporter::interpret(RawTrace raw, const std::string& source, int file_
                      .bytes = raw.bytes_read,
                      .trace_events = raw.trace_events,
                      .step_windows = raw.steps.size(),
-                     .names_cut = raw.names_cut};
+                     .names_cut = raw.names_cut,
+                     .odd_devices = raw.odd_devices,
+                     .odd_nelems = raw.odd_nelems};
   if (raw.tandem) {
     interpret_tandem(raw, source, info);
   } else {

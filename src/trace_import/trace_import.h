@@ -51,6 +51,8 @@ struct TraceFileInfo {
   std::size_t outside_steps = 0;                  // spans in no ProfilerStep window (step -1)
   std::size_t step_windows = 0;                   // ProfilerStep#N annotations
   std::size_t names_cut = 0;  // events kept whose name was longer than 64 KiB (cut to it)
+  std::size_t odd_devices = 0;  // events whose args.device is no device (kept on the file's)
+  std::size_t odd_nelems = 0;   // collectives whose nelems is no count (size unknown)
   std::size_t devices = 0;    // distinct GPUs of its events (kineto)
   // A file split into a rank per device (several GPUs, no distributedInfo): HTA's number
   // for the whole file, which is what HTA reports for it.

@@ -128,6 +128,10 @@ struct RawTrace {
   std::int64_t tandem_ranks = 0;
   std::size_t trace_events = 0;  // entries of traceEvents, kept or not
   std::size_t names_cut = 0;     // kept events whose name was cut to kMaxJsonStringBytes
+  // args.device outside 0..32767 (kept on the file's device), and record_param_comms
+  // nelems that are no count (negative, beyond int64, fractional: the size is unknown).
+  std::size_t odd_devices = 0;
+  std::size_t odd_nelems = 0;
   std::uint64_t bytes_read = 0;
 };
 

@@ -433,7 +433,14 @@ class TraceSemantics::Impl {
       event_.has_args = true;
       return;
     }
-    // Integer args with another type are someone else's convention: not ours to judge.
+    // A size that is no count: said in the file's summary, the collective's size unknown.
+    if ((f == Field::kInElements || f == Field::kOutElements) &&
+        (v.is_number() && (v.type != Value::kInt || v.i < 0))) {
+      ++out_.odd_nelems;
+      event_.has_args = true;
+      return;
+    }
+    // Other integer args with another type are someone else's convention: not ours to judge.
     if (v.type != Value::kInt) return;
     switch (f) {
       case Field::kStream:
@@ -441,10 +448,11 @@ class TraceSemantics::Impl {
         break;
       case Field::kDevice:
         event_.raw.device = v.i >= 0 && v.i <= 32767 ? static_cast<std::int16_t>(v.i) : -1;
+        if (event_.raw.device < 0) ++out_.odd_devices;
         break;
       case Field::kInElements:
       case Field::kOutElements:
-        if (v.i >= 0) (f == Field::kInElements ? event_.args.in_elements : event_.args.out_elements) = v.i;
+        (f == Field::kInElements ? event_.args.in_elements : event_.args.out_elements) = v.i;
         event_.has_args = true;
         break;
       case Field::kGroupSize:

@@ -125,6 +125,77 @@ TEST(AnalyzeCliTest, BaselineAddsSlowdownAndIdealTime) {
   EXPECT_NE(line_of(table, "E2E_ideal (eq. 4)").find("0.100 ms"), std::string::npos) << r.out;
 }
 
+// A baseline that is not the same job without communication is refused in one line: other
+// ranks (7 and 8 against 0 and 1), a tandem CPU trace for a Kineto GPU profile.
+TEST(AnalyzeCliTest, ABaselineOfAnotherJobIsRefused) {
+  TempDir dir;
+  for (int r = 0; r < 2; ++r) {
+    std::ofstream(dir.path() / ("run" + std::to_string(r) + ".json")) << rank_trace(r);
+    std::ofstream(dir.path() / ("other" + std::to_string(r) + ".json")) << rank_trace(7 + r);
+  }
+  const std::string run =
+      (dir.path() / "run0.json").string() + " " + (dir.path() / "run1.json").string();
+  CliResult r =
+      run_tandem("analyze " + run + " --baseline " + (dir.path() / "other0.json").string() + " " +
+                 (dir.path() / "other1.json").string());
+  EXPECT_EQ(r.exit_code, 2) << r.out;
+  EXPECT_EQ(count_lines(r.err), 1) << r.err;
+  EXPECT_NE(r.err.find("--baseline: its ranks (7, 8) are not the trace's (0, 1)"),
+            std::string::npos)
+      << r.err;
+  // tandem's own trace of a CPU run as the baseline of a GPU profile.
+  const fs::path own = dir.path() / "own";
+  ASSERT_EQ(run_tandem("train --model mlp:2x16 --ranks 2 --steps 2 --quiet --out " + own.string())
+                .exit_code,
+            0);
+  r = run_tandem("analyze " + run + " --baseline " + (own / "trace.json").string());
+  EXPECT_EQ(r.exit_code, 2) << r.out;
+  EXPECT_EQ(count_lines(r.err), 1) << r.err;
+  EXPECT_NE(r.err.find("--baseline: a tandem trace is not the baseline of a kineto trace"),
+            std::string::npos)
+      << r.err;
+}
+
+// Arguments that cannot mean what they say are said, not silently dropped: an
+// args.device of -1 (the kernel stays on the file's device), nelems of 2^64-1 and 1.5e300
+// (the collective's size is unknown).
+TEST(AnalyzeCliTest, ArgumentsThatAreNoDeviceOrCountAreSaid) {
+  TempDir dir;
+  KinetoBuilder b(0);
+  b.profiler_step(0, 0, 1000).kernel("sm80_gemm", 0, 120);
+  nlohmann::json odd = {{"ph", "X"},
+                        {"cat", "kernel"},
+                        {"name", "sm80_gemm"},
+                        {"pid", 0},
+                        {"tid", 7},
+                        {"ts", 200},
+                        {"dur", 50},
+                        {"args", {{"device", -1}, {"stream", 7}}}};
+  b.event(odd);
+  b.nccl("ncclDevKernel_AllReduce_Sum_f32_RING_LL", 60, 100, 13, "allreduce", 1024, 1024, 2);
+  nlohmann::json huge = {{"ph", "X"},
+                         {"cat", "kernel"},
+                         {"name", "ncclDevKernel_AllReduce_Sum_f32_RING_LL"},
+                         {"pid", 0},
+                         {"tid", 20},
+                         {"ts", 400},
+                         {"dur", 100},
+                         {"args",
+                          {{"device", 0},
+                           {"stream", 20},
+                           {"Collective name", "allreduce"},
+                           {"In msg nelems", 18446744073709551615ull},
+                           {"Out msg nelems", 1.5e300},
+                           {"Group size", 2}}}};
+  b.event(huge);
+  std::ofstream(dir.path() / "odd.json") << b.str();
+  const CliResult r = run_tandem("analyze " + (dir.path() / "odd.json").string());
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("1 event with an args.device that is no device"), std::string::npos)
+      << r.out;
+  EXPECT_NE(r.out.find("2 nelems that are no count"), std::string::npos) << r.out;
+}
+
 // Round two as a user meets it: HTA's per-rank number, the collectives with their sizes
 // and bandwidths, and the kernels contention slows, on the terminal and in the files.
 TEST(AnalyzeCliTest, RanksCollectivesAndSlowedKernels) {
