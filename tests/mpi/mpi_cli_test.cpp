@@ -687,6 +687,49 @@ void expect_stopped_rank_ends_the_job(const std::string& workload, const std::st
   EXPECT_LE(lines, 1) << r0_err;
 }
 
+// Under mpirun, a process interrupted (SIGTERM to rank 0, which writes --out) ends as a
+// local run does: one line saying so, its results directory's DIR.partial and .DIR.lock
+// removed, and the job ends (the other rank loses its peer) instead of hanging.
+TEST(MpiFault, AnInterruptedProcessEndsTheJobLeavingNothingBehind) {
+  TempDir dir;
+  const auto path = [&](const char* name) { return (dir.path() / name).string(); };
+  const std::string out = path("run");
+  const std::string train = std::string(TANDEM_BINARY) +
+                            " train --backend mpi --model mlp:4x256 --steps 100000 --timeout 10 "
+                            "--out " +
+                            out;
+  {
+    std::ofstream script(path("rank0.sh"));
+    script << "echo $$ > " << path("r0.pid.tmp") << " && mv " << path("r0.pid.tmp") << " "
+           << path("r0.pid") << "\nexec " << train << " >" << path("r0.out") << " 2>"
+           << path("r0.err") << "\n";
+  }
+  const pid_t launcher =
+      start_shell(mpirun(1) + "sh " + path("rank0.sh") + " : -np 1 " + train + " --quiet >" +
+                  path("job.out") + " 2>" + path("job.err") + " </dev/null");
+  ASSERT_GE(launcher, 0);
+  const std::string steps = wait_for_text(path("r0.out"), "step    2/", std::chrono::seconds(60));
+  if (steps.find("step    2/") == std::string::npos) {
+    ::kill(launcher, SIGKILL);
+    wait_for_exit(launcher, std::chrono::seconds(10));
+    FAIL() << "rank 0 never trained: " << steps << slurp(path("r0.err"));
+  }
+  const pid_t rank0 = static_cast<pid_t>(std::stol(slurp(path("r0.pid"))));
+  ASSERT_EQ(::kill(rank0, SIGTERM), 0);
+  const int status = wait_for_exit(launcher, std::chrono::seconds(60));
+  if (status == -1) {
+    ::kill(launcher, SIGKILL);
+    wait_for_exit(launcher, std::chrono::seconds(10));
+    FAIL() << "the job did not end after rank 0 was interrupted: " << slurp(path("job.err"));
+  }
+  EXPECT_FALSE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "the job ended as if done";
+  const std::string r0_err = slurp(path("r0.err"));
+  EXPECT_EQ(count_of(r0_err, "tandem: interrupted by SIGTERM"), 1) << r0_err;
+  for (const char* left : {"run", "run.partial", ".run.lock"}) {
+    EXPECT_FALSE(std::filesystem::exists(dir.path() / left)) << left << " left behind";
+  }
+}
+
 TEST(MpiFault, ARankStoppedUntilTheJobTimedOutEndsWithoutASignalWhenResumed) {
   expect_stopped_rank_ends_the_job("--model mlp:4x256 --mpi-allreduce ring",
                                    "allreduce bucket \\d+", 2);
