@@ -1,5 +1,6 @@
 #include "core/memory.h"
 
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <charconv>
@@ -110,6 +111,14 @@ AvailableMemory available_memory() {
 }
 
 std::int64_t peak_rss_bytes() { return proc_kib("/proc/self/status", "VmHWM:"); }
+
+std::int64_t address_space_headroom() {
+  rlimit limit{};
+  if (::getrlimit(RLIMIT_AS, &limit) != 0 || limit.rlim_cur == RLIM_INFINITY) return -1;
+  const std::int64_t mapped = proc_kib("/proc/self/status", "VmSize:");
+  if (mapped < 0) return -1;
+  return std::max<std::int64_t>(0, static_cast<std::int64_t>(limit.rlim_cur) - mapped);
+}
 
 bool reset_peak_rss() {
   std::ofstream out("/proc/self/clear_refs");

@@ -31,6 +31,10 @@ struct CgroupHeadroom {
 CgroupHeadroom cgroup_headroom(std::string_view proc_self_cgroup,
                                const std::filesystem::path& root);
 
+// What this process's address-space limit (RLIMIT_AS, `ulimit -v`) still allows: the
+// limit less the virtual memory mapped now; -1 where there is no limit.
+std::int64_t address_space_headroom();
+
 // The peak resident set of this process so far (VmHWM of /proc/self/status), in bytes;
 // -1 where it cannot be read.
 std::int64_t peak_rss_bytes();

@@ -6,6 +6,8 @@
 #include <unordered_map>
 
 #include "core/error.h"
+#include "core/memory.h"
+#include "core/parse.h"
 #include "trace_import/bounded_json.h"
 
 namespace tandem {
@@ -593,7 +595,29 @@ class TraceSemantics::Impl {
     event_.raw.category = cat;
     event_.raw.name = names_.intern(event_.name);
     out_.names_cut += event_.name_cut;
+    if (out_.events.size() == out_.events.capacity()) check_room_to_grow();
     out_.events.push_back(event_.raw);
+  }
+
+  // Note [events in memory]: the events a trace keeps grow with the trace, whatever its
+  // file's size (a 5.6 MB .json.gz held 63 M kernels). Before the list doubles, the memory
+  // left (MemAvailable, the cgroups' limits, the address-space limit) must hold the new
+  // list and as much again for the spans made from it; else one line, not bad_alloc or the
+  // OOM killer. Checked at each doubling only: a handful of reads of /proc per file.
+  void check_room_to_grow() const {
+    const auto grown = static_cast<std::int64_t>(
+        std::max<std::size_t>(out_.events.capacity() * 2, 1 << 16) * sizeof(out_.events[0]));
+    const std::int64_t need = 2 * grown;
+    AvailableMemory left = available_memory();
+    if (const std::int64_t as = address_space_headroom();
+        as >= 0 && (left.bytes < 0 || as < left.bytes)) {
+      left = {.bytes = as, .source = "the address-space limit"};
+    }
+    if (left.bytes < 0 || left.bytes >= need) return;
+    fail("its events do not fit in the memory left: " + std::to_string(out_.events.size()) +
+         " kept so far, and " + format_bytes(static_cast<double>(need)) +
+         " needed to go on where " + format_bytes(static_cast<double>(left.bytes)) + " is left (" +
+         left.source + "); profile fewer steps or kernels");
   }
 
   std::string_view source_;

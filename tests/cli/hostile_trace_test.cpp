@@ -91,6 +91,10 @@ INSTANTIATE_TEST_SUITE_P(
                 "1 compute / 0 comm"},
         Hostile{"Whitespace", "", " \n\t\r", R"({"traceEvents":[)" + kKernel + "]}", 0,
                 "1 compute / 0 comm"},
+        // Valid, but millions of events, each of which is kept: refused before the memory
+        // left (here the address-space limit) runs out.
+        Hostile{"ManyEvents", kEvents, kKernel + ",", kKernel + "]}", 2,
+                "its events do not fit in the memory left"},
         // Invalid ones: refused at the offending byte, never held whole.
         Hostile{"Number", kEvents + R"({"x":)", "1", "}]}", 2,
                 "a number longer than 4096 characters"},
