@@ -124,6 +124,23 @@ TEST(ResultsWriterTest, AFreshRunAppearsOnlyWhenCommitted) {
   EXPECT_FALSE(fs::exists(tmp.path() / "out.partial"));
 }
 
+// --out DIR that is a symbolic link to a directory: the results go where it points and the
+// link stays a link (the commit renames onto the target, never over the link).
+TEST(ResultsWriterTest, AnOutThatIsALinkToADirectoryWritesThroughIt) {
+  TempDir tmp;
+  fs::create_directories(tmp.path() / "real");
+  fs::create_directory_symlink("real", tmp.path() / "link");
+  {
+    ResultsWriter writer(tmp.path() / "link", ResultsCommand::kTrain, kArgv);
+    writer.write("steps.csv", "z\n");
+    writer.commit();
+  }
+  EXPECT_TRUE(fs::is_symlink(tmp.path() / "link"));
+  EXPECT_EQ(read_file(tmp.path() / "real" / "steps.csv"), "z\n");
+  EXPECT_FALSE(fs::exists(tmp.path() / "link.partial"));
+  EXPECT_FALSE(fs::exists(tmp.path() / "real.partial"));
+}
+
 // A sweep that fails keeps its finished points in DIR.partial; a new run is refused
 // there (--resume continues it, --force starts over).
 TEST(ResultsWriterTest, AnInterruptedSweepIsKeptForResume) {
