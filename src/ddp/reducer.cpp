@@ -293,27 +293,13 @@ void Reducer::after_backward(int unit, bool last_micro_batch) {
 // Compute-only computes everything and sends nothing; comm-only sends the buffers without
 // computing them.
 void Reducer::launch(const Bucket& bucket) {
-  if (bucket.end == bucket.begin) return;
+  // Compute-only sends nothing, but computes the compression as the overlapped scenario
+  // does, so that the two scenarios' compute is the same (docs/METRICS.md).
+  const bool sends = options_.mode != CommMode::kOff;
+  if (bucket.end == bucket.begin || (!sends && !options_.compress.enabled())) return;
   const auto b = static_cast<std::size_t>(bucket.index);
   const std::size_t n = bucket.end - bucket.begin;
   const std::span<float> range = reduced_.subspan(bucket.begin, n);
-  if (options_.mode == CommMode::kOff) {
-    // Compute-only: the compression's compute without its collectives, so that the
-    // scenario's compute is the overlapped one's (docs/METRICS.md).
-    if (!compute_ || !options_.compress.enabled()) return;
-    if (wire_) {
-      wire_->narrow(range, bucket.begin, 1.0f / static_cast<float>(comm_.allreduce_sum_ranks()),
-                    bucket.index);
-    } else {
-      PowerSgd& ps = *powersgd_[b];
-      time_compression(model_, bucket.index, [&] {
-        ps.math.compute_p(range, ps.p, comm_.size());
-        ps.math.compute_q(ps.p, ps.q);
-      });
-    }
-    finish(b);
-    return;
-  }
   const OpInfo info{
       .kind = SpanKind::kAllreduce, .bytes = wire_bytes(bucket), .step = step_, .tag = bucket.index};
   if (wire_) {
@@ -321,17 +307,24 @@ void Reducer::launch(const Bucket& bucket) {
       wire_->narrow(range, bucket.begin, 1.0f / static_cast<float>(comm_.allreduce_sum_ranks()),
                     bucket.index);
     }
-    works_[b] = comm_.allreduce(wire_->span(bucket.begin, n), wire_->type(), ReduceOp::kSum, info);
+    if (sends) {
+      works_[b] =
+          comm_.allreduce(wire_->span(bucket.begin, n), wire_->type(), ReduceOp::kSum, info);
+    }
   } else if (!powersgd_.empty()) {
     PowerSgd& ps = *powersgd_[b];
     if (compute_) {
-      time_compression(model_, bucket.index, [&] { ps.math.compute_p(range, ps.p, comm_.size()); });
+      time_compression(model_, bucket.index, [&] {
+        ps.math.compute_p(range, ps.p, comm_.size());
+        if (!sends) ps.math.compute_q(ps.p, ps.q);
+      });
     }
-    ps.second = false;
-    works_[b] = comm_.allreduce(ps.p, ReduceOp::kSum, info);
+    ps.second = !sends;
+    if (sends) works_[b] = comm_.allreduce(ps.p, ReduceOp::kSum, info);
   } else {
     works_[b] = comm_.allreduce(range, ReduceOp::kAverage, info);
   }
+  if (!sends) finish(b);
 }
 
 void Reducer::launch_second_round() {
