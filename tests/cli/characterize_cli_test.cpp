@@ -171,9 +171,12 @@ TEST(CharacterizeCliTest, CompressSweep) {
   EXPECT_LT(bytes[2], bytes[0] / 2);
   for (const fs::path& point : fs::directory_iterator(out / "points")) {
     if (point.filename().string().find("none") != std::string::npos) continue;
-    ASSERT_TRUE(fs::exists(point / "overlapped.trace.json")) << point;
-    EXPECT_NE(slurp(point / "overlapped.trace.json").find("\"compress\""), std::string::npos)
-        << point;
+    // Compute-only computes the compression too: its compute is the overlapped one's.
+    for (const char* scenario : {"overlapped.trace.json", "compute-only.trace.json"}) {
+      ASSERT_TRUE(fs::exists(point / scenario)) << point;
+      EXPECT_NE(slurp(point / scenario).find("\"compress\""), std::string::npos)
+          << point / scenario;
+    }
   }
   const CliResult refused =
       run_tandem("characterize --model gpt:layers=1,dim=16,heads=2,seq=8 --sweep compress=fp8");
