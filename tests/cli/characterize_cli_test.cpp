@@ -138,7 +138,7 @@ TEST(CharacterizeCliTest, TechniquesSweep) {
   const fs::path point = out / "points" / "recompute-full.overlap-optimizer-yes";
   ASSERT_TRUE(fs::exists(point / "overlapped.trace.json")) << point;
   const std::string trace = slurp(point / "overlapped.trace.json");
-  EXPECT_NE(trace.find("\"recompute\""), std::string::npos);
+  EXPECT_NE(trace.find("\"name\":\"recompute\""), std::string::npos);
   for (const char* bad : {"--sweep double-buffer=maybe", "--sweep recompute=most"}) {
     const CliResult refused =
         run_tandem(std::string("characterize --model gpt:layers=1,dim=16,heads=2,seq=8 ") + bad);
@@ -174,7 +174,7 @@ TEST(CharacterizeCliTest, CompressSweep) {
     // Compute-only computes the compression too: its compute is the overlapped one's.
     for (const char* scenario : {"overlapped.trace.json", "compute-only.trace.json"}) {
       ASSERT_TRUE(fs::exists(point / scenario)) << point;
-      EXPECT_NE(slurp(point / scenario).find("\"compress\""), std::string::npos)
+      EXPECT_NE(slurp(point / scenario).find("\"name\":\"compress\""), std::string::npos)
           << point / scenario;
     }
   }
