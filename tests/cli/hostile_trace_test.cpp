@@ -11,6 +11,7 @@
 #include <fstream>
 #include <functional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "cli/cli_support.h"
@@ -55,6 +56,11 @@ class HostileTraceTest : public ::testing::TestWithParam<Hostile> {};
 
 TEST_P(HostileTraceTest, AnalyzedInBoundedMemoryOrOneLineExitTwo) {
   const Hostile& h = GetParam();
+  // Sanitizer builds run without the address-space limit (cli_support.h), and a trace
+  // refused only because memory runs out is then analyzed whole.
+  if (kSanitized && std::string_view(h.name) == "ManyEvents") {
+    GTEST_SKIP() << "refused only under the address-space limit, which sanitizer builds lift";
+  }
   TempDir dir;
   const fs::path trace = dir.path() / "hostile.json.gz";
   write_gzip(trace, h);
