@@ -69,11 +69,7 @@ struct Op {
   std::function<void()> task{};  // run_task(): a backend task instead of an operation
   bool started = false;
 
-  // The buffers as what they hold (`T` is float for kFloat32, std::uint16_t else).
-  template <typename T>
-  const T* in() const {
-    return static_cast<const T*>(input);
-  }
+  // The output as what it holds (`T` is float for kFloat32, std::uint16_t else).
   template <typename T>
   T* out() const {
     return static_cast<T*>(output);

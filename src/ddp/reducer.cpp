@@ -151,16 +151,20 @@ std::vector<GradParam> grad_params(const ModelLayout& layout, const std::vector<
   return out;
 }
 
-std::vector<PowerSgdParam> powersgd_params(const ModelLayout& layout, const Bucket& bucket,
-                                           const std::vector<GradParam>& params) {
+std::vector<std::vector<PowerSgdParam>> powersgd_params(const ModelLayout& layout,
+                                                        const std::vector<Bucket>& buckets,
+                                                        const std::vector<GradParam>& params) {
   std::map<std::size_t, const ParamInfo*> by_offset;
   for (const ParamInfo& p : layout.params()) by_offset[p.offset] = &p;
-  std::vector<PowerSgdParam> out;
-  for (int i : bucket.params) {
-    const ParamInfo& info = *by_offset.at(params[static_cast<std::size_t>(i)].offset);
-    // Whole parameters only: chunked plans are refused with PowerSGD (trainer.cpp).
-    TANDEM_CHECK(info.offset >= bucket.begin && info.offset + info.numel <= bucket.end);
-    out.push_back({info.offset, info.numel, info.shape});
+  std::vector<std::vector<PowerSgdParam>> out;
+  for (const Bucket& bucket : buckets) {
+    std::vector<PowerSgdParam>& members = out.emplace_back();
+    for (int i : bucket.params) {
+      const ParamInfo& info = *by_offset.at(params[static_cast<std::size_t>(i)].offset);
+      // Whole parameters only: chunked plans are refused with PowerSGD (trainer.cpp).
+      TANDEM_CHECK(info.offset >= bucket.begin && info.offset + info.numel <= bucket.end);
+      members.push_back({info.offset, info.numel, info.shape});
+    }
   }
   return out;
 }
@@ -225,12 +229,14 @@ Reducer::Reducer(Communicator& comm, RankModel& model, const ReducerOptions& opt
     // Host buffers and the CPU's GEMM: refused on a GPU before this (trainer.cpp), as are
     // plans that cut parameters (chunked).
     TANDEM_CHECK(model.stream() == nullptr);
+    std::vector<std::vector<PowerSgdParam>> members =
+        powersgd_params(model.layout(), buckets_, params_);
     for (const Bucket& bucket : buckets_) {
       // The same seed on every rank, another for every bucket (PyTorch's default seed 0).
       auto state = std::make_unique<PowerSgd>(
           PowerSgd{.math = PowerSgdBucket(
-                       powersgd_params(model.layout(), bucket, params_), bucket.begin, bucket.end,
-                       options_.compress.rank,
+                       std::move(members[static_cast<std::size_t>(bucket.index)]), bucket.begin,
+                       bucket.end, options_.compress.rank,
                        0x9E3779B97F4A7C15ull * static_cast<std::uint64_t>(bucket.index + 1))});
       state->p.resize(state->math.p_numel());
       state->q.resize(state->math.q_numel());

@@ -83,9 +83,10 @@ std::vector<Bucket> plan_buckets(const std::vector<GradParam>& params, std::size
 // The parameters of a model layout as the reducer sees them: all, or those of the units
 // flagged in `units` (a pipeline stage's).
 std::vector<GradParam> grad_params(const ModelLayout& layout, const std::vector<bool>& units = {});
-// PowerSGD's view of a bucket's parameters (ddp/powersgd.h): their offsets and shapes.
-std::vector<PowerSgdParam> powersgd_params(const ModelLayout& layout, const Bucket& bucket,
-                                           const std::vector<GradParam>& params);
+// PowerSGD's view of each bucket's parameters (ddp/powersgd.h): their offsets and shapes.
+std::vector<std::vector<PowerSgdParam>> powersgd_params(const ModelLayout& layout,
+                                                        const std::vector<Bucket>& buckets,
+                                                        const std::vector<GradParam>& params);
 // The plan of `options` over `layout`.
 std::vector<Bucket> plan_buckets(const ModelLayout& layout, const BucketPlanOptions& options);
 

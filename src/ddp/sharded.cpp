@@ -174,12 +174,8 @@ void ShardedSync::before_backward(int unit) {
 }
 
 void ShardedSync::after_backward(int unit, bool last_micro_batch) {
-  if (!communicates() && wire_ && compute_ && last_micro_batch) {
-    Unit& u = units_[static_cast<std::size_t>(unit)];
-    wire_->narrow(model_.grads().subspan(u.begin, u.padded_end - u.begin), u.begin,
-                  1.0f / static_cast<float>(ranks_), unit);
-    shard_wire_->widen(u.offset, grad_shard(u), unit);
-  }
+  // Compute-only: the compression's casts alone (issue_reduce sends nothing then).
+  if (!communicates() && wire_ && last_micro_batch) issue_reduce(unit);
   if (communicates()) {
     if (fsdp()) release_after(event_);
     // Accumulation: the unit's gradient is final after the last micro-batch only.
@@ -240,6 +236,10 @@ void ShardedSync::issue_reduce(int u) {
   const std::span<float> grads = model_.grads().subspan(unit.begin, numel);
   if (wire_) {
     if (compute_) wire_->narrow(grads, unit.begin, 1.0f / static_cast<float>(ranks_), u);
+    if (!communicates()) {  // compute-only: widened at once, as a settled unit would be
+      shard_wire_->widen(unit.offset, grad_shard(unit), u);
+      return;
+    }
     unit.reduce = comm_.reduce_scatter(wire_->span(unit.begin, numel),
                                        shard_wire_->span(unit.offset, unit.shard), wire_->type(),
                                        ReduceOp::kSum, info);

@@ -124,6 +124,8 @@ class ShardedSync final : public GradSync {
   void wait_gathered(int event);
   void release_after(int event);
   void issue_gather(int u);
+  // Unit u's reduce-scatter (--compress: its 16-bit cast first; compute-only: the casts
+  // alone, nothing sent).
   void issue_reduce(int u);
   // Ends reduce-scatters that are done (all of them with `wait`), giving their
   // gradients back where the stage keeps only shards.

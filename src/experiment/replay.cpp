@@ -255,6 +255,9 @@ Replay replay_run(const std::string& dir, const WhatIf& what_if) {
     }
     config.reducer.plan.bucket_cap_bytes =
         static_cast<std::int64_t>(what_if.bucket_mb * static_cast<double>(1 << 20));
+    out.notes.push_back(
+        "buckets of other sizes priced by the run's fit of its link where none "
+        "of that size was measured");
   }
   SimulateOptions changed{.cluster = as_measured, .costs = &clean_costs};
   changed.stragglers = replay.stragglers;
@@ -268,11 +271,6 @@ Replay replay_run(const std::string& dir, const WhatIf& what_if) {
     std::erase_if(changed.stragglers, [&](const Straggler& s) { return s.rank >= what_if.ranks; });
     out.notes.push_back("collectives over " + std::to_string(what_if.ranks) +
                         " ranks priced by the run's fit of its link, not measured");
-  }
-  if (what_if.bucket_mb > 0) {
-    out.notes.push_back(
-        "buckets of other sizes priced by the run's fit of its link where none "
-        "of that size was measured");
   }
   if (what_if.network != 1) {
     changed.cluster.intra.bandwidth_bytes_per_s *= what_if.network;

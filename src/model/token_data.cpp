@@ -41,7 +41,6 @@ class TokenData::File {
   File(const File&) = delete;
   File& operator=(const File&) = delete;
 
-  const std::string& path() const { return path_; }
   // Bytes [offset, offset + out.size()) into out; returns how many the file gave (fewer
   // at its end), or -1 with errno set.
   std::int64_t read(std::int64_t offset, std::span<std::uint8_t> out) const {

@@ -269,6 +269,10 @@ struct ProgramBuilder {
   }
 };
 
+// One --compress fp16|bf16 cast of `elements` (either way: 4 bytes read and 2 written, or
+// 2 and 4) at `byte_seconds` per byte streamed.
+double cast_seconds(double elements, double byte_seconds) { return 6 * elements * byte_seconds; }
+
 // A strategy's side of a step, at the points the rank loop calls its GradSync
 // (ddp/grad_sync.h): each appends the collectives the real strategy issues and waits for
 // there, from the same plan code.
@@ -318,9 +322,10 @@ class SimReducer final : public SimSync {
         costs_(costs) {
     schedule_.reset();
     if (compress_.kind == Compression::Kind::kPowerSgd) {
-      for (const Bucket& bucket : buckets_) {
-        powersgd_.push_back(powersgd_size(powersgd_params(layout, bucket, params_),
-                                          bucket.end - bucket.begin, compress_.rank));
+      const auto members = powersgd_params(layout, buckets_, params_);
+      for (std::size_t b = 0; b < buckets_.size(); ++b) {
+        powersgd_.push_back(
+            powersgd_size(members[b], buckets_[b].end - buckets_[b].begin, compress_.rank));
       }
     }
   }
@@ -412,7 +417,7 @@ class SimReducer final : public SimSync {
     const Bucket& bucket = buckets_[b];
     double seconds = 0, flops = 0;
     if (compress_.casts()) {
-      seconds = 6.0 * static_cast<double>(bucket.end - bucket.begin) * costs_.byte_seconds;
+      seconds = cast_seconds(static_cast<double>(bucket.end - bucket.begin), costs_.byte_seconds);
     } else {
       flops = share * powersgd_[b].flops;
       seconds = flops * costs_.flop_seconds + share * powersgd_[b].bytes * costs_.byte_seconds;
@@ -576,7 +581,8 @@ class SimSharded final : public SimSync {
   }
   void cast(ProgramBuilder& p, int u, double elements) {
     if (casts_ > 0) {
-      p.compute(SpanKind::kOther, u, -1, 6 * elements * casts_, 0, op_name(ModelOp::kCompress));
+      p.compute(SpanKind::kOther, u, -1, cast_seconds(elements, casts_), 0,
+                op_name(ModelOp::kCompress));
     }
   }
   void note_gathered() {
@@ -1295,10 +1301,12 @@ TrainResult simulate_training(const TrainConfig& given, const SimulateOptions& o
   std::int64_t compression_bytes = 0;
   if (config.reducer.compress.casts()) compression_bytes = replica / 2;
   if (config.reducer.compress.kind == Compression::Kind::kPowerSgd) {
-    const std::vector<GradParam> params = grad_params(layout);
-    for (const Bucket& b : stage_buckets[0]) {
-      const PowerSgdSize size = powersgd_size(powersgd_params(layout, b, params), b.end - b.begin,
-                                              config.reducer.compress.rank);
+    const std::vector<Bucket>& buckets = stage_buckets[0];
+    const auto members = powersgd_params(layout, buckets, grad_params(layout));
+    for (std::size_t i = 0; i < buckets.size(); ++i) {
+      const Bucket& b = buckets[i];
+      const PowerSgdSize size =
+          powersgd_size(members[i], b.end - b.begin, config.reducer.compress.rank);
       compression_bytes += static_cast<std::int64_t>(
           (size.state_numel + size.p_numel + size.q_numel) * sizeof(float));
     }

@@ -63,10 +63,10 @@ std::pair<std::size_t, std::size_t> slice_of(std::size_t count, int n, int rank)
   return {begin, std::min(count, begin + chunk)};
 }
 
-// Reduces elements [0, count) of every rank's `srcs` (block `first` onward) into the
-// buffers `dsts` (every rank's for an all-reduce, this rank's for a reduce-scatter),
-// in blocks that stay in cache: each source is read once and each destination written
-// once. T is float or a 16-bit type (`type`).
+// Reduces elements [begin, end) of every rank's `srcs` into the same elements of `dsts`
+// (every rank's buffer for an all-reduce, this rank's output for a reduce-scatter), in
+// blocks that stay in cache: each source is read once and each destination written once.
+// T is float or std::uint16_t holding values of `type`.
 template <typename T>
 void reduce_into(DataType type, const std::vector<const T*>& srcs, const std::vector<T*>& dsts,
                  std::size_t begin, std::size_t end, ReduceOp op) {

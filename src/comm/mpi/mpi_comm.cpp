@@ -280,14 +280,13 @@ class MpiCommunicator final : public ProcessCommunicator {
     // Average is a sum divided here.
     if (op.reduce == ReduceOp::kAverage &&
         (op.kind == SpanKind::kAllreduce || op.kind == SpanKind::kReduceScatter)) {
-      const float n_inverse = 1.0f / static_cast<float>(size());
+      const auto n = static_cast<float>(size());
       if (op.type == DataType::kFloat32) {
-        const auto n = static_cast<float>(size());
         for (std::size_t i = 0; i < op.output_count; ++i) op.out<float>()[i] /= n;
       } else {
         std::uint16_t* out = op.out<std::uint16_t>();
         for (std::size_t i = 0; i < op.output_count; ++i) {
-          out[i] = narrow(op.type, widen(op.type, out[i]) * n_inverse);
+          out[i] = narrow(op.type, widen(op.type, out[i]) / n);
         }
       }
     }

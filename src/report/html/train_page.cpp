@@ -48,6 +48,27 @@ int choose_step(const std::vector<StepMetrics>& measured, const std::vector<Step
   return sorted[(sorted.size() - 1) / 2].step;
 }
 
+// A timeline's measured steps, the step its Gantt shows (choose_step) and that chart's
+// input, labelled `label` and the step.
+struct ChosenStep {
+  std::vector<StepMetrics> measured;
+  int step = -1;
+  GanttInput gantt;
+  int total_ranks = 0;
+};
+ChosenStep chosen_step(const Timeline& timeline, const json& summary, const ReportOptions& options,
+                       const std::string& label) {
+  ChosenStep out;
+  const std::vector<StepMetrics> all = compute_step_metrics(timeline);
+  const int warmup =
+      std::max(0, summary["config"].value("steps", 0) - summary.value("measured_steps", 0));
+  out.measured = drop_warmup(all, static_cast<std::size_t>(warmup));
+  out.step = choose_step(out.measured, all, options);
+  out.gantt = gantt_for_step(timeline, out.step, options.max_ranks,
+                             label + " " + std::to_string(out.step), out.total_ranks);
+  return out;
+}
+
 }  // namespace
 
 std::string train_body(const Results& r, const ReportOptions& options) {
@@ -95,20 +116,17 @@ std::string train_body(const Results& r, const ReportOptions& options) {
   if (!trace) {
     timeline_html = note("no trace.json in this directory (the run had its timeline off)");
   } else {
-    const std::vector<StepMetrics> all = compute_step_metrics(trace->timeline);
-    const int warmup = std::max(0, config.value("steps", 0) - s.value("measured_steps", 0));
-    const std::vector<StepMetrics> measured = drop_warmup(all, static_cast<std::size_t>(warmup));
-    const int step = choose_step(measured, all, options);
-    int total = 0;
-    const GanttInput g = gantt_for_step(trace->timeline, step, options.max_ranks,
-                                        "training step " + std::to_string(step), total);
+    const ChosenStep chosen = chosen_step(trace->timeline, s, options, "training step");
+    const std::vector<StepMetrics>& measured = chosen.measured;
+    const int step = chosen.step;
+    const GanttInput& g = chosen.gantt;
     if (g.ranks.empty()) {
       timeline_html = note("trace.json has no spans of a training step");
     } else {
       std::string caption = "Step " + std::to_string(step) +
                             (options.iteration ? "" : " (the median measured step)") +
                             ": hover a bar for its name, duration and bytes.";
-      const std::string ranks = ranks_note(g, total);
+      const std::string ranks = ranks_note(g, chosen.total_ranks);
       if (!ranks.empty()) caption += " " + ranks + ".";
       timeline_html = figure(gantt_chart(g), caption);
     }
@@ -138,12 +156,9 @@ std::string train_body(const Results& r, const ReportOptions& options) {
   // as replayed (its median step), drawn below the what-if's timeline.
   if (const auto replayed = trace ? load_trace(r.dir / "replayed.trace.json") : std::nullopt) {
     const json simulated = s.value("simulated", json::object());
-    const std::vector<StepMetrics> all = compute_step_metrics(replayed->timeline);
-    const int warmup = std::max(0, config.value("steps", 0) - s.value("measured_steps", 0));
-    const int step = choose_step(drop_warmup(all, static_cast<std::size_t>(warmup)), all, options);
-    int total = 0;
-    const GanttInput g = gantt_for_step(replayed->timeline, step, options.max_ranks,
-                                        "replayed step " + std::to_string(step), total);
+    const ChosenStep chosen = chosen_step(replayed->timeline, s, options, "replayed step");
+    const int step = chosen.step;
+    const GanttInput& g = chosen.gantt;
     char numbers[160];
     std::snprintf(numbers, sizeof numbers,
                   "Measured %.3f ms, replayed %.3f ms, with the what-if (%s) %.3f ms.",
