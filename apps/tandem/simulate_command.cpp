@@ -219,6 +219,11 @@ int run_simulate(const SimulateFlags& flags, bool batch_given, const CommandLine
     options.cluster.degraded.push_back(link);
   }
   WorkloadFlags workload = flags.workload;
+  if (workload.tensor > 1) {
+    throw UsageError(
+        "--tensor: the simulator does not model tensor parallelism yet (each "
+        "block's collectives on the critical path); measure it with tandem train");
+  }
   workload.ranks = flags.ranks > 0 ? flags.ranks : options.cluster.devices();
   TrainConfig config = to_train_config(workload, batch_given, /*runs_here=*/false);
   if (config.pipeline.split_auto) config.pipeline.split = predicted_split(config, options);

@@ -2,6 +2,7 @@
 // steps.csv, trace.json and summary.json. Ranks are threads of this process (`local`)
 // or the processes of an MPI job (`mpi`: rank 0 prints and writes for the whole job);
 // the math on the CPU or, with --device cuda, on one GPU per rank (docs/GPU.md).
+#include <algorithm>
 #include <cstdio>
 #include <optional>
 
@@ -43,6 +44,15 @@ void print_header(const TrainConfig& c, const std::string& where) {
     std::printf(" in %d micro-batches of %d", micro_batches(c), micro_batch_rows(c));
   } else if (c.accumulate > 1) {
     std::printf(" x %d micro-batches", c.accumulate);
+  }
+  if (c.model.tensor > 1) {
+    const int replicas = outer_ranks(c) / std::max(1, c.pipeline.stages);
+    std::printf(
+        "\n  tensor parallel %d x pipeline %d x data %d (tensor innermost): %lld "
+        "parameters per rank, an all-reduce after each row-parallel product (docs/"
+        "TENSOR.md)",
+        c.model.tensor, c.pipeline.stages, replicas,
+        static_cast<long long>(c.model.rank_parameter_count()));
   }
   if (c.pipeline.stages > 1) std::printf("\n  pipeline %s", stage_plan(c).describe().c_str());
   std::printf("\n  strategy %s, bucket cap %s (first %s)",

@@ -222,6 +222,11 @@ TrainConfig base_config(const TuneFlags& flags, bool runs_here) {
       throw UsageError(std::string(flag) + ": not with tune, which times every step");
     }
   }
+  if (flags.workload.tensor > 1) {
+    throw UsageError(
+        "--tensor: tune's simulator does not model tensor parallelism yet; measure "
+        "its configurations with tandem train or characterize");
+  }
   WorkloadFlags w = flags.workload;
   w.given.clear();
   TrainConfig base = to_train_config(w, flags.batch_given, runs_here);

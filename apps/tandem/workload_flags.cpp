@@ -124,6 +124,13 @@ void add_workload_flags(CLI::App& app, WorkloadFlags& f, WorkloadUse use) {
                  "backward: none, full (each block keeps only its input) or selective (the "
                  "attention probabilities only, as Megatron-LM); bit for bit the same training")
       ->capture_default_str();
+  app.add_option("--tensor", f.tensor,
+                 "Tensor parallelism T (transformers, Megatron-style): each block's attention "
+                 "heads and MLP width, the embedding's and head's vocabulary split over T ranks, "
+                 "with an all-reduce after each row-parallel product in forward and backward; "
+                 "--ranks = T x pipeline stages x replicas, T innermost (docs/TENSOR.md)")
+      ->check(integer_in(1, 1024))
+      ->capture_default_str();
   app.add_option("--pipeline", f.pipeline,
                  "Pipeline stages P: the model cut into P stages on different ranks, "
                  "--ranks = P (docs/PIPELINE.md)")
@@ -252,6 +259,7 @@ TrainConfig to_train_config(const WorkloadFlags& f, bool batch_given, bool runs_
   if (!f.data.empty()) c.model = c.model.with_vocab(256, "--data");
   c.model.recompute = for_flag("--recompute", [&] { return parse_recompute(f.recompute); });
   c.model.layer_drop = f.layer_drop;
+  c.model.tensor = f.tensor;
   if (c.model.recompute != Recompute::kNone && !c.model.is_transformer()) {
     throw UsageError(
         "--recompute: transformer models only (gpt, llama and the presets); an "

@@ -36,6 +36,7 @@ struct WorkloadFlags {
   double layer_drop = 0;
   bool find_unused = false;
   std::string recompute = "none";
+  int tensor = 1;                      // --tensor: tensor-parallel ranks per layer
   int pipeline = 1;                    // stages
   std::string schedule = "1f1b";
   int micro_batches = 0;               // 0: not given

@@ -13,6 +13,7 @@
 #include "core/error.h"
 #include "core/memory.h"
 #include "core/parse.h"
+#include "engine/tensor_parallel.h"
 #include "model/model_ops.h"
 #include "model/token_data.h"
 
@@ -40,17 +41,50 @@ int micro_batch_rows(const TrainConfig& config) {
                                            : config.batch;
 }
 
+int outer_ranks(const TrainConfig& config) {
+  return config.ranks / std::max(1, config.model.tensor);
+}
+
 int global_batch(const TrainConfig& config) {
   return micro_batch_rows(config) * micro_batches(config) *
-         (config.ranks / std::max(1, config.pipeline.stages));
+         (outer_ranks(config) / std::max(1, config.pipeline.stages));
 }
 
 StagePlan stage_plan(const TrainConfig& config) {
-  return plan_stages(config.pipeline, micro_batches(config), config.ranks,
+  return plan_stages(config.pipeline, micro_batches(config), outer_ranks(config),
                      ModelLayout(config.model));
 }
 
 namespace {
+
+void validate_tensor(const TrainConfig& config) {
+  const int t = config.model.tensor;
+  if (t < 1 || t > 1024) throw UsageError("--tensor must be 1..1024");
+  if (t == 1) return;
+  const std::string flag = "--tensor " + std::to_string(t);
+  if (!config.model.is_transformer()) {
+    throw UsageError(flag + ": splits transformer blocks (gpt, llama); '" + config.model.text +
+                     "' has none");
+  }
+  if (config.ranks % t != 0) {
+    throw UsageError(flag + " does not divide --ranks " + std::to_string(config.ranks) +
+                     " (ranks = tensor x pipeline x data)");
+  }
+  const TransformerShape& s = config.model.transformer;
+  if (s.heads % t != 0 || s.hidden % t != 0 || s.vocab % t != 0) {
+    throw UsageError(flag + ": " + config.model.describe() +
+                     " cannot be split that way (its heads, MLP width and vocabulary must all "
+                     "divide by it)");
+  }
+  if (config.device != Device::kCpu) {
+    throw UsageError(flag +
+                     ": the split passes run on the CPU so far (--device cpu); the CUDA "
+                     "backend has no vocabulary-parallel kernels yet");
+  }
+  if (config.pipeline.split_auto) {
+    throw UsageError(flag + ": --split auto measures an unsplit model; give --split N,N,...");
+  }
+}
 
 void validate_pipeline(const TrainConfig& config) {
   const PipelineOptions& p = config.pipeline;
@@ -135,6 +169,7 @@ void validate(const TrainConfig& config, bool runs_here) {
   if (config.shard.prefetch < 0 || config.shard.prefetch > 64) {
     throw UsageError("--prefetch must be 0..64");
   }
+  validate_tensor(config);
   validate_pipeline(config);
   // fp16's dynamic loss scale skips a step where a gradient overflowed: every rank must
   // see the whole gradient to decide alike (docs/GPU.md, "Mixed precision").
@@ -227,7 +262,7 @@ void validate(const TrainConfig& config, bool runs_here) {
   }
   if (!config.data_path.empty()) {
     // Shards are per replica: a pipeline's stages read their replica's (model_config).
-    const int replicas = config.ranks / std::max(1, config.pipeline.stages);
+    const int replicas = outer_ranks(config) / std::max(1, config.pipeline.stages);
     (void)TokenData::check_file(config.data_path, config.model.transformer.seq,
                                 std::max(1, replicas));
   }
@@ -347,7 +382,8 @@ RunSpec train_run_spec(const TrainConfig& config) {
 
 namespace {
 
-// A rank's model: `rank` of `ranks` data shards, on device `ordinal`.
+// A rank's model: `rank` of `ranks` data shards, on device `ordinal`; layout.tensor_rank
+// says which tensor-parallel shards it holds.
 ModelConfig model_config(const TrainConfig& config, int rank, int ranks, int ordinal,
                          LayoutOptions layout) {
   return {.spec = config.model,
@@ -365,11 +401,14 @@ ModelConfig model_config(const TrainConfig& config, int rank, int ranks, int ord
 }
 
 // Every stage of a pipeline reads its replica's data: the first stage the inputs, the
-// last the targets.
-ModelConfig model_config(const TrainConfig& config, const RankEnv& env, const StagePlan& plan) {
-  return model_config(
-      config, plan.replica_of(env.comm.rank()), plan.replicas, env.ordinal,
-      config.reducer.plan.strategy.sharded() ? sharded_layout(env.comm.size()) : LayoutOptions{});
+// last the targets; so do a tensor group's ranks (`outer`: Note [rank order] in
+// engine/tensor_parallel.h).
+ModelConfig model_config(const TrainConfig& config, const RankEnv& env, const StagePlan& plan,
+                         Communicator& outer, int tensor_rank) {
+  LayoutOptions layout =
+      config.reducer.plan.strategy.sharded() ? sharded_layout(outer.size()) : LayoutOptions{};
+  layout.tensor_rank = tensor_rank;
+  return model_config(config, plan.replica_of(outer.rank()), plan.replicas, env.ordinal, layout);
 }
 
 // The strategy of `config` over `model`; sharded ones take the model's parameters into
@@ -491,12 +530,17 @@ struct RankOutcome {
 }  // namespace
 
 std::string train_rank(const TrainConfig& config, RankEnv& env, const StepCallback& on_step) {
-  Communicator& comm = env.comm;
-  const int rank = comm.rank();
+  const int rank = env.comm.rank();
   const StagePlan plan = stage_plan(config);
+  // With --tensor, everything below runs over this rank's tensor-parallel position (Note
+  // [rank order]): `comm` and `control` are its outer communicators.
+  TensorParallel tensor(config.model.tensor, env.comm, env.control);
+  Communicator& comm = tensor.outer();
+  Communicator& control = tensor.outer_control();
   std::unique_ptr<RankModel> model =
-      make_rank_model(model_config(config, env, plan), env.recorder);
+      make_rank_model(model_config(config, env, plan, comm, tensor.rank()), env.recorder);
   comm.bind_stream(model->stream());
+  tensor.attach(*model);
   std::unique_ptr<GradSync> sync;
   std::unique_ptr<StageRunner> stage;
 
@@ -512,7 +556,7 @@ std::string train_rank(const TrainConfig& config, RankEnv& env, const StepCallba
     if (comm.size() > 1) {
       comm.broadcast(model->params(), 0, {.kind = SpanKind::kBroadcast})->synchronize();
     }
-    sync = make_grad_sync(config, plan, comm, env.control, *model);
+    sync = make_grad_sync(config, plan, comm, control, *model);
     stage = std::make_unique<StageRunner>(
         plan,
         StageRunner::Options{.micro_batches = micro_batches(config),
@@ -533,7 +577,7 @@ std::string train_rank(const TrainConfig& config, RankEnv& env, const StepCallba
       // The steps' own: a held-out pass or --verify gathers every unit of fsdp.
       device_peak = std::max(device_peak, model->device_peak_bytes());
       if (config.compute && plan.shape.stages > 1) {
-        forward_loss_to_first_stage(plan, env.control, rank, record);
+        forward_loss_to_first_stage(plan, control, comm.rank(), record);
       }
       // Every rank evaluates (the replicas are equal, so are their losses): the ranks
       // stay in step, and no rank waits for rank 0's evaluation inside the next step.
@@ -550,8 +594,8 @@ std::string train_rank(const TrainConfig& config, RankEnv& env, const StepCallba
         record.param_hash = hash_floats(sync->full_params(*model, /*copy=*/true));
         // Without communication (the compute-only scenario) replicas differ by design and
         // nothing may be sent, so only the hash is kept.
-        if (env.control.size() > 1 && config.reducer.mode != CommMode::kOff) {
-          verify_identical(env.control, record.param_hash, step);
+        if (control.size() > 1 && config.reducer.mode != CommMode::kOff) {
+          verify_identical(control, record.param_hash, step);
         }
       }
       model->reset_device_peak();
@@ -560,11 +604,17 @@ std::string train_rank(const TrainConfig& config, RankEnv& env, const StepCallba
     }
     steps_peak_rss = reset ? peak_rss_bytes() : -1;
     // A collective for fsdp: every rank gathers, rank 0 alone keeps a copy.
-    std::vector<float> full = sync->full_params(*model, /*copy=*/rank == 0);
-    if (rank == 0) final_params = model->layout().packed(std::move(full));
+    // The first replica's (its tensor group's shards, joined).
+    const bool first = comm.rank() == 0;
+    std::vector<float> full = sync->full_params(*model, /*copy=*/first);
+    if (first) {
+      final_params = tensor.gather_params(model->layout(), model->layout().packed(std::move(full)),
+                                          /*keep=*/rank == 0);
+    }
   } catch (const std::exception& e) {
-    end_in_flight(comm, e.what());
-    if (&env.control != &comm) end_in_flight(env.control, e.what());
+    // The world's abort reaches the tensor groups and outer communicators split from it.
+    end_in_flight(env.comm, e.what());
+    if (&env.control != &env.comm) end_in_flight(env.control, e.what());
     throw;
   }
 
@@ -575,16 +625,17 @@ std::string train_rank(const TrainConfig& config, RankEnv& env, const StepCallba
                     .device_peak_bytes = device_peak,
                     .micro_batches_in_flight = stage->slots()};
   memory.state.activations = stage->activation_bytes();
-  return RankOutcome{.steps = std::move(steps),
-                     .final_params = std::move(final_params),
-                     .blas = model->describe(),
-                     .device_details = model->device_details(),
-                     .timing_source = model->timing_source(),
-                     .sync = sync->describe(),
-                     .memory = memory,
-                     .bytes_per_step = sync->bytes_per_step() + stage->bytes_per_step(),
-                     .uncompressed_bytes_per_step =
-                         sync->uncompressed_bytes_per_step() + stage->bytes_per_step()}
+  return RankOutcome{
+      .steps = std::move(steps),
+      .final_params = std::move(final_params),
+      .blas = model->describe(),
+      .device_details = model->device_details(),
+      .timing_source = model->timing_source(),
+      .sync = sync->describe(),
+      .memory = memory,
+      .bytes_per_step = sync->bytes_per_step() + stage->bytes_per_step() + tensor.bytes_per_step(),
+      .uncompressed_bytes_per_step =
+          sync->uncompressed_bytes_per_step() + stage->bytes_per_step() + tensor.bytes_per_step()}
       .encode();
 }
 
@@ -601,11 +652,11 @@ std::vector<double> measure_unit_seconds(const TrainConfig& config, int passes) 
   const ModelLayout layout(config.model);
   const int units = layout.units();
   RankRecorder recorder(0, static_cast<std::size_t>(64 * units + 64));
-  const std::unique_ptr<RankModel> model =
-      make_rank_model(model_config(config, /*rank=*/0,
-                                   std::max(1, config.ranks / std::max(1, config.pipeline.stages)),
-                                   /*ordinal=*/0, LayoutOptions{}),
-                      recorder);
+  const std::unique_ptr<RankModel> model = make_rank_model(
+      model_config(config, /*rank=*/0,
+                   std::max(1, outer_ranks(config) / std::max(1, config.pipeline.stages)),
+                   /*ordinal=*/0, LayoutOptions{}),
+      recorder);
   std::vector<std::vector<double>> seconds(static_cast<std::size_t>(units));
   for (int pass = 0; pass < kWarmup + passes; ++pass) {
     recorder.clear();

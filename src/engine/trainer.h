@@ -30,8 +30,8 @@
 namespace tandem {
 
 struct TrainConfig {
-  ModelSpec model;
-  int ranks = 2;
+  ModelSpec model;  // model.tensor: --tensor, the tensor-parallel ranks of each layer
+  int ranks = 2;    // tensor x pipeline stages x data-parallel replicas
   int batch = 64;  // per rank, as in DDP
   int steps = 50;
   int accumulate = 1;  // micro-batches per synchronization (of `batch` rows each)
@@ -135,6 +135,9 @@ struct TrainResult {
 int micro_batches(const TrainConfig& config);
 // Rows of one micro-batch: batch / micro-batches with --micro-batches, else batch.
 int micro_batch_rows(const TrainConfig& config);
+// The ranks of one tensor-parallel position (pipeline stages x replicas): --ranks
+// divided by --tensor (Note [rank order] in engine/tensor_parallel.h).
+int outer_ranks(const TrainConfig& config);
 // Samples per step over every replica.
 int global_batch(const TrainConfig& config);
 // The run's pipeline stages (one stage without --pipeline); throws UsageError.

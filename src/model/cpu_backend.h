@@ -128,6 +128,12 @@ class CpuBackend : public layers::Ops<T> {
     loss_sum_ += loss;
     return loss;
   }
+  // The parallel cross-entropy's last step (layers.h), the loss added to the sum likewise.
+  double cross_entropy_columns_finish(T* probs, const T* stats, const T* rowmax, int N, int C) {
+    const double loss = layers::Ops<T>::cross_entropy_finish(probs, stats, rowmax, N, C);
+    loss_sum_ += loss;
+    return loss;
+  }
   void reset_loss_sum() { loss_sum_ = 0; }
   double read_loss_sum() const { return loss_sum_; }
 

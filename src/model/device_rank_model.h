@@ -131,6 +131,16 @@ class DeviceRankModel final : public RankModel {
     return with_model([](const auto& model) { return model.activation_bytes(); });
   }
 
+  void set_tensor_group(TensorGroup* group) override {
+    with_net([&](auto& net) {
+      if constexpr (requires { net.model.set_tensor_group(group); }) {
+        net.model.set_tensor_group(group);
+      } else {
+        TANDEM_CHECK(false);  // only transformers split (ModelSpec::tensor)
+      }
+    });
+  }
+
   // ---- a step ----
   std::int64_t begin_step(int step) override {
     step_ = step;
@@ -265,7 +275,7 @@ ReplicaBytes replica_bytes_on(const ModelConfig& config) {
   const ModelSpec& spec = config.spec;
   const typename Backend::Config sizing = Device::backend_config(config);
   ReplicaBytes out;
-  out.state = 3.0 * static_cast<double>(spec.parameter_count()) * sizeof(float);
+  out.state = 3.0 * static_cast<double>(spec.rank_parameter_count()) * sizeof(float);
   out.working =
       spec.is_transformer()
           ? static_cast<double>(TransformerOn<Backend>::buffer_bytes(spec, config.batch, sizing)) +

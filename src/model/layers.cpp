@@ -247,13 +247,53 @@ TANDEM_CPU_CLONES double Ops<T>::cross_entropy_forward(T* probs, const T* logits
 template <typename T>
 TANDEM_CPU_CLONES void Ops<T>::cross_entropy_backward(T* dlogits, const T* probs,
                                                       const std::int32_t* targets, int B, int C) {
-  const T inv_b = T(1) / static_cast<T>(B);
-  for (std::ptrdiff_t b = 0; b < B; ++b) {
-    const T* p = probs + at(b, C);
-    T* d = dlogits + at(b, C);
-    for (int c = 0; c < C; ++c) d[c] = p[c] * inv_b;
-    d[targets[b]] -= inv_b;
+  cross_entropy_backward_columns(dlogits, probs, targets, B, C, 0);
+}
+
+template <typename T>
+TANDEM_CPU_CLONES void Ops<T>::cross_entropy_backward_columns(T* dlogits, const T* probs,
+                                                              const std::int32_t* targets, int N,
+                                                              int C, int vbegin) {
+  const T inv_n = T(1) / static_cast<T>(N);
+  for (std::ptrdiff_t n = 0; n < N; ++n) {
+    const T* p = probs + at(n, C);
+    T* d = dlogits + at(n, C);
+    for (int c = 0; c < C; ++c) d[c] = p[c] * inv_n;
+    const int target = targets[n] - vbegin;
+    if (target >= 0 && target < C) d[target] -= inv_n;
   }
+}
+
+template <typename T>
+TANDEM_CPU_CLONES void Ops<T>::cross_entropy_row_max(T* rowmax, const T* logits, int N, int C) {
+  for (std::ptrdiff_t n = 0; n < N; ++n) rowmax[n] = row_max(logits + at(n, C), C);
+}
+
+template <typename T>
+TANDEM_CPU_CLONES void Ops<T>::cross_entropy_exp_sums(T* probs, T* stats, const T* logits,
+                                                      const T* rowmax, const std::int32_t* targets,
+                                                      int N, int C, int vbegin) {
+  for (std::ptrdiff_t n = 0; n < N; ++n) {
+    const T* z = logits + at(n, C);
+    const int target = targets[n] - vbegin;
+    // Read before the row (which may alias probs) turns into exponentials.
+    stats[N + n] = target >= 0 && target < C ? z[target] : T(0);
+    stats[n] = exp_shifted_sum(probs + at(n, C), z, rowmax[n], C);
+  }
+}
+
+template <typename T>
+TANDEM_CPU_CLONES double Ops<T>::cross_entropy_finish(T* probs, const T* stats, const T* rowmax,
+                                                      int N, int C) {
+  double total = 0.0;
+  for (std::ptrdiff_t n = 0; n < N; ++n) {
+    T* p = probs + at(n, C);
+    const T inv = T(1) / stats[n];
+    for (int c = 0; c < C; ++c) p[c] *= inv;
+    total += std::log(static_cast<double>(stats[n])) + static_cast<double>(rowmax[n]) -
+             static_cast<double>(stats[N + n]);
+  }
+  return total / N;
 }
 
 // ---- Transformer ----
@@ -290,6 +330,66 @@ TANDEM_CPU_CLONES void Ops<T>::embedding_backward(T* dwte, T* dwpe, const T* dou
         T* p = dwpe + at(t, D);
         for (int i = 0; i < D; ++i) p[i] += d[i];
       }
+    }
+  }
+}
+
+template <typename T>
+TANDEM_CPU_CLONES void Ops<T>::vocab_embedding_forward(T* out, const std::int32_t* tokens,
+                                                       const T* wte, int N, int D, int vbegin,
+                                                       int vcount) {
+  for (std::ptrdiff_t n = 0; n < N; ++n) {
+    T* o = out + at(n, D);
+    const int row = tokens[n] - vbegin;
+    if (row >= 0 && row < vcount) {
+      std::memcpy(o, wte + at(row, D), sizeof(T) * static_cast<std::size_t>(D));
+    } else {
+      std::fill_n(o, D, T(0));
+    }
+  }
+}
+
+template <typename T>
+TANDEM_CPU_CLONES void Ops<T>::vocab_embedding_backward(T* dwte, const T* dout,
+                                                        const std::int32_t* tokens, int N, int D,
+                                                        int vbegin, int vcount) {
+  for (std::ptrdiff_t n = 0; n < N; ++n) {
+    const int row = tokens[n] - vbegin;
+    if (row < 0 || row >= vcount) continue;
+    const T* d = dout + at(n, D);
+    T* e = dwte + at(row, D);
+    for (int i = 0; i < D; ++i) e[i] += d[i];
+  }
+}
+
+template <typename T>
+TANDEM_CPU_CLONES void Ops<T>::add_positions(T* out, const T* wpe, int B, int Tn, int D) {
+  for (std::ptrdiff_t n = 0; n < static_cast<std::ptrdiff_t>(B) * Tn; ++n) {
+    T* o = out + at(n, D);
+    const T* p = wpe + at(n % Tn, D);
+    for (int i = 0; i < D; ++i) o[i] += p[i];
+  }
+}
+
+template <typename T>
+TANDEM_CPU_CLONES void Ops<T>::positions_backward(T* dwpe, const T* dout, int B, int Tn, int D) {
+  for (std::ptrdiff_t n = 0; n < static_cast<std::ptrdiff_t>(B) * Tn; ++n) {
+    const T* d = dout + at(n, D);
+    T* p = dwpe + at(n % Tn, D);
+    for (int i = 0; i < D; ++i) p[i] += d[i];
+  }
+}
+
+template <typename T>
+TANDEM_CPU_CLONES void Ops<T>::residual_add(T* out, const T* residual, const T* bias, int N,
+                                            int D) {
+  for (std::ptrdiff_t n = 0; n < N; ++n) {
+    T* o = out + at(n, D);
+    const T* r = residual + at(n, D);
+    if (bias != nullptr) {
+      for (int i = 0; i < D; ++i) o[i] = (r[i] + bias[i]) + o[i];
+    } else {
+      for (int i = 0; i < D; ++i) o[i] = r[i] + o[i];
     }
   }
 }

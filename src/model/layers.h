@@ -104,6 +104,39 @@ struct Ops {
   static void rope_forward(T* qkv, const T* cos_sin, int B, int Tn, int D, int H);
   // The inverse turn (the rotation's transpose), in place on dqkv's queries and keys.
   static void rope_backward(T* dqkv, const T* cos_sin, int B, int Tn, int D, int H);
+
+  // ---- Tensor parallelism (Note [tensor-parallel layout] in layout.cpp); each rank runs
+  // these on its shard, between the collectives the passes issue ----
+  // A vocabulary-parallel embedding's part: out [N, D] = wte's row (tokens - vbegin) for
+  // the tokens in [vbegin, vbegin + vcount) this rank holds (wte [vcount, D]), zero for
+  // the others; the sum over ranks is the embedding.
+  static void vocab_embedding_forward(T* out, const std::int32_t* tokens, const T* wte, int N,
+                                      int D, int vbegin, int vcount);
+  // dout [N, D] -> dwte [vcount, D] += for the tokens this rank holds.
+  static void vocab_embedding_backward(T* dwte, const T* dout, const std::int32_t* tokens, int N,
+                                       int D, int vbegin, int vcount);
+  // gpt's positions, after the embedding's sum: out [B, T, D] += wpe [T, D]; and dwpe
+  // [T, D] += dout summed over the sequences.
+  static void add_positions(T* out, const T* wpe, int B, int Tn, int D);
+  static void positions_backward(T* dwpe, const T* dout, int B, int Tn, int D);
+  // After a row-parallel product's sum: out [N, D] = residual + bias (if non-null) + out.
+  static void residual_add(T* out, const T* residual, const T* bias, int N, int D);
+  // Cross-entropy over a vocabulary split by columns: logits [N, C] are this rank's
+  // columns [vbegin, vbegin + C) of the whole's. Around two collectives:
+  //   row_max: rowmax [N] = each row's largest logit here    -> the max over ranks
+  //   exp_sums: probs = exp(logits - rowmax); stats [2N]: each row's sum of them, then
+  //     its target's logit where this rank holds it (else 0) -> summed over ranks
+  //   finish: probs /= the sum; returns the mean of log(sum) + rowmax - target logit.
+  // probs may alias logits.
+  static void cross_entropy_row_max(T* rowmax, const T* logits, int N, int C);
+  static void cross_entropy_exp_sums(T* probs, T* stats, const T* logits, const T* rowmax,
+                                     const std::int32_t* targets, int N, int C, int vbegin);
+  static double cross_entropy_finish(T* probs, const T* stats, const T* rowmax, int N, int C);
+  // dlogits [N, C] = (probs - onehot(targets - vbegin)) / N, the one-hot only where this
+  // rank holds the target; may alias probs. vbegin 0 and the whole vocabulary:
+  // cross_entropy_backward.
+  static void cross_entropy_backward_columns(T* dlogits, const T* probs,
+                                             const std::int32_t* targets, int N, int C, int vbegin);
 };
 
 // layers.cpp instantiates both; it must not see these first, or GCC drops the

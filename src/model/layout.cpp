@@ -18,9 +18,18 @@ class LayoutBuilder {
     units_.push_back({.name = std::move(name)});
     owned_.emplace_back();
   }
-  // A tensor of the current unit.
-  void param(std::string name, std::vector<int> shape, ParamInit init) {
+  explicit LayoutBuilder(int tensor = 1) : tensor_(tensor) {}
+  // A tensor of the current unit, `shape` as in the unsplit model; with tensor
+  // parallelism the shard `split` says is registered.
+  void param(std::string name, std::vector<int> shape, ParamInit init, TensorSplit split = {}) {
     TANDEM_CHECK(!units_.empty());
+    if (split.kind == TensorSplit::Kind::kRows) {
+      TANDEM_CHECK(shape.front() % tensor_ == 0);
+      shape.front() /= tensor_;
+    } else if (split.kind == TensorSplit::Kind::kColumns) {
+      TANDEM_CHECK(shape.back() % (tensor_ * split.groups) == 0);
+      shape.back() /= tensor_;
+    }
     std::size_t numel = 1;
     for (int d : shape) numel *= static_cast<std::size_t>(d);
     owned_.back().push_back(params_.size());
@@ -29,7 +38,8 @@ class LayoutBuilder {
                        .numel = numel,
                        .offset = 0,
                        .shape = std::move(shape),
-                       .init = init});
+                       .init = init,
+                       .split = split});
   }
   // Assigns offsets: last unit first, tensors of a unit in registration order, each unit
   // padded and aligned as `options` asks.
@@ -57,6 +67,7 @@ class LayoutBuilder {
   std::vector<UnitInfo> units_;
   std::vector<ParamInfo> params_;
   std::vector<std::vector<std::size_t>> owned_;  // per unit, indices into params_
+  int tensor_ = 1;
 };
 
 constexpr ParamInit zeros() { return {ParamInit::Kind::kZero, 0}; }
@@ -68,26 +79,39 @@ constexpr ParamInit normal(double std) { return {ParamInit::Kind::kNormal, std};
 // with depth, biases zero, norm gains one. LLaMA's models use the same scheme.
 constexpr double kInitStd = 0.02;
 
+// Note [tensor-parallel layout]: Megatron-LM's split (Shoeybi et al. 2019). qkv and the
+// MLP's up projection are column-parallel (each rank its heads, its share of the inner
+// width: no communication between them), the attention and MLP output projections
+// row-parallel (each rank's product is a partial sum of the whole, all-reduced), so a
+// block's forward needs two all-reduces and its backward two more (of the input
+// gradients of the column-parallel products). The embedding is vocabulary-parallel (rows)
+// and so is the head (gpt: tied to it; llama: lm_head's columns), with a parallel
+// cross-entropy. Norms, wpe and the biases of the row-parallel products are replicated:
+// every rank computes them from the same all-reduced values, so their gradients agree
+// without communication.
+constexpr TensorSplit kRowsSplit{TensorSplit::Kind::kRows, 1};
+constexpr TensorSplit columns(int groups) { return {TensorSplit::Kind::kColumns, groups}; }
+
 void build_gpt(LayoutBuilder& b, const TransformerShape& s) {
   const int D = s.dim, F = s.hidden;
   const double residual_std = kInitStd / std::sqrt(2.0 * s.layers);
   b.unit("embedding");
-  b.param("wte", {s.vocab, D}, normal(kInitStd));
+  b.param("wte", {s.vocab, D}, normal(kInitStd), kRowsSplit);
   b.param("wpe", {s.seq, D}, normal(kInitStd));
   for (int l = 0; l < s.layers; ++l) {
     const std::string h = "h" + std::to_string(l) + ".";
     b.unit("h" + std::to_string(l));
     b.param(h + "ln1.weight", {D}, ones());
     b.param(h + "ln1.bias", {D}, zeros());
-    b.param(h + "attn.qkv.weight", {D, 3 * D}, normal(kInitStd));
-    b.param(h + "attn.qkv.bias", {3 * D}, zeros());
-    b.param(h + "attn.proj.weight", {D, D}, normal(residual_std));
+    b.param(h + "attn.qkv.weight", {D, 3 * D}, normal(kInitStd), columns(3));
+    b.param(h + "attn.qkv.bias", {3 * D}, zeros(), columns(3));
+    b.param(h + "attn.proj.weight", {D, D}, normal(residual_std), kRowsSplit);
     b.param(h + "attn.proj.bias", {D}, zeros());
     b.param(h + "ln2.weight", {D}, ones());
     b.param(h + "ln2.bias", {D}, zeros());
-    b.param(h + "mlp.fc.weight", {D, F}, normal(kInitStd));
-    b.param(h + "mlp.fc.bias", {F}, zeros());
-    b.param(h + "mlp.proj.weight", {F, D}, normal(residual_std));
+    b.param(h + "mlp.fc.weight", {D, F}, normal(kInitStd), columns(1));
+    b.param(h + "mlp.fc.bias", {F}, zeros(), columns(1));
+    b.param(h + "mlp.proj.weight", {F, D}, normal(residual_std), kRowsSplit);
     b.param(h + "mlp.proj.bias", {D}, zeros());
   }
   b.unit("head");  // the output head is wte (tied): only the final norm is its own
@@ -99,7 +123,7 @@ void build_llama(LayoutBuilder& b, const TransformerShape& s) {
   const int D = s.dim, F = s.hidden;
   const double residual_std = kInitStd / std::sqrt(2.0 * s.layers);
   b.unit("embedding");
-  b.param("wte", {s.vocab, D}, normal(kInitStd));
+  b.param("wte", {s.vocab, D}, normal(kInitStd), kRowsSplit);
   for (int l = 0; l < s.layers; ++l) {
     const std::string h = "h" + std::to_string(l) + ".";
     b.unit("h" + std::to_string(l));
@@ -107,15 +131,42 @@ void build_llama(LayoutBuilder& b, const TransformerShape& s) {
     // q, k and v fused into one [D, 3D] product, and gate and up into one [D, 2F], as
     // Megatron-LM does: the same math as LLaMA's separate wq/wk/wv and w1/w3, in fewer
     // and larger matrix products.
-    b.param(h + "attn.qkv.weight", {D, 3 * D}, normal(kInitStd));
-    b.param(h + "attn.proj.weight", {D, D}, normal(residual_std));
+    b.param(h + "attn.qkv.weight", {D, 3 * D}, normal(kInitStd), columns(3));
+    b.param(h + "attn.proj.weight", {D, D}, normal(residual_std), kRowsSplit);
     b.param(h + "mlp_norm.weight", {D}, ones());
-    b.param(h + "mlp.gate_up.weight", {D, 2 * F}, normal(kInitStd));
-    b.param(h + "mlp.down.weight", {F, D}, normal(residual_std));
+    b.param(h + "mlp.gate_up.weight", {D, 2 * F}, normal(kInitStd), columns(2));
+    b.param(h + "mlp.down.weight", {F, D}, normal(residual_std), kRowsSplit);
   }
   b.unit("head");
   b.param("norm.weight", {D}, ones());
-  b.param("lm_head.weight", {D, s.vocab}, normal(kInitStd));
+  b.param("lm_head.weight", {D, s.vocab}, normal(kInitStd), columns(1));
+}
+
+// Calls piece(at_whole, at_shard, n) for each contiguous run of tensor `p`'s shard of
+// `rank` (of `ranks`): n elements at offset at_shard of the shard are those at at_whole of
+// the unsplit tensor.
+template <typename Piece>
+void for_each_piece(const ParamInfo& p, int ranks, int rank, const Piece& piece) {
+  const auto r = static_cast<std::size_t>(rank), t = static_cast<std::size_t>(ranks);
+  switch (p.split.kind) {
+    case TensorSplit::Kind::kReplicated:
+      piece(0, 0, p.numel);
+      return;
+    case TensorSplit::Kind::kRows:  // rows [r R/t, (r + 1) R/t): one block
+      piece(r * p.numel, 0, p.numel);
+      return;
+    case TensorSplit::Kind::kColumns: {  // per row, each group's r-th piece
+      const auto cols = static_cast<std::size_t>(p.shape.back());  // the shard's
+      const auto groups = static_cast<std::size_t>(p.split.groups);
+      const std::size_t width = cols / groups, rows = p.numel / cols;
+      for (std::size_t row = 0; row < rows; ++row) {
+        for (std::size_t g = 0; g < groups; ++g) {
+          piece(row * cols * t + g * width * t + r * width, row * cols + g * width, width);
+        }
+      }
+      return;
+    }
+  }
 }
 
 }  // namespace
@@ -124,18 +175,20 @@ ModelLayout::ModelLayout(const ModelSpec& spec, LayoutOptions options)
     : spec_(spec), options_(options) {
   TANDEM_CHECK(options.unit_multiple >= 1 && options.unit_align >= 1);
   const bool packed = options.unit_multiple == 1 && options.unit_align == 1;
-  LayoutBuilder builder;
+  TANDEM_CHECK(spec.tensor >= 1 && options.tensor_rank >= 0 && options.tensor_rank < spec.tensor);
+  TANDEM_CHECK(spec.tensor == 1 || spec.is_transformer());
+  LayoutBuilder builder(spec.tensor);
   if (spec.is_transformer()) {
     const TransformerShape& s = spec.transformer;
     TANDEM_CHECK(s.layers >= 1 && s.dim >= 1 && s.heads >= 1 && s.seq >= 1 && s.vocab >= 1 &&
-                 s.hidden >= 1 && s.dim % s.heads == 0);
+                 s.hidden >= 1 && s.dim % s.heads == 0 && s.heads % spec.tensor == 0);
     if (spec.kind == ModelKind::kGpt) {
       build_gpt(builder, s);
     } else {
       build_llama(builder, s);
     }
     numel_ = builder.finish(options_, units_, params_);
-    if (packed) TANDEM_CHECK_EQ(static_cast<std::int64_t>(numel_), spec.parameter_count());
+    if (packed) TANDEM_CHECK_EQ(static_cast<std::int64_t>(numel_), spec.rank_parameter_count());
     return;
   }
 
@@ -258,6 +311,24 @@ int ModelLayout::widest() const {
 // weights' draws.
 void ModelLayout::initialize(std::span<float> flat, std::uint64_t seed) const {
   TANDEM_CHECK_EQ(flat.size(), numel_);
+  if (spec_.tensor > 1) {
+    // This rank's shards of the unsplit model's initial parameters (Note [tensor-parallel
+    // layout]): the same model however it is split.
+    ModelSpec unsplit = spec_;
+    unsplit.tensor = 1;
+    const ModelLayout full(unsplit);
+    std::vector<float> init(full.numel());
+    full.initialize(init, seed);
+    for (const ParamInfo& p : params_) {
+      const float* whole = init.data() + full.param(p.name).offset;
+      float* mine = flat.data() + p.offset;
+      for_each_piece(p, spec_.tensor, options_.tensor_rank,
+                     [&](std::size_t at_whole, std::size_t at_shard, std::size_t n) {
+                       std::copy_n(whole + at_whole, n, mine + at_shard);
+                     });
+    }
+    return;
+  }
   detail::SplitMix64 rng(detail::mix64(seed ^ 0x6d6f64656c696e69ULL));  // "modelini"
   for (const ParamInfo& p : params_) {
     float* w = flat.data() + p.offset;
@@ -280,6 +351,29 @@ void ModelLayout::initialize(std::span<float> flat, std::uint64_t seed) const {
         break;
     }
   }
+}
+
+std::vector<float> ModelLayout::unshard(const std::vector<std::vector<float>>& shards) const {
+  TANDEM_CHECK_EQ(shards.size(), static_cast<std::size_t>(spec_.tensor));
+  ModelSpec unsplit = spec_;
+  unsplit.tensor = 1;
+  const ModelLayout full(unsplit);
+  const ModelLayout shard(spec_);  // packed: the offsets of each rank's packed() array
+  std::vector<float> out(full.numel());
+  for (int r = 0; r < spec_.tensor; ++r) {
+    const std::vector<float>& mine = shards[static_cast<std::size_t>(r)];
+    TANDEM_CHECK_EQ(mine.size(), shard.numel());
+    for (const ParamInfo& p : shard.params()) {
+      // A replicated tensor is the same on every rank: rank 0's.
+      if (r > 0 && p.split.kind == TensorSplit::Kind::kReplicated) continue;
+      float* whole = out.data() + full.param(p.name).offset;
+      for_each_piece(p, spec_.tensor, r,
+                     [&](std::size_t at_whole, std::size_t at_shard, std::size_t n) {
+                       std::copy_n(mine.data() + p.offset + at_shard, n, whole + at_whole);
+                     });
+    }
+  }
+  return out;
 }
 
 double ModelLayout::forward_flops(int rows) const {
@@ -307,7 +401,11 @@ int ModelLayout::compute_spans_per_micro_batch() const {
   const int replayed = spec_.recompute == Recompute::kFull        ? 4
                        : spec_.recompute == Recompute::kSelective ? 1
                                                                   : 0;
-  return 2 * (1 + 4 * spec_.transformer.layers + 2 + 1) + replayed * spec_.transformer.layers;
+  // --tensor adds forward spans: the positions after the embedding's sum, a residual add
+  // after each row-parallel product's (two a block), and two more of the parallel loss.
+  const int split = spec_.tensor > 1 ? 1 + 2 * spec_.transformer.layers + 2 : 0;
+  return 2 * (1 + 4 * spec_.transformer.layers + 2 + 1) + replayed * spec_.transformer.layers +
+         split;
 }
 
 }  // namespace tandem

@@ -42,14 +42,26 @@ struct ParamInit {
   double scale = 0;  // kUniform: the bound b of U(-b, b); kNormal: the standard deviation
 };
 
+// How a tensor is split over the ranks of tensor parallelism (ModelSpec::tensor; Note
+// [tensor-parallel layout] in layout.cpp): whole on every rank, or cut along its last
+// dimension (a column-parallel weight and its bias; `groups` blocks side by side, each cut
+// alike: qkv's q|k|v is 3, llama's gate|up 2), or along its first (a row-parallel
+// weight, the vocabulary-parallel embedding).
+struct TensorSplit {
+  enum class Kind : std::uint8_t { kReplicated, kColumns, kRows };
+  Kind kind = Kind::kReplicated;
+  int groups = 1;
+};
+
 // One parameter tensor of the flat layout.
 struct ParamInfo {
   std::string name;  // "fc3.weight", "h2.attn.qkv.weight"
   int unit = 0;      // the unit that owns it (forward order)
   std::size_t numel = 0;
   std::size_t offset = 0;  // into the flat parameter / gradient arrays
-  std::vector<int> shape;  // row-major; a Linear weight is [in, out]
+  std::vector<int> shape;  // row-major; a Linear weight is [in, out]; a rank's shard's
   ParamInit init{};
+  TensorSplit split{};
 };
 
 // One unit of the rank loop.
@@ -68,6 +80,8 @@ struct UnitInfo {
 struct LayoutOptions {
   std::size_t unit_multiple = 1;  // every unit's padded range is a multiple of this
   std::size_t unit_align = 1;     // every unit begins at a multiple of this (elements)
+  // Which tensor-parallel rank's shards initialize() fills (ModelSpec::tensor > 1).
+  int tensor_rank = 0;
 };
 
 // One Linear layer of an mlp: out = inp . weight (+ bias), weight [in, out] row-major.
@@ -115,7 +129,13 @@ class ModelLayout {
   // Deterministic initialization from seed, one random stream in forward registration
   // order: the same seed gives the same parameters on every rank and every device.
   // mlp: Kaiming-uniform weights, zero biases. gpt, llama: docs/MODELS.md.
+  // With tensor parallelism, options().tensor_rank's shards of the unsplit model's
+  // parameters for that seed.
   void initialize(std::span<float> flat, std::uint64_t seed) const;
+  // Tensor parallelism: the unsplit model's packed parameters from every tensor-parallel
+  // rank's packed ones (`shards[r]`: rank r's packed() array), the inverse of
+  // initialize()'s slicing.
+  std::vector<float> unshard(const std::vector<std::vector<float>>& shards) const;
   // FLOPs of one forward (matrix products only; backward is twice that) for `rows`
   // samples: mlp rows, or sequences of spec().transformer.seq tokens.
   double forward_flops(int rows) const;

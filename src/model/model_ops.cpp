@@ -22,6 +22,10 @@ std::string_view to_string(ModelOp op) {
       return "recompute";
     case ModelOp::kCompress:
       return "compress";
+    case ModelOp::kResidual:
+      return "residual";
+    case ModelOp::kTensor:
+      return "tp";
   }
   return "?";
 }

@@ -25,8 +25,10 @@ enum class ModelOp : NameId {
   kLoss,           // cross-entropy over the vocabulary
   kRecompute,      // --recompute: a block's forward (or its attention) again, in backward
   kCompress,       // --compress: the gradient's casts and PowerSGD's products (the reducer's)
+  kResidual,       // --tensor: a row-parallel product's residual add, after its all-reduce
+  kTensor,         // --tensor: a tensor-parallel collective (comm spans), and its wait
 };
-inline constexpr int kModelOpCount = 8;
+inline constexpr int kModelOpCount = 10;
 
 constexpr NameId op_name(ModelOp op) { return static_cast<NameId>(op); }
 std::string_view to_string(ModelOp op);

@@ -447,6 +447,19 @@ std::int64_t ModelSpec::parameter_count() const {
   return total;
 }
 
+std::int64_t ModelSpec::rank_parameter_count() const {
+  if (!is_transformer() || tensor == 1) return parameter_count();
+  const TransformerShape& s = transformer;
+  const std::int64_t D = s.dim, F = s.hidden, V = s.vocab, T = s.seq, L = s.layers, t = tensor;
+  if (kind == ModelKind::kGpt) {
+    // Per block: ln1 and ln2 (4D), qkv (3D^2/t + 3D/t), proj (D^2/t + D), fc (D F/t + F/t),
+    // proj (F D/t + D).
+    return V / t * D + T * D + L * (4 * D * D / t + 2 * D * F / t + F / t + 3 * D / t + 6 * D) +
+           2 * D;
+  }
+  return V / t * D + L * (4 * D * D / t + 3 * D * F / t + 2 * D) + D + D * V / t;
+}
+
 std::string ModelSpec::describe() const {
   if (!is_transformer()) return text;
   const TransformerShape& s = transformer;

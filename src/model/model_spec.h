@@ -96,12 +96,21 @@ struct ModelSpec {
   // is skipped (its output = its input) in a micro-batch on a rank; 0: none. Not part of
   // `text` either.
   double layer_drop = 0;
+  // --tensor (transformers; docs/TENSOR.md): Megatron-style tensor parallelism over this
+  // many ranks. The layout (layout.h) is one tensor-parallel rank's shard: attention by
+  // heads, the MLP's inner width, the vocabulary split this many ways. 1: none. Not part
+  // of `text`: the same model, split.
+  int tensor = 1;
 
   // Throws UsageError naming the spec on bad input. Transformer presets parse at full
   // size (parameter_count() is exact); check_size() bounds what may be allocated.
   static ModelSpec parse(std::string_view text, int classes = 16);
   bool is_transformer() const { return kind != ModelKind::kMlp; }
   std::int64_t parameter_count() const;
+  // The parameters one tensor-parallel rank holds (parameter_count() when tensor == 1):
+  // its shards of the split tensors and the whole of the replicated ones (norms, wpe, the
+  // biases added after a row-parallel product).
+  std::int64_t rank_parameter_count() const;
 
   // A transformer reshaped by --layers/--dim/--heads/--seq (docs/MODELS.md); throws
   // UsageError naming the flag (for an mlp spec: that the flag does not apply).

@@ -27,6 +27,7 @@
 #include "core/stream.h"
 #include "model/layout.h"
 #include "model/sgd.h"
+#include "model/tensor_group.h"
 #include "timeline/recorder.h"
 
 namespace tandem {
@@ -118,6 +119,11 @@ class RankModel {
   // Bytes of the activations kept for this rank's units: every slot's (one micro-batch's
   // each), and the scratch that --recompute fills (one block's, shared by the slots).
   virtual std::int64_t activation_bytes() const = 0;
+
+  // Tensor parallelism (ModelSpec::tensor > 1): the group the passes' collectives go over
+  // (it must outlive them), set before the first pass. Only a model split that way takes
+  // one.
+  virtual void set_tensor_group(TensorGroup* group) = 0;
 
   // Starts `step`; returns its start time on the spans' clock.
   virtual std::int64_t begin_step(int step) = 0;

@@ -26,14 +26,30 @@ std::int64_t transformer_batch_tokens(const ModelSpec& spec, int max_batch) {
   return tokens;
 }
 
-TransformerFlops transformer_flops(const ModelSpec& spec, int rows) {
+TensorShard TensorShard::of(const ModelSpec& spec, int rank) {
   const TransformerShape& s = spec.transformer;
-  const double N = static_cast<double>(rows) * s.seq, D = s.dim, F = s.hidden;
-  const double Tn = s.seq;
+  const int t = spec.tensor;
+  TANDEM_CHECK(t >= 1 && rank >= 0 && rank < t && s.heads % t == 0 && s.hidden % t == 0 &&
+               s.vocab % t == 0);
+  return {.ranks = t,
+          .rank = rank,
+          .heads = s.heads / t,
+          .width = s.dim / t,
+          .hidden = s.hidden / t,
+          .vocab = s.vocab / t,
+          .vocab_begin = rank * (s.vocab / t)};
+}
+
+TransformerFlops transformer_flops(const ModelSpec& spec, int rows) {
+  // A tensor-parallel rank's share (Note [tensor-parallel layout]); the whole without.
+  const TransformerShape& s = spec.transformer;
+  const TensorShard shard = TensorShard::of(spec);
+  const double N = static_cast<double>(rows) * s.seq, D = s.dim, F = shard.hidden;
+  const double W = shard.width, Tn = s.seq;
   const int up = spec.kind == ModelKind::kGpt ? 1 : 2;
-  return {.attention = 2 * N * D * 3 * D + 2 * N * D * D + 2 * (2 * N * Tn * D),
+  return {.attention = 2 * N * D * 3 * W + 2 * N * W * D + 2 * (2 * N * Tn * W),
           .mlp = 2 * N * D * F * up + 2 * N * F * D,
-          .head = 2 * N * D * s.vocab};
+          .head = 2 * N * D * shard.vocab};
 }
 
 template class TransformerOn<CpuBackend<float>>;

@@ -33,6 +33,7 @@
 #include "model/cpu_backend.h"
 #include "model/layout.h"
 #include "model/model_on.h"
+#include "model/tensor_group.h"
 
 namespace tandem {
 
@@ -40,6 +41,21 @@ namespace tandem {
 // max_batch < 1 or the largest matrix product (tokens x max(vocab, 3 dim, 2 hidden))
 // would not fit the int dimensions BLAS and cuBLAS take.
 std::int64_t transformer_batch_tokens(const ModelSpec& spec, int max_batch);
+
+// One tensor-parallel rank's share of a transformer (ModelSpec::tensor; Note
+// [tensor-parallel layout] in layout.cpp): its heads, their width (heads x head size),
+// its MLP inner width and its vocabulary columns [vocab_begin, vocab_begin + vocab). The
+// model width D is everyone's. Without tensor parallelism, the whole model.
+struct TensorShard {
+  int ranks = 1;
+  int rank = 0;
+  int heads = 0;
+  int width = 0;  // attention's: heads x head_dim
+  int hidden = 0;
+  int vocab = 0;
+  int vocab_begin = 0;
+  static TensorShard of(const ModelSpec& spec, int rank = 0);
+};
 
 // The FLOPs of a forward pass's matrix products over `rows` sequences, per span: a
 // block's attention (qkv, the full T x T scores and weighted sum, projection) and mlp,
@@ -100,6 +116,10 @@ class TransformerOn : public ModelOn<Backend> {
   // ---- whole passes ----
   LossValue forward(const Tokens& batch, Timer timer, int step);
   void backward(Timer timer, int step);
+
+  // Tensor parallelism (spec().tensor > 1): the group the passes' collectives go over,
+  // set before the first pass; it must outlive the passes. The CPU's float model only.
+  void set_tensor_group(TensorGroup* group);
 
   // For tests: the logits [rows, seq, vocab] of the last forward of the head unit
   // (forward_loss turns them into probabilities in place), in the backend's memory.

@@ -8,6 +8,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <span>
+#include <type_traits>
 #include <vector>
 
 #include "core/error.h"
@@ -69,28 +70,32 @@ struct TransformerActs {
     return static_cast<std::int64_t>(n);
   }
 
-  // Floats of one block's attention probabilities [B, H, T, T] for max_batch sequences.
+  // Floats of one block's attention probabilities [B, H, T, T] for max_batch sequences
+  // (a tensor-parallel rank's heads: TensorShard).
   static std::size_t probs_numel(const ModelSpec& spec, int max_batch) {
     const TransformerShape& s = spec.transformer;
-    return static_cast<std::size_t>(max_batch) * static_cast<std::size_t>(s.heads) *
-           static_cast<std::size_t>(s.seq) * static_cast<std::size_t>(s.seq);
+    return static_cast<std::size_t>(max_batch) *
+           static_cast<std::size_t>(TensorShard::of(spec).heads) * static_cast<std::size_t>(s.seq) *
+           static_cast<std::size_t>(s.seq);
   }
   // One block's tensors for max_batch sequences; the attention probabilities only when
   // `att` (else left empty).
   static void allocate_block(const Backend& dev, const ModelSpec& spec, int max_batch, Block& b,
                              bool att) {
     const TransformerShape& s = spec.transformer;
+    const TensorShard shard = TensorShard::of(spec);
     const auto n = static_cast<std::size_t>(max_batch) * static_cast<std::size_t>(s.seq);
-    const auto D = static_cast<std::size_t>(s.dim), F = static_cast<std::size_t>(s.hidden);
+    const auto D = static_cast<std::size_t>(s.dim), F = static_cast<std::size_t>(shard.hidden);
+    const auto W = static_cast<std::size_t>(shard.width);
     auto sized = [&](std::size_t size) { return dev.template buffer<T>(size); };
     b.ln1 = sized(n * D);
     b.ln1_mean = sized(n);
     b.ln1_rstd = sized(n);
-    b.qkv = sized(n * 3 * D);
+    b.qkv = sized(n * 3 * W);
     if (att) {
       b.att = sized(probs_numel(spec, max_batch));
     }
-    b.atty = sized(n * D);
+    b.atty = sized(n * W);
     b.xmid = sized(n * D);
     b.ln2 = sized(n * D);
     b.ln2_mean = sized(n);
@@ -129,7 +134,7 @@ struct TransformerActs {
     lnf = sized(n * D, head);
     lnf_mean = sized(n, head);
     lnf_rstd = sized(n, head);
-    logits = sized(n * static_cast<std::size_t>(s.vocab), head);
+    logits = sized(n * static_cast<std::size_t>(TensorShard::of(spec).vocab), head);
   }
 };
 
@@ -138,12 +143,15 @@ struct TransformerActs {
 // (qkv's 3D, the MLP's up, the head's V).
 inline BackendNeeds transformer_needs(const ModelSpec& spec, int max_batch) {
   const TransformerShape& s = spec.transformer;
+  const TensorShard shard = TensorShard::of(spec);
   const auto n = static_cast<std::size_t>(max_batch) * static_cast<std::size_t>(s.seq);
-  const auto D = static_cast<std::size_t>(s.dim), F = static_cast<std::size_t>(s.hidden);
+  const auto D = static_cast<std::size_t>(s.dim), F = static_cast<std::size_t>(shard.hidden);
+  const auto W = static_cast<std::size_t>(shard.width);
   const std::size_t up = spec.kind == ModelKind::kGpt ? F : 2 * F;
-  return {.loss_rows = n,
-          .widest_input = n * std::max(D, F),
-          .widest_output_grad = n * std::max({3 * D, up, static_cast<std::size_t>(s.vocab)})};
+  return {
+      .loss_rows = n,
+      .widest_input = n * std::max(D, F),
+      .widest_output_grad = n * std::max({D, 3 * W, up, static_cast<std::size_t>(shard.vocab)})};
 }
 
 template <typename Backend>
@@ -155,9 +163,29 @@ struct TransformerOn<Backend>::Impl : TransformerOffsets, TransformerActs<Backen
 
   int max_batch = 0;
   bool gpt = true;
+  // Tensor parallelism: this rank's share, and the group of the others (null: none).
+  // The CPU's float model only: its backend has the split kernels (layers.h).
+  static constexpr bool kTensorParallel = std::is_same_v<T, float> && requires {
+    &Backend::residual_add;
+  };
+  TensorShard shard;
+  TensorGroup* tp = nullptr;
+  bool split() const { return shard.ranks > 1; }
+  int seq_len = 0;
+  int seq() const { return seq_len; }
+  // A tensor-parallel collective of the passes, in place (transformer.h).
+  void tp_allreduce(T* data, std::size_t n, int step, int unit) {
+    if constexpr (kTensorParallel) {
+      TANDEM_CHECK(tp != nullptr);  // set_tensor_group first
+      tp->allreduce({data, n}, step, unit);
+    }
+  }
   Buffer<T> rope;  // llama: [T, hd/2, 2]
   // Backward scratch.
   Buffer<T> dx, dln, dqkv, datty, dup, dact, att_scratch;
+  // The parallel cross-entropy's row maxima and sums (stats: sums, then target logits)
+  // and every rank's maxima.
+  Buffer<T> ce_max, ce_stats, ce_maxes;
   // --recompute: the tensors a block's backward reads that no block keeps, for one block
   // at a time (full: all of a Block's; selective: att only).
   Block replay;
@@ -195,18 +223,27 @@ TransformerOn<Backend>::TransformerOn(const ModelSpec& model_spec, int max_batch
   const Backend& dev = this->backend();
   m.max_batch = max_batch;
   m.gpt = model_spec.kind == ModelKind::kGpt;
+  m.shard = TensorShard::of(model_spec, layout_options.tensor_rank);
+  m.seq_len = s.seq;
+  TANDEM_CHECK(!m.split() || Impl::kTensorParallel);
 
-  const auto D = static_cast<std::size_t>(s.dim), F = static_cast<std::size_t>(s.hidden);
+  const auto D = static_cast<std::size_t>(s.dim), F = static_cast<std::size_t>(m.shard.hidden);
+  const auto W = static_cast<std::size_t>(m.shard.width);
   const std::size_t up = m.gpt ? F : 2 * F;
   m.owned.assign(static_cast<std::size_t>(this->units()), true);
   m.acts().allocate(dev, model_spec, max_batch, m.owned);
   m.dx = dev.template buffer<T>(n * D);
   m.dln = dev.template buffer<T>(n * D);
-  m.dqkv = dev.template buffer<T>(n * 3 * D);
-  m.datty = dev.template buffer<T>(n * D);
+  m.dqkv = dev.template buffer<T>(n * 3 * W);
+  m.datty = dev.template buffer<T>(n * W);
   m.dup = dev.template buffer<T>(n * up);
   m.dact = dev.template buffer<T>(n * F);
-  m.att_scratch = dev.template buffer<T>(Backend::attention_scratch(s.seq, s.heads));
+  m.att_scratch = dev.template buffer<T>(Backend::attention_scratch(s.seq, m.shard.heads));
+  if (m.split()) {
+    m.ce_max = dev.template buffer<T>(n);
+    m.ce_stats = dev.template buffer<T>(2 * n);
+    m.ce_maxes = dev.template buffer<T>(n * static_cast<std::size_t>(m.shard.ranks));
+  }
   m.recompute = model_spec.recompute;
   if (m.recompute == Recompute::kFull) {
     TransformerActs<Backend>::allocate_block(dev, model_spec, max_batch, m.replay, /*att=*/true);
@@ -228,19 +265,24 @@ std::int64_t TransformerOn<Backend>::buffer_bytes(const ModelSpec& model_spec, i
                                                   Config config) {
   // As the constructor allocates them (Note [Transformer buffers]), per token.
   const TransformerShape& s = model_spec.transformer;
-  const std::int64_t D = s.dim, F = s.hidden, up = model_spec.kind == ModelKind::kGpt ? F : 2 * F;
+  const TensorShard shard = TensorShard::of(model_spec);
+  const std::int64_t D = s.dim, F = shard.hidden, W = shard.width,
+                     up = model_spec.kind == ModelKind::kGpt ? F : 2 * F;
+  // ln1, xmid, ln2 (D each), qkv (3W), atty (W), the norms' statistics, probabilities.
   const std::int64_t per_block =
-      6 * D + 4 + 3 * D + static_cast<std::int64_t>(s.heads) * s.seq + up + F;
-  const std::int64_t scratch = 3 * D + 3 * D + up + F;
+      3 * D + 4 * W + 4 + static_cast<std::int64_t>(shard.heads) * s.seq + up + F;
+  // dx, dln (D), dqkv (3W), datty (W); with tensor parallelism the cross-entropy's (2 + 1
+  // + ranks per token).
+  const std::int64_t scratch = 2 * D + 4 * W + up + F + (shard.ranks > 1 ? 3 + shard.ranks : 0);
   // Every block's tensors, or (Note [activation recomputation]) one replay block's.
-  const std::int64_t probs = static_cast<std::int64_t>(s.heads) * s.seq;
+  const std::int64_t probs = static_cast<std::int64_t>(shard.heads) * s.seq;
   const std::int64_t blocks = model_spec.recompute == Recompute::kFull ? per_block
                               : model_spec.recompute == Recompute::kSelective
                                   ? s.layers * (per_block - probs) + probs
                                   : s.layers * per_block;
-  const std::int64_t per_token = (s.layers + 1) * D + blocks + D + 2 + s.vocab + scratch;
+  const std::int64_t per_token = (s.layers + 1) * D + blocks + D + 2 + shard.vocab + scratch;
   const std::int64_t tokens = static_cast<std::int64_t>(max_batch) * s.seq;
-  const auto attention = static_cast<std::int64_t>(Backend::attention_scratch(s.seq, s.heads));
+  const auto attention = static_cast<std::int64_t>(Backend::attention_scratch(s.seq, shard.heads));
   return static_cast<std::int64_t>(sizeof(T)) *
              (tokens * per_token + attention + static_cast<std::int64_t>(s.seq) * s.head_dim()) +
          tokens * 2 * static_cast<std::int64_t>(sizeof(std::int32_t)) +
@@ -311,8 +353,8 @@ std::int64_t TransformerOn<Backend>::activation_bytes() const {
 template <typename Backend>
 auto TransformerOn<Backend>::logits() const -> std::span<const T> {
   const Impl& m = *impl_;
-  return {m.logits.data(), static_cast<std::size_t>(m.rows) * this->spec().transformer.seq *
-                               this->spec().transformer.vocab};
+  return {m.logits.data(),
+          static_cast<std::size_t>(m.rows) * this->spec().transformer.seq * m.shard.vocab};
 }
 
 template <typename Backend>
@@ -324,6 +366,12 @@ void TransformerOn<Backend>::set_input(const Tokens& batch) {
                                   this->spec().transformer.seq, this->spec().transformer.vocab);
   m.next_backward = -1;
   m.skipped.clear();
+}
+
+template <typename Backend>
+void TransformerOn<Backend>::set_tensor_group(TensorGroup* group) {
+  TANDEM_CHECK(impl_->split() && Impl::kTensorParallel);
+  impl_->tp = group;
 }
 
 template <typename Backend>
@@ -355,6 +403,21 @@ void TransformerOn<Backend>::forward_unit(int unit, Timer timer, int step) {
     return dev.section(timer, SpanKind::kForward, step, unit, op_name(op), f);
   };
   if (unit == 0) {
+    if (m.split()) {  // vocabulary-parallel: each rank's rows, summed, then the positions
+      if constexpr (Impl::kTensorParallel) {
+        {
+          auto s0 = span(ModelOp::kEmbedding, 0);
+          dev.vocab_embedding_forward(m.x[0].data(), m.inputs.data(), w + m.wte, N, D,
+                                      m.shard.vocab_begin, m.shard.vocab);
+        }
+        m.tp_allreduce(m.x[0].data(), static_cast<std::size_t>(N) * D, step, unit);
+        if (m.gpt) {
+          auto s1 = span(ModelOp::kEmbedding, 0);
+          dev.add_positions(m.x[0].data(), w + m.wpe, B, Tn, D);
+        }
+      }
+      return;
+    }
     auto s0 = span(ModelOp::kEmbedding, 0);
     dev.embedding_forward(m.x[0].data(), m.inputs.data(), w + m.wte, m.gpt ? w + m.wpe : nullptr, B,
                           Tn, D);
@@ -371,11 +434,13 @@ void TransformerOn<Backend>::forward_unit(int unit, Timer timer, int step) {
         dev.rmsnorm_forward(m.lnf.data(), m.lnf_rstd.data(), m.x[L].data(), w + m.lnf_w, N, D);
       }
     }
+    // Tensor parallelism: this rank's vocabulary columns (the loss combines them).
+    const int V = m.shard.vocab;
     auto s2 = span(ModelOp::kHead, flops.head);
     if (m.gpt) {  // tied: logits [N, V] = lnf [N, D] . wte^T
-      dev.linear_transposed_forward(m.logits.data(), m.lnf.data(), w + m.wte, N, D, s.vocab);
+      dev.linear_transposed_forward(m.logits.data(), m.lnf.data(), w + m.wte, N, D, V);
     } else {
-      dev.linear_forward(m.logits.data(), m.lnf.data(), w + m.head_w, nullptr, N, D, s.vocab);
+      dev.linear_forward(m.logits.data(), m.lnf.data(), w + m.head_w, nullptr, N, D, V);
     }
     return;
   }
@@ -403,7 +468,10 @@ void TransformerOn<Backend>::block_forward(int unit, Timer timer, int step, bool
   Impl& m = *impl_;
   Backend& dev = this->backend();
   const TransformerShape& s = this->spec().transformer;
-  const int B = m.rows, Tn = s.seq, D = s.dim, H = s.heads, F = s.hidden;
+  // Tensor parallelism: this rank's heads (W wide) and MLP width (Note [tensor-parallel
+  // layout]); the whole model without.
+  const int B = m.rows, Tn = s.seq, D = s.dim, H = m.shard.heads, W = m.shard.width,
+            F = m.shard.hidden;
   const int N = B * Tn;
   const T* w = this->flat_params().data();
   const TransformerFlops flops = transformer_flops(this->spec(), B);
@@ -430,27 +498,82 @@ void TransformerOn<Backend>::block_forward(int unit, Timer timer, int step, bool
   const T* no_bias = nullptr;
   auto bias = [&](std::size_t offset) { return m.gpt ? w + offset : no_bias; };
 
+  // A row-parallel product into the residual stream: out = residual + inp . weight (+
+  // bias), inside `op`'s span. Split, each rank's product is a partial sum: after the
+  // span it is all-reduced (row_parallel_sum), then the residual and the (replicated) bias
+  // are added once.
+  auto row_parallel = [&](T* out, const T* residual, const T* inp, std::size_t weight,
+                          std::size_t bias_at, int I) {
+    if (m.split()) {
+      dev.linear_forward(out, inp, w + weight, nullptr, N, I, D);
+    } else {
+      dev.linear_residual_forward(out, residual, inp, w + weight, bias(bias_at), N, I, D);
+    }
+  };
+  auto row_parallel_sum = [&](T* out, const T* residual, std::size_t bias_at) {
+    if (!m.split()) return;
+    if constexpr (Impl::kTensorParallel) {
+      m.tp_allreduce(out, static_cast<std::size_t>(N) * D, step, unit);
+      auto sr = span(ModelOp::kResidual, 0);
+      dev.residual_add(out, residual, bias(bias_at), N, D);
+    }
+  };
+
   norm(b.ln1.data(), b.ln1_mean.data(), b.ln1_rstd.data(), x, p.ln1_w, p.ln1_b);
   {
     auto sa = span(ModelOp::kAttention, flops.attention);
-    dev.linear_forward(b.qkv.data(), b.ln1.data(), w + p.qkv_w, bias(p.qkv_b), N, D, 3 * D);
-    if (!m.gpt) dev.rope_forward(b.qkv.data(), m.rope.data(), B, Tn, D, H);
-    dev.attention_forward(b.atty.data(), att, b.qkv.data(), B, Tn, D, H);
-    dev.linear_residual_forward(b.xmid.data(), x, b.atty.data(), w + p.proj_w, bias(p.proj_b), N, D,
-                                D);
+    dev.linear_forward(b.qkv.data(), b.ln1.data(), w + p.qkv_w, bias(p.qkv_b), N, D, 3 * W);
+    if (!m.gpt) dev.rope_forward(b.qkv.data(), m.rope.data(), B, Tn, W, H);
+    dev.attention_forward(b.atty.data(), att, b.qkv.data(), B, Tn, W, H);
+    row_parallel(b.xmid.data(), x, b.atty.data(), p.proj_w, p.proj_b, W);
   }
+  row_parallel_sum(b.xmid.data(), x, p.proj_b);
   norm(b.ln2.data(), b.ln2_mean.data(), b.ln2_rstd.data(), b.xmid.data(), p.ln2_w, p.ln2_b);
-  auto sm = span(ModelOp::kMlp, flops.mlp);
-  if (m.gpt) {
-    dev.linear_forward(b.up.data(), b.ln2.data(), w + p.up_w, nullptr, N, D, F);
-    dev.bias_gelu_forward(b.act.data(), b.up.data(), w + p.up_b, N, F);
-  } else {
-    dev.linear_forward(b.up.data(), b.ln2.data(), w + p.up_w, nullptr, N, D, 2 * F);
-    dev.swiglu_forward(b.act.data(), b.up.data(), N, F);
+  {
+    auto sm = span(ModelOp::kMlp, flops.mlp);
+    if (m.gpt) {
+      dev.linear_forward(b.up.data(), b.ln2.data(), w + p.up_w, nullptr, N, D, F);
+      dev.bias_gelu_forward(b.act.data(), b.up.data(), w + p.up_b, N, F);
+    } else {
+      dev.linear_forward(b.up.data(), b.ln2.data(), w + p.up_w, nullptr, N, D, 2 * F);
+      dev.swiglu_forward(b.act.data(), b.up.data(), N, F);
+    }
+    if (replay) return;  // the output, x[l + 1], is kept
+    row_parallel(m.x[l + 1].data(), b.xmid.data(), b.act.data(), p.down_w, p.down_b, F);
   }
-  if (replay) return;  // the output, x[l + 1], is kept
-  dev.linear_residual_forward(m.x[l + 1].data(), b.xmid.data(), b.act.data(), w + p.down_w,
-                              bias(p.down_b), N, F, D);
+  row_parallel_sum(m.x[l + 1].data(), b.xmid.data(), p.down_b);
+}
+
+// Note [parallel cross-entropy]: with the vocabulary split, each rank holds its columns of
+// the logits and never the whole row. The softmax needs the row's max and sum of
+// exponentials, and the loss the target's logit: the ranks gather their row maxima, then
+// sum their shifted exponentials and their target logits (zero where another rank holds
+// the target) in one all-reduce of 2N values; each rank then normalizes its own columns
+// (Megatron-LM's vocab-parallel cross-entropy). The rows' sums add in another order than
+// the unsplit model's, so the loss agrees to rounding, not to the bit.
+template <typename Impl, typename Backend, typename Section>
+double parallel_cross_entropy(Impl& m, Backend& dev, const Section& section, int step, int tag) {
+  const int N = m.rows * m.seq(), C = m.shard.vocab;
+  const auto n = static_cast<std::size_t>(N);
+  {
+    auto s0 = section();
+    dev.cross_entropy_row_max(m.ce_max.data(), m.logits.data(), N, C);
+  }
+  m.tp->allgather({m.ce_max.data(), n}, {m.ce_maxes.data(), n * m.shard.ranks}, step, tag);
+  {
+    auto s1 = section();
+    for (std::size_t i = 0; i < n; ++i) {
+      for (int r = 0; r < m.shard.ranks; ++r) {
+        m.ce_max[i] = std::max(m.ce_max[i], m.ce_maxes[static_cast<std::size_t>(r) * n + i]);
+      }
+    }
+    dev.cross_entropy_exp_sums(m.logits.data(), m.ce_stats.data(), m.logits.data(), m.ce_max.data(),
+                               m.targets.data(), N, C, m.shard.vocab_begin);
+  }
+  m.tp_allreduce(m.ce_stats.data(), 2 * n, step, tag);
+  auto s2 = section();
+  return dev.cross_entropy_columns_finish(m.logits.data(), m.ce_stats.data(), m.ce_max.data(), N,
+                                          C);
 }
 
 template <typename Backend>
@@ -458,10 +581,18 @@ auto TransformerOn<Backend>::forward_loss(Timer timer, int step) -> LossValue {
   Impl& m = *impl_;
   TANDEM_CHECK(m.rows >= 1);
   const TransformerShape& s = this->spec().transformer;
-  auto span = this->backend().section(timer, SpanKind::kForward, step, this->units(),
-                                      op_name(ModelOp::kLoss), 0);
-  return this->backend().cross_entropy_forward(m.logits.data(), m.logits.data(), m.targets.data(),
-                                               m.rows * s.seq, s.vocab);
+  Backend& dev = this->backend();
+  auto section = [&] {
+    return dev.section(timer, SpanKind::kForward, step, this->units(), op_name(ModelOp::kLoss), 0);
+  };
+  if (m.split()) {
+    if constexpr (Impl::kTensorParallel) {
+      return parallel_cross_entropy(m, dev, section, step, this->units());
+    }
+  }
+  auto span = section();
+  return dev.cross_entropy_forward(m.logits.data(), m.logits.data(), m.targets.data(),
+                                   m.rows * s.seq, s.vocab);
 }
 
 template <typename Backend>
@@ -471,8 +602,16 @@ void TransformerOn<Backend>::backward_loss(Timer timer, int step) {
   const TransformerShape& s = this->spec().transformer;
   auto span = this->backend().section(timer, SpanKind::kBackward, step, this->units(),
                                       op_name(ModelOp::kLoss), 0);
-  this->backend().cross_entropy_backward(m.logits.data(), m.logits.data(), m.targets.data(),
-                                         m.rows * s.seq, s.vocab);
+  if (m.split()) {
+    if constexpr (Impl::kTensorParallel) {
+      this->backend().cross_entropy_backward_columns(m.logits.data(), m.logits.data(),
+                                                     m.targets.data(), m.rows * s.seq,
+                                                     m.shard.vocab, m.shard.vocab_begin);
+    }
+  } else {
+    this->backend().cross_entropy_backward(m.logits.data(), m.logits.data(), m.targets.data(),
+                                           m.rows * s.seq, s.vocab);
+  }
   m.next_backward = this->units() - 1;
 }
 
@@ -484,10 +623,18 @@ void TransformerOn<Backend>::backward_unit(int unit, Timer timer, int step) {
   TANDEM_CHECK(m.owned[static_cast<std::size_t>(unit)]);
   m.next_backward = unit - 1;
   const TransformerShape& s = this->spec().transformer;
-  const int B = m.rows, Tn = s.seq, D = s.dim, H = s.heads, F = s.hidden, L = s.layers;
+  // This rank's share with tensor parallelism (block_forward); the whole model without.
+  const int B = m.rows, Tn = s.seq, D = s.dim, H = m.shard.heads, W = m.shard.width,
+            F = m.shard.hidden, V = m.shard.vocab, L = s.layers;
   const int N = B * Tn;
   const T* w = this->flat_params().data();
   T* g = this->flat_grads().data();
+  // Split, the input gradient of a column-parallel product (qkv, the MLP's up, the head) is
+  // each rank's part of the sum: all-reduced before the norm below it reads it (Note
+  // [tensor-parallel layout]).
+  auto column_parallel_sum = [&](T* dinp) {
+    if (m.split()) m.tp_allreduce(dinp, static_cast<std::size_t>(N) * D, step, unit);
+  };
   const TransformerFlops flops = transformer_flops(this->spec(), B);
   auto span = [&](ModelOp op, double f) {
     return dev.section(timer, SpanKind::kBackward, step, unit, op_name(op), 2 * f);
@@ -495,6 +642,14 @@ void TransformerOn<Backend>::backward_unit(int unit, Timer timer, int step) {
 
   if (unit == 0) {
     auto s0 = span(ModelOp::kEmbedding, 0);
+    if (m.split()) {  // each rank its vocabulary rows; the positions are everyone's
+      if constexpr (Impl::kTensorParallel) {
+        dev.vocab_embedding_backward(g + m.wte, m.dx.data(), m.inputs.data(), N, D,
+                                     m.shard.vocab_begin, V);
+        if (m.gpt) dev.positions_backward(g + m.wpe, m.dx.data(), B, Tn, D);
+      }
+      return;
+    }
     dev.embedding_backward(g + m.wte, m.gpt ? g + m.wpe : nullptr, m.dx.data(), m.inputs.data(), B,
                            Tn, D);
     return;
@@ -504,12 +659,13 @@ void TransformerOn<Backend>::backward_unit(int unit, Timer timer, int step) {
       auto s2 = span(ModelOp::kHead, flops.head);
       if (m.gpt) {
         dev.linear_transposed_backward(m.dln.data(), g + m.wte, m.logits.data(), m.lnf.data(),
-                                       w + m.wte, N, D, s.vocab);
+                                       w + m.wte, N, D, V);
       } else {
         dev.linear_backward(m.dln.data(), g + m.head_w, nullptr, m.logits.data(), m.lnf.data(),
-                            w + m.head_w, N, D, s.vocab);
+                            w + m.head_w, N, D, V);
       }
     }
+    column_parallel_sum(m.dln.data());
     auto s1 = span(ModelOp::kNorm, 0);
     if (m.gpt) {
       dev.layernorm_backward(m.dx.data(), g + m.lnf_w, g + m.lnf_b, nullptr, m.dln.data(),
@@ -557,24 +713,26 @@ void TransformerOn<Backend>::backward_unit(int unit, Timer timer, int step) {
                           N, D, 2 * F);
     }
   }
+  column_parallel_sum(m.dln.data());
   norm_backward(b.xmid.data(), b.ln2_mean.data(), b.ln2_rstd.data(), p.ln2_w, p.ln2_b);
   {
     if (m.recompute == Recompute::kSelective) {
       // The probabilities again, from the kept qkv (atty is rewritten with the same bits).
-      const double core = flops.attention - 2.0 * N * D * 4 * D;  // less qkv and proj
+      const double core = flops.attention - 2.0 * N * D * 4 * W;  // less qkv and proj
       auto sr =
           dev.section(timer, SpanKind::kBackward, step, unit, op_name(ModelOp::kRecompute), core);
-      dev.attention_forward(b.atty.data(), att, b.qkv.data(), B, Tn, D, H);
+      dev.attention_forward(b.atty.data(), att, b.qkv.data(), B, Tn, W, H);
     }
     auto sa = span(ModelOp::kAttention, flops.attention);
     dev.linear_backward(m.datty.data(), g + p.proj_w, dbias(p.proj_b), dx, b.atty.data(),
-                        w + p.proj_w, N, D, D);
+                        w + p.proj_w, N, W, D);
     dev.attention_backward(m.dqkv.data(), m.att_scratch.data(), m.datty.data(), b.qkv.data(), att,
-                           B, Tn, D, H);
-    if (!m.gpt) dev.rope_backward(m.dqkv.data(), m.rope.data(), B, Tn, D, H);
+                           B, Tn, W, H);
+    if (!m.gpt) dev.rope_backward(m.dqkv.data(), m.rope.data(), B, Tn, W, H);
     dev.linear_backward(m.dln.data(), g + p.qkv_w, dbias(p.qkv_b), m.dqkv.data(), b.ln1.data(),
-                        w + p.qkv_w, N, D, 3 * D);
+                        w + p.qkv_w, N, D, 3 * W);
   }
+  column_parallel_sum(m.dln.data());
   norm_backward(m.x[l].data(), b.ln1_mean.data(), b.ln1_rstd.data(), p.ln1_w, p.ln1_b);
 }
 

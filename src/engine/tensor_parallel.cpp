@@ -1,0 +1,81 @@
+#include "engine/tensor_parallel.h"
+
+#include "core/error.h"
+#include "ddp/grad_sync.h"
+#include "model/model_ops.h"
+
+namespace tandem {
+
+TensorParallel::TensorParallel(int tensor, Communicator& world, Communicator& control)
+    : world_(world), control_(control), size_(tensor), rank_(world.rank() % tensor) {
+  TANDEM_CHECK(tensor >= 1 && world.size() % tensor == 0 && control.size() == world.size());
+  if (tensor == 1) return;
+  const int outer = world.rank() / tensor;
+  group_ = world.split(outer, rank_);
+  outer_ = world.split(rank_, outer);
+  if (&control != &world) {
+    outer_control_ = control.split(rank_, outer);
+  }
+}
+
+TensorParallel::~TensorParallel() = default;
+
+void TensorParallel::attach(RankModel& model) {
+  if (!split()) return;
+  model_ = &model;
+  model.set_tensor_group(this);
+}
+
+void TensorParallel::finish(Work& work, std::int64_t bytes, int step, int unit) {
+  // Between steps (a held-out pass: step -1) nothing is timed or counted.
+  if (step < 0 || model_ == nullptr) {
+    work.wait();
+    return;
+  }
+  if (step != step_) {
+    step_ = step;
+    step_bytes_ = 0;
+  }
+  step_bytes_ += bytes;
+  last_step_bytes_ = step_bytes_;
+  wait_timed(*model_, *group_, work, unit);
+}
+
+void TensorParallel::allreduce(std::span<float> data, int step, int unit) {
+  TANDEM_CHECK(split());
+  const WorkPtr work = group_->allreduce(data, ReduceOp::kSum,
+                                         {.kind = SpanKind::kAllreduce,
+                                          .step = step,
+                                          .tag = unit,
+                                          .name = op_name(ModelOp::kTensor),
+                                          .tag_kind = OpInfo::TagKind::kUnit});
+  finish(*work, static_cast<std::int64_t>(data.size_bytes()), step, unit);
+}
+
+void TensorParallel::allgather(std::span<const float> in, std::span<float> out, int step,
+                               int unit) {
+  TANDEM_CHECK(split());
+  const WorkPtr work = group_->allgather(in, out,
+                                         {.kind = SpanKind::kAllgather,
+                                          .step = step,
+                                          .tag = unit,
+                                          .name = op_name(ModelOp::kTensor),
+                                          .tag_kind = OpInfo::TagKind::kUnit});
+  finish(*work, static_cast<std::int64_t>(out.size_bytes()), step, unit);
+}
+
+std::vector<float> TensorParallel::gather_params(const ModelLayout& layout, std::vector<float> mine,
+                                                 bool keep) {
+  if (!split()) return keep ? std::move(mine) : std::vector<float>{};
+  std::vector<float> all(mine.size() * static_cast<std::size_t>(size_));
+  ending_on_failure(*group_, [&] { group_->allgather(mine, all)->synchronize(); });
+  if (!keep) return {};
+  std::vector<std::vector<float>> shards;
+  for (int r = 0; r < size_; ++r) {
+    const auto begin = all.begin() + static_cast<std::ptrdiff_t>(mine.size() * r);
+    shards.emplace_back(begin, begin + static_cast<std::ptrdiff_t>(mine.size()));
+  }
+  return layout.unshard(shards);
+}
+
+}  // namespace tandem

@@ -1,0 +1,20 @@
+// What a tensor-parallel model's passes (ModelSpec::tensor; Note [tensor-parallel layout]
+// in layout.cpp) ask of the ranks that hold the other shards: collectives issued and
+// waited for in place, since what follows needs their results. The engine supplies one
+// over a communicator (engine/tensor_parallel.h); the model layer knows no communicator.
+#pragma once
+
+#include <span>
+
+namespace tandem {
+
+class TensorGroup {
+ public:
+  virtual ~TensorGroup() = default;
+  // data := its sum over the group. unit: the model unit (the loss: units()) it belongs to.
+  virtual void allreduce(std::span<float> data, int step, int unit) = 0;
+  // out [size x in.size()]: block r is rank r's in.
+  virtual void allgather(std::span<const float> in, std::span<float> out, int step, int unit) = 0;
+};
+
+}  // namespace tandem
