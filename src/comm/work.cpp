@@ -11,10 +11,11 @@ namespace tandem {
 
 std::string OpInfo::describe() const {
   std::string text(to_string(kind));
+  if (tag_kind == TagKind::kTensorUnit) text = "tensor-parallel " + text;
   if (tag >= 0) {
-    text += tag_kind == TagKind::kUnit         ? " unit "
-            : tag_kind == TagKind::kMicroBatch ? " micro-batch "
-                                               : " bucket ";
+    text += tag_kind == TagKind::kUnit || tag_kind == TagKind::kTensorUnit ? " unit "
+            : tag_kind == TagKind::kMicroBatch                             ? " micro-batch "
+                                                                           : " bucket ";
     text += std::to_string(tag);
   }
   std::string details;

@@ -39,12 +39,15 @@ struct OpInfo {
   std::int32_t step = -1;  // training step that issued it (-1: none)
   std::int32_t tag = -1;   // bucket, chunk or unit index (-1: none)
   NameId name = kNoName;
-  // What the tag counts: a bucket (DDP), a model unit (sharded strategies) or a
-  // micro-batch (pipeline transfers, whose comm span then carries it as Span::micro).
-  enum class TagKind : std::uint8_t { kBucket, kUnit, kMicroBatch };
+  // What the tag counts: a bucket (DDP), a model unit (sharded strategies; kTensorUnit:
+  // a tensor-parallel collective inside that unit's pass) or a micro-batch (pipeline
+  // transfers, whose comm span then carries it as Span::micro).
+  enum class TagKind : std::uint8_t { kBucket, kUnit, kTensorUnit, kMicroBatch };
   TagKind tag_kind = TagKind::kBucket;
 
-  std::string describe() const;  // "allreduce bucket 3 (25.0 MiB, step 7)", "allgather unit 2 ..."
+  // "allreduce bucket 3 (25.0 MiB, step 7)", "allgather unit 2 ...", "tensor-parallel
+  // allreduce unit 1 ..."
+  std::string describe() const;
   // The comm-lane span of this operation over [start_ns, end_ns).
   Span comm_span(std::int64_t start_ns, std::int64_t end_ns) const;
 };

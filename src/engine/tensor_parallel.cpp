@@ -20,6 +20,18 @@ TensorParallel::TensorParallel(int tensor, Communicator& world, Communicator& co
 
 TensorParallel::~TensorParallel() = default;
 
+void TensorParallel::close() {
+  for (Communicator* comm : {outer_control_.get(), outer_.get(), group_.get()}) {
+    if (comm != nullptr) comm->barrier()->synchronize();
+  }
+}
+
+void TensorParallel::end_in_flight(const std::string& why) {
+  for (Communicator* comm : {outer_control_.get(), outer_.get(), group_.get()}) {
+    if (comm != nullptr) tandem::end_in_flight(*comm, why);
+  }
+}
+
 void TensorParallel::attach(RankModel& model) {
   if (!split()) return;
   model_ = &model;
@@ -48,7 +60,7 @@ void TensorParallel::allreduce(std::span<float> data, int step, int unit) {
                                           .step = step,
                                           .tag = unit,
                                           .name = op_name(ModelOp::kTensor),
-                                          .tag_kind = OpInfo::TagKind::kUnit});
+                                          .tag_kind = OpInfo::TagKind::kTensorUnit});
   finish(*work, static_cast<std::int64_t>(data.size_bytes()), step, unit);
 }
 
@@ -60,7 +72,7 @@ void TensorParallel::allgather(std::span<const float> in, std::span<float> out, 
                                           .step = step,
                                           .tag = unit,
                                           .name = op_name(ModelOp::kTensor),
-                                          .tag_kind = OpInfo::TagKind::kUnit});
+                                          .tag_kind = OpInfo::TagKind::kTensorUnit});
   finish(*work, static_cast<std::int64_t>(out.size_bytes()), step, unit);
 }
 

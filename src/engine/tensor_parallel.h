@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <memory>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "comm/communicator.h"
@@ -50,6 +51,16 @@ class TensorParallel final : public TensorGroup {
   // packed shard `mine`: collective over the tensor group; `keep`: return them (else
   // empty).
   std::vector<float> gather_params(const ModelLayout& layout, std::vector<float> mine, bool keep);
+
+  // Before the split communicators die: destroying one fails whatever its peers still
+  // have on it (the local backend), so every rank first waits here until all have issued
+  // their last operation on them. Collective; call on success (a failure aborts the world
+  // and every child with it).
+  void close();
+  // After a failure, before the buffers die (Note [one owner of shutdown] in
+  // engine/trainer.cpp): ends what the split communicators have in flight (abort, then
+  // drain). The world's abort reaches them, but its drain does not wait for them.
+  void end_in_flight(const std::string& why);
 
   // TensorGroup
   void allreduce(std::span<float> data, int step, int unit) override;

@@ -611,10 +611,12 @@ std::string train_rank(const TrainConfig& config, RankEnv& env, const StepCallba
       final_params = tensor.gather_params(model->layout(), model->layout().packed(std::move(full)),
                                           /*keep=*/rank == 0);
     }
+    tensor.close();
   } catch (const std::exception& e) {
     // The world's abort reaches the tensor groups and outer communicators split from it.
     end_in_flight(env.comm, e.what());
     if (&env.control != &env.comm) end_in_flight(env.control, e.what());
+    tensor.end_in_flight(e.what());
     throw;
   }
 

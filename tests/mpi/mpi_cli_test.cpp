@@ -220,6 +220,46 @@ TEST(MpiTrain, PipelinesMatchLocal) {
   }
 }
 
+// Tensor parallelism over processes (docs/TENSOR.md): alone, with data parallelism and
+// with a pipeline, every loss within 1e-6 of the same run's on the local backend.
+TEST(MpiTrain, TensorParallelMatchesLocal) {
+  TempDir dir;
+  const std::string workload =
+      " --model llama:layers=4,dim=32,heads=4,seq=16,hidden=64,vocab=64 --batch 4 --steps 4 "
+      "--quiet --timeout 60";
+  struct Run {
+    int np;
+    const char* flags;
+  };
+  for (const Run& run : {Run{2, " --tensor 2"}, Run{4, " --tensor 2 --strategy fsdp --verify"},
+                         Run{4, " --tensor 2 --pipeline 2 --micro-batches 2"}}) {
+    const std::string name = std::to_string(run.np) + run.flags;
+    const auto local_out = dir.path() / "local";
+    const auto mpi_out = dir.path() / "mpi";
+    std::filesystem::remove_all(local_out);
+    std::filesystem::remove_all(mpi_out);
+    const CliResult local =
+        run_shell(std::string(TANDEM_BINARY) + " train --backend local --ranks " +
+                  std::to_string(run.np) + run.flags + workload + " --out " + local_out.string());
+    ASSERT_EQ(local.exit_code, 0) << name << ": " << local.err;
+    const CliResult mpi = run_shell(mpirun(run.np) + TANDEM_BINARY + " train --backend mpi" +
+                                    run.flags + workload + " --out " + mpi_out.string());
+    ASSERT_EQ(mpi.exit_code, 0) << name << ": " << mpi.err << mpi.out;
+    const auto want = read_steps(local_out / "steps.csv");
+    const auto got = read_steps(mpi_out / "steps.csv");
+    ASSERT_EQ(got.size(), want.size()) << name;
+    int compared = 0;
+    for (const auto& [key, row] : got) {
+      const float w = want.at(key).loss;
+      if (std::isnan(w)) continue;  // a pipeline's middle stages
+      ++compared;
+      EXPECT_LE(std::fabs(row.loss - w), 1e-6f * std::fabs(w))
+          << name << ", step " << key.first << " rank " << key.second;
+    }
+    EXPECT_GE(compared, 4 * 2) << name;
+  }
+}
+
 // Across hosts for real (docs/MULTIHOST.md).
 // `flags` on two network-namespace hosts against the same run on the local backend: the
 // losses within 1e-5, the summary naming 2 hosts of 1 rank each, a trace of both ranks on
@@ -747,6 +787,14 @@ TEST(MpiFault, AStoppedPipelineStageEndsTheJobNamingTheTransfer) {
 TEST(MpiFault, ARankStoppedMidGatherEndsTheJobNamingTheGather) {
   expect_stopped_rank_ends_the_job("--model mlp:4x256 --strategy fsdp --prefetch 0",
                                    "(allgather|reduce_scatter) unit \\d+", 4);
+}
+
+// Tensor parallelism's collectives sit inside every block's pass: a rank stopped there ends
+// the job with one line naming the tensor-parallel collective.
+TEST(MpiFault, AStoppedTensorParallelRankEndsTheJobNamingItsCollective) {
+  expect_stopped_rank_ends_the_job(
+      "--model gpt:layers=2,dim=32,heads=2,seq=16,vocab=64 --tensor 2 --batch 4",
+      "tensor-parallel (allreduce|allgather) unit \\d+", 4);
 }
 
 }  // namespace
