@@ -70,7 +70,8 @@ TEST(SimulateCliTest, BadInputIsOneLineAndExitCodeTwo) {
         "simulate --cluster 2xh100 --data /etc/hostname",  // a run here's flag
         "simulate --cluster 2xh100 --pipeline 2 --strategy fsdp",
         "simulate --cluster 2x2xh100 --degraded-link node=2,network=0.5x",
-        "simulate --cluster 2x2xh100 --degraded-link node=1,network=3x"}) {
+        "simulate --cluster 2x2xh100 --degraded-link node=1,network=3x",
+        "simulate --cluster 2xh100 --model gpt:layers=2,dim=64,heads=4,seq=16 --tensor 2"}) {
     const CliResult r = run_tandem(args);
     EXPECT_EQ(r.exit_code, 2) << args << ": " << r.err;
     EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << args << ": " << r.err;

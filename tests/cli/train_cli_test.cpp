@@ -372,7 +372,15 @@ INSTANTIATE_TEST_SUITE_P(
         BadInput{kTinyGpt + "--compress powersgd:2 --strategy zero2",
                  "--compress powersgd:2: needs DDP buckets of whole parameters"},
         BadInput{kTinyGpt + "--compress powersgd:2 --strategy chunked:4", "--strategy chunked:4"},
-        BadInput{kTinyGpt + "--compress fp16 --pipeline 2 --ranks 2", "not a --pipeline run"}));
+        BadInput{kTinyGpt + "--compress fp16 --pipeline 2 --ranks 2", "not a --pipeline run"},
+        // Tensor parallelism (docs/TENSOR.md).
+        BadInput{kTinyGpt + "--tensor 3 --ranks 3", "--tensor 3: gpt, 1 layers"},
+        BadInput{kTinyGpt + "--tensor 2 --ranks 3", "--tensor 2 does not divide --ranks 3"},
+        BadInput{kTinyGpt + "--tensor 0", "--tensor"},
+        BadInput{"--model mlp:2x8 --tensor 2", "--tensor 2: splits transformer blocks"},
+        BadInput{kTinyGpt + "--tensor 2 --device cuda", "--device"},
+        BadInput{kTinyGpt + "--tensor 2 --pipeline 2 --ranks 4 --split auto",
+                 "--split auto measures an unsplit model"}));
 
 // A small GPT on a text file: the loss falls from ln(256), and --eval-every prints the
 // held-out loss on its steps, into the step lines, steps.csv and summary.json.
