@@ -131,6 +131,11 @@ void add_workload_flags(CLI::App& app, WorkloadFlags& f, WorkloadUse use) {
                  "--ranks = T x pipeline stages x replicas, T innermost (docs/TENSOR.md)")
       ->check(integer_in(1, 1024))
       ->capture_default_str();
+  app.add_flag("--sequence-parallel", f.sequence_parallel,
+               "With --tensor: the norms and the residual stream split along the tokens too; "
+               "each all-reduce becomes an all-gather before a column-parallel product and a "
+               "reduce-scatter after a row-parallel one: the same bytes, T times smaller "
+               "D-wide activations (docs/TENSOR.md)");
   app.add_option("--pipeline", f.pipeline,
                  "Pipeline stages P: the model cut into P stages on different ranks, "
                  "--ranks = P (docs/PIPELINE.md)")
@@ -260,6 +265,7 @@ TrainConfig to_train_config(const WorkloadFlags& f, bool batch_given, bool runs_
   c.model.recompute = for_flag("--recompute", [&] { return parse_recompute(f.recompute); });
   c.model.layer_drop = f.layer_drop;
   c.model.tensor = f.tensor;
+  c.model.sequence_parallel = f.sequence_parallel;
   if (c.model.recompute != Recompute::kNone && !c.model.is_transformer()) {
     throw UsageError(
         "--recompute: transformer models only (gpt, llama and the presets); an "

@@ -76,6 +76,18 @@ void TensorParallel::allgather(std::span<const float> in, std::span<float> out, 
   finish(*work, static_cast<std::int64_t>(out.size_bytes()), step, unit);
 }
 
+void TensorParallel::reduce_scatter(std::span<const float> in, std::span<float> out, int step,
+                                    int unit) {
+  TANDEM_CHECK(split());
+  const WorkPtr work = group_->reduce_scatter(in, out, ReduceOp::kSum,
+                                              {.kind = SpanKind::kReduceScatter,
+                                               .step = step,
+                                               .tag = unit,
+                                               .name = op_name(ModelOp::kTensor),
+                                               .tag_kind = OpInfo::TagKind::kTensorUnit});
+  finish(*work, static_cast<std::int64_t>(in.size_bytes()), step, unit);
+}
+
 std::vector<float> TensorParallel::gather_params(const ModelLayout& layout, std::vector<float> mine,
                                                  bool keep) {
   if (!split()) return keep ? std::move(mine) : std::vector<float>{};

@@ -65,6 +65,7 @@ class TensorParallel final : public TensorGroup {
   // TensorGroup
   void allreduce(std::span<float> data, int step, int unit) override;
   void allgather(std::span<const float> in, std::span<float> out, int step, int unit) override;
+  void reduce_scatter(std::span<const float> in, std::span<float> out, int step, int unit) override;
 
  private:
   void finish(Work& work, std::int64_t bytes, int step, int unit);

@@ -60,6 +60,11 @@ namespace {
 void validate_tensor(const TrainConfig& config) {
   const int t = config.model.tensor;
   if (t < 1 || t > 1024) throw UsageError("--tensor must be 1..1024");
+  if (config.model.sequence_parallel && t == 1) {
+    throw UsageError(
+        "--sequence-parallel: splits tensor parallelism's norm and residual regions "
+        "along the tokens; needs --tensor 2 or more");
+  }
   if (t == 1) return;
   const std::string flag = "--tensor " + std::to_string(t);
   if (!config.model.is_transformer()) {
@@ -83,6 +88,13 @@ void validate_tensor(const TrainConfig& config) {
   }
   if (config.pipeline.split_auto) {
     throw UsageError(flag + ": --split auto measures an unsplit model; give --split N,N,...");
+  }
+  const std::int64_t tokens =
+      static_cast<std::int64_t>(micro_batch_rows(config)) * config.model.transformer.seq;
+  if (config.model.sequence_parallel && tokens % t != 0) {
+    throw UsageError("--sequence-parallel: a micro-batch's " + std::to_string(tokens) +
+                     " tokens (rows x seq) do not divide among --tensor " + std::to_string(t) +
+                     " ranks");
   }
 }
 

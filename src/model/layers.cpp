@@ -363,19 +363,21 @@ TANDEM_CPU_CLONES void Ops<T>::vocab_embedding_backward(T* dwte, const T* dout,
 }
 
 template <typename T>
-TANDEM_CPU_CLONES void Ops<T>::add_positions(T* out, const T* wpe, int B, int Tn, int D) {
-  for (std::ptrdiff_t n = 0; n < static_cast<std::ptrdiff_t>(B) * Tn; ++n) {
+TANDEM_CPU_CLONES void Ops<T>::add_positions(T* out, const T* wpe, int first, int count, int Tn,
+                                             int D) {
+  for (std::ptrdiff_t n = 0; n < count; ++n) {
     T* o = out + at(n, D);
-    const T* p = wpe + at(n % Tn, D);
+    const T* p = wpe + at((first + n) % Tn, D);
     for (int i = 0; i < D; ++i) o[i] += p[i];
   }
 }
 
 template <typename T>
-TANDEM_CPU_CLONES void Ops<T>::positions_backward(T* dwpe, const T* dout, int B, int Tn, int D) {
-  for (std::ptrdiff_t n = 0; n < static_cast<std::ptrdiff_t>(B) * Tn; ++n) {
+TANDEM_CPU_CLONES void Ops<T>::positions_backward(T* dwpe, const T* dout, int first, int count,
+                                                  int Tn, int D) {
+  for (std::ptrdiff_t n = 0; n < count; ++n) {
     const T* d = dout + at(n, D);
-    T* p = dwpe + at(n % Tn, D);
+    T* p = dwpe + at((first + n) % Tn, D);
     for (int i = 0; i < D; ++i) p[i] += d[i];
   }
 }

@@ -115,10 +115,11 @@ struct Ops {
   // dout [N, D] -> dwte [vcount, D] += for the tokens this rank holds.
   static void vocab_embedding_backward(T* dwte, const T* dout, const std::int32_t* tokens, int N,
                                        int D, int vbegin, int vcount);
-  // gpt's positions, after the embedding's sum: out [B, T, D] += wpe [T, D]; and dwpe
-  // [T, D] += dout summed over the sequences.
-  static void add_positions(T* out, const T* wpe, int B, int Tn, int D);
-  static void positions_backward(T* dwpe, const T* dout, int B, int Tn, int D);
+  // gpt's positions, after the embedding's sum, on `count` tokens from token `first` of
+  // sequences of Tn: out [count, D] += wpe [Tn, D] at each token's position; and dwpe
+  // [Tn, D] += dout [count, D] likewise.
+  static void add_positions(T* out, const T* wpe, int first, int count, int Tn, int D);
+  static void positions_backward(T* dwpe, const T* dout, int first, int count, int Tn, int D);
   // After a row-parallel product's sum: out [N, D] = residual + bias (if non-null) + out.
   static void residual_add(T* out, const T* residual, const T* bias, int N, int D);
   // Cross-entropy over a vocabulary split by columns: logits [N, C] are this rank's

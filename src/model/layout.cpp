@@ -403,7 +403,12 @@ int ModelLayout::compute_spans_per_micro_batch() const {
                                                                   : 0;
   // --tensor adds forward spans: the positions after the embedding's sum, a residual add
   // after each row-parallel product's (two a block), and two more of the parallel loss.
-  const int split = spec_.tensor > 1 ? 1 + 2 * spec_.transformer.layers + 2 : 0;
+  // --sequence-parallel splits each block's two backward parts in two (the norm's output
+  // is gathered again between them).
+  const int L = spec_.transformer.layers;
+  const int split = spec_.tensor > 1 ? 1 + 2 * L + 2 + (spec_.sequence_parallel ? 2 * L : 0) +
+                                           (spec_.recompute == Recompute::kFull ? L : 0)
+                                     : 0;
   return 2 * (1 + 4 * spec_.transformer.layers + 2 + 1) + replayed * spec_.transformer.layers +
          split;
 }

@@ -101,6 +101,10 @@ struct ModelSpec {
   // heads, the MLP's inner width, the vocabulary split this many ways. 1: none. Not part
   // of `text`: the same model, split.
   int tensor = 1;
+  // --sequence-parallel (with tensor > 1): the norm and residual regions split along the
+  // tokens too (docs/TENSOR.md): each all-reduce becomes an all-gather before a
+  // column-parallel product and a reduce-scatter after a row-parallel one.
+  bool sequence_parallel = false;
 
   // Throws UsageError naming the spec on bad input. Transformer presets parse at full
   // size (parameter_count() is exact); check_size() bounds what may be allocated.

@@ -15,6 +15,9 @@ class TensorGroup {
   virtual void allreduce(std::span<float> data, int step, int unit) = 0;
   // out [size x in.size()]: block r is rank r's in.
   virtual void allgather(std::span<const float> in, std::span<float> out, int step, int unit) = 0;
+  // in [size x out.size()]: out := block `rank` of the sum over the group.
+  virtual void reduce_scatter(std::span<const float> in, std::span<float> out, int step,
+                              int unit) = 0;
 };
 
 }  // namespace tandem

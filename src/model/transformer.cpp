@@ -37,7 +37,8 @@ TensorShard TensorShard::of(const ModelSpec& spec, int rank) {
           .width = s.dim / t,
           .hidden = s.hidden / t,
           .vocab = s.vocab / t,
-          .vocab_begin = rank * (s.vocab / t)};
+          .vocab_begin = rank * (s.vocab / t),
+          .sequence = spec.sequence_parallel && t > 1};
 }
 
 TransformerFlops transformer_flops(const ModelSpec& spec, int rows) {

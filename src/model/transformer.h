@@ -54,7 +54,14 @@ struct TensorShard {
   int hidden = 0;
   int vocab = 0;
   int vocab_begin = 0;
+  // Sequence parallelism: the norm and residual regions hold tokens [rank n, (rank + 1) n)
+  // of a micro-batch's N, n = N / ranks.
+  bool sequence = false;
   static TensorShard of(const ModelSpec& spec, int rank = 0);
+  // Tokens of N that this rank's norm and residual tensors hold.
+  std::size_t local(std::size_t tokens) const {
+    return sequence ? tokens / static_cast<std::size_t>(ranks) : tokens;
+  }
 };
 
 // The FLOPs of a forward pass's matrix products over `rows` sequences, per span: a

@@ -87,19 +87,20 @@ struct TransformerActs {
     const auto n = static_cast<std::size_t>(max_batch) * static_cast<std::size_t>(s.seq);
     const auto D = static_cast<std::size_t>(s.dim), F = static_cast<std::size_t>(shard.hidden);
     const auto W = static_cast<std::size_t>(shard.width);
+    const std::size_t local = shard.local(n);  // sequence parallelism: this rank's tokens
     auto sized = [&](std::size_t size) { return dev.template buffer<T>(size); };
-    b.ln1 = sized(n * D);
-    b.ln1_mean = sized(n);
-    b.ln1_rstd = sized(n);
+    b.ln1 = sized(local * D);
+    b.ln1_mean = sized(local);
+    b.ln1_rstd = sized(local);
     b.qkv = sized(n * 3 * W);
     if (att) {
       b.att = sized(probs_numel(spec, max_batch));
     }
     b.atty = sized(n * W);
-    b.xmid = sized(n * D);
-    b.ln2 = sized(n * D);
-    b.ln2_mean = sized(n);
-    b.ln2_rstd = sized(n);
+    b.xmid = sized(local * D);
+    b.ln2 = sized(local * D);
+    b.ln2_mean = sized(local);
+    b.ln2_rstd = sized(local);
     b.up = sized(n * (spec.kind == ModelKind::kGpt ? F : 2 * F));
     b.act = sized(n * F);
   }
@@ -116,11 +117,12 @@ struct TransformerActs {
     auto sized = [&](std::size_t size, bool keep) {
       return keep ? dev.template buffer<T>(size) : Buffer<T>();
     };
+    const std::size_t local = TensorShard::of(spec).local(n);  // the residual stream's tokens
     rows = 0;
     inputs = dev.template buffer<std::int32_t>(n);
     targets = dev.template buffer<std::int32_t>(n);
     x.clear();
-    for (std::size_t i = 0; i <= L; ++i) x.push_back(sized(n * D, own(i) || own(i + 1)));
+    for (std::size_t i = 0; i <= L; ++i) x.push_back(sized(local * D, own(i) || own(i + 1)));
     blocks.clear();
     blocks.resize(L);
     // --recompute full keeps no block's tensors (only its input, x[l]); selective keeps all
@@ -131,9 +133,9 @@ struct TransformerActs {
       }
     }
     const bool head = own(L + 1);
-    lnf = sized(n * D, head);
-    lnf_mean = sized(n, head);
-    lnf_rstd = sized(n, head);
+    lnf = sized(local * D, head);
+    lnf_mean = sized(local, head);
+    lnf_rstd = sized(local, head);
     logits = sized(n * static_cast<std::size_t>(TensorShard::of(spec).vocab), head);
   }
 };
@@ -171,6 +173,35 @@ struct TransformerOn<Backend>::Impl : TransformerOffsets, TransformerActs<Backen
   TensorShard shard;
   TensorGroup* tp = nullptr;
   bool split() const { return shard.ranks > 1; }
+  // Note [sequence parallelism]: with --sequence-parallel, what a block holds between its
+  // products (the residual stream x, xmid, the norms' outputs and statistics) is this
+  // rank's n = N / T tokens only. A column-parallel product reads every token: its input
+  // is all-gathered into `gathered` first (in forward, and again in backward for its
+  // weight gradient, instead of keeping N x D per block). A row-parallel product's partial
+  // sum [N, D] is reduce-scattered to this rank's tokens (instead of all-reduced), and in
+  // backward its output gradient is all-gathered before the product's backward, so its
+  // bias gradient is every token's on every rank. The norms' gains and biases see only
+  // this rank's tokens: their gradients are summed over the group, per micro-batch, before
+  // they join the unit's (norm_grads). The same bytes cross as with the all-reduces, and
+  // the D-wide tensors shrink T times (Korthikanti et al. 2022).
+  bool sequence() const { return shard.sequence; }
+  Buffer<T> gathered;    // [N, D]: an all-gathered input or output gradient
+  Buffer<T> dln_local;   // [n, D]: a column-parallel input gradient, reduce-scattered
+  Buffer<T> norm_grads;  // [2 D]: one norm's gradients, before their sum over the group
+  // this rank's rows [count, D] -> gathered [T x count, D].
+  void tp_gather(const T* local, std::size_t count, int step, int unit) {
+    if constexpr (kTensorParallel) {
+      tp->allgather({local, count},
+                    {gathered.data(), count * static_cast<std::size_t>(shard.ranks)}, step, unit);
+    }
+  }
+  // partial [T x count] summed over the group, this rank's block -> out [count].
+  void tp_scatter(const T* partial, T* out, std::size_t count, int step, int unit) {
+    if constexpr (kTensorParallel) {
+      tp->reduce_scatter({partial, count * static_cast<std::size_t>(shard.ranks)}, {out, count},
+                         step, unit);
+    }
+  }
   int seq_len = 0;
   int seq() const { return seq_len; }
   // A tensor-parallel collective of the passes, in place (transformer.h).
@@ -232,13 +263,18 @@ TransformerOn<Backend>::TransformerOn(const ModelSpec& model_spec, int max_batch
   const std::size_t up = m.gpt ? F : 2 * F;
   m.owned.assign(static_cast<std::size_t>(this->units()), true);
   m.acts().allocate(dev, model_spec, max_batch, m.owned);
-  m.dx = dev.template buffer<T>(n * D);
+  m.dx = dev.template buffer<T>(m.shard.local(n) * D);
   m.dln = dev.template buffer<T>(n * D);
   m.dqkv = dev.template buffer<T>(n * 3 * W);
   m.datty = dev.template buffer<T>(n * W);
   m.dup = dev.template buffer<T>(n * up);
   m.dact = dev.template buffer<T>(n * F);
   m.att_scratch = dev.template buffer<T>(Backend::attention_scratch(s.seq, m.shard.heads));
+  if (m.sequence()) {
+    m.gathered = dev.template buffer<T>(n * D);
+    m.dln_local = dev.template buffer<T>(m.shard.local(n) * D);
+    m.norm_grads = dev.template buffer<T>(2 * D);
+  }
   if (m.split()) {
     m.ce_max = dev.template buffer<T>(n);
     m.ce_stats = dev.template buffer<T>(2 * n);
@@ -263,28 +299,36 @@ TransformerOn<Backend>::TransformerOn(const ModelSpec& model_spec, int max_batch
 template <typename Backend>
 std::int64_t TransformerOn<Backend>::buffer_bytes(const ModelSpec& model_spec, int max_batch,
                                                   Config config) {
-  // As the constructor allocates them (Note [Transformer buffers]), per token.
+  // As the constructor allocates them (Note [Transformer buffers]), per token: of every
+  // token (`whole`), or of this rank's with sequence parallelism (`local`: its norm and
+  // residual regions, Note [sequence parallelism]).
   const TransformerShape& s = model_spec.transformer;
   const TensorShard shard = TensorShard::of(model_spec);
   const std::int64_t D = s.dim, F = shard.hidden, W = shard.width,
                      up = model_spec.kind == ModelKind::kGpt ? F : 2 * F;
-  // ln1, xmid, ln2 (D each), qkv (3W), atty (W), the norms' statistics, probabilities.
-  const std::int64_t per_block =
-      3 * D + 4 * W + 4 + static_cast<std::int64_t>(shard.heads) * s.seq + up + F;
-  // dx, dln (D), dqkv (3W), datty (W); with tensor parallelism the cross-entropy's (2 + 1
-  // + ranks per token).
-  const std::int64_t scratch = 2 * D + 4 * W + up + F + (shard.ranks > 1 ? 3 + shard.ranks : 0);
-  // Every block's tensors, or (Note [activation recomputation]) one replay block's.
   const std::int64_t probs = static_cast<std::int64_t>(shard.heads) * s.seq;
-  const std::int64_t blocks = model_spec.recompute == Recompute::kFull ? per_block
-                              : model_spec.recompute == Recompute::kSelective
-                                  ? s.layers * (per_block - probs) + probs
-                                  : s.layers * per_block;
-  const std::int64_t per_token = (s.layers + 1) * D + blocks + D + 2 + shard.vocab + scratch;
+  // A block: qkv (3W), atty (W), probabilities, up, act; ln1, xmid, ln2 (D each) and the
+  // norms' statistics.
+  const std::int64_t block_whole = 4 * W + probs + up + F, block_local = 3 * D + 4;
+  // Every block's tensors, or (Note [activation recomputation]) one replay block's.
+  const std::int64_t blocks = model_spec.recompute == Recompute::kFull ? 1 : s.layers;
+  const std::int64_t dropped = model_spec.recompute == Recompute::kSelective ? s.layers - 1 : 0;
+  // Scratch: dln (D), dqkv (3W), datty (W), dup, dact; with tensor parallelism the
+  // cross-entropy's (2 + 1 + ranks), with sequence parallelism the gathered tensor (D);
+  // dx (D), and the sequence-parallel dln (D).
+  const std::int64_t scratch_whole =
+      D + 4 * W + up + F + (shard.ranks > 1 ? 3 + shard.ranks : 0) + (shard.sequence ? D : 0);
+  const std::int64_t scratch_local = D + (shard.sequence ? D : 0);
+  // The L + 1 residual streams, the final norm (D and 2), the logits.
+  const std::int64_t whole = blocks * block_whole - dropped * probs + shard.vocab + scratch_whole;
+  const std::int64_t local = (s.layers + 1) * D + blocks * block_local + D + 2 + scratch_local;
   const std::int64_t tokens = static_cast<std::int64_t>(max_batch) * s.seq;
+  const auto local_tokens =
+      static_cast<std::int64_t>(shard.local(static_cast<std::size_t>(tokens)));
   const auto attention = static_cast<std::int64_t>(Backend::attention_scratch(s.seq, shard.heads));
   return static_cast<std::int64_t>(sizeof(T)) *
-             (tokens * per_token + attention + static_cast<std::int64_t>(s.seq) * s.head_dim()) +
+             (tokens * whole + local_tokens * local + attention +
+              static_cast<std::int64_t>(s.seq) * s.head_dim() + (shard.sequence ? 2 * D : 0)) +
          tokens * 2 * static_cast<std::int64_t>(sizeof(std::int32_t)) +
          Backend::extra_bytes(ModelLayout(model_spec).numel(),
                               transformer_needs(model_spec, max_batch), config);
@@ -364,6 +408,10 @@ void TransformerOn<Backend>::set_input(const Tokens& batch) {
   m.rows =
       this->backend().load_tokens(batch, m.inputs.data(), m.targets.data(),
                                   this->spec().transformer.seq, this->spec().transformer.vocab);
+  // Sequence parallelism cuts the batch's tokens into equal blocks (validate() says so).
+  TANDEM_CHECK(!m.sequence() || static_cast<std::size_t>(m.rows) * m.seq() %
+                                        static_cast<std::size_t>(m.shard.ranks) ==
+                                    0);
   m.next_backward = -1;
   m.skipped.clear();
 }
@@ -402,18 +450,28 @@ void TransformerOn<Backend>::forward_unit(int unit, Timer timer, int step) {
   auto span = [&](ModelOp op, double f) {
     return dev.section(timer, SpanKind::kForward, step, unit, op_name(op), f);
   };
+  // Sequence parallelism: this rank's tokens [first, first + n) (Note [sequence
+  // parallelism]); all N without.
+  const int n = static_cast<int>(m.shard.local(static_cast<std::size_t>(N)));
+  const int first = m.sequence() ? m.shard.rank * n : 0;
   if (unit == 0) {
     if (m.split()) {  // vocabulary-parallel: each rank's rows, summed, then the positions
       if constexpr (Impl::kTensorParallel) {
+        // With sequence parallelism the sum is reduce-scattered to this rank's tokens.
+        T* part = m.sequence() ? m.dln.data() : m.x[0].data();
         {
           auto s0 = span(ModelOp::kEmbedding, 0);
-          dev.vocab_embedding_forward(m.x[0].data(), m.inputs.data(), w + m.wte, N, D,
-                                      m.shard.vocab_begin, m.shard.vocab);
+          dev.vocab_embedding_forward(part, m.inputs.data(), w + m.wte, N, D, m.shard.vocab_begin,
+                                      m.shard.vocab);
         }
-        m.tp_allreduce(m.x[0].data(), static_cast<std::size_t>(N) * D, step, unit);
+        if (m.sequence()) {
+          m.tp_scatter(part, m.x[0].data(), static_cast<std::size_t>(n) * D, step, unit);
+        } else {
+          m.tp_allreduce(part, static_cast<std::size_t>(N) * D, step, unit);
+        }
         if (m.gpt) {
           auto s1 = span(ModelOp::kEmbedding, 0);
-          dev.add_positions(m.x[0].data(), w + m.wpe, B, Tn, D);
+          dev.add_positions(m.x[0].data(), w + m.wpe, first, n, Tn, D);
         }
       }
       return;
@@ -429,25 +487,31 @@ void TransformerOn<Backend>::forward_unit(int unit, Timer timer, int step) {
       auto s1 = span(ModelOp::kNorm, 0);
       if (m.gpt) {
         dev.layernorm_forward(m.lnf.data(), m.lnf_mean.data(), m.lnf_rstd.data(), m.x[L].data(),
-                              w + m.lnf_w, w + m.lnf_b, N, D);
+                              w + m.lnf_w, w + m.lnf_b, n, D);
       } else {
-        dev.rmsnorm_forward(m.lnf.data(), m.lnf_rstd.data(), m.x[L].data(), w + m.lnf_w, N, D);
+        dev.rmsnorm_forward(m.lnf.data(), m.lnf_rstd.data(), m.x[L].data(), w + m.lnf_w, n, D);
       }
     }
-    // Tensor parallelism: this rank's vocabulary columns (the loss combines them).
+    // Tensor parallelism: this rank's vocabulary columns (the loss combines them), of
+    // every token (gathered with sequence parallelism).
     const int V = m.shard.vocab;
+    const T* in = m.lnf.data();
+    if (m.sequence()) {
+      m.tp_gather(in, static_cast<std::size_t>(n) * D, step, unit);
+      in = m.gathered.data();
+    }
     auto s2 = span(ModelOp::kHead, flops.head);
     if (m.gpt) {  // tied: logits [N, V] = lnf [N, D] . wte^T
-      dev.linear_transposed_forward(m.logits.data(), m.lnf.data(), w + m.wte, N, D, V);
+      dev.linear_transposed_forward(m.logits.data(), in, w + m.wte, N, D, V);
     } else {
-      dev.linear_forward(m.logits.data(), m.lnf.data(), w + m.head_w, nullptr, N, D, V);
+      dev.linear_forward(m.logits.data(), in, w + m.head_w, nullptr, N, D, V);
     }
     return;
   }
 
   if (m.skips(unit)) {  // --layer-drop: the block is the identity
     const auto l = static_cast<std::size_t>(unit - 1);
-    dev.copy(m.x[l + 1].data(), m.x[l].data(), static_cast<std::size_t>(N) * D);
+    dev.copy(m.x[l + 1].data(), m.x[l].data(), static_cast<std::size_t>(n) * D);
     return;
   }
   block_forward(unit, timer, step, /*replay=*/false);
@@ -487,25 +551,36 @@ void TransformerOn<Backend>::block_forward(int unit, Timer timer, int step, bool
   T* att = m.att(l);
   const TransformerOffsets::BlockParams& p = m.block_params[l];
   const T* x = m.x[l].data();
+  // Sequence parallelism: the norm and residual regions are this rank's n tokens (Note
+  // [sequence parallelism]); all N without.
+  const int n = static_cast<int>(m.shard.local(static_cast<std::size_t>(N)));
   auto norm = [&](T* out, T* mean, T* rstd, const T* inp, std::size_t gain, std::size_t bias) {
     auto sn = span(ModelOp::kNorm, 0);
     if (m.gpt) {
-      dev.layernorm_forward(out, mean, rstd, inp, w + gain, w + bias, N, D);
+      dev.layernorm_forward(out, mean, rstd, inp, w + gain, w + bias, n, D);
     } else {
-      dev.rmsnorm_forward(out, rstd, inp, w + gain, N, D);
+      dev.rmsnorm_forward(out, rstd, inp, w + gain, n, D);
     }
+  };
+  // A column-parallel product's input: every token's (gathered with sequence parallelism).
+  auto every_token = [&](const T* local) {
+    if (!m.sequence()) return local;
+    m.tp_gather(local, static_cast<std::size_t>(n) * D, step, unit);
+    return static_cast<const T*>(m.gathered.data());
   };
   const T* no_bias = nullptr;
   auto bias = [&](std::size_t offset) { return m.gpt ? w + offset : no_bias; };
 
   // A row-parallel product into the residual stream: out = residual + inp . weight (+
-  // bias), inside `op`'s span. Split, each rank's product is a partial sum: after the
-  // span it is all-reduced (row_parallel_sum), then the residual and the (replicated) bias
-  // are added once.
+  // bias), inside `op`'s span. Split, each rank's product is a partial sum (into the
+  // scratch dln with sequence parallelism, out without): after the span it is all-reduced
+  // or reduce-scattered to this rank's tokens (row_parallel_sum), then the residual and
+  // the (replicated) bias are added once.
+  T* partial = m.sequence() ? m.dln.data() : nullptr;
   auto row_parallel = [&](T* out, const T* residual, const T* inp, std::size_t weight,
                           std::size_t bias_at, int I) {
     if (m.split()) {
-      dev.linear_forward(out, inp, w + weight, nullptr, N, I, D);
+      dev.linear_forward(partial != nullptr ? partial : out, inp, w + weight, nullptr, N, I, D);
     } else {
       dev.linear_residual_forward(out, residual, inp, w + weight, bias(bias_at), N, I, D);
     }
@@ -513,29 +588,35 @@ void TransformerOn<Backend>::block_forward(int unit, Timer timer, int step, bool
   auto row_parallel_sum = [&](T* out, const T* residual, std::size_t bias_at) {
     if (!m.split()) return;
     if constexpr (Impl::kTensorParallel) {
-      m.tp_allreduce(out, static_cast<std::size_t>(N) * D, step, unit);
+      if (m.sequence()) {
+        m.tp_scatter(partial, out, static_cast<std::size_t>(n) * D, step, unit);
+      } else {
+        m.tp_allreduce(out, static_cast<std::size_t>(N) * D, step, unit);
+      }
       auto sr = span(ModelOp::kResidual, 0);
-      dev.residual_add(out, residual, bias(bias_at), N, D);
+      dev.residual_add(out, residual, bias(bias_at), n, D);
     }
   };
 
   norm(b.ln1.data(), b.ln1_mean.data(), b.ln1_rstd.data(), x, p.ln1_w, p.ln1_b);
+  const T* ln1 = every_token(b.ln1.data());
   {
     auto sa = span(ModelOp::kAttention, flops.attention);
-    dev.linear_forward(b.qkv.data(), b.ln1.data(), w + p.qkv_w, bias(p.qkv_b), N, D, 3 * W);
+    dev.linear_forward(b.qkv.data(), ln1, w + p.qkv_w, bias(p.qkv_b), N, D, 3 * W);
     if (!m.gpt) dev.rope_forward(b.qkv.data(), m.rope.data(), B, Tn, W, H);
     dev.attention_forward(b.atty.data(), att, b.qkv.data(), B, Tn, W, H);
     row_parallel(b.xmid.data(), x, b.atty.data(), p.proj_w, p.proj_b, W);
   }
   row_parallel_sum(b.xmid.data(), x, p.proj_b);
   norm(b.ln2.data(), b.ln2_mean.data(), b.ln2_rstd.data(), b.xmid.data(), p.ln2_w, p.ln2_b);
+  const T* ln2 = every_token(b.ln2.data());
   {
     auto sm = span(ModelOp::kMlp, flops.mlp);
     if (m.gpt) {
-      dev.linear_forward(b.up.data(), b.ln2.data(), w + p.up_w, nullptr, N, D, F);
+      dev.linear_forward(b.up.data(), ln2, w + p.up_w, nullptr, N, D, F);
       dev.bias_gelu_forward(b.act.data(), b.up.data(), w + p.up_b, N, F);
     } else {
-      dev.linear_forward(b.up.data(), b.ln2.data(), w + p.up_w, nullptr, N, D, 2 * F);
+      dev.linear_forward(b.up.data(), ln2, w + p.up_w, nullptr, N, D, 2 * F);
       dev.swiglu_forward(b.act.data(), b.up.data(), N, F);
     }
     if (replay) return;  // the output, x[l + 1], is kept
@@ -629,52 +710,97 @@ void TransformerOn<Backend>::backward_unit(int unit, Timer timer, int step) {
   const int N = B * Tn;
   const T* w = this->flat_params().data();
   T* g = this->flat_grads().data();
+  // Sequence parallelism: the norm and residual regions are this rank's n tokens (Note
+  // [sequence parallelism]); all N without.
+  const int n = static_cast<int>(m.shard.local(static_cast<std::size_t>(N)));
+  const std::size_t local_size = static_cast<std::size_t>(n) * D;
   // Split, the input gradient of a column-parallel product (qkv, the MLP's up, the head) is
   // each rank's part of the sum: all-reduced before the norm below it reads it (Note
-  // [tensor-parallel layout]).
-  auto column_parallel_sum = [&](T* dinp) {
-    if (m.split()) m.tp_allreduce(dinp, static_cast<std::size_t>(N) * D, step, unit);
+  // [tensor-parallel layout]), or reduce-scattered to this rank's tokens. Returns where
+  // the norm's output gradient is.
+  auto column_parallel_sum = [&]() -> const T* {
+    if (m.sequence()) {
+      m.tp_scatter(m.dln.data(), m.dln_local.data(), local_size, step, unit);
+      return m.dln_local.data();
+    }
+    if (m.split()) m.tp_allreduce(m.dln.data(), static_cast<std::size_t>(N) * D, step, unit);
+    return m.dln.data();
+  };
+  // Every token's rows of a local [n, D] tensor (gathered with sequence parallelism).
+  auto every_token = [&](const T* local) {
+    if (!m.sequence()) return local;
+    m.tp_gather(local, local_size, step, unit);
+    return static_cast<const T*>(m.gathered.data());
   };
   const TransformerFlops flops = transformer_flops(this->spec(), B);
   auto span = [&](ModelOp op, double f) {
     return dev.section(timer, SpanKind::kBackward, step, unit, op_name(op), 2 * f);
   };
+  // A norm's backward on this rank's tokens: dinp = dresidual + dL/dinp. With sequence
+  // parallelism its gain's and bias's gradients are this rank's tokens' share: computed
+  // apart, summed over the group, then added to the unit's.
+  auto norm_backward = [&](T* dinp, const T* dresidual, const T* dout, const T* inp, const T* mean,
+                           const T* rstd, std::size_t gain, std::size_t bias) {
+    T* dgain = g + gain;
+    T* dbias_at = g + bias;
+    if constexpr (Impl::kTensorParallel) {
+      if (m.sequence()) {
+        std::fill(m.norm_grads.begin(), m.norm_grads.end(), T(0));
+        dgain = m.norm_grads.data();
+        dbias_at = m.norm_grads.data() + D;
+      }
+    }
+    {
+      auto sn = span(ModelOp::kNorm, 0);
+      if (m.gpt) {
+        dev.layernorm_backward(dinp, dgain, dbias_at, dresidual, dout, inp, w + gain, mean, rstd, n,
+                               D);
+      } else {
+        dev.rmsnorm_backward(dinp, dgain, dresidual, dout, inp, w + gain, rstd, n, D);
+      }
+    }
+    if (!m.sequence()) return;
+    if constexpr (Impl::kTensorParallel) {
+      const std::size_t count = m.gpt ? 2 * static_cast<std::size_t>(D) : D;
+      m.tp_allreduce(m.norm_grads.data(), count, step, unit);
+      for (int i = 0; i < D; ++i) g[gain + static_cast<std::size_t>(i)] += m.norm_grads[i];
+      if (m.gpt) {
+        for (int i = 0; i < D; ++i) g[bias + static_cast<std::size_t>(i)] += m.norm_grads[D + i];
+      }
+    }
+  };
 
   if (unit == 0) {
-    auto s0 = span(ModelOp::kEmbedding, 0);
     if (m.split()) {  // each rank its vocabulary rows; the positions are everyone's
       if constexpr (Impl::kTensorParallel) {
-        dev.vocab_embedding_backward(g + m.wte, m.dx.data(), m.inputs.data(), N, D,
-                                     m.shard.vocab_begin, V);
-        if (m.gpt) dev.positions_backward(g + m.wpe, m.dx.data(), B, Tn, D);
+        const T* dout = every_token(m.dx.data());
+        auto s0 = span(ModelOp::kEmbedding, 0);
+        dev.vocab_embedding_backward(g + m.wte, dout, m.inputs.data(), N, D, m.shard.vocab_begin,
+                                     V);
+        if (m.gpt) dev.positions_backward(g + m.wpe, dout, 0, N, Tn, D);
       }
       return;
     }
+    auto s0 = span(ModelOp::kEmbedding, 0);
     dev.embedding_backward(g + m.wte, m.gpt ? g + m.wpe : nullptr, m.dx.data(), m.inputs.data(), B,
                            Tn, D);
     return;
   }
   if (unit == L + 1) {
+    const T* lnf = every_token(m.lnf.data());  // gathered again for the weight's gradient
     {
       auto s2 = span(ModelOp::kHead, flops.head);
       if (m.gpt) {
-        dev.linear_transposed_backward(m.dln.data(), g + m.wte, m.logits.data(), m.lnf.data(),
-                                       w + m.wte, N, D, V);
+        dev.linear_transposed_backward(m.dln.data(), g + m.wte, m.logits.data(), lnf, w + m.wte, N,
+                                       D, V);
       } else {
-        dev.linear_backward(m.dln.data(), g + m.head_w, nullptr, m.logits.data(), m.lnf.data(),
-                            w + m.head_w, N, D, V);
+        dev.linear_backward(m.dln.data(), g + m.head_w, nullptr, m.logits.data(), lnf, w + m.head_w,
+                            N, D, V);
       }
     }
-    column_parallel_sum(m.dln.data());
-    auto s1 = span(ModelOp::kNorm, 0);
-    if (m.gpt) {
-      dev.layernorm_backward(m.dx.data(), g + m.lnf_w, g + m.lnf_b, nullptr, m.dln.data(),
-                             m.x[L].data(), w + m.lnf_w, m.lnf_mean.data(), m.lnf_rstd.data(), N,
-                             D);
-    } else {
-      dev.rmsnorm_backward(m.dx.data(), g + m.lnf_w, nullptr, m.dln.data(), m.x[L].data(),
-                           w + m.lnf_w, m.lnf_rstd.data(), N, D);
-    }
+    const T* dlnf = column_parallel_sum();
+    norm_backward(m.dx.data(), nullptr, dlnf, m.x[L].data(), m.lnf_mean.data(), m.lnf_rstd.data(),
+                  m.lnf_w, m.lnf_b);
     return;
   }
 
@@ -688,33 +814,34 @@ void TransformerOn<Backend>::backward_unit(int unit, Timer timer, int step) {
   T* dx = m.dx.data();
   T* no_bias = nullptr;
   auto dbias = [&](std::size_t offset) { return m.gpt ? g + offset : no_bias; };
-  auto norm_backward = [&](const T* inp, const T* mean, const T* rstd, std::size_t gain,
-                           std::size_t bias) {
-    auto sn = span(ModelOp::kNorm, 0);
-    if (m.gpt) {
-      dev.layernorm_backward(dx, g + gain, g + bias, dx, m.dln.data(), inp, w + gain, mean, rstd, N,
-                             D);
-    } else {
-      dev.rmsnorm_backward(dx, g + gain, dx, m.dln.data(), inp, w + gain, rstd, N, D);
-    }
-  };
 
+  // The products that read a norm's output (qkv, up) need every token's: with sequence
+  // parallelism it is gathered again, between two spans of the part.
+  auto up_backward = [&](const T* ln2) {
+    dev.linear_backward(m.dln.data(), g + p.up_w, nullptr, m.dup.data(), ln2, w + p.up_w, N, D,
+                        m.gpt ? F : 2 * F);
+  };
   {
+    // The down projection's output gradient, every token's: its bias gradient is then the
+    // same on every rank.
+    const T* dout = every_token(dx);
     auto sm = span(ModelOp::kMlp, flops.mlp);
-    dev.linear_backward(m.dact.data(), g + p.down_w, dbias(p.down_b), dx, b.act.data(),
+    dev.linear_backward(m.dact.data(), g + p.down_w, dbias(p.down_b), dout, b.act.data(),
                         w + p.down_w, N, F, D);
     if (m.gpt) {
       dev.gelu_bias_backward(m.dup.data(), g + p.up_b, b.up.data(), m.dact.data(), N, F);
-      dev.linear_backward(m.dln.data(), g + p.up_w, nullptr, m.dup.data(), b.ln2.data(), w + p.up_w,
-                          N, D, F);
     } else {
       dev.swiglu_backward(m.dup.data(), m.dact.data(), b.up.data(), N, F);
-      dev.linear_backward(m.dln.data(), g + p.up_w, nullptr, m.dup.data(), b.ln2.data(), w + p.up_w,
-                          N, D, 2 * F);
     }
+    if (!m.sequence()) up_backward(b.ln2.data());
   }
-  column_parallel_sum(m.dln.data());
-  norm_backward(b.xmid.data(), b.ln2_mean.data(), b.ln2_rstd.data(), p.ln2_w, p.ln2_b);
+  if (m.sequence()) {
+    const T* ln2 = every_token(b.ln2.data());
+    auto sm = span(ModelOp::kMlp, 0);
+    up_backward(ln2);
+  }
+  norm_backward(dx, dx, column_parallel_sum(), b.xmid.data(), b.ln2_mean.data(), b.ln2_rstd.data(),
+                p.ln2_w, p.ln2_b);
   {
     if (m.recompute == Recompute::kSelective) {
       // The probabilities again, from the kept qkv (atty is rewritten with the same bits).
@@ -723,17 +850,28 @@ void TransformerOn<Backend>::backward_unit(int unit, Timer timer, int step) {
           dev.section(timer, SpanKind::kBackward, step, unit, op_name(ModelOp::kRecompute), core);
       dev.attention_forward(b.atty.data(), att, b.qkv.data(), B, Tn, W, H);
     }
-    auto sa = span(ModelOp::kAttention, flops.attention);
-    dev.linear_backward(m.datty.data(), g + p.proj_w, dbias(p.proj_b), dx, b.atty.data(),
-                        w + p.proj_w, N, W, D);
-    dev.attention_backward(m.dqkv.data(), m.att_scratch.data(), m.datty.data(), b.qkv.data(), att,
-                           B, Tn, W, H);
-    if (!m.gpt) dev.rope_backward(m.dqkv.data(), m.rope.data(), B, Tn, W, H);
-    dev.linear_backward(m.dln.data(), g + p.qkv_w, dbias(p.qkv_b), m.dqkv.data(), b.ln1.data(),
-                        w + p.qkv_w, N, D, 3 * W);
+    auto qkv_backward = [&](const T* ln1) {
+      dev.linear_backward(m.dln.data(), g + p.qkv_w, dbias(p.qkv_b), m.dqkv.data(), ln1,
+                          w + p.qkv_w, N, D, 3 * W);
+    };
+    const T* dout = every_token(dx);
+    {
+      auto sa = span(ModelOp::kAttention, flops.attention);
+      dev.linear_backward(m.datty.data(), g + p.proj_w, dbias(p.proj_b), dout, b.atty.data(),
+                          w + p.proj_w, N, W, D);
+      dev.attention_backward(m.dqkv.data(), m.att_scratch.data(), m.datty.data(), b.qkv.data(), att,
+                             B, Tn, W, H);
+      if (!m.gpt) dev.rope_backward(m.dqkv.data(), m.rope.data(), B, Tn, W, H);
+      if (!m.sequence()) qkv_backward(b.ln1.data());
+    }
+    if (m.sequence()) {
+      const T* ln1 = every_token(b.ln1.data());
+      auto sa = span(ModelOp::kAttention, 0);
+      qkv_backward(ln1);
+    }
   }
-  column_parallel_sum(m.dln.data());
-  norm_backward(m.x[l].data(), b.ln1_mean.data(), b.ln1_rstd.data(), p.ln1_w, p.ln1_b);
+  norm_backward(dx, dx, column_parallel_sum(), m.x[l].data(), b.ln1_mean.data(), b.ln1_rstd.data(),
+                p.ln1_w, p.ln1_b);
 }
 
 template <typename Backend>

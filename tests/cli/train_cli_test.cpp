@@ -380,7 +380,8 @@ INSTANTIATE_TEST_SUITE_P(
         BadInput{"--model mlp:2x8 --tensor 2", "--tensor 2: splits transformer blocks"},
         BadInput{kTinyGpt + "--tensor 2 --device cuda", "--device"},
         BadInput{kTinyGpt + "--tensor 2 --pipeline 2 --ranks 4 --split auto",
-                 "--split auto measures an unsplit model"}));
+                 "--split auto measures an unsplit model"},
+        BadInput{kTinyGpt + "--sequence-parallel", "--sequence-parallel"}));
 
 // A small GPT on a text file: the loss falls from ln(256), and --eval-every prints the
 // held-out loss on its steps, into the step lines, steps.csv and summary.json.

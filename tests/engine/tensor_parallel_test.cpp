@@ -118,11 +118,17 @@ TEST(TensorTrainTest, SplitTwoAndFourWaysIsTheUnsplitModelsTraining) {
   for (const char* model : kModels) {
     const TrainResult whole = train_local(config(model, 1, 1));
     for (int t : {2, 4}) {
-      const TrainResult split = train_local(config(model, t, t));
-      expect_same_to_rounding(whole, split, std::string(model) + " --tensor " + std::to_string(t));
-      // Every tensor rank of a step reports the same loss (the parallel cross-entropy's).
-      for (const StepRecord& s : split.steps) {
-        EXPECT_EQ(s.loss, split.steps.at(static_cast<std::size_t>(s.step * t)).loss) << model;
+      for (bool sequence : {false, true}) {
+        TrainConfig c = config(model, t, t);
+        c.model.sequence_parallel = sequence;
+        const TrainResult split = train_local(c);
+        const std::string what = std::string(model) + " --tensor " + std::to_string(t) +
+                                 (sequence ? " --sequence-parallel" : "");
+        expect_same_to_rounding(whole, split, what);
+        // Every tensor rank of a step reports the same loss (the parallel cross-entropy's).
+        for (const StepRecord& s : split.steps) {
+          EXPECT_EQ(s.loss, split.steps.at(static_cast<std::size_t>(s.step * t)).loss) << what;
+        }
       }
     }
   }
@@ -130,14 +136,41 @@ TEST(TensorTrainTest, SplitTwoAndFourWaysIsTheUnsplitModelsTraining) {
 
 TEST(TensorTrainTest, RecomputationAndMicroBatchesSplitAlike) {
   for (const char* model : kModels) {
-    TrainConfig c = config(model, 1, 1);
-    c.model.recompute = Recompute::kFull;
-    c.accumulate = 2;
-    const TrainResult whole = train_local(c);
-    c.model.tensor = 2;
-    c.ranks = 2;
-    expect_same_to_rounding(whole, train_local(c), std::string(model) + " recompute full");
+    for (Recompute r : {Recompute::kFull, Recompute::kSelective}) {
+      TrainConfig c = config(model, 1, 1);
+      c.model.recompute = r;
+      c.accumulate = 2;
+      const TrainResult whole = train_local(c);
+      c.model.tensor = 2;
+      c.ranks = 2;
+      for (bool sequence : {false, true}) {
+        c.model.sequence_parallel = sequence;
+        expect_same_to_rounding(whole, train_local(c),
+                                std::string(model) + " recompute " + std::string(to_string(r)) +
+                                    (sequence ? " --sequence-parallel" : ""));
+      }
+    }
   }
+}
+
+// Note [sequence parallelism]: what a block keeps between its products shrinks T times;
+// the heads' and the MLP's tensors were split already.
+TEST(TensorTrainTest, SequenceParallelismKeepsTheDWideActivationsOfItsTokensOnly) {
+  const ModelSpec whole = ModelSpec::parse(kModels[0]);
+  const int batch = 4;
+  auto kept = [&](int t, bool sequence) {
+    ModelSpec spec = whole;
+    spec.tensor = t;
+    spec.sequence_parallel = sequence;
+    return Transformer(spec, batch, 1, {.tensor_rank = t - 1}).activation_bytes();
+  };
+  const std::int64_t N = batch * whole.transformer.seq, D = whole.transformer.dim;
+  const std::int64_t L = whole.transformer.layers;
+  // Per token: the L + 1 residual streams, and per block ln1, xmid, ln2 (D each) and the
+  // norms' four statistics; the final norm's D and two.
+  const std::int64_t d_wide = N * ((L + 1) * D + L * (3 * D + 4) + D + 2) * 4;
+  EXPECT_EQ(kept(2, false) - kept(2, true), d_wide / 2);
+  EXPECT_EQ(kept(4, false) - kept(4, true), d_wide * 3 / 4);
 }
 
 TEST(TensorTrainTest, ComposesWithDataParallelStrategies) {
@@ -150,6 +183,9 @@ TEST(TensorTrainTest, ComposesWithDataParallelStrategies) {
     c.model.tensor = 2;
     c.ranks = 4;  // 2 tensor x 2 replicas
     expect_same_to_rounding(whole, train_local(c), std::string("--tensor 2 x ") + strategy);
+    c.model.sequence_parallel = true;  // the norms' gradients summed before the buckets
+    expect_same_to_rounding(whole, train_local(c),
+                            std::string("--tensor 2 --sequence-parallel x ") + strategy);
   }
 }
 
@@ -166,6 +202,10 @@ TEST(TensorTrainTest, ComposesWithPipelinesAndDataParallelism) {
       c.ranks = 4 * replicas;  // 2 tensor x 2 stages x replicas
       expect_same_to_rounding(whole, train_local(c),
                               std::string(schedule) + ", replicas " + std::to_string(replicas));
+      c.model.sequence_parallel = true;  // stages send their tokens' activations
+      expect_same_to_rounding(whole, train_local(c),
+                              std::string(schedule) + ", replicas " + std::to_string(replicas) +
+                                  ", --sequence-parallel");
     }
   }
 }
@@ -179,9 +219,25 @@ std::int64_t tensor_bytes_per_micro_batch(const ModelSpec& spec, int rows) {
   return 4 * (N * D * (1 + 2 * L) + N * spec.tensor + 2 * N + N * D * (1 + 2 * L));
 }
 
+// With sequence parallelism: forward, the embedding's reduce-scatter, per block two
+// all-gathers and two reduce-scatters, the head's gather and the loss's; backward, the
+// head's gather and reduce-scatter, per block two gathers of the output gradient, two of
+// the norms' outputs and two reduce-scatters, the embedding's gather (each N x D, counted
+// whole), and the norms' gradients (2D each, gpt).
+std::int64_t sequence_bytes_per_micro_batch(const ModelSpec& spec, int rows) {
+  const std::int64_t N = static_cast<std::int64_t>(rows) * spec.transformer.seq;
+  const std::int64_t D = spec.transformer.dim, L = spec.transformer.layers;
+  return 4 * (N * D * (1 + 4 * L + 1) + N * spec.tensor + 2 * N + N * D * (2 + 6 * L + 1) +
+              2 * D * (1 + 2 * L));
+}
+
 TEST(TensorTrainTest, ItsCollectivesAreOnTheTimelineAndCounted) {
   TrainConfig c = config(kModels[0], 2, 2);
   c.accumulate = 2;
+  c.model.sequence_parallel = true;
+  EXPECT_EQ(train_local(c).bytes_per_step, 2 * sequence_bytes_per_micro_batch(c.model, c.batch) +
+                                               4 * c.model.rank_parameter_count());
+  c.model.sequence_parallel = false;
   const TrainResult r = train_local(c);
   // One replica: besides them, only its gradient's all-reduce over itself.
   EXPECT_EQ(r.bytes_per_step, 2 * tensor_bytes_per_micro_batch(c.model, c.batch) +
@@ -223,6 +279,13 @@ TEST(TensorTrainTest, RefusesWhatCannotBeSplitInOneLine) {
   cuda.device = Device::kCuda;
   EXPECT_NE(refused(cuda).find("--tensor 2"), std::string::npos);
   EXPECT_EQ(refused(config(kModels[1], 4, 4)), "");
+  TrainConfig sequence = config(kModels[0], 2, 1);
+  sequence.model.sequence_parallel = true;
+  EXPECT_NE(refused(sequence).find("needs --tensor 2 or more"), std::string::npos);
+  sequence = config("gpt:layers=2,dim=32,heads=4,seq=5,vocab=64", 4, 4);
+  sequence.model.sequence_parallel = true;
+  sequence.batch = 2;  // 10 tokens
+  EXPECT_NE(refused(sequence).find("10 tokens"), std::string::npos);
 }
 
 }  // namespace
