@@ -136,6 +136,10 @@ void add_workload_flags(CLI::App& app, WorkloadFlags& f, WorkloadUse use) {
                "each all-reduce becomes an all-gather before a column-parallel product and a "
                "reduce-scatter after a row-parallel one: the same bytes, T times smaller "
                "D-wide activations (docs/TENSOR.md)");
+  app.add_flag("--tp-overlap", f.tp_overlap,
+               "With --sequence-parallel: each block's all-gathers and reduce-scatters run as "
+               "ring steps of point-to-point transfers, each overlapping the product on the "
+               "token block already present (async TP); without it they are waited for in place");
   app.add_option("--pipeline", f.pipeline,
                  "Pipeline stages P: the model cut into P stages on different ranks, "
                  "--ranks = P (docs/PIPELINE.md)")
@@ -266,6 +270,7 @@ TrainConfig to_train_config(const WorkloadFlags& f, bool batch_given, bool runs_
   c.model.layer_drop = f.layer_drop;
   c.model.tensor = f.tensor;
   c.model.sequence_parallel = f.sequence_parallel;
+  c.model.tp_overlap = f.tp_overlap;
   if (c.model.recompute != Recompute::kNone && !c.model.is_transformer()) {
     throw UsageError(
         "--recompute: transformer models only (gpt, llama and the presets); an "

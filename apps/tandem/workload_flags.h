@@ -38,6 +38,7 @@ struct WorkloadFlags {
   std::string recompute = "none";
   int tensor = 1;                      // --tensor: tensor-parallel ranks per layer
   bool sequence_parallel = false;      // --sequence-parallel
+  bool tp_overlap = false;             // --tp-overlap
   int pipeline = 1;                    // stages
   std::string schedule = "1f1b";
   int micro_batches = 0;               // 0: not given

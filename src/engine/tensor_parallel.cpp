@@ -1,5 +1,8 @@
 #include "engine/tensor_parallel.h"
 
+#include <functional>
+#include <utility>
+
 #include "core/error.h"
 #include "ddp/grad_sync.h"
 #include "model/model_ops.h"
@@ -86,6 +89,59 @@ void TensorParallel::reduce_scatter(std::span<const float> in, std::span<float> 
                                                .name = op_name(ModelOp::kTensor),
                                                .tag_kind = OpInfo::TagKind::kTensorUnit});
   finish(*work, static_cast<std::int64_t>(in.size_bytes()), step, unit);
+}
+
+namespace {
+
+// A ring transfer's Work, waited for (and counted) as the group's collectives are.
+class RingTransfer final : public TensorGroup::Transfer {
+ public:
+  RingTransfer(std::function<void(Work&)> finish, WorkPtr work)
+      : finish_(std::move(finish)), work_(std::move(work)) {}
+  ~RingTransfer() override = default;
+  void wait() override {
+    if (work_ == nullptr) return;
+    const WorkPtr work = std::move(work_);
+    finish_(*work);
+  }
+
+ private:
+  std::function<void(Work&)> finish_;
+  WorkPtr work_;
+};
+
+// Every ring transfer of the passes shares one tag: sends and receives of one pair of
+// ranks match in issue order, which every rank keeps alike.
+constexpr int kRingTag = 7;
+
+}  // namespace
+
+std::unique_ptr<TensorGroup::Transfer> TensorParallel::send_next(std::span<const float> data,
+                                                                 int step, int unit) {
+  TANDEM_CHECK(split());
+  const OpInfo info{.kind = SpanKind::kSend,
+                    .step = step,
+                    .tag = unit,
+                    .name = op_name(ModelOp::kTensor),
+                    .tag_kind = OpInfo::TagKind::kTensorUnit};
+  const auto bytes = static_cast<std::int64_t>(data.size_bytes());
+  return std::make_unique<RingTransfer>(
+      [this, bytes, step, unit](Work& work) { finish(work, bytes, step, unit); },
+      group_->send(data, (rank_ + 1) % size_, kRingTag, info));
+}
+
+std::unique_ptr<TensorGroup::Transfer> TensorParallel::recv_prev(std::span<float> data, int step,
+                                                                 int unit) {
+  TANDEM_CHECK(split());
+  const OpInfo info{.kind = SpanKind::kRecv,
+                    .step = step,
+                    .tag = unit,
+                    .name = op_name(ModelOp::kTensor),
+                    .tag_kind = OpInfo::TagKind::kTensorUnit};
+  // Bytes are counted where they are sent.
+  return std::make_unique<RingTransfer>(
+      [this, step, unit](Work& work) { finish(work, 0, step, unit); },
+      group_->recv(data, (rank_ + size_ - 1) % size_, kRingTag, info));
 }
 
 std::vector<float> TensorParallel::gather_params(const ModelLayout& layout, std::vector<float> mine,

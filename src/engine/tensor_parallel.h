@@ -66,6 +66,8 @@ class TensorParallel final : public TensorGroup {
   void allreduce(std::span<float> data, int step, int unit) override;
   void allgather(std::span<const float> in, std::span<float> out, int step, int unit) override;
   void reduce_scatter(std::span<const float> in, std::span<float> out, int step, int unit) override;
+  std::unique_ptr<Transfer> send_next(std::span<const float> data, int step, int unit) override;
+  std::unique_ptr<Transfer> recv_prev(std::span<float> data, int step, int unit) override;
 
  private:
   void finish(Work& work, std::int64_t bytes, int step, int unit);

@@ -65,6 +65,11 @@ void validate_tensor(const TrainConfig& config) {
         "--sequence-parallel: splits tensor parallelism's norm and residual regions "
         "along the tokens; needs --tensor 2 or more");
   }
+  if (config.model.tp_overlap && !config.model.sequence_parallel) {
+    throw UsageError(
+        "--tp-overlap: overlaps sequence parallelism's all-gathers and "
+        "reduce-scatters with their products; needs --sequence-parallel");
+  }
   if (t == 1) return;
   const std::string flag = "--tensor " + std::to_string(t);
   if (!config.model.is_transformer()) {

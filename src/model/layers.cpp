@@ -123,8 +123,14 @@ TANDEM_CPU_CLONES void Ops<T>::linear_backward(T* dinp, T* dweight, T* dbias, co
       for (int o = 0; o < O; ++o) dbias[o] += row[o];
     }
   }
+  if (dinp != nullptr) linear_input_grad(dinp, dout, weight, B, I, O);
+}
+
+template <typename T>
+TANDEM_CPU_CLONES void Ops<T>::linear_input_grad(T* dinp, const T* dout, const T* weight, int B,
+                                                 int I, int O) {
   // dinp[B, I] = dout[B, O] . weight^T[O, I]
-  if (dinp != nullptr) gemm(false, true, B, I, O, T(1), dout, O, weight, O, T(0), dinp, I);
+  gemm(false, true, B, I, O, T(1), dout, O, weight, O, T(0), dinp, I);
 }
 
 template <typename T>

@@ -31,6 +31,8 @@ struct Ops {
   // non-null).
   static void linear_backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* inp,
                               const T* weight, int B, int I, int O);
+  // dinp [B, I] = dout [B, O] . weight^T: linear_backward's input gradient alone.
+  static void linear_input_grad(T* dinp, const T* dout, const T* weight, int B, int I, int O);
   // A Linear layer that writes into the residual stream: out = residual + inp . weight
   // (+ bias); residual and out [B, O] may alias. Its backward is linear_backward with
   // dout = the stream's gradient.

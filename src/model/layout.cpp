@@ -407,7 +407,8 @@ int ModelLayout::compute_spans_per_micro_batch() const {
   // is gathered again between them).
   const int L = spec_.transformer.layers;
   const int split = spec_.tensor > 1 ? 1 + 2 * L + 2 + (spec_.sequence_parallel ? 2 * L : 0) +
-                                           (spec_.recompute == Recompute::kFull ? L : 0)
+                                           (spec_.recompute == Recompute::kFull ? L : 0) +
+                                           (spec_.tp_overlap ? 10 * spec_.tensor * L : 0)
                                      : 0;
   return 2 * (1 + 4 * spec_.transformer.layers + 2 + 1) + replayed * spec_.transformer.layers +
          split;

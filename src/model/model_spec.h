@@ -105,6 +105,10 @@ struct ModelSpec {
   // tokens too (docs/TENSOR.md): each all-reduce becomes an all-gather before a
   // column-parallel product and a reduce-scatter after a row-parallel one.
   bool sequence_parallel = false;
+  // --tp-overlap (with sequence_parallel): each block's all-gathers and reduce-scatters
+  // decomposed into ring steps of point-to-point transfers, each overlapping the product
+  // on the token block already present (Note [tensor-parallel overlap]).
+  bool tp_overlap = false;
 
   // Throws UsageError naming the spec on bad input. Transformer presets parse at full
   // size (parameter_count() is exact); check_size() bounds what may be allocated.

@@ -38,7 +38,8 @@ TensorShard TensorShard::of(const ModelSpec& spec, int rank) {
           .hidden = s.hidden / t,
           .vocab = s.vocab / t,
           .vocab_begin = rank * (s.vocab / t),
-          .sequence = spec.sequence_parallel && t > 1};
+          .sequence = spec.sequence_parallel && t > 1,
+          .overlap = spec.tp_overlap && spec.sequence_parallel && t > 1};
 }
 
 TransformerFlops transformer_flops(const ModelSpec& spec, int rows) {

@@ -57,6 +57,7 @@ struct TensorShard {
   // Sequence parallelism: the norm and residual regions hold tokens [rank n, (rank + 1) n)
   // of a micro-batch's N, n = N / ranks.
   bool sequence = false;
+  bool overlap = false;  // --tp-overlap
   static TensorShard of(const ModelSpec& spec, int rank = 0);
   // Tokens of N that this rank's norm and residual tensors hold.
   std::size_t local(std::size_t tokens) const {
@@ -135,6 +136,12 @@ class TransformerOn : public ModelOn<Backend> {
  private:
   // Block `unit`'s forward (Note [activation recomputation]); `replay`: again, in backward.
   void block_forward(int unit, Timer timer, int step, bool replay);
+  // The same with --tp-overlap (Note [tensor-parallel overlap]), and its backward, which
+  // runs the norms' backward through `norm_backward` (backward_unit's).
+  void block_forward_overlapped(int unit, Timer timer, int step, bool replay);
+  template <typename NormBackward>
+  void block_backward_overlapped(int unit, Timer timer, int step,
+                                 const NormBackward& norm_backward);
 
   struct Impl;
   std::unique_ptr<Impl> impl_;

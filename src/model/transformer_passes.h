@@ -195,6 +195,63 @@ struct TransformerOn<Backend>::Impl : TransformerOffsets, TransformerActs<Backen
                     {gathered.data(), count * static_cast<std::size_t>(shard.ranks)}, step, unit);
     }
   }
+  // Note [tensor-parallel overlap]: with --tp-overlap a block's all-gathers and
+  // reduce-scatters become T ring steps of point-to-point transfers (to rank + 1, from
+  // rank - 1), and the product they feed or consume is cut into the same T token blocks,
+  // each computed while the next block travels (the collective matmul of Wang et al.
+  // 2022; PyTorch's async TP and Transformer Engine's comm-GEMM overlap). ring_gather:
+  // at step k rank r holds block (r - k) mod T, forwards it and computes on it.
+  // ring_reduce_scatter: at step k rank r computes its partial of block (r - k - 1) mod T,
+  // adds the sum received from rank r - 1 and forwards it; after T steps it holds its own
+  // block's sum. The sums add in ring order, so the result rounds like the ring's.
+  bool overlap() const { return shard.overlap; }
+  Buffer<T> ring_bufs;  // [3 n, D]: two outgoing partial sums and one incoming
+  template <typename Chunk>
+  void ring_gather(const T* local, std::size_t count, int step, int unit, const Chunk& on_block) {
+    if constexpr (kTensorParallel) {
+      const int t = shard.ranks, r = shard.rank;
+      T* all = gathered.data();
+      std::copy_n(local, count, all + static_cast<std::size_t>(r) * count);
+      for (int k = 0; k < t; ++k) {
+        const int c = (r - k + t) % t, next = (c - 1 + t) % t;
+        std::unique_ptr<TensorGroup::Transfer> send, recv;
+        if (k + 1 < t) {
+          send = tp->send_next({all + static_cast<std::size_t>(c) * count, count}, step, unit);
+          recv = tp->recv_prev({all + static_cast<std::size_t>(next) * count, count}, step, unit);
+        }
+        on_block(c, static_cast<const T*>(all + static_cast<std::size_t>(c) * count));
+        if (recv) {
+          recv->wait();
+          send->wait();
+        }
+      }
+    }
+  }
+  template <typename Partial>
+  void ring_reduce_scatter(T* out, std::size_t count, int step, int unit, const Partial& partial) {
+    if constexpr (kTensorParallel) {
+      const int t = shard.ranks, r = shard.rank;
+      T* incoming = ring_bufs.data() + 2 * count;
+      std::unique_ptr<TensorGroup::Transfer> sends[2], recv;
+      for (int k = 0; k < t; ++k) {
+        const int c = (r - k - 1 + 2 * t) % t;
+        T* acc = k + 1 == t ? out : ring_bufs.data() + static_cast<std::size_t>(k % 2) * count;
+        if (sends[k % 2]) sends[k % 2]->wait();  // its buffer is about to be written
+        partial(c, acc);
+        if (recv) {
+          recv->wait();
+          for (std::size_t i = 0; i < count; ++i) acc[i] += incoming[i];
+        }
+        if (k + 1 < t) {
+          sends[k % 2] = tp->send_next({acc, count}, step, unit);
+          recv = tp->recv_prev({incoming, count}, step, unit);
+        }
+      }
+      for (auto& send : sends) {
+        if (send) send->wait();
+      }
+    }
+  }
   // partial [T x count] summed over the group, this rank's block -> out [count].
   void tp_scatter(const T* partial, T* out, std::size_t count, int step, int unit) {
     if constexpr (kTensorParallel) {
@@ -270,6 +327,7 @@ TransformerOn<Backend>::TransformerOn(const ModelSpec& model_spec, int max_batch
   m.dup = dev.template buffer<T>(n * up);
   m.dact = dev.template buffer<T>(n * F);
   m.att_scratch = dev.template buffer<T>(Backend::attention_scratch(s.seq, m.shard.heads));
+  if (m.overlap()) m.ring_bufs = dev.template buffer<T>(3 * m.shard.local(n) * D);
   if (m.sequence()) {
     m.gathered = dev.template buffer<T>(n * D);
     m.dln_local = dev.template buffer<T>(m.shard.local(n) * D);
@@ -598,6 +656,10 @@ void TransformerOn<Backend>::block_forward(int unit, Timer timer, int step, bool
     }
   };
 
+  if (m.overlap()) {
+    block_forward_overlapped(unit, timer, step, replay);
+    return;
+  }
   norm(b.ln1.data(), b.ln1_mean.data(), b.ln1_rstd.data(), x, p.ln1_w, p.ln1_b);
   const T* ln1 = every_token(b.ln1.data());
   {
@@ -623,6 +685,182 @@ void TransformerOn<Backend>::block_forward(int unit, Timer timer, int step, bool
     row_parallel(m.x[l + 1].data(), b.xmid.data(), b.act.data(), p.down_w, p.down_b, F);
   }
   row_parallel_sum(m.x[l + 1].data(), b.xmid.data(), p.down_b);
+}
+
+// A block's forward with --tp-overlap (Note [tensor-parallel overlap]): the products that
+// read a norm's output run block by block as the ring gathers it, those that write the
+// residual stream block by block as the ring reduces them; each block of work is its own
+// span (flops of its share of the product).
+template <typename Backend>
+void TransformerOn<Backend>::block_forward_overlapped(int unit, Timer timer, int step,
+                                                      bool replay) {
+  Impl& m = *impl_;
+  if constexpr (Impl::kTensorParallel) {
+    Backend& dev = this->backend();
+    const TransformerShape& s = this->spec().transformer;
+    const int B = m.rows, Tn = s.seq, D = s.dim, H = m.shard.heads, W = m.shard.width,
+              F = m.shard.hidden;
+    const int N = B * Tn;
+    const int n = static_cast<int>(m.shard.local(static_cast<std::size_t>(N)));
+    const auto rows = [&](int c, int width) {
+      return static_cast<std::size_t>(c) * static_cast<std::size_t>(n) * width;
+    };
+    const std::size_t local_size = static_cast<std::size_t>(n) * D;
+    const T* w = this->flat_params().data();
+    auto span = [&](ModelOp op, double f) {
+      return replay ? dev.section(timer, SpanKind::kBackward, step, unit,
+                                  op_name(ModelOp::kRecompute), f)
+                    : dev.section(timer, SpanKind::kForward, step, unit, op_name(op), f);
+    };
+    const auto l = static_cast<std::size_t>(unit - 1);
+    auto& b = m.block(l);
+    T* att = m.att(l);
+    const TransformerOffsets::BlockParams& p = m.block_params[l];
+    const T* x = m.x[l].data();
+    const T* no_bias = nullptr;
+    auto bias = [&](std::size_t offset) { return m.gpt ? w + offset : no_bias; };
+    auto norm = [&](T* out, T* mean, T* rstd, const T* inp, std::size_t gain, std::size_t at) {
+      auto sn = span(ModelOp::kNorm, 0);
+      if (m.gpt) {
+        dev.layernorm_forward(out, mean, rstd, inp, w + gain, w + at, n, D);
+      } else {
+        dev.rmsnorm_forward(out, rstd, inp, w + gain, n, D);
+      }
+    };
+    const int up = m.gpt ? F : 2 * F;
+
+    norm(b.ln1.data(), b.ln1_mean.data(), b.ln1_rstd.data(), x, p.ln1_w, p.ln1_b);
+    m.ring_gather(b.ln1.data(), local_size, step, unit, [&](int c, const T* ln1) {
+      auto sa = span(ModelOp::kAttention, 2.0 * n * D * 3 * W);
+      dev.linear_forward(b.qkv.data() + rows(c, 3 * W), ln1, w + p.qkv_w, bias(p.qkv_b), n, D,
+                         3 * W);
+    });
+    {
+      auto sa = span(ModelOp::kAttention, 2.0 * (2.0 * N * Tn * W));
+      if (!m.gpt) dev.rope_forward(b.qkv.data(), m.rope.data(), B, Tn, W, H);
+      dev.attention_forward(b.atty.data(), att, b.qkv.data(), B, Tn, W, H);
+    }
+    m.ring_reduce_scatter(b.xmid.data(), local_size, step, unit, [&](int c, T* partial) {
+      auto sa = span(ModelOp::kAttention, 2.0 * n * W * D);
+      dev.linear_forward(partial, b.atty.data() + rows(c, W), w + p.proj_w, nullptr, n, W, D);
+    });
+    {
+      auto sr = span(ModelOp::kResidual, 0);
+      dev.residual_add(b.xmid.data(), x, bias(p.proj_b), n, D);
+    }
+    norm(b.ln2.data(), b.ln2_mean.data(), b.ln2_rstd.data(), b.xmid.data(), p.ln2_w, p.ln2_b);
+    m.ring_gather(b.ln2.data(), local_size, step, unit, [&](int c, const T* ln2) {
+      auto sm = span(ModelOp::kMlp, 2.0 * n * D * up);
+      dev.linear_forward(b.up.data() + rows(c, up), ln2, w + p.up_w, nullptr, n, D, up);
+    });
+    {
+      auto sm = span(ModelOp::kMlp, 0);
+      if (m.gpt) {
+        dev.bias_gelu_forward(b.act.data(), b.up.data(), w + p.up_b, N, F);
+      } else {
+        dev.swiglu_forward(b.act.data(), b.up.data(), N, F);
+      }
+    }
+    if (replay) return;  // the output, x[l + 1], is kept
+    T* out = m.x[l + 1].data();
+    m.ring_reduce_scatter(out, local_size, step, unit, [&](int c, T* partial) {
+      auto sm = span(ModelOp::kMlp, 2.0 * n * F * D);
+      dev.linear_forward(partial, b.act.data() + rows(c, F), w + p.down_w, nullptr, n, F, D);
+    });
+    auto sr = span(ModelOp::kResidual, 0);
+    dev.residual_add(out, b.xmid.data(), bias(p.down_b), n, D);
+  }
+}
+
+// A block's backward with --tp-overlap: each gather of an output gradient or a norm's
+// output, and each reduce-scatter of an input gradient, overlapped with its product's
+// blocks as in forward (block_forward_overlapped). m.dx holds dL/d(the block's output,
+// this rank's tokens) and leaves holding dL/d(its input).
+template <typename Backend>
+template <typename NormBackward>
+void TransformerOn<Backend>::block_backward_overlapped(int unit, Timer timer, int step,
+                                                       const NormBackward& norm_backward) {
+  Impl& m = *impl_;
+  if constexpr (Impl::kTensorParallel) {
+    Backend& dev = this->backend();
+    const TransformerShape& s = this->spec().transformer;
+    const int B = m.rows, Tn = s.seq, D = s.dim, H = m.shard.heads, W = m.shard.width,
+              F = m.shard.hidden;
+    const int N = B * Tn;
+    const int n = static_cast<int>(m.shard.local(static_cast<std::size_t>(N)));
+    const auto rows = [&](int c, int width) {
+      return static_cast<std::size_t>(c) * static_cast<std::size_t>(n) * width;
+    };
+    const std::size_t local_size = static_cast<std::size_t>(n) * D;
+    const T* w = this->flat_params().data();
+    T* g = this->flat_grads().data();
+    auto span = [&](ModelOp op, double f) {
+      return dev.section(timer, SpanKind::kBackward, step, unit, op_name(op), f);
+    };
+    const auto l = static_cast<std::size_t>(unit - 1);
+    auto& b = m.block(l);
+    T* att = m.att(l);
+    const TransformerOffsets::BlockParams& p = m.block_params[l];
+    T* dx = m.dx.data();
+    T* no_bias = nullptr;
+    auto dbias = [&](std::size_t offset) { return m.gpt ? g + offset : no_bias; };
+    const int up = m.gpt ? F : 2 * F;
+    const TransformerFlops flops = transformer_flops(this->spec(), B);
+
+    m.ring_gather(dx, local_size, step, unit, [&](int c, const T* dout) {
+      auto sm = span(ModelOp::kMlp, 2.0 * (2.0 * n * F * D));
+      dev.linear_backward(m.dact.data() + rows(c, F), g + p.down_w, dbias(p.down_b), dout,
+                          b.act.data() + rows(c, F), w + p.down_w, n, F, D);
+    });
+    {
+      auto sm = span(ModelOp::kMlp, 0);
+      if (m.gpt) {
+        dev.gelu_bias_backward(m.dup.data(), g + p.up_b, b.up.data(), m.dact.data(), N, F);
+      } else {
+        dev.swiglu_backward(m.dup.data(), m.dact.data(), b.up.data(), N, F);
+      }
+    }
+    m.ring_gather(b.ln2.data(), local_size, step, unit, [&](int c, const T* ln2) {
+      auto sm = span(ModelOp::kMlp, 2.0 * n * D * up);
+      dev.linear_backward(nullptr, g + p.up_w, nullptr, m.dup.data() + rows(c, up), ln2, w + p.up_w,
+                          n, D, up);
+    });
+    m.ring_reduce_scatter(m.dln_local.data(), local_size, step, unit, [&](int c, T* partial) {
+      auto sm = span(ModelOp::kMlp, 2.0 * n * D * up);
+      dev.linear_input_grad(partial, m.dup.data() + rows(c, up), w + p.up_w, n, D, up);
+    });
+    norm_backward(dx, dx, m.dln_local.data(), b.xmid.data(), b.ln2_mean.data(), b.ln2_rstd.data(),
+                  p.ln2_w, p.ln2_b);
+    if (m.recompute == Recompute::kSelective) {
+      // The probabilities again, from the kept qkv (atty is rewritten with the same bits).
+      const double core = flops.attention - 2.0 * N * D * 4 * W;  // less qkv and proj
+      auto sr =
+          dev.section(timer, SpanKind::kBackward, step, unit, op_name(ModelOp::kRecompute), core);
+      dev.attention_forward(b.atty.data(), att, b.qkv.data(), B, Tn, W, H);
+    }
+    m.ring_gather(dx, local_size, step, unit, [&](int c, const T* dout) {
+      auto sa = span(ModelOp::kAttention, 2.0 * (2.0 * n * W * D));
+      dev.linear_backward(m.datty.data() + rows(c, W), g + p.proj_w, dbias(p.proj_b), dout,
+                          b.atty.data() + rows(c, W), w + p.proj_w, n, W, D);
+    });
+    {
+      auto sa = span(ModelOp::kAttention, 2.0 * 2.0 * (2.0 * N * Tn * W));
+      dev.attention_backward(m.dqkv.data(), m.att_scratch.data(), m.datty.data(), b.qkv.data(), att,
+                             B, Tn, W, H);
+      if (!m.gpt) dev.rope_backward(m.dqkv.data(), m.rope.data(), B, Tn, W, H);
+    }
+    m.ring_gather(b.ln1.data(), local_size, step, unit, [&](int c, const T* ln1) {
+      auto sa = span(ModelOp::kAttention, 2.0 * n * D * 3 * W);
+      dev.linear_backward(nullptr, g + p.qkv_w, dbias(p.qkv_b), m.dqkv.data() + rows(c, 3 * W), ln1,
+                          w + p.qkv_w, n, D, 3 * W);
+    });
+    m.ring_reduce_scatter(m.dln_local.data(), local_size, step, unit, [&](int c, T* partial) {
+      auto sa = span(ModelOp::kAttention, 2.0 * n * D * 3 * W);
+      dev.linear_input_grad(partial, m.dqkv.data() + rows(c, 3 * W), w + p.qkv_w, n, D, 3 * W);
+    });
+    norm_backward(dx, dx, m.dln_local.data(), m.x[l].data(), b.ln1_mean.data(), b.ln1_rstd.data(),
+                  p.ln1_w, p.ln1_b);
+  }
 }
 
 // Note [parallel cross-entropy]: with the vocabulary split, each rank holds its columns of
@@ -815,6 +1053,10 @@ void TransformerOn<Backend>::backward_unit(int unit, Timer timer, int step) {
   T* no_bias = nullptr;
   auto dbias = [&](std::size_t offset) { return m.gpt ? g + offset : no_bias; };
 
+  if (m.overlap()) {
+    block_backward_overlapped(unit, timer, step, norm_backward);
+    return;
+  }
   // The products that read a norm's output (qkv, up) need every token's: with sequence
   // parallelism it is gathered again, between two spans of the part.
   auto up_backward = [&](const T* ln2) {

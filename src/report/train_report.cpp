@@ -332,6 +332,9 @@ nlohmann::json train_config_json(const TrainConfig& c, const TrainResult& result
       {"layer_drop", c.model.layer_drop},
       {"find_unused", c.reducer.find_unused},
       {"recompute", std::string(to_string(c.model.recompute))},
+      {"tensor", c.model.tensor},
+      {"sequence_parallel", c.model.sequence_parallel},
+      {"tp_overlap", c.model.tp_overlap},
       {"link", c.link.enabled() ? nlohmann::json(c.link.describe()) : nlohmann::json(nullptr)},
       {"link_emulated", c.link.enabled()},
       {"seed", c.seed},
@@ -351,6 +354,9 @@ TrainConfig train_config_from_json(const nlohmann::json& j, const std::string& w
   try {
     c.model = ModelSpec::parse(j.at("model").get<std::string>());
     c.model.recompute = parse_recompute(j.value("recompute", std::string("none")));
+    c.model.tensor = j.value("tensor", 1);
+    c.model.sequence_parallel = j.value("sequence_parallel", false);
+    c.model.tp_overlap = j.value("tp_overlap", false);
     c.ranks = j.at("ranks").get<int>();
     c.batch = j.at("batch_per_rank").get<int>();
     c.accumulate = j.at("accumulate").get<int>();

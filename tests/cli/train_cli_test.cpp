@@ -381,7 +381,8 @@ INSTANTIATE_TEST_SUITE_P(
         BadInput{kTinyGpt + "--tensor 2 --device cuda", "--device"},
         BadInput{kTinyGpt + "--tensor 2 --pipeline 2 --ranks 4 --split auto",
                  "--split auto measures an unsplit model"},
-        BadInput{kTinyGpt + "--sequence-parallel", "--sequence-parallel"}));
+        BadInput{kTinyGpt + "--sequence-parallel", "--sequence-parallel"},
+        BadInput{kTinyGpt + "--tensor 2 --ranks 2 --tp-overlap", "needs --sequence-parallel"}));
 
 // A small GPT on a text file: the loss falls from ln(256), and --eval-every prints the
 // held-out loss on its steps, into the step lines, steps.csv and summary.json.

@@ -118,12 +118,14 @@ TEST(TensorTrainTest, SplitTwoAndFourWaysIsTheUnsplitModelsTraining) {
   for (const char* model : kModels) {
     const TrainResult whole = train_local(config(model, 1, 1));
     for (int t : {2, 4}) {
-      for (bool sequence : {false, true}) {
+      for (int mode = 0; mode < 3; ++mode) {  // plain, sequence-parallel, and overlapped
         TrainConfig c = config(model, t, t);
-        c.model.sequence_parallel = sequence;
+        c.model.sequence_parallel = mode >= 1;
+        c.model.tp_overlap = mode == 2;
         const TrainResult split = train_local(c);
         const std::string what = std::string(model) + " --tensor " + std::to_string(t) +
-                                 (sequence ? " --sequence-parallel" : "");
+                                 (mode >= 1 ? " --sequence-parallel" : "") +
+                                 (mode == 2 ? " --tp-overlap" : "");
         expect_same_to_rounding(whole, split, what);
         // Every tensor rank of a step reports the same loss (the parallel cross-entropy's).
         for (const StepRecord& s : split.steps) {
@@ -143,11 +145,13 @@ TEST(TensorTrainTest, RecomputationAndMicroBatchesSplitAlike) {
       const TrainResult whole = train_local(c);
       c.model.tensor = 2;
       c.ranks = 2;
-      for (bool sequence : {false, true}) {
-        c.model.sequence_parallel = sequence;
+      for (int mode = 0; mode < 3; ++mode) {
+        c.model.sequence_parallel = mode >= 1;
+        c.model.tp_overlap = mode == 2;
         expect_same_to_rounding(whole, train_local(c),
                                 std::string(model) + " recompute " + std::string(to_string(r)) +
-                                    (sequence ? " --sequence-parallel" : ""));
+                                    (mode >= 1 ? " --sequence-parallel" : "") +
+                                    (mode == 2 ? " --tp-overlap" : ""));
       }
     }
   }
@@ -186,6 +190,10 @@ TEST(TensorTrainTest, ComposesWithDataParallelStrategies) {
     c.model.sequence_parallel = true;  // the norms' gradients summed before the buckets
     expect_same_to_rounding(whole, train_local(c),
                             std::string("--tensor 2 --sequence-parallel x ") + strategy);
+    c.model.tp_overlap = true;
+    expect_same_to_rounding(
+        whole, train_local(c),
+        std::string("--tensor 2 --sequence-parallel --tp-overlap x ") + strategy);
   }
 }
 
@@ -206,6 +214,10 @@ TEST(TensorTrainTest, ComposesWithPipelinesAndDataParallelism) {
       expect_same_to_rounding(whole, train_local(c),
                               std::string(schedule) + ", replicas " + std::to_string(replicas) +
                                   ", --sequence-parallel");
+      c.model.tp_overlap = true;  // ring transfers beside the stages' point to point
+      expect_same_to_rounding(
+          whole, train_local(c),
+          std::string(schedule) + ", replicas " + std::to_string(replicas) + ", --tp-overlap");
     }
   }
 }
@@ -229,6 +241,64 @@ std::int64_t sequence_bytes_per_micro_batch(const ModelSpec& spec, int rows) {
   const std::int64_t D = spec.transformer.dim, L = spec.transformer.layers;
   return 4 * (N * D * (1 + 4 * L + 1) + N * spec.tensor + 2 * N + N * D * (2 + 6 * L + 1) +
               2 * D * (1 + 2 * L));
+}
+
+// With --tp-overlap each block's four gathers and reduce-scatters of forward and six of
+// backward are T - 1 ring sends of n = N / T tokens each (counted where sent); the rest
+// as with sequence parallelism.
+std::int64_t overlap_bytes_per_micro_batch(const ModelSpec& spec, int rows) {
+  const std::int64_t N = static_cast<std::int64_t>(rows) * spec.transformer.seq;
+  const std::int64_t D = spec.transformer.dim, L = spec.transformer.layers, T = spec.tensor;
+  return 4 * (N * D * (1 + 1 + 2 + 1) + N * T + 2 * N + 2 * D +
+              L * (10 * (T - 1) * (N / T) * D + 4 * D));
+}
+
+// Note [tensor-parallel overlap]: every block's collectives are ring transfers, and each
+// send of a ring step is issued before the block of product it overlaps starts.
+TEST(TensorTrainTest, OverlappedCollectivesAreRingTransfersIssuedBeforeTheirProducts) {
+  for (int t : {2, 4}) {
+    TrainConfig c = config(kModels[0], t, t);
+    c.model.sequence_parallel = true;
+    c.model.tp_overlap = true;
+    const TrainResult r = train_local(c);
+    EXPECT_EQ(r.bytes_per_step,
+              overlap_bytes_per_micro_batch(c.model, c.batch) + 4 * c.model.rank_parameter_count())
+        << t;
+    const NameId tp_name = op_name(ModelOp::kTensor);
+    int sends = 0, collectives_in_blocks = 0;
+    std::vector<const Span*> sends_of_step, compute_of_step;
+    for (const Span& s : r.timeline.spans) {
+      if (s.step != 2 || s.rank != 0) continue;
+      const bool block = s.tag >= 1 && s.tag <= c.model.transformer.layers;
+      if (s.lane == Lane::kComm && s.name == tp_name && block) {
+        if (s.kind == SpanKind::kSend) {
+          ++sends;
+          sends_of_step.push_back(&s);
+        } else if (s.kind != SpanKind::kRecv) {
+          ++collectives_in_blocks;  // only the norms' gradient sums
+        }
+      }
+      if (s.lane == Lane::kCompute && block && s.kind == SpanKind::kForward) {
+        compute_of_step.push_back(&s);
+      }
+    }
+    const int L = c.model.transformer.layers;
+    EXPECT_EQ(sends, L * 10 * (t - 1)) << t;
+    EXPECT_EQ(collectives_in_blocks, L * 2) << t;
+    // Ring sends are issued before forward products of the same unit start: issued,
+    // the transfer goes on while the product computes (how long it takes is timing, and
+    // not asserted).
+    int overlapped = 0;
+    for (const Span* send : sends_of_step) {
+      for (const Span* work : compute_of_step) {
+        if (work->tag == send->tag && send->issue_ns != 0 && send->issue_ns <= work->start_ns) {
+          ++overlapped;
+          break;
+        }
+      }
+    }
+    EXPECT_GT(overlapped, 0) << t;
+  }
 }
 
 TEST(TensorTrainTest, ItsCollectivesAreOnTheTimelineAndCounted) {
@@ -286,6 +356,9 @@ TEST(TensorTrainTest, RefusesWhatCannotBeSplitInOneLine) {
   sequence.model.sequence_parallel = true;
   sequence.batch = 2;  // 10 tokens
   EXPECT_NE(refused(sequence).find("10 tokens"), std::string::npos);
+  TrainConfig overlap = config(kModels[0], 2, 2);
+  overlap.model.tp_overlap = true;
+  EXPECT_NE(refused(overlap).find("--tp-overlap"), std::string::npos);
 }
 
 }  // namespace

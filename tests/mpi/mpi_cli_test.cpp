@@ -233,7 +233,8 @@ TEST(MpiTrain, TensorParallelMatchesLocal) {
   };
   for (const Run& run : {Run{2, " --tensor 2"}, Run{4, " --tensor 2 --strategy fsdp --verify"},
                          Run{4, " --tensor 2 --pipeline 2 --micro-batches 2"},
-                         Run{2, " --tensor 2 --sequence-parallel"}}) {
+                         Run{2, " --tensor 2 --sequence-parallel"},
+                         Run{4, " --tensor 4 --sequence-parallel --tp-overlap"}}) {
     const std::string name = std::to_string(run.np) + run.flags;
     const auto local_out = dir.path() / "local";
     const auto mpi_out = dir.path() / "mpi";
