@@ -122,11 +122,19 @@ void apply(const std::string& key, const std::string& value, CharacterizeFlags& 
     w.gemm = value;
   } else if (key == "micro-batches") {
     w.micro_batches = number(1, 4096);
-  } else if (key == "overlap-optimizer" || key == "double-buffer") {
-    if (value != "yes" && value != "no") {
-      throw UsageError("--sweep " + key + ": expected yes or no, not '" + value + "'");
+  } else if (key == "overlap-optimizer" || key == "double-buffer" || key == "sequence-parallel" ||
+             key == "tp-overlap") {
+    // yes/no, and on/off as the issues spell tp-overlap.
+    const bool yes = value == "yes" || value == "on";
+    if (!yes && value != "no" && value != "off") {
+      throw UsageError("--sweep " + key + ": expected yes or no (on or off), not '" + value + "'");
     }
-    (key == "overlap-optimizer" ? w.overlap_optimizer : w.double_buffer) = value == "yes";
+    (key == "overlap-optimizer"   ? w.overlap_optimizer
+     : key == "double-buffer"     ? w.double_buffer
+     : key == "sequence-parallel" ? w.sequence_parallel
+                                  : w.tp_overlap) = yes;
+  } else if (key == "tensor") {
+    w.tensor = number(1, 1024);
   } else if (key == "compress") {
     checked_by([&] { (void)Compression::parse(value); });
     w.compress = value;

@@ -86,6 +86,10 @@ std::string unusable(const TrainConfig& c, const nlohmann::json& config, bool re
   if (c.device != Device::kCpu)
     return "runs on " + std::string(to_string(c.device)) +
            " calibrate that device, not this machine's cpu";
+  if (c.model.tensor > 1) {
+    return "tensor parallelism (--tensor " + std::to_string(c.model.tensor) +
+           ") is not simulated yet";
+  }
   return "";
 }
 

@@ -14,7 +14,8 @@ namespace tandem {
 
 inline constexpr std::string_view kSweepKeys =
     "strategy bucket-mb chunks batch model prefetch pipeline schedule micro-batches ranks link "
-    "threads precision gemm power-cap overlap-optimizer double-buffer recompute compress";
+    "threads precision gemm power-cap overlap-optimizer double-buffer recompute compress tensor "
+    "sequence-parallel tp-overlap";
 
 struct SweepAxis {
   std::string key;

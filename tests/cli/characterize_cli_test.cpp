@@ -147,6 +147,37 @@ TEST(CharacterizeCliTest, TechniquesSweep) {
   }
 }
 
+// Tensor parallelism's flags as sweep keys (docs/TENSOR.md): each point runs the four
+// scenarios split, its config says how, and the overlapped point's collectives are ring
+// sends and receives named tp.
+TEST(CharacterizeCliTest, TensorParallelSweep) {
+  TempDir dir;
+  const fs::path out = dir.path() / "tensor";
+  const CliResult r = run_tandem(
+      "characterize --model gpt:layers=2,dim=16,heads=2,seq=8,vocab=32 --ranks 2 --batch 2 "
+      "--tensor 2 --sequence-parallel --warmup 0 --iterations 2 --no-progress "
+      "--sweep tp-overlap=off,on --out " +
+      out.string());
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const auto summary = nlohmann::json::parse(slurp(out / "summary.json"));
+  ASSERT_EQ(summary["points"].size(), 2u);
+  for (const auto& point : summary["points"]) {
+    EXPECT_EQ(point["config"]["tensor"], 2) << point.dump();
+    EXPECT_EQ(point["config"]["sequence_parallel"], true) << point.dump();
+  }
+  EXPECT_EQ(summary["points"][0]["config"]["tp_overlap"], false);
+  EXPECT_EQ(summary["points"][1]["config"]["tp_overlap"], true);
+  const std::string on = slurp(out / "points" / "tp-overlap-on" / "overlapped.trace.json");
+  const std::string off = slurp(out / "points" / "tp-overlap-off" / "overlapped.trace.json");
+  EXPECT_NE(on.find("\"cat\":\"send\""), std::string::npos);
+  EXPECT_EQ(off.find("\"cat\":\"send\""), std::string::npos);
+  EXPECT_NE(off.find("\"cat\":\"allgather\""), std::string::npos);
+  const CliResult refused =
+      run_tandem("characterize --model gpt:layers=1,dim=16,heads=2,seq=8 --sweep tp-overlap=maybe");
+  EXPECT_EQ(refused.exit_code, 2);
+  EXPECT_EQ(count_lines(refused.err), 1) << refused.err;
+}
+
 // Gradient compression (docs/REDUCER.md): each point runs the four scenarios, and the
 // compressed points move fewer bytes, with the casts or factors as compress spans.
 TEST(CharacterizeCliTest, CompressSweep) {

@@ -144,6 +144,22 @@ TEST(SimulateCliTest, CalibratesFromMeasuredRunsAndPredictsHere) {
 
 // A replay of a simulation's own trace reproduces it (every pass and collective as it
 // ran); the what-ifs change it the way they say.
+// A tensor-parallel run is not replayed (the simulator does not model it): one line.
+TEST(SimulateCliTest, ATensorParallelRunIsNotReplayed) {
+  TempDir dir;
+  const fs::path run = dir.path() / "tp";
+  ASSERT_EQ(run_tandem("train --model gpt:layers=1,dim=16,heads=2,seq=8,vocab=32 --ranks 2 "
+                       "--tensor 2 --batch 2 --steps 3 --quiet --out " +
+                       run.string())
+                .exit_code,
+            0);
+  const CliResult r = run_tandem("simulate --from-trace " + run.string());
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+  EXPECT_NE(r.err.find("tensor parallelism (--tensor 2) is not simulated yet"), std::string::npos)
+      << r.err;
+}
+
 TEST(SimulateCliTest, ReplayReproducesASimulationAndAppliesWhatIfs) {
   TempDir dir;
   const std::string sim = (dir.path() / "sim").string();
