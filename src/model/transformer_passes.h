@@ -261,6 +261,18 @@ struct TransformerOn<Backend>::Impl : TransformerOffsets, TransformerActs<Backen
   }
   int seq_len = 0;
   int seq() const { return seq_len; }
+  int dim = 0;
+  // The current micro-batch's shape on this rank: rows, seq, D, its heads, their width,
+  // its MLP width, the tokens N and this rank's n of them (Note [sequence parallelism]).
+  struct Dims {
+    int B, Tn, D, H, W, F, N, n;
+  };
+  Dims dims() const {
+    const int N = this->rows * seq_len;
+    return {
+        this->rows,  seq_len,      dim, shard.heads,
+        shard.width, shard.hidden, N,   static_cast<int>(shard.local(static_cast<std::size_t>(N)))};
+  }
   // A tensor-parallel collective of the passes, in place (transformer.h).
   void tp_allreduce(T* data, std::size_t n, int step, int unit) {
     if constexpr (kTensorParallel) {
@@ -313,6 +325,7 @@ TransformerOn<Backend>::TransformerOn(const ModelSpec& model_spec, int max_batch
   m.gpt = model_spec.kind == ModelKind::kGpt;
   m.shard = TensorShard::of(model_spec, layout_options.tensor_rank);
   m.seq_len = s.seq;
+  m.dim = s.dim;
   TANDEM_CHECK(!m.split() || Impl::kTensorParallel);
 
   const auto D = static_cast<std::size_t>(s.dim), F = static_cast<std::size_t>(m.shard.hidden);
@@ -697,12 +710,8 @@ void TransformerOn<Backend>::block_forward_overlapped(int unit, Timer timer, int
   Impl& m = *impl_;
   if constexpr (Impl::kTensorParallel) {
     Backend& dev = this->backend();
-    const TransformerShape& s = this->spec().transformer;
-    const int B = m.rows, Tn = s.seq, D = s.dim, H = m.shard.heads, W = m.shard.width,
-              F = m.shard.hidden;
-    const int N = B * Tn;
-    const int n = static_cast<int>(m.shard.local(static_cast<std::size_t>(N)));
-    const auto rows = [&](int c, int width) {
+    const auto [B, Tn, D, H, W, F, N, n] = m.dims();
+    const auto rows = [n = n](int c, int width) {  // token block c of a [N, width] tensor
       return static_cast<std::size_t>(c) * static_cast<std::size_t>(n) * width;
     };
     const std::size_t local_size = static_cast<std::size_t>(n) * D;
@@ -783,12 +792,8 @@ void TransformerOn<Backend>::block_backward_overlapped(int unit, Timer timer, in
   Impl& m = *impl_;
   if constexpr (Impl::kTensorParallel) {
     Backend& dev = this->backend();
-    const TransformerShape& s = this->spec().transformer;
-    const int B = m.rows, Tn = s.seq, D = s.dim, H = m.shard.heads, W = m.shard.width,
-              F = m.shard.hidden;
-    const int N = B * Tn;
-    const int n = static_cast<int>(m.shard.local(static_cast<std::size_t>(N)));
-    const auto rows = [&](int c, int width) {
+    const auto [B, Tn, D, H, W, F, N, n] = m.dims();
+    const auto rows = [n = n](int c, int width) {  // token block c of a [N, width] tensor
       return static_cast<std::size_t>(c) * static_cast<std::size_t>(n) * width;
     };
     const std::size_t local_size = static_cast<std::size_t>(n) * D;
