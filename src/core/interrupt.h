@@ -5,7 +5,9 @@
 // A signal handler only passes the signal to a thread of its own
 // (install_interrupt_handling(), called by main), so no cleanup runs inside a handler. A
 // signal the process was started ignoring (nohup's SIGHUP, a background job's SIGINT)
-// stays ignored.
+// stays ignored. install_interrupt_handling() leaves the calling thread with the three
+// signals blocked, so every thread it starts afterwards (and they theirs) never takes one:
+// call it first in main, before any other thread starts.
 #pragma once
 
 #include <cstdint>
