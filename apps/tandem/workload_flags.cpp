@@ -124,25 +124,27 @@ void add_workload_flags(CLI::App& app, WorkloadFlags& f, WorkloadUse use) {
                  "backward: none, full (each block keeps only its input) or selective (the "
                  "attention probabilities only, as Megatron-LM); bit for bit the same training")
       ->capture_default_str();
-  app.add_option("--tensor", f.tensor,
-                 "Tensor parallelism T (transformers, Megatron-style): each block's attention "
-                 "heads and MLP width, the embedding's and head's vocabulary split over T ranks, "
-                 "with an all-reduce after each row-parallel product in forward and backward; "
-                 "--ranks = T x pipeline stages x replicas, T innermost (docs/TENSOR.md)")
+  app.add_option(
+         "--tensor", f.tensor,
+         "Tensor parallelism T (transformers, Megatron-style): each block's attention "
+         "heads and MLP width, the embedding's and head's vocabulary split over T ranks, "
+         "with an all-reduce after each row-parallel product in forward and backward; "
+         "--ranks = T x pipeline stages x replicas, T innermost; cpu only so far (docs/TENSOR.md)")
       ->check(integer_in(1, 1024))
       ->capture_default_str();
   app.add_flag("--sequence-parallel", f.sequence_parallel,
                "With --tensor: the norms and the residual stream split along the tokens too; "
                "each all-reduce becomes an all-gather before a column-parallel product and a "
-               "reduce-scatter after a row-parallel one: the same bytes, T times smaller "
-               "D-wide activations (docs/TENSOR.md)");
+               "reduce-scatter after a row-parallel one (backward gathers each norm's output "
+               "again instead of keeping it): T times smaller D-wide activations "
+               "(docs/TENSOR.md)");
   app.add_flag("--tp-overlap", f.tp_overlap,
                "With --sequence-parallel: each block's all-gathers and reduce-scatters run as "
                "ring steps of point-to-point transfers, each overlapping the product on the "
                "token block already present (async TP); without it they are waited for in place");
   app.add_option("--pipeline", f.pipeline,
                  "Pipeline stages P: the model cut into P stages on different ranks, "
-                 "--ranks = P (docs/PIPELINE.md)")
+                 "--ranks = P x replicas (x --tensor) (docs/PIPELINE.md)")
       ->check(integer_in(1, 1024))
       ->capture_default_str();
   app.add_option("--schedule", f.schedule,
