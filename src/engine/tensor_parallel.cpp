@@ -52,30 +52,34 @@ void TensorParallel::finish(Work& work, std::int64_t bytes, int step, int unit) 
     step_bytes_ = 0;
   }
   step_bytes_ += bytes;
-  last_step_bytes_ = step_bytes_;
   wait_timed(*model_, *group_, work, unit);
 }
 
+namespace {
+
+// A tensor-parallel operation's description: its kind, step and unit (errors read
+// "tensor-parallel allreduce unit 2 ..."), named tp on the timeline.
+OpInfo tensor_op(SpanKind kind, int step, int unit) {
+  return {.kind = kind,
+          .step = step,
+          .tag = unit,
+          .name = op_name(ModelOp::kTensor),
+          .tag_kind = OpInfo::TagKind::kTensorUnit};
+}
+
+}  // namespace
+
 void TensorParallel::allreduce(std::span<float> data, int step, int unit) {
   TANDEM_CHECK(split());
-  const WorkPtr work = group_->allreduce(data, ReduceOp::kSum,
-                                         {.kind = SpanKind::kAllreduce,
-                                          .step = step,
-                                          .tag = unit,
-                                          .name = op_name(ModelOp::kTensor),
-                                          .tag_kind = OpInfo::TagKind::kTensorUnit});
+  const WorkPtr work =
+      group_->allreduce(data, ReduceOp::kSum, tensor_op(SpanKind::kAllreduce, step, unit));
   finish(*work, static_cast<std::int64_t>(data.size_bytes()), step, unit);
 }
 
 void TensorParallel::allgather(std::span<const float> in, std::span<float> out, int step,
                                int unit) {
   TANDEM_CHECK(split());
-  const WorkPtr work = group_->allgather(in, out,
-                                         {.kind = SpanKind::kAllgather,
-                                          .step = step,
-                                          .tag = unit,
-                                          .name = op_name(ModelOp::kTensor),
-                                          .tag_kind = OpInfo::TagKind::kTensorUnit});
+  const WorkPtr work = group_->allgather(in, out, tensor_op(SpanKind::kAllgather, step, unit));
   finish(*work, static_cast<std::int64_t>(out.size_bytes()), step, unit);
 }
 
@@ -83,11 +87,7 @@ void TensorParallel::reduce_scatter(std::span<const float> in, std::span<float> 
                                     int unit) {
   TANDEM_CHECK(split());
   const WorkPtr work = group_->reduce_scatter(in, out, ReduceOp::kSum,
-                                              {.kind = SpanKind::kReduceScatter,
-                                               .step = step,
-                                               .tag = unit,
-                                               .name = op_name(ModelOp::kTensor),
-                                               .tag_kind = OpInfo::TagKind::kTensorUnit});
+                                              tensor_op(SpanKind::kReduceScatter, step, unit));
   finish(*work, static_cast<std::int64_t>(in.size_bytes()), step, unit);
 }
 
@@ -119,11 +119,7 @@ constexpr int kRingTag = 7;
 std::unique_ptr<TensorGroup::Transfer> TensorParallel::send_next(std::span<const float> data,
                                                                  int step, int unit) {
   TANDEM_CHECK(split());
-  const OpInfo info{.kind = SpanKind::kSend,
-                    .step = step,
-                    .tag = unit,
-                    .name = op_name(ModelOp::kTensor),
-                    .tag_kind = OpInfo::TagKind::kTensorUnit};
+  const OpInfo info = tensor_op(SpanKind::kSend, step, unit);
   const auto bytes = static_cast<std::int64_t>(data.size_bytes());
   return std::make_unique<RingTransfer>(
       [this, bytes, step, unit](Work& work) { finish(work, bytes, step, unit); },
@@ -133,11 +129,7 @@ std::unique_ptr<TensorGroup::Transfer> TensorParallel::send_next(std::span<const
 std::unique_ptr<TensorGroup::Transfer> TensorParallel::recv_prev(std::span<float> data, int step,
                                                                  int unit) {
   TANDEM_CHECK(split());
-  const OpInfo info{.kind = SpanKind::kRecv,
-                    .step = step,
-                    .tag = unit,
-                    .name = op_name(ModelOp::kTensor),
-                    .tag_kind = OpInfo::TagKind::kTensorUnit};
+  const OpInfo info = tensor_op(SpanKind::kRecv, step, unit);
   // Bytes are counted where they are sent.
   return std::make_unique<RingTransfer>(
       [this, step, unit](Work& work) { finish(work, 0, step, unit); },

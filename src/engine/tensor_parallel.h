@@ -45,7 +45,7 @@ class TensorParallel final : public TensorGroup {
   // their waits are timed on it. Call once, before the first pass.
   void attach(RankModel& model);
   // Bytes the passes' collectives moved in the last step that issued any.
-  std::int64_t bytes_per_step() const { return last_step_bytes_; }
+  std::int64_t bytes_per_step() const { return step_bytes_; }
 
   // The unsplit model's packed parameters (ModelLayout::unshard) from every tensor rank's
   // packed shard `mine`: collective over the tensor group; `keep`: return them (else
@@ -81,8 +81,7 @@ class TensorParallel final : public TensorGroup {
   std::unique_ptr<Communicator> outer_control_;
   RankModel* model_ = nullptr;
   int step_ = -1;
-  std::int64_t step_bytes_ = 0;
-  std::int64_t last_step_bytes_ = 0;
+  std::int64_t step_bytes_ = 0;  // of step_, the last step that issued any
 };
 
 }  // namespace tandem

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstddef>
 #include <cstring>
+#include <limits>
 
 #include "compute/cpu/blas.h"
 #include "compute/cpu/dispatch.h"
@@ -307,37 +308,18 @@ TANDEM_CPU_CLONES double Ops<T>::cross_entropy_finish(T* probs, const T* stats, 
 template <typename T>
 TANDEM_CPU_CLONES void Ops<T>::embedding_forward(T* out, const std::int32_t* tokens, const T* wte,
                                                  const T* wpe, int B, int Tn, int D) {
-  for (int b = 0; b < B; ++b) {
-    for (int t = 0; t < Tn; ++t) {
-      const std::ptrdiff_t n = static_cast<std::ptrdiff_t>(b) * Tn + t;
-      T* o = out + at(n, D);
-      const T* e = wte + at(tokens[n], D);
-      if (wpe == nullptr) {
-        std::memcpy(o, e, sizeof(T) * static_cast<std::size_t>(D));
-        continue;
-      }
-      const T* p = wpe + at(t, D);
-      for (int i = 0; i < D; ++i) o[i] = e[i] + p[i];
-    }
-  }
+  // The whole vocabulary's rows, then the positions: each element is wte + wpe, added once.
+  vocab_embedding_forward(out, tokens, wte, B * Tn, D, 0, std::numeric_limits<int>::max());
+  if (wpe != nullptr) add_positions(out, wpe, 0, B * Tn, Tn, D);
 }
 
 template <typename T>
 TANDEM_CPU_CLONES void Ops<T>::embedding_backward(T* dwte, T* dwpe, const T* dout,
                                                   const std::int32_t* tokens, int B, int Tn,
                                                   int D) {
-  for (int b = 0; b < B; ++b) {
-    for (int t = 0; t < Tn; ++t) {
-      const std::ptrdiff_t n = static_cast<std::ptrdiff_t>(b) * Tn + t;
-      const T* d = dout + at(n, D);
-      T* e = dwte + at(tokens[n], D);
-      for (int i = 0; i < D; ++i) e[i] += d[i];
-      if (dwpe != nullptr) {
-        T* p = dwpe + at(t, D);
-        for (int i = 0; i < D; ++i) p[i] += d[i];
-      }
-    }
-  }
+  // The same accumulations, token by token, into each of the two arrays.
+  vocab_embedding_backward(dwte, dout, tokens, B * Tn, D, 0, std::numeric_limits<int>::max());
+  if (dwpe != nullptr) positions_backward(dwpe, dout, 0, B * Tn, Tn, D);
 }
 
 template <typename T>

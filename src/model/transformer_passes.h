@@ -173,6 +173,10 @@ struct TransformerOn<Backend>::Impl : TransformerOffsets, TransformerActs<Backen
   TensorShard shard;
   TensorGroup* tp = nullptr;
   bool split() const { return shard.ranks > 1; }
+  TensorGroup& group() {
+    TANDEM_CHECK(tp != nullptr);  // set_tensor_group first
+    return *tp;
+  }
   // Note [sequence parallelism]: with --sequence-parallel, what a block holds between its
   // products (the residual stream x, xmid, the norms' outputs and statistics) is this
   // rank's n = N / T tokens only. A column-parallel product reads every token: its input
@@ -182,8 +186,9 @@ struct TransformerOn<Backend>::Impl : TransformerOffsets, TransformerActs<Backen
   // backward its output gradient is all-gathered before the product's backward, so its
   // bias gradient is every token's on every rank. The norms' gains and biases see only
   // this rank's tokens: their gradients are summed over the group, per micro-batch, before
-  // they join the unit's (norm_grads). The same bytes cross as with the all-reduces, and
-  // the D-wide tensors shrink T times (Korthikanti et al. 2022).
+  // they join the unit's (norm_grads). Forward moves the bytes the all-reduces did, backward
+  // one gather more per column-parallel product (its input, again), and the D-wide
+  // tensors shrink T times (Korthikanti et al. 2022).
   bool sequence() const { return shard.sequence; }
   Buffer<T> gathered;    // [N, D]: an all-gathered input or output gradient
   Buffer<T> dln_local;   // [n, D]: a column-parallel input gradient, reduce-scattered
@@ -191,9 +196,17 @@ struct TransformerOn<Backend>::Impl : TransformerOffsets, TransformerActs<Backen
   // this rank's rows [count, D] -> gathered [T x count, D].
   void tp_gather(const T* local, std::size_t count, int step, int unit) {
     if constexpr (kTensorParallel) {
-      tp->allgather({local, count},
-                    {gathered.data(), count * static_cast<std::size_t>(shard.ranks)}, step, unit);
+      group().allgather({local, count},
+                        {gathered.data(), count * static_cast<std::size_t>(shard.ranks)}, step,
+                        unit);
     }
+  }
+  // A column-parallel product's input (or a row-parallel one's output gradient): every
+  // token's [N, D] rows; this rank's `local` [n, D] gathered with sequence parallelism.
+  const T* every_token(const T* local, int n, int step, int unit) {
+    if (!sequence()) return local;
+    tp_gather(local, static_cast<std::size_t>(n) * static_cast<std::size_t>(dim), step, unit);
+    return gathered.data();
   }
   // Note [tensor-parallel overlap]: with --tp-overlap a block's all-gathers and
   // reduce-scatters become T ring steps of point-to-point transfers (to rank + 1, from
@@ -216,8 +229,9 @@ struct TransformerOn<Backend>::Impl : TransformerOffsets, TransformerActs<Backen
         const int c = (r - k + t) % t, next = (c - 1 + t) % t;
         std::unique_ptr<TensorGroup::Transfer> send, recv;
         if (k + 1 < t) {
-          send = tp->send_next({all + static_cast<std::size_t>(c) * count, count}, step, unit);
-          recv = tp->recv_prev({all + static_cast<std::size_t>(next) * count, count}, step, unit);
+          send = group().send_next({all + static_cast<std::size_t>(c) * count, count}, step, unit);
+          recv =
+              group().recv_prev({all + static_cast<std::size_t>(next) * count, count}, step, unit);
         }
         on_block(c, static_cast<const T*>(all + static_cast<std::size_t>(c) * count));
         if (recv) {
@@ -243,8 +257,8 @@ struct TransformerOn<Backend>::Impl : TransformerOffsets, TransformerActs<Backen
           for (std::size_t i = 0; i < count; ++i) acc[i] += incoming[i];
         }
         if (k + 1 < t) {
-          sends[k % 2] = tp->send_next({acc, count}, step, unit);
-          recv = tp->recv_prev({incoming, count}, step, unit);
+          sends[k % 2] = group().send_next({acc, count}, step, unit);
+          recv = group().recv_prev({incoming, count}, step, unit);
         }
       }
       for (auto& send : sends) {
@@ -255,17 +269,23 @@ struct TransformerOn<Backend>::Impl : TransformerOffsets, TransformerActs<Backen
   // partial [T x count] summed over the group, this rank's block -> out [count].
   void tp_scatter(const T* partial, T* out, std::size_t count, int step, int unit) {
     if constexpr (kTensorParallel) {
-      tp->reduce_scatter({partial, count * static_cast<std::size_t>(shard.ranks)}, {out, count},
-                         step, unit);
+      group().reduce_scatter({partial, count * static_cast<std::size_t>(shard.ranks)}, {out, count},
+                             step, unit);
     }
   }
   int seq_len = 0;
-  int seq() const { return seq_len; }
   int dim = 0;
   // The current micro-batch's shape on this rank: rows, seq, D, its heads, their width,
   // its MLP width, the tokens N and this rank's n of them (Note [sequence parallelism]).
   struct Dims {
     int B, Tn, D, H, W, F, N, n;
+    // Where token block c (of n tokens, --tp-overlap) starts in a [N, width] tensor.
+    std::size_t block(int c, int width) const {
+      return static_cast<std::size_t>(c) * static_cast<std::size_t>(n) *
+             static_cast<std::size_t>(width);
+    }
+    // Elements of this rank's [n, D] rows.
+    std::size_t local_size() const { return static_cast<std::size_t>(n) * D; }
   };
   Dims dims() const {
     const int N = this->rows * seq_len;
@@ -276,8 +296,7 @@ struct TransformerOn<Backend>::Impl : TransformerOffsets, TransformerActs<Backen
   // A tensor-parallel collective of the passes, in place (transformer.h).
   void tp_allreduce(T* data, std::size_t n, int step, int unit) {
     if constexpr (kTensorParallel) {
-      TANDEM_CHECK(tp != nullptr);  // set_tensor_group first
-      tp->allreduce({data, n}, step, unit);
+      group().allreduce({data, n}, step, unit);
     }
   }
   Buffer<T> rope;  // llama: [T, hd/2, 2]
@@ -480,9 +499,7 @@ void TransformerOn<Backend>::set_input(const Tokens& batch) {
       this->backend().load_tokens(batch, m.inputs.data(), m.targets.data(),
                                   this->spec().transformer.seq, this->spec().transformer.vocab);
   // Sequence parallelism cuts the batch's tokens into equal blocks (validate() says so).
-  TANDEM_CHECK(!m.sequence() || static_cast<std::size_t>(m.rows) * m.seq() %
-                                        static_cast<std::size_t>(m.shard.ranks) ==
-                                    0);
+  TANDEM_CHECK(!m.sequence() || m.dims().N % m.shard.ranks == 0);
   m.next_backward = -1;
   m.skipped.clear();
 }
@@ -566,11 +583,7 @@ void TransformerOn<Backend>::forward_unit(int unit, Timer timer, int step) {
     // Tensor parallelism: this rank's vocabulary columns (the loss combines them), of
     // every token (gathered with sequence parallelism).
     const int V = m.shard.vocab;
-    const T* in = m.lnf.data();
-    if (m.sequence()) {
-      m.tp_gather(in, static_cast<std::size_t>(n) * D, step, unit);
-      in = m.gathered.data();
-    }
+    const T* in = m.every_token(m.lnf.data(), n, step, unit);
     auto s2 = span(ModelOp::kHead, flops.head);
     if (m.gpt) {  // tied: logits [N, V] = lnf [N, D] . wte^T
       dev.linear_transposed_forward(m.logits.data(), in, w + m.wte, N, D, V);
@@ -601,6 +614,10 @@ void TransformerOn<Backend>::forward_unit(int unit, Timer timer, int step) {
 template <typename Backend>
 void TransformerOn<Backend>::block_forward(int unit, Timer timer, int step, bool replay) {
   Impl& m = *impl_;
+  if (m.overlap()) {
+    block_forward_overlapped(unit, timer, step, replay);
+    return;
+  }
   Backend& dev = this->backend();
   const TransformerShape& s = this->spec().transformer;
   // Tensor parallelism: this rank's heads (W wide) and MLP width (Note [tensor-parallel
@@ -633,12 +650,8 @@ void TransformerOn<Backend>::block_forward(int unit, Timer timer, int step, bool
       dev.rmsnorm_forward(out, rstd, inp, w + gain, n, D);
     }
   };
-  // A column-parallel product's input: every token's (gathered with sequence parallelism).
-  auto every_token = [&](const T* local) {
-    if (!m.sequence()) return local;
-    m.tp_gather(local, static_cast<std::size_t>(n) * D, step, unit);
-    return static_cast<const T*>(m.gathered.data());
-  };
+  // A column-parallel product's input: every token's (Impl::every_token).
+  auto every_token = [&](const T* local) { return m.every_token(local, n, step, unit); };
   const T* no_bias = nullptr;
   auto bias = [&](std::size_t offset) { return m.gpt ? w + offset : no_bias; };
 
@@ -669,10 +682,6 @@ void TransformerOn<Backend>::block_forward(int unit, Timer timer, int step, bool
     }
   };
 
-  if (m.overlap()) {
-    block_forward_overlapped(unit, timer, step, replay);
-    return;
-  }
   norm(b.ln1.data(), b.ln1_mean.data(), b.ln1_rstd.data(), x, p.ln1_w, p.ln1_b);
   const T* ln1 = every_token(b.ln1.data());
   {
@@ -710,11 +719,9 @@ void TransformerOn<Backend>::block_forward_overlapped(int unit, Timer timer, int
   Impl& m = *impl_;
   if constexpr (Impl::kTensorParallel) {
     Backend& dev = this->backend();
-    const auto [B, Tn, D, H, W, F, N, n] = m.dims();
-    const auto rows = [n = n](int c, int width) {  // token block c of a [N, width] tensor
-      return static_cast<std::size_t>(c) * static_cast<std::size_t>(n) * width;
-    };
-    const std::size_t local_size = static_cast<std::size_t>(n) * D;
+    const typename Impl::Dims dims = m.dims();
+    const auto [B, Tn, D, H, W, F, N, n] = dims;
+    const std::size_t local_size = dims.local_size();
     const T* w = this->flat_params().data();
     auto span = [&](ModelOp op, double f) {
       return replay ? dev.section(timer, SpanKind::kBackward, step, unit,
@@ -741,7 +748,7 @@ void TransformerOn<Backend>::block_forward_overlapped(int unit, Timer timer, int
     norm(b.ln1.data(), b.ln1_mean.data(), b.ln1_rstd.data(), x, p.ln1_w, p.ln1_b);
     m.ring_gather(b.ln1.data(), local_size, step, unit, [&](int c, const T* ln1) {
       auto sa = span(ModelOp::kAttention, 2.0 * n * D * 3 * W);
-      dev.linear_forward(b.qkv.data() + rows(c, 3 * W), ln1, w + p.qkv_w, bias(p.qkv_b), n, D,
+      dev.linear_forward(b.qkv.data() + dims.block(c, 3 * W), ln1, w + p.qkv_w, bias(p.qkv_b), n, D,
                          3 * W);
     });
     {
@@ -751,7 +758,7 @@ void TransformerOn<Backend>::block_forward_overlapped(int unit, Timer timer, int
     }
     m.ring_reduce_scatter(b.xmid.data(), local_size, step, unit, [&](int c, T* partial) {
       auto sa = span(ModelOp::kAttention, 2.0 * n * W * D);
-      dev.linear_forward(partial, b.atty.data() + rows(c, W), w + p.proj_w, nullptr, n, W, D);
+      dev.linear_forward(partial, b.atty.data() + dims.block(c, W), w + p.proj_w, nullptr, n, W, D);
     });
     {
       auto sr = span(ModelOp::kResidual, 0);
@@ -760,7 +767,7 @@ void TransformerOn<Backend>::block_forward_overlapped(int unit, Timer timer, int
     norm(b.ln2.data(), b.ln2_mean.data(), b.ln2_rstd.data(), b.xmid.data(), p.ln2_w, p.ln2_b);
     m.ring_gather(b.ln2.data(), local_size, step, unit, [&](int c, const T* ln2) {
       auto sm = span(ModelOp::kMlp, 2.0 * n * D * up);
-      dev.linear_forward(b.up.data() + rows(c, up), ln2, w + p.up_w, nullptr, n, D, up);
+      dev.linear_forward(b.up.data() + dims.block(c, up), ln2, w + p.up_w, nullptr, n, D, up);
     });
     {
       auto sm = span(ModelOp::kMlp, 0);
@@ -774,7 +781,7 @@ void TransformerOn<Backend>::block_forward_overlapped(int unit, Timer timer, int
     T* out = m.x[l + 1].data();
     m.ring_reduce_scatter(out, local_size, step, unit, [&](int c, T* partial) {
       auto sm = span(ModelOp::kMlp, 2.0 * n * F * D);
-      dev.linear_forward(partial, b.act.data() + rows(c, F), w + p.down_w, nullptr, n, F, D);
+      dev.linear_forward(partial, b.act.data() + dims.block(c, F), w + p.down_w, nullptr, n, F, D);
     });
     auto sr = span(ModelOp::kResidual, 0);
     dev.residual_add(out, b.xmid.data(), bias(p.down_b), n, D);
@@ -792,11 +799,9 @@ void TransformerOn<Backend>::block_backward_overlapped(int unit, Timer timer, in
   Impl& m = *impl_;
   if constexpr (Impl::kTensorParallel) {
     Backend& dev = this->backend();
-    const auto [B, Tn, D, H, W, F, N, n] = m.dims();
-    const auto rows = [n = n](int c, int width) {  // token block c of a [N, width] tensor
-      return static_cast<std::size_t>(c) * static_cast<std::size_t>(n) * width;
-    };
-    const std::size_t local_size = static_cast<std::size_t>(n) * D;
+    const typename Impl::Dims dims = m.dims();
+    const auto [B, Tn, D, H, W, F, N, n] = dims;
+    const std::size_t local_size = dims.local_size();
     const T* w = this->flat_params().data();
     T* g = this->flat_grads().data();
     auto span = [&](ModelOp op, double f) {
@@ -814,8 +819,8 @@ void TransformerOn<Backend>::block_backward_overlapped(int unit, Timer timer, in
 
     m.ring_gather(dx, local_size, step, unit, [&](int c, const T* dout) {
       auto sm = span(ModelOp::kMlp, 2.0 * (2.0 * n * F * D));
-      dev.linear_backward(m.dact.data() + rows(c, F), g + p.down_w, dbias(p.down_b), dout,
-                          b.act.data() + rows(c, F), w + p.down_w, n, F, D);
+      dev.linear_backward(m.dact.data() + dims.block(c, F), g + p.down_w, dbias(p.down_b), dout,
+                          b.act.data() + dims.block(c, F), w + p.down_w, n, F, D);
     });
     {
       auto sm = span(ModelOp::kMlp, 0);
@@ -827,12 +832,12 @@ void TransformerOn<Backend>::block_backward_overlapped(int unit, Timer timer, in
     }
     m.ring_gather(b.ln2.data(), local_size, step, unit, [&](int c, const T* ln2) {
       auto sm = span(ModelOp::kMlp, 2.0 * n * D * up);
-      dev.linear_backward(nullptr, g + p.up_w, nullptr, m.dup.data() + rows(c, up), ln2, w + p.up_w,
-                          n, D, up);
+      dev.linear_backward(nullptr, g + p.up_w, nullptr, m.dup.data() + dims.block(c, up), ln2,
+                          w + p.up_w, n, D, up);
     });
     m.ring_reduce_scatter(m.dln_local.data(), local_size, step, unit, [&](int c, T* partial) {
       auto sm = span(ModelOp::kMlp, 2.0 * n * D * up);
-      dev.linear_input_grad(partial, m.dup.data() + rows(c, up), w + p.up_w, n, D, up);
+      dev.linear_input_grad(partial, m.dup.data() + dims.block(c, up), w + p.up_w, n, D, up);
     });
     norm_backward(dx, dx, m.dln_local.data(), b.xmid.data(), b.ln2_mean.data(), b.ln2_rstd.data(),
                   p.ln2_w, p.ln2_b);
@@ -845,8 +850,8 @@ void TransformerOn<Backend>::block_backward_overlapped(int unit, Timer timer, in
     }
     m.ring_gather(dx, local_size, step, unit, [&](int c, const T* dout) {
       auto sa = span(ModelOp::kAttention, 2.0 * (2.0 * n * W * D));
-      dev.linear_backward(m.datty.data() + rows(c, W), g + p.proj_w, dbias(p.proj_b), dout,
-                          b.atty.data() + rows(c, W), w + p.proj_w, n, W, D);
+      dev.linear_backward(m.datty.data() + dims.block(c, W), g + p.proj_w, dbias(p.proj_b), dout,
+                          b.atty.data() + dims.block(c, W), w + p.proj_w, n, W, D);
     });
     {
       auto sa = span(ModelOp::kAttention, 2.0 * 2.0 * (2.0 * N * Tn * W));
@@ -856,12 +861,13 @@ void TransformerOn<Backend>::block_backward_overlapped(int unit, Timer timer, in
     }
     m.ring_gather(b.ln1.data(), local_size, step, unit, [&](int c, const T* ln1) {
       auto sa = span(ModelOp::kAttention, 2.0 * n * D * 3 * W);
-      dev.linear_backward(nullptr, g + p.qkv_w, dbias(p.qkv_b), m.dqkv.data() + rows(c, 3 * W), ln1,
-                          w + p.qkv_w, n, D, 3 * W);
+      dev.linear_backward(nullptr, g + p.qkv_w, dbias(p.qkv_b),
+                          m.dqkv.data() + dims.block(c, 3 * W), ln1, w + p.qkv_w, n, D, 3 * W);
     });
     m.ring_reduce_scatter(m.dln_local.data(), local_size, step, unit, [&](int c, T* partial) {
       auto sa = span(ModelOp::kAttention, 2.0 * n * D * 3 * W);
-      dev.linear_input_grad(partial, m.dqkv.data() + rows(c, 3 * W), w + p.qkv_w, n, D, 3 * W);
+      dev.linear_input_grad(partial, m.dqkv.data() + dims.block(c, 3 * W), w + p.qkv_w, n, D,
+                            3 * W);
     });
     norm_backward(dx, dx, m.dln_local.data(), m.x[l].data(), b.ln1_mean.data(), b.ln1_rstd.data(),
                   p.ln1_w, p.ln1_b);
@@ -877,13 +883,13 @@ void TransformerOn<Backend>::block_backward_overlapped(int unit, Timer timer, in
 // the unsplit model's, so the loss agrees to rounding, not to the bit.
 template <typename Impl, typename Backend, typename Section>
 double parallel_cross_entropy(Impl& m, Backend& dev, const Section& section, int step, int tag) {
-  const int N = m.rows * m.seq(), C = m.shard.vocab;
+  const int N = m.dims().N, C = m.shard.vocab;
   const auto n = static_cast<std::size_t>(N);
   {
     auto s0 = section();
     dev.cross_entropy_row_max(m.ce_max.data(), m.logits.data(), N, C);
   }
-  m.tp->allgather({m.ce_max.data(), n}, {m.ce_maxes.data(), n * m.shard.ranks}, step, tag);
+  m.group().allgather({m.ce_max.data(), n}, {m.ce_maxes.data(), n * m.shard.ranks}, step, tag);
   {
     auto s1 = section();
     for (std::size_t i = 0; i < n; ++i) {
@@ -969,12 +975,8 @@ void TransformerOn<Backend>::backward_unit(int unit, Timer timer, int step) {
     if (m.split()) m.tp_allreduce(m.dln.data(), static_cast<std::size_t>(N) * D, step, unit);
     return m.dln.data();
   };
-  // Every token's rows of a local [n, D] tensor (gathered with sequence parallelism).
-  auto every_token = [&](const T* local) {
-    if (!m.sequence()) return local;
-    m.tp_gather(local, local_size, step, unit);
-    return static_cast<const T*>(m.gathered.data());
-  };
+  // Every token's rows of a local [n, D] tensor (Impl::every_token).
+  auto every_token = [&](const T* local) { return m.every_token(local, n, step, unit); };
   const TransformerFlops flops = transformer_flops(this->spec(), B);
   auto span = [&](ModelOp op, double f) {
     return dev.section(timer, SpanKind::kBackward, step, unit, op_name(op), 2 * f);
