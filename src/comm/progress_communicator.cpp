@@ -289,6 +289,13 @@ std::unique_ptr<Communicator> ProgressCommunicator::split(int color, int key) {
   }
   std::unique_ptr<ProgressCommunicator> child = make_split(color, key);
   child->set_recorder(recorder());
+  // FNV-1a over (parent, split number, color); 0 stays the world's.
+  std::uint32_t group = 2166136261u;
+  for (const std::uint32_t word : {group_, splits_++, static_cast<std::uint32_t>(color)}) {
+    for (int byte = 0; byte < 4; ++byte)
+      group = (group ^ ((word >> (8 * byte)) & 0xffu)) * 16777619u;
+  }
+  child->group_ = group == 0 ? 1 : group;
   adopt(*child);
   return child;
 }
@@ -479,6 +486,7 @@ void ProgressCommunicator::complete(Op& op) {
   if (op.recorder != nullptr) {
     Span span = info.comm_span(op.start_ns, end);
     span.issue_ns = op.issue_ns;
+    span.group = group_;
     op.recorder->record(span);
   }
   op.work->mark_started(op.start_ns);

@@ -203,6 +203,11 @@ class ProgressCommunicator : public Communicator {
   std::thread thread_;
   const std::shared_ptr<Children> children_ = std::make_shared<Children>();
   std::shared_ptr<Children> parent_;  // the set this one is in, while it is
+  // Span::group of this communicator's comm spans: 0 for a world; a child's mixes its
+  // parent's, the parent's count of earlier splits and the color, so members agree
+  // (split is collective, called in the same order everywhere) with no message.
+  std::uint32_t group_ = 0;
+  std::uint32_t splits_ = 0;  // the issuing thread's
 
   // Issuing threads -> communication thread, under mutex_.
   mutable std::mutex mutex_;

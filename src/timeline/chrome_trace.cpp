@@ -157,6 +157,7 @@ json span_event(const Timeline& timeline, const Span& s, std::int64_t t0) {
   if (s.bytes != 0) args["bytes"] = s.bytes;
   if (s.flops != 0) args["flops"] = s.flops;
   if (has_issue_time(s)) args["queued_ns"] = s.start_ns - s.issue_ns;
+  if (s.group != 0) args["group"] = s.group;
   return json{{"ph", "X"},
               {"name", chrome_event_name(timeline, s)},
               {"cat", to_string(s.kind)},
@@ -377,6 +378,11 @@ Timeline parse_chrome_trace(const json& trace, std::string_view source) {
       s.bytes = optional_int(args, "bytes", 0, source, i);
       const std::int64_t queued_ns = optional_int(args, "queued_ns", -1, source, i);
       if (queued_ns >= 0 && s.lane == Lane::kComm) s.issue_ns = s.start_ns - queued_ns;
+      const std::int64_t group = optional_int(args, "group", 0, source, i);
+      if (group < 0 || group > std::numeric_limits<std::uint32_t>::max()) {
+        malformed(source, i, "\"group\" out of range");
+      }
+      s.group = static_cast<std::uint32_t>(group);
       if (args.contains("flops")) {
         if (!args["flops"].is_number()) malformed(source, i, "non-numeric \"flops\"");
         s.flops = args["flops"].get<double>();

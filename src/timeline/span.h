@@ -63,6 +63,11 @@ struct Span {
   // Comm spans: when the collective was issued (its bucket became ready), on the same
   // clock; 0 = unknown. start_ns - issue_ns is how long it queued behind earlier work.
   std::int64_t issue_ns = 0;
+  // Comm spans: which communicator ran it, the same number on every member and different
+  // for two groups a split made (0: the world, or unknown). Matches a collective's spans
+  // across ranks (analysis/waiting.h) where tensor, pipeline and data-parallel groups
+  // run collectives with the same step, kind and tag at once.
+  std::uint32_t group = 0;
   double flops = 0;          // useful floating-point operations of a compute span
 
   std::int64_t duration_ns() const { return end_ns - start_ns; }
