@@ -245,6 +245,15 @@ WaitingAnalysis explain_waiting(const Timeline& timeline, std::int32_t first_ste
   return out;
 }
 
+std::string clocks_note(std::int64_t clock_uncertainty_ns, bool simulated) {
+  if (simulated) return "one virtual clock (simulated)";
+  if (clock_uncertainty_ns > 0) {
+    return "the processes' clocks aligned to within " +
+           format_duration_ns(static_cast<double>(clock_uncertainty_ns));
+  }
+  return "one clock (the ranks share a host clock)";
+}
+
 nlohmann::json waiting_json(const WaitingAnalysis& waiting, const std::string& clocks) {
   nlohmann::json ranks = nlohmann::json::array();
   for (const RankWaiting& w : waiting.ranks) {

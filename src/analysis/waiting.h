@@ -75,6 +75,10 @@ struct WaitingAnalysis {
 // Over the spans with step >= first_step (Note [skew and transfer]).
 WaitingAnalysis explain_waiting(const Timeline& timeline, std::int32_t first_step = 0);
 
+// How far the ranks' clocks agree, for the skew: one sentence (an aligned job's clocks
+// agree within the alignment's uncertainty; 0 for ranks on one clock).
+std::string clocks_note(std::int64_t clock_uncertainty_ns, bool simulated);
+
 // summary.json's "waiting": the analysis plus `clocks`, a sentence on how far the ranks'
 // clocks agree ("one clock: threads of one process", ...). Times in ms.
 nlohmann::json waiting_json(const WaitingAnalysis& waiting, const std::string& clocks);

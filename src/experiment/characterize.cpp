@@ -97,7 +97,16 @@ Characterization characterize(Workload& workload, const CharacterizeOptions& opt
   out.metrics = compute_scenario_metrics(
       scenario_inputs(out.run(Scenario::kComputeOnly).steps, out.run(Scenario::kCommOnly).steps,
                       out.run(Scenario::kSequential).steps, out.run(Scenario::kOverlapped).steps));
+  out.waiting = explain_waiting(out.run(Scenario::kOverlapped).timeline, options.warmup);
+  out.clocks = clocks_note(clock_uncertainty_ns,
+                           out.config.value("timing_source", std::string()) == "simulated");
   return out;
+}
+
+std::string format_waiting_lines(const Characterization& c) {
+  const std::string lines = format_waiting(c.waiting, "  ");
+  return lines.empty() ? ""
+                       : "blocked waiting in the overlapped scenario, per iteration:\n" + lines;
 }
 
 std::vector<PowerOverlap> power_overlap(const Characterization& c) {
@@ -190,10 +199,15 @@ nlohmann::json to_json(const Characterization& c) {
                        {"extra_average", number_or_null(o.extra_average)},
                        {"energy_vs_sequential", number_or_null(o.energy_vs_sequential)}});
   }
-  return {{"description", c.description}, {"config", c.config},
-          {"warmup", c.warmup},           {"iterations", c.iterations},
-          {"metrics", c.metrics},         {"scenarios", scenarios},
-          {"power_overlap", overlap}};
+  return {
+      {"description", c.description},
+      {"config", c.config},
+      {"warmup", c.warmup},
+      {"iterations", c.iterations},
+      {"metrics", c.metrics},
+      {"scenarios", scenarios},
+      {"waiting", c.waiting.empty() ? nlohmann::json(nullptr) : waiting_json(c.waiting, c.clocks)},
+      {"power_overlap", overlap}};
 }
 
 std::string iterations_csv_rows(const std::string& point_id, const Characterization& c) {

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "analysis/metrics.h"
+#include "analysis/waiting.h"
 #include "experiment/workload.h"
 #include "power/power.h"
 
@@ -41,6 +42,10 @@ struct Characterization {
   nlohmann::json config;
   std::vector<ScenarioRun> runs;  // in kAllScenarios order
   ScenarioMetrics metrics;
+  // The overlapped scenario's blocked time split into skew and transfer over its measured
+  // iterations (analysis/waiting.h), and how far the ranks' clocks agree for it.
+  WaitingAnalysis waiting;
+  std::string clocks;
   int warmup = 0;
   int iterations = 0;
 
@@ -60,6 +65,9 @@ struct PowerOverlap {
   double energy_vs_sequential = 0;  // overlapped's energy per iteration / sequential's
 };
 std::vector<PowerOverlap> power_overlap(const Characterization& c);
+// The lines printed after the metrics on the overlapped scenario's waiting ("" when
+// nothing was blocked).
+std::string format_waiting_lines(const Characterization& c);
 // The power table printed after the metrics (empty without power).
 std::string format_power_table(const Characterization& c);
 

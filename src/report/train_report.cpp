@@ -152,6 +152,8 @@ TrainSummary summarize_training(const TrainConfig& config, const TrainResult& re
   out.overlap_ms = summarize_ms(steps, &StepMetrics::t_ovl_ns);
   out.exposed_comm_ms = summarize_ms(steps, &StepMetrics::t_exposed_comm_ns);
   out.hidden_share = hidden_share(steps);
+  out.waiting = explain_waiting(result.timeline, static_cast<std::int32_t>(skip));
+  out.clocks = clocks_note(result);
   // Compute spans of one name (ModelOp), per measured step, mean over ranks.
   const auto named_ms = [&](SpanKind kind, ModelOp op) {
     std::map<int, double> ns;  // per measured step, over every rank
@@ -221,6 +223,7 @@ std::string format_train_summary(const TrainConfig& config, const TrainResult& r
     add("  compute          %s\n", ms(s.compute_ms).c_str());
     add("  communication    %s\n", ms(s.comm_ms).c_str());
     add("  blocked waiting  %s\n", ms(s.wait_ms).c_str());
+    text += format_waiting(s.waiting, "    ");
     add("  overlapped       %s\n", ms(s.overlap_ms).c_str());
     add("  hidden share of communication  %.1f%%  (T_ovl / T_comm)\n", 100 * s.hidden_share);
   } else {
@@ -431,6 +434,10 @@ nlohmann::json power_json(const TrainSummary& s) {
 
 }  // namespace
 
+std::string clocks_note(const TrainResult& result) {
+  return clocks_note(result.clock_uncertainty_ns, result.timing_source == "simulated");
+}
+
 nlohmann::json train_summary_body(const TrainConfig& config, const TrainResult& result,
                                   const TrainSummary& s) {
   return {
@@ -450,6 +457,7 @@ nlohmann::json train_summary_body(const TrainConfig& config, const TrainResult& 
       {"recompute_ms",
        s.recompute_ms.count > 0 ? nlohmann::json(s.recompute_ms) : nlohmann::json(nullptr)},
       {"hidden_share", number_or_null(s.hidden_share)},
+      {"waiting", s.waiting.empty() ? nlohmann::json(nullptr) : waiting_json(s.waiting, s.clocks)},
       {"first_loss", s.first_loss},
       {"last_loss", s.last_loss},
       {"tokens_per_s",

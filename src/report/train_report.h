@@ -7,6 +7,7 @@
 #include <string>
 
 #include "analysis/metrics.h"
+#include "analysis/waiting.h"
 #include "engine/trainer.h"
 #include "power/power.h"
 
@@ -27,6 +28,10 @@ struct TrainSummary {
   // "compress"), per step, mean over ranks; empty without it.
   Summary compress_ms;
   double hidden_share = 0;              // Σ T_ovl / Σ T_comm over measured steps (HTA)
+  // The blocked waiting split into skew and transfer over the measured steps
+  // (analysis/waiting.h), and how far the ranks' clocks agree for it.
+  WaitingAnalysis waiting;
+  std::string clocks;
   float first_loss = 0, last_loss = 0;  // mean over ranks
   bool has_loss = false;  // some step computed a loss (not comm-only runs or simulations)
   // Transformers: tokens predicted per second (samples x seq) at the median step time; 0
@@ -65,6 +70,8 @@ nlohmann::json train_config_json(const TrainConfig& config, const TrainResult& r
 // micro-batches, strategy and its options, pipeline stages and schedule, precision,
 // device. Throws UsageError naming `what` (the file) when it is not one.
 TrainConfig train_config_from_json(const nlohmann::json& config, const std::string& what);
+// How far the ranks' clocks agree, for the skew of a run's waiting: one sentence.
+std::string clocks_note(const TrainResult& result);
 // The body of summary.json (ResultsWriter writes the header before it).
 nlohmann::json train_summary_body(const TrainConfig& config, const TrainResult& result,
                                   const TrainSummary& summary);

@@ -18,7 +18,7 @@ namespace tandem {
 // Lanes: which resource a span occupies. The trace writer draws one thread per lane.
 enum class Lane : std::uint8_t {
   kCompute,  // forward/backward/optimizer kernels
-  kComm,     // a collective from the moment data moves until it completes
+  kComm,     // a collective, from when this rank starts it until it completes here
   kWait,     // the training thread blocked on communication
   kIdle,
 };

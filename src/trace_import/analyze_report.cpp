@@ -98,6 +98,8 @@ AnalyzeResult analyze_timeline(const Timeline& run, const Timeline* baseline, st
   r.overlap_ms = summarize_ms(r.steps, &StepMetrics::t_ovl_ns);
   r.exposed_comm_ms = summarize_ms(r.steps, &StepMetrics::t_exposed_comm_ns);
   r.idle_ms = summarize_ms(r.steps, &StepMetrics::t_other_ns);
+  r.waiting = explain_waiting(run, r.steps.front().step);
+  r.clocks = "as the trace recorded them";
   return r;
 }
 
@@ -140,6 +142,11 @@ std::string format_analyze_summary(const AnalyzeResult& r) {
   text += "  hidden share of communication  " + percent(r.hidden_share) +
           "  (sum T_ovl / sum T_comm, HTA)\n";
   text += metric_line(r.scenario, &ScenarioMetrics::overlap_ratio);
+  if (const std::string lines = format_waiting(r.waiting, "    "); !lines.empty()) {
+    text += std::string("  blocked on communication (") +
+            (r.waiting.from_wait_spans ? "wait spans" : "the collectives' own time") +
+            "), clocks: " + r.clocks + "\n" + lines;
+  }
   if (r.has_baseline) {
     char line[160];
     std::snprintf(line, sizeof line, "  baseline (%zu iterations, compute-only):\n",
@@ -277,6 +284,11 @@ AnalyzeResult analyze_imports(const ImportResult& run, const ImportResult* basel
   AnalyzeResult r =
       analyze_timeline(run.timeline, baseline != nullptr ? &baseline->timeline : nullptr, warmup);
   r.hta_step_filter = run.hta_step_filter;
+  if (!run.ranks.empty()) {
+    r.clocks =
+        "each Kineto trace's own host clock, as the profiler wrote it (not aligned "
+        "across hosts: their offset adds to the skew)";
+  }
   for (const ImportedRank& rank : run.ranks) {
     r.ranks.push_back({rank, run.hta(rank, false), run.hta(rank, true)});
   }

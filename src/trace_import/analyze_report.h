@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "analysis/metrics.h"
+#include "analysis/waiting.h"
 #include "trace_import/kernel_slowdown.h"
 #include "trace_import/trace_import.h"
 
@@ -47,6 +48,11 @@ struct AnalyzeResult {
   bool hta_step_filter = false;                 // HTA left the last ProfilerStep out
   std::vector<CollectiveRow> collectives;       // measured iterations
   std::optional<KernelSlowdownReport> kernels;  // with a Kineto baseline
+  // The time blocked on collectives (the comm spans, or the wait spans of tandem's own
+  // traces) split into skew and transfer over the measured iterations
+  // (analysis/waiting.h), and whose clocks the arrivals were read from.
+  WaitingAnalysis waiting;
+  std::string clocks;
 };
 
 // `baseline` may be null. Throws UsageError when nothing is left to analyze.

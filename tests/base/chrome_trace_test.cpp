@@ -273,6 +273,7 @@ TEST_F(ChromeTraceTest, FlowArrowsJoinBucketReadyToItsCollective) {
   Span inside_slice = make(0, Lane::kComm, SpanKind::kAllreduce, 2600, 2900, 0, 1);
   inside_slice.issue_ns = 2500;  // enclosed by bwd2
   Span no_issue = make(0, Lane::kComm, SpanKind::kAllreduce, 4100, 4200, 0, 2);
+  no_issue.group = 4000000000u;  // a split's communicator, above INT32_MAX
   Span before_compute = make(1, Lane::kComm, SpanKind::kBroadcast, 100, 200, -1);
   before_compute.issue_ns = 50;  // rank 1 has no compute at all: no arrow
   t.spans = {bwd3, bwd2, after_slice, inside_slice, no_issue, before_compute};
@@ -302,11 +303,13 @@ TEST_F(ChromeTraceTest, FlowArrowsJoinBucketReadyToItsCollective) {
   // t0 = 100 ns (the earliest span); times below are (ns - 100) / 1000 us.
   EXPECT_EQ(from_to_us, (std::map<double, double>{{2.4, 2.5}, {2.899, 3.4}}));
 
-  // The reader skips the flow events and restores each issue time from queued_ns.
+  // The reader skips the flow events and restores each issue time from queued_ns, and
+  // each group.
   const Timeline back = read_chrome_trace(path.string());
   ASSERT_EQ(back.spans.size(), t.spans.size());
   for (std::size_t i = 0; i < t.spans.size(); ++i) {
     EXPECT_EQ(back.spans[i].issue_ns, t.spans[i].issue_ns) << i;
+    EXPECT_EQ(back.spans[i].group, t.spans[i].group) << i;
   }
 }
 

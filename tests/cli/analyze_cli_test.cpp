@@ -196,6 +196,48 @@ TEST(AnalyzeCliTest, ArgumentsThatAreNoDeviceOrCountAreSaid) {
   EXPECT_NE(r.out.find("2 nelems that are no count"), std::string::npos) << r.out;
 }
 
+// Waiting explained on Kineto traces: rank 1's all-reduce kernel starts 30 us after rank
+// 0's, both end together, so rank 0 spends 30 of its 100 us waiting for rank 1 (skew) and
+// 70 moving data (transfer); the report names rank 1 as the late one, on the traces' own
+// clocks.
+TEST(AnalyzeCliTest, WaitingIsSplitIntoSkewAndTransfer) {
+  TempDir dir;
+  KinetoBuilder r0(0), r1(1);
+  for (int step = 1; step <= 3; ++step) {
+    const double t = 1000.0 * step;
+    for (KinetoBuilder* b : {&r0, &r1}) {
+      b->profiler_step(step, t, 1000).launch(t + 1, 2 * step).launch(t + 2, 2 * step + 1);
+      b->kernel("sm80_gemm", t, 120, 7, 2 * step);
+    }
+    r0.nccl("ncclDevKernel_AllReduce_Sum_f32_RING_LL", t + 60, 100, 2 * step + 1, "allreduce",
+            1 << 20, 1 << 20, 2, "Float");
+    r1.nccl("ncclDevKernel_AllReduce_Sum_f32_RING_LL", t + 90, 70, 2 * step + 1, "allreduce",
+            1 << 20, 1 << 20, 2, "Float");
+  }
+  std::ofstream(dir.path() / "r0.json") << r0.str();
+  std::ofstream(dir.path() / "r1.json") << r1.str();
+  const fs::path out = dir.path() / "a";
+  const CliResult r = run_tandem("analyze " + (dir.path() / "r0.json").string() + " " +
+                                 (dir.path() / "r1.json").string() + " --out " + out.string());
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("rank 1 arrived last at 3 of 3 collectives (100%), 30 us after"),
+            std::string::npos)
+      << r.out;
+  const auto summary = nlohmann::json::parse(slurp(out / "summary.json"));
+  const auto& w = summary["waiting"];
+  EXPECT_EQ(w["blocked_on"], "collective spans");
+  EXPECT_NE(w["clocks"].get<std::string>().find("Kineto"), std::string::npos);
+  EXPECT_EQ(w["collectives"], 3);
+  EXPECT_EQ(w["most_often_last"], 1);
+  ASSERT_EQ(w["ranks"].size(), 2u);
+  EXPECT_NEAR(w["ranks"][0]["skew_ms"].get<double>(), 0.030, 1e-9);
+  EXPECT_NEAR(w["ranks"][0]["transfer_ms"].get<double>(), 0.070, 1e-9);
+  EXPECT_NEAR(w["ranks"][1]["skew_ms"].get<double>(), 0.0, 1e-9);
+  EXPECT_NEAR(w["ranks"][1]["late_by_ms"].get<double>(), 0.030, 1e-9);
+  EXPECT_EQ(w["kinds"][0]["kind"], "allreduce");
+  EXPECT_NE(slurp(out / "report.html").find("Waiting explained"), std::string::npos);
+}
+
 // Round two as a user meets it: HTA's per-rank number, the collectives with their sizes
 // and bandwidths, and the kernels contention slows, on the terminal and in the files.
 TEST(AnalyzeCliTest, RanksCollectivesAndSlowedKernels) {

@@ -41,14 +41,16 @@ TEST(ReportCliTest, CharacterizeWritesAReportWithEveryChart) {
   expect_self_contained(html);
   EXPECT_EQ(count(html, "class=\"chart gantt\""), 4u);  // one per scenario
   EXPECT_EQ(count(html, "class=\"chart bars\""), 1u);
-  EXPECT_EQ(count(html, "class=\"chart stacked\""), 1u);
+  // The breakdown per configuration and the waiting split per rank.
+  EXPECT_EQ(count(html, "class=\"chart stacked\""), 2u);
   EXPECT_EQ(count(html, "class=\"chart scatter\""), 1u);
   EXPECT_EQ(count(html, "class=\"chart lines\""), 1u);  // the chunks sweep
   EXPECT_EQ(count(html, "class=\"chart power\""), 4u);  // the fixture was sampled
-  // Both ranks in each Gantt; overlapped time shaded in the overlapped scenario only
-  // (synthetic sleep mode: compute-only and comm-only cannot overlap).
-  EXPECT_EQ(count(html, ">rank 0</text>"), 4u);
-  EXPECT_EQ(count(html, ">rank 1</text>"), 4u);
+  // Both ranks in each Gantt and in the waiting bars; overlapped time shaded in the
+  // overlapped scenario only (synthetic sleep mode: compute-only and comm-only cannot
+  // overlap).
+  EXPECT_EQ(count(html, ">rank 0</text>"), 5u);
+  EXPECT_EQ(count(html, ">rank 1</text>"), 5u);
   EXPECT_GT(count(html, "class=\"ovl\""), 0u);
   // The metrics table has every row of the terminal table, and the machine is named.
   EXPECT_NE(html.find("compute slowdown S (eq. 1)"), std::string::npos);
@@ -102,7 +104,9 @@ TEST(ReportCliTest, TrainWritesAReport) {
   const std::string html = slurp(out / "report.html");
   expect_self_contained(html);
   EXPECT_EQ(count(html, "class=\"chart gantt\""), 1u);
-  EXPECT_EQ(count(html, "class=\"chart stacked\""), 1u);
+  // The step breakdown and the waiting split per rank.
+  EXPECT_EQ(count(html, "class=\"chart stacked\""), 2u);
+  EXPECT_NE(html.find("<h2>Waiting explained</h2>"), std::string::npos);
   EXPECT_NE(html.find(">allreduce B0 · "), std::string::npos);  // a comm span's tooltip
 }
 
@@ -130,8 +134,9 @@ TEST(ReportCliTest, ScalesToManyRanksAndPoints) {
   ASSERT_EQ(r.exit_code, 0) << r.err;
   const std::string html = slurp(out / "report.html");
   EXPECT_LT(html.size(), 1'500'000u);
-  EXPECT_EQ(count(html, ">rank 7</text>"), 4u);
+  EXPECT_EQ(count(html, ">rank 7</text>"), 5u);  // 4 Gantts and the waiting bars
   EXPECT_EQ(count(html, ">rank 8</text>"), 0u);
+  EXPECT_NE(html.find("The first 8 of 32 ranks; summary.json has every one."), std::string::npos);
   EXPECT_EQ(count(html, "ranks 0–7 of 32 drawn"), 4u);
   EXPECT_NE(html.find("The first 40 of 200 configurations"), std::string::npos);
   EXPECT_NE(html.find("<td>chunks=200</td>"), std::string::npos);

@@ -500,6 +500,17 @@ void contract_split_records_spans(Communicator& comm) {
   if (s.start_ns != work->start_ns() || s.end_ns != work->end_ns()) {
     fail(comm, what, "times differ from the Work's");
   }
+  // Span::group: not the world's, and the same on every member (exchanged as two exact
+  // 16-bit halves).
+  if (s.group == 0) fail(comm, what, "group 0, the world's");
+  const std::vector<float> mine = {static_cast<float>(s.group >> 16),
+                                   static_cast<float>(s.group & 0xffffu)};
+  std::vector<float> all(2 * static_cast<std::size_t>(comm.size()));
+  comm.allgather(mine, all)->wait();
+  for (std::size_t i = 0; i < all.size(); i += 2) {
+    if (all[i] != mine[0] || all[i + 1] != mine[1])
+      fail(comm, what, "groups differ across members");
+  }
   comm.barrier()->wait();
   child.reset();
 }

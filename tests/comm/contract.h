@@ -57,7 +57,7 @@ void contract_split_by_parity(Communicator& comm, bool keys_reversed);
 // thrown before anything is sent (so every rank throws, none waits).
 void contract_split_singletons(Communicator& comm);
 // The child's comm spans land in the recorder the parent had at split(), stamped with
-// this rank.
+// this rank and a group (Span::group) that is not the world's and the same on every member.
 void contract_split_records_spans(Communicator& comm);
 // A grandchild's receive that no one will ever match is pending; aborting its parent
 // (the child) makes it fail with AbortedError instead of waiting, and later operations

@@ -164,7 +164,6 @@ struct CollectiveState final : OpState {
   std::uint64_t seq = 0;
   bool moved = false;     // this rank's share is done
   bool released = false;  // the group is done; only wire time may remain
-  std::int64_t start_ns = 0;
   std::int64_t data_end_ns = 0;
 };
 
@@ -200,6 +199,7 @@ std::string LocalCommunicator::describe() const {
 void LocalCommunicator::on_abort(const std::string& reason) { world_->abort(reason); }
 
 void LocalCommunicator::start(Op& op) {
+  op.start_ns = now_ns();  // the post: a partner already waiting moves the data right here
   if (is_p2p(op)) {
     auto state = std::make_unique<P2pOpState>();
     state->p2p.post = post_of(op, rank());
@@ -240,13 +240,12 @@ bool LocalCommunicator::test_collective(Op& op) {
       group = world_->view(st.seq);
     }
     if (!group.all_moved) return false;
-    st.start_ns = group.start_ns;
     st.data_end_ns = group.data_end_ns;
     st.released = true;
     world_->release(st.seq);
     if (!group.error.empty()) throw RuntimeError(group.error);
   }
-  return finish_after_wire(op, st.start_ns, st.data_end_ns);
+  return finish_after_wire(op, st.data_end_ns);
 }
 
 bool LocalCommunicator::test_p2p(Op& op) {
@@ -254,14 +253,15 @@ bool LocalCommunicator::test_p2p(Op& op) {
   const LocalWorld::P2p now = world_->snapshot(&st.p2p);
   if (now.state != LocalWorld::P2pState::kDone) return false;
   if (!now.error.empty()) throw RuntimeError(now.error);
-  return finish_after_wire(op, now.start_ns, now.data_end_ns);
+  return finish_after_wire(op, now.data_end_ns);
 }
 
-bool LocalCommunicator::finish_after_wire(Op& op, std::int64_t start_ns,
-                                          std::int64_t data_end_ns) {
+// The span keeps the skeleton's start, when this rank posted the operation: it includes
+// the wait for the last rank to post (skew, analysis/waiting.h), as an MPI request's or an
+// NCCL kernel's does.
+bool LocalCommunicator::finish_after_wire(Op& op, std::int64_t data_end_ns) {
   const OpInfo& info = op.work->info();
   const std::int64_t wire_ns = world_->link().wire_time_ns(info.kind, info.bytes, size());
-  op.start_ns = start_ns;
   if (wire_ns <= 0) {
     op.end_ns = data_end_ns;
     return true;

@@ -73,7 +73,7 @@ class LocalCommunicator final : public ProgressCommunicator {
   bool test_collective(Op& op);
   bool test_p2p(Op& op);
   // Completes once the emulated wire time after data_end_ns has passed.
-  bool finish_after_wire(Op& op, std::int64_t start_ns, std::int64_t data_end_ns);
+  bool finish_after_wire(Op& op, std::int64_t data_end_ns);
 
   std::shared_ptr<LocalWorld> world_;
   std::uint64_t next_seq_ = 0;  // communication thread only

@@ -51,7 +51,6 @@ void LocalWorld::post(std::uint64_t seq, const LocalPost* post) {
   group.posts[static_cast<std::size_t>(post->rank)] = post;
   if (++group.posted == ranks_) {
     group.error = validate(group);
-    group.start_ns = now_ns();
     wake_all();
   }
 }
@@ -64,7 +63,6 @@ LocalWorld::GroupView LocalWorld::view(std::uint64_t seq) {
   if (!view.formed) return view;
   view.posts = group.posts;
   view.error = group.error;
-  view.start_ns = group.start_ns;
   view.all_moved = group.moved == ranks_;
   view.data_end_ns = group.data_end_ns;
   return view;
@@ -152,7 +150,6 @@ void LocalWorld::match(P2p* mine) {
   P2p& sender = is_send ? *mine : *partner;
   P2p& receiver = is_send ? *partner : *mine;
   std::string error;
-  const std::int64_t start = now_ns();
   if (sender.post.input_count != receiver.post.output_count) {
     error = "size mismatch: rank " + std::to_string(sender.post.rank) + " sends " +
             std::to_string(sender.post.input_count) + " elements, rank " +
@@ -166,7 +163,6 @@ void LocalWorld::match(P2p* mine) {
   std::lock_guard lock(mutex_);
   for (P2p* side : {&sender, &receiver}) {
     side->state = P2pState::kDone;
-    side->start_ns = start;
     side->data_end_ns = end;
     side->error = error;
   }

@@ -73,7 +73,6 @@ class LocalWorld {
     bool formed = false;
     std::vector<const LocalPost*> posts;  // in rank order, once formed
     std::string error;                    // the same on every rank; empty when consistent
-    std::int64_t start_ns = 0;            // when it formed
     bool all_moved = false;
     std::int64_t data_end_ns = 0;  // when the last share moved
   };
@@ -90,7 +89,6 @@ class LocalWorld {
   struct P2p {
     LocalPost post;
     P2pState state = P2pState::kParked;
-    std::int64_t start_ns = 0;
     std::int64_t data_end_ns = 0;
     std::string error;
   };
@@ -111,7 +109,6 @@ class LocalWorld {
     int moved = 0;
     int released = 0;
     std::string error;
-    std::int64_t start_ns = 0;
     std::int64_t data_end_ns = 0;
   };
   std::string validate(const Group& group) const;

@@ -287,6 +287,7 @@ std::string analyze_body(const Results& r, const ReportOptions& options) {
                   breakdown(steps));
   body += section("ranks", "Per rank", "Means over the analysed iterations.",
                   per_rank(s["iterations"]));
+  if (s.contains("waiting")) body += waiting_section(s["waiting"]);
   if (s.contains("ranks") && s["ranks"].is_array() && !s["ranks"].empty()) {
     body += section("hta", "Per rank, as HTA",
                     "Holistic Trace Analysis's get_comm_comp_overlap, computed as HTA does over "

@@ -397,7 +397,8 @@ std::string characterize_body(const Results& r, const ReportOptions& options) {
       "</p>";
   body +=
       "<nav><a href=\"#timeline\">timelines</a><a href=\"#e2e\">E2E</a><a "
-      "href=\"#breakdown\">breakdown</a><a href=\"#slowdown\">slowdown</a><a "
+      "href=\"#breakdown\">breakdown</a><a href=\"#waiting\">waiting</a><a "
+      "href=\"#slowdown\">slowdown</a><a "
       "href=\"#scaling\">scaling</a><a href=\"#power\">power</a><a "
       "href=\"#metrics\">metrics</a><a href=\"#config\">configuration</a><a "
       "href=\"#machine\">machine</a></nav>";
@@ -422,6 +423,9 @@ std::string characterize_body(const Results& r, const ReportOptions& options) {
           "dotted lead how long it waited for its collective.",
       step < 0 ? note("no measured iteration recorded") : timelines(r, chosen, step, options));
   body += e2e_and_breakdown(r);
+  if (chosen.json.contains("waiting")) {
+    body += waiting_section(chosen.json["waiting"], " in the overlapped scenario");
+  }
   body += slowdown_scatter(r);
   body += scaling(r);
   body += power(r, chosen);

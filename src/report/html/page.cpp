@@ -57,6 +57,8 @@ svg text{font-family:system-ui,"DejaVu Sans",sans-serif;fill:var(--ink)}
 .f-exposed{fill:#D55E00}
 .f-hidden{fill:url(#p-hidden)}
 .f-idle{fill:#C8C8C8}
+.f-skew{fill:#CC79A7}
+.f-transfer{fill:#E69F00}
 .ovl{fill:url(#p-ovl);stroke:#000;stroke-opacity:.55;stroke-width:.6}
 .ovl-swatch{fill:url(#p-ovl);stroke:#000;stroke-width:.6}
 .whisker{stroke:#111;stroke-width:1.2}

@@ -2,6 +2,8 @@
 #include "report/html/report.h"
 
 #include <algorithm>
+#include <cmath>
+#include <cstdio>
 #include <map>
 #include <set>
 
@@ -108,6 +110,72 @@ std::string ranks_note(const GanttInput& gantt, int ranks_total) {
   return "ranks " + std::to_string(gantt.ranks.front().rank) + "–" +
          std::to_string(gantt.ranks.back().rank) + " of " + std::to_string(ranks_total) +
          " drawn (the others ran the same iteration; see trace.json in Perfetto for all)";
+}
+
+std::string waiting_section(const nlohmann::json& w, const std::string& scope) {
+  if (!w.is_object() || !w.contains("ranks")) return "";
+  const auto ms = [](const nlohmann::json& o, const char* key) {
+    return o.contains(key) && o[key].is_number() ? o[key].get<double>() : NAN;
+  };
+  // The first ranks, as the Gantt draws them; summary.json has every one.
+  constexpr std::size_t kMaxRanks = 8;
+  std::vector<StackRow> bars;
+  std::vector<std::vector<std::string>> rank_rows;
+  for (const nlohmann::json& r : w["ranks"]) {
+    if (bars.size() == kMaxRanks) break;
+    const std::string rank = "rank " + std::to_string(r.value("rank", -1));
+    bars.push_back({rank, {ms(r, "skew_ms"), ms(r, "transfer_ms"), ms(r, "other_ms")}});
+    rank_rows.push_back(
+        {rank, format_ms(ms(r, "blocked_ms") * 1e6), format_ms(ms(r, "skew_ms") * 1e6),
+         format_ms(ms(r, "transfer_ms") * 1e6), format_ms(ms(r, "other_ms") * 1e6),
+         std::to_string(r.value("last_arrivals", 0)),
+         r.value("last_arrivals", 0) > 0 ? format_ms(ms(r, "late_by_ms") * 1e6) : std::string("")});
+  }
+  std::vector<std::vector<std::string>> kind_rows;
+  for (const nlohmann::json& k : w.value("kinds", nlohmann::json::array())) {
+    kind_rows.push_back({k.value("kind", std::string("?")),
+                         std::to_string(k.value("collectives", 0)),
+                         format_ms(ms(k, "skew_ms") * 1e6), format_ms(ms(k, "transfer_ms") * 1e6),
+                         format_ms(ms(k, "arrival_spread_ms") * 1e6)});
+  }
+  std::string intro =
+      "The time a rank was blocked on communication" + scope + " (" +
+      w.value("blocked_on", std::string("?")) +
+      "), per step, split at each collective's last arrival: skew while some rank had "
+      "not yet started the collective (it cannot finish before its last participant starts "
+      "it), transfer once all had, other with no collective in flight on the "
+      "rank. Mean over ranks: " +
+      format_ms(ms(w, "blocked_ms") * 1e6) + " = skew " + format_ms(ms(w, "skew_ms") * 1e6) +
+      " + transfer " + format_ms(ms(w, "transfer_ms") * 1e6) + " + other " +
+      format_ms(ms(w, "other_ms") * 1e6) + ".";
+  if (w.contains("most_often_last") && w["most_often_last"].is_number_integer()) {
+    const int last = w["most_often_last"].get<int>();
+    for (const nlohmann::json& r : w["ranks"]) {
+      if (r.value("rank", -1) != last) continue;
+      char text[200];
+      std::snprintf(text, sizeof text,
+                    " Rank %d arrived last at %d of %d collectives, on average %s after the "
+                    "next-latest rank.",
+                    last, r.value("last_arrivals", 0), w.value("collectives", 0),
+                    format_ms(ms(r, "late_by_ms") * 1e6).c_str());
+      intro += text;
+    }
+  }
+  intro += " Arrivals are read from the ranks' clocks: " +
+           w.value("clocks", std::string("not recorded")) + ".";
+  std::string html =
+      figure(stacked_bar_chart(
+                 {{"skew", "f-skew"}, {"transfer", "f-transfer"}, {"other", "f-idle"}}, bars,
+                 "blocked time per step (ms)", 1, "blocked time per rank: skew, transfer, other"),
+             "");
+  html +=
+      table({"rank", "blocked", "skew", "transfer", "other", "arrived last", "late by"}, rank_rows);
+  if (w["ranks"].size() > kMaxRanks) {
+    html += note("The first " + std::to_string(kMaxRanks) + " of " +
+                 std::to_string(w["ranks"].size()) + " ranks; summary.json has every one.");
+  }
+  html += table({"collective", "matched", "skew", "transfer", "arrival spread"}, kind_rows);
+  return section("waiting", "Waiting explained", intro, html);
 }
 
 std::string config_table(const nlohmann::json& config) {

@@ -22,6 +22,12 @@ IntervalSet overlap_any_rank(const Timeline& timeline);
 // "ranks 0-7 of 32 drawn" style note, or "" when every rank is drawn.
 std::string ranks_note(const GanttInput& gantt, int ranks_total);
 
+// summary.json's "waiting" (analysis/waiting.h) as a section: the split of the blocked time
+// into skew and transfer per rank and per collective kind, and who arrived last; "" when
+// the summary has none. `scope` follows "blocked on communication" (" in the overlapped
+// scenario").
+std::string waiting_section(const nlohmann::json& waiting, const std::string& scope = "");
+
 std::string config_table(const nlohmann::json& config);
 std::string machine_table(const nlohmann::json& machine, const std::string& created);
 

@@ -175,6 +175,7 @@ std::string train_body(const Results& r, const ReportOptions& options) {
                                     : figure(gantt_chart(g),
                                              "Step " + std::to_string(step) + " of the replay."));
   }
+  if (s.contains("waiting")) body += waiting_section(s["waiting"]);
   if (!breakdown_html.empty()) {
     body += section("breakdown", "Where each step goes",
                     "Per measured step: compute, the communication left exposed, and the "
