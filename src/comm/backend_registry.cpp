@@ -8,6 +8,7 @@
 
 #include "core/error.h"
 #include "core/parse.h"
+#include "core/plugin.h"
 
 namespace tandem {
 namespace {
@@ -22,6 +23,16 @@ Registry& registry() {
   static Registry instance;
   return instance;
 }
+
+const Backend* registered(std::string_view name) {
+  Registry& r = registry();
+  std::lock_guard<std::mutex> lock(r.mutex);
+  const auto it = r.backends.find(name);
+  // Entries are never removed, and std::map nodes do not move: the pointer stays valid.
+  return it == r.backends.end() ? nullptr : &it->second;
+}
+
+bool is_device_backend(std::string_view name) { return name == "nccl" || name == "emulated"; }
 
 std::string known_names() {
   std::string text;
@@ -39,12 +50,11 @@ bool register_backend(Backend backend) {
   return true;
 }
 
+// The device backends live in the GPU plug-in (core/plugin.h), loaded on the first miss.
 const Backend* find_backend(std::string_view name) {
-  Registry& r = registry();
-  std::lock_guard<std::mutex> lock(r.mutex);
-  const auto it = r.backends.find(name);
-  // Entries are never removed, and std::map nodes do not move: the pointer stays valid.
-  return it == r.backends.end() ? nullptr : &it->second;
+  if (const Backend* backend = registered(name)) return backend;
+  if (!is_device_backend(name) || !load_gpu_plugin().empty()) return nullptr;
+  return registered(name);
 }
 
 std::vector<std::string> backend_names() {
@@ -64,9 +74,11 @@ const Backend& require_backend(std::string_view name, std::string_view flag) {
                        "this tandem was built without MPI (install libopenmpi-dev and rebuild; "
                        "CMake said so at configure time)");
     }
-    if (name == "nccl" || name == "emulated") {
-      throw UsageError(prefix + "this tandem was built without " +
-                       (name == "nccl" ? "NCCL" : "the CUDA toolkit") + " (see docs/GPU.md)");
+    if (is_device_backend(name)) {
+      throw UsageError(prefix +
+                       (load_gpu_plugin().empty()
+                            ? std::string("this tandem was built without NCCL (see docs/GPU.md)")
+                            : load_gpu_plugin()));
     }
     throw UsageError(prefix + "unknown backend (this tandem has " + known_names() + ")");
   }

@@ -12,6 +12,7 @@
 #include "core/error.h"
 #include "core/page_array.h"
 #include "core/parse.h"
+#include "core/plugin.h"
 #include "model/dataset.h"
 #include "model/device_rank_model.h"
 #include "model/mlp.h"
@@ -180,10 +181,19 @@ bool register_device_models(Device device, DeviceModels models) {
   return true;
 }
 
-const DeviceModels* find_device_models(Device device) {
+namespace {
+const DeviceModels* registered(Device device) {
   std::lock_guard lock(registry_mutex());
   const auto it = registry().find(device);
   return it == registry().end() ? nullptr : &it->second;
+}
+}  // namespace
+
+// A device's models live in the GPU plug-in (core/plugin.h), loaded on the first miss.
+const DeviceModels* find_device_models(Device device) {
+  if (const DeviceModels* models = registered(device)) return models;
+  if (device == Device::kCpu || !load_gpu_plugin().empty()) return nullptr;
+  return registered(device);
 }
 
 void check_device_available(Device device) {
@@ -191,8 +201,10 @@ void check_device_available(Device device) {
   const std::string name(to_string(device));
   const DeviceModels* models = find_device_models(device);
   if (models == nullptr) {
-    throw UsageError("--device " + name + ": this tandem was built without " + name +
-                     " support (no CUDA toolkit at build time; see docs/GPU.md)");
+    throw UsageError("--device " + name + ": " +
+                     (load_gpu_plugin().empty()
+                          ? "this tandem's GPU plug-in has no " + name + " support"
+                          : load_gpu_plugin()));
   }
   if (const std::string why = models->unavailable(); !why.empty()) {
     throw UsageError("--device " + name + ": " + why);

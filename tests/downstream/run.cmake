@@ -1,0 +1,33 @@
+# ctest install_downstream: cmake --install BUILD into a fresh prefix, then configure, build
+# and run tests/downstream against it (find_package(tandem), tandem::tandem).
+#   cmake -DBUILD=... -DSOURCE=... -DWORK=... -DCXX=... -DGENERATOR=... -P run.cmake
+file(REMOVE_RECURSE ${WORK})
+function(run)
+  execute_process(COMMAND ${ARGN} RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+  if(NOT rc EQUAL 0)
+    message(FATAL_ERROR "failed (${rc}): ${ARGN}\n${out}\n${err}")
+  endif()
+  set(out "${out}" PARENT_SCOPE)
+endfunction()
+foreach(component runtime dev)
+  run(${CMAKE_COMMAND} --install ${BUILD} --prefix ${WORK}/prefix --component ${component})
+endforeach()
+foreach(file bin/tandem include/tandem/engine/trainer.h include/tandem/comm/work.h)
+  if(NOT EXISTS ${WORK}/prefix/${file})
+    message(FATAL_ERROR "not installed: ${file}")
+  endif()
+endforeach()
+if(EXISTS ${WORK}/prefix/include/tandem/model/cuda)
+  message(FATAL_ERROR "the GPU parts' headers were installed")
+endif()
+run(${CMAKE_COMMAND} -S ${SOURCE} -B ${WORK}/build -G ${GENERATOR}
+    -DCMAKE_CXX_COMPILER=${CXX} -DCMAKE_PREFIX_PATH=${WORK}/prefix)
+run(${CMAKE_COMMAND} --build ${WORK}/build)
+run(${WORK}/build/downstream)
+if(NOT out MATCHES "downstream: 6 steps on 2 ranks")
+  message(FATAL_ERROR "unexpected output: ${out}")
+endif()
+# The installed program runs from the prefix (its RPATH finds libtandem there).
+run(${WORK}/prefix/bin/tandem --version)
+message(STATUS "${out}")
+file(REMOVE_RECURSE ${WORK})
