@@ -390,10 +390,7 @@ int run_characterize(CharacterizeFlags flags, bool batch_given, const CommandLin
   SharedOutputs outputs = open_shared_outputs(
       job, flags.out, ResultsCommand::kCharacterize, argv,
       OutputPolicy{.resume = flags.resume, .force = flags.force, .settings = flags.settings});
-  if (!outputs.refused.empty()) {
-    if (job.leader()) throw UsageError(outputs.refused);  // printed once
-    return 2;
-  }
+  if (!outputs.refused.empty()) return 2;  // the leader said why (job_flags.h)
   options.finished = outputs.finished;
 
   std::optional<PowerSampler> power;

@@ -1,5 +1,6 @@
 #include "job_flags.h"
 
+#include <cstdio>
 #include <nlohmann/json.hpp>
 #include <stdexcept>
 
@@ -82,7 +83,11 @@ SharedOutputs open_shared_outputs(Job& job, const std::string& out, ResultsComma
       shared.finished = shared.writer->finished_points();
     } catch (const UsageError& e) {
       if (job.in_process()) throw;
+      // Said here, before the decision goes out: the other ranks exit on it, and mpirun
+      // ends the job (SIGTERM) at the first non-zero exit, which could cut this line.
       shared.refused = e.what();
+      std::fprintf(stderr, "tandem: error: %s\n", shared.refused.c_str());
+      std::fflush(stderr);
     } catch (const std::exception& e) {
       job.fail(e);  // in-process: rethrown
     }

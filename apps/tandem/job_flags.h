@@ -57,7 +57,8 @@ struct SharedOutputs {
   std::string refused;                    // the usage error that refused --out, on every rank
 };
 // `out` empty: no directory. In-process a refusal is thrown; in a process job it is in
-// `refused` on every rank (the leader throws it, the others return 2).
+// `refused` on every rank, the leader having printed it (before the others learn of it and
+// exit): every rank returns 2.
 SharedOutputs open_shared_outputs(Job& job, const std::string& out, ResultsCommand command,
                                   const std::vector<std::string>& argv, const OutputPolicy& policy);
 

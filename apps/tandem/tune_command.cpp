@@ -422,10 +422,7 @@ int run_measured(TuneFlags flags, const CommandLine& argv) {
   SharedOutputs outputs = open_shared_outputs(
       job, flags.out, ResultsCommand::kTune, argv,
       OutputPolicy{.resume = flags.resume, .force = flags.force, .settings = flags.settings});
-  if (!outputs.refused.empty()) {
-    if (job.leader()) throw UsageError(outputs.refused);
-    return 2;
-  }
+  if (!outputs.refused.empty()) return 2;  // the leader said why (job_flags.h)
   ResultsWriter* writer = outputs.writer.get();
   // --objective energy: rank 0's host's power sources (RAPL; NVML's GPUs on cuda), as
   // train samples them; none is one line on every rank.
