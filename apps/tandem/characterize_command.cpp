@@ -296,6 +296,9 @@ void print_results(const SweepOutcome& outcome, SharedOutputs& outputs) {
   if (outcome.last) {
     std::printf("\n%s\n", outcome.last->description.c_str());
     std::fputs(format_metrics_table(outcome.last->metrics).c_str(), stdout);
+    if (const std::string story = overlap_story(outcome.last->metrics); !story.empty()) {
+      std::printf("%s\n", story.c_str());
+    }
     std::fputs(format_waiting_lines(*outcome.last).c_str(), stdout);
     std::fputs(format_power_table(*outcome.last).c_str(), stdout);
   }

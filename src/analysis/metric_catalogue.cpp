@@ -4,6 +4,7 @@
 #include <cstdio>
 
 #include "core/error.h"
+#include "core/parse.h"
 
 namespace tandem {
 namespace {
@@ -145,6 +146,27 @@ std::string format_metrics_table(const ScenarioMetrics& m) {
                   format_metric(s.p90, row.unit).c_str());
     text += line;
   }
+  return text;
+}
+
+std::string overlap_story(const ScenarioMetrics& m) {
+  const double hidden = m.hidden_share.median, ovl = m.e2e_ovl_ns.median;
+  const double seq = m.e2e_seq_ns.median, ideal = m.e2e_ideal_ns.median;
+  const double slowdown = m.compute_slowdown.median;
+  for (double v : {hidden, ovl, seq, ideal, slowdown}) {
+    if (!std::isfinite(v)) return "";
+  }
+  const auto ms = [](double ns) { return format_duration_ns(std::abs(ns)); };
+  char text[640];
+  std::snprintf(text, sizeof text,
+                "Overlap hid %.1f%% of the communication: an iteration took %s overlapped "
+                "against %s with the communication after backward (sequential), %s %s. "
+                "Communication running beside compute %s compute by %.1f%%: without that "
+                "contention the overlapped iteration would take %s (ideal), %s %s.",
+                100 * hidden, ms(ovl).c_str(), ms(seq).c_str(), ms(seq - ovl).c_str(),
+                seq >= ovl ? "saved" : "lost", slowdown >= 0 ? "slowed" : "sped up",
+                100 * std::abs(slowdown), ms(ideal).c_str(), ms(ovl - ideal).c_str(),
+                ovl >= ideal ? "less" : "more");
   return text;
 }
 

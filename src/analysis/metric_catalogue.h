@@ -47,5 +47,8 @@ std::string format_metric(double value, MetricUnit unit);
 // The metrics table of characterize and analyze: a row per catalogue entry with its
 // median, p10 and p90.
 std::string format_metrics_table(const ScenarioMetrics& m);
+// The four scenarios in two sentences, from the medians: what overlap hid and saved
+// against sequential, and what contention cost against ideal; "" where one is undefined.
+std::string overlap_story(const ScenarioMetrics& m);
 
 }  // namespace tandem

@@ -6,6 +6,7 @@
 #include <limits>
 #include <optional>
 
+#include "analysis/metric_catalogue.h"
 #include "core/clock.h"
 #include "core/error.h"
 
@@ -205,6 +206,7 @@ nlohmann::json to_json(const Characterization& c) {
       {"warmup", c.warmup},
       {"iterations", c.iterations},
       {"metrics", c.metrics},
+      {"story", overlap_story(c.metrics)},
       {"scenarios", scenarios},
       {"waiting", c.waiting.empty() ? nlohmann::json(nullptr) : waiting_json(c.waiting, c.clocks)},
       {"power_overlap", overlap}};

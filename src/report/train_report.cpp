@@ -210,8 +210,7 @@ std::string format_train_summary(const TrainConfig& config, const TrainResult& r
   if (s.tokens_per_s > 0) add("                   %10.0f tokens/s\n", s.tokens_per_s);
   add("  communicated     %s per rank per step%s\n",
       format_bytes(static_cast<double>(s.bytes_per_step)).c_str(),
-      config.link.enabled() ? (" over an emulated " + config.link.describe() + " link").c_str()
-                            : "");
+      config.link.enabled() ? (" over an " + config.link.describe() + " link").c_str() : "");
   if (config.reducer.compress.enabled() && s.uncompressed_bytes_per_step > 0) {
     add("                   %.1f%% of %s uncompressed (--compress %s)\n",
         100.0 * static_cast<double>(s.bytes_per_step) /

@@ -92,6 +92,19 @@ TEST(CharacterizeCliTest, TrainWorkloadScenariosDoWhatTheySay) {
       EXPECT_EQ(step["bytes"].get<double>(), gradient_bytes) << s;
     }
   }
+  // The story in words, on the terminal and in the point; the overlapped scenario's
+  // waiting: 3 all-reduces per iteration matched across both ranks, and each rank's
+  // blocked time split without remainder.
+  EXPECT_NE(r.out.find("Overlap hid "), std::string::npos) << r.out;
+  EXPECT_NE(point["story"].get<std::string>().find("Overlap hid "), std::string::npos);
+  const auto& waiting = point["waiting"];
+  EXPECT_EQ(waiting["collectives"], 3 * 2);
+  ASSERT_EQ(waiting["ranks"].size(), 2u);
+  for (const auto& rank : waiting["ranks"]) {
+    EXPECT_NEAR(rank["skew_ms"].get<double>() + rank["transfer_ms"].get<double>() +
+                    rank["other_ms"].get<double>(),
+                rank["blocked_ms"].get<double>(), 1e-9);
+  }
 }
 
 // A shrunk preset through characterize, a sweep over the shape flag included: each point

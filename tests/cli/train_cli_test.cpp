@@ -58,6 +58,21 @@ TEST(TrainCliTest, WritesStepsTraceAndSummary) {
   EXPECT_TRUE(summary["machine"].is_object());
   EXPECT_EQ(summary["config"]["ranks"], 2);
   EXPECT_EQ(summary["config"]["link_emulated"], false);
+  // Waiting explained over the 2 measured steps: 3 layers' all-reduces each, matched
+  // across the 2 ranks on one clock; per rank skew + transfer + other = blocked.
+  const auto& waiting = summary["waiting"];
+  EXPECT_EQ(waiting["blocked_on"], "wait spans");
+  EXPECT_EQ(waiting["collectives"], 2 * 3);
+  EXPECT_NE(waiting["clocks"].get<std::string>().find("one clock"), std::string::npos);
+  ASSERT_EQ(waiting["ranks"].size(), 2u);
+  for (const auto& rank : waiting["ranks"]) {
+    EXPECT_EQ(rank["steps"], 2);
+    EXPECT_NEAR(rank["skew_ms"].get<double>() + rank["transfer_ms"].get<double>() +
+                    rank["other_ms"].get<double>(),
+                rank["blocked_ms"].get<double>(), 1e-9);
+  }
+  EXPECT_EQ(waiting["kinds"][0]["kind"], "allreduce");
+  EXPECT_NE(r.out.find(" = skew "), std::string::npos) << r.out;
   for (const auto& entry : fs::directory_iterator(out)) {
     EXPECT_EQ(entry.path().string().find(".tmp"), std::string::npos) << entry.path();
   }

@@ -408,6 +408,9 @@ std::string characterize_body(const Results& r, const ReportOptions& options) {
                  {"compute slowdown S", median_cell(m, &SM::compute_slowdown)},
                  {"overlap ratio R", median_cell(m, &SM::overlap_ratio)},
                  {"hidden share of comm", median_cell(m, &SM::hidden_share)}});
+  if (const std::string story = chosen.json.value("story", std::string()); !story.empty()) {
+    body += "<p>" + escape(story) + "</p>";
+  }
   if (r.points.size() > 1) {
     body += note("Cards, timelines and power are for the configuration " + chosen.label +
                  " (choose another with tandem report --point ID); the charts below compare "
