@@ -88,6 +88,14 @@ def _summaries_frame(metrics: Mapping[str, Any]) -> pd.DataFrame:
     return _frame(rows).set_index("metric") if rows else pd.DataFrame()
 
 
+def _waiting_frame(waiting: Mapping[str, Any] | None) -> pd.DataFrame | None:
+    """summary.json's "waiting" (docs/METRICS.md, "Waiting explained") as a row per rank:
+    blocked_ms = skew_ms + transfer_ms + other_ms per step, last_arrivals, late_by_ms."""
+    if not waiting:
+        return None
+    return _frame(waiting["ranks"])
+
+
 def _paths(value: Any, name: str) -> list[str]:
     """A path, or a list of them -> a list of strings; TypeError naming the argument."""
     if isinstance(value, (str, os.PathLike)):
@@ -160,6 +168,14 @@ class Analysis:
             )
 
         return self._cached("ranks", make)
+
+    @property
+    def waiting(self) -> pd.DataFrame | None:
+        """The time blocked on collectives per rank and iteration, split at each
+        collective's last arrival into skew_ms and transfer_ms (and other_ms), with how
+        often each rank arrived last (last_arrivals) and by how much (late_by_ms);
+        summary["waiting"] has the per-kind split and the clocks it was read from."""
+        return self._cached("waiting", lambda: _waiting_frame(self.summary.get("waiting")))
 
     def get_comm_comp_overlap(self, include_last_profiler_step: bool = False) -> pd.DataFrame:
         """HTA's TraceAnalysis.get_comm_comp_overlap(): columns rank and
@@ -379,6 +395,14 @@ class Results:
             return pd.DataFrame(rows)
 
         return self._cached("points", make)
+
+    def waiting(self, point: str | None = None) -> pd.DataFrame | None:
+        """Waiting explained, a row per rank (skew_ms, transfer_ms, other_ms per step,
+        last_arrivals, late_by_ms): a train or analyze run's, or a characterize point's
+        overlapped scenario's (default: the first point); None where nothing communicated."""
+        if self._points:
+            return _waiting_frame(self._point(point)["result"].get("waiting"))
+        return _waiting_frame(self.summary.get("waiting"))
 
     def metrics(self, point: str | None = None) -> pd.DataFrame:
         """The metrics table (median, p10, p90, mean per metric) of a characterize point

@@ -55,6 +55,21 @@ def test_overlap_by_construction(traces):
     assert hta["comp_comm_overlap_pctg"].tolist() == [50.0, round(100 * 170 / 300, 2)]
 
 
+def test_waiting_by_construction(traces):
+    """Both ranks start their all-reduce kernel together: no skew, the whole 300 us of it
+    transfer (no wait lane in a Kineto trace: the kernel is the blocked time), nobody late."""
+    a = tandem.analyze(traces, warmup=1)
+    w = a.waiting
+    assert w["rank"].tolist() == [0, 1]
+    assert np.allclose(w["blocked_ms"], 0.3)
+    assert np.allclose(w["skew_ms"], 0.0)
+    assert np.allclose(w["transfer_ms"], 0.3)
+    assert (w["last_arrivals"] == 0).all()
+    assert a.summary["waiting"]["blocked_on"] == "collective spans"
+    assert a.summary["waiting"]["collectives"] == STEPS - 1
+    assert "Kineto" in a.summary["waiting"]["clocks"]
+
+
 def test_collectives_and_spans(traces):
     a = tandem.analyze(traces)
     c = a.collectives

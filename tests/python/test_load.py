@@ -77,3 +77,15 @@ def test_load_errors_name_the_path(tmp_path):
         tandem.load(tmp_path / "bad")
     with pytest.raises(TypeError, match="results_dir"):
         tandem.load(3)
+
+
+def test_train_waiting_per_rank(train_dir):
+    """Waiting explained as a row per rank, equal to summary.json's and summing up."""
+    w = tandem.load(train_dir).waiting()
+    with open(f"{train_dir}/summary.json") as f:
+        ranks = json.load(f)["waiting"]["ranks"]
+    assert list(w["rank"]) == [0, 1]
+    assert list(w["skew_ms"]) == [r["skew_ms"] for r in ranks]
+    assert (w["steps"] == 4).all()  # 5 steps after 1 warm-up
+    total = w["skew_ms"] + w["transfer_ms"] + w["other_ms"]
+    assert all(math.isclose(a, b, abs_tol=1e-9) for a, b in zip(total, w["blocked_ms"]))
