@@ -14,19 +14,6 @@
 namespace tandem {
 namespace {
 
-bool is_collective(SpanKind kind) {
-  switch (kind) {
-    case SpanKind::kAllreduce:
-    case SpanKind::kReduceScatter:
-    case SpanKind::kAllgather:
-    case SpanKind::kBroadcast:
-    case SpanKind::kBarrier:
-      return true;
-    default:
-      return false;
-  }
-}
-
 constexpr std::size_t kKinds = static_cast<std::size_t>(SpanKind::kOther) + 1;
 
 // What identifies one collective across its participants, but for the occurrence.

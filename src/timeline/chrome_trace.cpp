@@ -78,19 +78,6 @@ bool has_issue_time(const Span& s) {
   return s.lane == Lane::kComm && s.issue_ns != 0 && s.issue_ns <= s.start_ns;
 }
 
-bool is_collective(SpanKind kind) {
-  switch (kind) {
-    case SpanKind::kAllreduce:
-    case SpanKind::kReduceScatter:
-    case SpanKind::kAllgather:
-    case SpanKind::kBroadcast:
-    case SpanKind::kBarrier:
-      return true;
-    default:
-      return false;
-  }
-}
-
 // Where a "bucket ready" arrow leaves the compute lane. Viewers bind a flow start to the
 // slice enclosing its timestamp, but a bucket usually becomes ready just after the
 // backward kernel that finished it, between slices. So: issue_ns itself when a compute

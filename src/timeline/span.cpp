@@ -34,6 +34,19 @@ std::string_view to_string(Lane lane) {
   return i < kLaneNames.size() ? kLaneNames[i] : "unknown";
 }
 
+bool is_collective(SpanKind kind) {
+  switch (kind) {
+    case SpanKind::kAllreduce:
+    case SpanKind::kReduceScatter:
+    case SpanKind::kAllgather:
+    case SpanKind::kBroadcast:
+    case SpanKind::kBarrier:
+      return true;
+    default:
+      return false;
+  }
+}
+
 std::string_view to_string(SpanKind kind) {
   const auto i = static_cast<std::size_t>(kind);
   return i < kKindNames.size() ? kKindNames[i] : "unknown";

@@ -41,6 +41,10 @@ enum class SpanKind : std::uint8_t {
   kOther,
 };
 
+// All-reduce, reduce-scatter, all-gather, broadcast and barrier: the kinds every rank of
+// a group runs together (not a send, a receive or anything else).
+bool is_collective(SpanKind kind);
+
 std::string_view to_string(Lane lane);
 std::string_view to_string(SpanKind kind);
 Lane parse_lane(std::string_view text);          // throws UsageError
