@@ -130,7 +130,7 @@ void add_workload_flags(CLI::App& app, WorkloadFlags& f, WorkloadUse use) {
          "heads and MLP width, the embedding's and head's vocabulary split over T ranks, "
          "with an all-reduce after each row-parallel product in forward and backward; "
          "--ranks = T x pipeline stages x replicas, T innermost; train runs it on the cpu only so "
-         "far, simulate models it (docs/TENSOR.md)")
+         "far, simulate and tune model it (docs/TENSOR.md)")
       ->check(integer_in(1, 1024))
       ->capture_default_str();
   app.add_flag("--sequence-parallel", f.sequence_parallel,
