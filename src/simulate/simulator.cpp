@@ -1227,13 +1227,18 @@ TrainResult simulate_training(const TrainConfig& given, const SimulateOptions& o
   std::map<std::tuple<int, bool, int, int>, int> transfers;  // (class, activation, chunk, micro)
   std::map<int, int> tied;                                   // class -> transfer
   std::map<int, std::vector<int>> stage_ranks;               // stage -> every rank of it
+  // What enters unit u: a transformer's residual stream (with --sequence-parallel the
+  // rank's tokens of it, which is what its stage sends), an mlp layer's input.
   std::vector<double> boundary_bytes(static_cast<std::size_t>(U), 0);
   for (int u = 1; u < U; ++u) {
+    const TransformerShape& s = config.model.transformer;
     boundary_bytes[static_cast<std::size_t>(u)] =
-        4.0 * rows *
-        (config.model.is_transformer()
-             ? static_cast<double>(config.model.transformer.seq) * config.model.transformer.dim
-             : layout.layer(u).in);
+        config.model.is_transformer()
+            ? 4.0 *
+                  static_cast<double>(
+                      TensorShard::of(config.model).local(static_cast<std::size_t>(rows) * s.seq)) *
+                  s.dim
+            : 4.0 * rows * layout.layer(u).in;
   }
   const auto embedding_bytes =
       static_cast<std::int64_t>((layout.unit_end(0) - layout.unit_begin(0)) * sizeof(float));
@@ -1751,7 +1756,9 @@ TrainResult simulate_training(const TrainConfig& given, const SimulateOptions& o
   // factors the buckets themselves.
   const Compression& compress = config.reducer.compress;
   for (const Transfer& tr : step_plan.transfers) {
-    if (std::find(tr.actors.begin(), tr.actors.end(), 0) != tr.actors.end()) {
+    // A point-to-point transfer is counted where it is sent (as the engine counts it).
+    if (tr.p2p() ? tr.actors.front() == 0
+                 : std::find(tr.actors.begin(), tr.actors.end(), 0) != tr.actors.end()) {
       result.bytes_per_step += tr.bytes;
       const bool reduction = tr.kind == SpanKind::kAllreduce || tr.kind == SpanKind::kReduceScatter;
       result.uncompressed_bytes_per_step += compress.casts() && reduction ? 2 * tr.bytes : tr.bytes;

@@ -104,6 +104,25 @@ TEST(SimulateTensorTest, EveryUnitIssuesTheCollectivesTheEngineIssues) {
   }
 }
 
+// 2 x 2 x 1: a pipeline of two stages of tensor groups. Each stage's units issue their
+// group's collectives in every micro-batch; the activations move between the same
+// tensor-parallel positions of the two stages.
+TEST(SimulateTensorTest, PipelineStagesOfTensorGroupsIssueTheEnginesCollectives) {
+  for (int mode = 0; mode < 3; ++mode) {
+    TrainConfig c = tensor_config(kModels[0], 2, 4, mode);
+    c.pipeline.stages = 2;
+    c.pipeline.micro_batches = 2;
+    const std::string what = describe(c) + " --pipeline 2";
+    const TrainResult measured = train_local(c);
+    const TrainResult simulated = simulate_training(c, {.cluster = round_cluster(1, 8)});
+    EXPECT_EQ(tensor_spans(simulated), tensor_spans(measured)) << what;
+    EXPECT_EQ(simulated.bytes_per_step, measured.bytes_per_step) << what;
+    for (std::size_t r = 0; r < measured.memory.size(); ++r) {
+      EXPECT_EQ(simulated.memory[r].state.params, measured.memory[r].state.params) << what << r;
+    }
+  }
+}
+
 TEST(SimulateTensorTest, RecomputationRepeatsTheForwardsCollectivesAsTheEngineDoes) {
   for (const Recompute r : {Recompute::kFull, Recompute::kSelective}) {
     for (int mode = 0; mode < 3; ++mode) {
