@@ -168,7 +168,9 @@ struct PieceList {
     for (std::size_t i = 0; i < pieces.size(); ++i) {
       PassPiece& piece = pieces[i];
       if (piece.kind == PassPiece::Kind::kCollective) continue;
-      const double share = product_flops > 0 ? piece.flops / product_flops : 1.0 / products;
+      const double share = product_flops > 0 ? piece.flops / product_flops
+                           : products > 0    ? 1.0 / products
+                                             : 0.0;
       const double streamed = bytes[i] >= 0 ? bytes[i] : rest * share;
       piece.seconds = piece.flops / flop_rate + streamed / bw;
     }
@@ -1633,7 +1635,10 @@ TrainResult simulate_training(const TrainConfig& given, const SimulateOptions& o
   result.timeline.ranks = config.ranks;
   // The spans' names are the model's ops (ModelOp), as a measured run's (Note [fixed span
   // names] in engine/launch.cpp): a fresh table gives them ids 1, 2, ... in order.
-  for (const std::string& name : model_op_names()) (void)result.timeline.names->intern(name);
+  const std::vector<std::string> op_names = model_op_names();
+  for (std::size_t i = 0; i < op_names.size(); ++i) {
+    TANDEM_CHECK_EQ(result.timeline.names->intern(op_names[i]), static_cast<NameId>(i + 1));
+  }
   std::vector<bool> recorded(static_cast<std::size_t>(config.ranks), options.recorded_ranks <= 0);
   if (options.recorded_ranks > 0) {
     int count = 0;
