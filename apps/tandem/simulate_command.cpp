@@ -1,5 +1,6 @@
 // `tandem simulate`: a training configuration predicted on a modelled cluster
 // (simulate/simulator.h), reported as `train` reports a measured run.
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <memory>
@@ -219,11 +220,6 @@ int run_simulate(const SimulateFlags& flags, bool batch_given, const CommandLine
     options.cluster.degraded.push_back(link);
   }
   WorkloadFlags workload = flags.workload;
-  if (workload.tensor > 1) {
-    throw UsageError(
-        "--tensor: the simulator does not model tensor parallelism yet (each "
-        "block's collectives on the critical path); measure it with tandem train");
-  }
   workload.ranks = flags.ranks > 0 ? flags.ranks : options.cluster.devices();
   TrainConfig config = to_train_config(workload, batch_given, /*runs_here=*/false);
   if (config.pipeline.split_auto) config.pipeline.split = predicted_split(config, options);
@@ -236,6 +232,16 @@ int run_simulate(const SimulateFlags& flags, bool batch_given, const CommandLine
               static_cast<long long>(config.model.parameter_count()), config.batch);
   if (config.accumulate > 1) std::printf(" x %d micro-batches", config.accumulate);
   std::printf(", %s GEMMs\n", std::string(to_string(config.precision)).c_str());
+  if (config.model.tensor > 1) {
+    const int replicas = outer_ranks(config) / std::max(1, config.pipeline.stages);
+    std::printf(
+        "  tensor parallel %d x pipeline %d x data %d (tensor innermost): %lld parameters per "
+        "rank, each group's collectives on the critical path%s%s (docs/TENSOR.md)\n",
+        config.model.tensor, config.pipeline.stages, replicas,
+        static_cast<long long>(config.model.rank_parameter_count()),
+        config.model.sequence_parallel ? ", sequence-parallel" : "",
+        config.model.tp_overlap ? ", overlapped in ring steps" : "");
+  }
   const Strategy& strategy = config.reducer.plan.strategy;
   if (config.pipeline.stages > 1) {
     std::printf("  pipeline %s; replicas' strategy %s\n", stage_plan(config).describe().c_str(),

@@ -72,7 +72,8 @@ struct TuneFlags {
 constexpr const char* kChosenFlags[] = {
     "--strategy",      "--bucket-mb", "--prefetch", "--no-reshard-after-forward",
     "--micro-batches", "--pipeline",  "--schedule", "--split",
-    "--accumulate",    "--threads"};
+    "--accumulate",    "--threads",   "--tensor",   "--sequence-parallel",
+    "--tp-overlap"};
 
 std::string quoted(const std::string& s) {
   if (!s.empty() && s.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
@@ -201,12 +202,23 @@ std::string candidates_csv(const std::vector<TuneCandidate>& candidates) {
 }
 
 nlohmann::json space_json(const TuneSpace& s) {
-  std::vector<std::string> reshard;
-  for (const bool r : s.reshard) reshard.emplace_back(r ? "yes" : "no");
-  return {{"strategy", s.strategies},         {"bucket-mb", s.bucket_mb},
-          {"prefetch", s.prefetch},           {"reshard", reshard},
-          {"micro-batches", s.micro_batches}, {"pipeline", s.pipeline},
-          {"schedule", s.schedules},          {"threads", s.threads}};
+  const auto yes_no = [](const std::vector<bool>& axis) {
+    std::vector<std::string> out;
+    for (const bool v : axis) out.emplace_back(v ? "yes" : "no");
+    return out;
+  };
+  const std::vector<std::string> reshard = yes_no(s.reshard);
+  return {{"strategy", s.strategies},
+          {"bucket-mb", s.bucket_mb},
+          {"prefetch", s.prefetch},
+          {"reshard", reshard},
+          {"micro-batches", s.micro_batches},
+          {"pipeline", s.pipeline},
+          {"schedule", s.schedules},
+          {"threads", s.threads},
+          {"tensor", s.tensor},
+          {"sequence-parallel", yes_no(s.sequence_parallel)},
+          {"tp-overlap", yes_no(s.tp_overlap)}};
 }
 
 // The base run: the user's flags with tune's choices at train's defaults.
@@ -221,11 +233,6 @@ TrainConfig base_config(const TuneFlags& flags, bool runs_here) {
     if (flags.workload.given.contains(flag)) {
       throw UsageError(std::string(flag) + ": not with tune, which times every step");
     }
-  }
-  if (flags.workload.tensor > 1) {
-    throw UsageError(
-        "--tensor: tune's simulator does not model tensor parallelism yet; measure "
-        "its configurations with tandem train or characterize");
   }
   WorkloadFlags w = flags.workload;
   w.given.clear();
@@ -769,9 +776,11 @@ void add_tune_command(CLI::App& app, RunCommand& run) {
                   "Time for the search: the default's characterization and the measurements "
                   "(e.g. 90s, 10m); how many configurations are measured follows from it")
       ->capture_default_str();
-  cmd->add_option("--space", flags->space,
-                  "KEY=V1,V2 (repeatable): replaces one axis of the space; keys: strategy "
-                  "bucket-mb prefetch reshard (yes,no) micro-batches pipeline schedule threads");
+  cmd->add_option(
+      "--space", flags->space,
+      "KEY=V1,V2 (repeatable): replaces one axis of the space; keys: strategy "
+      "bucket-mb prefetch reshard (yes,no) micro-batches pipeline schedule threads tensor "
+      "sequence-parallel (yes,no) tp-overlap (yes,no)");
   cmd->add_flag("--exhaustive", flags->exhaustive,
                 "Measure every configuration for --steps steps (the grid tune's pick is judged "
                 "against)");

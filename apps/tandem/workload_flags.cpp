@@ -129,7 +129,8 @@ void add_workload_flags(CLI::App& app, WorkloadFlags& f, WorkloadUse use) {
          "Tensor parallelism T (transformers, Megatron-style): each block's attention "
          "heads and MLP width, the embedding's and head's vocabulary split over T ranks, "
          "with an all-reduce after each row-parallel product in forward and backward; "
-         "--ranks = T x pipeline stages x replicas, T innermost; cpu only so far (docs/TENSOR.md)")
+         "--ranks = T x pipeline stages x replicas, T innermost; train runs it on the cpu only so "
+         "far, simulate and tune model it (docs/TENSOR.md)")
       ->check(integer_in(1, 1024))
       ->capture_default_str();
   app.add_flag("--sequence-parallel", f.sequence_parallel,

@@ -86,9 +86,11 @@ std::string unusable(const TrainConfig& c, const nlohmann::json& config, bool re
   if (c.device != Device::kCpu)
     return "runs on " + std::string(to_string(c.device)) +
            " calibrate that device, not this machine's cpu";
-  if (c.model.tensor > 1) {
+  // A replay prices each pass by its measured spans, which a tensor-parallel run's
+  // collectives cut in pieces the replay does not place yet.
+  if (replay && c.model.tensor > 1) {
     return "tensor parallelism (--tensor " + std::to_string(c.model.tensor) +
-           ") is not simulated yet";
+           ") is not replayed yet";
   }
   return "";
 }
@@ -199,7 +201,11 @@ MeasuredRuns read_measured_runs(const std::vector<std::string>& dirs, const std:
           run.step_s = median_field(scenarios[name].at("steps"), "e2e_ns");
           out.runs.push_back(std::move(run));
         }
-        if (const auto c = contention_of()) out.contention.push_back(*c);
+        // A tensor-parallel point's passes hold their group's collectives: not a sample of
+        // how the data-parallel ones slow compute.
+        if (const auto c = contention_of(); c && base.model.tensor == 1) {
+          out.contention.push_back(*c);
+        }
       }
     } else {
       throw UsageError(flag + " " + dir + ": a " + (command.empty() ? "?" : command) +
@@ -323,6 +329,8 @@ TransferTimes transfer_seconds(const MeasuredRun& run, bool clean_only) {
   return out;
 }
 
+bool in_fit(const MeasuredRun& run) { return run.config.model.tensor == 1; }
+
 std::vector<ComputeSample> compute_samples(const std::vector<MeasuredRun>& runs) {
   std::vector<ComputeSample> out;
   Cluster unit;  // any rates: only the FLOPs and bytes of unit_costs are used
@@ -330,7 +338,8 @@ std::vector<ComputeSample> compute_samples(const std::vector<MeasuredRun>& runs)
   unit.device.memory_bytes_per_s = 1;
   unit.device.gemm_efficiency = 1;
   for (const MeasuredRun& run : runs) {
-    if (!run.config.compute) continue;
+    // A tensor-parallel run is predicted, not fitted on (in_fit).
+    if (!run.config.compute || !in_fit(run)) continue;
     const UnitCosts k = unit_costs(run.config, unit);
     const int U = static_cast<int>(k.forward.size());
     // A sharded strategy's optimizer updates a shard (in every scenario), not what
@@ -372,7 +381,7 @@ std::vector<CommSample> comm_samples(const std::vector<MeasuredRun>& runs) {
     return !r.config.compute && r.config.reducer.mode != CommMode::kOff;
   });
   for (const MeasuredRun& run : runs) {
-    if (run.config.reducer.mode == CommMode::kOff || run.config.ranks < 2) continue;
+    if (run.config.reducer.mode == CommMode::kOff || run.config.ranks < 2 || !in_fit(run)) continue;
     if (comm_only && run.config.compute) continue;
     const int members = run.config.ranks / std::max(1, run.config.pipeline.stages);
     if (members < 2) continue;

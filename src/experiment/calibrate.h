@@ -59,6 +59,10 @@ TransferTimes transfer_seconds(const MeasuredRun& run, bool clean_only);
 
 // The samples of calibration.h from the runs' spans: passes no collective overlapped and
 // collectives no pass overlapped, each (run, kind, unit or bucket) its median.
+// Whether a run's spans are fitted on: a tensor-parallel run's passes are cut by its
+// group's collectives and its collectives are not the data-parallel ring's, so it is
+// predicted beside the others but left out of the fit.
+bool in_fit(const MeasuredRun& run);
 std::vector<ComputeSample> compute_samples(const std::vector<MeasuredRun>& runs);
 std::vector<CommSample> comm_samples(const std::vector<MeasuredRun>& runs);
 

@@ -59,6 +59,21 @@ TuneSpace TuneSpace::defaults(const TrainConfig& base, int cpus) {
   }
   s.schedules = {"gpipe", "1f1b", "interleaved:2"};
   for (int t = 1; t == 1 || t * base.ranks <= cpus; t *= 2) s.threads.push_back(t);
+  // Tensor parallelism where the engine takes it (validate: a transformer whose heads, MLP
+  // width and vocabulary T divides, T dividing the ranks).
+  s.tensor = {1};
+  for (int t = 2; t <= base.ranks; t *= 2) {
+    TrainConfig c = base;
+    c.model.tensor = t;
+    c.batch = base.batch * t;
+    try {
+      validate(c, /*runs_here=*/false);
+      s.tensor.push_back(t);
+    } catch (const UsageError&) {
+    }
+  }
+  s.sequence_parallel = {false, true};
+  s.tp_overlap = {false, true};
   return s;
 }
 
@@ -117,6 +132,15 @@ void TuneSpace::set(std::string_view text) {
     schedules = values;
   } else if (key == "threads") {
     threads = ints(1, 1024);
+  } else if (key == "tensor") {
+    tensor = ints(1, 1024);
+  } else if (key == "sequence-parallel" || key == "tp-overlap") {
+    std::vector<bool>& axis = key == "tp-overlap" ? tp_overlap : sequence_parallel;
+    axis.clear();
+    for (const std::string& v : values) {
+      if (v != "yes" && v != "no") throw UsageError(flag + ": " + key + " is yes or no, not " + v);
+      axis.push_back(v == "yes");
+    }
   } else {
     throw UsageError(flag + ": unknown key '" + key + "' (one of: " + std::string(kTuneKeys) + ")");
   }
@@ -132,6 +156,55 @@ std::vector<TuneCandidate> tune_candidates(const TrainConfig& base, const TuneSp
       c.refused = e.what();
     }
     out.push_back(std::move(c));
+  };
+  // Tensor parallelism's variants of every candidate: T, sequence parallelism, overlap
+  // (which applies with sequence parallelism only, as prefetch applies to fsdp only).
+  struct TensorVariant {
+    int tensor = 1;
+    bool sequence = false, overlap = false;
+  };
+  std::vector<TensorVariant> tensor_variants;
+  for (const int t : space.tensor.empty() ? std::vector<int>{1} : space.tensor) {
+    if (t == 1) {
+      tensor_variants.push_back({});
+      continue;
+    }
+    for (const bool sp : space.sequence_parallel) {
+      for (const bool ovl : space.tp_overlap) {
+        if (!ovl || sp) tensor_variants.push_back({t, sp, ovl});
+      }
+    }
+  }
+  // T ranks hold one replica: T times the rows per replica keep the samples per step. With
+  // a single replica the strategies have nothing to average: only the default's is kept.
+  const auto add_variants = [&](const TuneCandidate& c) {
+    for (const TensorVariant& v : tensor_variants) {
+      if (v.tensor == 1) {
+        add(c);
+        continue;
+      }
+      const bool one_replica = base.ranks / (v.tensor * c.config.pipeline.stages) == 1;
+      const bool default_sync = c.config.reducer.plan.strategy.kind == StrategyKind::kBucketed &&
+                                c.config.reducer.plan.bucket_cap_bytes == 25 << 20;
+      if (one_replica && !default_sync) continue;
+      TuneCandidate split = c;
+      split.config.model.tensor = v.tensor;
+      split.config.model.sequence_parallel = v.sequence;
+      split.config.model.tp_overlap = v.overlap;
+      split.config.batch *= v.tensor;
+      split.config.pipeline.split_auto = false;  // --split auto measures an unsplit model
+      split.is_default = false;
+      split.point.emplace_back("tensor", std::to_string(v.tensor));
+      split.point.emplace_back("sequence-parallel", v.sequence ? "yes" : "no");
+      split.point.emplace_back("tp-overlap", v.overlap ? "yes" : "no");
+      std::erase_if(split.flags,
+                    [](const auto& f) { return f.first == "--batch" || f.first == "--split"; });
+      split.flags.emplace_back("--tensor", std::to_string(v.tensor));
+      if (v.sequence) split.flags.emplace_back("--sequence-parallel", "");
+      if (v.overlap) split.flags.emplace_back("--tp-overlap", "");
+      split.flags.emplace_back("--batch", std::to_string(split.config.batch));
+      add(std::move(split));
+    }
   };
   const bool vary_threads = space.threads.size() > 1;
   for (const int threads : space.threads) {
@@ -185,7 +258,7 @@ std::vector<TuneCandidate> tune_candidates(const TrainConfig& base, const TuneSp
           }
           c.is_default = c.is_default && m == 1 && threads == base.blas_threads;
           with_threads(c);
-          add(std::move(c));
+          add_variants(c);
         }
       }
       for (const int stages : space.pipeline) {
@@ -209,7 +282,7 @@ std::vector<TuneCandidate> tune_candidates(const TrainConfig& base, const TuneSp
                      {"--batch", std::to_string(c.config.batch)}};
           if (split_auto) c.flags.emplace_back("--split", "auto");
           with_threads(c);
-          add(std::move(c));
+          add_variants(c);
         }
       }
     }
@@ -260,7 +333,8 @@ HalvingPlan plan_halving(int first, double budget_s, int final_steps, int min_st
 std::string TuneCandidate::family() const {
   std::string out;
   for (const auto& [key, value] : point) {
-    if (key == "strategy" || key == "pipeline" || key == "schedule") {
+    if (key == "strategy" || key == "pipeline" || key == "schedule" || key == "tensor" ||
+        key == "sequence-parallel" || key == "tp-overlap") {
       out += (out.empty() ? "" : " ") + key + "=" + value;
     }
   }

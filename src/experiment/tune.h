@@ -38,7 +38,8 @@ namespace tandem {
 enum class TuneObjective : std::uint8_t { kTime, kEnergy };
 
 inline constexpr std::string_view kTuneKeys =
-    "strategy bucket-mb prefetch reshard micro-batches pipeline schedule threads";
+    "strategy bucket-mb prefetch reshard micro-batches pipeline schedule threads tensor "
+    "sequence-parallel tp-overlap";
 
 // What tune varies. Every axis has a default chosen from the run (below); --space
 // KEY=V1,V2 replaces one.
@@ -51,13 +52,19 @@ struct TuneSpace {
   std::vector<int> pipeline;            // stages (1: none)
   std::vector<std::string> schedules;   // pipelines only
   std::vector<int> threads;             // BLAS threads per rank
+  std::vector<int> tensor;              // --tensor T (1: none)
+  std::vector<bool> sequence_parallel;  // tensor > 1 only
+  std::vector<bool> tp_overlap;         // tensor > 1 with sequence parallelism only
 
   // The default axes for `base` on a machine with `cpus` hardware threads:
   // every strategy, bucket caps of 1, 5, 25 and 100 MiB (the caps above the model's
   // gradient but the smallest of them make the same plan and are left out), prefetch 1
   // and 2, both reshardings, 1, 2, 4 and 8 micro-batches where they divide the batch,
   // pipelines of 1, 2, 4, ... stages where they divide the ranks and fit the units, gpipe,
-  // 1f1b and interleaved:2, and threads per rank from 1 up to cpus / ranks in powers of 2.
+  // 1f1b and interleaved:2, threads per rank from 1 up to cpus / ranks in powers of 2, and
+  // tensor parallelism of 1, 2, 4, ... ranks where validate() takes the run with it (the
+  // engine's rules: T divides the ranks, the heads, the MLP width and the vocabulary; a
+  // transformer), each without and with sequence parallelism and overlap.
   static TuneSpace defaults(const TrainConfig& base, int cpus);
   // Replaces the axis of one "KEY=V1,V2" (as --sweep writes it); UsageError naming --space.
   void set(std::string_view text);
@@ -92,7 +99,9 @@ struct TuneCandidate {
 
 // The candidates of `space` on `base`, in a fixed order (every rank of a job makes the same
 // list). Every candidate runs global_batch(base) samples per step: a pipeline of P stages
-// gets P times the rows per replica. The default is always among them (added if the
+// gets P times the rows per replica, tensor parallelism over T ranks T times (T ranks hold
+// one replica); with a single replica the strategies' candidates are one (bucketed, 25 MiB:
+// nothing to average). The default is always among them (added if the
 // space leaves it out). `split_auto`: pipelines balance their stages by measured unit
 // times (--split auto), else by FLOPs. Configurations that validate(config, runs_here)
 // refuses (they do not fit this machine's memory, or cannot run) are kept, refused, with

@@ -24,6 +24,7 @@
 #include "engine/pipeline.h"
 #include "engine/pipeline_schedule.h"
 #include "model/mlp.h"
+#include "model/model_ops.h"
 #include "model/transformer.h"
 
 namespace tandem {
@@ -107,6 +108,217 @@ double allreduce_seconds(const Cluster& cluster, int ranks, double bytes) {
   return collective_seconds(cluster, SpanKind::kAllreduce, ranks, bytes);
 }
 
+namespace {
+
+// Note [tensor-parallel passes]: with --tensor T a unit's pass is what the split model
+// (model/transformer_passes.h) runs on one rank of the group, in its order: its compute
+// cut by the tensor group's collectives, each waited for in place (the next product reads
+// its result), or with --tp-overlap by the rings that feed or consume a product block by
+// block. The FLOPs of each piece are the engine's spans'; the unit's bytes (unit_costs)
+// are dealt out as the elementwise kernels stream them (a norm reads and writes n x D, a
+// residual add reads two and writes one, a norm's backward reads three and writes one;
+// n = N / T tokens with sequence parallelism), the rest to the products by their FLOPs.
+// Per micro-batch, with N tokens of width D (E = N x D floats, counted as the engine's
+// TensorParallel counts them):
+//   plain     forward: the embedding's all-reduce E, two per block (after attention's and
+//             the MLP's row-parallel products); the loss's row maxima gathered (N x T) and
+//             its sums all-reduced (2N). backward: one all-reduce E after each
+//             column-parallel product's input gradient (qkv, up, the head).
+//   sequence  each all-reduce E a reduce-scatter E, and an all-gather E before each
+//             column-parallel product (forward; in backward again for its weight gradient,
+//             and the row-parallel products' output gradients), the norms' gradients
+//             summed (2D gpt, D llama) after each norm's backward.
+//   overlap   every block's gathers and reduce-scatters are rings of T - 1 steps of
+//             n x D each; the embedding's, the head's, the loss's and the norms' stay.
+struct PieceList {
+  std::vector<PassPiece> pieces;
+  std::vector<double> bytes;  // per piece: the bytes it streams, < 0: a share of the rest
+
+  void compute(ModelOp op, double flops, double streamed = -1) {
+    pieces.push_back({.flops = flops, .name = op_name(op)});
+    bytes.push_back(streamed);
+  }
+  void collective(SpanKind kind, double moved) {
+    pieces.push_back({.kind = PassPiece::Kind::kCollective,
+                      .collective = kind,
+                      .bytes = static_cast<std::int64_t>(moved)});
+    bytes.push_back(0);
+  }
+  void ring(bool gather, ModelOp op, double flops, double step_bytes) {
+    pieces.push_back(
+        {.kind = gather ? PassPiece::Kind::kRingGather : PassPiece::Kind::kRingReduceScatter,
+         .flops = flops,
+         .name = op_name(op),
+         .bytes = static_cast<std::int64_t>(step_bytes)});
+    bytes.push_back(-1);
+  }
+  // Prices the compute: `total_bytes` dealt out as above, at the device's rates.
+  std::vector<PassPiece> priced(double total_bytes, double flop_rate, double bw) {
+    double explicit_bytes = 0, product_flops = 0;
+    int products = 0;
+    for (std::size_t i = 0; i < pieces.size(); ++i) {
+      if (bytes[i] >= 0) {
+        explicit_bytes += bytes[i];
+      } else {
+        product_flops += pieces[i].flops;
+        ++products;
+      }
+    }
+    const double rest = std::max(0.0, total_bytes - explicit_bytes);
+    for (std::size_t i = 0; i < pieces.size(); ++i) {
+      PassPiece& piece = pieces[i];
+      if (piece.kind == PassPiece::Kind::kCollective) continue;
+      const double share = product_flops > 0 ? piece.flops / product_flops
+                           : products > 0    ? 1.0 / products
+                                             : 0.0;
+      const double streamed = bytes[i] >= 0 ? bytes[i] : rest * share;
+      piece.seconds = piece.flops / flop_rate + streamed / bw;
+    }
+    return std::move(pieces);
+  }
+};
+
+double pieces_seconds(const std::vector<PassPiece>& pieces) {
+  double total = 0;
+  for (const PassPiece& piece : pieces) {
+    if (piece.kind != PassPiece::Kind::kCollective) total += piece.seconds;
+  }
+  return total;
+}
+
+// The tensor-parallel pieces of every unit's forward and backward and of the loss's
+// forward (Note [tensor-parallel passes]), priced from the unit's FLOPs and bytes.
+void tensor_pieces(const ModelSpec& spec, int rows, double flop_rate, double bw, UnitCosts& c) {
+  const TransformerShape& s = spec.transformer;
+  const TensorShard shard = TensorShard::of(spec);
+  const bool gpt = spec.kind == ModelKind::kGpt;
+  const double N = static_cast<double>(rows) * s.seq, D = s.dim, T = shard.ranks;
+  const double n = static_cast<double>(shard.local(static_cast<std::size_t>(N)));
+  const double W = shard.width, F = shard.hidden, Tn = s.seq, up = gpt ? F : 2 * F;
+  const double E = 4 * N * D;          // bytes of an [N, D] tensor
+  const double ring_step = 4 * n * D;  // one ring step's send
+  const double norm_grads = 4 * (gpt ? 2 * D : D);
+  const bool sequence = shard.sequence, overlap = shard.overlap;
+  const TransformerFlops f = transformer_flops(spec, rows);
+  const int L = s.layers, U = L + 2;
+  const double norm_fwd = 4 * 2 * n * D, residual = 4 * 3 * n * D, norm_bwd = 4 * 4 * n * D;
+  c.forward_pieces.assign(static_cast<std::size_t>(U), {});
+  c.backward_pieces.assign(static_cast<std::size_t>(U), {});
+  // A row-parallel product's partial sums: all-reduced, or reduce-scattered to this rank's
+  // tokens; a column-parallel product's input: every token's, gathered with sequence
+  // parallelism.
+  const auto row_sum = [&](PieceList& p) {
+    p.collective(sequence ? SpanKind::kReduceScatter : SpanKind::kAllreduce, E);
+  };
+  const auto every_token = [&](PieceList& p) {
+    if (sequence) p.collective(SpanKind::kAllgather, E);
+  };
+  const auto norm_backward = [&](PieceList& p) {
+    p.compute(ModelOp::kNorm, 0, norm_bwd);
+    if (sequence) p.collective(SpanKind::kAllreduce, norm_grads);
+  };
+  // A block's forward (or, `replay`, its recomputation up to the down projection).
+  const auto block_forward = [&](PieceList& p, bool replay) {
+    const ModelOp attention = replay ? ModelOp::kRecompute : ModelOp::kAttention;
+    const ModelOp mlp = replay ? ModelOp::kRecompute : ModelOp::kMlp;
+    p.compute(ModelOp::kNorm, 0, norm_fwd);
+    if (overlap) {
+      p.ring(true, attention, 2 * N * D * 3 * W, ring_step);
+      p.compute(attention, 4 * N * Tn * W);
+      p.ring(false, attention, 2 * N * W * D, ring_step);
+    } else {
+      every_token(p);
+      p.compute(attention, f.attention);
+      row_sum(p);
+    }
+    p.compute(ModelOp::kResidual, 0, residual);
+    p.compute(ModelOp::kNorm, 0, norm_fwd);
+    if (overlap) {
+      p.ring(true, mlp, 2 * N * D * up, ring_step);
+      p.compute(mlp, 0, 4 * N * (up + F));
+      if (replay) return;
+      p.ring(false, mlp, 2 * N * F * D, ring_step);
+    } else {
+      every_token(p);
+      p.compute(mlp, replay ? f.mlp - 2 * N * F * D : f.mlp);
+      if (replay) return;
+      row_sum(p);
+    }
+    p.compute(ModelOp::kResidual, 0, residual);
+  };
+  for (int u = 0; u < U; ++u) {
+    const auto i = static_cast<std::size_t>(u);
+    PieceList fwd, bwd;
+    if (u == 0) {
+      fwd.compute(ModelOp::kEmbedding, 0);
+      row_sum(fwd);
+      if (gpt) fwd.compute(ModelOp::kEmbedding, 0, 4 * 2 * n * D);
+      every_token(bwd);
+      bwd.compute(ModelOp::kEmbedding, 0);
+    } else if (u == L + 1) {
+      fwd.compute(ModelOp::kNorm, 0, norm_fwd);
+      every_token(fwd);
+      fwd.compute(ModelOp::kHead, f.head);
+      every_token(bwd);
+      bwd.compute(ModelOp::kHead, 2 * f.head);
+      row_sum(bwd);
+      norm_backward(bwd);
+    } else {
+      block_forward(fwd, false);
+      if (spec.recompute == Recompute::kFull) block_forward(bwd, true);
+      // The MLP: its output gradient gathered (sequence parallelism), the down and up
+      // products' backward, the up's input gradient summed, the norm's backward.
+      if (overlap) {
+        bwd.ring(true, ModelOp::kMlp, 4 * N * F * D, ring_step);
+        bwd.compute(ModelOp::kMlp, 0, 4 * N * (up + 2 * F));
+        bwd.ring(true, ModelOp::kMlp, 2 * N * D * up, ring_step);
+        bwd.ring(false, ModelOp::kMlp, 2 * N * D * up, ring_step);
+      } else {
+        every_token(bwd);
+        bwd.compute(ModelOp::kMlp, 2 * f.mlp);
+        if (sequence) {
+          every_token(bwd);  // the norm's output again, for the up's weight gradient
+          bwd.compute(ModelOp::kMlp, 0);
+        }
+        row_sum(bwd);
+      }
+      norm_backward(bwd);
+      if (spec.recompute == Recompute::kSelective) bwd.compute(ModelOp::kRecompute, 4 * N * Tn * W);
+      if (overlap) {
+        bwd.ring(true, ModelOp::kAttention, 4 * N * W * D, ring_step);
+        bwd.compute(ModelOp::kAttention, 8 * N * Tn * W);
+        bwd.ring(true, ModelOp::kAttention, 2 * N * D * 3 * W, ring_step);
+        bwd.ring(false, ModelOp::kAttention, 2 * N * D * 3 * W, ring_step);
+      } else {
+        every_token(bwd);
+        bwd.compute(ModelOp::kAttention, 2 * f.attention);
+        if (sequence) {
+          every_token(bwd);
+          bwd.compute(ModelOp::kAttention, 0);
+        }
+        row_sum(bwd);
+      }
+      norm_backward(bwd);
+    }
+    c.forward_pieces[i] = fwd.priced(c.forward_bytes[i], flop_rate, bw);
+    c.backward_pieces[i] = bwd.priced(c.backward_bytes[i], flop_rate, bw);
+    c.forward[i] = pieces_seconds(c.forward_pieces[i]);
+    c.backward[i] = pieces_seconds(c.backward_pieces[i]);
+  }
+  // The parallel cross-entropy: row maxima, gathered; exponentials' sums and the targets'
+  // logits, all-reduced; each rank normalizes its columns (Note [parallel cross-entropy]).
+  PieceList loss;
+  loss.compute(ModelOp::kLoss, 0, c.loss_bytes / 4);
+  loss.collective(SpanKind::kAllgather, 4 * N * T);
+  loss.compute(ModelOp::kLoss, 0, c.loss_bytes / 2);
+  loss.collective(SpanKind::kAllreduce, 4 * 2 * N);
+  loss.compute(ModelOp::kLoss, 0, c.loss_bytes / 4);
+  c.loss_pieces = loss.priced(c.loss_bytes, flop_rate, bw);
+  c.loss_forward = pieces_seconds(c.loss_pieces);
+}
+
+}  // namespace
+
 UnitCosts unit_costs(const TrainConfig& config, const Cluster& cluster) {
   const ModelSpec& spec = config.model;
   const ModelLayout layout(spec);
@@ -129,7 +341,11 @@ UnitCosts unit_costs(const TrainConfig& config, const Cluster& cluster) {
   double loss_elements = 0;
   if (spec.is_transformer()) {
     const TransformerShape& s = spec.transformer;
+    // A tensor-parallel rank's share (its heads and MLP width; with sequence parallelism
+    // its tokens of the D-wide tensors); the whole model without.
+    const TensorShard shard = TensorShard::of(spec);
     const double N = static_cast<double>(rows) * s.seq;
+    const double n = static_cast<double>(shard.local(static_cast<std::size_t>(N)));
     const TransformerFlops f = transformer_flops(spec, rows);
     for (int u = 0; u < U; ++u) {
       const bool block = u >= 1 && u <= s.layers;
@@ -138,20 +354,20 @@ UnitCosts unit_costs(const TrainConfig& config, const Cluster& cluster) {
       c.backward_flops[static_cast<std::size_t>(u)] = 2 * fl;
       // A block's norms, residual adds, activation and softmax over [B, H, T, T]; the
       // embedding writes the stream; the head's norm reads and writes it.
-      const double softmax = 3.0 * rows * s.heads * static_cast<double>(s.seq) * s.seq;
+      const double softmax = 3.0 * rows * shard.heads * static_cast<double>(s.seq) * s.seq;
       activation_bytes[static_cast<std::size_t>(u)] =
-          4.0 * (block ? N * (12.0 * s.dim + 3.0 * s.hidden) + softmax : 2.0 * N * s.dim);
+          4.0 * (block ? n * 12.0 * s.dim + N * 3.0 * shard.hidden + softmax : 2.0 * n * s.dim);
       // --recompute (Note [activation recomputation] in model/transformer_passes.h): a
       // block's backward runs its forward again but the down projection (full), or the
       // attention's scores, softmax and weighted sum (selective). The bytes follow below
       // with the backward's.
       if (block && spec.recompute == Recompute::kFull) {
-        c.backward_flops[static_cast<std::size_t>(u)] += fl - 2 * N * s.hidden * s.dim;
+        c.backward_flops[static_cast<std::size_t>(u)] += fl - 2 * N * shard.hidden * s.dim;
       } else if (block && spec.recompute == Recompute::kSelective) {
-        c.backward_flops[static_cast<std::size_t>(u)] += 4 * N * s.seq * s.dim;
+        c.backward_flops[static_cast<std::size_t>(u)] += 4 * N * s.seq * shard.width;
       }
     }
-    loss_elements = N * s.vocab;
+    loss_elements = N * shard.vocab;
   } else {
     for (int u = 0; u < U; ++u) {
       const LinearLayout& l = layout.layer(u);
@@ -178,7 +394,8 @@ UnitCosts unit_costs(const TrainConfig& config, const Cluster& cluster) {
       c.backward_bytes[i] += c.forward_bytes[i];
     } else if (block && spec.recompute == Recompute::kSelective) {
       const TransformerShape& s = spec.transformer;
-      c.backward_bytes[i] += 4.0 * 3 * rows * s.heads * static_cast<double>(s.seq) * s.seq;
+      c.backward_bytes[i] +=
+          4.0 * 3 * rows * TensorShard::of(spec).heads * static_cast<double>(s.seq) * s.seq;
     }
     c.forward[i] = c.forward_flops[i] / flop_rate + c.forward_bytes[i] / bw;
     c.backward[i] = c.backward_flops[i] / flop_rate + c.backward_bytes[i] / bw;
@@ -194,6 +411,7 @@ UnitCosts unit_costs(const TrainConfig& config, const Cluster& cluster) {
   c.optimizer = c.optimizer_bytes / bw;
   c.byte_seconds = 1 / bw;
   c.flop_seconds = 1 / flop_rate;
+  if (spec.tensor > 1) tensor_pieces(spec, rows, flop_rate, bw, c);
   return c;
 }
 
@@ -222,9 +440,16 @@ struct Transfer {
   SpanKind kind = SpanKind::kAllreduce;  // point to point: kSend (the receiver's span: kRecv)
   std::int64_t bytes = 0;
   int tag = -1;
-  int channel = 0;  // 0: the run's communicator; 1: a stage's replicas; 2: gpt's tied embedding
+  // 0: the run's communicator (with --tensor, a tensor-parallel position's: Note [rank
+  // order] in engine/tensor_parallel.h); 1: a stage's replicas; 2: gpt's tied embedding;
+  // 3: a tensor group's
+  int channel = 0;
   std::vector<int> actors;  // participants; point to point: {sender, receiver}
   double seconds = 0;       // at full rate
+  // A tensor group's ring step (--tp-overlap): every member sends to the next and receives
+  // from the one before at once; its actor (the group) records a send and a receive.
+  bool ring = false;
+  NameId name = kNoName;  // its comm spans' (tensor-parallel ones: tp)
   bool p2p() const { return kind == SpanKind::kSend; }
 };
 
@@ -240,8 +465,11 @@ struct StepPlan {
 struct ProgramBuilder {
   std::vector<StepOp>* ops = nullptr;
   std::function<int(SpanKind, std::int64_t, int)> collective;
+  // A collective of the rank's tensor group (kSend: a ring step), tagged with its unit.
+  std::function<int(SpanKind, std::int64_t, int)> tensor;
   // Seconds the rank idles before a pass (kind, unit), as measured; null: none.
   const std::function<double(SpanKind, int)>* idle_before = nullptr;
+  int tensor_ranks = 1;  // --tensor: the ring's steps
 
   int post(SpanKind kind, std::int64_t bytes, int tag) {
     const int t = collective(kind, bytes, tag);
@@ -625,6 +853,48 @@ struct StageContext {
   std::function<int(std::int64_t bytes)> tied_allreduce;  // gpt's embedding group
 };
 
+// A tensor-parallel unit's pass (Note [tensor-parallel passes]), as the split model runs
+// it: its compute, each collective of the group posted and waited for in place, and each
+// ring (TensorOn's ring_gather and ring_reduce_scatter) as T steps: a gather posts step k,
+// computes the block it holds and waits for the step; a reduce-scatter computes block k's
+// partial sum, waits for the sum arriving from the step before and posts it on. The comm-
+// only scenario runs no passes, so none of this (the engine's tensor collectives are the
+// passes').
+void pass_pieces(ProgramBuilder& p, const std::vector<PassPiece>& pieces, SpanKind kind, int unit,
+                 int micro) {
+  for (const PassPiece& piece : pieces) {
+    switch (piece.kind) {
+      case PassPiece::Kind::kCompute:
+        p.compute(kind, unit, micro, piece.seconds, piece.flops, piece.name);
+        break;
+      case PassPiece::Kind::kCollective: {
+        const int t = p.tensor(piece.collective, piece.bytes, unit);
+        p.post_transfer(t, unit);
+        p.wait(t, unit);
+        break;
+      }
+      case PassPiece::Kind::kRingGather:
+      case PassPiece::Kind::kRingReduceScatter: {
+        const bool gather = piece.kind == PassPiece::Kind::kRingGather;
+        const int steps = p.tensor_ranks;
+        int previous = -1;
+        for (int k = 0; k < steps; ++k) {
+          const int t = k + 1 < steps ? p.tensor(SpanKind::kSend, piece.bytes, unit) : -1;
+          if (gather && t >= 0) p.post_transfer(t, unit);
+          p.compute(kind, unit, micro, piece.seconds / steps, piece.flops / steps, piece.name);
+          if (gather && t >= 0) p.wait(t, unit);
+          if (!gather) {
+            if (previous >= 0) p.wait(previous, unit);
+            if (t >= 0) p.post_transfer(t, unit);
+            previous = t;
+          }
+        }
+        break;
+      }
+    }
+  }
+}
+
 void stage_program(const StageContext& ctx, SimSync& sync, ProgramBuilder& p) {
   const TrainConfig& config = *ctx.config;
   const UnitCosts& costs = *ctx.costs;
@@ -675,10 +945,17 @@ void stage_program(const StageContext& ctx, SimSync& sync, ProgramBuilder& p) {
       for (int u = first; u <= last; ++u) {
         const auto k = static_cast<std::size_t>(u);
         sync.before_forward(p, u);
-        p.compute(SpanKind::kForward, u, a.micro, work * costs.forward[k], costs.forward_flops[k]);
+        if (k < costs.forward_pieces.size() && config.compute) {
+          pass_pieces(p, costs.forward_pieces[k], SpanKind::kForward, u, a.micro);
+        } else {
+          p.compute(SpanKind::kForward, u, a.micro, work * costs.forward[k],
+                    costs.forward_flops[k]);
+        }
         sync.after_forward(p, u);
       }
-      if (last == U - 1) {
+      if (last == U - 1 && !costs.loss_pieces.empty() && config.compute) {
+        pass_pieces(p, costs.loss_pieces, SpanKind::kForward, U, a.micro);
+      } else if (last == U - 1) {
         p.compute(SpanKind::kForward, U, a.micro, work * costs.loss_forward, 0);
       } else if (mode != CommMode::kOff) {
         const int t = ctx.p2p(true, g, a.micro, bytes_into(last + 1));
@@ -695,8 +972,12 @@ void stage_program(const StageContext& ctx, SimSync& sync, ProgramBuilder& p) {
       for (int u = last; u >= first; --u) {
         const auto k = static_cast<std::size_t>(u);
         sync.before_backward(p, u);
-        p.compute(SpanKind::kBackward, u, a.micro, work * costs.backward[k],
-                  costs.backward_flops[k]);
+        if (k < costs.backward_pieces.size() && config.compute) {
+          pass_pieces(p, costs.backward_pieces[k], SpanKind::kBackward, u, a.micro);
+        } else {
+          p.compute(SpanKind::kBackward, u, a.micro, work * costs.backward[k],
+                    costs.backward_flops[k]);
+        }
         sync.after_backward(p, u, a.micro == M - 1);
       }
       if (first > 0 && mode != CommMode::kOff) {
@@ -863,12 +1144,31 @@ TrainResult simulate_training(const TrainConfig& given, const SimulateOptions& o
   }
   const bool sharded = strategy.sharded();
   const bool comm = config.reducer.mode != CommMode::kOff;
+  // --tensor T (Note [rank order] in engine/tensor_parallel.h): world rank = outer x T +
+  // tensor rank. The job is, for each tensor-parallel position, the P x D job over the
+  // outer ranks, whose plans below are the engine's over `outer` ranks; a tensor group's T
+  // ranks behave alike (each waits for the others at every collective of the passes), so
+  // one actor stands for them all, at its slowest member's pace.
+  const int tp = std::max(1, config.model.tensor);
+  const int outer = outer_ranks(config);
+  TrainConfig per_position = config;  // what the strategies see: the outer ranks
+  per_position.ranks = outer;
+  const auto world_rank = [tp](int outer_rank) { return outer_rank * tp; };
+  const auto group_factor = [&](int outer_rank) {
+    double f = 1;
+    for (int t = 0; t < tp; ++t)
+      f = std::max(f, factor[static_cast<std::size_t>(outer_rank * tp + t)]);
+    return f;
+  };
+  const auto add_group = [tp](Actor& a, int outer_rank) {
+    for (int t = 0; t < tp; ++t) a.ranks.push_back(outer_rank * tp + t);
+  };
   const StagePlan plan = stage_plan(config);
   const int P = plan.shape.stages;
   const bool pipeline = P > 1;
   // The layout the trainer gives the strategy (engine/trainer.cpp): a sharded one pads
   // every unit to a multiple of the ranks, which the collectives move.
-  const ModelLayout layout(config.model, sharded ? sharded_layout(config.ranks) : LayoutOptions{});
+  const ModelLayout layout(config.model, sharded ? sharded_layout(outer) : LayoutOptions{});
   const UnitCosts costs = options.costs != nullptr ? *options.costs : unit_costs(config, cluster);
   TANDEM_CHECK_EQ(costs.forward.size(), static_cast<std::size_t>(layout.units()));
   const auto measured_or = [&](SpanKind kind, int tag, std::int64_t bytes, double model) {
@@ -885,22 +1185,21 @@ TrainResult simulate_training(const TrainConfig& given, const SimulateOptions& o
   std::vector<std::vector<int>> actor_of;  // [replica class][stage]
   std::vector<int> class_replica;          // a replica of each class (its ranks' placement)
   if (!pipeline) {
-    for (int r = 0; r < config.ranks; ++r) {
-      const double f = factor[static_cast<std::size_t>(r)];
+    for (int r = 0; r < outer; ++r) {
+      const double f = group_factor(r);
       auto it = std::find_if(actors.begin(), actors.end(),
                              [&](const Actor& a) { return a.slowdown == f; });
       if (it == actors.end()) {
         actors.push_back(Actor{.slowdown = f});
         it = actors.end() - 1;
       }
-      it->ranks.push_back(r);
+      add_group(*it, r);
     }
   } else {
     std::vector<int> normal, special;
     for (int replica = 0; replica < plan.replicas; ++replica) {
       bool slow = false;
-      for (int s = 0; s < P; ++s)
-        slow = slow || factor[static_cast<std::size_t>(plan.rank_of(s, replica))] != 1;
+      for (int s = 0; s < P; ++s) slow = slow || group_factor(plan.rank_of(s, replica)) != 1;
       (slow ? special : normal).push_back(replica);
     }
     std::vector<std::vector<int>> classes;
@@ -910,10 +1209,10 @@ TrainResult simulate_training(const TrainConfig& given, const SimulateOptions& o
       actor_of.emplace_back();
       class_replica.push_back(members.front());
       for (int s = 0; s < P; ++s) {
-        Actor a{.slowdown = factor[static_cast<std::size_t>(plan.rank_of(s, members.front()))],
+        Actor a{.slowdown = group_factor(plan.rank_of(s, members.front())),
                 .stage = s,
                 .replica_class = static_cast<int>(actor_of.size()) - 1};
-        for (const int replica : members) a.ranks.push_back(plan.rank_of(s, replica));
+        for (const int replica : members) add_group(a, plan.rank_of(s, replica));
         actor_of.back().push_back(static_cast<int>(actors.size()));
         actors.push_back(std::move(a));
       }
@@ -930,16 +1229,42 @@ TrainResult simulate_training(const TrainConfig& given, const SimulateOptions& o
   std::map<std::tuple<int, bool, int, int>, int> transfers;  // (class, activation, chunk, micro)
   std::map<int, int> tied;                                   // class -> transfer
   std::map<int, std::vector<int>> stage_ranks;               // stage -> every rank of it
+  // What enters unit u: a transformer's residual stream (with --sequence-parallel the
+  // rank's tokens of it, which is what its stage sends), an mlp layer's input.
   std::vector<double> boundary_bytes(static_cast<std::size_t>(U), 0);
   for (int u = 1; u < U; ++u) {
+    const TransformerShape& s = config.model.transformer;
     boundary_bytes[static_cast<std::size_t>(u)] =
-        4.0 * rows *
-        (config.model.is_transformer()
-             ? static_cast<double>(config.model.transformer.seq) * config.model.transformer.dim
-             : layout.layer(u).in);
+        config.model.is_transformer()
+            ? 4.0 *
+                  static_cast<double>(
+                      TensorShard::of(config.model).local(static_cast<std::size_t>(rows) * s.seq)) *
+                  s.dim
+            : 4.0 * rows * layout.layer(u).in;
   }
   const auto embedding_bytes =
       static_cast<std::int64_t>((layout.unit_end(0) - layout.unit_begin(0)) * sizeof(float));
+
+  // The ranks of tensor-parallel position 0's communicator, where the strategies' collectives
+  // run (every position's alike), and a tensor group's collectives and ring steps, priced
+  // on the ranks of the group an actor stands for first (Note [tensor-parallel passes]).
+  std::vector<int> position_ranks;
+  if (tp > 1) {
+    for (int r = 0; r < outer; ++r) position_ranks.push_back(world_rank(r));
+  }
+  const auto tensor_seconds = [&](const Actor& actor, SpanKind kind, double bytes) {
+    const int first = actor.ranks.front();
+    if (kind != SpanKind::kSend) {
+      std::vector<int> group(static_cast<std::size_t>(tp));
+      std::iota(group.begin(), group.end(), first);
+      return group_seconds(cluster, kind, group, bytes);
+    }
+    double slowest = 0;  // a ring step is as fast as its slowest link
+    for (int t = 0; t < tp; ++t) {
+      slowest = std::max(slowest, p2p_seconds(cluster, first + t, first + (t + 1) % tp, bytes));
+    }
+    return slowest;
+  };
 
   // The first actor's sharded strategy, for memory: its schedule ran the whole step.
   std::unique_ptr<SimSharded> shards;
@@ -948,7 +1273,21 @@ TrainResult simulate_training(const TrainConfig& given, const SimulateOptions& o
     const Actor& actor = actors[static_cast<std::size_t>(a)];
     const int cls = actor.replica_class;
     ProgramBuilder builder{.ops = &step_plan.programs[static_cast<std::size_t>(a)],
-                           .idle_before = &options.idle_before};
+                           .idle_before = &options.idle_before,
+                           .tensor_ranks = tp};
+    builder.tensor = [&, a](SpanKind kind, std::int64_t bytes, int tag) {
+      const int id = static_cast<int>(step_plan.transfers.size());
+      step_plan.transfers.push_back({.kind = kind,
+                                     .bytes = bytes,
+                                     .tag = tag,
+                                     .channel = 3,
+                                     .actors = {a},
+                                     .seconds = tensor_seconds(actors[static_cast<std::size_t>(a)],
+                                                               kind, static_cast<double>(bytes)),
+                                     .ring = kind == SpanKind::kSend,
+                                     .name = op_name(ModelOp::kTensor)});
+      return id;
+    };
     int posts = 0;
     if (!pipeline) {
       builder.collective = [&](SpanKind kind, std::int64_t bytes, int tag) {
@@ -961,9 +1300,11 @@ TrainResult simulate_training(const TrainConfig& given, const SimulateOptions& o
                .bytes = bytes,
                .tag = tag,
                .actors = everyone,
-               .seconds = measured_or(
-                   kind, tag, bytes,
-                   collective_seconds(cluster, kind, config.ranks, static_cast<double>(bytes)))});
+               .seconds = measured_or(kind, tag, bytes,
+                                      tp == 1 ? collective_seconds(cluster, kind, config.ranks,
+                                                                   static_cast<double>(bytes))
+                                              : group_seconds(cluster, kind, position_ranks,
+                                                              static_cast<double>(bytes)))});
         }
         return it->second;
       };
@@ -978,7 +1319,7 @@ TrainResult simulate_training(const TrainConfig& given, const SimulateOptions& o
           auto& ranks = stage_ranks[stage];
           if (ranks.empty()) {
             for (int replica = 0; replica < plan.replicas; ++replica) {
-              ranks.push_back(plan.rank_of(stage, replica));
+              ranks.push_back(world_rank(plan.rank_of(stage, replica)));
             }
           }
           it->second = static_cast<int>(step_plan.transfers.size());
@@ -998,13 +1339,13 @@ TrainResult simulate_training(const TrainConfig& given, const SimulateOptions& o
     std::unique_ptr<SimSharded> sharded_sync;
     std::unique_ptr<SimReducer> reducer;
     if (sharded) {
-      sharded_sync = std::make_unique<SimSharded>(config, layout, costs);
+      sharded_sync = std::make_unique<SimSharded>(per_position, layout, costs);
     } else {
       const std::vector<bool> keep =
           pipeline ? stage_kept_units(layout, plan.owned_units(actor.stage, U))
                    : std::vector<bool>{};
       const bool hold_embedding = plan.tied_across_stages && plan.stage_of_chunk(0) == actor.stage;
-      reducer = std::make_unique<SimReducer>(config, layout, keep, hold_embedding,
+      reducer = std::make_unique<SimReducer>(per_position, layout, keep, hold_embedding,
                                              !pipeline || plan.replicas > 1, costs);
       stage_buckets[static_cast<std::size_t>(actor.stage)] = reducer->buckets();
     }
@@ -1027,10 +1368,11 @@ TrainResult simulate_training(const TrainConfig& given, const SimulateOptions& o
              .tag = micro,
              .actors = {row[static_cast<std::size_t>(from_stage)],
                         row[static_cast<std::size_t>(to_stage)]},
-             .seconds = measured_or(
-                 SpanKind::kSend, micro, bytes,
-                 p2p_seconds(cluster, plan.rank_of(from_stage, replica),
-                             plan.rank_of(to_stage, replica), static_cast<double>(bytes)))});
+             .seconds =
+                 measured_or(SpanKind::kSend, micro, bytes,
+                             p2p_seconds(cluster, world_rank(plan.rank_of(from_stage, replica)),
+                                         world_rank(plan.rank_of(to_stage, replica)),
+                                         static_cast<double>(bytes)))});
       }
       return it->second;
     };
@@ -1051,10 +1393,10 @@ TrainResult simulate_training(const TrainConfig& given, const SimulateOptions& o
                  .channel = 2,
                  .actors = {row[static_cast<std::size_t>(first)],
                             row[static_cast<std::size_t>(last)]},
-                 .seconds =
-                     group_seconds(cluster, SpanKind::kAllreduce,
-                                   {plan.rank_of(first, replica), plan.rank_of(last, replica)},
-                                   static_cast<double>(embedding_bytes))});
+                 .seconds = group_seconds(cluster, SpanKind::kAllreduce,
+                                          {world_rank(plan.rank_of(first, replica)),
+                                           world_rank(plan.rank_of(last, replica))},
+                                          static_cast<double>(embedding_bytes))});
           }
           return it->second;
         };
@@ -1076,7 +1418,7 @@ TrainResult simulate_training(const TrainConfig& given, const SimulateOptions& o
       i.posted_at.assign(tr.actors.size(), 0);
     }
   }
-  std::vector<std::array<std::deque<int>, 3>> queues(static_cast<std::size_t>(n_actors));
+  std::vector<std::array<std::deque<int>, 4>> queues(static_cast<std::size_t>(n_actors));
   std::vector<int> pending, moving;
   const double cs = cluster.device.overlap_compute_slowdown;
   const double ms = cluster.device.overlap_comm_slowdown;
@@ -1106,13 +1448,15 @@ TrainResult simulate_training(const TrainConfig& given, const SimulateOptions& o
           if (a.waiting) {
             const StepOp& op = program[a.pc];
             if (!instances[static_cast<std::size_t>(a.step * T + op.transfer)].done) break;
-            a.spans.push_back({.lane = Lane::kWait,
-                               .kind = SpanKind::kWait,
-                               .step = a.step,
-                               .tag = op.tag,
-                               .micro = transfer_of(op.transfer).p2p() ? op.tag : -1,
-                               .start_ns = ns(a.wait_start),
-                               .end_ns = ns(t)});
+            a.spans.push_back(
+                {.lane = Lane::kWait,
+                 .kind = SpanKind::kWait,
+                 .step = a.step,
+                 .tag = op.tag,
+                 .micro =
+                     transfer_of(op.transfer).p2p() && !transfer_of(op.transfer).ring ? op.tag : -1,
+                 .start_ns = ns(a.wait_start),
+                 .end_ns = ns(t)});
             a.waiting = false;
             ++a.pc;
             progress = true;
@@ -1171,7 +1515,7 @@ TrainResult simulate_training(const TrainConfig& given, const SimulateOptions& o
           Actor& a = actors[static_cast<std::size_t>(tr.actors[w])];
           ++a.in_flight;
           a.sending += !tr.p2p() || w == 0 ? 1 : 0;
-          a.receiving += !tr.p2p() || w == 1 ? 1 : 0;
+          a.receiving += !tr.p2p() || w == 1 || tr.ring ? 1 : 0;
         }
         moving.push_back(id);
         pending[k] = pending.back();
@@ -1194,7 +1538,7 @@ TrainResult simulate_training(const TrainConfig& given, const SimulateOptions& o
       for (std::size_t w = 0; w < tr.actors.size(); ++w) {
         const Actor& a = actors[static_cast<std::size_t>(tr.actors[w])];
         busy = busy || (a.computing && !a.idling);
-        if (!tr.p2p()) {
+        if (!tr.p2p() || tr.ring) {
           sharing = std::max({sharing, a.sending, a.receiving});
         } else {
           sharing = std::max(sharing, w == 0 ? a.sending : a.receiving);
@@ -1249,18 +1593,24 @@ TrainResult simulate_training(const TrainConfig& given, const SimulateOptions& o
       const Transfer& tr = transfer_of(id);
       for (std::size_t w = 0; w < tr.actors.size(); ++w) {
         Actor& a = actors[static_cast<std::size_t>(tr.actors[w])];
-        a.spans.push_back({.lane = Lane::kComm,
-                           .kind = tr.p2p() && w == 1 ? SpanKind::kRecv : tr.kind,
-                           .step = id / T,
-                           .tag = tr.tag,
-                           .micro = tr.p2p() ? tr.tag : -1,
-                           .start_ns = ns(i.start),
-                           .end_ns = ns(t),
-                           .bytes = tr.bytes,
-                           .issue_ns = ns(i.posted_at[w])});
+        Span span{.lane = Lane::kComm,
+                  .kind = tr.p2p() && w == 1 ? SpanKind::kRecv : tr.kind,
+                  .name = tr.name,
+                  .step = id / T,
+                  .tag = tr.tag,
+                  .micro = tr.p2p() && !tr.ring ? tr.tag : -1,
+                  .start_ns = ns(i.start),
+                  .end_ns = ns(t),
+                  .bytes = tr.bytes,
+                  .issue_ns = ns(i.posted_at[w])};
+        a.spans.push_back(span);
+        if (tr.ring) {  // the group's ranks receive what the ones before them sent
+          span.kind = SpanKind::kRecv;
+          a.spans.push_back(span);
+        }
         --a.in_flight;
         a.sending -= !tr.p2p() || w == 0 ? 1 : 0;
-        a.receiving -= !tr.p2p() || w == 1 ? 1 : 0;
+        a.receiving -= !tr.p2p() || w == 1 || tr.ring ? 1 : 0;
         if (!tr.p2p()) {
           auto& q =
               queues[static_cast<std::size_t>(tr.actors[w])][static_cast<std::size_t>(tr.channel)];
@@ -1283,6 +1633,12 @@ TrainResult simulate_training(const TrainConfig& given, const SimulateOptions& o
                                    : Mlp::buffer_bytes(config.model, rows);
   TrainResult result;
   result.timeline.ranks = config.ranks;
+  // The spans' names are the model's ops (ModelOp), as a measured run's (Note [fixed span
+  // names] in engine/launch.cpp): a fresh table gives them ids 1, 2, ... in order.
+  const std::vector<std::string> op_names = model_op_names();
+  for (std::size_t i = 0; i < op_names.size(); ++i) {
+    TANDEM_CHECK_EQ(result.timeline.names->intern(op_names[i]), static_cast<NameId>(i + 1));
+  }
   std::vector<bool> recorded(static_cast<std::size_t>(config.ranks), options.recorded_ranks <= 0);
   if (options.recorded_ranks > 0) {
     int count = 0;
@@ -1394,7 +1750,7 @@ TrainResult simulate_training(const TrainConfig& given, const SimulateOptions& o
                   (result.buckets.size() == 1 ? " bucket" : " buckets");
   } else {
     result.sync = strategy.to_string() + ", " + std::to_string(U) + " units sharded over " +
-                  std::to_string(config.ranks) + " ranks";
+                  std::to_string(outer) + " ranks";
     if (strategy.kind == StrategyKind::kFsdp) {
       result.sync += ", prefetch " + std::to_string(config.shard.prefetch);
       if (!config.shard.reshard_after_forward) result.sync += ", kept from forward to backward";
@@ -1405,7 +1761,9 @@ TrainResult simulate_training(const TrainConfig& given, const SimulateOptions& o
   // factors the buckets themselves.
   const Compression& compress = config.reducer.compress;
   for (const Transfer& tr : step_plan.transfers) {
-    if (std::find(tr.actors.begin(), tr.actors.end(), 0) != tr.actors.end()) {
+    // A point-to-point transfer is counted where it is sent (as the engine counts it).
+    if (tr.p2p() ? tr.actors.front() == 0
+                 : std::find(tr.actors.begin(), tr.actors.end(), 0) != tr.actors.end()) {
       result.bytes_per_step += tr.bytes;
       const bool reduction = tr.kind == SpanKind::kAllreduce || tr.kind == SpanKind::kReduceScatter;
       result.uncompressed_bytes_per_step += compress.casts() && reduction ? 2 * tr.bytes : tr.bytes;

@@ -66,6 +66,20 @@ struct SimulateOptions {
 double collective_seconds(const Cluster& cluster, SpanKind kind, int ranks, double bytes);
 double allreduce_seconds(const Cluster& cluster, int ranks, double bytes);
 
+// One piece of a tensor-parallel rank's pass (--tensor; Note [tensor-parallel passes] in
+// simulator.cpp): compute, a collective of the tensor group waited for in place, or a ring
+// of T - 1 point-to-point steps (--tp-overlap) cut with the product it feeds (a gather)
+// or consumes (a reduce-scatter) into T token blocks.
+struct PassPiece {
+  enum class Kind : std::uint8_t { kCompute, kCollective, kRingGather, kRingReduceScatter };
+  Kind kind = Kind::kCompute;
+  double seconds = 0;  // compute and rings: the (whole) product's, at full rate
+  double flops = 0;
+  NameId name = kNoName;                       // compute: the engine's span name (ModelOp)
+  SpanKind collective = SpanKind::kAllreduce;  // kCollective: which
+  std::int64_t bytes = 0;  // kCollective: as the engine counts it; a ring: one step's send
+};
+
 // Seconds of each pass on one device (before contention and stragglers): its FLOPs at the
 // device's GEMM rate plus the bytes it streams at its memory bandwidth.
 struct UnitCosts {
@@ -82,6 +96,11 @@ struct UnitCosts {
   // and per GEMM FLOP (0 when replaying measured passes: not priced).
   double byte_seconds = 0;
   double flop_seconds = 0;
+  // --tensor T: each unit's passes as the split model runs them, its compute (which sums
+  // to forward[u] and backward[u]) cut by the tensor group's collectives; the loss's
+  // forward too. Empty without tensor parallelism.
+  std::vector<std::vector<PassPiece>> forward_pieces, backward_pieces;  // per unit
+  std::vector<PassPiece> loss_pieces;
 };
 UnitCosts unit_costs(const TrainConfig& config, const Cluster& cluster);
 
@@ -93,7 +112,7 @@ UnitCosts unit_costs(const TrainConfig& config, const Cluster& cluster);
 std::vector<int> predicted_split(const TrainConfig& config, const SimulateOptions& options);
 
 // Simulates config.steps steps of `config` (the DDP family, zero1, zero2 and fsdp,
-// accumulation, every model; not yet pipeline stages: UsageError naming the flag). The
+// accumulation, pipeline stages, tensor parallelism, every model). The
 // ranks must fit the cluster, and a rank's state the device's memory (UsageError with the
 // bytes).
 TrainResult simulate_training(const TrainConfig& config, const SimulateOptions& options);

@@ -71,7 +71,8 @@ TEST(SimulateCliTest, BadInputIsOneLineAndExitCodeTwo) {
         "simulate --cluster 2xh100 --pipeline 2 --strategy fsdp",
         "simulate --cluster 2x2xh100 --degraded-link node=2,network=0.5x",
         "simulate --cluster 2x2xh100 --degraded-link node=1,network=3x",
-        "simulate --cluster 2xh100 --model gpt:layers=2,dim=64,heads=4,seq=16 --tensor 2"}) {
+        "simulate --cluster 2xh100 --model mlp:2x64 --tensor 2",  // the engine's rule
+        "simulate --cluster 2xh100 --model gpt:layers=2,dim=64,heads=4,seq=16 --tensor 4"}) {
     const CliResult r = run_tandem(args);
     EXPECT_EQ(r.exit_code, 2) << args << ": " << r.err;
     EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << args << ": " << r.err;
@@ -144,8 +145,10 @@ TEST(SimulateCliTest, CalibratesFromMeasuredRunsAndPredictsHere) {
 
 // A replay of a simulation's own trace reproduces it (every pass and collective as it
 // ran); the what-ifs change it the way they say.
-// A tensor-parallel run is not replayed (the simulator does not model it): one line.
-TEST(SimulateCliTest, ATensorParallelRunIsNotReplayed) {
+// A tensor-parallel run is not replayed (a replay prices each pass by its measured spans,
+// which the group's collectives cut): one line. It is predicted against a calibration
+// from the other runs (--against), and simulated on a cluster with its split.
+TEST(SimulateCliTest, ATensorParallelRunIsPredictedButNotReplayed) {
   TempDir dir;
   const fs::path run = dir.path() / "tp";
   ASSERT_EQ(run_tandem("train --model gpt:layers=1,dim=16,heads=2,seq=8,vocab=32 --ranks 2 "
@@ -156,8 +159,33 @@ TEST(SimulateCliTest, ATensorParallelRunIsNotReplayed) {
   const CliResult r = run_tandem("simulate --from-trace " + run.string());
   EXPECT_EQ(r.exit_code, 2) << r.err;
   EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
-  EXPECT_NE(r.err.find("tensor parallelism (--tensor 2) is not simulated yet"), std::string::npos)
+  EXPECT_NE(r.err.find("tensor parallelism (--tensor 2) is not replayed yet"), std::string::npos)
       << r.err;
+
+  const fs::path ddp = dir.path() / "ddp";
+  const fs::path cal = dir.path() / "cal";
+  ASSERT_EQ(run_tandem("train --model gpt:layers=1,dim=16,heads=2,seq=8,vocab=32 --ranks 2 "
+                       "--batch 2 --steps 3 --quiet --out " +
+                       ddp.string())
+                .exit_code,
+            0);
+  CliResult c = run_tandem("simulate --calibrate " + ddp.string() + " --out " + cal.string());
+  ASSERT_EQ(c.exit_code, 0) << c.out << c.err;
+  c = run_tandem("simulate --calibration " + cal.string() + " --against " + run.string());
+  EXPECT_EQ(c.exit_code, 0) << c.out << c.err;
+  EXPECT_NE(c.out.find(run.string()), std::string::npos) << c.out;  // its row
+  // A calibration fitted only on tensor-parallel runs has nothing to fit: one line.
+  c = run_tandem("simulate --calibrate " + run.string() + " --out " + (dir.path() / "x").string());
+  EXPECT_EQ(c.exit_code, 2) << c.out << c.err;
+  EXPECT_EQ(std::count(c.err.begin(), c.err.end(), '\n'), 1) << c.err;
+
+  c = run_tandem(
+      "simulate --cluster 1x4xh100 --model gpt:layers=2,dim=64,heads=4,seq=16 --tensor 2 "
+      "--sequence-parallel --tp-overlap --ranks 4 --batch 2 --out " +
+      (dir.path() / "sim").string());
+  ASSERT_EQ(c.exit_code, 0) << c.out << c.err;
+  EXPECT_NE(c.out.find("tensor parallel 2 x pipeline 1 x data 2"), std::string::npos) << c.out;
+  EXPECT_TRUE(fs::exists(dir.path() / "sim" / "summary.json"));
 }
 
 TEST(SimulateCliTest, ReplayReproducesASimulationAndAppliesWhatIfs) {

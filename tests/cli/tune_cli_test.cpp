@@ -240,7 +240,8 @@ TEST(TuneCliTest, BadInputIsOneLineAndExitCode2) {
       {"--no-timeline", "--no-timeline"},
       {"--objective speed", "--objective"},
       {"--simulate --cluster 1x8xh100 --objective energy", "--objective"},
-      {"--tensor 2", "--tensor"},
+      {"--tensor 2", "--space tensor"},
+      {"--space tp-overlap=maybe", "--space"},
   };
   for (const auto& c : cases) {
     const CliResult r = run_tandem("tune --model mlp:2x64 --ranks 2 --batch 8 " + c.args +

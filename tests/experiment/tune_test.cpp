@@ -297,6 +297,64 @@ TEST(TuneSearchTest, ParetoFrontKeepsWhatNothingBeatsOnBoth) {
   EXPECT_EQ(pareto_front(c), (std::vector<int>{0, 1, 4}));
 }
 
+// Tensor parallelism is an axis where the engine takes it (validate()'s rules, not
+// restated): a gpt of 4 heads on 4 ranks splits 2 and 4 ways, an mlp not at all. A
+// candidate of T ranks a replica runs T times the rows, and with one replica its
+// strategies are one; each is predicted with its split.
+TEST(TuneCandidatesTest, TensorParallelismIsAnAxisWhereTheModelSplits) {
+  const TrainConfig gpt = base_config("gpt:layers=2,dim=32,heads=4,seq=16,vocab=64", 4, 2);
+  const TuneSpace space = TuneSpace::defaults(gpt, 4);
+  EXPECT_EQ(space.tensor, (std::vector<int>{1, 2, 4}));
+  EXPECT_EQ(TuneSpace::defaults(base_config("mlp:4x256", 4, 8), 4).tensor, (std::vector<int>{1}));
+  // 3 heads: no split of 2 ranks.
+  EXPECT_EQ(TuneSpace::defaults(base_config("gpt:layers=2,dim=48,heads=3,seq=16,vocab=64", 2, 2), 2)
+                .tensor,
+            (std::vector<int>{1}));
+  TuneSpace s = space;
+  s.set("micro-batches=1");
+  s.set("pipeline=1");
+  s.set("threads=1");
+  s.set("strategy=bucketed,zero2");
+  s.set("bucket-mb=25");
+  std::vector<TuneCandidate> all = tune_candidates(gpt, s, false);
+  std::set<std::string> ids;
+  int split = 0;
+  for (const TuneCandidate& c : all) {
+    EXPECT_TRUE(ids.insert(c.id()).second) << c.id();
+    ASSERT_EQ(c.refused, "") << c.label();
+    EXPECT_EQ(global_batch(c.config), global_batch(gpt)) << c.label();
+    const int t = c.config.model.tensor;
+    if (t == 1) continue;
+    ++split;
+    EXPECT_EQ(c.config.batch, gpt.batch * t) << c.label();
+    EXPECT_FALSE(c.config.model.tp_overlap && !c.config.model.sequence_parallel) << c.label();
+    EXPECT_NE(std::find(c.flags.begin(), c.flags.end(),
+                        std::pair<std::string, std::string>{"--tensor", std::to_string(t)}),
+              c.flags.end())
+        << c.label();
+    EXPECT_NE(c.family().find("tensor=" + std::to_string(t)), std::string::npos) << c.family();
+  }
+  // T = 2: 2 replicas, both strategies; T = 4: one replica, one; each in 3 modes.
+  EXPECT_EQ(split, 3 * 2 + 3 * 1);
+  Cluster cluster =
+      calibrated_cluster(Calibration{.gemm_flops_per_s = {1e11, 1e11, 1e11, 1e11},
+                                     .memory_bytes_per_s = 1e10,
+                                     .link = {.bandwidth_bytes_per_s = 1e9, .latency_s = 1e-5}},
+                         4, 1e12, "test");
+  predict_candidates(all, cluster);
+  std::map<int, double> memory;
+  for (const TuneCandidate& c : all) {
+    ASSERT_EQ(c.refused, "") << c.label();
+    EXPECT_GT(c.predicted_s, 0) << c.label();
+    if (c.config.reducer.plan.strategy.kind == StrategyKind::kBucketed) {
+      memory[c.config.model.tensor] = std::max(memory[c.config.model.tensor], c.memory_bytes);
+    }
+  }
+  // Half the state a rank, for twice the rows: less here. (At T = 4 a replica's four times
+  // the rows hold more activations than the state saves, on so small a model.)
+  EXPECT_LT(memory.at(2), memory.at(1));
+}
+
 // The calibration fitted from a real characterization of the default, and the space
 // predicted with it: every prediction positive, and the memory each strategy keeps in the
 // order sharding promises.
