@@ -289,13 +289,12 @@ std::unique_ptr<Communicator> ProgressCommunicator::split(int color, int key) {
   }
   std::unique_ptr<ProgressCommunicator> child = make_split(color, key);
   child->set_recorder(recorder());
-  // FNV-1a over (parent, split number, color); 0 stays the world's.
-  std::uint32_t group = 2166136261u;
+  // Named by (parent, split number, color), the same on every member.
+  std::string name;
   for (const std::uint32_t word : {group_, splits_++, static_cast<std::uint32_t>(color)}) {
-    for (int byte = 0; byte < 4; ++byte)
-      group = (group ^ ((word >> (8 * byte)) & 0xffu)) * 16777619u;
+    for (int byte = 0; byte < 4; ++byte) name += static_cast<char>((word >> (8 * byte)) & 0xffu);
   }
-  child->group_ = group == 0 ? 1 : group;
+  child->group_ = group_id(name);
   adopt(*child);
   return child;
 }

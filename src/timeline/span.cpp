@@ -34,6 +34,12 @@ std::string_view to_string(Lane lane) {
   return i < kLaneNames.size() ? kLaneNames[i] : "unknown";
 }
 
+std::uint32_t group_id(std::string_view key) {
+  std::uint32_t hash = 2166136261u;
+  for (const char c : key) hash = (hash ^ static_cast<unsigned char>(c)) * 16777619u;
+  return hash == 0 ? 1 : hash;
+}
+
 bool is_collective(SpanKind kind) {
   switch (kind) {
     case SpanKind::kAllreduce:

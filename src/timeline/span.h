@@ -45,6 +45,10 @@ enum class SpanKind : std::uint8_t {
 // a group runs together (not a send, a receive or anything else).
 bool is_collective(SpanKind kind);
 
+// A Span::group from the bytes that name a communicator (a split's parent group, split
+// number and color; a profiler's process-group name): FNV-1a, never 0 (the world's).
+std::uint32_t group_id(std::string_view key);
+
 std::string_view to_string(Lane lane);
 std::string_view to_string(SpanKind kind);
 Lane parse_lane(std::string_view text);          // throws UsageError

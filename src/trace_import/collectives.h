@@ -70,6 +70,7 @@ struct CommInfo {
   std::int32_t group_size = -1;  // -1: unknown
   CollectiveType type = CollectiveType::kUnknown;
   NameId dtype = kNoName;        // as written, in the timeline's names; kNoName: unknown
+  NameId process_group = kNoName;  // "Process Group Name", as written; kNoName: unknown
 };
 
 // One row of the collectives table: the spans of one collective type, size and group size.

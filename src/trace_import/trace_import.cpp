@@ -260,6 +260,7 @@ class CollectiveOps {
     if (args != nullptr) {
       c.group_size = args->group_size;
       c.dtype = args->dtype;
+      c.process_group = args->process_group;
       const std::optional<int> element = dtype_bytes(names_.name(c.dtype));
       const std::int64_t elements = std::max(args->in_elements, args->out_elements);
       // A size beyond int64 is not a real collective's: unknown rather than wrapped.
@@ -448,6 +449,7 @@ void TraceImporter::add_kineto_spans(RawTrace& raw, const LaunchIndex& launches,
       CommInfo c = collectives.describe(e, cpu_time, timeline.spans.size());
       if (c.type != CollectiveType::kUnknown) s.kind = span_kind(c.type);
       if (c.bytes >= 0) s.bytes = c.bytes;
+      if (c.process_group != kNoName) s.group = group_id(timeline.names->name(c.process_group));
       result_.comm.push_back(std::move(c));
     }
     info.compute += role == EventRole::kCompute;

@@ -170,6 +170,7 @@ void remap_names(RawTrace& raw, const NameTable& from, NameTable& to) {
   for (CollectiveArgs& a : raw.collective_args) {
     map(a.collective);
     map(a.dtype);
+    map(a.process_group);
   }
   for (NameId& id : raw.step_mark_names) map(id);
 }

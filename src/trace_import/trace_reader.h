@@ -60,6 +60,9 @@ struct TraceCategory {
 struct CollectiveArgs {
   NameId collective = kNoName;  // "Collective name": "allreduce", "_allgather_base", ...
   NameId dtype = kNoName;       // "dtype": "Float", "BFloat16", ...
+  // "Process Group Name": "0", "3", ... (PyTorch numbers its groups in creation order,
+  // the same on every rank): which communicator ran it (Span::group).
+  NameId process_group = kNoName;
   std::int64_t in_elements = -1;
   std::int64_t out_elements = -1;
   std::int32_t group_size = -1;

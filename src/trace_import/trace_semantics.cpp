@@ -56,6 +56,7 @@ enum class Field : std::uint8_t {
   kOutElements,
   kGroupSize,
   kDtype,  // event args
+  kProcessGroup,
   kRank,
   kTandemTrace,
   kT0,
@@ -97,6 +98,7 @@ Field field_of(Frame frame, std::string_view key) {
       if (key == "Out msg nelems"sv) return Field::kOutElements;
       if (key == "Group size"sv) return Field::kGroupSize;
       if (key == "dtype"sv) return Field::kDtype;
+      if (key == "Process Group Name"sv) return Field::kProcessGroup;
       return Field::kNone;
     case Frame::kDistributed:
       return key == "rank"sv ? Field::kRank : Field::kNone;
@@ -163,6 +165,8 @@ const char* field_name(Field f) {
       return "args.\"Group size\"";
     case Field::kDtype:
       return "args.dtype";
+    case Field::kProcessGroup:
+      return "args.\"Process Group Name\"";
     case Field::kRank:
       return "distributedInfo.rank";
     case Field::kTandemTrace:
@@ -182,7 +186,7 @@ using Value = JsonScalar;
 // The event being read; reset at each '{' in traceEvents.
 struct EventFields {
   std::string name, cat;  // reused buffers: no allocation per event once warm
-  std::string collective, dtype;
+  std::string collective, dtype, process_group;
   bool complete = false;  // "ph":"X"
   bool has_name = false, has_ts = false, has_dur = false;
   bool name_cut = false;
@@ -196,6 +200,7 @@ struct EventFields {
     cat.clear();
     collective.clear();
     dtype.clear();
+    process_group.clear();
     raw = RawEvent{};
     args = CollectiveArgs{};
     dur_ns = 0;
@@ -429,9 +434,12 @@ class TraceSemantics::Impl {
       if (v.is_number() && std::isfinite(v.d)) event_.raw.flops = v.d;
       return;
     }
-    if (f == Field::kCollective || f == Field::kDtype) {
+    if (f == Field::kCollective || f == Field::kDtype || f == Field::kProcessGroup) {
       if (v.type != Value::kString) return;
-      (f == Field::kCollective ? event_.collective : event_.dtype).assign(v.text);
+      (f == Field::kCollective ? event_.collective
+       : f == Field::kDtype    ? event_.dtype
+                               : event_.process_group)
+          .assign(v.text);
       event_.has_args = true;
       return;
     }
@@ -507,6 +515,7 @@ class TraceSemantics::Impl {
     CollectiveArgs a = event_.args;
     if (!event_.collective.empty()) a.collective = names_.intern(event_.collective);
     if (!event_.dtype.empty()) a.dtype = names_.intern(event_.dtype);
+    if (!event_.process_group.empty()) a.process_group = names_.intern(event_.process_group);
     out_.collective_args.push_back(a);
     return static_cast<std::int32_t>(out_.collective_args.size() - 1);
   }

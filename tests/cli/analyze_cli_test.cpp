@@ -238,6 +238,42 @@ TEST(AnalyzeCliTest, WaitingIsSplitIntoSkewAndTransfer) {
   EXPECT_NE(slurp(out / "report.html").find("Waiting explained"), std::string::npos);
 }
 
+// Two tensor-parallel pairs, process groups "1" (ranks 0, 1) and "2" (ranks 2, 3), run
+// the same all-reduce kernel in each iteration: matched by group, they are two
+// collectives of two ranks, each pair's late rank 20 us behind its partner; matched by
+// kernel name alone they would be one of four ranks.
+TEST(AnalyzeCliTest, WaitingMatchesCollectivesWithinTheirProcessGroup) {
+  TempDir dir;
+  std::string files;
+  for (int rank = 0; rank < 4; ++rank) {
+    KinetoBuilder b(rank);
+    const double late = rank % 2 == 1 ? 20 : 0;  // the second of each pair
+    const double pair = rank < 2 ? 0 : 40;       // the second pair starts later still
+    for (int step = 1; step <= 2; ++step) {
+      const double t = 1000.0 * step;
+      b.profiler_step(step, t, 1000).launch(t + 1, 2 * step).launch(t + 2, 2 * step + 1);
+      b.kernel("sm80_gemm", t, 100, 7, 2 * step);
+      b.nccl("ncclDevKernel_AllReduce_Sum_f32_RING_LL", t + 200 + pair + late, 100 - late - pair,
+             2 * step + 1, "allreduce", 1024, 1024, 2, "Float", 0, rank < 2 ? "1" : "2");
+    }
+    const fs::path file = dir.path() / ("r" + std::to_string(rank) + ".json");
+    std::ofstream(file) << b.str();
+    files += " " + file.string();
+  }
+  const fs::path out = dir.path() / "a";
+  const CliResult r = run_tandem("analyze" + files + " --out " + out.string());
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const auto w = nlohmann::json::parse(slurp(out / "summary.json"))["waiting"];
+  EXPECT_EQ(w["collectives"], 2 * 2);  // 2 groups x 2 iterations
+  ASSERT_EQ(w["ranks"].size(), 4u);
+  for (int rank = 0; rank < 4; ++rank) {
+    // The first of each pair waits 20 us for its partner, not for the other pair.
+    EXPECT_NEAR(w["ranks"][rank]["skew_ms"].get<double>(), rank % 2 == 0 ? 0.020 : 0.0, 1e-9)
+        << rank;
+    EXPECT_EQ(w["ranks"][rank]["last_arrivals"], rank % 2 == 1 ? 2 : 0) << rank;
+  }
+}
+
 // Round two as a user meets it: HTA's per-rank number, the collectives with their sizes
 // and bandwidths, and the kernels contention slows, on the terminal and in the files.
 TEST(AnalyzeCliTest, RanksCollectivesAndSlowedKernels) {

@@ -93,10 +93,11 @@ class KinetoBuilder {
     return *this;
   }
   // An NCCL kernel with the collective arguments PyTorch records (no arguments when
-  // `collective` is empty).
+  // `collective` is empty), of the process group named `process_group`.
   KinetoBuilder& nccl(const std::string& name, double ts, double dur, long correlation,
-                      const std::string& collective = "", long in = 0, long out = 0,
-                      int group = 0, const std::string& dtype = "Float", int device = 0) {
+                      const std::string& collective = "", long in = 0, long out = 0, int group = 0,
+                      const std::string& dtype = "Float", int device = 0,
+                      const std::string& process_group = "0") {
     nlohmann::json args = {{"device", device}, {"stream", 20}, {"correlation", correlation}};
     if (!collective.empty()) {
       args["Collective name"] = collective;
@@ -104,7 +105,7 @@ class KinetoBuilder {
       args["Out msg nelems"] = out;
       args["Group size"] = group;
       args["dtype"] = dtype;
-      args["Process Group Name"] = "0";
+      args["Process Group Name"] = process_group;
     }
     events_.push_back({{"ph", "X"},
                        {"cat", "kernel"},
