@@ -102,8 +102,9 @@ py::dict categorical(py::array_t<std::int32_t> codes, const Categories& categori
 
 // A timeline as columns, a row per span in the timeline's order: rank, lane, kind, name
 // (Timeline::name_of: the interned name, else the kind's), step, tag, micro, start_ns,
-// end_ns, bytes, issue_ns, flops. `comm` (a Kineto import's) adds the collective of each
-// communication span, its group size and dtype ("" and -1 where unknown or not comm).
+// end_ns, bytes, issue_ns, group (Span::group: the communicator), flops. `comm` (a Kineto import's)
+// adds the collective of each communication span, its group size and dtype ("" and -1 where unknown
+// or not comm).
 py::dict timeline_columns(const Timeline& t, const std::vector<CommInfo>* comm) {
   const std::vector<Span>& s = t.spans;
   const std::size_t n = s.size();
@@ -146,6 +147,7 @@ py::dict timeline_columns(const Timeline& t, const std::vector<CommInfo>* comm) 
   cols["end_ns"] = column<std::int64_t>(n, [&](std::size_t i) { return s[i].end_ns; });
   cols["bytes"] = column<std::int64_t>(n, [&](std::size_t i) { return s[i].bytes; });
   cols["issue_ns"] = column<std::int64_t>(n, [&](std::size_t i) { return s[i].issue_ns; });
+  cols["group"] = column<std::uint32_t>(n, [&](std::size_t i) { return s[i].group; });
   cols["flops"] = column<double>(n, [&](std::size_t i) { return s[i].flops; });
 
   if (comm != nullptr) {

@@ -68,6 +68,11 @@ def test_waiting_by_construction(traces):
     assert a.summary["waiting"]["blocked_on"] == "collective spans"
     assert a.summary["waiting"]["collectives"] == STEPS - 1
     assert "Kineto" in a.summary["waiting"]["clocks"]
+    # Both ranks' all-reduces name process group "0": one nonzero group, compute none.
+    s = a.spans
+    comm = s[s["lane"] == "comm"]
+    assert comm["group"].nunique() == 1 and (comm["group"] != 0).all()
+    assert (s[s["lane"] == "compute"]["group"] == 0).all()
 
 
 def test_collectives_and_spans(traces):
