@@ -13,26 +13,13 @@
 #include "engine/trainer.h"
 #include "model/model_ops.h"
 #include "model/transformer.h"
+#include "simulate/round_cluster.h"
 #include "simulate/simulator.h"
 
 namespace tandem {
 namespace {
 
-Cluster round_cluster(int nodes, int per_node) {
-  Cluster c;
-  c.name = "test";
-  c.nodes = nodes;
-  c.devices_per_node = per_node;
-  c.device.name = "round";
-  c.device.peak_flops = {1e12, 1e12, 1e12, 1e12};
-  c.device.memory_bytes_per_s = 1e12;
-  c.device.memory_bytes = 1e12;
-  c.device.gemm_efficiency = 1;
-  c.intra = {.bandwidth_bytes_per_s = 10e9, .latency_s = 1e-6};
-  c.inter = {.bandwidth_bytes_per_s = 1e9, .latency_s = 10e-6};
-  c.nics_per_node = 2;
-  return c;
-}
+using testing::round_cluster;
 
 const char* const kModels[] = {"gpt:layers=2,dim=32,heads=4,seq=16,vocab=64",
                                "llama:layers=2,dim=32,heads=4,seq=16,hidden=64,vocab=64"};
