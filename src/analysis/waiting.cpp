@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <tuple>
 
 #include "analysis/intervals.h"
@@ -166,10 +167,10 @@ WaitingAnalysis explain_waiting(const Timeline& timeline, std::int32_t first_ste
   const std::int32_t from = std::max(first_step, 0);
   std::vector<const Span*> comm;
   std::map<std::int32_t, std::vector<Interval>> waits;
-  std::map<std::int32_t, std::map<std::int32_t, bool>> steps;  // rank -> measured steps
+  std::map<std::int32_t, std::set<std::int32_t>> steps;  // rank -> measured steps
   for (const Span& s : timeline.spans) {
     if (s.step < from || s.end_ns < s.start_ns) continue;
-    steps[s.rank][s.step] = true;
+    steps[s.rank].insert(s.step);
     if (s.lane == Lane::kComm) comm.push_back(&s);
     if (s.lane == Lane::kWait) waits[s.rank].push_back({s.start_ns, s.end_ns});
   }
@@ -241,7 +242,8 @@ std::string clocks_note(std::int64_t clock_uncertainty_ns, bool simulated) {
   return "one clock (the ranks share a host clock)";
 }
 
-nlohmann::json waiting_json(const WaitingAnalysis& waiting, const std::string& clocks) {
+nlohmann::json waiting_json(const WaitingAnalysis& waiting) {
+  if (waiting.empty()) return nullptr;
   nlohmann::json ranks = nlohmann::json::array();
   for (const RankWaiting& w : waiting.ranks) {
     ranks.push_back({{"rank", w.rank},
@@ -262,7 +264,7 @@ nlohmann::json waiting_json(const WaitingAnalysis& waiting, const std::string& c
                      {"arrival_spread_ms", ms(k.arrival_spread_ns)}});
   }
   return {{"blocked_on", waiting.from_wait_spans ? "wait spans" : "collective spans"},
-          {"clocks", clocks},
+          {"clocks", waiting.clocks},
           {"collectives", waiting.collectives},
           {"blocked_ms", ms(waiting.blocked_ns)},
           {"skew_ms", ms(waiting.skew_ns)},

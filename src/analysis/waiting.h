@@ -51,7 +51,7 @@ struct KindWaiting {
   SpanKind kind = SpanKind::kOther;
   std::int32_t collectives = 0;  // matched instances with two or more participants
   // Per step, mean over ranks: the blocked time each instant of which this kind's
-  // collective explained (the earliest-started one, where several were in flight).
+  // collective explained (the first in SpanKind order, where several kinds were in flight).
   double skew_ns = 0;
   double transfer_ns = 0;
   // Mean over its instances of last arrival - first arrival.
@@ -67,6 +67,8 @@ struct WaitingAnalysis {
   std::vector<KindWaiting> kinds;  // by kind, only kinds that occurred
   // The rank with the most last arrivals (-1: none arrived strictly last anywhere).
   std::int32_t most_often_last = -1;
+  // How far the ranks' clocks agree, for the skew (clocks_note); the caller knows.
+  std::string clocks;
 
   bool empty() const { return ranks.empty(); }
   const RankWaiting* rank(std::int32_t r) const;
@@ -79,9 +81,8 @@ WaitingAnalysis explain_waiting(const Timeline& timeline, std::int32_t first_ste
 // agree within the alignment's uncertainty; 0 for ranks on one clock).
 std::string clocks_note(std::int64_t clock_uncertainty_ns, bool simulated);
 
-// summary.json's "waiting": the analysis plus `clocks`, a sentence on how far the ranks'
-// clocks agree ("one clock: threads of one process", ...). Times in ms.
-nlohmann::json waiting_json(const WaitingAnalysis& waiting, const std::string& clocks);
+// summary.json's "waiting", times in ms; null when nothing was communicated.
+nlohmann::json waiting_json(const WaitingAnalysis& waiting);
 // The terminal's lines under "blocked waiting", each starting with `indent`; "" when
 // nothing was blocked.
 std::string format_waiting(const WaitingAnalysis& waiting, const std::string& indent);

@@ -99,8 +99,8 @@ Characterization characterize(Workload& workload, const CharacterizeOptions& opt
       scenario_inputs(out.run(Scenario::kComputeOnly).steps, out.run(Scenario::kCommOnly).steps,
                       out.run(Scenario::kSequential).steps, out.run(Scenario::kOverlapped).steps));
   out.waiting = explain_waiting(out.run(Scenario::kOverlapped).timeline, options.warmup);
-  out.clocks = clocks_note(clock_uncertainty_ns,
-                           out.config.value("timing_source", std::string()) == "simulated");
+  out.waiting.clocks = clocks_note(clock_uncertainty_ns,
+                                   out.config.value("timing_source", std::string()) == "simulated");
   return out;
 }
 
@@ -200,16 +200,11 @@ nlohmann::json to_json(const Characterization& c) {
                        {"extra_average", number_or_null(o.extra_average)},
                        {"energy_vs_sequential", number_or_null(o.energy_vs_sequential)}});
   }
-  return {
-      {"description", c.description},
-      {"config", c.config},
-      {"warmup", c.warmup},
-      {"iterations", c.iterations},
-      {"metrics", c.metrics},
-      {"story", overlap_story(c.metrics)},
-      {"scenarios", scenarios},
-      {"waiting", c.waiting.empty() ? nlohmann::json(nullptr) : waiting_json(c.waiting, c.clocks)},
-      {"power_overlap", overlap}};
+  return {{"description", c.description}, {"config", c.config},
+          {"warmup", c.warmup},           {"iterations", c.iterations},
+          {"metrics", c.metrics},         {"story", overlap_story(c.metrics)},
+          {"scenarios", scenarios},       {"waiting", waiting_json(c.waiting)},
+          {"power_overlap", overlap}};
 }
 
 std::string iterations_csv_rows(const std::string& point_id, const Characterization& c) {

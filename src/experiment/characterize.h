@@ -45,7 +45,6 @@ struct Characterization {
   // The overlapped scenario's blocked time split into skew and transfer over its measured
   // iterations (analysis/waiting.h), and how far the ranks' clocks agree for it.
   WaitingAnalysis waiting;
-  std::string clocks;
   int warmup = 0;
   int iterations = 0;
 

@@ -137,7 +137,7 @@ nlohmann::json analyze_summary_body(const AnalyzeResult& r, const ImportResult& 
       {"overlap_ms", r.overlap_ms},
       {"exposed_comm_ms", r.exposed_comm_ms},
       {"idle_ms", r.idle_ms},
-      {"waiting", r.waiting.empty() ? nlohmann::json(nullptr) : waiting_json(r.waiting, r.clocks)},
+      {"waiting", waiting_json(r.waiting)},
       {"metrics", r.scenario},  // ScenarioMetrics, the key tandem characterize uses
       {"steps", r.steps},
       {"baseline_steps", r.baseline_steps},

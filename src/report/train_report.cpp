@@ -153,7 +153,7 @@ TrainSummary summarize_training(const TrainConfig& config, const TrainResult& re
   out.exposed_comm_ms = summarize_ms(steps, &StepMetrics::t_exposed_comm_ns);
   out.hidden_share = hidden_share(steps);
   out.waiting = explain_waiting(result.timeline, static_cast<std::int32_t>(skip));
-  out.clocks = clocks_note(result);
+  out.waiting.clocks = clocks_note(result);
   // Compute spans of one name (ModelOp), per measured step, mean over ranks.
   const auto named_ms = [&](SpanKind kind, ModelOp op) {
     std::map<int, double> ns;  // per measured step, over every rank
@@ -456,7 +456,7 @@ nlohmann::json train_summary_body(const TrainConfig& config, const TrainResult& 
       {"recompute_ms",
        s.recompute_ms.count > 0 ? nlohmann::json(s.recompute_ms) : nlohmann::json(nullptr)},
       {"hidden_share", number_or_null(s.hidden_share)},
-      {"waiting", s.waiting.empty() ? nlohmann::json(nullptr) : waiting_json(s.waiting, s.clocks)},
+      {"waiting", waiting_json(s.waiting)},
       {"first_loss", s.first_loss},
       {"last_loss", s.last_loss},
       {"tokens_per_s",

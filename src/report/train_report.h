@@ -31,7 +31,6 @@ struct TrainSummary {
   // The blocked waiting split into skew and transfer over the measured steps
   // (analysis/waiting.h), and how far the ranks' clocks agree for it.
   WaitingAnalysis waiting;
-  std::string clocks;
   float first_loss = 0, last_loss = 0;  // mean over ranks
   bool has_loss = false;  // some step computed a loss (not comm-only runs or simulations)
   // Transformers: tokens predicted per second (samples x seq) at the median step time; 0

@@ -99,7 +99,7 @@ AnalyzeResult analyze_timeline(const Timeline& run, const Timeline* baseline, st
   r.exposed_comm_ms = summarize_ms(r.steps, &StepMetrics::t_exposed_comm_ns);
   r.idle_ms = summarize_ms(r.steps, &StepMetrics::t_other_ns);
   r.waiting = explain_waiting(run, r.steps.front().step);
-  r.clocks = "as the trace recorded them";
+  r.waiting.clocks = "as the trace recorded them";
   return r;
 }
 
@@ -145,7 +145,7 @@ std::string format_analyze_summary(const AnalyzeResult& r) {
   if (const std::string lines = format_waiting(r.waiting, "    "); !lines.empty()) {
     text += std::string("  blocked on communication (") +
             (r.waiting.from_wait_spans ? "wait spans" : "the collectives' own time") +
-            "), clocks: " + r.clocks + "\n" + lines;
+            "), clocks: " + r.waiting.clocks + "\n" + lines;
   }
   if (r.has_baseline) {
     char line[160];
@@ -285,7 +285,7 @@ AnalyzeResult analyze_imports(const ImportResult& run, const ImportResult* basel
       analyze_timeline(run.timeline, baseline != nullptr ? &baseline->timeline : nullptr, warmup);
   r.hta_step_filter = run.hta_step_filter;
   if (!run.ranks.empty()) {
-    r.clocks =
+    r.waiting.clocks =
         "each Kineto trace's own host clock, as the profiler wrote it (not aligned "
         "across hosts: their offset adds to the skew)";
   }

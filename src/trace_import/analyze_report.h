@@ -52,7 +52,6 @@ struct AnalyzeResult {
   // traces) split into skew and transfer over the measured iterations
   // (analysis/waiting.h), and whose clocks the arrivals were read from.
   WaitingAnalysis waiting;
-  std::string clocks;
 };
 
 // `baseline` may be null. Throws UsageError when nothing is left to analyze.

@@ -119,7 +119,9 @@ TEST(WaitingTest, SkewOfAnyCollectiveInFlightCountsFirst) {
   EXPECT_DOUBLE_EQ(r0.skew_ns, 70);  // 50..120, the all-gather waiting for rank 1
   EXPECT_DOUBLE_EQ(r0.transfer_ns, 130);
   EXPECT_DOUBLE_EQ(r0.skew_ns + r0.transfer_ns + r0.other_ns, r0.blocked_ns);
-  const nlohmann::json j = waiting_json(w, "one clock");
+  WaitingAnalysis named = w;
+  named.clocks = "one clock";
+  const nlohmann::json j = waiting_json(named);
   EXPECT_EQ(j["clocks"], "one clock");
   EXPECT_EQ(j["ranks"][0]["skew_ms"], 70e-6);
   bool saw_recv = false;
