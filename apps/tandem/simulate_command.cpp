@@ -13,11 +13,14 @@
 #include "core/files.h"
 #include "core/parse.h"
 #include "experiment/calibrate.h"
+#include "experiment/profile_replay.h"
 #include "experiment/replay.h"
 #include "flag_checks.h"
+#include "report/analyze_summary.h"
 #include "report/results_dir.h"
 #include "report/train_report.h"
 #include "simulate/simulator.h"
+#include "trace_import/analyze_report.h"
 #include "train_outputs.h"
 #include "workload_flags.h"
 
@@ -124,9 +127,82 @@ int run_against(const SimulateFlags& flags) {
   return 0;
 }
 
-// --from-trace RUN [--what-if ...]: the run replayed as measured, and the what-if.
+// --from-trace TRACES [--what-if ...] of PyTorch profiles (experiment/profile_replay.h):
+// per step measured, replayed and what-if; --out gets the what-if as `analyze` writes a
+// profile, beside the replay's replayed.trace.json.
+int run_profile_replay(const SimulateFlags& flags, const WhatIf& what_if, const CommandLine& argv) {
+  const std::vector<std::string> inputs = expand_trace_inputs({flags.from_trace}, "--from-trace");
+  std::optional<ResultsWriter> out;
+  if (!flags.out.empty()) {
+    out.emplace(flags.out, ResultsCommand::kAnalyze, argv, OutputPolicy{.force = flags.force});
+  }
+  const ImportResult run = import_traces(inputs);
+  const ProfileReplay r = replay_profile(run, what_if);
+  const auto warmup = static_cast<std::size_t>(flags.warmup);
+  const AnalyzeResult measured = analyze_timeline(run.timeline, nullptr, warmup);
+  const AnalyzeResult replayed = analyze_timeline(r.replayed, nullptr, warmup);
+  ImportResult changed = run;
+  changed.timeline = r.what_if;
+  const AnalyzeResult after = analyze_imports(changed, nullptr, warmup);
+  std::printf(
+      "tandem simulate --from-trace: %s, %zu trace files, %zu ranks, %zu iterations after %zu "
+      "warm-up\n",
+      flags.from_trace.c_str(), inputs.size(), run.ranks.size(), measured.steps.size(), warmup);
+  for (const std::string& note : r.notes) std::printf("  note: %s\n", note.c_str());
+  std::printf("  iteration  E2E ms: measured   replayed   what-if (%s)\n",
+              what_if.describe().c_str());
+  nlohmann::json steps = nlohmann::json::array();
+  for (std::size_t i = 0; i < measured.steps.size(); ++i) {
+    const double m = measured.steps[i].e2e_ns / 1e6;
+    const double p = i < replayed.steps.size() ? replayed.steps[i].e2e_ns / 1e6 : NAN;
+    const double w = i < after.steps.size() ? after.steps[i].e2e_ns / 1e6 : NAN;
+    std::printf("  %9d  %16.3f %10.3f %10.3f\n", measured.steps[i].step, m, p, w);
+    steps.push_back({{"step", measured.steps[i].step},
+                     {"measured_ms", m},
+                     {"replayed_ms", p},
+                     {"what_if_ms", w}});
+  }
+  const double m = measured.e2e_ms.median, p = replayed.e2e_ms.median, w = after.e2e_ms.median;
+  std::printf("  E2E (median)  measured %10.3f ms\n", m);
+  std::printf("                replayed %10.3f ms  (%+.1f%% of measured)\n", p, 100 * (p / m - 1));
+  if (what_if.any()) {
+    std::printf("                what-if  %10.3f ms  (%+.1f%% of replayed: %s)\n", w,
+                100 * (w / p - 1), what_if.describe().c_str());
+  }
+  std::fflush(stdout);
+  if (out) {
+    nlohmann::json body = analyze_summary_body(after, changed, nullptr, {});
+    body["simulated"] = {{"replay_of", flags.from_trace},
+                         {"what_if", what_if.describe()},
+                         {"measured_step_ms", m},
+                         {"replayed_step_ms", p},
+                         {"what_if_step_ms", w},
+                         {"steps", steps},
+                         {"notes", r.notes}};
+    out->write_summary(body);
+    out->write("iterations.csv", iterations_csv(after));
+    out->write("collectives.csv", collectives_csv(after));
+    const nlohmann::json source = {{"source", "tandem simulate --from-trace"}, {"inputs", inputs}};
+    out->write_trace("trace.json", r.what_if, {.other_data = source, .counters = {}});
+    if (what_if.any()) {
+      out->write_trace("replayed.trace.json", r.replayed, {.other_data = source, .counters = {}});
+    }
+    out->write_report();
+    out->commit();
+    std::printf("wrote %s/{summary.json,iterations.csv,collectives.csv,trace.json,%sreport.html}\n",
+                out->path().c_str(), what_if.any() ? "replayed.trace.json," : "");
+  }
+  return 0;
+}
+
+// --from-trace RUN [--what-if ...]: the run replayed as measured, and the what-if; RUN a
+// results directory of tandem's, or PyTorch profiles (run_profile_replay).
 int run_replay(const SimulateFlags& flags, const CommandLine& argv) {
   const WhatIf what_if = WhatIf::parse(flags.what_if);
+  std::error_code ec;
+  if (!fs::exists(fs::path(flags.from_trace) / "summary.json", ec)) {
+    return run_profile_replay(flags, what_if, argv);
+  }
   std::optional<ResultsWriter> out;
   if (!flags.out.empty()) {
     out.emplace(flags.out, ResultsCommand::kTrain, argv, OutputPolicy{.force = flags.force});
@@ -328,14 +404,16 @@ void add_simulate_command(CLI::App& app, RunCommand& run) {
   cmd->add_option("--from-trace", flags->from_trace,
                   "RUN: replay a measured train or characterize results directory with its "
                   "passes and transfers as measured (the replay should match its step), then "
-                  "with --what-if; --out gets the what-if's results");
+                  "with --what-if; or PyTorch profiler traces (a file per rank, or a directory "
+                  "of them), replayed as a graph of what waited for what; --out gets the "
+                  "what-if's results");
   cmd->add_option("--what-if", flags->what_if,
                   "With --from-trace: network=Fx (collectives and transfers F times as fast), "
                   "contention=off (every pass and transfer at its unoverlapped time: E2E "
                   "ideal), overlap=off (communication after compute), bucket-mb=M (DDP's "
                   "bucket cap, bucketed and sequential runs), ranks=N (N ranks with the run's "
-                  "per-rank batch, collectives priced by the run's fit of its link); "
-                  "repeatable");
+                  "per-rank batch, collectives priced by the run's fit of its link); the last "
+                  "two not for profiles; repeatable");
   cmd->add_option("--against", flags->against,
                   "RUN...: with --calibration, predict these measured runs (ones the fit did not "
                   "see) beside their measurements")

@@ -38,15 +38,15 @@ struct Instances {
   std::array<double, kKinds> kind_spread{};
 };
 
-Instances match_instances(const std::vector<const Span*>& comm) {
-  Instances out;
-  out.last_arrival.assign(comm.size(), 0);
+}  // namespace
+
+std::vector<std::vector<std::size_t>> match_collectives(const std::vector<const Span*>& comm) {
   // (key, rank) -> indices in start order, so the n-th of each rank pairs up.
   std::map<CollectiveKey, std::map<std::int32_t, std::vector<std::size_t>>> by_key;
   for (std::size_t i = 0; i < comm.size(); ++i) {
-    out.last_arrival[i] = comm[i]->start_ns;
     if (is_collective(comm[i]->kind)) by_key[key_of(*comm[i])][comm[i]->rank].push_back(i);
   }
+  std::vector<std::vector<std::size_t>> instances;
   for (auto& [key, ranks] : by_key) {
     std::size_t occurrences = 0;
     for (auto& [rank, indices] : ranks) {
@@ -60,28 +60,39 @@ Instances match_instances(const std::vector<const Span*>& comm) {
       for (const auto& [rank, indices] : ranks) {
         if (n < indices.size()) members.push_back(indices[n]);
       }
-      if (members.size() < 2) continue;
-      std::size_t last_member = members.front();
-      std::int64_t first = comm[last_member]->start_ns;
-      for (std::size_t m : members) {
-        first = std::min(first, comm[m]->start_ns);
-        if (comm[m]->start_ns > comm[last_member]->start_ns) last_member = m;
-      }
-      const std::int64_t last = comm[last_member]->start_ns;
-      std::int64_t next_latest = first;
-      for (std::size_t m : members) {
-        if (m != last_member) next_latest = std::max(next_latest, comm[m]->start_ns);
-      }
-      for (std::size_t m : members) out.last_arrival[m] = last;
-      ++out.collectives;
-      const auto kind = static_cast<std::size_t>(std::get<2>(key));
-      ++out.kind_count[kind];
-      out.kind_spread[kind] += static_cast<double>(last - first);
-      if (last > next_latest) {  // strictly last: a tie keeps nobody waiting on one rank
-        auto& [count, late] = out.last_by_rank[comm[last_member]->rank];
-        ++count;
-        late += static_cast<double>(last - next_latest);
-      }
+      if (members.size() >= 2) instances.push_back(std::move(members));
+    }
+  }
+  return instances;
+}
+
+namespace {
+
+Instances match_instances(const std::vector<const Span*>& comm) {
+  Instances out;
+  out.last_arrival.assign(comm.size(), 0);
+  for (std::size_t i = 0; i < comm.size(); ++i) out.last_arrival[i] = comm[i]->start_ns;
+  for (const std::vector<std::size_t>& members : match_collectives(comm)) {
+    std::size_t last_member = members.front();
+    std::int64_t first = comm[last_member]->start_ns;
+    for (std::size_t m : members) {
+      first = std::min(first, comm[m]->start_ns);
+      if (comm[m]->start_ns > comm[last_member]->start_ns) last_member = m;
+    }
+    const std::int64_t last = comm[last_member]->start_ns;
+    std::int64_t next_latest = first;
+    for (std::size_t m : members) {
+      if (m != last_member) next_latest = std::max(next_latest, comm[m]->start_ns);
+    }
+    for (std::size_t m : members) out.last_arrival[m] = last;
+    ++out.collectives;
+    const auto kind = static_cast<std::size_t>(comm[members.front()]->kind);
+    ++out.kind_count[kind];
+    out.kind_spread[kind] += static_cast<double>(last - first);
+    if (last > next_latest) {  // strictly last: a tie keeps nobody waiting on one rank
+      auto& [count, late] = out.last_by_rank[comm[last_member]->rank];
+      ++count;
+      late += static_cast<double>(last - next_latest);
     }
   }
   return out;

@@ -74,6 +74,11 @@ struct WaitingAnalysis {
   const RankWaiting* rank(std::int32_t r) const;
 };
 
+// The collective instances of Note [skew and transfer]: the comm spans matched across
+// ranks by key and occurrence, each entry the indices into `comm` of one instance's
+// members (two or more; spans of one rank only are in none).
+std::vector<std::vector<std::size_t>> match_collectives(const std::vector<const Span*>& comm);
+
 // Over the spans with step >= first_step (Note [skew and transfer]).
 WaitingAnalysis explain_waiting(const Timeline& timeline, std::int32_t first_step = 0);
 

@@ -456,6 +456,10 @@ void TraceImporter::add_kineto_spans(RawTrace& raw, const LaunchIndex& launches,
     info.comm += role == EventRole::kComm;
     info.memory += role == EventRole::kMemory;
     info.outside_steps += s.step < 0;
+    result_.origins.resize(timeline.spans.size());
+    result_.origins.push_back({.queue = cat.gpu ? std::int64_t{e.stream >= 0 ? e.stream : e.tid}
+                                                : SpanOrigin::kCpuThread + e.tid,
+                               .launch_ns = launch != nullptr ? launch->start_ns + base_ns : -1});
     timeline.spans.push_back(s);
   }
 }
@@ -491,6 +495,8 @@ void TraceImporter::add_cpu_compute(RawTrace& raw, const StepFinder& steps, Trac
     s.step = steps.empty() ? 0 : steps.step_at(op.start_ns);
     ++info.compute;
     info.outside_steps += s.step < 0;
+    result_.origins.resize(result_.timeline.spans.size());
+    result_.origins.push_back({.queue = SpanOrigin::kCpuThread + op.tid});
     result_.timeline.spans.push_back(s);
   }
 }

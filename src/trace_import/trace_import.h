@@ -68,8 +68,20 @@ struct ImportedRank {
   HtaRankModes hta;          // HTA's overlap of this rank (hta_overlap.h)
 };
 
+// Where an imported span ran and when it was asked for, for a replay
+// (experiment/profile_replay.h): the in-order queue it ran on (a GPU stream, or a CPU
+// thread) and the CPU launch that issued it.
+struct SpanOrigin {
+  static constexpr std::int64_t kCpuThread = std::int64_t{1} << 40;  // + tid: a CPU thread
+  std::int64_t queue = -1;      // args.stream of a GPU event, kCpuThread + tid of a CPU one
+  std::int64_t launch_ns = -1;  // the launch's start (args.correlation), span clock; -1: none
+};
+
 struct ImportResult {
   Timeline timeline;
+  // By span index, for the Kineto spans; shorter than the spans, or a default entry: a span
+  // of tandem's own trace, whose lane is its queue.
+  std::vector<SpanOrigin> origins;
   std::vector<TraceFileInfo> files;
   std::vector<ImportedRank> ranks;  // Kineto ranks, in rank order
   std::vector<CommInfo> comm;       // one per communication span of a Kineto trace

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "cli/cli_support.h"
+#include "import/kineto_builder.h"
 
 namespace tandem::testing {
 namespace {
@@ -272,6 +273,60 @@ TEST(SimulateCliTest, ReplayReproducesASimulationAndAppliesWhatIfs) {
                                 "simulate --from-trace " + sim + " --what-if ranks=0",
                                 "simulate --from-trace " + sim + " --model mlp:2x8",
                                 "simulate --cluster 2xh100 --what-if overlap=off"}) {
+    const CliResult bad = run_tandem(args);
+    EXPECT_EQ(bad.exit_code, 2) << args << ": " << bad.err;
+    EXPECT_EQ(std::count(bad.err.begin(), bad.err.end(), '\n'), 1) << args << ": " << bad.err;
+  }
+}
+
+// PyTorch profiles replay as a graph (experiment/profile_replay.h): per iteration the
+// measured, replayed and what-if E2E, and --out as analyze writes a profile, with the
+// replay beside the what-if in report.html.
+TEST(SimulateCliTest, ReplaysPyTorchProfilesWithAWhatIf) {
+  TempDir dir;
+  const fs::path traces = dir.path() / "traces";
+  fs::create_directories(traces);
+  for (int rank = 0; rank < 2; ++rank) {
+    KinetoBuilder b(rank);
+    for (int step = 0; step < 3; ++step) {
+      const double t0 = 1000.0 * step;
+      const long c = 10L * step;
+      b.profiler_step(step, t0, 999);
+      // Backward, then its all-reduce (400 us of transfer after both ranks arrive), then
+      // the optimizer 2 us after it.
+      b.launch(t0 + 1, c + 1).kernel("bwd", t0 + 3, 200, 7, c + 1);
+      b.launch(t0 + 2, c + 2)
+          .nccl("ncclDevKernel_AllReduce_Sum_f32_RING_LL", t0 + 205, 400, c + 2, "allreduce",
+                1 << 20, 1 << 20, 2);
+      b.launch(t0 + 3, c + 3).kernel("sgd", t0 + 607, 100, 7, c + 3);
+    }
+    std::ofstream(traces / ("rank" + std::to_string(rank) + ".json")) << b.str();
+  }
+  const fs::path out = dir.path() / "fast";
+  const CliResult r = run_tandem("simulate --from-trace " + traces.string() +
+                                 " --what-if network=4x --out " + out.string());
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  // 704 us measured (3 .. 707); the transfer at a quarter: 100 us, the step 404.
+  EXPECT_NE(r.out.find("measured      0.704 ms"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("replayed      0.704 ms  (+0.0% of measured)"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("what-if       0.404 ms"), std::string::npos) << r.out;
+  const auto summary = nlohmann::json::parse(slurp(out / "summary.json"));
+  EXPECT_EQ(summary["command"], "analyze");
+  EXPECT_EQ(summary["simulated"]["what_if"], "network 4x");
+  EXPECT_EQ(summary["simulated"]["steps"].size(), 3u);
+  EXPECT_NEAR(summary["simulated"]["what_if_step_ms"].get<double>(), 0.404, 1e-9);
+  EXPECT_TRUE(fs::exists(out / "replayed.trace.json"));
+  EXPECT_NE(slurp(out / "report.html").find("The run as replayed"), std::string::npos);
+
+  // What a profile cannot replay: one line, exit 2.
+  ASSERT_EQ(run_tandem("train --ranks 2 --model mlp:2x64 --batch 8 --steps 2 --quiet --out " +
+                       (dir.path() / "own").string())
+                .exit_code,
+            0);
+  for (const std::string& args : std::vector<std::string>{
+           "simulate --from-trace " + traces.string() + " --what-if ranks=4",
+           "simulate --from-trace " + traces.string() + " --what-if bucket-mb=2",
+           "simulate --from-trace " + (dir.path() / "own" / "trace.json").string()}) {
     const CliResult bad = run_tandem(args);
     EXPECT_EQ(bad.exit_code, 2) << args << ": " << bad.err;
     EXPECT_EQ(std::count(bad.err.begin(), bad.err.end(), '\n'), 1) << args << ": " << bad.err;

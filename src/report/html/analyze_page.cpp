@@ -281,6 +281,18 @@ std::string analyze_body(const Results& r, const ReportOptions& options) {
                   "Per rank: compute and communication kernels. Hatching marks time when "
                   "both ran at once.",
                   timeline(r, steps, options));
+  // A profile's replay with a what-if (tandem simulate --from-trace TRACES --what-if): the
+  // profile as replayed, below the what-if's timeline.
+  const std::filesystem::path replayed = r.dir / "replayed.trace.json";
+  std::error_code ec;
+  if (const int step = choose_iteration(steps, options);
+      step >= 0 && std::filesystem::exists(replayed, ec)) {
+    int total = 0;
+    const GanttInput g =
+        gantt_for_step(import_traces({replayed.string()}).timeline, step, options.max_ranks,
+                       "iteration " + std::to_string(step), total);
+    body += replay_section(s, g, step);
+  }
   body += section("breakdown", "Where each iteration goes",
                   "Per iteration (mean over ranks): compute, communication left exposed, "
                   "communication hidden behind compute, and time with neither.",

@@ -112,6 +112,24 @@ std::string ranks_note(const GanttInput& gantt, int ranks_total) {
          " drawn (the others ran the same iteration; see trace.json in Perfetto for all)";
 }
 
+std::string replay_section(const nlohmann::json& summary, const GanttInput& gantt, int step) {
+  const nlohmann::json simulated = summary.value("simulated", nlohmann::json::object());
+  char numbers[160];
+  std::snprintf(numbers, sizeof numbers,
+                "Measured %.3f ms, replayed %.3f ms, with the what-if (%s) %.3f ms.",
+                simulated.value("measured_step_ms", NAN), simulated.value("replayed_step_ms", NAN),
+                simulated.value("what_if", std::string("?")).c_str(),
+                simulated.value("what_if_step_ms", NAN));
+  return section("replayed", "The run as replayed, before the what-if",
+                 std::string(numbers) +
+                     " The timeline above is the what-if's; this one is the run replayed "
+                     "with its passes and transfers as measured (" +
+                     simulated.value("replay_of", std::string("?")) + ").",
+                 gantt.ranks.empty() ? note("replayed.trace.json has no spans of a training step")
+                                     : figure(gantt_chart(gantt),
+                                              "Step " + std::to_string(step) + " of the replay."));
+}
+
 std::string waiting_section(const nlohmann::json& w, const std::string& scope) {
   if (!w.is_object() || !w.contains("ranks")) return "";
   const auto ms = [](const nlohmann::json& o, const char* key) {

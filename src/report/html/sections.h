@@ -28,6 +28,11 @@ std::string ranks_note(const GanttInput& gantt, int ranks_total);
 // scenario").
 std::string waiting_section(const nlohmann::json& waiting, const std::string& scope = "");
 
+// A replay's what-if (tandem simulate --from-trace --what-if, docs/SIMULATE.md): the run
+// as replayed, `gantt` its step `step` (from replayed.trace.json), drawn below the
+// what-if's timeline, with the three step times of summary.json's "simulated".
+std::string replay_section(const nlohmann::json& summary, const GanttInput& gantt, int step);
+
 std::string config_table(const nlohmann::json& config);
 std::string machine_table(const nlohmann::json& machine, const std::string& created);
 

@@ -155,25 +155,8 @@ std::string train_body(const Results& r, const ReportOptions& options) {
   // A replay's what-if (tandem simulate --from-trace --what-if, docs/SIMULATE.md): the run
   // as replayed (its median step), drawn below the what-if's timeline.
   if (const auto replayed = trace ? load_trace(r.dir / "replayed.trace.json") : std::nullopt) {
-    const json simulated = s.value("simulated", json::object());
     const ChosenStep chosen = chosen_step(replayed->timeline, s, options, "replayed step");
-    const int step = chosen.step;
-    const GanttInput& g = chosen.gantt;
-    char numbers[160];
-    std::snprintf(numbers, sizeof numbers,
-                  "Measured %.3f ms, replayed %.3f ms, with the what-if (%s) %.3f ms.",
-                  simulated.value("measured_step_ms", NAN),
-                  simulated.value("replayed_step_ms", NAN),
-                  simulated.value("what_if", std::string("?")).c_str(),
-                  simulated.value("what_if_step_ms", NAN));
-    body += section("replayed", "The run as replayed, before the what-if",
-                    std::string(numbers) +
-                        " The timeline above is the what-if's; this one is the run replayed "
-                        "with its passes and transfers as measured (" +
-                        simulated.value("replay_of", std::string("?")) + ").",
-                    g.ranks.empty() ? note("replayed.trace.json has no spans of a training step")
-                                    : figure(gantt_chart(g),
-                                             "Step " + std::to_string(step) + " of the replay."));
+    body += replay_section(s, chosen.gantt, chosen.step);
   }
   if (s.contains("waiting")) body += waiting_section(s["waiting"]);
   if (!breakdown_html.empty()) {

@@ -1,0 +1,371 @@
+// The profile graph and its replay (profile_replay.h, Note [profile graph]).
+#include "experiment/profile_replay.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <limits>
+#include <map>
+#include <tuple>
+
+#include "analysis/statistics.h"
+#include "analysis/waiting.h"
+#include "core/error.h"
+
+namespace tandem {
+
+namespace {
+
+constexpr std::int64_t kNone = std::numeric_limits<std::int64_t>::min();
+constexpr std::int32_t kNoNode = -1;
+
+struct Node {
+  std::int64_t start = 0, end = 0;  // measured
+  std::int64_t launch = kNone;
+  std::int64_t latency = 0;            // start - gate, as measured (the start itself: no gate)
+  bool anchored = false;               // nothing gated it: it starts when it did
+  std::int32_t queue_pred = kNoNode;   // the queue's latest-ending earlier span
+  std::int32_t cross = kNoNode;        // another queue's span it waited for
+  std::int32_t merged_pred = kNoNode;  // overlap=off: the rank's latest-ending earlier span
+  std::int32_t instance = -1;          // collective instance, -1: none
+  std::int64_t transfer = 0;           // a member's: end - the instance's last start
+};
+
+bool is_comm(const Span& s) { return s.lane == Lane::kComm; }
+bool is_compute(const Span& s) { return s.lane == Lane::kCompute; }
+
+// Each rank's queues in start order: fills queue_pred (and merged_pred over the rank's
+// queues together), and returns the number of queues.
+std::size_t order_queues(const Timeline& t, const std::vector<SpanOrigin>& origins,
+                         std::vector<Node>& nodes) {
+  std::map<std::pair<std::int32_t, std::int64_t>, std::vector<std::int32_t>> queues;
+  std::map<std::int32_t, std::vector<std::int32_t>> ranks;
+  for (std::size_t i = 0; i < t.spans.size(); ++i) {
+    const Span& s = t.spans[i];
+    std::int64_t queue = i < origins.size() ? origins[i].queue : -1;
+    if (queue < 0) queue = -2 - static_cast<std::int64_t>(s.lane);  // tandem's lanes
+    queues[{s.rank, queue}].push_back(static_cast<std::int32_t>(i));
+    ranks[s.rank].push_back(static_cast<std::int32_t>(i));
+  }
+  const auto by_start = [&](std::int32_t a, std::int32_t b) {
+    return std::tie(nodes[a].start, nodes[a].end, a) < std::tie(nodes[b].start, nodes[b].end, b);
+  };
+  const auto chain = [&](std::vector<std::int32_t>& order, std::int32_t Node::*pred) {
+    std::sort(order.begin(), order.end(), by_start);
+    std::int32_t latest = kNoNode;
+    for (std::int32_t n : order) {
+      nodes[n].*pred = latest;
+      if (latest == kNoNode || nodes[n].end >= nodes[latest].end) latest = n;
+    }
+  };
+  for (auto& [key, order] : queues) chain(order, &Node::queue_pred);
+  for (auto& [rank, order] : ranks) chain(order, &Node::merged_pred);
+  return queues.size();
+}
+
+// Cross-queue waits and each node's gate and latency (Note [profile graph]).
+void find_gates(const Timeline& t, const std::vector<SpanOrigin>& origins, std::vector<Node>& nodes,
+                ProfileGraphStats& stats) {
+  // Per rank, its spans by end.
+  std::map<std::int32_t, std::vector<std::int32_t>> by_end;
+  for (std::size_t i = 0; i < nodes.size(); ++i)
+    by_end[t.spans[i].rank].push_back(static_cast<std::int32_t>(i));
+  for (auto& [rank, order] : by_end) {
+    std::sort(order.begin(), order.end(),
+              [&](std::int32_t a, std::int32_t b) { return nodes[a].end < nodes[b].end; });
+  }
+  const auto queue_of = [&](std::size_t i) {
+    const std::int64_t q = i < origins.size() ? origins[i].queue : -1;
+    return q < 0 ? -2 - static_cast<std::int64_t>(t.spans[i].lane) : q;
+  };
+  for (std::size_t i = 0; i < nodes.size(); ++i) {
+    Node& n = nodes[i];
+    std::int64_t gate = n.launch;
+    if (n.queue_pred != kNoNode) gate = std::max(gate, nodes[n.queue_pred].end);
+    if (gate == kNone || n.start > gate) {
+      // Left waiting by neither its queue nor its launch: another queue's end just before?
+      const std::vector<std::int32_t>& ends = by_end[t.spans[i].rank];
+      auto it = std::upper_bound(ends.begin(), ends.end(), n.start,
+                                 [&](std::int64_t s, std::int32_t m) { return s < nodes[m].end; });
+      while (it != ends.begin()) {
+        const std::int32_t m = *--it;
+        if (nodes[m].end <= gate || n.start - nodes[m].end > kDependencyWindow) break;
+        if (static_cast<std::size_t>(m) != i &&
+            queue_of(static_cast<std::size_t>(m)) != queue_of(i) && nodes[m].start < n.start) {
+          n.cross = m;
+          gate = nodes[m].end;
+          ++stats.cross_queue;
+          break;
+        }
+      }
+    }
+    if (gate == kNone) {
+      n.anchored = true;
+      continue;
+    }
+    if (n.cross == kNoNode && n.launch != kNone &&
+        (n.queue_pred == kNoNode || n.launch > nodes[n.queue_pred].end)) {
+      ++stats.launch_gated;
+    }
+    n.latency = n.start - gate;
+  }
+}
+
+// The median of `values`, or kNone for none.
+std::int64_t median_ns(std::vector<std::int64_t> values) {
+  if (values.empty()) return kNone;
+  std::nth_element(values.begin(), values.begin() + static_cast<long>(values.size() / 2),
+                   values.end());
+  return values[values.size() / 2];
+}
+
+// Whether [start, end) meets any interval of `merged` (sorted, disjoint).
+bool meets(const std::vector<std::pair<std::int64_t, std::int64_t>>& merged, std::int64_t start,
+           std::int64_t end) {
+  auto it = std::upper_bound(merged.begin(), merged.end(), std::make_pair(start, kNone));
+  if (it != merged.begin() && std::prev(it)->second > start) return true;
+  return it != merged.end() && it->first < end;
+}
+
+// contention=off: the durations (and transfers) of the spans that overlapped the other
+// kind of work on their rank, replaced by their unoverlapped peers' medians.
+void remove_contention(const Timeline& t, const std::vector<Node>& nodes,
+                       std::vector<std::int64_t>& duration, std::vector<std::int64_t>& transfer,
+                       ProfileGraphStats& stats) {
+  // Per rank, the union of its compute and of its communication.
+  std::map<std::int32_t, std::vector<std::pair<std::int64_t, std::int64_t>>> compute, comm;
+  for (std::size_t i = 0; i < nodes.size(); ++i) {
+    const Span& s = t.spans[i];
+    if (is_compute(s)) compute[s.rank].emplace_back(nodes[i].start, nodes[i].end);
+    if (is_comm(s)) comm[s.rank].emplace_back(nodes[i].start, nodes[i].end);
+  }
+  for (auto* lanes : {&compute, &comm}) {
+    for (auto& [rank, v] : *lanes) {
+      std::sort(v.begin(), v.end());
+      std::vector<std::pair<std::int64_t, std::int64_t>> merged;
+      for (const auto& iv : v) {
+        if (!merged.empty() && iv.first <= merged.back().second) {
+          merged.back().second = std::max(merged.back().second, iv.second);
+        } else {
+          merged.push_back(iv);
+        }
+      }
+      v = std::move(merged);
+    }
+  }
+  // A span overlapped when the other kind ran on its rank meanwhile; the unoverlapped
+  // values by name (compute) or by kind and bytes (communication).
+  std::vector<bool> overlapped(nodes.size(), false);
+  std::map<NameId, std::vector<std::int64_t>> alone_compute;
+  std::map<std::tuple<SpanKind, std::int64_t, bool>, std::vector<std::int64_t>> alone_comm;
+  const auto comm_key = [&](std::size_t i) {
+    return std::make_tuple(t.spans[i].kind, static_cast<std::int64_t>(t.spans[i].bytes),
+                           nodes[i].instance >= 0);
+  };
+  for (std::size_t i = 0; i < nodes.size(); ++i) {
+    const Span& s = t.spans[i];
+    if (is_compute(s)) {
+      overlapped[i] = meets(comm[s.rank], nodes[i].start, nodes[i].end);
+      if (!overlapped[i]) alone_compute[s.name].push_back(duration[i]);
+    } else if (is_comm(s)) {
+      overlapped[i] = meets(compute[s.rank], nodes[i].start, nodes[i].end);
+      if (!overlapped[i])
+        alone_comm[comm_key(i)].push_back(nodes[i].instance >= 0 ? transfer[i] : duration[i]);
+    }
+  }
+  std::map<NameId, std::int64_t> compute_median;
+  for (auto& [name, v] : alone_compute) compute_median[name] = median_ns(std::move(v));
+  std::map<std::tuple<SpanKind, std::int64_t, bool>, std::int64_t> comm_median;
+  for (auto& [key, v] : alone_comm) comm_median[key] = median_ns(std::move(v));
+  for (std::size_t i = 0; i < nodes.size(); ++i) {
+    if (!overlapped[i]) continue;
+    const Span& s = t.spans[i];
+    std::int64_t value = kNone;
+    if (is_compute(s)) {
+      const auto it = compute_median.find(s.name);
+      if (it != compute_median.end()) value = it->second;
+    } else {
+      const auto it = comm_median.find(comm_key(i));
+      if (it != comm_median.end()) value = it->second;
+    }
+    if (value == kNone) {
+      ++stats.contention_kept;
+      continue;
+    }
+    ++stats.contention_changed;
+    (is_comm(s) && nodes[i].instance >= 0 ? transfer[i] : duration[i]) = value;
+  }
+}
+
+// The graph evaluated with these durations and transfers: every span's start and end,
+// gates from the evaluated ends (Note [profile graph]).
+Timeline evaluate(const Timeline& measured, const std::vector<Node>& nodes,
+                  const std::vector<std::vector<std::size_t>>& instances,
+                  const std::vector<std::int64_t>& duration,
+                  const std::vector<std::int64_t>& transfer, bool merged) {
+  const std::size_t n = nodes.size();
+  std::vector<std::int64_t> start(n, 0), end(n, 0);
+  std::vector<std::int32_t> pending(n, 0);
+  std::vector<std::vector<std::int32_t>> dependents(n);
+  const auto gates = [&](std::size_t i) {
+    std::array<std::int32_t, 3> g = {nodes[i].queue_pred, nodes[i].cross,
+                                     merged ? nodes[i].merged_pred : kNoNode};
+    return g;
+  };
+  for (std::size_t i = 0; i < n; ++i) {
+    for (std::int32_t g : gates(i)) {
+      if (g == kNoNode) continue;
+      ++pending[i];
+      dependents[static_cast<std::size_t>(g)].push_back(static_cast<std::int32_t>(i));
+    }
+  }
+  std::vector<std::size_t> instance_pending(instances.size());
+  for (std::size_t k = 0; k < instances.size(); ++k) instance_pending[k] = instances[k].size();
+  std::vector<std::int32_t> ready;
+  for (std::size_t i = 0; i < n; ++i) {
+    if (pending[i] == 0) ready.push_back(static_cast<std::int32_t>(i));
+  }
+  std::size_t ended = 0;
+  const auto finish = [&](std::size_t i, std::int64_t t) {
+    end[i] = t;
+    ++ended;
+    for (std::int32_t d : dependents[i]) {
+      if (--pending[static_cast<std::size_t>(d)] == 0) ready.push_back(d);
+    }
+  };
+  while (!ready.empty()) {
+    const auto i = static_cast<std::size_t>(ready.back());
+    ready.pop_back();
+    const Node& node = nodes[i];
+    if (node.anchored && (!merged || node.merged_pred == kNoNode)) {
+      start[i] = node.start;
+    } else {
+      std::int64_t gate = node.launch;
+      for (std::int32_t g : gates(i)) {
+        if (g != kNoNode) gate = std::max(gate, end[static_cast<std::size_t>(g)]);
+      }
+      start[i] = gate + node.latency;
+    }
+    if (node.instance < 0) {
+      finish(i, start[i] + duration[i]);
+      continue;
+    }
+    const auto k = static_cast<std::size_t>(node.instance);
+    if (--instance_pending[k] > 0) continue;
+    std::int64_t last = kNone;
+    for (std::size_t m : instances[k]) last = std::max(last, start[m]);
+    for (std::size_t m : instances[k]) finish(m, std::max(start[m], last + transfer[m]));
+  }
+  if (ended < n) {
+    for (std::size_t i = 0; i < n; ++i) {
+      if (pending[i] == 0) continue;
+      const Span& s = measured.spans[i];
+      throw UsageError("--from-trace: the traces cannot be replayed in order: rank " +
+                       std::to_string(s.rank) + "'s " + std::string(measured.names->name(s.name)) +
+                       " (step " + std::to_string(s.step) +
+                       ") waits for a collective its peers issued in another order");
+    }
+  }
+  Timeline out = measured;
+  for (std::size_t i = 0; i < n; ++i) {
+    out.spans[i].start_ns = start[i];
+    out.spans[i].end_ns = end[i];
+  }
+  return out;
+}
+
+}  // namespace
+
+ProfileReplay replay_profile(const ImportResult& run, const WhatIf& what_if) {
+  for (const TraceFileInfo& f : run.files) {
+    if (f.format != "kineto") {
+      throw UsageError("--from-trace " + f.path +
+                       ": a tandem trace; replay its results directory instead (--from-trace "
+                       "RUN, the directory train or characterize wrote)");
+    }
+  }
+  if (what_if.bucket_mb > 0 || what_if.ranks > 0) {
+    throw UsageError(std::string("--what-if ") + (what_if.ranks > 0 ? "ranks" : "bucket-mb") +
+                     ": a profile's replay changes network, contention and overlap only (it has "
+                     "no plan to rebuild; tandem's own runs take it)");
+  }
+  const Timeline& t = run.timeline;
+  if (t.spans.empty()) throw UsageError("--from-trace: the traces hold no spans to replay");
+  ProfileReplay out;
+  ProfileGraphStats& stats = out.stats;
+  stats.nodes = t.spans.size();
+  std::vector<Node> nodes(t.spans.size());
+  for (std::size_t i = 0; i < nodes.size(); ++i) {
+    nodes[i].start = t.spans[i].start_ns;
+    nodes[i].end = t.spans[i].end_ns;
+    if (i < run.origins.size() && run.origins[i].launch_ns >= 0)
+      nodes[i].launch = run.origins[i].launch_ns;
+  }
+  stats.queues = order_queues(t, run.origins, nodes);
+
+  // Collectives across ranks; a member ends at the last member's start plus its transfer.
+  std::vector<const Span*> comm;
+  std::vector<std::size_t> comm_index;
+  for (std::size_t i = 0; i < t.spans.size(); ++i) {
+    if (!is_comm(t.spans[i])) continue;
+    comm.push_back(&t.spans[i]);
+    comm_index.push_back(i);
+  }
+  std::vector<std::vector<std::size_t>> instances = match_collectives(comm);
+  std::vector<std::int64_t> transfer(nodes.size(), 0), duration(nodes.size(), 0);
+  for (std::size_t k = 0; k < instances.size(); ++k) {
+    std::int64_t last = kNone;
+    for (std::size_t& m : instances[k]) {
+      m = comm_index[m];
+      last = std::max(last, nodes[m].start);
+    }
+    for (std::size_t m : instances[k]) {
+      nodes[m].instance = static_cast<std::int32_t>(k);
+      transfer[m] = std::max<std::int64_t>(0, nodes[m].end - last);
+    }
+  }
+  stats.collectives = instances.size();
+  for (std::size_t i : comm_index) stats.unmatched_comm += nodes[i].instance < 0;
+  find_gates(t, run.origins, nodes, stats);
+  for (std::size_t i = 0; i < nodes.size(); ++i) duration[i] = nodes[i].end - nodes[i].start;
+
+  out.replayed = evaluate(t, nodes, instances, duration, transfer, /*merged=*/false);
+  if (what_if.contention_off) remove_contention(t, nodes, duration, transfer, stats);
+  if (what_if.network != 1) {
+    for (std::size_t i : comm_index) {
+      auto& value = nodes[i].instance >= 0 ? transfer[i] : duration[i];
+      value = static_cast<std::int64_t>(static_cast<double>(value) / what_if.network);
+    }
+  }
+  out.what_if = what_if.any()
+                    ? evaluate(t, nodes, instances, duration, transfer, what_if.overlap_off)
+                    : out.replayed;
+
+  char line[256];
+  std::snprintf(line, sizeof line,
+                "graph: %zu spans on %zu queues; %zu waited for another queue's span (from the "
+                "trace's timing, within %lld us), %zu for their launch; %zu collectives matched "
+                "across ranks",
+                stats.nodes, stats.queues, stats.cross_queue,
+                static_cast<long long>(kDependencyWindow / 1000), stats.launch_gated,
+                stats.collectives);
+  out.notes.emplace_back(line);
+  if (stats.unmatched_comm > 0) {
+    out.notes.push_back(std::to_string(stats.unmatched_comm) +
+                        " communication spans matched no peer's (a rank's trace lacks them, or "
+                        "they are point to point): replayed with their measured duration");
+  }
+  if (stats.launch_gated > 0 && what_if.any()) {
+    out.notes.emplace_back(
+        "launches are kept as measured (the CPU is not replayed): a rank whose GPU waited for its "
+        "CPU keeps waiting");
+  }
+  if (what_if.contention_off) {
+    out.notes.push_back(std::to_string(stats.contention_changed) +
+                        " overlapped spans given their unoverlapped peers' median time; " +
+                        std::to_string(stats.contention_kept) +
+                        " kept as measured (no unoverlapped span of their name or size)");
+  }
+  return out;
+}
+
+}  // namespace tandem

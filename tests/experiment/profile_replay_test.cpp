@@ -1,0 +1,229 @@
+// The replay of PyTorch profiles (experiment/profile_replay.h, Note [profile graph]) on
+// hand-built two-rank traces whose replays and what-ifs are computed by hand.
+#include "experiment/profile_replay.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+
+#include "analysis/metrics.h"
+#include "core/error.h"
+#include "import/kineto_builder.h"
+
+namespace tandem {
+namespace {
+
+using testing::KinetoBuilder;
+
+constexpr const char* kAllReduce = "ncclDevKernel_AllReduce_Sum_f32_RING_LL";
+
+// One rank of a DDP-like job, every time in us from the step's start t0 (steps 1000 us
+// apart): two forward and two backward kernels on stream 7, `slow` making backward's
+// first kernel slower; an all-reduce after each backward kernel on stream 20, each
+// started 2 us after its gradients (a stream wait) and ending 150 us after the later
+// rank (rank 1, slow 30) started it; the optimizer 3 us after the second all-reduce.
+// Every kernel launched 300 us before it runs (the CPU ahead of the GPU), but each step's
+// first, launched 2 us before: the CPU waited for the step before (a loss.item()).
+struct DdpRank {
+  KinetoBuilder trace;
+  long correlation = 0;
+
+  DdpRank(int rank, int slow, int steps = 3, int fwd2 = 100) : trace(rank) {
+    for (int step = 0; step < steps; ++step) {
+      const double t0 = 1000 + 1000.0 * step;
+      trace.profiler_step(step, t0 - 400, 999);
+      kernel("fwd1", t0, 100, 2);
+      kernel("fwd2", t0 + 100, fwd2);
+      kernel("bwd2", t0 + 100 + fwd2, 200 + slow);
+      kernel("bwd1", t0 + 300 + fwd2 + slow, 200);
+      const double last_a = t0 + 100 + fwd2 + 232;  // rank 1's bwd2 end + 2
+      nccl(t0 + 100 + fwd2 + 200 + slow + 2, last_a + 150);
+      const double last_b = t0 + 100 + fwd2 + 432;
+      nccl(t0 + 100 + fwd2 + 400 + slow + 2, last_b + 150);
+      kernel("sgd", last_b + 153, 100);
+    }
+  }
+  void kernel(const std::string& name, double ts, double dur, double ahead = 300) {
+    const long c = ++correlation;
+    trace.launch(ts - ahead, c).kernel(name, ts, dur, 7, c);
+  }
+  void nccl(double ts, double end) {
+    const long c = ++correlation;
+    trace.launch(ts - 300, c).nccl(kAllReduce, ts, end - ts, c, "allreduce", 1 << 20, 1 << 20, 2);
+  }
+};
+
+ImportResult import_ranks(const std::vector<std::string>& traces) {
+  TraceImporter importer;
+  for (std::size_t r = 0; r < traces.size(); ++r) {
+    importer.add_bytes(traces[r], "rank" + std::to_string(r) + ".json", static_cast<int>(r));
+  }
+  return importer.finish();
+}
+
+ImportResult ddp_job(int fwd2 = 100) {
+  return import_ranks({DdpRank(0, 0, 3, fwd2).trace.str(), DdpRank(1, 30, 3, fwd2).trace.str()});
+}
+
+// Every step's E2E (the slowest rank's iteration window), us.
+std::vector<double> e2e_us(const Timeline& t) {
+  std::vector<double> out;
+  for (const StepMetrics& m : compute_step_metrics(t)) out.push_back(m.e2e_ns / 1e3);
+  return out;
+}
+
+const Span& span_named(const Timeline& t, int rank, int step, const std::string& name) {
+  for (const Span& s : t.spans) {
+    if (s.rank == rank && s.step == step && t.names->name(s.name) == name) return s;
+  }
+  ADD_FAILURE() << "no span " << name << " on rank " << rank << " step " << step;
+  return t.spans.front();
+}
+
+TEST(ProfileReplay, ReplayWithoutAWhatIfReproducesEverySpan) {
+  const ImportResult job = ddp_job();
+  const ProfileReplay r = replay_profile(job, {});
+  ASSERT_EQ(r.replayed.spans.size(), job.timeline.spans.size());
+  for (std::size_t i = 0; i < job.timeline.spans.size(); ++i) {
+    EXPECT_EQ(r.replayed.spans[i].start_ns, job.timeline.spans[i].start_ns) << i;
+    EXPECT_EQ(r.replayed.spans[i].end_ns, job.timeline.spans[i].end_ns) << i;
+  }
+  EXPECT_EQ(r.stats.collectives, 6u);  // two all-reduces a step, three steps
+  EXPECT_EQ(r.stats.unmatched_comm, 0u);
+  // Each all-reduce waited for its gradients, each optimizer for its all-reduce, and each
+  // step's backward... on stream 7 for nothing else: 3 a step and rank.
+  EXPECT_EQ(r.stats.cross_queue, 18u);
+  EXPECT_EQ(e2e_us(r.what_if), e2e_us(job.timeline));
+}
+
+TEST(ProfileReplay, FasterNetworkShortensTransfersAndWhatWaitsForThem) {
+  const ImportResult job = ddp_job();
+  WhatIf w;
+  w.network = 2;
+  const ProfileReplay r = replay_profile(job, w);
+  // By hand: the second all-reduce's last start is t0 + 632 on both ranks; its 150 us
+  // transfer becomes 75, so it ends at t0 + 707 and the optimizer runs 710..810.
+  for (int step = 0; step < 3; ++step) {
+    const std::int64_t t0 = 1'000'000 + 1'000'000LL * step;
+    const Span& sgd = span_named(r.what_if, 0, step, "sgd");
+    EXPECT_EQ(sgd.start_ns, t0 + 710'000);
+    EXPECT_EQ(sgd.end_ns, t0 + 810'000);
+  }
+  for (double e : e2e_us(r.what_if)) EXPECT_DOUBLE_EQ(e, 810);
+  for (double e : e2e_us(r.replayed)) EXPECT_DOUBLE_EQ(e, 885);
+  // Compute is not the network's: the backward kernels stay where they were.
+  EXPECT_EQ(span_named(r.what_if, 1, 1, "bwd1").start_ns,
+            span_named(job.timeline, 1, 1, "bwd1").start_ns);
+}
+
+TEST(ProfileReplay, OverlapOffRunsEachRanksQueuesAsOne) {
+  const ImportResult job = ddp_job();
+  WhatIf w;
+  w.overlap_off = true;
+  const ProfileReplay r = replay_profile(job, w);
+  // By hand: the first all-reduce waits for bwd1 (rank 1's ends at t0 + 630) and starts
+  // 2 us later, ends at 632 + 150; the second follows it (784 .. 934) and the optimizer 3
+  // us after: 937 .. 1037.
+  for (double e : e2e_us(r.what_if)) EXPECT_DOUBLE_EQ(e, 1037);
+  // Nothing overlaps on any rank.
+  for (const IterationMetrics& m : compute_iteration_metrics(r.what_if)) {
+    EXPECT_EQ(m.t_ovl_ns, 0) << "rank " << m.rank << " step " << m.step;
+  }
+}
+
+TEST(ProfileReplay, ContentionOffGivesOverlappedKernelsTheirUnoverlappedTime) {
+  // bwd1 runs beside the first all-reduce; a copy of it that overlaps nothing (an extra
+  // kernel of the same name after the optimizer, 160 us instead of 200) says what it
+  // costs alone.
+  std::vector<std::string> traces;
+  for (int rank = 0; rank < 2; ++rank) {
+    DdpRank job(rank, 30 * rank, 1);
+    job.kernel("bwd1", 2000, 160);
+    traces.push_back(job.trace.str());
+  }
+  WhatIf w;
+  w.contention_off = true;
+  const ProfileReplay r = replay_profile(import_ranks(traces), w);
+  // bwd1 at 160 us: rank 1's gradients of bucket b ready at t0 + 590, its all-reduce at
+  // 592, ends at 592 + 150; the optimizer 745 .. 845. Rank 0 (bwd1 400 .. 560) joins it.
+  EXPECT_EQ(span_named(r.what_if, 1, 0, "sgd").start_ns, 1'745'000);
+  // bwd1 and the first all-reduce on each rank (the all-reduce at the second one's
+  // transfer, which nothing overlapped: the same 150 us).
+  EXPECT_EQ(r.stats.contention_changed, 4u);
+  // Compute-bound spans no communication overlapped keep their time.
+  const Span& fwd = span_named(r.what_if, 0, 0, "fwd2");
+  EXPECT_EQ(fwd.end_ns - fwd.start_ns, 100'000);
+}
+
+TEST(ProfileReplay, AGapLongerThanTheWindowIsNotAWait) {
+  // Rank 0's optimizer starts 1 ms after its all-reduce ends (something on the CPU held
+  // it), far beyond kDependencyWindow: a faster network must not move it.
+  std::vector<std::string> traces;
+  for (int rank = 0; rank < 2; ++rank) {
+    KinetoBuilder t(rank);
+    t.launch(0, 1).kernel("bwd", 100, 200, 7, 1);
+    t.launch(0, 2).nccl(kAllReduce, 302, 300, 2, "allreduce", 1 << 20, 1 << 20, 2);
+    t.launch(0, 3).kernel("sgd", 1602, 100, 7, 3);
+    traces.push_back(t.str());
+  }
+  WhatIf w;
+  w.network = 3;
+  const ProfileReplay r = replay_profile(import_ranks(traces), w);
+  EXPECT_EQ(span_named(r.what_if, 0, 0, kAllReduce).end_ns, 402'000);
+  EXPECT_EQ(span_named(r.what_if, 0, 0, "sgd").start_ns, 1'602'000);
+}
+
+TEST(ProfileReplay, ALateRankKeepsItsPeerWaiting) {
+  // Rank 1 reaches the all-reduce 100 us after rank 0; both end 50 us after it arrived.
+  // With twice the network each ends 25 us after rank 1's start: rank 0 still waits
+  // for it, the skew is not the network's.
+  std::vector<std::string> traces;
+  for (int rank = 0; rank < 2; ++rank) {
+    KinetoBuilder t(rank);
+    const double compute = rank == 0 ? 100 : 200;
+    t.launch(0, 1).kernel("bwd", 0, compute, 7, 1);
+    t.launch(0, 2).nccl(kAllReduce, compute, 250 - compute, 2, "allreduce", 1 << 20, 1 << 20, 2);
+    traces.push_back(t.str());
+  }
+  WhatIf w;
+  w.network = 2;
+  const ProfileReplay r = replay_profile(import_ranks(traces), w);
+  for (int rank = 0; rank < 2; ++rank) {
+    EXPECT_EQ(span_named(r.what_if, rank, 0, kAllReduce).end_ns, 225'000) << rank;
+  }
+}
+
+TEST(ProfileReplay, RefusesWhatAProfileCannotReplay) {
+  WhatIf ranks;
+  ranks.ranks = 8;
+  try {
+    replay_profile(ddp_job(), ranks);
+    FAIL() << "a rank count replayed";
+  } catch (const UsageError& e) {
+    EXPECT_NE(std::string(e.what()).find("--what-if ranks"), std::string::npos) << e.what();
+  }
+  WhatIf buckets;
+  buckets.bucket_mb = 5;
+  EXPECT_THROW(replay_profile(ddp_job(), buckets), UsageError);
+  // Collectives issued in opposite orders on the two ranks cannot both have waited for
+  // each other: the error names the collective.
+  std::vector<std::string> traces;
+  for (int rank = 0; rank < 2; ++rank) {
+    KinetoBuilder t(rank);
+    const char* first = rank == 0 ? "allreduce" : "_allgather_base";
+    const char* second = rank == 0 ? "_allgather_base" : "allreduce";
+    t.nccl(rank == 0 ? kAllReduce : "ncclDevKernel_AllGather_RING_LL", 0, 100, 1, first, 4, 4, 2);
+    t.nccl(rank == 0 ? "ncclDevKernel_AllGather_RING_LL" : kAllReduce, 100, 100, 2, second, 4, 4,
+           2);
+    traces.push_back(t.str());
+  }
+  try {
+    replay_profile(import_ranks(traces), {});
+    FAIL() << "crossed collectives replayed";
+  } catch (const UsageError& e) {
+    EXPECT_NE(std::string(e.what()).find("another order"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace tandem
