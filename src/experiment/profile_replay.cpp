@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <limits>
 #include <map>
+#include <set>
 #include <tuple>
 
 #include "analysis/statistics.h"
@@ -26,6 +27,8 @@ struct Node {
   std::int32_t queue_pred = kNoNode;   // the queue's latest-ending earlier span
   std::int32_t cross = kNoNode;        // another queue's span it waited for
   std::int32_t merged_pred = kNoNode;  // overlap=off: the rank's latest-ending earlier span
+  std::int64_t queue = -1;
+  bool explicit_wait = false;          // `cross` is a stream wait the trace recorded
   std::int32_t instance = -1;          // collective instance, -1: none
   std::int64_t transfer = 0;           // a member's: end - the instance's last start
 };
@@ -43,6 +46,7 @@ std::size_t order_queues(const Timeline& t, const std::vector<SpanOrigin>& origi
     const Span& s = t.spans[i];
     std::int64_t queue = i < origins.size() ? origins[i].queue : -1;
     if (queue < 0) queue = -2 - static_cast<std::int64_t>(s.lane);  // tandem's lanes
+    nodes[i].queue = queue;
     queues[{s.rank, queue}].push_back(static_cast<std::int32_t>(i));
     ranks[s.rank].push_back(static_cast<std::int32_t>(i));
   }
@@ -62,8 +66,51 @@ std::size_t order_queues(const Timeline& t, const std::vector<SpanOrigin>& origi
   return queues.size();
 }
 
-// Cross-queue waits and each node's gate and latency (Note [profile graph]).
-void find_gates(const Timeline& t, const std::vector<SpanOrigin>& origins, std::vector<Node>& nodes,
+// The stream waits the trace recorded: each consumer's first node launched after the
+// wait waits for the producer's last node launched before the record. Returns the ranks
+// that have any (their waits are not inferred from the timing).
+std::set<std::int32_t> explicit_waits(const Timeline& t,
+                                      const std::vector<ImportedStreamWait>& waits,
+                                      std::vector<Node>& nodes, ProfileGraphStats& stats) {
+  std::set<std::int32_t> ranks;
+  if (waits.empty()) return ranks;
+  // (rank, queue) -> its launched nodes by launch time.
+  std::map<std::pair<std::int32_t, std::int64_t>, std::vector<std::int32_t>> launched;
+  for (std::size_t i = 0; i < nodes.size(); ++i) {
+    if (nodes[i].launch != kNone)
+      launched[{t.spans[i].rank, nodes[i].queue}].push_back(static_cast<std::int32_t>(i));
+  }
+  for (auto& [key, v] : launched) {
+    std::sort(v.begin(), v.end(),
+              [&](std::int32_t a, std::int32_t b) { return nodes[a].launch < nodes[b].launch; });
+  }
+  for (const ImportedStreamWait& w : waits) {
+    ranks.insert(w.rank);
+    const auto producers = launched.find({w.rank, w.producer});
+    const auto consumers = launched.find({w.rank, w.queue});
+    if (producers == launched.end() || consumers == launched.end()) continue;
+    const std::vector<std::int32_t>& p = producers->second;
+    const std::vector<std::int32_t>& c = consumers->second;
+    const auto before =
+        std::upper_bound(p.begin(), p.end(), w.record_ns,
+                         [&](std::int64_t when, std::int32_t n) { return when < nodes[n].launch; });
+    const auto after =
+        std::lower_bound(c.begin(), c.end(), w.wait_ns,
+                         [&](std::int32_t n, std::int64_t when) { return nodes[n].launch < when; });
+    if (before == p.begin() || after == c.end()) continue;
+    const std::int32_t producer = *std::prev(before);
+    Node& consumer = nodes[static_cast<std::size_t>(*after)];
+    if (consumer.explicit_wait && nodes[consumer.cross].end >= nodes[producer].end) continue;
+    stats.explicit_waits += !consumer.explicit_wait;
+    consumer.cross = producer;
+    consumer.explicit_wait = true;
+  }
+  return ranks;
+}
+
+// Cross-queue waits and each node's gate and latency (Note [profile graph]); on the ranks
+// in `recorded`, only the waits the trace recorded.
+void find_gates(const Timeline& t, const std::set<std::int32_t>& recorded, std::vector<Node>& nodes,
                 ProfileGraphStats& stats) {
   // Per rank, its spans by end.
   std::map<std::int32_t, std::vector<std::int32_t>> by_end;
@@ -73,15 +120,12 @@ void find_gates(const Timeline& t, const std::vector<SpanOrigin>& origins, std::
     std::sort(order.begin(), order.end(),
               [&](std::int32_t a, std::int32_t b) { return nodes[a].end < nodes[b].end; });
   }
-  const auto queue_of = [&](std::size_t i) {
-    const std::int64_t q = i < origins.size() ? origins[i].queue : -1;
-    return q < 0 ? -2 - static_cast<std::int64_t>(t.spans[i].lane) : q;
-  };
   for (std::size_t i = 0; i < nodes.size(); ++i) {
     Node& n = nodes[i];
     std::int64_t gate = n.launch;
     if (n.queue_pred != kNoNode) gate = std::max(gate, nodes[n.queue_pred].end);
-    if (gate == kNone || n.start > gate) {
+    if (n.explicit_wait) gate = std::max(gate, nodes[n.cross].end);
+    if (!recorded.contains(t.spans[i].rank) && (gate == kNone || n.start > gate)) {
       // Left waiting by neither its queue nor its launch: another queue's end just before?
       const std::vector<std::int32_t>& ends = by_end[t.spans[i].rank];
       auto it = std::upper_bound(ends.begin(), ends.end(), n.start,
@@ -89,8 +133,8 @@ void find_gates(const Timeline& t, const std::vector<SpanOrigin>& origins, std::
       while (it != ends.begin()) {
         const std::int32_t m = *--it;
         if (nodes[m].end <= gate || n.start - nodes[m].end > kDependencyWindow) break;
-        if (static_cast<std::size_t>(m) != i &&
-            queue_of(static_cast<std::size_t>(m)) != queue_of(i) && nodes[m].start < n.start) {
+        if (static_cast<std::size_t>(m) != i && nodes[m].queue != n.queue &&
+            nodes[m].start < n.start) {
           n.cross = m;
           gate = nodes[m].end;
           ++stats.cross_queue;
@@ -325,7 +369,7 @@ ProfileReplay replay_profile(const ImportResult& run, const WhatIf& what_if) {
   }
   stats.collectives = instances.size();
   for (std::size_t i : comm_index) stats.unmatched_comm += nodes[i].instance < 0;
-  find_gates(t, run.origins, nodes, stats);
+  find_gates(t, explicit_waits(t, run.stream_waits, nodes, stats), nodes, stats);
   for (std::size_t i = 0; i < nodes.size(); ++i) duration[i] = nodes[i].end - nodes[i].start;
 
   out.replayed = evaluate(t, nodes, instances, duration, transfer, /*merged=*/false);
@@ -340,12 +384,13 @@ ProfileReplay replay_profile(const ImportResult& run, const WhatIf& what_if) {
                     ? evaluate(t, nodes, instances, duration, transfer, what_if.overlap_off)
                     : out.replayed;
 
-  char line[256];
+  char line[320];
   std::snprintf(line, sizeof line,
-                "graph: %zu spans on %zu queues; %zu waited for another queue's span (from the "
-                "trace's timing, within %lld us), %zu for their launch; %zu collectives matched "
-                "across ranks",
-                stats.nodes, stats.queues, stats.cross_queue,
+                "graph: %zu spans on %zu queues; %zu waited for another queue's span (%zu by the "
+                "stream waits the trace recorded, %zu read from its timing, within %lld us), "
+                "%zu for their launch; %zu collectives matched across ranks",
+                stats.nodes, stats.queues, stats.explicit_waits + stats.cross_queue,
+                stats.explicit_waits, stats.cross_queue,
                 static_cast<long long>(kDependencyWindow / 1000), stats.launch_gated,
                 stats.collectives);
   out.notes.emplace_back(line);

@@ -10,11 +10,15 @@
 // node's start waited for, its gate G, is the latest of
 //   - the end of the work before it on its queue (a stream runs in order),
 //   - its launch (the kernel cannot start before the CPU asked for it),
-//   - across queues of its rank: when the queue and the launch leave it waiting (S later
-//     than both), the latest end on another queue in between, if it is within
-//     kDependencyWindow of S (a stream waiting for an event another stream recorded:
-//     the optimizer's kernels after the gradients' all-reduce, a forward after its
-//     parameters' all-gather). A longer gap is the CPU's: kept as measured.
+//   - across queues of its rank, a stream waiting for an event another stream recorded
+//     (the optimizer's kernels after the gradients' all-reduce, a forward after its
+//     parameters' all-gather): where the trace recorded its stream waits (PyTorch's
+//     enable_cuda_sync_events: "cuda_sync" events naming the stream and the event
+//     record waited on), the waiting stream's first work launched after the wait waits
+//     for the recording stream's last work launched before the record, and nothing else
+//     on that rank is inferred; else, when the queue and the launch leave it waiting (S
+//     later than both), the latest end on another queue in between, if it is within
+//     kDependencyWindow of S. A longer gap is the CPU's: kept as measured.
 // The rest, S - G, is the node's own latency (a launch's, a wake-up's), kept as
 // measured. A collective's members are matched across ranks (analysis/waiting.h, Note
 // [skew and transfer]); each member ends at the last member's start plus its transfer,
@@ -50,7 +54,8 @@ struct ProfileGraphStats {
   std::size_t nodes = 0;
   std::size_t queues = 0;
   std::size_t launch_gated = 0;        // nodes whose gate was their launch
-  std::size_t cross_queue = 0;         // nodes waiting for another queue's span
+  std::size_t cross_queue = 0;     // nodes waiting for another queue's span, read from the timing
+  std::size_t explicit_waits = 0;  // nodes waiting for one by a stream wait the trace recorded
   std::size_t collectives = 0;         // matched instances (two or more ranks)
   std::size_t unmatched_comm = 0;      // comm spans in no instance (a peer's trace lacks it)
   std::size_t contention_kept = 0;     // contention=off: overlapped spans with no unoverlapped peer

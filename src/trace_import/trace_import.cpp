@@ -366,6 +366,22 @@ void TraceImporter::interpret_kineto(RawTrace& raw, const std::string& source, i
   const StepFinder steps(std::move(raw.steps));
   add_kineto_spans(raw, launches, split, steps, info);
   if (info.devices == 0) add_cpu_compute(raw, steps, info);
+  // Stream waits whose two runtime calls the trace holds: the replay's explicit edges.
+  const std::int64_t base_ns = raw.base_time_ns.value_or(0);
+  for (const StreamWait& w : raw.stream_waits) {
+    const Launch* record = launches.find(w.record_correlation);
+    const Launch* wait = launches.find(w.correlation);
+    if (record == nullptr || wait == nullptr) continue;
+    RawEvent where;
+    where.pid = w.pid;
+    where.device = w.device;
+    result_.stream_waits.push_back(
+        {.rank = info.rank + static_cast<std::int32_t>(split.timeline_of(where)),
+         .queue = w.stream,
+         .producer = w.wait_on_stream,
+         .record_ns = record->start_ns + base_ns,
+         .wait_ns = wait->start_ns + base_ns});
+  }
 }
 
 // HTA's view (hta_overlap.h): per timeline, and for a file split by device also the whole

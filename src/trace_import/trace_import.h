@@ -77,8 +77,18 @@ struct SpanOrigin {
   std::int64_t launch_ns = -1;  // the launch's start (args.correlation), span clock; -1: none
 };
 
+// A stream's wait for another stream's event (a "cuda_sync" Stream Wait Event whose
+// runtime calls the trace holds): `queue`'s first work launched after `wait_ns` runs after
+// `producer`'s last work launched before `record_ns` (CPU times, span clock).
+struct ImportedStreamWait {
+  std::int32_t rank = 0;
+  std::int64_t queue = -1, producer = -1;
+  std::int64_t record_ns = 0, wait_ns = 0;
+};
+
 struct ImportResult {
   Timeline timeline;
+  std::vector<ImportedStreamWait> stream_waits;
   // By span index, for the Kineto spans; shorter than the spans, or a default entry: a span
   // of tandem's own trace, whose lane is its queue.
   std::vector<SpanOrigin> origins;

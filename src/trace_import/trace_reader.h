@@ -20,6 +20,7 @@
 //     compute of a job without GPU events (gloo on CPUs);
 //   - launches: other complete events that carry args.correlation (cudaLaunchKernel and
 //     friends), as (correlation, start) pairs, to find the step that launched a kernel;
+//   - stream waits: cuda_sync events naming the stream and event record they wait on;
 //   - ProfilerStep#N windows (CPU-side; the GPU copies, gpu_user_annotation, are not),
 //     and every complete event whose name holds "ProfilerStep" (HTA's step marks);
 //   - distributedInfo.rank, baseTimeNanoseconds and otherData.tandem_trace.
@@ -102,6 +103,19 @@ struct Launch {
   std::int64_t start_ns = 0;
 };
 
+// A GPU stream's wait for an event another stream recorded ("cuda_sync" events with
+// wait_on_stream and wait_on_cuda_event_record_corr_id, which PyTorch's profiler writes
+// with enable_cuda_sync_events): the consumer runs its next work after the producer's
+// work launched before the record.
+struct StreamWait {
+  std::int32_t stream = -1;              // the waiting stream
+  std::int32_t wait_on_stream = -1;      // the stream that recorded the event
+  std::int64_t record_correlation = -1;  // the cudaEventRecord call's correlation
+  std::int64_t correlation = -1;         // the cudaStreamWaitEvent call's
+  std::int32_t pid = -1;
+  std::int16_t device = -1;
+};
+
 struct StepWindow {
   std::int32_t step = 0;
   std::int64_t start_ns = 0;
@@ -112,6 +126,7 @@ struct RawTrace {
   std::vector<TraceCategory> categories;
   std::vector<RawEvent> events;
   std::vector<Launch> launches;
+  std::vector<StreamWait> stream_waits;
   std::vector<StepWindow> steps;
   // Complete events whose name contains "ProfilerStep", GPU annotations included (HTA
   // finds the last step among them); a few per iteration.

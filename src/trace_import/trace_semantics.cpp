@@ -57,6 +57,8 @@ enum class Field : std::uint8_t {
   kGroupSize,
   kDtype,  // event args
   kProcessGroup,
+  kWaitOnStream,  // cuda_sync's Stream Wait Event
+  kWaitOnRecord,
   kRank,
   kTandemTrace,
   kT0,
@@ -99,6 +101,8 @@ Field field_of(Frame frame, std::string_view key) {
       if (key == "Group size"sv) return Field::kGroupSize;
       if (key == "dtype"sv) return Field::kDtype;
       if (key == "Process Group Name"sv) return Field::kProcessGroup;
+      if (key == "wait_on_stream"sv) return Field::kWaitOnStream;
+      if (key == "wait_on_cuda_event_record_corr_id"sv) return Field::kWaitOnRecord;
       return Field::kNone;
     case Frame::kDistributed:
       return key == "rank"sv ? Field::kRank : Field::kNone;
@@ -167,6 +171,10 @@ const char* field_name(Field f) {
       return "args.dtype";
     case Field::kProcessGroup:
       return "args.\"Process Group Name\"";
+    case Field::kWaitOnStream:
+      return "args.wait_on_stream";
+    case Field::kWaitOnRecord:
+      return "args.wait_on_cuda_event_record_corr_id";
     case Field::kRank:
       return "distributedInfo.rank";
     case Field::kTandemTrace:
@@ -194,6 +202,7 @@ struct EventFields {
   RawEvent raw;
   CollectiveArgs args;
   std::int64_t dur_ns = 0;
+  std::int64_t wait_on_stream = -1, wait_on_record = -1;  // a Stream Wait Event's
   void reset() {
     complete = has_name = has_ts = has_dur = name_cut = has_args = false;
     name.clear();
@@ -204,6 +213,7 @@ struct EventFields {
     raw = RawEvent{};
     args = CollectiveArgs{};
     dur_ns = 0;
+    wait_on_stream = wait_on_record = -1;
   }
 };
 
@@ -472,6 +482,12 @@ class TraceSemantics::Impl {
       case Field::kCorrelation:
         event_.raw.correlation = v.i;
         break;
+      case Field::kWaitOnStream:
+        event_.wait_on_stream = v.i;
+        break;
+      case Field::kWaitOnRecord:
+        event_.wait_on_record = v.i;
+        break;
       case Field::kStep:
         event_.raw.step = small_int(f, v);
         break;
@@ -550,8 +566,22 @@ class TraceSemantics::Impl {
     const bool gpu = !plain && out_.categories[cat].gpu;
     if (!gpu && event_.has_dur) ++out_.cpu_events;
     const bool span = gpu || (!plain && out_.categories[cat].tandem_kind) || name.starts_with("gloo:"sv);
+    // A stream's wait for another's event (PyTorch's enable_cuda_sync_events): GPU-side,
+    // under the correlation of the runtime call that asked for it.
+    const bool sync = std::string_view(event_.cat) == "cuda_sync"sv;
+    if (sync && event_.wait_on_stream >= 0 && event_.wait_on_record >= 0 &&
+        event_.raw.stream >= 0 && event_.raw.correlation >= 0) {
+      out_.stream_waits.push_back({.stream = event_.raw.stream,
+                                   .wait_on_stream = as_int32(event_.wait_on_stream),
+                                   .record_correlation = event_.wait_on_record,
+                                   .correlation = event_.raw.correlation,
+                                   .pid = event_.raw.pid,
+                                   .device = event_.raw.device});
+      return;
+    }
     // Launches are CPU-side; GPU-side annotations can carry correlations too.
-    const bool launch = !span && event_.raw.correlation >= 0 && !starts_with(event_.cat, "gpu_");
+    const bool launch =
+        !span && !sync && event_.raw.correlation >= 0 && !starts_with(event_.cat, "gpu_");
     const bool cpu_op = !span && std::string_view(event_.cat) == "cpu_op"sv;
     const bool collective_op = !span && event_.has_args && !event_.collective.empty();
     if (!span && !launch && !step_window && !step_mark && !cpu_op && !collective_op) return;

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <nlohmann/json.hpp>
 
 #include "analysis/metrics.h"
 #include "core/error.h"
@@ -171,6 +172,59 @@ TEST(ProfileReplay, AGapLongerThanTheWindowIsNotAWait) {
   const ProfileReplay r = replay_profile(import_ranks(traces), w);
   EXPECT_EQ(span_named(r.what_if, 0, 0, kAllReduce).end_ns, 402'000);
   EXPECT_EQ(span_named(r.what_if, 0, 0, "sgd").start_ns, 1'602'000);
+}
+
+// A "cuda_sync" Stream Wait Event as PyTorch writes it with enable_cuda_sync_events:
+// `stream` waits for the event that the runtime call of correlation `record` recorded on
+// `on`; its own correlation is the cudaStreamWaitEvent call's.
+nlohmann::json stream_wait(double ts, int stream, int on, long record, long correlation) {
+  return {{"ph", "X"},
+          {"cat", "cuda_sync"},
+          {"name", "Stream Wait Event"},
+          {"pid", 0},
+          {"tid", stream},
+          {"ts", ts},
+          {"dur", 0},
+          {"args",
+           {{"cuda_sync_kind", "Stream Wait Event"},
+            {"stream", stream},
+            {"correlation", correlation},
+            {"device", 0},
+            {"wait_on_stream", on},
+            {"wait_on_cuda_event_record_corr_id", record}}}};
+}
+
+TEST(ProfileReplay, RecordedStreamWaitsAreTheGraphsEdges) {
+  // Backward on stream 7, an event recorded after it; the all-reduce's stream 20 waits for
+  // it; the optimizer's stream waits for an event recorded after the all-reduce, and starts
+  // 80 us after it ends: beyond kDependencyWindow, so only the recorded wait links them.
+  std::vector<std::string> traces;
+  for (int rank = 0; rank < 2; ++rank) {
+    KinetoBuilder t(rank);
+    t.launch(0, 1).kernel("bwd", 100, 200, 7, 1);
+    t.launch(1, 2);  // cudaEventRecord on stream 7
+    t.launch(2, 3).event(stream_wait(300, 20, 7, 2, 3));
+    t.launch(3, 4).nccl(kAllReduce, 310, 300, 4, "allreduce", 1 << 20, 1 << 20, 2);
+    t.launch(4, 5);  // cudaEventRecord on stream 20
+    t.launch(5, 6).event(stream_wait(610, 7, 20, 5, 6));
+    t.launch(6, 7).kernel("sgd", 690, 100, 7, 7);
+    traces.push_back(t.str());
+  }
+  const ImportResult job = import_ranks(traces);
+  ASSERT_EQ(job.stream_waits.size(), 4u);
+  WhatIf w;
+  w.network = 2;
+  const ProfileReplay r = replay_profile(job, w);
+  EXPECT_EQ(r.stats.explicit_waits, 4u);
+  EXPECT_EQ(r.stats.cross_queue, 0u);  // nothing read from the timing on these ranks
+  // The transfer at 150 us: the all-reduce ends at 460, the optimizer 80 us later.
+  for (int rank = 0; rank < 2; ++rank) {
+    EXPECT_EQ(span_named(r.what_if, rank, 0, kAllReduce).end_ns, 460'000) << rank;
+    EXPECT_EQ(span_named(r.what_if, rank, 0, "sgd").start_ns, 540'000) << rank;
+  }
+  for (std::size_t i = 0; i < job.timeline.spans.size(); ++i) {
+    EXPECT_EQ(r.replayed.spans[i].start_ns, job.timeline.spans[i].start_ns) << i;
+  }
 }
 
 TEST(ProfileReplay, ALateRankKeepsItsPeerWaiting) {
