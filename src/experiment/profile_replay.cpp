@@ -8,7 +8,7 @@
 #include <set>
 #include <tuple>
 
-#include "analysis/statistics.h"
+#include "analysis/intervals.h"
 #include "analysis/waiting.h"
 #include "core/error.h"
 
@@ -162,40 +162,21 @@ std::int64_t median_ns(std::vector<std::int64_t> values) {
   return values[values.size() / 2];
 }
 
-// Whether [start, end) meets any interval of `merged` (sorted, disjoint).
-bool meets(const std::vector<std::pair<std::int64_t, std::int64_t>>& merged, std::int64_t start,
-           std::int64_t end) {
-  auto it = std::upper_bound(merged.begin(), merged.end(), std::make_pair(start, kNone));
-  if (it != merged.begin() && std::prev(it)->second > start) return true;
-  return it != merged.end() && it->first < end;
-}
-
 // contention=off: the durations (and transfers) of the spans that overlapped the other
 // kind of work on their rank, replaced by their unoverlapped peers' medians.
 void remove_contention(const Timeline& t, const std::vector<Node>& nodes,
                        std::vector<std::int64_t>& duration, std::vector<std::int64_t>& transfer,
                        ProfileGraphStats& stats) {
   // Per rank, the union of its compute and of its communication.
-  std::map<std::int32_t, std::vector<std::pair<std::int64_t, std::int64_t>>> compute, comm;
+  std::map<std::int32_t, std::vector<Interval>> compute_spans, comm_spans;
   for (std::size_t i = 0; i < nodes.size(); ++i) {
     const Span& s = t.spans[i];
-    if (is_compute(s)) compute[s.rank].emplace_back(nodes[i].start, nodes[i].end);
-    if (is_comm(s)) comm[s.rank].emplace_back(nodes[i].start, nodes[i].end);
+    if (is_compute(s)) compute_spans[s.rank].push_back({nodes[i].start, nodes[i].end});
+    if (is_comm(s)) comm_spans[s.rank].push_back({nodes[i].start, nodes[i].end});
   }
-  for (auto* lanes : {&compute, &comm}) {
-    for (auto& [rank, v] : *lanes) {
-      std::sort(v.begin(), v.end());
-      std::vector<std::pair<std::int64_t, std::int64_t>> merged;
-      for (const auto& iv : v) {
-        if (!merged.empty() && iv.first <= merged.back().second) {
-          merged.back().second = std::max(merged.back().second, iv.second);
-        } else {
-          merged.push_back(iv);
-        }
-      }
-      v = std::move(merged);
-    }
-  }
+  std::map<std::int32_t, IntervalSet> compute, comm;
+  for (auto& [rank, v] : compute_spans) compute[rank] = union_of(std::move(v));
+  for (auto& [rank, v] : comm_spans) comm[rank] = union_of(std::move(v));
   // A span overlapped when the other kind ran on its rank meanwhile; the unoverlapped
   // values by name (compute) or by kind and bytes (communication).
   std::vector<bool> overlapped(nodes.size(), false);
@@ -208,10 +189,10 @@ void remove_contention(const Timeline& t, const std::vector<Node>& nodes,
   for (std::size_t i = 0; i < nodes.size(); ++i) {
     const Span& s = t.spans[i];
     if (is_compute(s)) {
-      overlapped[i] = meets(comm[s.rank], nodes[i].start, nodes[i].end);
+      overlapped[i] = covered_length(comm[s.rank], {nodes[i].start, nodes[i].end}) > 0;
       if (!overlapped[i]) alone_compute[s.name].push_back(duration[i]);
     } else if (is_comm(s)) {
-      overlapped[i] = meets(compute[s.rank], nodes[i].start, nodes[i].end);
+      overlapped[i] = covered_length(compute[s.rank], {nodes[i].start, nodes[i].end}) > 0;
       if (!overlapped[i])
         alone_comm[comm_key(i)].push_back(nodes[i].instance >= 0 ? transfer[i] : duration[i]);
     }
