@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <limits>
 #include <map>
 #include <set>
@@ -261,15 +262,19 @@ Timeline evaluate(const Timeline& measured, const std::vector<Node>& nodes,
     const auto i = static_cast<std::size_t>(ready.back());
     ready.pop_back();
     const Node& node = nodes[i];
-    if (node.anchored && (!merged || node.merged_pred == kNoNode)) {
+    if (node.anchored) {
       start[i] = node.start;
     } else {
       std::int64_t gate = node.launch;
-      for (std::int32_t g : gates(i)) {
-        if (g != kNoNode) gate = std::max(gate, end[static_cast<std::size_t>(g)]);
-      }
+      if (node.queue_pred != kNoNode)
+        gate = std::max(gate, end[static_cast<std::size_t>(node.queue_pred)]);
+      if (node.cross != kNoNode) gate = std::max(gate, end[static_cast<std::size_t>(node.cross)]);
       start[i] = gate + node.latency;
     }
+    // overlap=off: not before the rank's work that started before it has ended (a
+    // constraint beside its own gate: its latency belongs to that gate).
+    if (merged && node.merged_pred != kNoNode)
+      start[i] = std::max(start[i], end[static_cast<std::size_t>(node.merged_pred)]);
     if (node.instance < 0) {
       finish(i, start[i] + duration[i]);
       continue;
@@ -296,6 +301,36 @@ Timeline evaluate(const Timeline& measured, const std::vector<Node>& nodes,
     out.spans[i].end_ns = end[i];
   }
   return out;
+}
+
+// Note [clocks by collective ends]
+// The ranks' traces need not share a clock: Kineto stamps each host's own, and PyTorch's
+// legacy profiler counts from each process's profiler start. A collective's members finish
+// together (the last hop's data reaches every rank at about the same moment), so rank r's
+// clock runs ahead of the first rank's by the median over the collectives they share of
+// r's end minus the first rank's. Where the clocks agree this is the noise of the ends,
+// microseconds; where they do not, it is what a skew computed across them would be
+// wrong by. Ranks sharing no collective with the first keep their clock.
+std::map<std::int32_t, std::int64_t> clock_offsets(
+    const Timeline& t, const std::vector<Node>& nodes,
+    const std::vector<std::vector<std::size_t>>& instances) {
+  std::int32_t first = std::numeric_limits<std::int32_t>::max();
+  for (const Span& s : t.spans) first = std::min(first, s.rank);
+  std::map<std::int32_t, std::vector<std::int64_t>> differences;
+  for (const auto& members : instances) {
+    std::int64_t reference = kNone;
+    for (std::size_t m : members) {
+      if (t.spans[m].rank == first) reference = nodes[m].end;
+    }
+    if (reference == kNone) continue;
+    for (std::size_t m : members) {
+      if (t.spans[m].rank != first)
+        differences[t.spans[m].rank].push_back(nodes[m].end - reference);
+    }
+  }
+  std::map<std::int32_t, std::int64_t> offsets;
+  for (auto& [rank, d] : differences) offsets[rank] = median_ns(std::move(d));
+  return offsets;
 }
 
 }  // namespace
@@ -336,13 +371,23 @@ ProfileReplay replay_profile(const ImportResult& run, const WhatIf& what_if) {
     comm_index.push_back(i);
   }
   std::vector<std::vector<std::size_t>> instances = match_collectives(comm);
+  for (auto& members : instances) {
+    for (std::size_t& m : members) m = comm_index[m];
+  }
+  // Each rank's clock as the first rank's (Note [clocks by collective ends]): every node
+  // shifted into it for the graph, the replayed spans shifted back.
+  const std::map<std::int32_t, std::int64_t> offsets = clock_offsets(t, nodes, instances);
+  for (std::size_t i = 0; i < nodes.size(); ++i) {
+    const auto it = offsets.find(t.spans[i].rank);
+    if (it == offsets.end()) continue;
+    nodes[i].start -= it->second;
+    nodes[i].end -= it->second;
+    if (nodes[i].launch != kNone) nodes[i].launch -= it->second;
+  }
   std::vector<std::int64_t> transfer(nodes.size(), 0), duration(nodes.size(), 0);
   for (std::size_t k = 0; k < instances.size(); ++k) {
     std::int64_t last = kNone;
-    for (std::size_t& m : instances[k]) {
-      m = comm_index[m];
-      last = std::max(last, nodes[m].start);
-    }
+    for (std::size_t m : instances[k]) last = std::max(last, nodes[m].start);
     for (std::size_t m : instances[k]) {
       nodes[m].instance = static_cast<std::int32_t>(k);
       transfer[m] = std::max<std::int64_t>(0, nodes[m].end - last);
@@ -353,7 +398,16 @@ ProfileReplay replay_profile(const ImportResult& run, const WhatIf& what_if) {
   find_gates(t, explicit_waits(t, run.stream_waits, nodes, stats), nodes, stats);
   for (std::size_t i = 0; i < nodes.size(); ++i) duration[i] = nodes[i].end - nodes[i].start;
 
-  out.replayed = evaluate(t, nodes, instances, duration, transfer, /*merged=*/false);
+  const auto own_clocks = [&](Timeline timeline) {
+    for (Span& s : timeline.spans) {
+      const auto it = offsets.find(s.rank);
+      if (it == offsets.end()) continue;
+      s.start_ns += it->second;
+      s.end_ns += it->second;
+    }
+    return timeline;
+  };
+  out.replayed = own_clocks(evaluate(t, nodes, instances, duration, transfer, /*merged=*/false));
   if (what_if.contention_off) remove_contention(t, nodes, duration, transfer, stats);
   if (what_if.network != 1) {
     for (std::size_t i : comm_index) {
@@ -361,9 +415,10 @@ ProfileReplay replay_profile(const ImportResult& run, const WhatIf& what_if) {
       value = static_cast<std::int64_t>(static_cast<double>(value) / what_if.network);
     }
   }
-  out.what_if = what_if.any()
-                    ? evaluate(t, nodes, instances, duration, transfer, what_if.overlap_off)
-                    : out.replayed;
+  out.what_if =
+      what_if.any()
+          ? own_clocks(evaluate(t, nodes, instances, duration, transfer, what_if.overlap_off))
+          : out.replayed;
 
   char line[320];
   std::snprintf(line, sizeof line,
@@ -375,6 +430,21 @@ ProfileReplay replay_profile(const ImportResult& run, const WhatIf& what_if) {
                 static_cast<long long>(kDependencyWindow / 1000), stats.launch_gated,
                 stats.collectives);
   out.notes.emplace_back(line);
+  std::int64_t largest = 0;
+  std::int32_t largest_rank = 0;
+  for (const auto& [rank, offset] : offsets) {
+    if (std::abs(offset) > std::abs(largest)) {
+      largest = offset;
+      largest_rank = rank;
+    }
+  }
+  if (!offsets.empty()) {
+    std::snprintf(line, sizeof line,
+                  "clocks aligned by the collectives' ends (Note [clocks by collective ends]): "
+                  "rank %d's clock %+.3f ms off the first rank's, the largest offset",
+                  largest_rank, static_cast<double>(largest) / 1e6);
+    out.notes.emplace_back(line);
+  }
   if (stats.unmatched_comm > 0) {
     out.notes.push_back(std::to_string(stats.unmatched_comm) +
                         " communication spans matched no peer's (a rank's trace lacks them, or "

@@ -197,6 +197,7 @@ struct EventFields {
   std::string collective, dtype, process_group;
   bool complete = false;  // "ph":"X"
   bool has_name = false, has_ts = false, has_dur = false;
+  bool has_cat = false;
   bool name_cut = false;
   bool has_args = false;  // one of CollectiveArgs' fields
   RawEvent raw;
@@ -204,7 +205,7 @@ struct EventFields {
   std::int64_t dur_ns = 0;
   std::int64_t wait_on_stream = -1, wait_on_record = -1;  // a Stream Wait Event's
   void reset() {
-    complete = has_name = has_ts = has_dur = name_cut = has_args = false;
+    complete = has_name = has_ts = has_dur = has_cat = name_cut = has_args = false;
     name.clear();
     cat.clear();
     collective.clear();
@@ -401,7 +402,10 @@ class TraceSemantics::Impl {
           fail(event_label() + ": \"" + field_name(f) + "\" is not a string");
         }
         if (f == Field::kPh) event_.complete = v.text == "X"sv;
-        if (f == Field::kCat) event_.cat.assign(v.text);
+        if (f == Field::kCat) {
+          event_.cat.assign(v.text);
+          event_.has_cat = true;
+        }
         if (f == Field::kName) {
           event_.name.assign(v.text);
           event_.has_name = true;
@@ -582,7 +586,10 @@ class TraceSemantics::Impl {
     // Launches are CPU-side; GPU-side annotations can carry correlations too.
     const bool launch =
         !span && !sync && event_.raw.correlation >= 0 && !starts_with(event_.cat, "gpu_");
-    const bool cpu_op = !span && std::string_view(event_.cat) == "cpu_op"sv;
+    // PyTorch's legacy autograd profiler (a build without Kineto) writes its operators
+    // without a category: CPU ops too, but for its ProfilerStep ranges.
+    const bool cpu_op = !span && (std::string_view(event_.cat) == "cpu_op"sv ||
+                                  (!event_.has_cat && !step_mark && !step_window));
     const bool collective_op = !span && event_.has_args && !event_.collective.empty();
     if (!span && !launch && !step_window && !step_mark && !cpu_op && !collective_op) return;
     if (!event_.has_ts) fail(event_label() + ": missing \"ts\"");

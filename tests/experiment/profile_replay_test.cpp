@@ -122,10 +122,10 @@ TEST(ProfileReplay, OverlapOffRunsEachRanksQueuesAsOne) {
   WhatIf w;
   w.overlap_off = true;
   const ProfileReplay r = replay_profile(job, w);
-  // By hand: the first all-reduce waits for bwd1 (rank 1's ends at t0 + 630) and starts
-  // 2 us later, ends at 632 + 150; the second follows it (784 .. 934) and the optimizer 3
-  // us after: 937 .. 1037.
-  for (double e : e2e_us(r.what_if)) EXPECT_DOUBLE_EQ(e, 1037);
+  // By hand: the first all-reduce cannot start before bwd1 ends (rank 1's at t0 + 630),
+  // ends at 630 + 150; the second, 2 us after it (its own latency after its gradients and
+  // its stream), 782 .. 932; the optimizer 3 us after that: 935 .. 1035.
+  for (double e : e2e_us(r.what_if)) EXPECT_DOUBLE_EQ(e, 1035);
   // Nothing overlaps on any rank.
   for (const IterationMetrics& m : compute_iteration_metrics(r.what_if)) {
     EXPECT_EQ(m.t_ovl_ns, 0) << "rank " << m.rank << " step " << m.step;
@@ -245,6 +245,31 @@ TEST(ProfileReplay, ALateRankKeepsItsPeerWaiting) {
   for (int rank = 0; rank < 2; ++rank) {
     EXPECT_EQ(span_named(r.what_if, rank, 0, kAllReduce).end_ns, 225'000) << rank;
   }
+}
+
+TEST(ProfileReplay, ClocksAreAlignedByTheCollectivesEnds) {
+  // The late-rank job again, rank 1's trace on a clock 5 ms ahead: aligned by the
+  // all-reduce's ends, the what-if is the same as on one clock, and each rank's spans
+  // stay on its own clock.
+  std::vector<std::string> traces;
+  for (int rank = 0; rank < 2; ++rank) {
+    KinetoBuilder t(rank);
+    const double compute = rank == 0 ? 100 : 200;
+    const double clock = rank == 0 ? 0 : 5000;
+    t.launch(clock, 1).kernel("bwd", clock, compute, 7, 1);
+    t.launch(clock, 2).nccl(kAllReduce, clock + compute, 250 - compute, 2, "allreduce", 1 << 20,
+                            1 << 20, 2);
+    traces.push_back(t.str());
+  }
+  WhatIf w;
+  w.network = 2;
+  const ProfileReplay r = replay_profile(import_ranks(traces), w);
+  EXPECT_EQ(span_named(r.what_if, 0, 0, kAllReduce).end_ns, 225'000);
+  EXPECT_EQ(span_named(r.what_if, 1, 0, kAllReduce).end_ns, 5'225'000);
+  EXPECT_NE(
+      std::find_if(r.notes.begin(), r.notes.end(),
+                   [](const std::string& n) { return n.find("+5.000 ms") != std::string::npos; }),
+      r.notes.end());
 }
 
 TEST(ProfileReplay, RefusesWhatAProfileCannotReplay) {

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <fstream>
+#include <nlohmann/json.hpp>
 
 #include "cli/cli_support.h"
 #include "import/import_support.h"
@@ -120,6 +121,34 @@ TEST(KinetoImportTest, SpansCarryLaneKindAndInternedName) {
   EXPECT_EQ(r.timeline.spans[2].kind, SpanKind::kAllreduce);
   EXPECT_EQ(r.timeline.spans[3].lane, Lane::kIdle);
   EXPECT_EQ(r.timeline.spans[3].kind, SpanKind::kMemory);
+}
+
+// PyTorch built without Kineto (Debian's 1.13) exports its legacy autograd profiler's
+// trace: a bare array of events with no category and pid "CPU functions". Its operators
+// are the CPU job's compute, its ProfilerStep ranges the iterations, gloo's the comm.
+TEST(KinetoImportTest, LegacyAutogradProfilerTracesAreCpuJobs) {
+  const auto op = [](const char* name, int tid, double ts, double dur) {
+    return nlohmann::json{{"name", name},
+                          {"ph", "X"},
+                          {"ts", ts},
+                          {"dur", dur},
+                          {"tid", tid},
+                          {"pid", "CPU functions"},
+                          {"args", nlohmann::json::object()}};
+  };
+  const nlohmann::json trace =
+      nlohmann::json::array({op("ProfilerStep#3", 1, 0, 100), op("aten::addmm", 1, 2, 40),
+                             op("aten::mm", 1, 5, 30), op("c10d::allreduce_", 1, 44, 2),
+                             op("gloo:all_reduce", 2, 45, 30), op("aten::add_", 1, 80, 10)});
+  const auto r = import_text(trace.dump());
+  ASSERT_EQ(r.files.size(), 1u);
+  EXPECT_EQ(r.files[0].compute, 2u);  // addmm (with the mm inside it) and add_
+  EXPECT_EQ(r.files[0].comm, 1u);
+  EXPECT_EQ(r.files[0].step_windows, 1u);
+  const IterationMetrics m = iteration(r.timeline, 0, 3);
+  EXPECT_EQ(m.t_comp_ns, us(50));
+  EXPECT_EQ(m.t_comm_ns, us(30));
+  EXPECT_EQ(m.t_ovl_ns, 0);
 }
 
 TEST(KinetoImportTest, FractionalMicrosecondsKeepNanoseconds) {
