@@ -28,6 +28,7 @@ struct Node {
   std::int32_t queue_pred = kNoNode;   // the queue's latest-ending earlier span
   std::int32_t cross = kNoNode;        // another queue's span it waited for
   std::int32_t merged_pred = kNoNode;  // overlap=off: the rank's latest-ending earlier span
+  std::int32_t comm_pred = kNoNode;    // a comm span's: the rank's latest-ending earlier one
   std::int64_t queue = -1;
   bool explicit_wait = false;          // `cross` is a stream wait the trace recorded
   std::int32_t instance = -1;          // collective instance, -1: none
@@ -38,11 +39,11 @@ bool is_comm(const Span& s) { return s.lane == Lane::kComm; }
 bool is_compute(const Span& s) { return s.lane == Lane::kCompute; }
 
 // Each rank's queues in start order: fills queue_pred (and merged_pred over the rank's
-// queues together), and returns the number of queues.
+// queues together, comm_pred over its communication), and returns the number of queues.
 std::size_t order_queues(const Timeline& t, const std::vector<SpanOrigin>& origins,
                          std::vector<Node>& nodes) {
   std::map<std::pair<std::int32_t, std::int64_t>, std::vector<std::int32_t>> queues;
-  std::map<std::int32_t, std::vector<std::int32_t>> ranks;
+  std::map<std::int32_t, std::vector<std::int32_t>> ranks, comm;
   for (std::size_t i = 0; i < t.spans.size(); ++i) {
     const Span& s = t.spans[i];
     std::int64_t queue = i < origins.size() ? origins[i].queue : -1;
@@ -50,6 +51,7 @@ std::size_t order_queues(const Timeline& t, const std::vector<SpanOrigin>& origi
     nodes[i].queue = queue;
     queues[{s.rank, queue}].push_back(static_cast<std::int32_t>(i));
     ranks[s.rank].push_back(static_cast<std::int32_t>(i));
+    if (is_comm(s)) comm[s.rank].push_back(static_cast<std::int32_t>(i));
   }
   const auto by_start = [&](std::int32_t a, std::int32_t b) {
     return std::tie(nodes[a].start, nodes[a].end, a) < std::tie(nodes[b].start, nodes[b].end, b);
@@ -64,6 +66,7 @@ std::size_t order_queues(const Timeline& t, const std::vector<SpanOrigin>& origi
   };
   for (auto& [key, order] : queues) chain(order, &Node::queue_pred);
   for (auto& [rank, order] : ranks) chain(order, &Node::merged_pred);
+  for (auto& [rank, order] : comm) chain(order, &Node::comm_pred);
   return queues.size();
 }
 
@@ -222,6 +225,24 @@ void remove_contention(const Timeline& t, const std::vector<Node>& nodes,
   }
 }
 
+// Note [one collective at a time]
+// A collective moves its data once every member has started it and each member's rank
+// has finished its collective before: a rank's collectives transfer one at a time (NCCL
+// kernels queue on their stream; gloo's work queues behind the process group's, and its
+// span opens at the enqueue). Its transfer is measured from that moment, so time a span
+// spent queued behind another is not counted again when a what-if reorders them.
+template <typename EndOf>
+std::int64_t instance_ready(const std::vector<Node>& nodes, const std::vector<std::size_t>& members,
+                            EndOf end_of, const std::vector<std::int64_t>& start) {
+  std::int64_t ready = kNone;
+  for (std::size_t m : members) {
+    ready = std::max(ready, start[m]);
+    if (nodes[m].comm_pred != kNoNode)
+      ready = std::max(ready, end_of(static_cast<std::size_t>(nodes[m].comm_pred)));
+  }
+  return ready;
+}
+
 // The graph evaluated with these durations and transfers: every span's start and end,
 // gates from the evaluated ends (Note [profile graph]).
 Timeline evaluate(const Timeline& measured, const std::vector<Node>& nodes,
@@ -244,8 +265,19 @@ Timeline evaluate(const Timeline& measured, const std::vector<Node>& nodes,
       dependents[static_cast<std::size_t>(g)].push_back(static_cast<std::int32_t>(i));
     }
   }
+  // An instance completes once its members have started and each member's rank has ended
+  // its collective before (Note [one collective at a time]).
   std::vector<std::size_t> instance_pending(instances.size());
-  for (std::size_t k = 0; k < instances.size(); ++k) instance_pending[k] = instances[k].size();
+  std::vector<std::vector<std::size_t>> waiting_instances(n);
+  for (std::size_t k = 0; k < instances.size(); ++k) {
+    instance_pending[k] = instances[k].size();
+    for (std::size_t m : instances[k]) {
+      if (nodes[m].comm_pred == kNoNode) continue;
+      ++instance_pending[k];
+      waiting_instances[static_cast<std::size_t>(nodes[m].comm_pred)].push_back(k);
+    }
+  }
+  std::vector<std::size_t> complete;  // instances whose members can end
   std::vector<std::int32_t> ready;
   for (std::size_t i = 0; i < n; ++i) {
     if (pending[i] == 0) ready.push_back(static_cast<std::int32_t>(i));
@@ -257,8 +289,20 @@ Timeline evaluate(const Timeline& measured, const std::vector<Node>& nodes,
     for (std::int32_t d : dependents[i]) {
       if (--pending[static_cast<std::size_t>(d)] == 0) ready.push_back(d);
     }
+    for (std::size_t k : waiting_instances[i]) {
+      if (--instance_pending[k] == 0) complete.push_back(k);
+    }
   };
-  while (!ready.empty()) {
+  const auto end_of = [&](std::size_t i) { return end[i]; };
+  while (!ready.empty() || !complete.empty()) {
+    if (!complete.empty()) {
+      const std::size_t k = complete.back();
+      complete.pop_back();
+      const std::vector<std::size_t>& members = instances[k];
+      const std::int64_t at = instance_ready(nodes, members, end_of, start);
+      for (std::size_t m : members) finish(m, std::max(start[m], at + transfer[m]));
+      continue;
+    }
     const auto i = static_cast<std::size_t>(ready.back());
     ready.pop_back();
     const Node& node = nodes[i];
@@ -280,10 +324,7 @@ Timeline evaluate(const Timeline& measured, const std::vector<Node>& nodes,
       continue;
     }
     const auto k = static_cast<std::size_t>(node.instance);
-    if (--instance_pending[k] > 0) continue;
-    std::int64_t last = kNone;
-    for (std::size_t m : instances[k]) last = std::max(last, start[m]);
-    for (std::size_t m : instances[k]) finish(m, std::max(start[m], last + transfer[m]));
+    if (--instance_pending[k] == 0) complete.push_back(k);
   }
   if (ended < n) {
     for (std::size_t i = 0; i < n; ++i) {
@@ -385,12 +426,14 @@ ProfileReplay replay_profile(const ImportResult& run, const WhatIf& what_if) {
     if (nodes[i].launch != kNone) nodes[i].launch -= it->second;
   }
   std::vector<std::int64_t> transfer(nodes.size(), 0), duration(nodes.size(), 0);
+  std::vector<std::int64_t> measured_start(nodes.size());
+  for (std::size_t i = 0; i < nodes.size(); ++i) measured_start[i] = nodes[i].start;
+  const auto measured_end = [&](std::size_t i) { return nodes[i].end; };
   for (std::size_t k = 0; k < instances.size(); ++k) {
-    std::int64_t last = kNone;
-    for (std::size_t m : instances[k]) last = std::max(last, nodes[m].start);
+    const std::int64_t ready = instance_ready(nodes, instances[k], measured_end, measured_start);
     for (std::size_t m : instances[k]) {
       nodes[m].instance = static_cast<std::int32_t>(k);
-      transfer[m] = std::max<std::int64_t>(0, nodes[m].end - last);
+      transfer[m] = std::max<std::int64_t>(0, nodes[m].end - ready);
     }
   }
   stats.collectives = instances.size();
