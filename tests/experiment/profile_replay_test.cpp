@@ -272,6 +272,37 @@ TEST(ProfileReplay, ClocksAreAlignedByTheCollectivesEnds) {
       r.notes.end());
 }
 
+TEST(ProfileReplay, QueuedCollectivesAreNotCountedTwice) {
+  // A CPU job (gloo): two all-reduces enqueued 10 us apart on two worker threads; gloo's
+  // span opens at the enqueue, so the second's [110, 500) holds 190 us queued behind the
+  // first's [100, 300); the main thread goes on when it ends. The job already ran
+  // nothing beside its communication: with overlap off the second still moves its 200 us
+  // after the first, and the step ends at 510 as measured, not at 300 + 390 + 10.
+  std::vector<std::string> traces;
+  for (int rank = 0; rank < 2; ++rank) {
+    KinetoBuilder t(rank);
+    const auto op = [&](const char* name, int tid, double ts, double dur) {
+      t.event({{"ph", "X"},
+               {"cat", "cpu_op"},
+               {"name", name},
+               {"pid", 1},
+               {"tid", tid},
+               {"ts", ts},
+               {"dur", dur}});
+    };
+    op("aten::mm", 1, 0, 100);
+    op("gloo:all_reduce", 2, 100, 200);
+    op("gloo:all_reduce", 3, 110, 390);
+    op("aten::add_", 1, 500, 10);
+    traces.push_back(t.str());
+  }
+  WhatIf w;
+  w.overlap_off = true;
+  const ProfileReplay r = replay_profile(import_ranks(traces), w);
+  ASSERT_EQ(r.stats.collectives, 2u);
+  for (double e : e2e_us(r.what_if)) EXPECT_DOUBLE_EQ(e, 510);
+}
+
 TEST(ProfileReplay, RefusesWhatAProfileCannotReplay) {
   WhatIf ranks;
   ranks.ranks = 8;
