@@ -86,12 +86,6 @@ std::string unusable(const TrainConfig& c, const nlohmann::json& config, bool re
   if (c.device != Device::kCpu)
     return "runs on " + std::string(to_string(c.device)) +
            " calibrate that device, not this machine's cpu";
-  // A replay prices each pass by its measured spans, which a tensor-parallel run's
-  // collectives cut in pieces the replay does not place yet.
-  if (replay && c.model.tensor > 1) {
-    return "tensor parallelism (--tensor " + std::to_string(c.model.tensor) +
-           ") is not replayed yet";
-  }
   return "";
 }
 
@@ -253,79 +247,152 @@ std::map<std::pair<SpanKind, int>, double> pass_seconds(const MeasuredRun& run, 
   return out;
 }
 
-TransferTimes transfer_seconds(const MeasuredRun& run, bool clean_only) {
-  TransferTimes out;
+namespace {
+
+constexpr std::string_view kTensorSpan = "tp";  // to_string(ModelOp::kTensor)
+
+bool is_tensor_span(const Timeline& t, const Span& s) {
+  return t.names->name(s.name) == kTensorSpan;
+}
+
+// Per (kind, tag, bytes), per occurrence in a step: the median seconds of the collectives
+// `pick` keeps, each matched across the ranks of its communicator (Span::group, and the
+// pipeline stage) and occurrence, from the latest member's start to the latest end (a collective
+// moves once every member has started it: the simulator's rule). `blocked`: each collective's time
+// is instead the longest its members stood blocked on it: the wait span around its start on each
+// member (the post, the queue before the communication thread took it, the transfer and the
+// waiter's wake-up), as a collective waited for in place costs the pass.
+template <typename Pick>
+TransferTimes collective_times(const MeasuredRun& run, bool clean_only, bool blocked, Pick pick) {
   const auto compute = lane_union(run.timeline, Lane::kCompute, run.warmup);
-  // A collective moves once every member has started it (the simulator's rule): its time
-  // is from the latest start to the latest end over the members (a pipeline's all-reduces
-  // are among a stage's replicas: rank % P is the stage). The same collective may run
-  // several times a step (fsdp gathers a unit for its forward and its backward): each
-  // occurrence, in order of start, apart. A point-to-point transfer is the receiver's
-  // span, keyed by its bytes alone, one median for all.
-  const int stages = std::max(1, run.config.pipeline.stages);
-  const int members = run.config.ranks / stages;
-  struct Instance {
-    std::int64_t start = 0, end = 0;
-    int ranks = 0;
-    bool clean = true;
+  std::map<std::int32_t, std::vector<const Span*>> waits;  // by rank, in order of start
+  if (blocked) {
+    for (const Span& s : run.timeline.spans) {
+      if (s.lane == Lane::kWait && s.step >= run.warmup) waits[s.rank].push_back(&s);
+    }
+    for (auto& [rank, v] : waits) {
+      std::sort(v.begin(), v.end(),
+                [](const Span* a, const Span* b) { return a->start_ns < b->start_ns; });
+    }
+  }
+  const auto blocked_ns = [&](const Span& s) {
+    const auto it = waits.find(s.rank);
+    if (it == waits.end()) return s.end_ns - s.start_ns;
+    const auto& v = it->second;
+    auto w = std::upper_bound(v.begin(), v.end(), s.start_ns,
+                              [](std::int64_t t, const Span* x) { return t < x->start_ns; });
+    if (w == v.begin() || (*std::prev(w))->end_ns < s.start_ns) return s.end_ns - s.start_ns;
+    return (*std::prev(w))->end_ns - (*std::prev(w))->start_ns;
   };
-  // (kind, tag, bytes, step, stage) -> the occurrences, matched across ranks by order.
-  std::map<std::tuple<SpanKind, int, std::int64_t, int, int>, std::vector<std::vector<const Span*>>>
-      by_rank;
-  std::map<std::tuple<SpanKind, int, std::int64_t>, std::vector<double>> p2p;
-  for (const Span& s : run.timeline.spans) {
-    if (s.lane != Lane::kComm || s.step < run.warmup || s.end_ns <= s.start_ns || s.bytes <= 0) {
-      continue;
-    }
+  const auto clean = [&](const Span& s) {
     const auto it = compute.find(s.rank);
-    const bool clean = it == compute.end() || !overlaps(it->second, s.start_ns, s.end_ns);
-    if (s.kind == SpanKind::kRecv) {
-      if (!clean_only || clean) {
-        p2p[{SpanKind::kSend, -1, s.bytes}].push_back(static_cast<double>(s.duration_ns()) / 1e9);
-      }
+    return it == compute.end() || !overlaps(it->second, s.start_ns, s.end_ns);
+  };
+  // (kind, tag, bytes, step, group, stage) -> rank -> its spans; each rank's in order of
+  // start. The stage (ranks T x P x D, T innermost) as well as the group: a simulation's
+  // spans name no communicator. A collective without a tag (gpt's tied embedding, summed
+  // over the first and the last stage of one replica) is keyed by its replica instead.
+  const int tensor = std::max(1, run.config.model.tensor);
+  const int stages = std::max(1, run.config.pipeline.stages);
+  std::map<std::tuple<SpanKind, int, std::int64_t, int, std::uint32_t, int>,
+           std::map<std::int32_t, std::vector<const Span*>>>
+      by_rank;
+  for (const Span& s : run.timeline.spans) {
+    if (s.lane != Lane::kComm || s.step < run.warmup || s.end_ns <= s.start_ns || s.bytes <= 0 ||
+        !is_collective(s.kind) || !pick(s)) {
       continue;
     }
-    if (s.kind != SpanKind::kAllreduce && s.kind != SpanKind::kReduceScatter &&
-        s.kind != SpanKind::kAllgather) {
-      continue;
-    }
-    auto& ranks = by_rank[{s.kind, s.tag, s.bytes, s.step, s.rank % stages}];
-    const auto r = static_cast<std::size_t>(s.rank / stages);
-    if (ranks.size() <= r) ranks.resize(r + 1);
-    ranks[r].push_back(&s);
+    const int place = s.tag < 0 ? -1 - s.rank / (tensor * stages) : (s.rank / tensor) % stages;
+    by_rank[{s.kind, s.tag, s.bytes, s.step, s.group, place}][s.rank].push_back(&s);
   }
   std::map<std::tuple<SpanKind, int, std::int64_t>, std::vector<std::vector<double>>> groups;
   for (auto& [key, ranks] : by_rank) {
-    if (static_cast<int>(ranks.size()) != members) continue;
+    if (ranks.size() < 2) continue;  // a collective one rank recorded: no instance
     std::size_t occurrences = SIZE_MAX;
-    for (auto& spans : ranks) {
+    for (auto& [rank, spans] : ranks) {
       std::sort(spans.begin(), spans.end(),
                 [](const Span* a, const Span* b) { return a->start_ns < b->start_ns; });
       occurrences = std::min(occurrences, spans.size());
     }
-    const auto [kind, tag, bytes, step, stage] = key;
+    const auto& [kind, tag, bytes, step, group, place] = key;
     auto& per = groups[{kind, tag, bytes}];
     if (per.size() < occurrences) per.resize(occurrences);
     for (std::size_t k = 0; k < occurrences; ++k) {
-      Instance i;
-      for (const auto& spans : ranks) {
-        const Span& s = *spans[k];
-        i.start = i.ranks == 0 ? s.start_ns : std::max(i.start, s.start_ns);
-        i.end = i.ranks == 0 ? s.end_ns : std::max(i.end, s.end_ns);
-        ++i.ranks;
-        const auto it = compute.find(s.rank);
-        i.clean = i.clean && (it == compute.end() || !overlaps(it->second, s.start_ns, s.end_ns));
+      std::int64_t start = INT64_MIN, end = INT64_MIN, longest = 0;
+      bool all_clean = true;
+      for (const auto& [rank, spans] : ranks) {
+        start = std::max(start, spans[k]->start_ns);
+        end = std::max(end, spans[k]->end_ns);
+        if (blocked) longest = std::max(longest, blocked_ns(*spans[k]));
+        all_clean = all_clean && clean(*spans[k]);
       }
-      if ((clean_only && !i.clean) || i.end <= i.start) continue;
-      per[k].push_back(static_cast<double>(i.end - i.start) / 1e9);
+      const std::int64_t ns = blocked ? longest : end - start;
+      if ((clean_only && !all_clean) || ns <= 0) continue;
+      per[k].push_back(static_cast<double>(ns) / 1e9);
     }
   }
+  TransferTimes out;
   for (const auto& [key, per] : groups) {
-    for (const auto& seconds : per) {
-      out[key].push_back(seconds.empty() ? -1.0 : median_of(seconds));
+    for (const auto& seconds : per) out[key].push_back(seconds.empty() ? -1.0 : median_of(seconds));
+  }
+  return out;
+}
+
+}  // namespace
+
+TransferTimes transfer_seconds(const MeasuredRun& run, bool clean_only) {
+  TransferTimes out = collective_times(run, clean_only, /*blocked=*/false, [&](const Span& s) {
+    return !is_tensor_span(run.timeline, s);
+  });
+  // A point-to-point transfer is the receiver's span, keyed by its bytes alone, one median
+  // for all.
+  const auto compute = lane_union(run.timeline, Lane::kCompute, run.warmup);
+  std::map<std::tuple<SpanKind, int, std::int64_t>, std::vector<double>> p2p;
+  for (const Span& s : run.timeline.spans) {
+    if (s.lane != Lane::kComm || s.kind != SpanKind::kRecv || s.step < run.warmup ||
+        s.end_ns <= s.start_ns || s.bytes <= 0) {
+      continue;
+    }
+    const auto it = compute.find(s.rank);
+    const bool clean = it == compute.end() || !overlaps(it->second, s.start_ns, s.end_ns);
+    if (!clean_only || clean) {
+      p2p[{SpanKind::kSend, -1, s.bytes}].push_back(static_cast<double>(s.duration_ns()) / 1e9);
     }
   }
   for (const auto& [key, seconds] : p2p) out[key] = {median_of(seconds)};
+  return out;
+}
+
+TransferTimes tensor_transfer_seconds(const MeasuredRun& run, bool clean_only) {
+  return collective_times(run, clean_only, /*blocked=*/true,
+                          [&](const Span& s) { return is_tensor_span(run.timeline, s); });
+}
+
+PieceTimes piece_seconds(const MeasuredRun& run, bool clean_only) {
+  const auto comm = lane_union(run.timeline, Lane::kComm, run.warmup);
+  // (rank, step, micro, kind, unit) -> its spans in order of start.
+  std::map<std::tuple<int, int, int, SpanKind, int>, std::vector<const Span*>> passes;
+  for (const Span& s : run.timeline.spans) {
+    if (s.lane != Lane::kCompute || s.step < run.warmup || s.end_ns <= s.start_ns) continue;
+    if (s.kind != SpanKind::kForward && s.kind != SpanKind::kBackward) continue;
+    passes[{s.rank, s.step, s.micro, s.kind, s.tag}].push_back(&s);
+  }
+  std::map<std::tuple<SpanKind, int, std::string, int>, std::vector<double>> groups;
+  for (auto& [key, spans] : passes) {
+    std::sort(spans.begin(), spans.end(),
+              [](const Span* a, const Span* b) { return a->start_ns < b->start_ns; });
+    const auto [rank, step, micro, kind, unit] = key;
+    std::map<std::string, int> seen;
+    for (const Span* s : spans) {
+      const std::string name(run.timeline.names->name(s->name));
+      const int occurrence = seen[name]++;
+      const auto it = comm.find(rank);
+      if (clean_only && it != comm.end() && overlaps(it->second, s->start_ns, s->end_ns)) continue;
+      groups[{kind, unit, name, occurrence}].push_back(static_cast<double>(s->duration_ns()) / 1e9);
+    }
+  }
+  PieceTimes out;
+  for (const auto& [key, seconds] : groups) out[key] = median_of(seconds);
   return out;
 }
 

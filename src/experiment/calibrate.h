@@ -54,8 +54,21 @@ std::map<std::pair<SpanKind, int>, double> pass_seconds(const MeasuredRun& run, 
 // unit twice): the median seconds of a run's collectives, from the latest member's start
 // to the latest end (-1: no clean one); point-to-point transfers as (kSend, -1, bytes),
 // the receiver's span, one median. `clean_only`: only those no pass overlapped.
+// Collectives are matched within their communicator (Span::group: the world, a stage's
+// replicas, the data-parallel ranks of one tensor position).
 using TransferTimes = std::map<std::tuple<SpanKind, int, std::int64_t>, std::vector<double>>;
 TransferTimes transfer_seconds(const MeasuredRun& run, bool clean_only);
+// The same for a tensor-parallel run's in-place collectives (comm spans named "tp"; tag
+// the unit), each matched within its tensor group, timed as its members stood blocked on
+// it (the wait span around its start: post, queue, transfer and wake-up, which a
+// collective waited for in place costs the pass); left out of transfer_seconds.
+TransferTimes tensor_transfer_seconds(const MeasuredRun& run, bool clean_only);
+// Per (kind, unit, span name, occurrence in the pass): the median seconds of a run's
+// compute spans from its warm-up on, the occurrence counted in start order within each
+// (rank, step, micro-batch) pass: a tensor-parallel pass's pieces between its collectives
+// (Note [tensor-parallel passes] in simulate/simulator.cpp).
+using PieceTimes = std::map<std::tuple<SpanKind, int, std::string, int>, double>;
+PieceTimes piece_seconds(const MeasuredRun& run, bool clean_only);
 
 // The samples of calibration.h from the runs' spans: passes no collective overlapped and
 // collectives no pass overlapped, each (run, kind, unit or bucket) its median.

@@ -9,6 +9,7 @@
 #include "analysis/statistics.h"
 #include "core/error.h"
 #include "core/parse.h"
+#include "model/model_ops.h"
 
 namespace tandem {
 
@@ -58,10 +59,40 @@ namespace {
 
 // The unit costs of `config` with every pass measured in `passes` in place of the model's.
 // A pass never measured keeps the model's (a note says so).
+// A tensor-parallel pass's compute pieces (--tensor) as measured too: the k-th piece of a
+// name in a unit's pass is that pass's k-th span of the name (a --tp-overlap ring's T
+// blocks, the next T); a piece never measured keeps the model's.
+void measured_pieces(std::vector<PassPiece>& pieces, SpanKind kind, int unit,
+                     const PieceTimes& measured, int ring_steps) {
+  std::map<std::string, int> seen;
+  for (PassPiece& piece : pieces) {
+    if (piece.kind == PassPiece::Kind::kCollective) continue;
+    const std::string name(to_string(static_cast<ModelOp>(piece.name)));
+    const int blocks = piece.kind == PassPiece::Kind::kCompute ? 1 : ring_steps;
+    double seconds = 0;
+    bool all = true;
+    for (int b = 0; b < blocks; ++b) {
+      const auto it = measured.find({kind, unit, name, seen[name]++});
+      all = all && it != measured.end();
+      if (it != measured.end()) seconds += it->second;
+    }
+    if (all) piece.seconds = seconds;
+  }
+}
+
 UnitCosts measured_costs(const TrainConfig& config, const Cluster& cluster,
                          const std::map<std::pair<SpanKind, int>, double>& passes,
-                         std::vector<std::string>& notes) {
+                         const PieceTimes& pieces, std::vector<std::string>& notes) {
   UnitCosts k = unit_costs(config, cluster);
+  for (std::size_t u = 0; u < k.forward_pieces.size(); ++u) {
+    const int unit = static_cast<int>(u);
+    measured_pieces(k.forward_pieces[u], SpanKind::kForward, unit, pieces, config.model.tensor);
+    measured_pieces(k.backward_pieces[u], SpanKind::kBackward, unit, pieces, config.model.tensor);
+  }
+  if (!k.loss_pieces.empty()) {
+    measured_pieces(k.loss_pieces, SpanKind::kForward, static_cast<int>(k.forward.size()), pieces,
+                    config.model.tensor);
+  }
   const int U = static_cast<int>(k.forward.size());
   int modelled = 0;
   const auto take = [&](SpanKind kind, int tag, double& seconds) {
@@ -135,8 +166,10 @@ std::vector<Straggler> rank_paces(const MeasuredRun& run) {
     busy[s.rank][s.step] += static_cast<double>(s.duration_ns()) / 1e9;
   }
   // A pipeline's stages compute different units: a rank is compared with its stage's
-  // replicas (rank % P is the stage).
+  // replicas (ranks T x P x D, T innermost: (rank / T) % P is the stage).
   const int stages = std::max(1, run.config.pipeline.stages);
+  const int tensor = std::max(1, run.config.model.tensor);
+  const auto stage_of = [&](int rank) { return (rank / tensor) % stages; };
   std::map<int, double> pace;
   std::map<int, std::vector<double>> by_stage;
   for (const auto& [rank, steps] : busy) {
@@ -144,12 +177,12 @@ std::vector<Straggler> rank_paces(const MeasuredRun& run) {
     for (const auto& [step, seconds] : steps) v.push_back(seconds);
     std::sort(v.begin(), v.end());
     pace[rank] = v[v.size() / 2];
-    by_stage[rank % stages].push_back(pace[rank]);
+    by_stage[stage_of(rank)].push_back(pace[rank]);
   }
   std::vector<Straggler> out;
   for (auto& [stage, all] : by_stage) std::sort(all.begin(), all.end());
   for (const auto& [rank, seconds] : pace) {
-    const std::vector<double>& all = by_stage[rank % stages];
+    const std::vector<double>& all = by_stage[stage_of(rank)];
     if (all.size() < 2) continue;
     const double median = all[(all.size() - 1) / 2];  // the lower middle: a real rank's
     if (!(median > 0)) continue;
@@ -201,8 +234,10 @@ Replay replay_run(const std::string& dir, const WhatIf& what_if) {
   as_measured.device.overlap_comm_slowdown = 0;
 
   const UnitCosts costs =
-      measured_costs(run->config, cluster, pass_seconds(*run, /*clean_only=*/false), out.notes);
+      measured_costs(run->config, cluster, pass_seconds(*run, /*clean_only=*/false),
+                     piece_seconds(*run, /*clean_only=*/false), out.notes);
   const auto transfers = transfer_seconds(*run, /*clean_only=*/false);
+  const auto tensor_transfers = tensor_transfer_seconds(*run, /*clean_only=*/false);
   // The simulator asks for each collective of a step once, in issue order: the k-th time
   // it asks for a (kind, tag, bytes) it gets that collective's k-th occurrence.
   const auto lookup = [](const TransferTimes& t, double scale) {
@@ -218,11 +253,28 @@ Replay replay_run(const std::string& dir, const WhatIf& what_if) {
       return seconds < 0 ? -1.0 : seconds / scale;
     };
   };
+  // A tensor group's collectives: the median over their occurrences (each actor, micro-
+  // batch and step asks again; a unit's two all-reduces move the same bytes alike).
+  const auto median_lookup = [](const TransferTimes& t, double scale) {
+    auto medians = std::make_shared<std::map<std::tuple<SpanKind, int, std::int64_t>, double>>();
+    for (const auto& [key, per] : t) {
+      std::vector<double> v;
+      for (double x : per) {
+        if (x >= 0) v.push_back(x);
+      }
+      if (!v.empty()) (*medians)[key] = summarize(v).median;
+    }
+    return [medians, scale](SpanKind kind, int tag, std::int64_t bytes) {
+      const auto it = medians->find({kind, tag, bytes});
+      return it == medians->end() ? -1.0 : it->second / scale;
+    };
+  };
   TrainConfig config = run->config;
   config.steps = 3;
   SimulateOptions replay{.cluster = as_measured, .costs = &costs};
   replay.stragglers = rank_paces(*run);
   replay.collective_seconds = lookup(transfers, 1);
+  replay.tensor_seconds = median_lookup(tensor_transfers, 1);
   const auto gaps = idle_gaps(*run);
   replay.idle_before = [&gaps](SpanKind kind, int tag) {
     const auto it = gaps.find({kind, tag});
@@ -239,6 +291,8 @@ Replay replay_run(const std::string& dir, const WhatIf& what_if) {
           ? measured_costs(run->config, cluster,
                            compute_only != nullptr ? pass_seconds(*compute_only, false)
                                                    : pass_seconds(*run, /*clean_only=*/true),
+                           compute_only != nullptr ? piece_seconds(*compute_only, false)
+                                                   : piece_seconds(*run, /*clean_only=*/true),
                            out.notes)
           : costs;
   const auto clean_transfers =
@@ -279,6 +333,10 @@ Replay replay_run(const std::string& dir, const WhatIf& what_if) {
     changed.cluster.inter.latency_s /= what_if.network;
   }
   changed.collective_seconds = lookup(clean_transfers, what_if.network);
+  changed.tensor_seconds =
+      median_lookup(what_if.contention_off ? tensor_transfer_seconds(*run, /*clean_only=*/true)
+                                           : tensor_transfers,
+                    what_if.network);
   if (what_if.ranks > 0 && what_if.ranks != run->config.ranks) {
     // Point-to-point transfers keep their measured times; collectives are the model's.
     changed.collective_seconds = [measured = changed.collective_seconds](SpanKind kind, int tag,

@@ -1176,6 +1176,12 @@ TrainResult simulate_training(const TrainConfig& given, const SimulateOptions& o
         options.collective_seconds ? options.collective_seconds(kind, tag, bytes) : -1.0;
     return m >= 0 ? m : model;
   };
+  // A --tp-overlap ring's steps are point-to-point transfers: measured as a pipeline's are.
+  const auto measured_tensor = [&](SpanKind kind, int tag, std::int64_t bytes, double model) {
+    if (kind == SpanKind::kSend) return measured_or(kind, tag, bytes, model);
+    const double m = options.tensor_seconds ? options.tensor_seconds(kind, tag, bytes) : -1.0;
+    return m >= 0 ? m : model;
+  };
   const int U = layout.units();
   const int rows = micro_batch_rows(config);
 
@@ -1277,15 +1283,17 @@ TrainResult simulate_training(const TrainConfig& given, const SimulateOptions& o
                            .tensor_ranks = tp};
     builder.tensor = [&, a](SpanKind kind, std::int64_t bytes, int tag) {
       const int id = static_cast<int>(step_plan.transfers.size());
-      step_plan.transfers.push_back({.kind = kind,
-                                     .bytes = bytes,
-                                     .tag = tag,
-                                     .channel = 3,
-                                     .actors = {a},
-                                     .seconds = tensor_seconds(actors[static_cast<std::size_t>(a)],
-                                                               kind, static_cast<double>(bytes)),
-                                     .ring = kind == SpanKind::kSend,
-                                     .name = op_name(ModelOp::kTensor)});
+      step_plan.transfers.push_back(
+          {.kind = kind,
+           .bytes = bytes,
+           .tag = tag,
+           .channel = 3,
+           .actors = {a},
+           .seconds = measured_tensor(kind, tag, bytes,
+                                      tensor_seconds(actors[static_cast<std::size_t>(a)], kind,
+                                                     static_cast<double>(bytes))),
+           .ring = kind == SpanKind::kSend,
+           .name = op_name(ModelOp::kTensor)});
       return id;
     };
     int posts = 0;
@@ -1393,10 +1401,11 @@ TrainResult simulate_training(const TrainConfig& given, const SimulateOptions& o
                  .channel = 2,
                  .actors = {row[static_cast<std::size_t>(first)],
                             row[static_cast<std::size_t>(last)]},
-                 .seconds = group_seconds(cluster, SpanKind::kAllreduce,
-                                          {world_rank(plan.rank_of(first, replica)),
-                                           world_rank(plan.rank_of(last, replica))},
-                                          static_cast<double>(embedding_bytes))});
+                 .seconds = measured_or(SpanKind::kAllreduce, -1, embedding_bytes,
+                                        group_seconds(cluster, SpanKind::kAllreduce,
+                                                      {world_rank(plan.rank_of(first, replica)),
+                                                       world_rank(plan.rank_of(last, replica))},
+                                                      static_cast<double>(embedding_bytes)))});
           }
           return it->second;
         };

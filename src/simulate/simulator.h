@@ -52,6 +52,8 @@ struct SimulateOptions {
   // micro-batch) as measured: kind, tag, bytes -> seconds, < 0 for the model's.
   const UnitCosts* costs = nullptr;
   std::function<double(SpanKind kind, int tag, std::int64_t bytes)> collective_seconds;
+  // The same for a tensor group's in-place collectives (--tensor; tag: the unit).
+  std::function<double(SpanKind kind, int tag, std::int64_t bytes)> tensor_seconds;
   // Replay: the seconds a rank idles before each pass (kind, unit; the loss is the last
   // unit + 1, the optimizer -1), as measured; empty: none.
   std::function<double(SpanKind kind, int tag)> idle_before;
