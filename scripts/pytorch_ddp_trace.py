@@ -8,7 +8,8 @@ MODE overlapped: DDP as everyone runs it, each 4 MiB bucket all-reduced by gloo 
 backward goes on. MODE sequential: backward without DDP's hooks (no_sync), then the same
 buckets (parameters in reverse order, cut at 4 MiB, as DDP cuts them) flattened,
 all-reduced one after another, averaged and copied back: the communication after compute.
-Writes OUT/rank{RANK}.json (export_chrome_trace) of 12 steps after 2 skipped and 2 warm-up.
+MODE compute-only: backward under no_sync and no communication at all (the baseline
+`tandem analyze --baseline` and `simulate --from-trace --baseline` take). Writes OUT/rank{RANK}.json (export_chrome_trace) of 12 steps after 2 skipped and 2 warm-up.
 """
 import os
 import sys
@@ -52,7 +53,7 @@ def main():
         else:
             with ddp.no_sync():
                 ddp(x).square().mean().backward()
-            for b in buckets:
+            for b in buckets if mode == "sequential" else []:
                 flat = torch.cat([p.grad.reshape(-1) for p in b])
                 dist.all_reduce(flat)
                 flat /= world

@@ -45,6 +45,7 @@ struct SimulateFlags {
   std::vector<std::string> against;    // --against RUN...
   std::string from_trace;              // --from-trace RUN
   std::vector<std::string> what_if;    // --what-if K=V
+  std::string baseline;                // --baseline TRACES (a profile's compute-only run)
 };
 
 void print_calibration(const Calibration& c) {
@@ -137,7 +138,15 @@ int run_profile_replay(const SimulateFlags& flags, const WhatIf& what_if, const 
     out.emplace(flags.out, ResultsCommand::kAnalyze, argv, OutputPolicy{.force = flags.force});
   }
   const ImportResult run = import_traces(inputs);
-  const ProfileReplay r = replay_profile(run, what_if);
+  std::optional<ImportResult> baseline;
+  if (!flags.baseline.empty()) {
+    if (!what_if.contention_off) {
+      throw UsageError("--baseline: prices contention=off; give --what-if contention=off");
+    }
+    baseline = import_traces(expand_trace_inputs({flags.baseline}, "--baseline"));
+    check_baseline_matches(run, *baseline);
+  }
+  const ProfileReplay r = replay_profile(run, what_if, baseline ? &*baseline : nullptr);
   const auto warmup = static_cast<std::size_t>(flags.warmup);
   const AnalyzeResult measured = analyze_timeline(run.timeline, nullptr, warmup);
   const AnalyzeResult replayed = analyze_timeline(r.replayed, nullptr, warmup);
@@ -203,6 +212,11 @@ int run_replay(const SimulateFlags& flags, const CommandLine& argv) {
   if (!fs::exists(fs::path(flags.from_trace) / "summary.json", ec)) {
     return run_profile_replay(flags, what_if, argv);
   }
+  if (!flags.baseline.empty()) {
+    throw UsageError(
+        "--baseline: for a replay of PyTorch profiles; a characterize run's own compute-only "
+        "scenario prices contention=off");
+  }
   std::optional<ResultsWriter> out;
   if (!flags.out.empty()) {
     out.emplace(flags.out, ResultsCommand::kTrain, argv, OutputPolicy{.force = flags.force});
@@ -246,6 +260,9 @@ int run_simulate(const SimulateFlags& flags, bool batch_given, const CommandLine
   if (!flags.what_if.empty() && flags.from_trace.empty()) {
     throw UsageError("--what-if: changes a replay; give --from-trace RUN");
   }
+  if (!flags.baseline.empty() && flags.from_trace.empty()) {
+    throw UsageError("--baseline: a compute-only profile for --from-trace TRACES");
+  }
   if (!flags.calibrate.empty() || !flags.against.empty() || !flags.from_trace.empty()) {
     // Fitting or checking a calibration, or a replay, simulates the runs' own
     // configurations.
@@ -255,6 +272,7 @@ int run_simulate(const SimulateFlags& flags, bool batch_given, const CommandLine
     for (const std::string& flag : flags.workload.given) {
       if (flag == "--calibrate" || flag == "--against" || flag == "--calibration" ||
           flag == "--out" || flag == "--force" || flag == "--from-trace" || flag == "--what-if" ||
+          (flag == "--baseline" && !flags.from_trace.empty()) ||
           (flag == "--warmup" && !flags.from_trace.empty())) {
         continue;
       }
@@ -414,6 +432,10 @@ void add_simulate_command(CLI::App& app, RunCommand& run) {
                   "bucket cap, bucketed and sequential runs), ranks=N (N ranks with the run's "
                   "per-rank batch, collectives priced by the run's fit of its link); the last "
                   "two not for profiles; repeatable");
+  cmd->add_option("--baseline", flags->baseline,
+                  "TRACES: with --from-trace PyTorch profiles and --what-if contention=off, a "
+                  "compute-only profile of the same job (as analyze --baseline takes): its "
+                  "kernels' times price the overlapped ones");
   cmd->add_option("--against", flags->against,
                   "RUN...: with --calibration, predict these measured runs (ones the fit did not "
                   "see) beside their measurements")

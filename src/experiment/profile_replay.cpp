@@ -170,7 +170,7 @@ std::int64_t median_ns(std::vector<std::int64_t> values) {
 // kind of work on their rank, replaced by their unoverlapped peers' medians.
 void remove_contention(const Timeline& t, const std::vector<Node>& nodes,
                        std::vector<std::int64_t>& duration, std::vector<std::int64_t>& transfer,
-                       ProfileGraphStats& stats) {
+                       const Timeline* baseline, ProfileGraphStats& stats) {
   // Per rank, the union of its compute and of its communication.
   std::map<std::int32_t, std::vector<Interval>> compute_spans, comm_spans;
   for (std::size_t i = 0; i < nodes.size(); ++i) {
@@ -203,6 +203,21 @@ void remove_contention(const Timeline& t, const std::vector<Node>& nodes,
   }
   std::map<NameId, std::int64_t> compute_median;
   for (auto& [name, v] : alone_compute) compute_median[name] = median_ns(std::move(v));
+  // A compute-only profile of the same job (--baseline): its spans of a name, all of them
+  // alone, take precedence.
+  if (baseline != nullptr) {
+    std::map<std::string_view, std::vector<std::int64_t>> by_name;
+    for (const Span& b : baseline->spans) {
+      if (is_compute(b)) by_name[baseline->names->name(b.name)].push_back(b.end_ns - b.start_ns);
+    }
+    std::map<std::string_view, std::int64_t> medians;
+    for (auto& [name, v] : by_name) medians[name] = median_ns(std::move(v));
+    for (std::size_t i = 0; i < nodes.size(); ++i) {
+      if (!is_compute(t.spans[i])) continue;
+      const auto it = medians.find(t.names->name(t.spans[i].name));
+      if (it != medians.end()) compute_median[t.spans[i].name] = it->second;
+    }
+  }
   std::map<std::tuple<SpanKind, std::int64_t, bool>, std::int64_t> comm_median;
   for (auto& [key, v] : alone_comm) comm_median[key] = median_ns(std::move(v));
   for (std::size_t i = 0; i < nodes.size(); ++i) {
@@ -376,7 +391,8 @@ std::map<std::int32_t, std::int64_t> clock_offsets(
 
 }  // namespace
 
-ProfileReplay replay_profile(const ImportResult& run, const WhatIf& what_if) {
+ProfileReplay replay_profile(const ImportResult& run, const WhatIf& what_if,
+                             const ImportResult* baseline) {
   for (const TraceFileInfo& f : run.files) {
     if (f.format != "kineto") {
       throw UsageError("--from-trace " + f.path +
@@ -451,7 +467,10 @@ ProfileReplay replay_profile(const ImportResult& run, const WhatIf& what_if) {
     return timeline;
   };
   out.replayed = own_clocks(evaluate(t, nodes, instances, duration, transfer, /*merged=*/false));
-  if (what_if.contention_off) remove_contention(t, nodes, duration, transfer, stats);
+  if (what_if.contention_off) {
+    remove_contention(t, nodes, duration, transfer,
+                      baseline != nullptr ? &baseline->timeline : nullptr, stats);
+  }
   if (what_if.network != 1) {
     for (std::size_t i : comm_index) {
       auto& value = nodes[i].instance >= 0 ? transfer[i] : duration[i];

@@ -33,7 +33,8 @@
 // duration) by F; contention=off gives every compute span that overlapped communication
 // on its rank the median duration of the spans of its name that overlapped none (and
 // every transfer that overlapped compute the median of its collective's, same kind and
-// bytes, that did not), where such spans exist; overlap=off runs each rank's queues as
+// bytes, that did not), where such spans exist (a compute-only profile, where given,
+// before them); overlap=off runs each rank's queues as
 // one, in the measured order of their starts, so nothing overlaps.
 #pragma once
 
@@ -74,6 +75,10 @@ struct ProfileReplay {
 // what a profile cannot replay (tandem's own traces: replay their results directory; a
 // bucket size or a rank count: a profile has no plan to rebuild) and for a graph that
 // cannot be ordered (traces whose ranks issued collectives in different orders).
-ProfileReplay replay_profile(const ImportResult& run, const WhatIf& what_if);
+// `baseline`, where given: a compute-only profile of the same job (no communication, as
+// `tandem analyze --baseline` takes one); with contention=off its spans' medians by name
+// price the overlapped compute spans, before the profile's own unoverlapped peers.
+ProfileReplay replay_profile(const ImportResult& run, const WhatIf& what_if,
+                             const ImportResult* baseline = nullptr);
 
 }  // namespace tandem

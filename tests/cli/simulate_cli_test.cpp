@@ -350,7 +350,12 @@ TEST(SimulateCliTest, ReplaysPyTorchProfilesWithAWhatIf) {
   for (const std::string& args : std::vector<std::string>{
            "simulate --from-trace " + traces.string() + " --what-if ranks=4",
            "simulate --from-trace " + traces.string() + " --what-if bucket-mb=2",
-           "simulate --from-trace " + (dir.path() / "own" / "trace.json").string()}) {
+           "simulate --from-trace " + (dir.path() / "own" / "trace.json").string(),
+           // A compute-only profile prices contention=off, of a profile only.
+           "simulate --from-trace " + traces.string() + " --baseline " + traces.string(),
+           "simulate --from-trace " + (dir.path() / "own").string() +
+               " --what-if contention=off --baseline " + traces.string(),
+           "simulate --cluster 2xh100 --baseline " + traces.string()}) {
     const CliResult bad = run_tandem(args);
     EXPECT_EQ(bad.exit_code, 2) << args << ": " << bad.err;
     EXPECT_EQ(std::count(bad.err.begin(), bad.err.end(), '\n'), 1) << args << ": " << bad.err;

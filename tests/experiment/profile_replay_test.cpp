@@ -156,6 +156,26 @@ TEST(ProfileReplay, ContentionOffGivesOverlappedKernelsTheirUnoverlappedTime) {
   EXPECT_EQ(fwd.end_ns - fwd.start_ns, 100'000);
 }
 
+TEST(ProfileReplay, AComputeOnlyProfilePricesKernelsThatAlwaysOverlapped) {
+  // The same job without its extra alone copy of bwd1: only a compute-only profile of it
+  // (bwd1 160 us) says what bwd1 costs alone, and gives the same what-if.
+  std::vector<std::string> traces, alone;
+  for (int rank = 0; rank < 2; ++rank) {
+    traces.push_back(DdpRank(rank, 30 * rank, 1).trace.str());
+    KinetoBuilder b(rank);
+    b.kernel("bwd1", 0, 160, 7).kernel("fwd2", 200, 100, 7);
+    alone.push_back(b.str());
+  }
+  WhatIf w;
+  w.contention_off = true;
+  const ImportResult run = import_ranks(traces);
+  const ProfileReplay without = replay_profile(run, w);
+  EXPECT_EQ(span_named(without.what_if, 1, 0, "sgd").start_ns, 1'785'000);  // nothing to go by
+  const ImportResult baseline = import_ranks(alone);
+  const ProfileReplay r = replay_profile(run, w, &baseline);
+  EXPECT_EQ(span_named(r.what_if, 1, 0, "sgd").start_ns, 1'745'000);
+}
+
 TEST(ProfileReplay, AGapLongerThanTheWindowIsNotAWait) {
   // Rank 0's optimizer starts 1 ms after its all-reduce ends (something on the CPU held
   // it), far beyond kDependencyWindow: a faster network must not move it.
