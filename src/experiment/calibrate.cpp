@@ -18,6 +18,7 @@
 #include "analysis/statistics.h"
 #include "core/error.h"
 #include "model/layout.h"
+#include "model/model_ops.h"
 #include "report/train_report.h"
 #include "timeline/chrome_trace.h"
 
@@ -396,7 +397,58 @@ PieceTimes piece_seconds(const MeasuredRun& run, bool clean_only) {
   return out;
 }
 
-bool in_fit(const MeasuredRun& run) { return run.config.model.tensor == 1; }
+namespace {
+
+// A tensor-parallel run's compute samples: its passes are cut by the group's collectives
+// (Note [tensor-parallel passes] in simulate/simulator.cpp), so each compute piece is one:
+// its FLOPs, and its bytes from its seconds at unit rates (k was priced at 1 FLOP/s and 1
+// B/s: seconds = flops + bytes); measured, the median of that pass's span of its name and
+// occurrence that no collective overlapped. A --tp-overlap ring's blocks are left out
+// (their transfers run beside them), and so is the loss's backward (a pass of its own,
+// priced by the pass's bytes as without --tensor).
+void tensor_compute_samples(const MeasuredRun& run, const UnitCosts& k,
+                            std::vector<ComputeSample>& out) {
+  const PieceTimes measured = piece_seconds(run, /*clean_only=*/true);
+  const auto pass = [&](const std::vector<PassPiece>& pieces, SpanKind kind, int unit) {
+    std::map<std::string, int> seen;
+    for (const PassPiece& piece : pieces) {
+      if (piece.kind == PassPiece::Kind::kCollective) continue;
+      const std::string name(to_string(static_cast<ModelOp>(piece.name)));
+      const int occurrence = seen[name]++;
+      if (piece.kind != PassPiece::Kind::kCompute) continue;
+      const auto it = measured.find({kind, unit, name, occurrence});
+      if (it == measured.end() || !(it->second > 0)) continue;
+      out.push_back({.precision = run.config.precision,
+                     .flops = piece.flops,
+                     .bytes = std::max(0.0, piece.seconds - piece.flops),
+                     .seconds = it->second,
+                     .what = run.what + ": " + std::string(to_string(kind)) + " unit " +
+                             std::to_string(unit) + " " + name + " " + std::to_string(occurrence)});
+    }
+  };
+  const int U = static_cast<int>(k.forward.size());
+  for (int u = 0; u < U; ++u) {
+    pass(k.forward_pieces[static_cast<std::size_t>(u)], SpanKind::kForward, u);
+    pass(k.backward_pieces[static_cast<std::size_t>(u)], SpanKind::kBackward, u);
+  }
+  pass(k.loss_pieces, SpanKind::kForward, U);
+  for (const auto& [key, seconds] : pass_seconds(run, /*clean_only=*/true)) {
+    const auto [kind, tag] = key;
+    if (kind == SpanKind::kBackward && tag == U) {
+      out.push_back({.precision = run.config.precision,
+                     .bytes = k.loss_bytes,
+                     .seconds = seconds,
+                     .what = run.what + ": loss backward"});
+    } else if (kind == SpanKind::kOptimizer && !run.config.reducer.plan.strategy.sharded()) {
+      out.push_back({.precision = run.config.precision,
+                     .bytes = k.optimizer_bytes,
+                     .seconds = seconds,
+                     .what = run.what + ": optimizer"});
+    }
+  }
+}
+
+}  // namespace
 
 std::vector<ComputeSample> compute_samples(const std::vector<MeasuredRun>& runs) {
   std::vector<ComputeSample> out;
@@ -405,10 +457,13 @@ std::vector<ComputeSample> compute_samples(const std::vector<MeasuredRun>& runs)
   unit.device.memory_bytes_per_s = 1;
   unit.device.gemm_efficiency = 1;
   for (const MeasuredRun& run : runs) {
-    // A tensor-parallel run is predicted, not fitted on (in_fit).
-    if (!run.config.compute || !in_fit(run)) continue;
+    if (!run.config.compute) continue;
     const UnitCosts k = unit_costs(run.config, unit);
     const int U = static_cast<int>(k.forward.size());
+    if (run.config.model.tensor > 1) {
+      tensor_compute_samples(run, k, out);
+      continue;
+    }
     // A sharded strategy's optimizer updates a shard (in every scenario), not what
     // unit_costs prices: left out.
     const bool sharded_update = run.config.reducer.plan.strategy.sharded();
@@ -448,9 +503,13 @@ std::vector<CommSample> comm_samples(const std::vector<MeasuredRun>& runs) {
     return !r.config.compute && r.config.reducer.mode != CommMode::kOff;
   });
   for (const MeasuredRun& run : runs) {
-    if (run.config.reducer.mode == CommMode::kOff || run.config.ranks < 2 || !in_fit(run)) continue;
+    if (run.config.reducer.mode == CommMode::kOff || run.config.ranks < 2) continue;
     if (comm_only && run.config.compute) continue;
-    const int members = run.config.ranks / std::max(1, run.config.pipeline.stages);
+    // The data-parallel collectives: over the replicas of one stage and tensor position
+    // (a tensor group's own collectives are waited for in place, their time mostly the
+    // hand-off around a small transfer: not the ring's, not fitted).
+    const int members = run.config.ranks / std::max(1, run.config.pipeline.stages) /
+                        std::max(1, run.config.model.tensor);
     if (members < 2) continue;
     for (const auto& [key, occurrences] : transfer_seconds(run, /*clean_only=*/true)) {
       const auto [kind, tag, bytes] = key;

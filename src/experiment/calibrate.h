@@ -71,11 +71,11 @@ using PieceTimes = std::map<std::tuple<SpanKind, int, std::string, int>, double>
 PieceTimes piece_seconds(const MeasuredRun& run, bool clean_only);
 
 // The samples of calibration.h from the runs' spans: passes no collective overlapped and
-// collectives no pass overlapped, each (run, kind, unit or bucket) its median.
-// Whether a run's spans are fitted on: a tensor-parallel run's passes are cut by its
-// group's collectives and its collectives are not the data-parallel ring's, so it is
-// predicted beside the others but left out of the fit.
-bool in_fit(const MeasuredRun& run);
+// collectives no pass overlapped, each (run, kind, unit or bucket) its median. A
+// tensor-parallel run gives each compute piece of its passes (between the group's
+// collectives) as a sample, and its data-parallel collectives over its replicas; its
+// tensor group's own collectives are not fitted (waited for in place, their time mostly
+// the hand-off around a small transfer, not the ring's).
 std::vector<ComputeSample> compute_samples(const std::vector<MeasuredRun>& runs);
 std::vector<CommSample> comm_samples(const std::vector<MeasuredRun>& runs);
 

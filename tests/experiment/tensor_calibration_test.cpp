@@ -1,0 +1,46 @@
+// A tensor-parallel run calibrates the simulator (experiment/calibrate.h): each compute
+// piece of its passes between the group's collectives is a sample, its data-parallel
+// collectives are the ring's. Fitted on a simulation of a machine whose rates are known,
+// the fit gives them back.
+#include <gtest/gtest.h>
+
+#include "experiment/calibrate.h"
+#include "simulate/calibration.h"
+#include "simulate/simulator.h"
+
+namespace tandem {
+namespace {
+
+TEST(TensorCalibrationTest, ATensorParallelRunsPiecesGiveBackTheMachinesRates) {
+  Calibration machine;
+  machine.gemm_flops_per_s = {50e9, 0, 0, 0};
+  machine.memory_bytes_per_s = 20e9;
+  machine.link = {.bandwidth_bytes_per_s = 5e9, .latency_s = 0};
+  for (const bool sequence_parallel : {false, true}) {
+    TrainConfig c;
+    c.model = ModelSpec::parse("gpt:layers=2,dim=64,heads=4,seq=32,vocab=256");
+    c.model.tensor = 2;
+    c.model.sequence_parallel = sequence_parallel;
+    c.ranks = 4;  // two tensor groups, two replicas
+    c.batch = 4;
+    c.steps = 3;
+    c.reducer.mode = CommMode::kSequential;  // nothing overlaps: every piece is a sample
+    const TrainResult r =
+        simulate_training(c, {.cluster = calibrated_cluster(machine, c.ranks, 1e12, "test")});
+    const MeasuredRun run{.what = "sim", .config = c, .timeline = r.timeline, .warmup = 1};
+    const std::vector<ComputeSample> compute = compute_samples({run});
+    const std::vector<CommSample> comm = comm_samples({run});
+    // Each block's pieces apart: more samples than units.
+    EXPECT_GT(compute.size(), 4u * 2) << sequence_parallel;
+    ASSERT_FALSE(comm.empty()) << sequence_parallel;
+    for (const CommSample& s : comm) EXPECT_EQ(s.ranks, 2) << s.what;  // the replicas
+    const Calibration fit = fit_calibration(compute, comm, {});
+    EXPECT_NEAR(fit.gemm_flops_per_s[0], 50e9, 0.01 * 50e9) << sequence_parallel;
+    EXPECT_NEAR(fit.memory_bytes_per_s, 20e9, 0.01 * 20e9) << sequence_parallel;
+    EXPECT_NEAR(fit.link.bandwidth_bytes_per_s, 5e9, 0.01 * 5e9) << sequence_parallel;
+    EXPECT_LT(fit.compute.max, 0.01) << fit.compute.worst;
+  }
+}
+
+}  // namespace
+}  // namespace tandem
