@@ -59,10 +59,10 @@ void print_calibration(const Calibration& c) {
               c.memory_bytes_per_s / 1e9, 100 * c.compute.median, 100 * c.compute.max,
               c.compute.worst.c_str(), c.compute.samples);
   std::printf(
-      "  collectives: ring at %.2f GB/s per direction, %.1f us per hop; fit error median "
-      "%.1f%%, largest %.1f%% (%s), %d samples\n",
-      c.link.bandwidth_bytes_per_s / 1e9, c.link.latency_s * 1e6, 100 * c.comm.median,
-      100 * c.comm.max, c.comm.worst.c_str(), c.comm.samples);
+      "  collectives: ring at %.2f GB/s per direction, %.1f us per hop, %.1f us hand-off per "
+      "collective; fit error median %.1f%%, largest %.1f%% (%s), %d samples\n",
+      c.link.bandwidth_bytes_per_s / 1e9, c.link.latency_s * 1e6, c.link.overhead_s * 1e6,
+      100 * c.comm.median, 100 * c.comm.max, c.comm.worst.c_str(), c.comm.samples);
   if (c.contention_samples > 0) {
     std::printf(
         "  contention: overlap slows compute %.1f%% and collectives %.1f%% (%d "

@@ -504,10 +504,26 @@ std::vector<CommSample> comm_samples(const std::vector<MeasuredRun>& runs) {
   });
   for (const MeasuredRun& run : runs) {
     if (run.config.reducer.mode == CommMode::kOff || run.config.ranks < 2) continue;
+    // A tensor group's collectives, waited for in place: each as long as its ranks stood
+    // blocked on it, the hand-off with the transfer (CommSample::handoff).
+    const int tensor = run.config.model.tensor;
+    if (tensor > 1) {
+      for (const auto& [key, occurrences] : tensor_transfer_seconds(run, /*clean_only=*/true)) {
+        const auto [kind, tag, bytes] = key;
+        for (const double seconds : occurrences) {
+          if (seconds < 0) continue;
+          out.push_back({.kind = kind,
+                         .ranks = tensor,
+                         .bytes = static_cast<double>(bytes),
+                         .seconds = seconds,
+                         .handoff = true,
+                         .what = run.what + ": tensor-parallel " + std::string(to_string(kind)) +
+                                 " unit " + std::to_string(tag)});
+        }
+      }
+    }
     if (comm_only && run.config.compute) continue;
-    // The data-parallel collectives: over the replicas of one stage and tensor position
-    // (a tensor group's own collectives are waited for in place, their time mostly the
-    // hand-off around a small transfer: not the ring's, not fitted).
+    // The data-parallel collectives: over the replicas of one stage and tensor position.
     const int members = run.config.ranks / std::max(1, run.config.pipeline.stages) /
                         std::max(1, run.config.model.tensor);
     if (members < 2) continue;

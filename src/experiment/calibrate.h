@@ -73,9 +73,9 @@ PieceTimes piece_seconds(const MeasuredRun& run, bool clean_only);
 // The samples of calibration.h from the runs' spans: passes no collective overlapped and
 // collectives no pass overlapped, each (run, kind, unit or bucket) its median. A
 // tensor-parallel run gives each compute piece of its passes (between the group's
-// collectives) as a sample, and its data-parallel collectives over its replicas; its
-// tensor group's own collectives are not fitted (waited for in place, their time mostly
-// the hand-off around a small transfer, not the ring's).
+// collectives) as a sample, its data-parallel collectives over its replicas, and its
+// tensor group's own collectives as long as their ranks stood blocked on them (the
+// samples that fit the hand-off, CommSample::handoff).
 std::vector<ComputeSample> compute_samples(const std::vector<MeasuredRun>& runs);
 std::vector<CommSample> comm_samples(const std::vector<MeasuredRun>& runs);
 

@@ -122,7 +122,7 @@ double predict(const Calibration& c, const CommSample& s) {
   const double share = share_of(s.kind);
   const double k = s.ranks;
   return share * (k - 1) / k * s.bytes / c.link.bandwidth_bytes_per_s +
-         share * (k - 1) * c.link.latency_s;
+         share * (k - 1) * c.link.latency_s + (s.handoff ? c.link.overhead_s : 0);
 }
 
 Calibration fit_calibration(const std::vector<ComputeSample>& compute,
@@ -151,16 +151,19 @@ Calibration fit_calibration(const std::vector<ComputeSample>& compute,
   for (std::size_t p = 0; p < 4; ++p) c.gemm_flops_per_s[p] = x[p] > 0 ? 1 / x[p] : 0;
   c.memory_bytes_per_s = x[4] > 0 ? 1 / x[4] : 0;
 
-  // Collectives: columns 1/B and alpha.
+  // Collectives: columns 1/B, alpha and the hand-off (only the samples that hold it).
   rows.clear();
   t.clear();
+  bool transfers = false;
   for (const CommSample& s : comm) {
     if (!(s.seconds > 0) || s.ranks < 2) continue;
     const double share = share_of(s.kind);
-    rows.push_back({share * (s.ranks - 1.0) / s.ranks * s.bytes, share * (s.ranks - 1.0)});
+    rows.push_back({share * (s.ranks - 1.0) / s.ranks * s.bytes, share * (s.ranks - 1.0),
+                    s.handoff ? 1.0 : 0.0});
     t.push_back(s.seconds);
+    transfers = transfers || !s.handoff;
   }
-  if (rows.empty()) {
+  if (!transfers) {
     throw UsageError(
         "--calibrate: no collective measured in these runs (calibrate from runs "
         "with --ranks 2 or more)");
@@ -168,6 +171,7 @@ Calibration fit_calibration(const std::vector<ComputeSample>& compute,
   const std::vector<double> y = fit_keeping(rows, t, /*slope=*/0, /*other=*/1);
   c.link.bandwidth_bytes_per_s = 1 / y[0];
   c.link.latency_s = y[1];
+  c.link.overhead_s = y[2];
 
   // Contention: c = sum dC / sum (T_ovl - dC), likewise m; only where they overlapped.
   double dc = 0, dc_rest = 0, dm = 0, dm_rest = 0;
@@ -239,13 +243,16 @@ nlohmann::json calibration_json(const Calibration& c, double memory_bytes,
         {"overlap_comm_slowdown", c.overlap_comm_slowdown},
         {"source", source}}},
       {"intra",
-       {{"gbps", c.link.bandwidth_bytes_per_s / 1e9}, {"latency_us", c.link.latency_s * 1e6}}},
+       {{"gbps", c.link.bandwidth_bytes_per_s / 1e9},
+        {"latency_us", c.link.latency_s * 1e6},
+        {"overhead_us", c.link.overhead_s * 1e6}}},
       {"calibration",
        {{"gemm_flops_per_s", rates},
         {"memory_bytes_per_s", c.memory_bytes_per_s},
         {"memory_bytes", memory_bytes},
         {"link_bytes_per_s", c.link.bandwidth_bytes_per_s},
         {"link_latency_s", c.link.latency_s},
+        {"link_overhead_s", c.link.overhead_s},
         {"overlap_compute_slowdown", c.overlap_compute_slowdown},
         {"overlap_comm_slowdown", c.overlap_comm_slowdown},
         {"contention_samples", c.contention_samples},
@@ -283,6 +290,8 @@ Calibration read_calibration(const std::string& path, const std::string& flag, d
     c.memory_bytes_per_s = number("memory_bytes_per_s");
     c.link.bandwidth_bytes_per_s = number("link_bytes_per_s");
     c.link.latency_s = number("link_latency_s");
+    // Calibrations written before the hand-off was fitted have none: 0.
+    if (j.contains("link_overhead_s")) c.link.overhead_s = number("link_overhead_s");
     c.overlap_compute_slowdown = number("overlap_compute_slowdown");
     c.overlap_comm_slowdown = number("overlap_comm_slowdown");
     c.contention_samples = j.at("contention_samples").get<int>();

@@ -8,9 +8,11 @@
 //               precision measured and one memory bandwidth, from compute spans that no
 //               collective overlapped, each (run, pass, unit) its median duration;
 //   collectives a ring over N ranks takes share (N-1)/N x S / B + share (N-1) alpha
-//               (share 2 for an all-reduce, 1 for a reduce-scatter or an all-gather): the
-//               bandwidth B and latency alpha, from communication spans that no compute
-//               overlapped;
+//               (share 2 for an all-reduce, 1 for a reduce-scatter or an all-gather),
+//               plus a hand-off h once: the bandwidth B and latency alpha from
+//               communication spans that no compute overlapped, h from the collectives
+//               waited for in place (a tensor group's), timed as their ranks stood
+//               blocked (0 without any);
 //   contention  from the methodology's scenarios of one configuration: while both lanes
 //               run, compute goes 1 + c times slower and a collective 1 + m times. In
 //               the simulator's model an overlapped step's compute grows by
@@ -50,6 +52,9 @@ struct CommSample {
   int ranks = 2;
   double bytes = 0;
   double seconds = 0;
+  // The time holds the hand-off around the transfer (a collective waited for in place,
+  // timed as its ranks stood blocked on it), not the transfer alone (a collective's span).
+  bool handoff = false;
   std::string what;
 };
 

@@ -203,6 +203,7 @@ Cluster from_json(std::string_view path) {
       const nlohmann::json& l = j[key];
       if (l.contains("gbps")) link->bandwidth_bytes_per_s = positive(l, "gbps", kG, path);
       if (l.contains("latency_us")) link->latency_s = positive(l, "latency_us", 1e-6, path);
+      if (l.contains("overhead_us")) link->overhead_s = positive(l, "overhead_us", 1e-6, path);
     }
     c.device.source = d.contains("source") ? d["source"].get<std::string>() : c.device.source;
   } catch (const nlohmann::json::exception& e) {

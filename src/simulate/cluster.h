@@ -21,6 +21,10 @@ namespace tandem {
 struct LinkProfile {
   double bandwidth_bytes_per_s = 0;  // per direction, per device
   double latency_s = 0;              // per message (alpha)
+  // Per collective waited for in place (a tensor group's), once: the hand-off around its
+  // transfer (the post reaching whoever moves the data, the waiter waking when it is
+  // done). Calibration fits it from such collectives; 0 for the datasheet profiles.
+  double overhead_s = 0;
 };
 
 // What one device computes and holds.

@@ -1261,9 +1261,10 @@ TrainResult simulate_training(const TrainConfig& given, const SimulateOptions& o
   const auto tensor_seconds = [&](const Actor& actor, SpanKind kind, double bytes) {
     const int first = actor.ranks.front();
     if (kind != SpanKind::kSend) {
+      // Waited for in place: the hand-off around the transfer too (LinkProfile).
       std::vector<int> group(static_cast<std::size_t>(tp));
       std::iota(group.begin(), group.end(), first);
-      return group_seconds(cluster, kind, group, bytes);
+      return group_seconds(cluster, kind, group, bytes) + cluster.intra.overhead_s;
     }
     double slowest = 0;  // a ring step is as fast as its slowest link
     for (int t = 0; t < tp; ++t) {

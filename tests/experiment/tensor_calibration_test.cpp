@@ -1,7 +1,8 @@
 // A tensor-parallel run calibrates the simulator (experiment/calibrate.h): each compute
 // piece of its passes between the group's collectives is a sample, its data-parallel
-// collectives are the ring's. Fitted on a simulation of a machine whose rates are known,
-// the fit gives them back.
+// collectives are the ring's, its tensor group's collectives (waited for in place) give
+// the hand-off. Fitted on a simulation of a machine whose rates are known, the fit gives
+// them back.
 #include <gtest/gtest.h>
 
 #include "experiment/calibrate.h"
@@ -15,7 +16,7 @@ TEST(TensorCalibrationTest, ATensorParallelRunsPiecesGiveBackTheMachinesRates) {
   Calibration machine;
   machine.gemm_flops_per_s = {50e9, 0, 0, 0};
   machine.memory_bytes_per_s = 20e9;
-  machine.link = {.bandwidth_bytes_per_s = 5e9, .latency_s = 0};
+  machine.link = {.bandwidth_bytes_per_s = 5e9, .latency_s = 0, .overhead_s = 50e-6};
   for (const bool sequence_parallel : {false, true}) {
     TrainConfig c;
     c.model = ModelSpec::parse("gpt:layers=2,dim=64,heads=4,seq=32,vocab=256");
@@ -33,11 +34,19 @@ TEST(TensorCalibrationTest, ATensorParallelRunsPiecesGiveBackTheMachinesRates) {
     // Each block's pieces apart: more samples than units.
     EXPECT_GT(compute.size(), 4u * 2) << sequence_parallel;
     ASSERT_FALSE(comm.empty()) << sequence_parallel;
-    for (const CommSample& s : comm) EXPECT_EQ(s.ranks, 2) << s.what;  // the replicas
+    // The replicas' all-reduces (transfers) and the tensor groups' (blocked, hand-off).
+    int handoffs = 0;
+    for (const CommSample& s : comm) {
+      EXPECT_EQ(s.ranks, 2) << s.what;
+      handoffs += s.handoff;
+    }
+    EXPECT_GT(handoffs, 0);
+    EXPECT_LT(handoffs, static_cast<int>(comm.size()));
     const Calibration fit = fit_calibration(compute, comm, {});
     EXPECT_NEAR(fit.gemm_flops_per_s[0], 50e9, 0.01 * 50e9) << sequence_parallel;
     EXPECT_NEAR(fit.memory_bytes_per_s, 20e9, 0.01 * 20e9) << sequence_parallel;
     EXPECT_NEAR(fit.link.bandwidth_bytes_per_s, 5e9, 0.01 * 5e9) << sequence_parallel;
+    EXPECT_NEAR(fit.link.overhead_s, 50e-6, 0.01 * 50e-6) << sequence_parallel;
     EXPECT_LT(fit.compute.max, 0.01) << fit.compute.worst;
   }
 }
