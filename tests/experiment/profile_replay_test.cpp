@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <nlohmann/json.hpp>
+#include <random>
 
 #include "analysis/metrics.h"
 #include "core/error.h"
@@ -321,6 +322,55 @@ TEST(ProfileReplay, QueuedCollectivesAreNotCountedTwice) {
   const ProfileReplay r = replay_profile(import_ranks(traces), w);
   ASSERT_EQ(r.stats.collectives, 2u);
   for (double e : e2e_us(r.what_if)) EXPECT_DOUBLE_EQ(e, 510);
+}
+
+TEST(ProfileReplay, AnyTraceReplaysOrIsRefusedInOneLine) {
+  // Random two-rank traces (fixed seeds): kernels and all-reduces on a few streams, some
+  // overlapping on their stream, some of zero length, collectives the ranks issued in
+  // different numbers and orders, launches before or after their kernels. Each either
+  // replays under every what-if, with as many spans, each ending no earlier than it
+  // starts, or is refused with a UsageError; nothing else.
+  std::mt19937_64 rng(7);
+  const auto pick = [&](int n) { return std::uniform_int_distribution<int>(0, n - 1)(rng); };
+  int replayed = 0, refused = 0;
+  for (int trial = 0; trial < 200; ++trial) {
+    std::vector<std::string> traces;
+    for (int rank = 0; rank < 2; ++rank) {
+      KinetoBuilder t(rank);
+      const int events = 1 + pick(12);
+      for (int e = 0; e < events; ++e) {
+        const double ts = pick(500), dur = pick(4) == 0 ? 0 : pick(200);
+        const long c = e + 1;
+        if (pick(3) > 0) t.launch(ts + pick(100) - 50, c);
+        if (pick(3) == 0) {
+          t.nccl(kAllReduce, ts, dur, c, "allreduce", 1 << pick(4), 1 << pick(4), 2);
+        } else if (pick(4) == 0) {
+          t.nccl("ncclDevKernel_AllGather_RING_LL", ts, dur, c, "_allgather_base", 4, 8, 2);
+        } else {
+          t.kernel(pick(2) ? "a" : "b", ts, dur, 7 + pick(2), c);
+        }
+      }
+      traces.push_back(t.str());
+    }
+    const ImportResult job = import_ranks(traces);
+    for (int w = 0; w < 4; ++w) {
+      WhatIf what;
+      what.network = w == 1 ? 3 : 1;
+      what.contention_off = w == 2;
+      what.overlap_off = w == 3;
+      try {
+        const ProfileReplay r = replay_profile(job, what);
+        ASSERT_EQ(r.what_if.spans.size(), job.timeline.spans.size());
+        for (const Span& span : r.what_if.spans) EXPECT_GE(span.end_ns, span.start_ns);
+        ++replayed;
+      } catch (const UsageError& e) {
+        EXPECT_EQ(std::string(e.what()).find('\n'), std::string::npos) << e.what();
+        ++refused;
+      }
+    }
+  }
+  EXPECT_GT(replayed, 0);
+  EXPECT_GT(refused, 0);  // crossed collectives among them
 }
 
 TEST(ProfileReplay, RefusesWhatAProfileCannotReplay) {
