@@ -151,19 +151,20 @@ Calibration fit_calibration(const std::vector<ComputeSample>& compute,
   for (std::size_t p = 0; p < 4; ++p) c.gemm_flops_per_s[p] = x[p] > 0 ? 1 / x[p] : 0;
   c.memory_bytes_per_s = x[4] > 0 ? 1 / x[4] : 0;
 
-  // Collectives: columns 1/B, alpha and the hand-off (only the samples that hold it).
+  // Collectives: columns 1/B and alpha, from the transfers; then the hand-off, the mean
+  // over the samples that hold it of what the ring leaves: a step pays the sum of its
+  // hand-offs, and their blocked times vary with the scheduler more than with their sizes
+  // (a least-squares compromise with the transfers, or a median, misses the late wake-ups
+  // that make most of the sum).
   rows.clear();
   t.clear();
-  bool transfers = false;
   for (const CommSample& s : comm) {
-    if (!(s.seconds > 0) || s.ranks < 2) continue;
+    if (!(s.seconds > 0) || s.ranks < 2 || s.handoff) continue;
     const double share = share_of(s.kind);
-    rows.push_back({share * (s.ranks - 1.0) / s.ranks * s.bytes, share * (s.ranks - 1.0),
-                    s.handoff ? 1.0 : 0.0});
+    rows.push_back({share * (s.ranks - 1.0) / s.ranks * s.bytes, share * (s.ranks - 1.0)});
     t.push_back(s.seconds);
-    transfers = transfers || !s.handoff;
   }
-  if (!transfers) {
+  if (rows.empty()) {
     throw UsageError(
         "--calibrate: no collective measured in these runs (calibrate from runs "
         "with --ranks 2 or more)");
@@ -171,7 +172,15 @@ Calibration fit_calibration(const std::vector<ComputeSample>& compute,
   const std::vector<double> y = fit_keeping(rows, t, /*slope=*/0, /*other=*/1);
   c.link.bandwidth_bytes_per_s = 1 / y[0];
   c.link.latency_s = y[1];
-  c.link.overhead_s = y[2];
+  std::vector<double> left;
+  for (const CommSample& s : comm) {
+    if (s.handoff && s.seconds > 0 && s.ranks >= 2) left.push_back(s.seconds - predict(c, s));
+  }
+  if (!left.empty()) {
+    double sum = 0;
+    for (double h : left) sum += h;
+    c.link.overhead_s = std::max(0.0, sum / static_cast<double>(left.size()));
+  }
 
   // Contention: c = sum dC / sum (T_ovl - dC), likewise m; only where they overlapped.
   double dc = 0, dc_rest = 0, dm = 0, dm_rest = 0;

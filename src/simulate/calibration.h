@@ -10,9 +10,9 @@
 //   collectives a ring over N ranks takes share (N-1)/N x S / B + share (N-1) alpha
 //               (share 2 for an all-reduce, 1 for a reduce-scatter or an all-gather),
 //               plus a hand-off h once: the bandwidth B and latency alpha from
-//               communication spans that no compute overlapped, h from the collectives
-//               waited for in place (a tensor group's), timed as their ranks stood
-//               blocked (0 without any);
+//               communication spans that no compute overlapped; h the mean of what the
+//               ring leaves of the collectives waited for in place (a tensor group's),
+//               timed as their ranks stood blocked (0 without any);
 //   contention  from the methodology's scenarios of one configuration: while both lanes
 //               run, compute goes 1 + c times slower and a collective 1 + m times. In
 //               the simulator's model an overlapped step's compute grows by
