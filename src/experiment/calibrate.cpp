@@ -410,21 +410,20 @@ void tensor_compute_samples(const MeasuredRun& run, const UnitCosts& k,
                             std::vector<ComputeSample>& out) {
   const PieceTimes measured = piece_seconds(run, /*clean_only=*/true);
   const auto pass = [&](const std::vector<PassPiece>& pieces, SpanKind kind, int unit) {
-    std::map<std::string, int> seen;
-    for (const PassPiece& piece : pieces) {
-      if (piece.kind == PassPiece::Kind::kCollective) continue;
-      const std::string name(to_string(static_cast<ModelOp>(piece.name)));
-      const int occurrence = seen[name]++;
-      if (piece.kind != PassPiece::Kind::kCompute) continue;
-      const auto it = measured.find({kind, unit, name, occurrence});
-      if (it == measured.end() || !(it->second > 0)) continue;
-      out.push_back({.precision = run.config.precision,
-                     .flops = piece.flops,
-                     .bytes = std::max(0.0, piece.seconds - piece.flops),
-                     .seconds = it->second,
-                     .what = run.what + ": " + std::string(to_string(kind)) + " unit " +
-                             std::to_string(unit) + " " + name + " " + std::to_string(occurrence)});
-    }
+    for_each_piece_span(
+        pieces, kind, unit, run.config.model.tensor,
+        [&](const PassPiece& piece, const PieceTimes::key_type& key, int) {
+          if (piece.kind != PassPiece::Kind::kCompute) return;
+          const auto it = measured.find(key);
+          if (it == measured.end() || !(it->second > 0)) return;
+          out.push_back({.precision = run.config.precision,
+                         .flops = piece.flops,
+                         .bytes = std::max(0.0, piece.seconds - piece.flops),
+                         .seconds = it->second,
+                         .what = run.what + ": " + std::string(to_string(std::get<0>(key))) +
+                                 " unit " + std::to_string(unit) + " " + std::get<2>(key) + " " +
+                                 std::to_string(std::get<3>(key))});
+        });
   };
   const int U = static_cast<int>(k.forward.size());
   for (int u = 0; u < U; ++u) {

@@ -13,7 +13,9 @@
 
 #include "engine/trainer.h"
 #include "experiment/workload.h"
+#include "model/model_ops.h"
 #include "simulate/calibration.h"
+#include "simulate/simulator.h"
 #include "timeline/recorder.h"
 
 namespace tandem {
@@ -69,6 +71,21 @@ TransferTimes tensor_transfer_seconds(const MeasuredRun& run, bool clean_only);
 // (Note [tensor-parallel passes] in simulate/simulator.cpp).
 using PieceTimes = std::map<std::tuple<SpanKind, int, std::string, int>, double>;
 PieceTimes piece_seconds(const MeasuredRun& run, bool clean_only);
+// The spans a pass's pieces were recorded as, in piece_seconds' keys: for each compute
+// piece and each --tp-overlap ring, f(piece, key of its first span, spans), a ring being
+// `ring_steps` spans of its product's name, so the pieces after it key their own.
+template <typename Pieces, typename F>
+void for_each_piece_span(Pieces& pieces, SpanKind kind, int unit, int ring_steps, F&& f) {
+  std::map<std::string, int> seen;
+  for (auto& piece : pieces) {
+    if (piece.kind == PassPiece::Kind::kCollective) continue;
+    std::string name(to_string(static_cast<ModelOp>(piece.name)));
+    const int spans = piece.kind == PassPiece::Kind::kCompute ? 1 : ring_steps;
+    const int first = seen[name];
+    seen[name] += spans;
+    f(piece, PieceTimes::key_type{kind, unit, std::move(name), first}, spans);
+  }
+}
 
 // The samples of calibration.h from the runs' spans: passes no collective overlapped and
 // collectives no pass overlapped, each (run, kind, unit or bucket) its median. A

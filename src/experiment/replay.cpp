@@ -64,20 +64,16 @@ namespace {
 // blocks, the next T); a piece never measured keeps the model's.
 void measured_pieces(std::vector<PassPiece>& pieces, SpanKind kind, int unit,
                      const PieceTimes& measured, int ring_steps) {
-  std::map<std::string, int> seen;
-  for (PassPiece& piece : pieces) {
-    if (piece.kind == PassPiece::Kind::kCollective) continue;
-    const std::string name(to_string(static_cast<ModelOp>(piece.name)));
-    const int blocks = piece.kind == PassPiece::Kind::kCompute ? 1 : ring_steps;
-    double seconds = 0;
-    bool all = true;
-    for (int b = 0; b < blocks; ++b) {
-      const auto it = measured.find({kind, unit, name, seen[name]++});
-      all = all && it != measured.end();
-      if (it != measured.end()) seconds += it->second;
-    }
-    if (all) piece.seconds = seconds;
-  }
+  for_each_piece_span(pieces, kind, unit, ring_steps,
+                      [&](PassPiece& piece, PieceTimes::key_type key, int spans) {
+                        double seconds = 0;
+                        for (int b = 0; b < spans; ++b, ++std::get<3>(key)) {
+                          const auto it = measured.find(key);
+                          if (it == measured.end()) return;
+                          seconds += it->second;
+                        }
+                        piece.seconds = seconds;
+                      });
 }
 
 UnitCosts measured_costs(const TrainConfig& config, const Cluster& cluster,

@@ -17,11 +17,15 @@ TEST(TensorCalibrationTest, ATensorParallelRunsPiecesGiveBackTheMachinesRates) {
   machine.gemm_flops_per_s = {50e9, 0, 0, 0};
   machine.memory_bytes_per_s = 20e9;
   machine.link = {.bandwidth_bytes_per_s = 5e9, .latency_s = 0, .overhead_s = 50e-6};
-  for (const bool sequence_parallel : {false, true}) {
+  // 0: plain, 1: sequence-parallel, 2: and --tp-overlap (a ring's blocks are spans of its
+  // product's name: the pieces after it must still find their own).
+  for (const int mode : {0, 1, 2}) {
+    const bool sequence_parallel = mode >= 1;
     TrainConfig c;
     c.model = ModelSpec::parse("gpt:layers=2,dim=64,heads=4,seq=32,vocab=256");
     c.model.tensor = 2;
     c.model.sequence_parallel = sequence_parallel;
+    c.model.tp_overlap = mode == 2;
     c.ranks = 4;  // two tensor groups, two replicas
     c.batch = 4;
     c.steps = 3;
@@ -32,8 +36,8 @@ TEST(TensorCalibrationTest, ATensorParallelRunsPiecesGiveBackTheMachinesRates) {
     const std::vector<ComputeSample> compute = compute_samples({run});
     const std::vector<CommSample> comm = comm_samples({run});
     // Each block's pieces apart: more samples than units.
-    EXPECT_GT(compute.size(), 4u * 2) << sequence_parallel;
-    ASSERT_FALSE(comm.empty()) << sequence_parallel;
+    EXPECT_GT(compute.size(), 4u * 2) << mode;
+    ASSERT_FALSE(comm.empty()) << mode;
     // The replicas' all-reduces (transfers) and the tensor groups' (blocked, hand-off).
     int handoffs = 0;
     for (const CommSample& s : comm) {
@@ -43,10 +47,10 @@ TEST(TensorCalibrationTest, ATensorParallelRunsPiecesGiveBackTheMachinesRates) {
     EXPECT_GT(handoffs, 0);
     EXPECT_LT(handoffs, static_cast<int>(comm.size()));
     const Calibration fit = fit_calibration(compute, comm, {});
-    EXPECT_NEAR(fit.gemm_flops_per_s[0], 50e9, 0.01 * 50e9) << sequence_parallel;
-    EXPECT_NEAR(fit.memory_bytes_per_s, 20e9, 0.01 * 20e9) << sequence_parallel;
-    EXPECT_NEAR(fit.link.bandwidth_bytes_per_s, 5e9, 0.01 * 5e9) << sequence_parallel;
-    EXPECT_NEAR(fit.link.overhead_s, 50e-6, 0.01 * 50e-6) << sequence_parallel;
+    EXPECT_NEAR(fit.gemm_flops_per_s[0], 50e9, 0.01 * 50e9) << mode;
+    EXPECT_NEAR(fit.memory_bytes_per_s, 20e9, 0.01 * 20e9) << mode;
+    EXPECT_NEAR(fit.link.bandwidth_bytes_per_s, 5e9, 0.01 * 5e9) << mode;
+    EXPECT_NEAR(fit.link.overhead_s, 50e-6, 0.01 * 50e-6) << mode;
     EXPECT_LT(fit.compute.max, 0.01) << fit.compute.worst;
   }
 }
