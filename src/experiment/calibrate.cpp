@@ -264,8 +264,8 @@ bool is_tensor_span(const Timeline& t, const Span& s) {
 // member (the post, the queue before the communication thread took it, the transfer and the
 // waiter's wake-up), as a collective waited for in place costs the pass.
 template <typename Pick>
-TransferTimes collective_times(const MeasuredRun& run, bool clean_only, bool blocked, Pick pick) {
-  const auto compute = lane_union(run.timeline, Lane::kCompute, run.warmup);
+TransferTimes collective_times(const MeasuredRun& run, const std::map<int, Intervals>& compute,
+                               bool clean_only, bool blocked, Pick pick) {
   std::map<std::int32_t, std::vector<const Span*>> waits;  // by rank, in order of start
   if (blocked) {
     for (const Span& s : run.timeline.spans) {
@@ -342,12 +342,12 @@ TransferTimes collective_times(const MeasuredRun& run, bool clean_only, bool blo
 }  // namespace
 
 TransferTimes transfer_seconds(const MeasuredRun& run, bool clean_only) {
-  TransferTimes out = collective_times(run, clean_only, /*blocked=*/false, [&](const Span& s) {
-    return !is_tensor_span(run.timeline, s);
-  });
+  const auto compute = lane_union(run.timeline, Lane::kCompute, run.warmup);
+  TransferTimes out =
+      collective_times(run, compute, clean_only, /*blocked=*/false,
+                       [&](const Span& s) { return !is_tensor_span(run.timeline, s); });
   // A point-to-point transfer is the receiver's span, keyed by its bytes alone, one median
   // for all.
-  const auto compute = lane_union(run.timeline, Lane::kCompute, run.warmup);
   std::map<std::tuple<SpanKind, int, std::int64_t>, std::vector<double>> p2p;
   for (const Span& s : run.timeline.spans) {
     if (s.lane != Lane::kComm || s.kind != SpanKind::kRecv || s.step < run.warmup ||
@@ -365,7 +365,8 @@ TransferTimes transfer_seconds(const MeasuredRun& run, bool clean_only) {
 }
 
 TransferTimes tensor_transfer_seconds(const MeasuredRun& run, bool clean_only) {
-  return collective_times(run, clean_only, /*blocked=*/true,
+  return collective_times(run, lane_union(run.timeline, Lane::kCompute, run.warmup), clean_only,
+                          /*blocked=*/true,
                           [&](const Span& s) { return is_tensor_span(run.timeline, s); });
 }
 

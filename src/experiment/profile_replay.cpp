@@ -32,7 +32,6 @@ struct Node {
   std::int64_t queue = -1;
   bool explicit_wait = false;          // `cross` is a stream wait the trace recorded
   std::int32_t instance = -1;          // collective instance, -1: none
-  std::int64_t transfer = 0;           // a member's: end - the instance's last start
 };
 
 bool is_comm(const Span& s) { return s.lane == Lane::kComm; }
@@ -246,14 +245,14 @@ void remove_contention(const Timeline& t, const std::vector<Node>& nodes,
 // kernels queue on their stream; gloo's work queues behind the process group's, and its
 // span opens at the enqueue). Its transfer is measured from that moment, so time a span
 // spent queued behind another is not counted again when a what-if reorders them.
-template <typename EndOf>
 std::int64_t instance_ready(const std::vector<Node>& nodes, const std::vector<std::size_t>& members,
-                            EndOf end_of, const std::vector<std::int64_t>& start) {
+                            const std::vector<std::int64_t>& start,
+                            const std::vector<std::int64_t>& end) {
   std::int64_t ready = kNone;
   for (std::size_t m : members) {
     ready = std::max(ready, start[m]);
     if (nodes[m].comm_pred != kNoNode)
-      ready = std::max(ready, end_of(static_cast<std::size_t>(nodes[m].comm_pred)));
+      ready = std::max(ready, end[static_cast<std::size_t>(nodes[m].comm_pred)]);
   }
   return ready;
 }
@@ -308,13 +307,12 @@ Timeline evaluate(const Timeline& measured, const std::vector<Node>& nodes,
       if (--instance_pending[k] == 0) complete.push_back(k);
     }
   };
-  const auto end_of = [&](std::size_t i) { return end[i]; };
   while (!ready.empty() || !complete.empty()) {
     if (!complete.empty()) {
       const std::size_t k = complete.back();
       complete.pop_back();
       const std::vector<std::size_t>& members = instances[k];
-      const std::int64_t at = instance_ready(nodes, members, end_of, start);
+      const std::int64_t at = instance_ready(nodes, members, start, end);
       for (std::size_t m : members) finish(m, std::max(start[m], at + transfer[m]));
       continue;
     }
@@ -442,11 +440,13 @@ ProfileReplay replay_profile(const ImportResult& run, const WhatIf& what_if,
     if (nodes[i].launch != kNone) nodes[i].launch -= it->second;
   }
   std::vector<std::int64_t> transfer(nodes.size(), 0), duration(nodes.size(), 0);
-  std::vector<std::int64_t> measured_start(nodes.size());
-  for (std::size_t i = 0; i < nodes.size(); ++i) measured_start[i] = nodes[i].start;
-  const auto measured_end = [&](std::size_t i) { return nodes[i].end; };
+  std::vector<std::int64_t> measured_start(nodes.size()), measured_end(nodes.size());
+  for (std::size_t i = 0; i < nodes.size(); ++i) {
+    measured_start[i] = nodes[i].start;
+    measured_end[i] = nodes[i].end;
+  }
   for (std::size_t k = 0; k < instances.size(); ++k) {
-    const std::int64_t ready = instance_ready(nodes, instances[k], measured_end, measured_start);
+    const std::int64_t ready = instance_ready(nodes, instances[k], measured_start, measured_end);
     for (std::size_t m : instances[k]) {
       nodes[m].instance = static_cast<std::int32_t>(k);
       transfer[m] = std::max<std::int64_t>(0, nodes[m].end - ready);
