@@ -294,7 +294,7 @@ TransferTimes collective_times(const MeasuredRun& run, const std::map<int, Inter
   // spans name no communicator. A collective without a tag (gpt's tied embedding, summed
   // over the first and the last stage of one replica) is keyed by its replica instead.
   const int tensor = std::max(1, run.config.model.tensor);
-  const int stages = std::max(1, run.config.pipeline.stages);
+  const StagePlan plan = stage_plan(run.config);
   std::map<std::tuple<SpanKind, int, std::int64_t, int, std::uint32_t, int>,
            std::map<std::int32_t, std::vector<const Span*>>>
       by_rank;
@@ -303,7 +303,8 @@ TransferTimes collective_times(const MeasuredRun& run, const std::map<int, Inter
         !is_collective(s.kind) || !pick(s)) {
       continue;
     }
-    const int place = s.tag < 0 ? -1 - s.rank / (tensor * stages) : (s.rank / tensor) % stages;
+    const int outer = s.rank / tensor;  // Note [rank order] in engine/tensor_parallel.h
+    const int place = s.tag < 0 ? -1 - outer / plan.shape.stages : plan.stage_of(outer);
     by_rank[{s.kind, s.tag, s.bytes, s.step, s.group, place}][s.rank].push_back(&s);
   }
   std::map<std::tuple<SpanKind, int, std::int64_t>, std::vector<std::vector<double>>> groups;

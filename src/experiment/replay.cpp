@@ -162,10 +162,11 @@ std::vector<Straggler> rank_paces(const MeasuredRun& run) {
     busy[s.rank][s.step] += static_cast<double>(s.duration_ns()) / 1e9;
   }
   // A pipeline's stages compute different units: a rank is compared with its stage's
-  // replicas (ranks T x P x D, T innermost: (rank / T) % P is the stage).
-  const int stages = std::max(1, run.config.pipeline.stages);
+  // replicas (the stage of its outer rank, world rank / T: Note [rank order] in
+  // engine/tensor_parallel.h).
+  const StagePlan plan = stage_plan(run.config);
   const int tensor = std::max(1, run.config.model.tensor);
-  const auto stage_of = [&](int rank) { return (rank / tensor) % stages; };
+  const auto stage_of = [&](int rank) { return plan.stage_of(rank / tensor); };
   std::map<int, double> pace;
   std::map<int, std::vector<double>> by_stage;
   for (const auto& [rank, steps] : busy) {
