@@ -143,10 +143,10 @@ class CpuBackend : public layers::Ops<T> {
   void linear_transposed_forward(T* out, const T* inp, const T* weight, int N, int I, int O) const {
     gemm(false, true, N, O, I, T(1), inp, I, weight, I, T(0), out, O);
   }
-  // dinp [N, I] = dout [N, O] . weight; dweight [O, I] += dout^T . inp.
+  // dinp [N, I] = dout [N, O] . weight (if non-null); dweight [O, I] += dout^T . inp.
   void linear_transposed_backward(T* dinp, T* dweight, const T* dout, const T* inp, const T* weight,
                                   int N, int I, int O) const {
-    gemm(false, false, N, I, O, T(1), dout, O, weight, I, T(0), dinp, I);
+    if (dinp != nullptr) gemm(false, false, N, I, O, T(1), dout, O, weight, I, T(0), dinp, I);
     gemm(true, false, O, I, N, T(1), dout, O, inp, I, T(1), dweight, I);
   }
 

@@ -404,12 +404,15 @@ int ModelLayout::compute_spans_per_micro_batch() const {
   // --tensor adds forward spans: the positions after the embedding's sum, a residual add
   // after each row-parallel product's (two a block), and two more of the parallel loss.
   // --sequence-parallel splits each block's two backward parts in two (the norm's output
-  // is gathered again between them).
-  const int L = spec_.transformer.layers;
-  const int split = spec_.tensor > 1 ? 1 + 2 * L + 2 + (spec_.sequence_parallel ? 2 * L : 0) +
-                                           (spec_.recompute == Recompute::kFull ? L : 0) +
-                                           (spec_.tp_overlap ? 10 * spec_.tensor * L : 0)
-                                     : 0;
+  // is gathered again between them). --tp-overlap's rings (ten a block, two the
+  // embedding's, three the head's) are T blocks of work each on the compute lane, and a
+  // send and a receive per step but the last on the comm lane: the fuller lane counts.
+  const int L = spec_.transformer.layers, T = spec_.tensor;
+  const int rings = spec_.tp_overlap ? 10 * L + 5 : 0;
+  const int split = T > 1 ? 1 + 2 * L + 2 + (spec_.sequence_parallel ? 2 * L : 0) +
+                                (spec_.recompute == Recompute::kFull ? L : 0) +
+                                rings * std::max(T, 2 * (T - 1))
+                          : 0;
   return 2 * (1 + 4 * spec_.transformer.layers + 2 + 1) + replayed * spec_.transformer.layers +
          split;
 }

@@ -139,7 +139,8 @@ class ModelLayout {
   // FLOPs of one forward (matrix products only; backward is twice that) for `rows`
   // samples: mlp rows, or sequences of spec().transformer.seq tokens.
   double forward_flops(int rows) const;
-  // Compute spans one micro-batch records (forward, loss, backward), for sizing buffers.
+  // Spans one micro-batch records (forward, loss, backward) on its fullest lane, for sizing
+  // buffers.
   int compute_spans_per_micro_batch() const;
 
  private:

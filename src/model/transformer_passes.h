@@ -208,11 +208,14 @@ struct TransformerOn<Backend>::Impl : TransformerOffsets, TransformerActs<Backen
     tp_gather(local, static_cast<std::size_t>(n) * static_cast<std::size_t>(dim), step, unit);
     return gathered.data();
   }
-  // Note [tensor-parallel overlap]: with --tp-overlap a block's all-gathers and
-  // reduce-scatters become T ring steps of point-to-point transfers (to rank + 1, from
-  // rank - 1), and the product they feed or consume is cut into the same T token blocks,
+  // Note [tensor-parallel overlap]: with --tp-overlap the all-gathers and reduce-scatters
+  // of the blocks, the embedding and the head become T ring steps of point-to-point
+  // transfers (to rank + 1, from rank - 1), and the work they feed or consume (a product,
+  // the embedding's lookup or its gradient's scatter) is cut into the same T token blocks,
   // each computed while the next block travels (the collective matmul of Wang et al.
-  // 2022; PyTorch's async TP and Transformer Engine's comm-GEMM overlap). ring_gather:
+  // 2022; PyTorch's async TP and Transformer Engine's comm-GEMM overlap). What stays in
+  // place: the loss's two small collectives (a row's max and sums, latency-bound, with no
+  // product to hide behind) and the norms' gradient sums (2D values). ring_gather:
   // at step k rank r holds block (r - k) mod T, forwards it and computes on it.
   // ring_reduce_scatter: at step k rank r computes its partial of block (r - k - 1) mod T,
   // adds the sum received from rank r - 1 and forwards it; after T steps it holds its own
@@ -545,17 +548,28 @@ void TransformerOn<Backend>::forward_unit(int unit, Timer timer, int step) {
   if (unit == 0) {
     if (m.split()) {  // vocabulary-parallel: each rank's rows, summed, then the positions
       if constexpr (Impl::kTensorParallel) {
-        // With sequence parallelism the sum is reduce-scattered to this rank's tokens.
-        T* part = m.sequence() ? m.dln.data() : m.x[0].data();
-        {
-          auto s0 = span(ModelOp::kEmbedding, 0);
-          dev.vocab_embedding_forward(part, m.inputs.data(), w + m.wte, N, D, m.shard.vocab_begin,
-                                      m.shard.vocab);
-        }
-        if (m.sequence()) {
-          m.tp_scatter(part, m.x[0].data(), static_cast<std::size_t>(n) * D, step, unit);
+        // With sequence parallelism the sum is reduce-scattered to this rank's tokens;
+        // with --tp-overlap on a ring, each token block's rows looked up as the partial
+        // sum before it arrives.
+        const auto local_size = static_cast<std::size_t>(n) * D;
+        if (m.overlap()) {
+          m.ring_reduce_scatter(m.x[0].data(), local_size, step, unit, [&](int c, T* partial) {
+            auto s0 = span(ModelOp::kEmbedding, 0);
+            dev.vocab_embedding_forward(partial, m.inputs.data() + m.dims().block(c, 1), w + m.wte,
+                                        n, D, m.shard.vocab_begin, m.shard.vocab);
+          });
         } else {
-          m.tp_allreduce(part, static_cast<std::size_t>(N) * D, step, unit);
+          T* part = m.sequence() ? m.dln.data() : m.x[0].data();
+          {
+            auto s0 = span(ModelOp::kEmbedding, 0);
+            dev.vocab_embedding_forward(part, m.inputs.data(), w + m.wte, N, D, m.shard.vocab_begin,
+                                        m.shard.vocab);
+          }
+          if (m.sequence()) {
+            m.tp_scatter(part, m.x[0].data(), local_size, step, unit);
+          } else {
+            m.tp_allreduce(part, static_cast<std::size_t>(N) * D, step, unit);
+          }
         }
         if (m.gpt) {
           auto s1 = span(ModelOp::kEmbedding, 0);
@@ -581,14 +595,24 @@ void TransformerOn<Backend>::forward_unit(int unit, Timer timer, int step) {
       }
     }
     // Tensor parallelism: this rank's vocabulary columns (the loss combines them), of
-    // every token (gathered with sequence parallelism).
+    // every token (gathered with sequence parallelism; with --tp-overlap on a ring, each
+    // token block's logits computed while the next block travels).
     const int V = m.shard.vocab;
-    const T* in = m.every_token(m.lnf.data(), n, step, unit);
-    auto s2 = span(ModelOp::kHead, flops.head);
-    if (m.gpt) {  // tied: logits [N, V] = lnf [N, D] . wte^T
-      dev.linear_transposed_forward(m.logits.data(), in, w + m.wte, N, D, V);
+    auto head = [&](T* logits, const T* in, int rows, double f) {
+      auto s2 = span(ModelOp::kHead, f);
+      if (m.gpt) {  // tied: logits [N, V] = lnf [N, D] . wte^T
+        dev.linear_transposed_forward(logits, in, w + m.wte, rows, D, V);
+      } else {
+        dev.linear_forward(logits, in, w + m.head_w, nullptr, rows, D, V);
+      }
+    };
+    if (m.overlap()) {
+      m.ring_gather(m.lnf.data(), static_cast<std::size_t>(n) * D, step, unit,
+                    [&](int c, const T* lnf) {
+                      head(m.logits.data() + m.dims().block(c, V), lnf, n, 2.0 * n * D * V);
+                    });
     } else {
-      dev.linear_forward(m.logits.data(), in, w + m.head_w, nullptr, N, D, V);
+      head(m.logits.data(), m.every_token(m.lnf.data(), n, step, unit), N, flops.head);
     }
     return;
   }
@@ -1018,17 +1042,55 @@ void TransformerOn<Backend>::backward_unit(int unit, Timer timer, int step) {
   if (unit == 0) {
     if (m.split()) {  // each rank its vocabulary rows; the positions are everyone's
       if constexpr (Impl::kTensorParallel) {
-        const T* dout = every_token(m.dx.data());
-        auto s0 = span(ModelOp::kEmbedding, 0);
-        dev.vocab_embedding_backward(g + m.wte, dout, m.inputs.data(), N, D, m.shard.vocab_begin,
-                                     V);
-        if (m.gpt) dev.positions_backward(g + m.wpe, dout, 0, N, Tn, D);
+        // Every token's output gradient: gathered with sequence parallelism, with
+        // --tp-overlap on a ring, each block's rows accumulated while the next travels.
+        auto embedding = [&](const T* dout, int first, int rows) {
+          auto s0 = span(ModelOp::kEmbedding, 0);
+          dev.vocab_embedding_backward(g + m.wte, dout, m.inputs.data() + first, rows, D,
+                                       m.shard.vocab_begin, V);
+          if (m.gpt) dev.positions_backward(g + m.wpe, dout, first, rows, Tn, D);
+        };
+        if (m.overlap()) {
+          m.ring_gather(m.dx.data(), local_size, step, unit,
+                        [&](int c, const T* dout) { embedding(dout, c * n, n); });
+        } else {
+          embedding(every_token(m.dx.data()), 0, N);
+        }
       }
       return;
     }
     auto s0 = span(ModelOp::kEmbedding, 0);
     dev.embedding_backward(g + m.wte, m.gpt ? g + m.wpe : nullptr, m.dx.data(), m.inputs.data(), B,
                            Tn, D);
+    return;
+  }
+  if (unit == L + 1 && m.overlap()) {
+    if constexpr (Impl::kTensorParallel) {
+      // --tp-overlap: the norm's output gathered again on a ring for the weight's gradient,
+      // then the input gradient reduce-scattered on another, block by block.
+      const typename Impl::Dims dims = m.dims();
+      const double product = static_cast<double>(n) * D * V;  // span() doubles: 2 n D V
+      m.ring_gather(m.lnf.data(), local_size, step, unit, [&](int c, const T* lnf) {
+        auto s2 = span(ModelOp::kHead, product);
+        const T* dlogits = m.logits.data() + dims.block(c, V);
+        if (m.gpt) {
+          dev.linear_transposed_backward(nullptr, g + m.wte, dlogits, lnf, w + m.wte, n, D, V);
+        } else {
+          dev.linear_backward(nullptr, g + m.head_w, nullptr, dlogits, lnf, w + m.head_w, n, D, V);
+        }
+      });
+      m.ring_reduce_scatter(m.dln_local.data(), local_size, step, unit, [&](int c, T* partial) {
+        auto s2 = span(ModelOp::kHead, product);
+        const T* dlogits = m.logits.data() + dims.block(c, V);
+        if (m.gpt) {  // dlnf = dlogits . wte, wte [V, D]
+          dev.linear_forward(partial, dlogits, w + m.wte, nullptr, n, V, D);
+        } else {
+          dev.linear_input_grad(partial, dlogits, w + m.head_w, n, D, V);
+        }
+      });
+      norm_backward(m.dx.data(), nullptr, m.dln_local.data(), m.x[L].data(), m.lnf_mean.data(),
+                    m.lnf_rstd.data(), m.lnf_w, m.lnf_b);
+    }
     return;
   }
   if (unit == L + 1) {

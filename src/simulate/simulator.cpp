@@ -128,8 +128,8 @@ namespace {
 //             column-parallel product (forward; in backward again for its weight gradient,
 //             and the row-parallel products' output gradients), the norms' gradients
 //             summed (2D gpt, D llama) after each norm's backward.
-//   overlap   every block's gathers and reduce-scatters are rings of T - 1 steps of
-//             n x D each; the embedding's, the head's, the loss's and the norms' stay.
+//   overlap   every gather and reduce-scatter of the blocks, the embedding and the head
+//             is a ring of T - 1 steps of n x D each; the loss's and the norms' stay.
 struct PieceList {
   std::vector<PassPiece> pieces;
   std::vector<double> bytes;  // per piece: the bytes it streams, < 0: a share of the rest
@@ -250,18 +250,32 @@ void tensor_pieces(const ModelSpec& spec, int rows, double flop_rate, double bw,
     const auto i = static_cast<std::size_t>(u);
     PieceList fwd, bwd;
     if (u == 0) {
-      fwd.compute(ModelOp::kEmbedding, 0);
-      row_sum(fwd);
+      if (overlap) {
+        fwd.ring(false, ModelOp::kEmbedding, 0, ring_step);
+      } else {
+        fwd.compute(ModelOp::kEmbedding, 0);
+        row_sum(fwd);
+      }
       if (gpt) fwd.compute(ModelOp::kEmbedding, 0, 4 * 2 * n * D);
-      every_token(bwd);
-      bwd.compute(ModelOp::kEmbedding, 0);
+      if (overlap) {
+        bwd.ring(true, ModelOp::kEmbedding, 0, ring_step);
+      } else {
+        every_token(bwd);
+        bwd.compute(ModelOp::kEmbedding, 0);
+      }
     } else if (u == L + 1) {
       fwd.compute(ModelOp::kNorm, 0, norm_fwd);
-      every_token(fwd);
-      fwd.compute(ModelOp::kHead, f.head);
-      every_token(bwd);
-      bwd.compute(ModelOp::kHead, 2 * f.head);
-      row_sum(bwd);
+      if (overlap) {
+        fwd.ring(true, ModelOp::kHead, f.head, ring_step);
+        bwd.ring(true, ModelOp::kHead, f.head, ring_step);   // the weight's gradient
+        bwd.ring(false, ModelOp::kHead, f.head, ring_step);  // the input's
+      } else {
+        every_token(fwd);
+        fwd.compute(ModelOp::kHead, f.head);
+        every_token(bwd);
+        bwd.compute(ModelOp::kHead, 2 * f.head);
+        row_sum(bwd);
+      }
       norm_backward(bwd);
     } else {
       block_forward(fwd, false);

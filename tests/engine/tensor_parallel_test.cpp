@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -244,17 +245,18 @@ std::int64_t sequence_bytes_per_micro_batch(const ModelSpec& spec, int rows) {
 }
 
 // With --tp-overlap each block's four gathers and reduce-scatters of forward and six of
-// backward are T - 1 ring sends of n = N / T tokens each (counted where sent); the rest
-// as with sequence parallelism.
+// backward, the embedding's two and the head's three are T - 1 ring sends of n = N / T
+// tokens each (counted where sent); the loss's and the norms' as with sequence
+// parallelism.
 std::int64_t overlap_bytes_per_micro_batch(const ModelSpec& spec, int rows) {
   const std::int64_t N = static_cast<std::int64_t>(rows) * spec.transformer.seq;
   const std::int64_t D = spec.transformer.dim, L = spec.transformer.layers, T = spec.tensor;
-  return 4 * (N * D * (1 + 1 + 2 + 1) + N * T + 2 * N + 2 * D +
-              L * (10 * (T - 1) * (N / T) * D + 4 * D));
+  return 4 * (N * T + 2 * N + 2 * D + (10 * L + 5) * (T - 1) * (N / T) * D + L * 4 * D);
 }
 
-// Note [tensor-parallel overlap]: every block's collectives are ring transfers, and each
-// send of a ring step is issued before the block of product it overlaps starts.
+// Note [tensor-parallel overlap]: every gather and reduce-scatter of the blocks, the
+// embedding and the head is ring transfers, and each send of a ring step is issued before
+// the block of work it overlaps starts.
 TEST(TensorTrainTest, OverlappedCollectivesAreRingTransfersIssuedBeforeTheirProducts) {
   for (int t : {2, 4}) {
     TrainConfig c = config(kModels[0], t, t);
@@ -265,26 +267,28 @@ TEST(TensorTrainTest, OverlappedCollectivesAreRingTransfersIssuedBeforeTheirProd
               overlap_bytes_per_micro_batch(c.model, c.batch) + 4 * c.model.rank_parameter_count())
         << t;
     const NameId tp_name = op_name(ModelOp::kTensor);
-    int sends = 0, collectives_in_blocks = 0;
+    EXPECT_EQ(r.spans_dropped, 0U) << t;
+    const int L = c.model.transformer.layers;
+    int sends = 0, collectives = 0;
+    std::map<int, int> sends_of_unit;
     std::vector<const Span*> sends_of_step, compute_of_step;
     for (const Span& s : r.timeline.spans) {
       if (s.step != 2 || s.rank != 0) continue;
-      const bool block = s.tag >= 1 && s.tag <= c.model.transformer.layers;
-      if (s.lane == Lane::kComm && s.name == tp_name && block) {
+      if (s.lane == Lane::kComm && s.name == tp_name) {
         if (s.kind == SpanKind::kSend) {
           ++sends;
+          ++sends_of_unit[s.tag];
           sends_of_step.push_back(&s);
         } else if (s.kind != SpanKind::kRecv) {
-          ++collectives_in_blocks;  // only the norms' gradient sums
+          ++collectives;  // only the norms' gradient sums and the loss's two
         }
       }
-      if (s.lane == Lane::kCompute && block && s.kind == SpanKind::kForward) {
-        compute_of_step.push_back(&s);
-      }
+      if (s.lane == Lane::kCompute && s.kind == SpanKind::kForward) compute_of_step.push_back(&s);
     }
-    const int L = c.model.transformer.layers;
-    EXPECT_EQ(sends, L * 10 * (t - 1)) << t;
-    EXPECT_EQ(collectives_in_blocks, L * 2) << t;
+    EXPECT_EQ(sends, (L * 10 + 5) * (t - 1)) << t;
+    EXPECT_EQ(sends_of_unit[0], 2 * (t - 1)) << t;      // the embedding's sum and gradient
+    EXPECT_EQ(sends_of_unit[L + 1], 3 * (t - 1)) << t;  // the head's input, again, its gradient
+    EXPECT_EQ(collectives, L * 2 + 1 + 2) << t;
     // Ring sends are issued before forward products of the same unit start: issued,
     // the transfer goes on while the product computes (how long it takes is timing, and
     // not asserted).

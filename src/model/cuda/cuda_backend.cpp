@@ -221,8 +221,10 @@ void CudaBackend::linear_transposed_backward(float* dinp, float* dweight, const 
                                              const float* inp, const float* weight, int N, int I,
                                              int O) {
   const CastGrad d = gemm_dout(dout, N, O);
-  gemm(blas_, precision_, false, false, N, I, O, d.alpha, d.data, O, gemm_weight(weight), I, 0.0f,
-       dinp, I);
+  if (dinp != nullptr) {
+    gemm(blas_, precision_, false, false, N, I, O, d.alpha, d.data, O, gemm_weight(weight), I, 0.0f,
+         dinp, I);
+  }
   gemm(blas_, precision_, true, false, O, I, N, d.alpha, d.data, O, gemm_input(inp, elements(N, I)),
        I, 1.0f, dweight, I);
 }
