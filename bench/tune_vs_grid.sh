@@ -36,8 +36,8 @@ launcher() { # name ranks
   fi
 }
 
-printf "%-12s %-44s %-44s %8s %8s %9s %9s %7s\n" "workload" "grid's best" "tune's pick" \
-  "grid ms" "pick ms" "pick/best" "time" "configs"
+printf "%-12s %-44s %-44s %8s %8s %9s %9s %7s %s\n" "workload" "grid's best" "tune's pick" \
+  "grid ms" "pick ms" "pick/best" "time" "configs" "same"
 i=0
 for entry in "${workloads[@]}"; do
   name="${entry%%|*}"
@@ -77,9 +77,11 @@ g, t = ab("grid"), ab("tune")
 label = {c["id"]: c["label"] for c in grid["candidates"]}
 grid_time = grid["measurement_s"] - grid["baseline"]["wall_s"]
 configs = sum(1 for c in grid["candidates"] if c["rounds"] > 0)
+same = "yes" if grid["answer"]["command"] == tune["answer"]["command"] else "no"
 print(f"{name:<12} {label[grid['answer']['best']]:<44} {label[tune['answer']['best']]:<44} "
-      f"{g:8.2f} {t:8.2f} {t / g:9.3f} {100 * tune['measurement_s'] / grid_time:8.1f}% {configs:7d}")
+      f"{g:8.2f} {t:8.2f} {t / g:9.3f} {100 * tune['measurement_s'] / grid_time:8.1f}% {configs:7d} {same}")
 PY
 done
 echo "pick/best: tune's pick over the grid's best, both measured again alternating ($ab_rounds x $ab_steps steps, the median of the runs' medians)"
 echo "time: tune's whole search (the default's characterization included) over the grid's measuring time"
+echo "same: whether tune's pick is the grid's best configuration (its command line), so that pick/best is the noise of measuring one configuration twice"
