@@ -461,7 +461,8 @@ void add_characterize_command(CLI::App& app, RunCommand& run) {
       "model prefetch pipeline schedule micro-batches ranks link threads precision gemm "
       "power-cap (a GPU's power limit in watts, set per point and put back after; needs "
       "--device cuda and the right to change it; docs/CHARACTERIZE.md), overlap-optimizer and "
-      "double-buffer (yes,no), recompute, compress; not ranks, link or "
+      "double-buffer (yes,no), recompute, compress, tensor, sequence-parallel and tp-overlap "
+      "(yes,no); not ranks, link or "
       "power-cap under mpirun; separate values with ';' when they hold commas");
   cmd->add_option("--out", flags->out,
                   "Results directory: summary.json, iterations.csv, trace.json, report.html, "

@@ -49,10 +49,14 @@ void print_header(const TrainConfig& c, const std::string& where) {
     const int replicas = outer_ranks(c) / std::max(1, c.pipeline.stages);
     std::printf(
         "\n  tensor parallel %d x pipeline %d x data %d (tensor innermost): %lld "
-        "parameters per rank, an all-reduce after each row-parallel product (docs/"
-        "TENSOR.md)",
+        "parameters per rank, %s (docs/TENSOR.md)",
         c.model.tensor, c.pipeline.stages, replicas,
-        static_cast<long long>(c.model.rank_parameter_count()));
+        static_cast<long long>(c.model.rank_parameter_count()),
+        !c.model.sequence_parallel ? "an all-reduce after each row-parallel product"
+        : !c.model.tp_overlap
+            ? "sequence-parallel (an all-gather before each column-parallel product, a "
+              "reduce-scatter after each row-parallel one)"
+            : "sequence-parallel, its all-gathers and reduce-scatters overlapped in ring steps");
   }
   if (c.pipeline.stages > 1) std::printf("\n  pipeline %s", stage_plan(c).describe().c_str());
   std::printf("\n  strategy %s, bucket cap %s (first %s)",

@@ -13,6 +13,7 @@
 #include <filesystem>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -225,8 +226,16 @@ nlohmann::json space_json(const TuneSpace& s) {
 TrainConfig base_config(const TuneFlags& flags, bool runs_here) {
   for (const char* flag : kChosenFlags) {
     if (flags.workload.given.contains(flag) && !(std::string(flag) == "--threads" && !runs_here)) {
-      throw UsageError(std::string(flag) + ": tune chooses it; restrict its values with --space " +
-                       std::string(flag).substr(2) + "=V1,V2 (docs/TUNE.md)");
+      // The axis of the space that holds the flag's choice.
+      const std::string name = std::string(flag).substr(2);
+      const std::string hint =
+          name == "no-reshard-after-forward" ? "restrict its values with --space reshard=yes,no"
+          : name == "accumulate" ? "it cuts --batch into micro-batches itself: restrict them "
+                                   "with --space micro-batches=V1,V2"
+          : name == "split"      ? "it splits a pipeline's stages by their measured times "
+                                   "(--split auto), or by FLOPs under mpirun"
+                                 : "restrict its values with --space " + name + "=V1,V2";
+      throw UsageError(std::string(flag) + ": tune chooses it; " + hint + " (docs/TUNE.md)");
     }
   }
   for (const char* flag : {"--no-timeline", "--eval-every"}) {
@@ -247,7 +256,16 @@ TrainConfig base_config(const TuneFlags& flags, bool runs_here) {
 TuneSpace make_space(const TuneFlags& flags, const TrainConfig& base, bool runs_here) {
   TuneSpace space = TuneSpace::defaults(
       base, runs_here ? static_cast<int>(std::thread::hardware_concurrency()) : 1);
-  for (const std::string& s : flags.space) space.set(s);
+  std::set<std::string> keys;
+  for (const std::string& s : flags.space) {
+    const std::string key(trim(std::string_view(s).substr(0, s.find('='))));
+    if (!keys.insert(key).second) {
+      throw UsageError("--space " + key +
+                       "=...: given twice (one --space per key, its values "
+                       "comma-separated)");
+    }
+    space.set(s);
+  }
   return space;
 }
 
@@ -332,11 +350,16 @@ int run_simulated(const TuneFlags& flags, const CommandLine& argv) {
                                           .c_str()
                                     : "");
     }
-    std::printf("\n  simulated on %s: predicted, not measured\n  tandem simulate --cluster %s%s\n",
-                flags.cluster.c_str(), flags.cluster.c_str(),
-                train_command(f, b).substr(std::string("tandem train").size()).c_str());
+    // The simulation of the answer: the run's flags on the same cluster (and calibration).
+    const std::string command =
+        "tandem simulate --cluster " + quoted(flags.cluster) +
+        (flags.calibration.empty() ? "" : " --calibration " + quoted(flags.calibration)) +
+        train_command(f, b).substr(std::string("tandem train").size());
+    std::printf("\n  simulated on %s: predicted, not measured\n  %s\n", flags.cluster.c_str(),
+                command.c_str());
     (void)argv;
-    body["answer"] = {{"best", b.id()}, {"best_predicted_ms", b.predicted_s * 1e3}};
+    body["answer"] = {
+        {"best", b.id()}, {"best_predicted_ms", b.predicted_s * 1e3}, {"command", command}};
   } else {
     std::printf("\nno configuration fits %s\n", cluster.describe().c_str());
     body["answer"] = {{"best", nullptr}};
@@ -667,7 +690,7 @@ int run_measured(TuneFlags flags, const CommandLine& argv) {
       if (power) power->stop();
       const double wall = seconds_since(t0);
       if (!job.leader()) continue;
-      const std::vector<double> samples = e2e_seconds(timeline, flags.warmup);
+      const std::vector<double> samples = step_periods(timeline, flags.warmup);
       const double joules =
           power ? energy_per_step(*power, timeline, flags.warmup, m.steps) : kUndefinedScore;
       search->record(m, samples, wall, joules);
@@ -837,10 +860,16 @@ void add_tune_command(CLI::App& app, RunCommand& run) {
     for (const CLI::Option* opt : cmd->get_options()) {
       const std::string name = opt->get_name();
       if (opt->count() == 0 || tune_only.contains(name) || name.rfind("--", 0) != 0) continue;
-      flags->train_args.emplace_back(
-          name, opt->get_type_size_max() > 0 ? opt->results() : std::vector<std::string>{});
+      if (opt->get_expected_max() == 0) {  // a switch: its name alone, where it is on
+        if (opt->as<bool>()) flags->train_args.emplace_back(name, std::vector<std::string>{});
+        continue;
+      }
+      flags->train_args.emplace_back(name, opt->results());
     }
     run = [flags](const CommandLine& argv) {
+      if (flags->resume && flags->out.empty()) {
+        throw UsageError("--resume: continues the search cut off in --out DIR; give --out");
+      }
       if (flags->simulate) return run_simulated(*flags, argv);
       if (!flags->cluster.empty()) {
         throw UsageError("--cluster: a simulated search's cluster; add --simulate");

@@ -68,6 +68,37 @@ double median_e2e_s(const Timeline& timeline, int warmup) {
   return median_of(e2e_seconds(timeline, warmup));
 }
 
+std::vector<double> step_periods(const Timeline& timeline, int warmup) {
+  struct Bounds {
+    std::int64_t start = INT64_MAX, compute_start = INT64_MAX, end = INT64_MIN;
+    std::int64_t first() const { return compute_start != INT64_MAX ? compute_start : start; }
+  };
+  std::map<std::pair<int, int>, Bounds> of;  // (rank, step)
+  for (const Span& s : timeline.spans) {
+    if (s.step < 0) continue;
+    Bounds& b = of[{s.rank, s.step}];
+    b.start = std::min(b.start, s.start_ns);
+    if (s.lane == Lane::kCompute) b.compute_start = std::min(b.compute_start, s.start_ns);
+    b.end = std::max(b.end, s.end_ns);
+  }
+  std::map<int, double> slowest;
+  for (const auto& [key, b] : of) {
+    const auto [rank, step] = key;
+    if (step < warmup) continue;
+    const auto next = of.find({rank, step + 1});
+    const std::int64_t until = next != of.end() ? next->second.first() : b.end;
+    double& s = slowest[step];
+    s = std::max(s, static_cast<double>(until - b.first()) / 1e9);
+  }
+  std::vector<double> out;
+  for (const auto& [step, seconds] : slowest) out.push_back(seconds);
+  return out;
+}
+
+double median_step_period_s(const Timeline& timeline, int warmup) {
+  return median_of(step_periods(timeline, warmup));
+}
+
 namespace {
 
 double median_field(const nlohmann::json& steps, const char* key) {

@@ -101,6 +101,14 @@ std::vector<CommSample> comm_samples(const std::vector<MeasuredRun>& runs);
 double median_e2e_s(const Timeline& timeline, int warmup);
 // The E2E of each of those steps, in step order (what median_e2e_s takes the median of).
 std::vector<double> e2e_seconds(const Timeline& timeline, int warmup);
+// Note [step period]: E2E is compute-defined (docs/METRICS.md), so a collective after the
+// optimizer (zero1's and zero2's parameter gathers) lies outside it, though the next step
+// cannot start before it ends. What a run's throughput follows is the step's period: per
+// step from `warmup` on, the slowest rank's time from its first span of the step (compute
+// where it has any) to its first of the next, and for the last step to its last span's
+// end. tune ranks and measures by it.
+std::vector<double> step_periods(const Timeline& timeline, int warmup);
+double median_step_period_s(const Timeline& timeline, int warmup);
 
 struct Prediction {
   std::string what;

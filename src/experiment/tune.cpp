@@ -85,6 +85,9 @@ void TuneSpace::set(std::string_view text) {
   std::vector<std::string> values;
   for (const std::string& v : split(text.substr(eq + 1), ',')) {
     if (trim(v).empty()) throw UsageError(flag + ": an empty value");
+    if (std::find(values.begin(), values.end(), trim(v)) != values.end()) {
+      throw UsageError(flag + ": '" + std::string(trim(v)) + "' given twice");
+    }
     values.emplace_back(trim(v));
   }
   const auto ints = [&](int lo, int hi) {
@@ -183,6 +186,8 @@ std::vector<TuneCandidate> tune_candidates(const TrainConfig& base, const TuneSp
         add(c);
         continue;
       }
+      // T x P ranks that do not divide the run's are no layout of it: not a candidate.
+      if (base.ranks % (v.tensor * c.config.pipeline.stages) != 0) continue;
       const bool one_replica = base.ranks / (v.tensor * c.config.pipeline.stages) == 1;
       const bool default_sync = c.config.reducer.plan.strategy.kind == StrategyKind::kBucketed &&
                                 c.config.reducer.plan.bucket_cap_bytes == 25 << 20;
@@ -566,7 +571,7 @@ void predict_candidates(std::vector<TuneCandidate>& candidates, const Cluster& c
     config.steps = 4;
     try {
       const TrainResult r = simulate_training(config, SimulateOptions{.cluster = cluster});
-      c.predicted_s = median_e2e_s(r.timeline, 1);
+      c.predicted_s = median_step_period_s(r.timeline, 1);  // Note [step period]
       c.memory_bytes = 0;
       for (const RankMemory& m : r.memory) {
         const StateBytes& s = m.state;

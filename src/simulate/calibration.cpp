@@ -166,8 +166,8 @@ Calibration fit_calibration(const std::vector<ComputeSample>& compute,
   }
   if (rows.empty()) {
     throw UsageError(
-        "--calibrate: no collective measured in these runs (calibrate from runs "
-        "with --ranks 2 or more)");
+        "--calibrate: no data-parallel collective measured in these runs (calibrate from "
+        "runs with two or more replicas: --ranks at least 2 x --tensor x --pipeline)");
   }
   const std::vector<double> y = fit_keeping(rows, t, /*slope=*/0, /*other=*/1);
   c.link.bandwidth_bytes_per_s = 1 / y[0];

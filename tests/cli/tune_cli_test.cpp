@@ -16,10 +16,12 @@ namespace {
 namespace fs = std::filesystem;
 
 // A small space, so that the test measures a handful of configurations.
-const std::string kSmall =
+const std::string kSmallSettings =
     "tune --model mlp:2x64 --ranks 2 --batch 8 --steps 4 --warmup 1 --baseline-iterations 3 "
-    "--budget 2m --space strategy=bucketed,layerwise,zero2 --space bucket-mb=1,25 "
-    "--space micro-batches=1,2 --space schedule=1f1b ";
+    "--budget 2m --space bucket-mb=1,25 --space micro-batches=1,2 --space schedule=1f1b ";
+const std::string kSmall = kSmallSettings + "--space strategy=bucketed,layerwise,zero2 ";
+// The same with the default's strategy alone.
+const std::string kSmallBucketed = kSmallSettings + "--space strategy=bucketed ";
 
 int count_measurements(const std::string& out) {
   const std::regex line(R"(\n  \[\d+/\d+\] round )");
@@ -118,9 +120,8 @@ TEST(TuneCliTest, EnergyObjectiveMeasuresEveryMeasurementsPower) {
   TempDir dir;
   const fs::path out = dir.path() / "tune";
   const CliResult r =
-      run_tandem(kSmall + "--space strategy=bucketed --space pipeline=1 " +
-                 "--objective energy --powercap-root " + still_rapl_fixture(dir.path()).string() +
-                 " --out " + out.string());
+      run_tandem(kSmallBucketed + "--space pipeline=1 " + "--objective energy --powercap-root " +
+                 still_rapl_fixture(dir.path()).string() + " --out " + out.string());
   ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
   EXPECT_NE(r.out.find("J per step"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("best for energy: "), std::string::npos) << r.out;
@@ -189,7 +190,7 @@ TEST(TuneCliTest, ABf16RunIsCalibratedAndTuned) {
           .exit_code != 0) {
     GTEST_SKIP() << "this CPU runs no bf16 GEMM";
   }
-  const CliResult r = run_tandem(kSmall + "--space strategy=bucketed --precision bf16");
+  const CliResult r = run_tandem(kSmallBucketed + "--precision bf16");
   ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
   EXPECT_NE(r.out.find("--precision bf16"), std::string::npos) << r.out;
 }
@@ -221,6 +222,32 @@ TEST(TuneCliTest, SimulateRanksAClustersSpaceAndRefusesWhatDoesNotFit) {
   EXPECT_NE(big.out.find("no configuration fits"), std::string::npos) << big.out;
 }
 
+// The answer is a command line train takes as it is: the run's switches by their names
+// alone (CLI11 reads a switch's value as "true", which train would refuse as an argument).
+TEST(TuneCliTest, TheAnswersCommandRunsWithTheRunsSwitches) {
+  TempDir dir;
+  const CliResult r = run_tandem(
+      "tune --model mlp:2x64 --ranks 2 --batch 8 --steps 4 --warmup 1 --baseline-iterations 3 "
+      "--budget 2m --space strategy=bucketed --space pipeline=1 --space micro-batches=1 "
+      "--space bucket-mb=25 --double-buffer --verify --out " +
+      (dir.path() / "tune").string());
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  const auto summary = nlohmann::json::parse(slurp(dir.path() / "tune" / "summary.json"));
+  std::string command = summary["tune"]["answer"]["command"].get<std::string>();
+  EXPECT_NE(command.find("--double-buffer --verify"), std::string::npos) << command;
+  EXPECT_EQ(command.find("true"), std::string::npos) << command;
+  ASSERT_EQ(command.rfind("tandem ", 0), 0U) << command;
+  const CliResult train = run_tandem(command.substr(7) + " --steps 2 --quiet");
+  EXPECT_EQ(train.exit_code, 0) << command << "\n" << train.out << train.err;
+}
+
+// --resume continues what --out holds: without --out there is nothing to continue.
+TEST(TuneCliTest, ResumeWithoutOutIsRefused) {
+  const CliResult r = run_tandem("tune --model mlp:2x64 --ranks 2 --batch 8 --resume");
+  EXPECT_EQ(r.exit_code, 2) << r.out << r.err;
+  EXPECT_NE(r.err.find("--resume"), std::string::npos) << r.err;
+}
+
 TEST(TuneCliTest, BadInputIsOneLineAndExitCode2) {
   TempDir dir;
   const struct {
@@ -242,6 +269,13 @@ TEST(TuneCliTest, BadInputIsOneLineAndExitCode2) {
       {"--simulate --cluster 1x8xh100 --objective energy", "--objective"},
       {"--tensor 2", "--space tensor"},
       {"--space tp-overlap=maybe", "--space"},
+      // One --space per axis, each value once: a repeat would be overridden in silence,
+      // or measured twice.
+      {"--space strategy=zero1 --space strategy=zero2", "--space strategy"},
+      {"--space strategy=zero1,zero1", "'zero1' given twice"},
+      // The flags tune chooses point at the axis that holds them.
+      {"--no-reshard-after-forward", "--space reshard"},
+      {"--accumulate 2", "--space micro-batches"},
   };
   for (const auto& c : cases) {
     const CliResult r = run_tandem("tune --model mlp:2x64 --ranks 2 --batch 8 " + c.args +

@@ -10,6 +10,7 @@
 #include <set>
 
 #include "core/error.h"
+#include "experiment/calibrate.h"
 #include "experiment/workload.h"
 #include "simulate/calibration.h"
 
@@ -353,6 +354,44 @@ TEST(TuneCandidatesTest, TensorParallelismIsAnAxisWhereTheModelSplits) {
   // Half the state a rank, for twice the rows: less here. (At T = 4 a replica's four times
   // the rows hold more activations than the state saves, on so small a model.)
   EXPECT_LT(memory.at(2), memory.at(1));
+}
+
+// A pipeline of P stages of tensor groups of T needs ranks that T x P divides: on 2 ranks
+// the pipeline of 2 runs unsplit only, and no candidate is a layout the run cannot have.
+TEST(TuneCandidatesTest, TensorTimesPipelineLayoutsDivideTheRanks) {
+  const TrainConfig gpt = base_config("gpt:layers=2,dim=32,heads=4,seq=16,vocab=64", 2, 2);
+  TuneSpace s = TuneSpace::defaults(gpt, 2);
+  s.set("micro-batches=1");
+  s.set("pipeline=1,2");
+  int pipelines = 0;
+  for (const TuneCandidate& c : tune_candidates(gpt, s, false)) {
+    EXPECT_EQ(c.refused, "") << c.label();
+    EXPECT_EQ(2 % (c.config.model.tensor * c.config.pipeline.stages), 0) << c.label();
+    if (c.config.pipeline.stages == 2) ++pipelines;
+  }
+  EXPECT_GT(pipelines, 0);
+}
+
+// Note [step period]: the time from a step's first compute to the next step's, the
+// slowest rank's; a gather after the optimizer lies outside E2E but inside the period.
+TEST(StepPeriodTest, ReachesTheNextStepsStartAndTheLastStepsEnd) {
+  Timeline t;
+  t.ranks = 2;
+  const auto add = [&](int rank, Lane lane, int step, std::int64_t start, std::int64_t end) {
+    t.spans.push_back({.rank = rank, .lane = lane, .step = step, .start_ns = start, .end_ns = end});
+  };
+  for (int rank = 0; rank < 2; ++rank) {
+    const std::int64_t late = rank * 1000;  // rank 1's gathers end later
+    add(rank, Lane::kCompute, 0, 0, 10000);
+    add(rank, Lane::kComm, 0, 10000, 14000 + late);
+    add(rank, Lane::kCompute, 1, 15000 + late, 25000 + late);
+    add(rank, Lane::kComm, 1, 25000 + late, 29000 + 2 * late);
+  }
+  EXPECT_EQ(e2e_seconds(t, 0), (std::vector<double>{10e-6, 10e-6}));
+  // Step 0: rank 1 starts step 1 at 16 us; step 1 (the last): rank 1 ends at 31 us.
+  EXPECT_EQ(step_periods(t, 0), (std::vector<double>{16e-6, 15e-6}));
+  EXPECT_EQ(step_periods(t, 1), (std::vector<double>{15e-6}));
+  EXPECT_DOUBLE_EQ(median_step_period_s(t, 1), 15e-6);
 }
 
 // The calibration fitted from a real characterization of the default, and the space
