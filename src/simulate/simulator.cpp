@@ -11,6 +11,7 @@
 #include <map>
 #include <memory>
 #include <numeric>
+#include <set>
 #include <string>
 #include <tuple>
 
@@ -464,6 +465,11 @@ struct Transfer {
   // from the one before at once; its actor (the group) records a send and a receive.
   bool ring = false;
   NameId name = kNoName;  // its comm spans' (tensor-parallel ones: tp)
+  // Replay: its seconds are a measured collective's, which already hold whatever sharing
+  // of links and contention the run had: it runs at full rate, shared with nothing. (A
+  // point-to-point transfer's measured time is its transfer alone, from the later of the
+  // two posts: it shares as the model's do.)
+  bool measured = false;
   bool p2p() const { return kind == SpanKind::kSend; }
 };
 
@@ -1185,15 +1191,20 @@ TrainResult simulate_training(const TrainConfig& given, const SimulateOptions& o
   const ModelLayout layout(config.model, sharded ? sharded_layout(outer) : LayoutOptions{});
   const UnitCosts costs = options.costs != nullptr ? *options.costs : unit_costs(config, cluster);
   TANDEM_CHECK_EQ(costs.forward.size(), static_cast<std::size_t>(layout.units()));
+  // Every lookup prices the transfer about to be added to the step's plan.
+  StepPlan step_plan;
+  std::set<std::size_t> measured_transfers;
   const auto measured_or = [&](SpanKind kind, int tag, std::int64_t bytes, double model) {
     const double m =
         options.collective_seconds ? options.collective_seconds(kind, tag, bytes) : -1.0;
+    if (m >= 0) measured_transfers.insert(step_plan.transfers.size());
     return m >= 0 ? m : model;
   };
   // A --tp-overlap ring's steps are point-to-point transfers: measured as a pipeline's are.
   const auto measured_tensor = [&](SpanKind kind, int tag, std::int64_t bytes, double model) {
     if (kind == SpanKind::kSend) return measured_or(kind, tag, bytes, model);
     const double m = options.tensor_seconds ? options.tensor_seconds(kind, tag, bytes) : -1.0;
+    if (m >= 0) measured_transfers.insert(step_plan.transfers.size());
     return m >= 0 ? m : model;
   };
   const int U = layout.units();
@@ -1241,7 +1252,6 @@ TrainResult simulate_training(const TrainConfig& given, const SimulateOptions& o
   const auto n_actors = static_cast<int>(actors.size());
 
   // The step plan: every actor's program over shared transfers.
-  StepPlan step_plan;
   step_plan.programs.resize(static_cast<std::size_t>(n_actors));
   std::vector<int> everyone(static_cast<std::size_t>(n_actors));
   std::iota(everyone.begin(), everyone.end(), 0);
@@ -1431,6 +1441,7 @@ TrainResult simulate_training(const TrainConfig& given, const SimulateOptions& o
   }
 
   // The engine: every actor's lanes advance in virtual time.
+  for (const std::size_t id : measured_transfers) step_plan.transfers[id].measured = true;
   const int T = static_cast<int>(step_plan.transfers.size());
   const int S = config.steps;
   std::vector<Instance> instances(static_cast<std::size_t>(T) * static_cast<std::size_t>(S));
@@ -1557,6 +1568,7 @@ TrainResult simulate_training(const TrainConfig& given, const SimulateOptions& o
     // link with the others moving the same way through it (links are full duplex).
     const auto transfer_rate = [&](int id) {
       const Transfer& tr = transfer_of(id);
+      if (tr.measured && !tr.p2p()) return 1.0;
       bool busy = false;
       int sharing = 1;
       for (std::size_t w = 0; w < tr.actors.size(); ++w) {

@@ -160,7 +160,8 @@ double replay_ms(const std::string& out, const char* label) {
 TEST(SimulateCliTest, ATensorParallelRunIsReplayedAndPredicted) {
   TempDir dir;
   for (const char* split : {"--tensor 2 --ranks 4", "--tensor 2 --pipeline 2 --micro-batches 2",
-                            "--tensor 2 --sequence-parallel --tp-overlap --ranks 4"}) {
+                            "--tensor 2 --sequence-parallel --tp-overlap --ranks 4",
+                            "--tensor 2 --ranks 4 --strategy fsdp"}) {
     const std::string sim = (dir.path() / "tpsim").string();
     ASSERT_EQ(run_tandem(std::string("simulate --cluster 1x4xh100 --model "
                                      "gpt:layers=2,dim=256,heads=4,seq=64 --batch 4 --steps 4 ") +
@@ -172,8 +173,13 @@ TEST(SimulateCliTest, ATensorParallelRunIsReplayedAndPredicted) {
     ASSERT_EQ(r.exit_code, 0) << split << r.err;
     const double measured = replay_ms(r.out, "  measured");
     // Each ring step of --tp-overlap is a point-to-point transfer, replayed by its bytes'
-    // median: within 2%; the rest within 1%.
-    const double within = std::string(split).find("overlap") != std::string::npos ? 0.02 : 0.01;
+    // median: within 2%. fsdp's gathers, measured while the tensor group's collectives
+    // shared their link, replay as measured without sharing it again (Transfer::measured:
+    // +9.9% when they did): within 3%. The rest within 1%.
+    const std::string s(split);
+    const double within = s.find("overlap") != std::string::npos ? 0.02
+                          : s.find("fsdp") != std::string::npos  ? 0.03
+                                                                 : 0.01;
     EXPECT_NEAR(replay_ms(r.out, "  replayed"), measured, within * measured) << split << r.out;
   }
 
