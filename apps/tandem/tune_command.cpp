@@ -412,10 +412,9 @@ int run_measured(TuneFlags flags, const CommandLine& argv) {
       static_cast<double>(for_flag("--budget",
                                    [&] {
                                      const std::int64_t ns = parse_duration_ns(flags.budget);
-                                     if (ns <= 0 || ns > 30LL * 86400 * 1'000'000'000) {
-                                       throw UsageError(
-                                           "must be more than 0 and at most 30 days, got '" +
-                                           flags.budget + "'");
+                                     if (ns < 1'000'000'000 || ns > 30LL * 86400 * 1'000'000'000) {
+                                       throw UsageError("must be 1s to 30 days, got '" +
+                                                        flags.budget + "'");
                                      }
                                      return ns;
                                    })) /
@@ -728,7 +727,12 @@ int run_measured(TuneFlags flags, const CommandLine& argv) {
                 ms_text(bs.p90).c_str());
     if (energy) std::printf(", %.3g J per step", a.best_j);
     std::printf("\n");
-    if (a.default_is_best) {
+    // Power counters that never advanced measure 0 J everywhere: nothing to compare.
+    const bool no_energy = energy && !(a.default_j > 0 && a.best_j > 0 && a.sequential_j > 0);
+    if (no_energy) {
+      std::printf(
+          "  the power counters did not advance over the measurements: no energy to compare\n");
+    } else if (a.default_is_best) {
       std::printf("  nothing measured beat the default (bucketed, 25 MiB): keep it\n");
     } else if (energy) {
       std::printf("  %.2fx the default's energy per step (%.3g J; %s per step)\n",
@@ -737,7 +741,8 @@ int run_measured(TuneFlags flags, const CommandLine& argv) {
       std::printf("  %.2fx the default's speed (%s, measured in the same rounds)\n",
                   a.default_s / a.best_s, ms_text(a.default_s).c_str());
     }
-    if (energy) {
+    if (no_energy) {
+    } else if (energy) {
       std::printf(
           "  %.2fx sequential's energy per step (the default's sequential scenario, %.3g J)\n",
           a.best_j / a.sequential_j, a.sequential_j);
@@ -745,7 +750,7 @@ int run_measured(TuneFlags flags, const CommandLine& argv) {
       std::printf("  %.2fx sequential's (the default's sequential scenario, %s)\n",
                   a.sequential_s / a.best_s, ms_text(a.sequential_s).c_str());
     }
-    if (a.runner_up >= 0) {
+    if (a.runner_up >= 0 && !no_energy) {
       const TuneCandidate& r = measured[static_cast<std::size_t>(a.runner_up)];
       std::printf(
           "  %s: the runner-up (%s) is %.1f%% %s; the best's %s spread +-%.1f%% (p10-p90)\n",

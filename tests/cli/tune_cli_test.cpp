@@ -125,6 +125,9 @@ TEST(TuneCliTest, EnergyObjectiveMeasuresEveryMeasurementsPower) {
   ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
   EXPECT_NE(r.out.find("J per step"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("best for energy: "), std::string::npos) << r.out;
+  // 0 J everywhere: said once, and no ratio of zeros (NaN) printed.
+  EXPECT_NE(r.out.find("did not advance"), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("nan"), std::string::npos) << r.out;
   const auto t = nlohmann::json::parse(slurp(out / "summary.json"))["tune"];
   EXPECT_EQ(t["answer"]["objective"], "energy");
   EXPECT_EQ(t["answer"]["best_j_per_step"], 0.0) << t["answer"];
@@ -260,6 +263,7 @@ TEST(TuneCliTest, BadInputIsOneLineAndExitCode2) {
       {"--bucket-mb 5", "--space bucket-mb"},
       {"--ranks 1", "--ranks"},
       {"--budget 0s", "--budget"},
+      {"--budget 200ns", "--budget"},
       {"--budget soon", "--budget"},
       {"--cluster 1x8xh100", "--simulate"},
       {"--simulate", "--cluster"},
