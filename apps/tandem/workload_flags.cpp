@@ -140,9 +140,10 @@ void add_workload_flags(CLI::App& app, WorkloadFlags& f, WorkloadUse use) {
                "again instead of keeping it): T times smaller D-wide activations "
                "(docs/TENSOR.md)");
   app.add_flag("--tp-overlap", f.tp_overlap,
-               "With --sequence-parallel: each block's all-gathers and reduce-scatters run as "
-               "ring steps of point-to-point transfers, each overlapping the product on the "
-               "token block already present (async TP); without it they are waited for in place");
+               "With --sequence-parallel: the all-gathers and reduce-scatters of the blocks, the "
+               "embedding and the head run as ring steps of point-to-point transfers, each "
+               "overlapping the work on the token block already present (async TP); without it "
+               "they are waited for in place");
   app.add_option("--pipeline", f.pipeline,
                  "Pipeline stages P: the model cut into P stages on different ranks, "
                  "--ranks = P x replicas (x --tensor) (docs/PIPELINE.md)")
