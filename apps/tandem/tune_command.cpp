@@ -116,8 +116,10 @@ std::string duration_text(double seconds) {
   if (seconds >= 90) {
     std::snprintf(buf, sizeof buf, "%dm%02ds", static_cast<int>(seconds) / 60,
                   static_cast<int>(seconds) % 60);
-  } else {
+  } else if (seconds >= 10) {
     std::snprintf(buf, sizeof buf, "%.0fs", seconds);
+  } else {
+    std::snprintf(buf, sizeof buf, "%.1fs", seconds);  // a tiny search is not "0s"
   }
   return buf;
 }
