@@ -320,7 +320,19 @@ int run_simulated(const TuneFlags& flags, const CommandLine& argv) {
   const TrainConfig base = base_config(f, false);
   const TuneSpace space = make_space(f, base, false);
   std::vector<TuneCandidate> candidates = tune_candidates(base, space, true, false);
-  predict_candidates(candidates, cluster);
+  // A large cluster takes minutes to simulate a space: say how far it is, every 5 s.
+  const Clock::time_point began = Clock::now();
+  Clock::time_point said = began;
+  predict_candidates(candidates, cluster, [&](std::size_t done, std::size_t total) {
+    if (seconds_since(said) < 5) return;
+    said = Clock::now();
+    const double elapsed = seconds_since(began);
+    std::printf(
+        "  simulated %zu of %zu configurations, about %s left\n", done, total,
+        duration_text(elapsed / static_cast<double>(done) * static_cast<double>(total - done))
+            .c_str());
+    std::fflush(stdout);
+  });
   std::size_t refused = 0;
   for (const TuneCandidate& c : candidates) refused += c.refused.empty() ? 0 : 1;
   std::printf(

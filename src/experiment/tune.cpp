@@ -564,8 +564,12 @@ Calibration calibrate_from(const Characterization& c, const TrainConfig& base,
   return fit_calibration(compute_samples(runs), comm_samples(runs), {contention});
 }
 
-void predict_candidates(std::vector<TuneCandidate>& candidates, const Cluster& cluster) {
+void predict_candidates(std::vector<TuneCandidate>& candidates, const Cluster& cluster,
+                        const std::function<void(std::size_t, std::size_t)>& progress) {
+  std::size_t done = 0;
   for (TuneCandidate& c : candidates) {
+    if (progress && done > 0) progress(done, candidates.size());
+    ++done;
     if (!c.refused.empty()) continue;
     TrainConfig config = c.config;
     config.steps = 4;

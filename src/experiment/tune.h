@@ -231,9 +231,12 @@ Calibration calibrate_from(const Characterization& c, const TrainConfig& base,
                            const std::vector<MeasuredRun>& more = {});
 
 // Each candidate that is not refused, simulated for a few steps on `cluster`: its step
-// time (the median after the first) and its memory per rank. One the simulator refuses (it
-// does not fit the device's memory) is refused with the simulator's reason.
-void predict_candidates(std::vector<TuneCandidate>& candidates, const Cluster& cluster);
+// time (the median period after the first step: Note [step period]) and its memory per
+// rank. One the simulator refuses (it does not fit the device's memory) is refused with
+// the simulator's reason. `progress` (if set) hears before each candidate but the first
+// how many are done, of how many.
+void predict_candidates(std::vector<TuneCandidate>& candidates, const Cluster& cluster,
+                        const std::function<void(std::size_t, std::size_t)>& progress = {});
 
 // summary.json's "tune" body pieces.
 nlohmann::json to_json(const TuneCandidate& c);

@@ -413,7 +413,15 @@ TEST(TuneCalibrationTest, FitsFromTheDefaultsScenariosAndPredictsTheSpace) {
   space.set("micro-batches=1");
   space.set("schedule=1f1b");
   std::vector<TuneCandidate> all = tune_candidates(base, space, false);
-  predict_candidates(all, calibrated_cluster(cal, 2, 1e12, "test"));
+  // Progress before every candidate but the first, counting up to the last.
+  std::vector<std::size_t> heard;
+  predict_candidates(all, calibrated_cluster(cal, 2, 1e12, "test"),
+                     [&](std::size_t done, std::size_t total) {
+                       EXPECT_EQ(total, all.size());
+                       heard.push_back(done);
+                     });
+  ASSERT_EQ(heard.size(), all.size() - 1);
+  for (std::size_t i = 0; i < heard.size(); ++i) EXPECT_EQ(heard[i], i + 1);
   std::map<std::string, double> memory;
   for (const TuneCandidate& t : all) {
     ASSERT_EQ(t.refused, "") << t.label();
