@@ -209,7 +209,8 @@ int run_profile_replay(const SimulateFlags& flags, const WhatIf& what_if, const 
 int run_replay(const SimulateFlags& flags, const CommandLine& argv) {
   const WhatIf what_if = WhatIf::parse(flags.what_if);
   std::error_code ec;
-  if (!fs::exists(fs::path(flags.from_trace) / "summary.json", ec)) {
+  if (!fs::exists(fs::path(flags.from_trace) / "summary.json", ec) &&
+      !is_characterize_point(flags.from_trace)) {
     return run_profile_replay(flags, what_if, argv);
   }
   if (!flags.baseline.empty()) {

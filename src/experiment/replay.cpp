@@ -3,8 +3,10 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <map>
 #include <memory>
+#include <set>
 
 #include "analysis/statistics.h"
 #include "core/error.h"
@@ -12,6 +14,8 @@
 #include "model/model_ops.h"
 
 namespace tandem {
+
+namespace fs = std::filesystem;
 
 WhatIf WhatIf::parse(const std::vector<std::string>& items) {
   WhatIf w;
@@ -192,8 +196,48 @@ std::vector<Straggler> rank_paces(const MeasuredRun& run) {
 
 }  // namespace
 
-Replay replay_run(const std::string& dir, const WhatIf& what_if) {
-  const MeasuredRuns measured = read_measured_runs({dir}, "--from-trace", /*replay=*/true);
+bool is_characterize_point(const std::string& path) {
+  const fs::path p = fs::path(path).lexically_normal();
+  const fs::path points = (p.has_filename() ? p : p.parent_path()).parent_path();
+  std::error_code ec;
+  return points.filename() == "points" && fs::exists(points.parent_path() / "summary.json", ec) &&
+         !fs::exists(p / "summary.json", ec);
+}
+
+Replay replay_run(const std::string& given, const WhatIf& what_if) {
+  // DIR/points/ID: that point of DIR's sweep.
+  std::string dir = given, point;
+  if (is_characterize_point(given)) {
+    fs::path p = fs::path(given).lexically_normal();
+    if (!p.has_filename()) p = p.parent_path();
+    point = p.filename().string();
+    dir = p.parent_path().parent_path().string();
+  }
+  MeasuredRuns measured = read_measured_runs({dir}, "--from-trace", /*replay=*/true);
+  // Runs of a characterize point are named "DIR point ID SCENARIO" (read_measured_runs).
+  const auto point_of = [&](const MeasuredRun& r) -> std::string {
+    const std::string prefix = dir + " point ";
+    if (!r.what.starts_with(prefix)) return "";
+    const std::string rest = r.what.substr(prefix.size());
+    return rest.substr(0, rest.rfind(' '));
+  };
+  if (!point.empty()) {
+    std::erase_if(measured.runs, [&](const MeasuredRun& r) { return point_of(r) != point; });
+    if (measured.runs.empty()) {
+      throw UsageError("--from-trace " + given + ": no point '" + point + "' in " + dir);
+    }
+  } else {
+    std::set<std::string> points;
+    for (const MeasuredRun& r : measured.runs) {
+      if (const std::string id = point_of(r); !id.empty()) points.insert(id);
+    }
+    if (points.size() > 1) {
+      throw UsageError(
+          "--from-trace " + given + ": a sweep of " + std::to_string(points.size()) +
+          " points; replay one: " + (fs::path(dir) / "points" / *points.begin()).string() +
+          " (or another of points/)");
+    }
+  }
   const MeasuredRun* run = nullptr;
   const MeasuredRun* compute_only = nullptr;
   const MeasuredRun* comm_only = nullptr;

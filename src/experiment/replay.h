@@ -38,8 +38,12 @@ struct Replay {
 };
 
 // Replays the overlapped run of `dir` (a train run, or a characterize point's overlapped
-// scenario, whose compute-only and comm-only scenarios give the unoverlapped times).
-// Throws UsageError naming --from-trace.
+// scenario, whose compute-only and comm-only scenarios give the unoverlapped times): a
+// characterize directory of one point, or one point of a sweep given as DIR/points/ID.
+// Throws UsageError naming --from-trace (a sweep of several points given whole, too).
+Replay replay_run(const std::string& dir, const WhatIf& what_if);
+// Whether `path` is DIR/points/ID of a characterize run's results (replay_run takes it).
+bool is_characterize_point(const std::string& path);
 Replay replay_run(const std::string& dir, const WhatIf& what_if);
 
 }  // namespace tandem

@@ -2,6 +2,7 @@
 // line with exit code 2 for what it cannot do.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <nlohmann/json.hpp>
 #include <string>
 
@@ -312,6 +313,32 @@ TEST(SimulateCliTest, ReplayReproducesASimulationAndAppliesWhatIfs) {
 // PyTorch profiles replay as a graph (experiment/profile_replay.h): per iteration the
 // measured, replayed and what-if E2E, and --out as analyze writes a profile, with the
 // replay beside the what-if in report.html.
+// A sweep's points replay one at a time, each as DIR/points/ID; the sweep given whole is
+// refused in one line naming a point (it replayed its first point in silence).
+TEST(SimulateCliTest, ASweepsPointIsReplayedByItsDirectory) {
+  TempDir dir;
+  const fs::path sweep = dir.path() / "sweep";
+  ASSERT_EQ(run_tandem("characterize --model mlp:2x64 --ranks 2 --batch 8 --iterations 3 "
+                       "--warmup 1 --no-progress --sweep strategy=bucketed,layerwise --out " +
+                       sweep.string())
+                .exit_code,
+            0);
+  const CliResult whole = run_tandem("simulate --from-trace " + sweep.string());
+  EXPECT_EQ(whole.exit_code, 2) << whole.out << whole.err;
+  EXPECT_NE(whole.err.find("points"), std::string::npos) << whole.err;
+  EXPECT_EQ(std::count(whole.err.begin(), whole.err.end(), '\n'), 1) << whole.err;
+  for (const auto& entry : fs::directory_iterator(sweep / "points")) {
+    const std::string id = entry.path().filename().string();
+    const CliResult r = run_tandem("simulate --from-trace " + entry.path().string());
+    ASSERT_EQ(r.exit_code, 0) << id << r.err;
+    EXPECT_NE(r.out.find("point " + id + " overlapped"), std::string::npos) << r.out;
+  }
+  const CliResult missing =
+      run_tandem("simulate --from-trace " + (sweep / "points" / "nope").string());
+  EXPECT_EQ(missing.exit_code, 2) << missing.out;
+  EXPECT_NE(missing.err.find("nope"), std::string::npos) << missing.err;
+}
+
 TEST(SimulateCliTest, ReplaysPyTorchProfilesWithAWhatIf) {
   TempDir dir;
   const fs::path traces = dir.path() / "traces";
