@@ -319,7 +319,9 @@ HalvingPlan plan_halving(int first, double budget_s, int final_steps, int min_st
       for (int k = r; k < rounds - 1; ++k) steps /= 3;
       steps = std::min(final_steps, std::max(min_steps, steps));
       const int passes = r == rounds - 1 ? std::min(kFinalPasses, steps) : 1;
-      p.steps.push_back(steps / passes);
+      // Passes of equal length that hold at least the round's steps (an odd --steps
+      // measured one step fewer in halves).
+      p.steps.push_back((steps + passes - 1) / passes);
       p.passes.push_back(passes);
       const int n = p.candidates[static_cast<std::size_t>(r)];
       for (int k = 0; k < n; ++k) p.cost_s += passes * cost_s(k, p.steps.back());

@@ -145,6 +145,10 @@ TEST(HalvingPlanTest, ThirdsEachRoundAndShrinksToTheBudget) {
   EXPECT_EQ(r.candidates, (std::vector<int>{2}));
   EXPECT_EQ(r.steps, (std::vector<int>{14}));
   EXPECT_EQ(r.passes, (std::vector<int>{2}));
+  // An odd --steps: two passes that hold every step (3 in halves of 1 measured 2).
+  const HalvingPlan odd = plan_halving(2, 1e9, 3, 3, cost);
+  EXPECT_EQ(odd.passes.back(), 2);
+  EXPECT_EQ(odd.steps.back(), 2);
 }
 
 // Candidates with chosen predictions and true step times: the search measures what the
