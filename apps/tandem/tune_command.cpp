@@ -508,8 +508,11 @@ int run_measured(TuneFlags flags, const CommandLine& argv) {
           flags.exhaustive ? ", --exhaustive: every configuration measured" : "");
       if (base.device == Device::kCpu) print_cpu_gemm_lines();
       if (!outputs.finished.empty()) {
-        std::printf("  resuming %s: %zu measurements done\n", flags.out.c_str(),
-                    outputs.finished.size());
+        // The default's characterization is a finished point too, not a measurement.
+        const bool characterized = outputs.finished.contains("baseline");
+        std::printf("  resuming %s: %zu measurements done%s\n", flags.out.c_str(),
+                    outputs.finished.size() - (characterized ? 1 : 0),
+                    characterized ? ", the default characterized" : "");
       }
       std::fflush(stdout);
     }
