@@ -749,30 +749,31 @@ int run_measured(TuneFlags flags, const CommandLine& argv) {
     if (no_energy) {
       std::printf(
           "  the power counters did not advance over the measurements: no energy to compare\n");
-    } else if (a.default_is_best) {
-      std::printf("  nothing measured beat the default (bucketed, 25 MiB): keep it\n");
-    } else if (energy) {
-      std::printf("  %.2fx the default's energy per step (%.3g J; %s per step)\n",
-                  a.best_j / a.default_j, a.default_j, ms_text(a.default_s).c_str());
     } else {
-      std::printf("  %.2fx the default's speed (%s, measured in the same rounds)\n",
-                  a.default_s / a.best_s, ms_text(a.default_s).c_str());
-    }
-    if (no_energy) {
-    } else if (energy) {
-      std::printf(
-          "  %.2fx sequential's energy per step (the default's sequential scenario, %.3g J)\n",
-          a.best_j / a.sequential_j, a.sequential_j);
-    } else {
-      std::printf("  %.2fx sequential's (the default's sequential scenario, %s)\n",
-                  a.sequential_s / a.best_s, ms_text(a.sequential_s).c_str());
-    }
-    if (a.runner_up >= 0 && !no_energy) {
-      const TuneCandidate& r = measured[static_cast<std::size_t>(a.runner_up)];
-      std::printf(
-          "  %s: the runner-up (%s) is %.1f%% %s; the best's %s spread +-%.1f%% (p10-p90)\n",
-          a.sure() ? "clear" : "within noise", r.label().c_str(), 100 * a.gap,
-          energy ? "costlier" : "slower", energy ? "measurements" : "steps", 100 * a.spread);
+      if (a.default_is_best) {
+        std::printf("  nothing measured beat the default (bucketed, 25 MiB): keep it\n");
+      } else if (energy) {
+        std::printf("  %.2fx the default's energy per step (%.3g J; %s per step)\n",
+                    a.best_j / a.default_j, a.default_j, ms_text(a.default_s).c_str());
+      } else {
+        std::printf("  %.2fx the default's speed (%s, measured in the same rounds)\n",
+                    a.default_s / a.best_s, ms_text(a.default_s).c_str());
+      }
+      if (energy) {
+        std::printf(
+            "  %.2fx sequential's energy per step (the default's sequential scenario, %.3g J)\n",
+            a.best_j / a.sequential_j, a.sequential_j);
+      } else {
+        std::printf("  %.2fx sequential's (the default's sequential scenario, %s)\n",
+                    a.sequential_s / a.best_s, ms_text(a.sequential_s).c_str());
+      }
+      if (a.runner_up >= 0) {
+        const TuneCandidate& r = measured[static_cast<std::size_t>(a.runner_up)];
+        std::printf(
+            "  %s: the runner-up (%s) is %.1f%% %s; the best's %s spread +-%.1f%% (p10-p90)\n",
+            a.sure() ? "clear" : "within noise", r.label().c_str(), 100 * a.gap,
+            energy ? "costlier" : "slower", energy ? "measurements" : "steps", 100 * a.spread);
+      }
     }
     std::printf("  %s%s\n", train_command(flags, best).c_str(),
                 job.in_process() ? "" : "  (under the same launcher)");

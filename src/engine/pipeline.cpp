@@ -85,12 +85,13 @@ std::vector<double> unit_forward_flops(const ModelLayout& layout, int rows) {
 }
 
 StagePlan plan_stages(const PipelineOptions& options, int micro_batches, int ranks,
-                      const ModelLayout& layout) {
+                      const ModelLayout& layout, const std::string& ranks_text) {
   StagePlan plan;
   const int P = options.stages;
   if (P < 1 || P > 1024) throw UsageError("--pipeline must be 1..1024");
   if (ranks % P != 0) {
-    throw UsageError("--pipeline " + std::to_string(P) + ": --ranks " + std::to_string(ranks) +
+    throw UsageError("--pipeline " + std::to_string(P) + ": " +
+                     (ranks_text.empty() ? "--ranks " + std::to_string(ranks) : ranks_text) +
                      " is not a multiple of the stages (ranks = stages x replicas)");
   }
   plan.shape = {.kind = options.schedule.kind,

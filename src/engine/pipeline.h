@@ -82,9 +82,10 @@ std::vector<double> unit_forward_flops(const ModelLayout& layout, int rows);
 // The plan of a run: stages, replicas = ranks / stages, chunks from `options.split` or
 // balanced. Throws UsageError naming the flag for shapes that cannot run: more chunks
 // than units, ranks not a multiple of the stages, a split that does not add up, an
-// interleaved schedule whose micro-batches are not a multiple of the stages.
+// interleaved schedule whose micro-batches are not a multiple of the stages. `ranks_text`
+// says where `ranks` came from in its error (default: "--ranks N").
 StagePlan plan_stages(const PipelineOptions& options, int micro_batches, int ranks,
-                      const ModelLayout& layout);
+                      const ModelLayout& layout, const std::string& ranks_text = "");
 
 // One rank's stage: runs the schedule's actions for one step, moving activations and
 // their gradients to the neighbouring stages, and calling the strategy's hooks around

@@ -51,15 +51,14 @@ int global_batch(const TrainConfig& config) {
 }
 
 StagePlan stage_plan(const TrainConfig& config) {
-  if (config.model.tensor > 1 && outer_ranks(config) % std::max(1, config.pipeline.stages) != 0) {
-    throw UsageError("--pipeline " + std::to_string(config.pipeline.stages) + ": --ranks " +
-                     std::to_string(config.ranks) + " / --tensor " +
-                     std::to_string(config.model.tensor) + " = " +
-                     std::to_string(outer_ranks(config)) +
-                     " is not a multiple of the stages (ranks = tensor x stages x replicas)");
-  }
+  // With --tensor the stages split the outer ranks (Note [rank order]).
+  const std::string ranks_text = config.model.tensor > 1
+                                     ? "--ranks " + std::to_string(config.ranks) + " / --tensor " +
+                                           std::to_string(config.model.tensor) + " = " +
+                                           std::to_string(outer_ranks(config))
+                                     : "";
   return plan_stages(config.pipeline, micro_batches(config), outer_ranks(config),
-                     ModelLayout(config.model));
+                     ModelLayout(config.model), ranks_text);
 }
 
 namespace {

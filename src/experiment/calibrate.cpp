@@ -220,7 +220,8 @@ MeasuredRuns read_measured_runs(const std::vector<std::string>& dirs, const std:
         for (const Scenario scenario : kAllScenarios) {
           const std::string name(to_string(scenario));
           if (!scenarios.contains(name)) continue;
-          MeasuredRun run{.what = what + " " + name, .config = scenario_config(base, scenario)};
+          MeasuredRun run{
+              .what = what + " " + name, .point = id, .config = scenario_config(base, scenario)};
           run.warmup = point.at("warmup").get<int>();
           run.config.steps = run.warmup + point.at("iterations").get<int>();
           run.timeline = read_trace(fs::path(dir) / "points" / id / (name + ".trace.json"), flag);
@@ -556,8 +557,7 @@ std::vector<CommSample> comm_samples(const std::vector<MeasuredRun>& runs) {
     }
     if (comm_only && run.config.compute) continue;
     // The data-parallel collectives: over the replicas of one stage and tensor position.
-    const int members = run.config.ranks / std::max(1, run.config.pipeline.stages) /
-                        std::max(1, run.config.model.tensor);
+    const int members = outer_ranks(run.config) / std::max(1, run.config.pipeline.stages);
     if (members < 2) continue;
     for (const auto& [key, occurrences] : transfer_seconds(run, /*clean_only=*/true)) {
       const auto [kind, tag, bytes] = key;

@@ -24,6 +24,7 @@ namespace tandem {
 // point.
 struct MeasuredRun {
   std::string what;    // "runs/a" or "runs/c point bucket-mb=1 overlapped"
+  std::string point;   // a characterize point's id ("bucket-mb=1"); empty for a train run
   TrainConfig config;  // as it ran (scenario_config applied)
   Timeline timeline;
   int warmup = 0;     // steps left out

@@ -6,7 +6,10 @@
 #include <filesystem>
 #include <map>
 #include <memory>
+#include <optional>
 #include <set>
+#include <tuple>
+#include <utility>
 
 #include "analysis/statistics.h"
 #include "core/error.h"
@@ -196,40 +199,39 @@ std::vector<Straggler> rank_paces(const MeasuredRun& run) {
 
 }  // namespace
 
-bool is_characterize_point(const std::string& path) {
-  const fs::path p = fs::path(path).lexically_normal();
-  const fs::path points = (p.has_filename() ? p : p.parent_path()).parent_path();
+namespace {
+
+// DIR/points/ID of a characterize run's results: (DIR, ID); nothing for another path.
+std::optional<std::pair<std::string, std::string>> characterize_point(const std::string& path) {
+  fs::path p = fs::path(path).lexically_normal();
+  if (!p.has_filename()) p = p.parent_path();
+  const fs::path points = p.parent_path();
   std::error_code ec;
-  return points.filename() == "points" && fs::exists(points.parent_path() / "summary.json", ec) &&
-         !fs::exists(p / "summary.json", ec);
+  if (points.filename() != "points" || !fs::exists(points.parent_path() / "summary.json", ec) ||
+      fs::exists(p / "summary.json", ec)) {
+    return std::nullopt;
+  }
+  return std::pair{points.parent_path().string(), p.filename().string()};
 }
+
+}  // namespace
+
+bool is_characterize_point(const std::string& path) { return characterize_point(path).has_value(); }
 
 Replay replay_run(const std::string& given, const WhatIf& what_if) {
   // DIR/points/ID: that point of DIR's sweep.
   std::string dir = given, point;
-  if (is_characterize_point(given)) {
-    fs::path p = fs::path(given).lexically_normal();
-    if (!p.has_filename()) p = p.parent_path();
-    point = p.filename().string();
-    dir = p.parent_path().parent_path().string();
-  }
+  if (const auto p = characterize_point(given)) std::tie(dir, point) = *p;
   MeasuredRuns measured = read_measured_runs({dir}, "--from-trace", /*replay=*/true);
-  // Runs of a characterize point are named "DIR point ID SCENARIO" (read_measured_runs).
-  const auto point_of = [&](const MeasuredRun& r) -> std::string {
-    const std::string prefix = dir + " point ";
-    if (!r.what.starts_with(prefix)) return "";
-    const std::string rest = r.what.substr(prefix.size());
-    return rest.substr(0, rest.rfind(' '));
-  };
   if (!point.empty()) {
-    std::erase_if(measured.runs, [&](const MeasuredRun& r) { return point_of(r) != point; });
+    std::erase_if(measured.runs, [&](const MeasuredRun& r) { return r.point != point; });
     if (measured.runs.empty()) {
       throw UsageError("--from-trace " + given + ": no point '" + point + "' in " + dir);
     }
   } else {
     std::set<std::string> points;
     for (const MeasuredRun& r : measured.runs) {
-      if (const std::string id = point_of(r); !id.empty()) points.insert(id);
+      if (!r.point.empty()) points.insert(r.point);
     }
     if (points.size() > 1) {
       throw UsageError(
