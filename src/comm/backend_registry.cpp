@@ -32,7 +32,9 @@ const Backend* registered(std::string_view name) {
   return it == r.backends.end() ? nullptr : &it->second;
 }
 
-bool is_device_backend(std::string_view name) { return name == "nccl" || name == "emulated"; }
+bool is_device_backend(std::string_view name) {
+  return name == "nccl" || name == "shared" || name == "emulated";
+}
 
 std::string known_names() {
   std::string text;

@@ -1,4 +1,4 @@
-// One registry of communication backends by name: local, mpi, nccl, emulated. Each
+// One registry of communication backends by name: local, mpi, nccl, shared, emulated. Each
 // backend's target registers itself from a static initializer (for example
 // src/comm/mpi/mpi_register.cpp) and programs link the targets whole
 // (CMake: tandem_backends), so the engine and the CLI choose a backend without including
@@ -7,7 +7,7 @@
 //
 // Two ways ranks can exist:
 // - in-process: every rank is a thread of this process (make_world: local; nccl and the
-//   emulated ring with one GPU per rank);
+//   emulated ring with one GPU per rank; shared, every rank on one GPU);
 // - one rank per process of an mpirun/srun job (make_job: mpi, which also carries the
 //   job's control: clock alignment, gathers, aborting the job). A device backend joins
 //   such a job through the host one (make_job_member: nccl, its unique id broadcast over

@@ -75,8 +75,9 @@ void intern_fixed_names(Timeline& timeline, const std::vector<std::string>& name
 
 std::string resolve_device_comm(const std::string& requested, int ranks) {
   if (requested == "auto") return ranks > 1 ? "nccl" : "emulated";
-  if (requested == "nccl" || requested == "emulated") return requested;
-  throw UsageError("--device-comm must be auto, nccl or emulated (got '" + requested + "')");
+  if (requested == "nccl" || requested == "emulated" || requested == "shared") return requested;
+  throw UsageError("--device-comm must be auto, nccl, shared or emulated (got '" + requested +
+                   "')");
 }
 
 std::int64_t to_rank0_clock(std::int64_t t_ns, const ClockOffset& before,

@@ -37,7 +37,7 @@ namespace tandem {
 struct RunSpec {
   int ranks = 1;  // in-process runs; a process job has the launcher's count
   Device device = Device::kCpu;
-  std::string device_comm = "auto";  // device runs: nccl, emulated or auto
+  std::string device_comm = "auto";  // device runs: nccl, shared, emulated or auto
   BackendOptions comm{};             // the run's worlds (link, device options); timeout
   std::size_t span_capacity_per_lane = 4096;
   bool record = true;

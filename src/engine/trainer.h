@@ -57,7 +57,7 @@ struct TrainConfig {
   // also tf32 and fp16.
   Precision precision = Precision::kFp32;
   GemmLibrary gemm = default_gemm_library();  // the CPU's GEMM library (compute/cpu/blas.h)
-  std::string device_comm = "auto";        // device collectives: auto, nccl or emulated
+  std::string device_comm = "auto";           // device collectives: auto, nccl, shared or emulated
 };
 
 // Note [--split auto]: each unit's forward + backward time (seconds; the loss counted in

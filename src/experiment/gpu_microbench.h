@@ -22,7 +22,7 @@ struct GpuMicrobenchSpec {
   MicrobenchSpec bench;            // gemm_n, gemm_count (0: calibrated), allreduce_bytes, ranks
   std::string precision = "bf16";  // GEMM inputs: fp32, tf32, fp16, bf16 (fp32 accumulate)
   // The device communicator (comm/backend_registry.h's BackendOptions).
-  std::string comm_backend = "auto";  // auto, nccl, emulated
+  std::string comm_backend = "auto";  // auto, nccl, shared, emulated
   int emulated_peers = 8;
   int emulated_blocks = 0;  // 0: the emulation's default
   int nccl_min_ctas = 0;

@@ -42,7 +42,11 @@ std::string format_memory(const TrainResult& result) {
   std::string text =
       "  memory per rank  persistent (params + grads + optimizer) | transient peak (gathered "
       "units + unreduced grads) | process peak RSS in the steps (whole run)";
-  text += device ? " | device memory in use at the steps' peak (driver)\n" : "\n";
+  // Ranks sharing one GPU (--device-comm shared) each read the whole GPU's.
+  text += !device                      ? "\n"
+          : result.backend == "shared" ? " | device memory in use at the steps' peak (driver: "
+                                         "the one GPU, every rank's)\n"
+                                       : " | device memory in use at the steps' peak (driver)\n";
   char line[320];
   for (std::size_t i = 0; i < result.memory.size(); ++i) {
     if (i == 8 && result.memory.size() > 9) {

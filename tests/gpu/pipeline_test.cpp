@@ -10,6 +10,7 @@
 #include <memory>
 #include <set>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 #include "engine/trainer.h"
@@ -131,14 +132,15 @@ TEST(CudaPipelineTest, TwoStagesOnOneGpuMatchAWholeModel) {
   expect_two_stages_match_whole("gpt:layers=2,dim=64,heads=4,seq=16,vocab=128", 2, 2);
 }
 
-TEST(CudaPipelineTest, TwoGpusTrainAPipelineLikeTheCpu) {
+// Two stages on two GPUs (nccl) or sharing one (shared); and two stages times two
+// replicas (the data-parallel groups split from the world).
+TEST(CudaPipelineTest, TwoStagesTrainAPipelineLikeTheCpu) {
   TANDEM_SKIP_WITHOUT_GPU();
-  int devices = 0;
-  ASSERT_EQ(cudaGetDeviceCount(&devices), cudaSuccess);
-  if (devices < 2) GTEST_SKIP() << "needs two CUDA devices (found " << devices << ")";
-  for (const char* schedule : {"1f1b", "gpipe"}) {
+  const std::pair<const char*, int> runs[] = {{"1f1b", 2}, {"gpipe", 2}, {"1f1b", 4}};
+  for (const auto& [schedule, ranks] : runs) {
     TrainConfig c = testing::cuda_train_config(
-        {.model = "llama:layers=2,dim=64,heads=4,seq=16", .ranks = 2, .batch = 8, .steps = 3});
+        {.model = "llama:layers=2,dim=64,heads=4,seq=16", .ranks = ranks, .batch = 8, .steps = 3});
+    c.device_comm = testing::device_comm_for(ranks);
     c.verify = false;  // each rank holds a stage
     c.pipeline = {.stages = 2, .schedule = parse_schedule(schedule), .micro_batches = 4};
     const TrainResult gpu = train_local(c);

@@ -1,9 +1,9 @@
 // Sharded data parallelism (ddp/sharded.h) on --device cuda: zero1, zero2 and fsdp end
 // with the parameters of DDP's sequential strategy on the same device (within 1e-5
 // relative: the device backends' reduce-scatter and all-reduce may round alike or not),
-// for an mlp and a small gpt, on one rank (the emulated ring) and on two GPUs (NCCL) where
-// the machine has them, and report the state they keep. Without a GPU they skip; the
-// refusal that is gone is checked without one.
+// for an mlp and a small gpt, on one rank (the emulated ring) and on two and four ranks
+// (a GPU each with NCCL where the machine has them, else sharing one), and report the state they
+// keep. Without a GPU they skip; the refusal that is gone is checked without one.
 #include "ddp/sharded.h"
 
 #include <gtest/gtest.h>
@@ -32,7 +32,7 @@ TrainConfig run(const std::string& model, const char* strategy, int ranks) {
                                               .batch = model.starts_with("mlp") ? 16 : 4,
                                               .steps = 3});
   c.sgd.weight_decay = 0.01f;  // the shard's SGD reads the parameters too
-  if (ranks > 1) c.device_comm = "nccl";
+  if (ranks > 1) c.device_comm = testing::device_comm_for(ranks);
   return c;
 }
 
@@ -86,12 +86,12 @@ TEST(CudaShardedTest, OneRankEndsNearSequentialForMlpAndGpt) {
   for (const char* model : {kMlp, kGpt}) expect_every_variant_near_sequential(model, 1);
 }
 
-TEST(CudaShardedTest, TwoGpusEndNearSequentialForMlpAndGpt) {
+// On two GPUs (nccl) or with both ranks on one (shared); four ranks share one GPU where
+// the machine has fewer than four.
+TEST(CudaShardedTest, TwoAndFourRanksEndNearSequentialForMlpAndGpt) {
   TANDEM_SKIP_WITHOUT_GPU();
-  int devices = 0;
-  ASSERT_EQ(cudaGetDeviceCount(&devices), cudaSuccess);
-  if (devices < 2) GTEST_SKIP() << "needs two CUDA devices (found " << devices << ")";
   for (const char* model : {kMlp, kGpt}) expect_every_variant_near_sequential(model, 2);
+  expect_every_variant_near_sequential(kGpt, 4);
 }
 
 TEST(CudaShardedTest, ValidateNoLongerRefusesShardedStrategiesOnCuda) {

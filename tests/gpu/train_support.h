@@ -2,12 +2,25 @@
 // (the device, --verify, a generous timeout), the rest named per test.
 #pragma once
 
+#include <cuda_runtime_api.h>
+
 #include <cstdint>
 #include <string>
 
 #include "engine/trainer.h"
 
 namespace tandem::testing {
+
+// The device backend of a run of several ranks: a GPU each (nccl) where the machine has
+// enough, else every rank on one GPU (shared), so that the multi-rank tests run on one.
+inline std::string device_comm_for(int ranks) {
+  int devices = 0;
+  if (cudaGetDeviceCount(&devices) != cudaSuccess) {
+    (void)cudaGetLastError();
+    devices = 0;
+  }
+  return devices >= ranks ? "nccl" : "shared";
+}
 
 struct CudaRun {
   std::string model;

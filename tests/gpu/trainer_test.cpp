@@ -134,18 +134,31 @@ TEST(CudaTrainTest, CompressedGradientsTrain) {
   }
 }
 
-TEST(CudaTrainTest, TwoGpusHoldIdenticalParameters) {
+// Two ranks: on two GPUs (nccl) or both on one (shared). The ranks end with the same
+// parameters (verify throws otherwise), which are the CPU engine's two ranks'.
+TEST(CudaTrainTest, TwoRanksHoldIdenticalParametersAsOnTheCpu) {
   TANDEM_SKIP_WITHOUT_GPU();
-  int devices = 0;
-  ASSERT_EQ(cudaGetDeviceCount(&devices), cudaSuccess);
-  if (devices < 2) GTEST_SKIP() << "needs two CUDA devices (found " << devices << ")";
   TrainConfig config = small_run("bucketed", 2);
-  config.device_comm = "nccl";
+  config.device_comm = testing::device_comm_for(2);
   const TrainResult r = train_local(config);  // verify: throws if the ranks differ
   EXPECT_EQ(r.steps.size(), 2u * config.steps);
-  EXPECT_EQ(r.backend, "nccl");
-  config.reducer.compress = Compression::parse("bf16");  // NCCL's 16-bit sums
-  (void)train_local(config);
+  EXPECT_EQ(r.backend, config.device_comm);
+  TrainConfig cpu_config = config;
+  cpu_config.device = Device::kCpu;
+  const TrainResult cpu = train_local(cpu_config);
+  ASSERT_EQ(r.final_params.size(), cpu.final_params.size());
+  EXPECT_LE(l2_rel_diff(r.final_params, cpu.final_params), 1e-4) << config.device_comm;
+  for (const char* strategy : {"layerwise", "chunked"}) {
+    TrainConfig other = config;
+    other.reducer.plan.strategy = Strategy::parse(strategy);
+    const TrainResult s = train_local(other);
+    EXPECT_LE(l2_rel_diff(s.final_params, cpu.final_params), 1e-4) << strategy;
+  }
+  config.reducer.compress = Compression::parse("bf16");  // 16-bit sums on the device
+  const TrainResult compressed = train_local(config);
+  const double diff = l2_rel_diff(compressed.final_params, cpu.final_params);
+  EXPECT_GT(diff, 0) << "bf16 sums should round";
+  EXPECT_LT(diff, 1e-2);
 }
 
 TEST(CudaTrainTest, RegisteredAsTheCudaDevice) {

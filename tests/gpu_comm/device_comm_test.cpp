@@ -6,10 +6,13 @@
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cmath>
+#include <cstdint>
 #include <cstring>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -320,6 +323,191 @@ TEST(NcclCommTest, TwoRanksInOneProcessSumAndAverage) {
   }
 }
 
+// ---- shared: several ranks on one GPU ----
+
+// 16-bit values of small integers (exact in fp16 and bf16), and back.
+std::uint16_t to_bits(float v, DataType type) {
+  if (type == DataType::kBFloat16) {
+    std::uint32_t bits = 0;
+    std::memcpy(&bits, &v, 4);
+    return static_cast<std::uint16_t>(bits >> 16);  // exact: small integers
+  }
+  const int i = static_cast<int>(v);  // fp16 of an integer |i| < 2048
+  if (i == 0) return 0;
+  const std::uint16_t sign = i < 0 ? 0x8000 : 0;
+  int m = i < 0 ? -i : i;
+  int e = 0;
+  while ((m >> e) > 1) ++e;
+  const int mantissa = (m << (10 - e)) & 0x3ff;
+  return static_cast<std::uint16_t>(sign | ((e + 15) << 10) | mantissa);
+}
+
+// One rank's view of every operation in a world of `ranks` on one GPU, each with the
+// values a bug in the indexing would change: rank r holds small_integers(n, 3 r).
+void shared_rank(Communicator& comm, int ranks, std::vector<std::string>& errors) {
+  const int r = comm.rank();
+  auto fail = [&](const std::string& what) {
+    errors.push_back("rank " + std::to_string(r) + ": " + what);
+  };
+  ASSERT_EQ(cudaSetDevice(comm.device()), cudaSuccess);
+  const std::size_t n = 100003;  // not a multiple of 2, 3 or 4: uneven chunks
+  auto data_of = [&](int rank) { return small_integers(n, 3 * rank); };
+
+  // all-reduce, sum then average, in the rank order the host sums in
+  DeviceFloats buffer(data_of(r));
+  comm.allreduce(buffer.span(), ReduceOp::kSum)->synchronize();
+  std::vector<float> sum(n, 0.0f);
+  for (int p = 0; p < ranks; ++p) {
+    const std::vector<float> d = data_of(p);
+    for (std::size_t i = 0; i < n; ++i) sum[i] = p == 0 ? d[i] : sum[i] + d[i];
+  }
+  if (buffer.host() != sum) fail("allreduce sum");
+  comm.allreduce(buffer.span(), ReduceOp::kAverage)->synchronize();
+  std::vector<float> average(sum);
+  for (float& v : average) {
+    float acc = v;
+    for (int p = 1; p < ranks; ++p) acc += v;
+    v = acc / static_cast<float>(ranks);
+  }
+  if (buffer.host() != average) fail("allreduce average");
+
+  // 16-bit all-reduce (compressed gradients)
+  for (DataType type : {DataType::kBFloat16, DataType::kFloat16}) {
+    const std::vector<float> mine = data_of(r);
+    std::vector<std::uint16_t> bits(n), want(n);
+    for (std::size_t i = 0; i < n; ++i) {
+      bits[i] = to_bits(mine[i], type);
+      want[i] = to_bits(sum[i], type);
+    }
+    std::uint16_t* device = nullptr;
+    ASSERT_EQ(cudaMalloc(reinterpret_cast<void**>(&device), n * 2), cudaSuccess);
+    ASSERT_EQ(cudaMemcpy(device, bits.data(), n * 2, cudaMemcpyHostToDevice), cudaSuccess);
+    comm.allreduce(std::span<std::uint16_t>(device, n), type, ReduceOp::kSum)->synchronize();
+    ASSERT_EQ(cudaMemcpy(bits.data(), device, n * 2, cudaMemcpyDeviceToHost), cudaSuccess);
+    cudaFree(device);
+    if (bits != want)
+      fail(std::string("allreduce ") + (type == DataType::kBFloat16 ? "bf16" : "fp16"));
+  }
+
+  // reduce-scatter: block r of every rank's input, summed
+  const std::size_t m = 1031;
+  std::vector<float> big = small_integers(m * static_cast<std::size_t>(ranks), 5 * r);
+  DeviceFloats input(big), block(m);
+  comm.reduce_scatter(input.span(), block.span(), ReduceOp::kSum)->synchronize();
+  std::vector<float> want_block(m, 0.0f);
+  for (int p = 0; p < ranks; ++p) {
+    const std::vector<float> other = small_integers(m * static_cast<std::size_t>(ranks), 5 * p);
+    for (std::size_t i = 0; i < m; ++i) {
+      const float v = other[static_cast<std::size_t>(r) * m + i];
+      want_block[i] = p == 0 ? v : want_block[i] + v;
+    }
+  }
+  if (block.host() != want_block) fail("reduce_scatter");
+
+  // allgather: every rank's block in rank order
+  DeviceFloats mine(small_integers(m, 7 * r)), gathered(m * static_cast<std::size_t>(ranks));
+  comm.allgather(mine.span(), gathered.span())->synchronize();
+  std::vector<float> want_gathered;
+  for (int p = 0; p < ranks; ++p) {
+    const std::vector<float> b = small_integers(m, 7 * p);
+    want_gathered.insert(want_gathered.end(), b.begin(), b.end());
+  }
+  if (gathered.host() != want_gathered) fail("allgather");
+
+  // broadcast from the last rank
+  DeviceFloats cast(small_integers(m, 11 * r));
+  comm.broadcast(cast.span(), ranks - 1)->synchronize();
+  if (cast.host() != small_integers(m, 11 * (ranks - 1))) fail("broadcast");
+  comm.barrier()->synchronize();
+
+  // point to point: a ring in one group, then the same ring without groups (rank 0 sends
+  // first, the others receive first), then a send to itself
+  const int next = (r + 1) % ranks, prev = (r + ranks - 1) % ranks;
+  DeviceFloats out(small_integers(m, 13 * r)), in(m);
+  comm.group_start();
+  WorkPtr send = comm.send(out.span(), next, 1);
+  WorkPtr recv = comm.recv(in.span(), prev, 1);
+  comm.group_end();
+  send->synchronize();
+  recv->synchronize();
+  if (in.host() != small_integers(m, 13 * prev)) fail("grouped ring");
+  DeviceFloats in2(m);
+  if (r == 0) {
+    comm.send(out.span(), next, 2)->synchronize();
+    comm.recv(in2.span(), prev, 2)->synchronize();
+  } else {
+    comm.recv(in2.span(), prev, 2)->synchronize();
+    comm.send(out.span(), next, 2)->synchronize();
+  }
+  if (in2.host() != small_integers(m, 13 * prev)) fail("ring without groups");
+  DeviceFloats self(m);
+  WorkPtr to_self = comm.send(out.span(), r, 3);
+  comm.recv(self.span(), r, 3)->synchronize();
+  to_self->synchronize();
+  if (self.host() != small_integers(m, 13 * r)) fail("send to itself");
+
+  // split: even and odd ranks, ordered by key = -rank (the highest rank first)
+  std::unique_ptr<Communicator> half = comm.split(r % 2, -r);
+  std::vector<int> members;
+  for (int p = ranks - 1; p >= 0; --p) {
+    if (p % 2 == r % 2) members.push_back(p);
+  }
+  const auto position = std::find(members.begin(), members.end(), r) - members.begin();
+  if (half->rank() != position || half->size() != static_cast<int>(members.size())) {
+    fail("split: rank " + std::to_string(half->rank()) + " of " + std::to_string(half->size()));
+  }
+  DeviceFloats part(std::vector<float>(m, static_cast<float>(r + 1)));
+  half->allreduce(part.span(), ReduceOp::kSum)->synchronize();
+  float want_part = 0;
+  for (int p : members) want_part += static_cast<float>(p + 1);
+  if (part.host() != std::vector<float>(m, want_part)) fail("allreduce in the split");
+  half->begin_shutdown();
+}
+
+TEST(SharedGpuTest, EveryOperationMovesEachRanksOwnData) {
+  TANDEM_SKIP_WITHOUT_GPU();
+  for (int ranks : {1, 2, 3, 4}) {
+    // A rank that fails leaves its peers waiting: the timeout turns that into errors.
+    TANDEM_WORLD_OR_SKIP(comms, "shared", {.ranks = ranks, .timeout = std::chrono::seconds(30)});
+    ASSERT_EQ(comms.size(), static_cast<std::size_t>(ranks));
+    EXPECT_EQ(comms[0]->backend_name(), "shared");
+    EXPECT_FALSE(comms[0]->emulated());
+    EXPECT_EQ(comms[0]->device(), comms[static_cast<std::size_t>(ranks - 1)]->device());
+    std::vector<std::vector<std::string>> errors(static_cast<std::size_t>(ranks));
+    std::vector<std::thread> threads;
+    for (int r = 0; r < ranks; ++r) {
+      threads.emplace_back([&, r] {
+        std::vector<std::string>& mine = errors[static_cast<std::size_t>(r)];
+        try {
+          shared_rank(*comms[static_cast<std::size_t>(r)], ranks, mine);
+        } catch (const std::exception& e) {
+          mine.push_back(std::string("rank ") + std::to_string(r) + " threw: " + e.what());
+        }
+      });
+    }
+    for (auto& t : threads) t.join();
+    for (const auto& e : errors) {
+      for (const std::string& line : e) ADD_FAILURE() << ranks << " ranks: " << line;
+    }
+  }
+}
+
+// A rank that never comes: its peer's collective times out, and nothing hangs (the
+// communicators are destroyed with the peer's stream released).
+TEST(SharedGpuTest, AMissingRankTimesOutAndNothingHangs) {
+  TANDEM_SKIP_WITHOUT_GPU();
+  TANDEM_WORLD_OR_SKIP(comms, "shared", {.ranks = 2, .timeout = std::chrono::seconds(1)});
+  DeviceFloats buffer(small_integers(4096));
+  std::string message;
+  try {
+    comms[0]->allreduce(buffer.span(), ReduceOp::kSum, {.step = 2, .tag = 4})->synchronize();
+  } catch (const TimeoutError& e) {
+    message = e.what();
+  }
+  EXPECT_NE(message.find("rank 0: allreduce bucket 4"), std::string::npos) << message;
+  comms.clear();
+}
+
 TEST(GpuCommTest, BadOptionsAreUsageErrors) {
   TANDEM_SKIP_WITHOUT_GPU();
   if (find_backend("emulated") == nullptr) GTEST_SKIP() << "no emulated backend in this build";
@@ -328,6 +516,7 @@ TEST(GpuCommTest, BadOptionsAreUsageErrors) {
   if (find_backend("nccl") != nullptr) {
     EXPECT_THROW(world("nccl", {.ranks = 4096}), UsageError);
   }
+  EXPECT_THROW(world("shared", {.ranks = 65}), UsageError);
 }
 
 TEST(GpuCommTest, DeviceBackendsAreRegisteredByName) {

@@ -1,4 +1,4 @@
-// What the device backends (nccl, emulated) share: a ProgressCommunicator whose buffers are
+// What the device backends (nccl, shared, emulated) share: a ProgressCommunicator whose buffers are
 // in GPU memory and whose operations are enqueued on a communication stream, with c10d's
 // meaning of completion (comm/work.h).
 //

@@ -17,8 +17,8 @@ std::vector<std::unique_ptr<Communicator>> nccl_world(const BackendOptions& opti
     throw UsageError("--ranks " + std::to_string(options.ranks) +
                      " with --device-comm nccl needs a GPU per rank, but " +
                      std::to_string(devices) +
-                     " CUDA device(s) are visible (on one GPU use --ranks 1, which emulates a "
-                     "ring)");
+                     " CUDA device(s) are visible (on one GPU: --device-comm shared runs the ranks "
+                     "on it, --ranks 1 emulates a ring)");
   }
   const CurrentDeviceRestorer restore;
   return make_nccl_local(options, options.ranks);

@@ -171,7 +171,8 @@ struct KernelTimer::State {
 bool KernelTimer::is_comm_kernel(const std::string& name) {
   return name.find("ncclKernel_") != std::string::npos ||
          name.find("ncclDevKernel_") != std::string::npos ||
-         name.find("tandem_emulated_ring") != std::string::npos;
+         name.find("tandem_emulated_ring") != std::string::npos ||
+         name.find("tandem_shared_") != std::string::npos;
 }
 
 KernelTimer::KernelTimer(KernelTimerOptions options) : state_(std::make_unique<State>()) {

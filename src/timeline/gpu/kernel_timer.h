@@ -7,7 +7,8 @@
 // moved onto the steady clock by an offset measured at start() and at stop()
 // (cuptiGetTimestamp read between two host clock reads, the tightest of a few tries),
 // interpolated between the two so a drift cancels. Kernels are classified by name: NCCL's
-// (ncclKernel_*, ncclDevKernel_*) and the emulated ring's (tandem_emulated_ring*) are
+// (ncclKernel_*, ncclDevKernel_*), the emulated ring's (tandem_emulated_ring*) and the
+// shared-GPU backend's (tandem_shared_*) are
 // communication (lane comm, kind allreduce), the rest compute (lane compute, kind kernel).
 // The name is kept as the span's name when the caller passes a name table.
 //
