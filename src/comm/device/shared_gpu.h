@@ -10,7 +10,10 @@
 // (sum and average in fp32, fp16 and bf16; reduce-scatter; allgather; broadcast; barrier;
 // point to point matched in issue order per pair of ranks, a send waiting for its
 // receive, as NCCL's; groups; split). Every rank issues the same collectives in the same
-// order. Not across processes: a job under mpirun uses nccl.
+// order. Unlike NCCL's, an operation is issued (returns its Work) only once the ranks it
+// involves have all issued it: the wait NCCL makes on the device is made on the host, so
+// that no stream ever waits for work not yet enqueued. Not across processes: a job under
+// mpirun uses nccl.
 #pragma once
 
 #include <memory>
