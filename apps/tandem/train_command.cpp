@@ -112,9 +112,10 @@ int run_train(const TrainFlags& flags, bool batch_given, bool ranks_given,
   }
   Job job(backend, job_options(flags.job, config.timeout_ns));
   expect_job_size(job, config.ranks);
-  const std::string where = job.in_process() && config.device != Device::kCpu
-                                ? "threads of one process, one GPU each"
-                                : describe_ranks(job);
+  const std::string where = !job.in_process() || config.device == Device::kCpu ? describe_ranks(job)
+                            : config.device_comm == "shared"
+                                ? "threads of one process, all on one GPU"
+                                : "threads of one process, one GPU each";
   // Measured before the header, which prints it, and before every rank starts.
   if (config.pipeline.split_auto) config.pipeline.split = measured_split(config);
   if (job.leader()) {

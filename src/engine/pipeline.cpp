@@ -360,7 +360,10 @@ void StageRunner::forward(const PipelineAction& a, int step, int first_batch) {
 // receive queued behind the other's: 1F1B deadlocks. So on a device the send of an action
 // and the receive of the next one are one group (Megatron's send_forward_recv_backward),
 // which matches the neighbour's group; a receive with no send before it is posted when
-// its action starts.
+// its action starts. So in every mode: sequential waits for the send after the group (its
+// transfer exposed), but the group is the same, or two neighbours' lone sends would each
+// wait for a receive the other posts only after its own send (1F1B's sequential scenario
+// deadlocked so on four ranks sharing a GPU, before the group was made in every mode).
 WorkPtr StageRunner::exchange(std::span<const float> data, int peer, int tag, const OpInfo& info,
                               int step) {
   if (!device_) return comm_.send(data, peer, tag, info);
@@ -368,7 +371,7 @@ WorkPtr StageRunner::exchange(std::span<const float> data, int peer, int tag, co
   WorkPtr send;
   try {
     send = comm_.send(data, peer, tag, info);
-    if (options_.mode == CommMode::kOverlapped) post_receive(current_ + 1, step);
+    post_receive(current_ + 1, step);
   } catch (...) {
     comm_.group_end();
     throw;

@@ -132,17 +132,31 @@ TEST(CudaPipelineTest, TwoStagesOnOneGpuMatchAWholeModel) {
   expect_two_stages_match_whole("gpt:layers=2,dim=64,heads=4,seq=16,vocab=128", 2, 2);
 }
 
-// Two stages on two GPUs (nccl) or sharing one (shared); and two stages times two
-// replicas (the data-parallel groups split from the world).
-TEST(CudaPipelineTest, TwoStagesTrainAPipelineLikeTheCpu) {
+// Two stages on two GPUs (nccl) or sharing one (shared); two stages times two replicas
+// (the data-parallel groups split from the world); four stages, overlapped and with the
+// transfers after compute (characterize's sequential scenario), whose lone sends once
+// deadlocked on a device (Note [device exchanges]).
+TEST(CudaPipelineTest, StagesTrainAPipelineLikeTheCpu) {
   TANDEM_SKIP_WITHOUT_GPU();
-  const std::pair<const char*, int> runs[] = {{"1f1b", 2}, {"gpipe", 2}, {"1f1b", 4}};
-  for (const auto& [schedule, ranks] : runs) {
+  struct Run {
+    const char* schedule;
+    int ranks;
+    int stages;
+    CommMode mode = CommMode::kOverlapped;
+  };
+  const Run runs[] = {{"1f1b", 2, 2},
+                      {"gpipe", 2, 2},
+                      {"1f1b", 4, 2},
+                      {"1f1b", 4, 4},
+                      {"1f1b", 4, 4, CommMode::kSequential},
+                      {"gpipe", 2, 2, CommMode::kSequential}};
+  for (const auto& [schedule, ranks, stages, mode] : runs) {
     TrainConfig c = testing::cuda_train_config(
-        {.model = "llama:layers=2,dim=64,heads=4,seq=16", .ranks = ranks, .batch = 8, .steps = 3});
+        {.model = "llama:layers=4,dim=64,heads=4,seq=16", .ranks = ranks, .batch = 8, .steps = 3});
     c.device_comm = testing::device_comm_for(ranks);
     c.verify = false;  // each rank holds a stage
-    c.pipeline = {.stages = 2, .schedule = parse_schedule(schedule), .micro_batches = 4};
+    c.reducer.mode = mode;
+    c.pipeline = {.stages = stages, .schedule = parse_schedule(schedule), .micro_batches = 4};
     const TrainResult gpu = train_local(c);
     c.device = Device::kCpu;
     const TrainResult cpu = train_local(c);
@@ -151,7 +165,8 @@ TEST(CudaPipelineTest, TwoStagesTrainAPipelineLikeTheCpu) {
       ASSERT_EQ(gpu.steps[i].has_loss, cpu.steps[i].has_loss);
       if (!cpu.steps[i].has_loss) continue;
       EXPECT_NEAR(gpu.steps[i].loss, cpu.steps[i].loss, 1e-4 * std::abs(cpu.steps[i].loss))
-          << schedule << " step " << cpu.steps[i].step << " rank " << cpu.steps[i].rank;
+          << schedule << " " << stages << " stages, " << to_string(mode) << ", step "
+          << cpu.steps[i].step << " rank " << cpu.steps[i].rank;
     }
     // Every forward and backward span carries its micro-batch, as on the cpu (the GPU's
     // spans are recorded at the step's end, long after the micro-batch passed).

@@ -148,7 +148,7 @@ TEST(CudaTrainTest, TwoRanksHoldIdenticalParametersAsOnTheCpu) {
   const TrainResult cpu = train_local(cpu_config);
   ASSERT_EQ(r.final_params.size(), cpu.final_params.size());
   EXPECT_LE(l2_rel_diff(r.final_params, cpu.final_params), 1e-4) << config.device_comm;
-  for (const char* strategy : {"layerwise", "chunked"}) {
+  for (const char* strategy : {"layerwise", "chunked:2"}) {
     TrainConfig other = config;
     other.reducer.plan.strategy = Strategy::parse(strategy);
     const TrainResult s = train_local(other);
