@@ -107,6 +107,11 @@ class GpuMicrobench final : public Workload {
       }
     }
     backend_ = resolve_device_comm(spec.comm_backend, spec.bench.ranks);
+    if (backend_ == "shared") {
+      throw UsageError(
+          "--device-comm shared: the GPU microbenchmark runs a rank per GPU (nccl) or one "
+          "rank over the emulated ring; ranks share one GPU with a --model workload");
+    }
   }
 
   std::string describe() const override {
