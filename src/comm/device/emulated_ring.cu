@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "comm/device/device_communicator.h"
+#include "comm/device/device_elements.h"
 #include "comm/device/device_select.h"
 #include "comm/device/emulated_ring.h"
 #include "comm/device/emulated_ring_plan.h"
@@ -34,14 +35,8 @@ namespace {
 
 constexpr int kThreads = 512;
 
-// Elements as the kernel computes them: fp32, or the 16-bit values of a compressed
-// gradient, widened for the arithmetic and rounded back (as NCCL's reductions of them).
-__device__ float load(const float* p) { return *p; }
-__device__ float load(const __half* p) { return __half2float(*p); }
-__device__ float load(const __nv_bfloat16* p) { return __bfloat162float(*p); }
-__device__ void store(float* p, float v) { *p = v; }
-__device__ void store(__half* p, float v) { *p = __float2half_rn(v); }
-__device__ void store(__nv_bfloat16* p, float v) { *p = __float2bfloat16_rn(v); }
+using device_elements::load;
+using device_elements::store;
 
 // One ring step (Note [emulated ring]). Element i of both ranges belongs to one thread,
 // which reads inbox[i] before it writes outbox[i]: inbox and outbox may be the same

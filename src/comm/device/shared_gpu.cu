@@ -45,6 +45,7 @@
 #include <vector>
 
 #include "comm/device/device_communicator.h"
+#include "comm/device/device_elements.h"
 #include "comm/device/device_select.h"
 #include "comm/device/shared_gpu.h"
 #include "core/error.h"
@@ -66,12 +67,8 @@ struct RankPointers {
 // ---- kernels (names start with tandem_shared: kernel timing classes them as
 // communication by that prefix, timeline/gpu/kernel_timer.h) ----
 
-__device__ float load(const float* p) { return *p; }
-__device__ float load(const __half* p) { return __half2float(*p); }
-__device__ float load(const __nv_bfloat16* p) { return __bfloat162float(*p); }
-__device__ void store(float* p, float v) { *p = v; }
-__device__ void store(__half* p, float v) { *p = __float2half_rn(v); }
-__device__ void store(__nv_bfloat16* p, float v) { *p = __float2bfloat16_rn(v); }
+using device_elements::load;
+using device_elements::store;
 
 // dst[i] = (in_0[offset + i] + in_1[offset + i] + ...) / divisor for i < count, summed in
 // rank order as the host backends do.
