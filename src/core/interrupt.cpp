@@ -74,7 +74,12 @@ void install_interrupt_handling() {
     struct sigaction action {};
     action.sa_handler = on_signal;
     sigemptyset(&action.sa_mask);
-    action.sa_flags = SA_RESTART;
+    // No SA_RESTART: the cleanup thread's read() must return (EINTR) when the signal lands
+    // on it. ThreadSanitizer runs a handler only when the thread next leaves one of its
+    // interceptors, and a restarted read() never returned: the run went on, signalled.
+    // The only threads that can take the signal are this cleanup thread and libraries'
+    // threads started before main, whose waits retry on EINTR.
+    action.sa_flags = 0;
     sigaction(signal, &action, nullptr);
   }
   std::thread([] {
