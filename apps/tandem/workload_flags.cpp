@@ -212,7 +212,7 @@ void add_workload_flags(CLI::App& app, WorkloadFlags& f, WorkloadUse use) {
                  "kernels picked by CPU model)")
       ->capture_default_str();
   app.add_option("--device-comm", f.device_comm,
-                 "Gradient all-reduce between GPUs with --device cuda: nccl (a GPU per "
+                 "Collectives between GPUs with --device cuda: nccl (a GPU per "
                  "rank), shared (several ranks on one GPU, moving real data), emulated (a "
                  "ring emulated on one GPU, for one rank), or auto (nccl with several ranks, "
                  "emulated with one)")

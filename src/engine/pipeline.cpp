@@ -303,8 +303,9 @@ void StageRunner::run_passes(int step, int first_batch) {
       post_receive(i, step);
       post_receive(i + 1, step);
     }
-    // Sequential: each receive is posted when its action starts and waited for before it
-    // computes, so its whole transfer is exposed. Sends are left in flight: waiting for
+    // Sequential (on a host; a device's: Note [device exchanges]): each receive is posted
+    // when its action starts and waited for before it computes, so its whole transfer is
+    // exposed. Sends are left in flight: waiting for
     // one can wait for a peer that waits for this stage (1F1B with blocking sends
     // deadlocks; Megatron pairs them in batched exchanges instead).
     current_ = i;
@@ -360,10 +361,10 @@ void StageRunner::forward(const PipelineAction& a, int step, int first_batch) {
 // receive queued behind the other's: 1F1B deadlocks. So on a device the send of an action
 // and the receive of the next one are one group (Megatron's send_forward_recv_backward),
 // which matches the neighbour's group; a receive with no send before it is posted when
-// its action starts. So in every mode: sequential waits for the send after the group (its
-// transfer exposed), but the group is the same, or two neighbours' lone sends would each
-// wait for a receive the other posts only after its own send (1F1B's sequential scenario
-// deadlocked so on four ranks sharing a GPU, before the group was made in every mode).
+// its action starts. The group is the same in every mode (sequential then waits for the
+// send, its transfer exposed): with lone sends, two neighbours' sends would each wait for a
+// receive the other posts only after its own send (1F1B's sequential scenario deadlocked
+// so on four ranks sharing a GPU).
 WorkPtr StageRunner::exchange(std::span<const float> data, int peer, int tag, const OpInfo& info,
                               int step) {
   if (!device_) return comm_.send(data, peer, tag, info);
