@@ -381,6 +381,35 @@ TransferTimes transfer_seconds(const MeasuredRun& run, bool clean_only) {
                        [&](const Span& s) { return !is_tensor_span(run.timeline, s); });
   // A point-to-point transfer is the receiver's span, keyed by its bytes alone, one median
   // for all.
+  // Note [ring steps replayed]: a --tp-overlap ring step's is its receive from its issue
+  // to the end of the wait its completion fell in (the receive's end where no wait held
+  // it). The simulator has one actor for a tensor group, which posts the step and waits for
+  // it after the block's product, so what the step costs is what the ranks saw between the
+  // two: the queue before the communication thread took it, the peer's send, the transfer
+  // and the hand-off to the waiting thread, as the in-place collectives are priced by the
+  // time blocked on them. A latency-bound ring's receive spans are a fraction of that
+  // (gpt 2x64, --tensor 2: 0.18 ms of receives against 0.78 ms of waiting per step; a
+  // replay priced by the spans came 68% short, by this 23%: docs/PERFORMANCE.md).
+  std::map<std::int32_t, std::vector<const Span*>> waits;  // by rank, in order of start
+  for (const Span& s : run.timeline.spans) {
+    if (s.lane == Lane::kWait && s.step >= run.warmup) waits[s.rank].push_back(&s);
+  }
+  for (auto& [rank, v] : waits) {
+    std::sort(v.begin(), v.end(),
+              [](const Span* a, const Span* b) { return a->start_ns < b->start_ns; });
+  }
+  const auto ring_step_ns = [&](const Span& s) {
+    const std::int64_t begin = s.issue_ns > 0 && s.issue_ns < s.start_ns ? s.issue_ns : s.start_ns;
+    std::int64_t end = s.end_ns;
+    if (const auto it = waits.find(s.rank); it != waits.end()) {
+      const auto& v = it->second;
+      const auto w =
+          std::upper_bound(v.begin(), v.end(), s.end_ns,
+                           [](std::int64_t t, const Span* x) { return t < x->start_ns; });
+      if (w != v.begin() && (*std::prev(w))->end_ns >= s.end_ns) end = (*std::prev(w))->end_ns;
+    }
+    return end - begin;
+  };
   std::map<std::tuple<SpanKind, int, std::int64_t>, std::vector<double>> p2p;
   for (const Span& s : run.timeline.spans) {
     if (s.lane != Lane::kComm || s.kind != SpanKind::kRecv || s.step < run.warmup ||
@@ -390,7 +419,8 @@ TransferTimes transfer_seconds(const MeasuredRun& run, bool clean_only) {
     const auto it = compute.find(s.rank);
     const bool clean = it == compute.end() || !overlaps(it->second, s.start_ns, s.end_ns);
     if (!clean_only || clean) {
-      p2p[{SpanKind::kSend, -1, s.bytes}].push_back(static_cast<double>(s.duration_ns()) / 1e9);
+      const std::int64_t ns = is_tensor_span(run.timeline, s) ? ring_step_ns(s) : s.duration_ns();
+      p2p[{SpanKind::kSend, -1, s.bytes}].push_back(static_cast<double>(ns) / 1e9);
     }
   }
   for (const auto& [key, seconds] : p2p) out[key] = {median_of(seconds)};

@@ -56,7 +56,9 @@ std::map<std::pair<SpanKind, int>, double> pass_seconds(const MeasuredRun& run, 
 // Per (kind, tag, bytes), per occurrence in a step (in order of start: fsdp gathers a
 // unit twice): the median seconds of a run's collectives, from the latest member's start
 // to the latest end (-1: no clean one); point-to-point transfers as (kSend, -1, bytes),
-// the receiver's span, one median. `clean_only`: only those no pass overlapped.
+// the receiver's span, one median (a --tp-overlap ring step's: from the receive's issue to
+// the end of the wait it fell in, Note [ring steps replayed]). `clean_only`: only those no
+// pass overlapped.
 // Collectives are matched within their communicator (Span::group: the world, a stage's
 // replicas, the data-parallel ranks of one tensor position).
 using TransferTimes = std::map<std::tuple<SpanKind, int, std::int64_t>, std::vector<double>>;

@@ -55,5 +55,76 @@ TEST(TensorCalibrationTest, ATensorParallelRunsPiecesGiveBackTheMachinesRates) {
   }
 }
 
+// Note [ring steps replayed]: a ring step's receive costs from its issue to the end of the
+// wait its completion fell in; another point-to-point transfer (a pipeline's) costs its
+// span; a ring receive no wait held costs from its issue to its end.
+TEST(TensorCalibrationTest, ARingStepCostsFromItsIssueToTheEndOfItsWait) {
+  MeasuredRun run{.what = "made"};
+  run.config.model = ModelSpec::parse("gpt:layers=2,dim=64,heads=4,seq=32,vocab=256");
+  run.config.model.tensor = 2;
+  run.config.model.tp_overlap = true;
+  run.config.ranks = 2;
+  Timeline& t = run.timeline;
+  t.ranks = 2;
+  const NameId tp = t.names->intern("tp");
+  const NameId stage = t.names->intern("activations");
+  // Rank 0: a ring receive issued at 1000, moving 1200..1300, waited for 1250..1800.
+  t.spans.push_back({.rank = 0,
+                     .lane = Lane::kComm,
+                     .kind = SpanKind::kRecv,
+                     .name = tp,
+                     .step = 0,
+                     .start_ns = 1200,
+                     .end_ns = 1300,
+                     .bytes = 64,
+                     .issue_ns = 1000});
+  t.spans.push_back({.rank = 0,
+                     .lane = Lane::kWait,
+                     .kind = SpanKind::kWait,
+                     .step = 0,
+                     .start_ns = 1250,
+                     .end_ns = 1800});
+  // Rank 1: one done before its wait began (its own wait starts later).
+  t.spans.push_back({.rank = 1,
+                     .lane = Lane::kComm,
+                     .kind = SpanKind::kRecv,
+                     .name = tp,
+                     .step = 0,
+                     .start_ns = 1200,
+                     .end_ns = 1300,
+                     .bytes = 64,
+                     .issue_ns = 1100});
+  t.spans.push_back({.rank = 1,
+                     .lane = Lane::kWait,
+                     .kind = SpanKind::kWait,
+                     .step = 0,
+                     .start_ns = 1400,
+                     .end_ns = 1450});
+  // A pipeline's receive of another size, inside a wait too: its span alone.
+  t.spans.push_back({.rank = 0,
+                     .lane = Lane::kComm,
+                     .kind = SpanKind::kRecv,
+                     .name = stage,
+                     .step = 0,
+                     .start_ns = 5000,
+                     .end_ns = 5400,
+                     .bytes = 128,
+                     .issue_ns = 4000});
+  t.spans.push_back({.rank = 0,
+                     .lane = Lane::kWait,
+                     .kind = SpanKind::kWait,
+                     .step = 0,
+                     .start_ns = 4500,
+                     .end_ns = 6000});
+  const TransferTimes times = transfer_seconds(run, /*clean_only=*/false);
+  const auto ring = times.find({SpanKind::kSend, -1, 64});
+  ASSERT_NE(ring, times.end());
+  ASSERT_EQ(ring->second.size(), 1u);
+  EXPECT_DOUBLE_EQ(ring->second[0], (800e-9 + 200e-9) / 2);  // median of 800 and 200 ns
+  const auto pipeline = times.find({SpanKind::kSend, -1, 128});
+  ASSERT_NE(pipeline, times.end());
+  EXPECT_DOUBLE_EQ(pipeline->second.at(0), 400e-9);
+}
+
 }  // namespace
 }  // namespace tandem
