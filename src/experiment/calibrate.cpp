@@ -295,27 +295,42 @@ bool is_tensor_span(const Timeline& t, const Span& s) {
 // is instead the longest its members stood blocked on it: the wait span around its start on each
 // member (the post, the queue before the communication thread took it, the transfer and the
 // waiter's wake-up), as a collective waited for in place costs the pass.
-template <typename Pick>
-TransferTimes collective_times(const MeasuredRun& run, const std::map<int, Intervals>& compute,
-                               bool clean_only, bool blocked, Pick pick) {
-  std::map<std::int32_t, std::vector<const Span*>> waits;  // by rank, in order of start
-  if (blocked) {
+// A run's wait spans from its warm-up on, by rank in order of start: which one a rank was
+// blocked in at a time.
+class WaitSpans {
+ public:
+  WaitSpans() = default;  // none
+  explicit WaitSpans(const MeasuredRun& run) {
     for (const Span& s : run.timeline.spans) {
-      if (s.lane == Lane::kWait && s.step >= run.warmup) waits[s.rank].push_back(&s);
+      if (s.lane == Lane::kWait && s.step >= run.warmup) by_rank_[s.rank].push_back(&s);
     }
-    for (auto& [rank, v] : waits) {
+    for (auto& [rank, v] : by_rank_) {
       std::sort(v.begin(), v.end(),
                 [](const Span* a, const Span* b) { return a->start_ns < b->start_ns; });
     }
   }
-  const auto blocked_ns = [&](const Span& s) {
-    const auto it = waits.find(s.rank);
-    if (it == waits.end()) return s.end_ns - s.start_ns;
+  // The wait of `rank` that began last at or before `t`, if it had not ended before `t`.
+  const Span* around(std::int32_t rank, std::int64_t t) const {
+    const auto it = by_rank_.find(rank);
+    if (it == by_rank_.end()) return nullptr;
     const auto& v = it->second;
-    auto w = std::upper_bound(v.begin(), v.end(), s.start_ns,
-                              [](std::int64_t t, const Span* x) { return t < x->start_ns; });
-    if (w == v.begin() || (*std::prev(w))->end_ns < s.start_ns) return s.end_ns - s.start_ns;
-    return (*std::prev(w))->end_ns - (*std::prev(w))->start_ns;
+    const auto w = std::upper_bound(v.begin(), v.end(), t,
+                                    [](std::int64_t x, const Span* s) { return x < s->start_ns; });
+    if (w == v.begin() || (*std::prev(w))->end_ns < t) return nullptr;
+    return *std::prev(w);
+  }
+
+ private:
+  std::map<std::int32_t, std::vector<const Span*>> by_rank_;
+};
+
+template <typename Pick>
+TransferTimes collective_times(const MeasuredRun& run, const std::map<int, Intervals>& compute,
+                               bool clean_only, bool blocked, Pick pick) {
+  const WaitSpans waits = blocked ? WaitSpans(run) : WaitSpans();
+  const auto blocked_ns = [&](const Span& s) {
+    const Span* w = waits.around(s.rank, s.start_ns);
+    return w == nullptr ? s.end_ns - s.start_ns : w->end_ns - w->start_ns;
   };
   const auto clean = [&](const Span& s) {
     const auto it = compute.find(s.rank);
@@ -390,25 +405,11 @@ TransferTimes transfer_seconds(const MeasuredRun& run, bool clean_only) {
   // time blocked on them. A latency-bound ring's receive spans are a fraction of that
   // (gpt 2x64, --tensor 2: 0.18 ms of receives against 0.78 ms of waiting per step; a
   // replay priced by the spans came 68% short, by this 23%: docs/PERFORMANCE.md).
-  std::map<std::int32_t, std::vector<const Span*>> waits;  // by rank, in order of start
-  for (const Span& s : run.timeline.spans) {
-    if (s.lane == Lane::kWait && s.step >= run.warmup) waits[s.rank].push_back(&s);
-  }
-  for (auto& [rank, v] : waits) {
-    std::sort(v.begin(), v.end(),
-              [](const Span* a, const Span* b) { return a->start_ns < b->start_ns; });
-  }
+  const WaitSpans waits(run);
   const auto ring_step_ns = [&](const Span& s) {
     const std::int64_t begin = s.issue_ns > 0 && s.issue_ns < s.start_ns ? s.issue_ns : s.start_ns;
-    std::int64_t end = s.end_ns;
-    if (const auto it = waits.find(s.rank); it != waits.end()) {
-      const auto& v = it->second;
-      const auto w =
-          std::upper_bound(v.begin(), v.end(), s.end_ns,
-                           [](std::int64_t t, const Span* x) { return t < x->start_ns; });
-      if (w != v.begin() && (*std::prev(w))->end_ns >= s.end_ns) end = (*std::prev(w))->end_ns;
-    }
-    return end - begin;
+    const Span* w = waits.around(s.rank, s.end_ns);
+    return (w == nullptr ? s.end_ns : w->end_ns) - begin;
   };
   std::map<std::tuple<SpanKind, int, std::int64_t>, std::vector<double>> p2p;
   for (const Span& s : run.timeline.spans) {

@@ -68,54 +68,35 @@ TEST(TensorCalibrationTest, ARingStepCostsFromItsIssueToTheEndOfItsWait) {
   t.ranks = 2;
   const NameId tp = t.names->intern("tp");
   const NameId stage = t.names->intern("activations");
+  const auto receive = [&](int rank, NameId name, std::int64_t issue, std::int64_t start,
+                           std::int64_t end, std::int64_t bytes) {
+    t.spans.push_back({.rank = rank,
+                       .lane = Lane::kComm,
+                       .kind = SpanKind::kRecv,
+                       .name = name,
+                       .step = 0,
+                       .start_ns = start,
+                       .end_ns = end,
+                       .bytes = bytes,
+                       .issue_ns = issue});
+  };
+  const auto wait = [&](int rank, std::int64_t start, std::int64_t end) {
+    t.spans.push_back({.rank = rank,
+                       .lane = Lane::kWait,
+                       .kind = SpanKind::kWait,
+                       .step = 0,
+                       .start_ns = start,
+                       .end_ns = end});
+  };
   // Rank 0: a ring receive issued at 1000, moving 1200..1300, waited for 1250..1800.
-  t.spans.push_back({.rank = 0,
-                     .lane = Lane::kComm,
-                     .kind = SpanKind::kRecv,
-                     .name = tp,
-                     .step = 0,
-                     .start_ns = 1200,
-                     .end_ns = 1300,
-                     .bytes = 64,
-                     .issue_ns = 1000});
-  t.spans.push_back({.rank = 0,
-                     .lane = Lane::kWait,
-                     .kind = SpanKind::kWait,
-                     .step = 0,
-                     .start_ns = 1250,
-                     .end_ns = 1800});
+  receive(0, tp, 1000, 1200, 1300, 64);
+  wait(0, 1250, 1800);
   // Rank 1: one done before its wait began (its own wait starts later).
-  t.spans.push_back({.rank = 1,
-                     .lane = Lane::kComm,
-                     .kind = SpanKind::kRecv,
-                     .name = tp,
-                     .step = 0,
-                     .start_ns = 1200,
-                     .end_ns = 1300,
-                     .bytes = 64,
-                     .issue_ns = 1100});
-  t.spans.push_back({.rank = 1,
-                     .lane = Lane::kWait,
-                     .kind = SpanKind::kWait,
-                     .step = 0,
-                     .start_ns = 1400,
-                     .end_ns = 1450});
+  receive(1, tp, 1100, 1200, 1300, 64);
+  wait(1, 1400, 1450);
   // A pipeline's receive of another size, inside a wait too: its span alone.
-  t.spans.push_back({.rank = 0,
-                     .lane = Lane::kComm,
-                     .kind = SpanKind::kRecv,
-                     .name = stage,
-                     .step = 0,
-                     .start_ns = 5000,
-                     .end_ns = 5400,
-                     .bytes = 128,
-                     .issue_ns = 4000});
-  t.spans.push_back({.rank = 0,
-                     .lane = Lane::kWait,
-                     .kind = SpanKind::kWait,
-                     .step = 0,
-                     .start_ns = 4500,
-                     .end_ns = 6000});
+  receive(0, stage, 4000, 5000, 5400, 128);
+  wait(0, 4500, 6000);
   const TransferTimes times = transfer_seconds(run, /*clean_only=*/false);
   const auto ring = times.find({SpanKind::kSend, -1, 64});
   ASSERT_NE(ring, times.end());
