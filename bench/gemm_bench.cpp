@@ -5,11 +5,14 @@
 //   onednn-mm    oneDNN's matmul primitive in fp32 (created once per shape)
 //   blis         BLIS's cblas_sgemm, loaded with dlopen where libblis.so.4 is installed
 //   tandem-bf16  tandem::sgemm with --precision bf16 (where the CPU has AVX512-BF16/AMX)
-// Shapes: the linear layers of gpt:layers=4,dim=256 at 8 x 128 tokens (forward, and the
-// backward's weight and input gradients), and 1024^3 and 2048^3 squares. Prints GFLOP/s
-// (best of the rounds) and the ratio of tandem's path to the fastest fp32 library.
+// Shapes (--shapes): `gpt`, the linear layers of gpt:layers=4,dim=256 at 8 x 128 tokens
+// (forward, and the backward's weight and input gradients), and 1024^3 and 2048^3
+// squares; `mlp`, the linear layers of MLPs of width 512 and 1024 at batches 16 to 256,
+// whose batch is the short side of every product (forward NN, input gradient NT, weight
+// gradient TN). Prints GFLOP/s (best of the rounds) and the ratio of tandem's path to the
+// fastest fp32 library.
 //
-//   gemm_bench [--rounds 5] [--seconds 0.15]
+//   gemm_bench [--rounds 5] [--seconds 0.15] [--shapes gpt|mlp]
 #include <cblas.h>
 #include <dlfcn.h>
 
@@ -31,7 +34,7 @@ using namespace tandem;
 namespace {
 
 struct Shape {
-  const char* what;
+  std::string what;
   bool ta, tb;
   int m, n, k;
 };
@@ -60,31 +63,54 @@ double rate(const Shape& s, double seconds, const std::function<void()>& call) {
   return 2.0 * s.m * s.n * s.k * calls / static_cast<double>(t - t0);
 }
 
+std::vector<Shape> gpt_shapes() {
+  const int N = 8 * 128, D = 256, F = 4 * D, V = 256;
+  return {{"qkv fwd", false, false, N, 3 * D, D},
+          {"qkv dW", true, false, D, 3 * D, N},
+          {"qkv dX", false, true, N, D, 3 * D},
+          {"proj fwd", false, false, N, D, D},
+          {"proj dW", true, false, D, D, N},
+          {"up fwd", false, false, N, F, D},
+          {"up dW", true, false, D, F, N},
+          {"up dX", false, true, N, D, F},
+          {"down fwd", false, false, N, D, F},
+          {"down dW", true, false, F, D, N},
+          {"down dX", false, true, N, F, D},
+          {"head fwd", false, true, N, V, D},
+          {"square 1024", false, false, 1024, 1024, 1024},
+          {"square 2048", false, false, 2048, 2048, 2048}};
+}
+
+std::vector<Shape> mlp_shapes() {
+  std::vector<Shape> out;
+  for (const int d : {512, 1024}) {
+    for (const int batch : {16, 32, 64, 128, 256}) {
+      const std::string at = " b" + std::to_string(batch) + " " + std::to_string(d);
+      out.push_back({"fwd" + at, false, false, batch, d, d});
+      out.push_back({"dX" + at, false, true, batch, d, d});
+      out.push_back({"dW" + at, true, false, d, d, batch});
+    }
+  }
+  return out;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   int rounds = 5;
   double seconds = 0.15;
+  std::string set = "gpt";
   for (int i = 1; i + 1 < argc; i += 2) {
     if (std::strcmp(argv[i], "--rounds") == 0) rounds = std::atoi(argv[i + 1]);
     if (std::strcmp(argv[i], "--seconds") == 0) seconds = std::atof(argv[i + 1]);
+    if (std::strcmp(argv[i], "--shapes") == 0) set = argv[i + 1];
+  }
+  if (set != "gpt" && set != "mlp") {
+    std::fprintf(stderr, "gemm_bench: --shapes %s: expected gpt or mlp\n", set.c_str());
+    return 2;
   }
   set_blas_threads(1);
-  const int N = 8 * 128, D = 256, F = 4 * D, V = 256;
-  const std::vector<Shape> shapes = {{"qkv fwd", false, false, N, 3 * D, D},
-                                     {"qkv dW", true, false, D, 3 * D, N},
-                                     {"qkv dX", false, true, N, D, 3 * D},
-                                     {"proj fwd", false, false, N, D, D},
-                                     {"proj dW", true, false, D, D, N},
-                                     {"up fwd", false, false, N, F, D},
-                                     {"up dW", true, false, D, F, N},
-                                     {"up dX", false, true, N, D, F},
-                                     {"down fwd", false, false, N, D, F},
-                                     {"down dW", true, false, F, D, N},
-                                     {"down dX", false, true, N, F, D},
-                                     {"head fwd", false, true, N, V, D},
-                                     {"square 1024", false, false, 1024, 1024, 1024},
-                                     {"square 2048", false, false, 2048, 2048, 2048}};
+  const std::vector<Shape> shapes = set == "gpt" ? gpt_shapes() : mlp_shapes();
 
   std::vector<Library> libs;
   libs.push_back({"tandem", true, [](const Shape& s, const float* a, const float* b, float* c) {
@@ -183,8 +209,8 @@ int main(int argc, char** argv) {
   std::vector<double> ratios, vs_openblas, bf16_ratios;
   for (std::size_t i = 0; i < shapes.size(); ++i) {
     const Shape& s = shapes[i];
-    std::printf("%-12s %c%c  %5d %5d %5d", s.what, s.ta ? 'T' : 'N', s.tb ? 'T' : 'N', s.m, s.n,
-                s.k);
+    std::printf("%-12s %c%c  %5d %5d %5d", s.what.c_str(), s.ta ? 'T' : 'N', s.tb ? 'T' : 'N', s.m,
+                s.n, s.k);
     const Library* fastest = nullptr;
     for (const Library& lib : libs) {
       std::printf(" %11.1f", lib.best[i]);

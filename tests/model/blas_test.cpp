@@ -86,15 +86,22 @@ TEST(BlasTest, SgemmMatchesLoopsForAllTransposes) {
   }
 }
 
-// Tall, narrow products with a transposed operand and a long reduction go to oneDNN's
-// matmul primitive instead of its sgemm driver (blas.cpp, use_matmul_for_fp32): the same
-// product either way, and the report names the kernel that ran.
+// The products oneDNN's sgemm driver runs slower than its matmul primitive go there
+// (onednn_fp32_uses_matmul): tall, narrow ones with a transposed operand and a long
+// reduction; a short left operand times a transposed right one (a small batch's input
+// gradient); a short reduction into a small result (its weight gradient). The same product
+// either way, and the report names the kernel that ran.
 TEST(BlasTest, ProductsRoutedToTheMatmulPrimitiveMatchLoops) {
   if (!gemm_library_built(GemmLibrary::kOneDnn)) GTEST_SKIP() << "built without oneDNN";
   const GemmSettings settings(GemmLibrary::kOneDnn, Precision::kFp32);
-  const int m = 64, n = 16, k = 1024;
-  for (bool ta : {true, false}) {
-    const bool tb = !ta;
+  struct Shape {
+    bool ta, tb;
+    int m, n, k;
+  };
+  for (const Shape s : {Shape{true, false, 64, 16, 1024}, Shape{false, true, 64, 16, 1024},
+                        Shape{false, true, 16, 96, 80}, Shape{true, false, 96, 80, 16}}) {
+    const auto [ta, tb, m, n, k] = s;
+    EXPECT_TRUE(onednn_fp32_uses_matmul(ta, tb, m, n, k)) << m << "x" << n << "x" << k;
     const int lda = ta ? m : k, ldb = tb ? k : n;
     std::vector<float> a(static_cast<std::size_t>(m) * k), b(static_cast<std::size_t>(k) * n);
     for (std::size_t i = 0; i < a.size(); ++i) a[i] = float(i % 7) - 3;
@@ -110,9 +117,15 @@ TEST(BlasTest, ProductsRoutedToTheMatmulPrimitiveMatchLoops) {
       }
     }
     sgemm(ta, tb, m, n, k, 0.5f, a.data(), lda, b.data(), ldb, 1.0f, c.data(), n);
-    EXPECT_EQ(c, expect) << "trans_a " << ta;
+    EXPECT_EQ(c, expect) << "trans_a " << ta << " trans_b " << tb << " " << m << "x" << n << "x"
+                         << k;
   }
   EXPECT_NE(gemm_report().kernel.find(", matmul "), std::string::npos) << gemm_report().kernel;
+  // The shapes the driver runs at least as fast stay there: a small batch's forward, and a
+  // transformer's input and weight gradients.
+  EXPECT_FALSE(onednn_fp32_uses_matmul(false, false, 16, 1024, 1024));
+  EXPECT_FALSE(onednn_fp32_uses_matmul(false, true, 1024, 1024, 256));
+  EXPECT_FALSE(onednn_fp32_uses_matmul(true, false, 256, 1024, 1024));
 }
 
 // bf16 means the inputs are rounded to bf16 (nearest, ties to even) and the products

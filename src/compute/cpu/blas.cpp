@@ -202,7 +202,7 @@ dnnl::engine& cpu_engine() {
 }
 
 // One product shape on oneDNN's matmul primitive (bf16 always; fp32 for the shapes where
-// it beats the sgemm driver, see use_matmul_for_fp32): its primitive and memory objects,
+// it beats the sgemm driver, see onednn_fp32_uses_matmul): its primitive and memory objects,
 // created once per thread (oneDNN primitives are not free to build; a step issues the
 // same few shapes again and again).
 struct Matmul {
@@ -317,15 +317,6 @@ void bf16_gemm_run(bool ta, bool tb, int m, int n, int k, float alpha, const flo
              a16.data(), b16.data(), c);
 }
 
-// Where oneDNN 2.6's sgemm driver falls behind its own matmul primitive: a transposed
-// operand, a tall and narrow result and a long reduction, as the weight gradient of an
-// MLP's down projection (A^T [1024 x 1024] . B [1024 x 256]): 111-117 GFLOP/s against
-// 138-144 on the Xeon of docs/PERFORMANCE.md. A fixed rule, so that the same shape always
-// takes the same kernel and the bits repeat.
-bool use_matmul_for_fp32(bool ta, bool tb, int m, int n, int k) {
-  return ta != tb && m >= 4 * n && k >= 1024;
-}
-
 std::string onednn_version() {
   const dnnl_version_t* v = dnnl_version();
   return "oneDNN " + std::to_string(v->major) + "." + std::to_string(v->minor) + "." +
@@ -335,6 +326,23 @@ std::string onednn_version() {
 #endif  // TANDEM_HAVE_ONEDNN
 
 }  // namespace
+
+// Where oneDNN 2.6's sgemm driver falls behind its own matmul primitive
+// (docs/PERFORMANCE.md, "CPU compute at the machine's peak"; gemm_bench --shapes gpt and
+// --shapes mlp measure both):
+// - a transposed operand, a tall and narrow result and a long reduction, as the weight
+//   gradient of a transformer MLP's down projection (A^T [1024 x 1024] . B [1024 x 256]):
+//   111-117 GFLOP/s against 138-144 on the Xeon;
+// - a short left operand times a transposed right one, as a small batch's input gradient
+//   (dY [64 x 1024] . W^T): 170 against 218 on the AMD EPYC, 81 against 140 at 16 rows;
+// - a short reduction into a small result, as the weight gradient of a small batch
+//   through a narrow layer (X^T [512 x 64] . dY [64 x 512]): 200 against 249 there.
+// A fixed rule, so that the same shape always takes the same kernel and the bits repeat.
+bool onednn_fp32_uses_matmul(bool ta, bool tb, int m, int n, int k) {
+  if (ta != tb && m >= 4 * n && k >= 1024) return true;
+  if (!ta && tb && m <= 128) return true;
+  return ta && !tb && k <= 64 && m <= 512 && n <= 512;
+}
 
 std::string cpu_loops_isa() {
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && \
@@ -496,7 +504,7 @@ void sgemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const f
       bf16_gemm_run(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
       return;
     }
-    if (k > 0 && use_matmul_for_fp32(trans_a, trans_b, m, n, k)) {
+    if (k > 0 && onednn_fp32_uses_matmul(trans_a, trans_b, m, n, k)) {
       run_matmul(cached_matmul({false, trans_a, trans_b, m, n, k, lda, ldb, ldc, alpha, beta}), a,
                  b, c);
       return;

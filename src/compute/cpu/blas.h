@@ -62,6 +62,11 @@ GemmReport gemm_report();
 // one line for headers and summary.json.
 std::string blas_description();
 
+// Whether an fp32 product of this shape runs on oneDNN's matmul primitive rather than its
+// sgemm driver (with --gemm onednn): the shapes where the driver was measured slower
+// (blas.cpp). A fixed rule of the shape alone.
+bool onednn_fp32_uses_matmul(bool trans_a, bool trans_b, int m, int n, int k);
+
 // C[m,n] = alpha * op(A) op(B) + beta * C, row-major, in the configured library and
 // precision.
 void sgemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const float* a, int lda,
