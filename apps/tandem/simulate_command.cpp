@@ -92,8 +92,9 @@ int run_calibrate(const SimulateFlags& flags) {
   if (fs::exists(file) && !flags.force) {
     throw UsageError("--out " + flags.out + ": holds a calibration; --force replaces it");
   }
-  const Calibration c = fit_calibration(compute_samples(measured.runs), comm_samples(measured.runs),
-                                        measured.contention);
+  const std::vector<ComputeSample> compute = compute_samples(measured.runs);
+  const std::vector<CommSample> comm = comm_samples(measured.runs);
+  const Calibration c = fit_calibration(compute, comm, measured.contention);
   std::string source = "calibrated from " + std::to_string(flags.calibrate.size()) +
                        (flags.calibrate.size() == 1 ? " run directory" : " run directories");
   if (!measured.machine.empty()) source += " on " + measured.machine;
@@ -107,7 +108,9 @@ int run_calibrate(const SimulateFlags& flags) {
   fs::create_directories(flags.out, ec);
   if (ec) throw UsageError("--out " + flags.out + ": " + ec.message());
   write_file_atomic(file, calibration_json(c, measured.memory_bytes, source).dump(2) + "\n");
-  std::printf("wrote %s\n", file.string().c_str());
+  const fs::path samples = fs::path(flags.out) / kCalibrationSamplesFile;
+  write_file_atomic(samples, calibration_samples_csv(c, compute, comm));
+  std::printf("wrote %s and %s\n", file.string().c_str(), samples.string().c_str());
   return 0;
 }
 

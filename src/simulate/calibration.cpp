@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 
@@ -123,6 +124,31 @@ double predict(const Calibration& c, const CommSample& s) {
   const double k = s.ranks;
   return share * (k - 1) / k * s.bytes / c.link.bandwidth_bytes_per_s +
          share * (k - 1) * c.link.latency_s + (s.handoff ? c.link.overhead_s : 0);
+}
+
+std::string calibration_samples_csv(const Calibration& c, const std::vector<ComputeSample>& compute,
+                                    const std::vector<CommSample>& comm) {
+  std::string csv = "lane,what,type,ranks,flops,bytes,measured_s,predicted_s,error\n";
+  const auto row = [&csv](const char* lane, const std::string& what, std::string_view type,
+                          int ranks, double flops, double bytes, double measured,
+                          double predicted) {
+    // `what` names a run directory: quoted, its quotes doubled (RFC 4180).
+    std::string quoted = "\"";
+    for (const char ch : what) quoted += ch == '"' ? std::string("\"\"") : std::string(1, ch);
+    quoted += '"';
+    char numbers[160];
+    std::snprintf(numbers, sizeof numbers, ",%d,%.0f,%.0f,%.9g,%.9g,%.6f\n", ranks, flops, bytes,
+                  measured, predicted, measured > 0 ? predicted / measured - 1 : 0.0);
+    csv += std::string(lane) + "," + quoted + "," + std::string(type) + numbers;
+  };
+  for (const ComputeSample& s : compute) {
+    row("compute", s.what, kPrecisionNames[static_cast<std::size_t>(s.precision)], 1, s.flops,
+        s.bytes, s.seconds, predict(c, s));
+  }
+  for (const CommSample& s : comm) {
+    row("comm", s.what, to_string(s.kind), s.ranks, 0, s.bytes, s.seconds, predict(c, s));
+  }
+  return csv;
 }
 
 Calibration fit_calibration(const std::vector<ComputeSample>& compute,

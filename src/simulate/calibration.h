@@ -105,8 +105,16 @@ Cluster calibrated_cluster(const Calibration& c, int ranks, double memory_bytes,
 // fit's details under "calibration".
 nlohmann::json calibration_json(const Calibration& c, double memory_bytes,
                                 const std::string& source);
-// The file a calibration directory holds.
+// The files a calibration directory holds: the fit, and every sample it was fitted to
+// beside what the fit predicts for it (calibration_samples_csv).
 inline constexpr const char* kCalibrationFile = "calibration.json";
+inline constexpr const char* kCalibrationSamplesFile = "samples.csv";
+
+// One row per sample: lane (compute or comm), what (run and pass or collective),
+// precision or collective kind, ranks, flops, bytes, measured and predicted seconds, and
+// the relative error predicted / measured - 1.
+std::string calibration_samples_csv(const Calibration& c, const std::vector<ComputeSample>& compute,
+                                    const std::vector<CommSample>& comm);
 
 // Reads what calibration_json wrote; throws UsageError naming `flag` and the file.
 Calibration read_calibration(const std::string& path, const std::string& flag, double* memory_bytes,

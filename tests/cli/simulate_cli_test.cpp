@@ -108,6 +108,14 @@ TEST(SimulateCliTest, CalibratesFromMeasuredRunsAndPredictsHere) {
   const auto cal = nlohmann::json::parse(slurp(dir.path() / "cal" / "calibration.json"));
   EXPECT_GT(cal["calibration"]["gemm_flops_per_s"][0].get<double>(), 0);
   EXPECT_GT(cal["calibration"]["compute_error"]["samples"].get<int>(), 0);
+  // Every sample, compute and collectives, one row each after the header.
+  const std::string samples = slurp(dir.path() / "cal" / "samples.csv");
+  EXPECT_EQ(std::count(samples.begin(), samples.end(), '\n'),
+            1 + cal["calibration"]["compute_error"]["samples"].get<int>() +
+                cal["calibration"]["comm_error"]["samples"].get<int>());
+  EXPECT_NE(samples.find("\ncompute,\"" + path("train") + ": forward unit 0\",fp32,"),
+            std::string::npos)
+      << samples;
   // The training point and the microbenchmark both offered their scenarios.
   EXPECT_EQ(cal["calibration"]["contention_candidates"], 2);
 

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 
@@ -89,6 +90,28 @@ TEST(CalibrationTest, ReportsTheErrorOfWhatTheModelCannotFit) {
   EXPECT_GT(c.compute.max, 0.3);
   EXPECT_EQ(c.contention_samples, 0);  // nothing to fit it from: left at 0
   EXPECT_EQ(c.overlap_compute_slowdown, 0);
+}
+
+// samples.csv: one row per sample with what the fit predicts for it; a name holding a
+// comma or a quote stays one field.
+TEST(CalibrationTest, SamplesCsvHoldsEverySampleAndItsPrediction) {
+  std::vector<ComputeSample> compute = compute_from_truth();
+  compute.push_back(
+      {.flops = 1e9, .bytes = 0, .seconds = 2 * 1e9 / kRate, .what = "runs/a,\"b\": slow one"});
+  const std::vector<CommSample> comm = comm_from_truth();
+  const Calibration c = fit_calibration(compute, comm, {});
+  const std::string csv = calibration_samples_csv(c, compute, comm);
+  EXPECT_EQ(csv.substr(0, csv.find('\n')),
+            "lane,what,type,ranks,flops,bytes,measured_s,predicted_s,error");
+  EXPECT_EQ(std::count(csv.begin(), csv.end(), '\n'), 1 + compute.size() + comm.size());
+  const std::size_t row = csv.find("compute,\"runs/a,\"\"b\"\": slow one\",fp32,1,1000000000,0,");
+  ASSERT_NE(row, std::string::npos) << csv;
+  // Its error column is predict / measured - 1, as the fit reports it.
+  const std::string line = csv.substr(row, csv.find('\n', row) - row);
+  const double error = std::stod(line.substr(line.rfind(',') + 1));
+  EXPECT_NEAR(error, predict(c, compute.back()) / compute.back().seconds - 1, 1e-6);
+  EXPECT_LT(error, -0.3);  // the slow one is predicted faster than it ran
+  EXPECT_NE(csv.find("\ncomm,"), std::string::npos);
 }
 
 // Collectives whose time falls with their bytes (noise on alike buckets): the latency is
