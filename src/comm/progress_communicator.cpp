@@ -7,6 +7,7 @@
 #include "core/clock.h"
 #include "core/error.h"
 #include "core/parse.h"
+#include "core/thread_name.h"
 
 namespace tandem {
 
@@ -35,7 +36,14 @@ ProgressCommunicator::~ProgressCommunicator() {
 }
 
 void ProgressCommunicator::start_thread() {
-  thread_ = std::thread([this] { run(); });
+  // Named after the rank thread that made it ("tandem r3 comm", a split's as well), or
+  // after its rank where another thread did (a world made for every rank at once).
+  std::string name = this_thread_name();
+  if (!name.starts_with("tandem r")) name = "tandem r" + std::to_string(options_.rank);
+  thread_ = std::thread([this, name = name + " comm"] {
+    name_this_thread(name);
+    run();
+  });
 }
 
 void ProgressCommunicator::stop_thread() {

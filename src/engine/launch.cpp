@@ -13,6 +13,7 @@
 #include "core/error.h"
 #include "core/memory.h"
 #include "core/parse.h"
+#include "core/thread_name.h"
 #include "model/rank_model.h"
 
 namespace tandem {
@@ -190,6 +191,7 @@ RunResult Job::run_in_process(const RunSpec& spec, const RankBody& body) {
   for (int r = 0; r < n; ++r) {
     threads.emplace_back([&, r] {
       const auto i = static_cast<std::size_t>(r);
+      name_this_thread("tandem r" + std::to_string(r));
       RankEnv env{.comm = *comms[i],
                   .control = *control[i],
                   .recorder = *recorders[i],

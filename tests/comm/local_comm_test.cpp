@@ -4,12 +4,17 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "core/error.h"
+#include "core/thread_name.h"
 #include "timeline/recorder.h"
 
 namespace tandem {
@@ -28,6 +33,49 @@ std::string error_of(Work& work) {
 
 TEST(LocalComm, RejectsZeroRanks) {
   EXPECT_THROW(make_local_communicators(LocalOptions{.ranks = 0}), UsageError);
+}
+
+// The names tools show (top -H, perf): each communication thread says its rank, and a
+// split made on a rank's thread is named after that thread.
+std::vector<std::string> thread_names() {
+  std::vector<std::string> names;
+  for (const auto& task : std::filesystem::directory_iterator("/proc/self/task")) {
+    std::ifstream comm(task.path() / "comm");
+    std::string name;
+    std::getline(comm, name);
+    names.push_back(name);
+  }
+  return names;
+}
+
+TEST(LocalComm, CommunicationThreadsAreNamedAfterTheirRank) {
+  if (!std::filesystem::exists("/proc/self/task")) GTEST_SKIP() << "no /proc/self/task";
+  std::thread([] {
+    name_this_thread("a name longer than fifteen");
+    EXPECT_EQ(this_thread_name(), "a name longer t");  // Linux keeps 15 characters
+  }).join();
+  auto comms = make_local_communicators(LocalOptions{.ranks = 2});
+  std::vector<float> a(4, 1.0f), b(4, 2.0f);
+  // A collective both threads carried: both have started, and named themselves.
+  WorkPtr w0 = comms[0]->allreduce(a, ReduceOp::kSum);
+  WorkPtr w1 = comms[1]->allreduce(b, ReduceOp::kSum);
+  w0->wait();
+  w1->wait();
+  std::vector<std::string> names = thread_names();
+  EXPECT_EQ(std::count(names.begin(), names.end(), "tandem r0 comm"), 1);
+  EXPECT_EQ(std::count(names.begin(), names.end(), "tandem r1 comm"), 1);
+  // Rank 1's thread splits off a group of its own: the child's thread is named after it.
+  std::unique_ptr<Communicator> child;
+  std::thread rank1([&] {
+    name_this_thread("tandem r1");
+    child = comms[1]->split(1, 0);
+  });
+  std::unique_ptr<Communicator> child0 = comms[0]->split(0, 0);
+  rank1.join();
+  WorkPtr w = child->allreduce(b, ReduceOp::kSum);
+  w->wait();
+  names = thread_names();
+  EXPECT_EQ(std::count(names.begin(), names.end(), "tandem r1 comm"), 2);
 }
 
 TEST(LocalComm, BackendBasics) {
