@@ -201,6 +201,7 @@ std::unique_ptr<Workload> make_workload(const CharacterizeFlags& f, bool batch_g
     MicrobenchSpec spec = MicrobenchSpec::parse(f.microbench);
     spec.ranks = f.workload.ranks;
     spec.blas_threads = f.workload.threads;
+    spec.bind = f.workload.bind == "auto";
     if (!f.workload.link.empty()) {
       try {
         spec.link = LinkModel::parse(f.workload.link);
@@ -245,10 +246,7 @@ void check_process_job(const CharacterizeFlags& flags, const std::vector<SweepAx
                        backend + " each host's would need setting, run it with the local backend");
     }
   }
-  if (!flags.workload.link.empty()) {
-    throw UsageError("--link: link emulation is for the local backend; under " + backend +
-                     " the real interconnect is measured");
-  }
+  check_in_process_flags(flags.workload, backend);
   if (flags.workload.split == "auto") {
     refuse_split_auto_in_process_jobs(true, backend);
   }

@@ -9,6 +9,7 @@
 #include "comm/backend_registry.h"
 #include "commands.h"
 #include "compute/cpu/blas.h"
+#include "core/affinity.h"
 #include "core/error.h"
 #include "core/parse.h"
 #include "engine/launch.h"
@@ -99,10 +100,7 @@ int run_train(const TrainFlags& flags, bool batch_given, bool ranks_given,
   WorkloadFlags workload = flags.workload;
   workload.ranks = job_ranks(backend, workload.ranks, ranks_given);
   TrainConfig config = to_train_config(workload, batch_given);
-  if (backend != "local" && config.link.enabled()) {
-    throw UsageError("--link: link emulation is for the local backend; under " + backend +
-                     " the real interconnect is measured");
-  }
+  check_in_process_flags(workload, backend);
   refuse_split_auto_in_process_jobs(config.pipeline.split_auto, backend);
   const bool leader_process = backend == "local" || launched_world().rank == 0;
   // Locked for the whole run; the results appear at --out only when all are written.
@@ -121,6 +119,11 @@ int run_train(const TrainFlags& flags, bool batch_given, bool ranks_given,
   if (job.leader()) {
     print_header(config, where);
     if (job.process() != nullptr) std::printf("  %s\n", job.process()->describe().c_str());
+    if (job.in_process()) {
+      std::printf("  CPUs: %s\n",
+                  place_ranks(config.ranks, config.blas_threads, config.bind, allowed_cpus())
+                      .description.c_str());
+    }
     if (config.device == Device::kCpu) {
       configure_cpu_gemm(config);
       print_cpu_gemm_lines();

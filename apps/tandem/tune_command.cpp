@@ -434,10 +434,7 @@ int run_measured(TuneFlags flags, const CommandLine& argv) {
                                    })) /
       1e9;
   const TrainConfig base = base_config(flags, true);
-  if (backend != "local" && base.link.enabled()) {
-    throw UsageError("--link: link emulation is for the local backend; under " + backend +
-                     " the real interconnect is measured");
-  }
+  check_in_process_flags(flags.workload, backend);
   const TuneSpace space = make_space(flags, base, true);
   // --split auto measures unit times in this process: one process, one split.
   std::vector<TuneCandidate> candidates = tune_candidates(base, space, backend == "local", true);

@@ -175,6 +175,13 @@ void add_workload_flags(CLI::App& app, WorkloadFlags& f, WorkloadUse use) {
     app.add_option("--threads", f.threads, "BLAS threads per rank")
         ->check(integer_in(1, 1024))
         ->capture_default_str();
+    app.add_option("--bind", f.bind,
+                   "Ranks that are threads of this process: auto (each rank's threads bound "
+                   "to CPUs of its own, --threads per rank, when all ranks fit the CPUs this "
+                   "process may use; as mpirun binds one process per core) or none (the "
+                   "operating system places every thread)")
+        ->check(CLI::IsMember({"auto", "none"}))
+        ->capture_default_str();
     app.add_option("--timeout", f.timeout_s,
                    "Seconds a collective may take before the run stops with an error (at most "
                    "1e6, about 11.6 days)")
@@ -217,6 +224,19 @@ void add_workload_flags(CLI::App& app, WorkloadFlags& f, WorkloadUse use) {
                  "ring emulated on one GPU, for one rank), or auto (nccl with several ranks, "
                  "emulated with one)")
       ->capture_default_str();
+}
+
+void check_in_process_flags(const WorkloadFlags& f, const std::string& backend) {
+  if (backend == "local") return;
+  if (!f.link.empty()) {
+    throw UsageError("--link: link emulation is for the local backend; under " + backend +
+                     " the real interconnect is measured");
+  }
+  if (f.bind != "auto") {
+    throw UsageError("--bind " + f.bind +
+                     ": places the ranks that are threads of one process; under " + backend +
+                     " the launcher places each process (e.g. mpirun --bind-to none)");
+  }
 }
 
 void apply_cpu_gemm_flags(const WorkloadFlags& f) {
@@ -317,6 +337,7 @@ TrainConfig to_train_config(const WorkloadFlags& f, bool batch_given, bool runs_
   if (!f.link.empty()) c.link = for_flag("--link", [&] { return LinkModel::parse(f.link); });
   c.seed = f.seed;
   c.blas_threads = f.threads;
+  c.bind = f.bind == "auto";
   c.record = !f.no_timeline;
   c.verify = f.verify;
   c.device = for_flag("--device", [&] { return parse_device(f.device); });

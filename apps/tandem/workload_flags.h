@@ -48,6 +48,7 @@ struct WorkloadFlags {
   std::string link;
   std::uint64_t seed = 1;
   int threads = 1;
+  std::string bind = "auto";
   double timeout_s = 300;
   bool no_timeline = false;
   bool verify = false;
@@ -73,6 +74,10 @@ void add_workload_flags(CLI::App& app, WorkloadFlags& flags, WorkloadUse use = W
 // Parses the string-valued flags; throws UsageError naming the flag. `runs_here` false: a
 // configuration to simulate, whose memory and device are the cluster's, not this machine's.
 TrainConfig to_train_config(const WorkloadFlags& flags, bool batch_given, bool runs_here = true);
+
+// The flags for ranks that are threads of this process (--link, --bind none), refused in
+// one line under a launcher's `backend`.
+void check_in_process_flags(const WorkloadFlags& flags, const std::string& backend);
 
 // --threads, --gemm and, where this CPU runs it, --precision, applied process-wide
 // before a header describes them (a training run applies its own again; a microbenchmark

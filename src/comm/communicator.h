@@ -116,6 +116,11 @@ class Communicator {
   // Work::wait() makes wait. Host backends ignore it. Set before issuing.
   virtual void bind_stream(ComputeStream stream) { (void)stream; }
 
+  // The CPUs the threads this communicator runs of its own (a progress thread) may use:
+  // its rank's (core/affinity.h). Without threads of its own, nothing to do. Children
+  // split off later inherit the calling thread's CPUs.
+  virtual void bind_threads(std::span<const int> cpus) { (void)cpus; }
+
   // See the header comment. `reason` ends up in the errors of what fails.
   virtual void abort(const std::string& reason) = 0;
   virtual void drain() = 0;

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <utility>
 
+#include "core/affinity.h"
 #include "core/clock.h"
 #include "core/error.h"
 #include "core/parse.h"
@@ -45,6 +46,8 @@ void ProgressCommunicator::start_thread() {
     run();
   });
 }
+
+void ProgressCommunicator::bind_threads(std::span<const int> cpus) { bind_thread(thread_, cpus); }
 
 void ProgressCommunicator::stop_thread() {
   leave_parent();

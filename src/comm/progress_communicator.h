@@ -109,6 +109,7 @@ class ProgressCommunicator : public Communicator {
   void group_start() override;
   void group_end() override;
 
+  void bind_threads(std::span<const int> cpus) override;
   void abort(const std::string& reason) override;
   void drain() override;
   std::unique_ptr<Communicator> split(int color, int key) final;

@@ -9,6 +9,7 @@
 #include <mutex>
 #include <thread>
 
+#include "core/affinity.h"
 #include "core/bytes.h"
 #include "core/error.h"
 #include "core/memory.h"
@@ -187,11 +188,20 @@ RunResult Job::run_in_process(const RunSpec& spec, const RankBody& body) {
       for (auto& comm : *world) comm->abort(reason);
     }
   };
+  const RankCpus cpus = place_ranks(n, spec.threads_per_rank, spec.bind, allowed_cpus());
+  result.binding = cpus.description;
   std::vector<std::thread> threads;
   for (int r = 0; r < n; ++r) {
     threads.emplace_back([&, r] {
       const auto i = static_cast<std::size_t>(r);
       name_this_thread("tandem r" + std::to_string(r));
+      if (!cpus.per_rank.empty()) {
+        // Before anything runs: the BLAS threads this one starts inherit its CPUs.
+        const std::vector<int>& mine = cpus.per_rank[i];
+        bind_this_thread(mine);
+        comms[i]->bind_threads(mine);
+        if (comms[i] != control[i]) control[i]->bind_threads(mine);
+      }
       RankEnv env{.comm = *comms[i],
                   .control = *control[i],
                   .recorder = *recorders[i],
@@ -257,6 +267,8 @@ RunResult Job::run_in_job(const RunSpec& spec, const RankBody& body) {
   result.ranks = host.size();
   result.backend = std::string(data.backend_name());
   result.backend_details = data.describe();
+  result.binding = "by the launcher: rank " + std::to_string(host.rank()) + " on CPUs " +
+                   format_cpu_list(allowed_cpus());
   if (device_comm) {
     result.backend_details += "; host communicator: " + host.describe();
     device_comm->begin_shutdown();

@@ -41,6 +41,11 @@ struct RunSpec {
   BackendOptions comm{};             // the run's worlds (link, device options); timeout
   std::size_t span_capacity_per_lane = 4096;
   bool record = true;
+  // In-process ranks' threads bound to CPUs of their own (core/affinity.h) when `bind`
+  // and ranks x threads_per_rank fit the CPUs this process may use. A process job's
+  // ranks are where its launcher bound them.
+  bool bind = true;
+  int threads_per_rank = 1;
   // Note [fixed span names]: names the rank bodies' spans carry as fixed ids, without a
   // NameTable (a RankRecorder has none, and a process job has one table per process):
   // span_names[i] is id i + 1 in the run's timeline, interned first, in every process.
@@ -66,6 +71,7 @@ struct RunPlacement {
   int ranks = 1;
   std::string backend;          // of the run's collectives: "local", "mpi", "nccl", ...
   std::string backend_details;  // its describe() line
+  std::string binding;          // where the ranks' threads ran (place_ranks' description)
   int hosts = 1;
   int ranks_per_host = 0;                 // 0: all ranks are threads of one process
   std::int64_t clock_uncertainty_ns = 0;  // largest over ranks; 0 in one process

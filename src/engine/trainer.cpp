@@ -400,6 +400,8 @@ RunSpec train_run_spec(const TrainConfig& config) {
           .comm = train_backend_options(config),
           .span_capacity_per_lane = train_span_capacity(config),
           .record = config.record,
+          .bind = config.bind,
+          .threads_per_rank = config.blas_threads,
           .span_names = model_op_names()};
 }
 
@@ -747,6 +749,7 @@ TrainResult train(const TrainConfig& given, Job& job, const StepCallback& on_ste
   result.spans_dropped = run.spans_dropped;
   result.backend = run.backend;
   result.backend_details = run.backend_details;
+  result.binding = run.binding;
   result.hosts = run.hosts;
   result.ranks_per_host = run.ranks_per_host;
   result.clock_uncertainty_ns = run.clock_uncertainty_ns;

@@ -45,6 +45,7 @@ struct TrainConfig {
   std::int64_t timeout_ns = 300'000'000'000;  // a collective not done by then fails the run
   std::uint64_t seed = 1;
   int blas_threads = 1;  // per rank
+  bool bind = true;      // in-process ranks bound to CPUs of their own (RunSpec::bind)
   int data_batches = 8;  // distinct batches per rank's shard, cycled
   std::string data_path;  // transformers: train on this file's bytes (model/token_data.h)
   int eval_every = 0;     // with held-out data: the validation loss every N steps (0: last only)
@@ -119,6 +120,7 @@ struct TrainResult {
   // the ranks' clocks were aligned to rank 0's (engine/launch.h).
   std::string backend = "local";
   std::string backend_details;
+  std::string binding;  // where the ranks' threads ran (RunPlacement::binding)
   int hosts = 1;
   int ranks_per_host = 0;                 // 0: all ranks are threads of one process
   std::int64_t clock_uncertainty_ns = 0;  // largest over ranks; 0 for one process

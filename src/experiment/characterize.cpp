@@ -29,6 +29,7 @@ void add_placement(nlohmann::json& config, const RunPlacement& where,
   const nlohmann::json placement = {
       {"backend", where.backend},
       {"backend_details", where.backend_details},
+      {"binding", where.binding},
       {"hosts", where.hosts},
       {"ranks_per_host", where.ranks_per_host > 0 ? where.ranks_per_host : where.ranks},
       {"clock_uncertainty_ns", clock_uncertainty_ns}};

@@ -161,7 +161,9 @@ class MicrobenchWorkload final : public Workload {
     return {.ranks = spec_.ranks,
             .comm = {.local = {.link = spec_.link}},
             .span_capacity_per_lane = capacity,
-            .record = record};
+            .record = record,
+            .bind = spec_.bind,
+            .threads_per_rank = spec_.blas_threads};
   }
 
   // Enough sgemm calls to cover one all-reduce, each timed alone; rank 0's answer is

@@ -40,7 +40,7 @@ std::string train_description(const TrainConfig& config) {
 nlohmann::json train_workload_json(const TrainConfig& config) {
   nlohmann::json j = train_config_json(config, {});
   // What only a run knows: characterize() adds where the runs ran.
-  for (const char* key : {"buckets", "steps", "backend", "backend_details", "hosts",
+  for (const char* key : {"buckets", "steps", "backend", "backend_details", "binding", "hosts",
                           "ranks_per_host", "clock_uncertainty_ns", "clock_offset_ns"}) {
     j.erase(key);
   }

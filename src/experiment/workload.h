@@ -58,6 +58,7 @@ struct MicrobenchSpec {
   std::int64_t allreduce_bytes = 0;
   int ranks = 2;  // in-process jobs; a process job has its own count
   int blas_threads = 1;
+  bool bind = true;  // RunSpec::bind
   LinkModel link{};
 
   // "gemm=2048,allreduce=256MiB" or "gemm=512x40,allreduce=64MiB"; throws UsageError.

@@ -303,6 +303,7 @@ nlohmann::json train_config_json(const TrainConfig& c, const TrainResult& result
   return {
       {"backend", result.backend},
       {"backend_details", result.backend_details},
+      {"binding", result.binding},
       {"ranks", c.ranks},
       {"hosts", result.hosts},
       {"ranks_per_host", result.ranks_per_host > 0 ? result.ranks_per_host : c.ranks},

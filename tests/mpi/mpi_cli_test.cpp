@@ -96,6 +96,10 @@ void expect_same_losses_as_local(const std::string& mpi_flags) {
   const auto summary = nlohmann::json::parse(slurp(mpi_out / "summary.json"));
   EXPECT_EQ(summary["config"]["backend"], "mpi");
   EXPECT_EQ(summary["config"]["ranks"], 2);
+  // mpirun placed the processes; tandem says where rank 0 was, and binds nothing itself.
+  EXPECT_TRUE(summary["config"]["binding"].get<std::string>().starts_with(
+      "by the launcher: rank 0 on CPUs "))
+      << summary["config"]["binding"];
 }
 
 TEST(MpiTrain, LossTrajectoryMatchesLocalNativeAllreduce) {
@@ -611,6 +615,16 @@ TEST(MpiCharacterize, ASweepOfRanksIsAUsageError) {
                                 "--sweep ranks=1,2");
   EXPECT_EQ(r.exit_code, 2) << r.err;
   EXPECT_NE(r.err.find("tandem: error: --sweep ranks: "), std::string::npos) << r.err;
+}
+
+TEST(MpiCharacterize, BindNoneIsTheLaunchersToSay) {
+  const CliResult r = run_shell(mpirun(2) + TANDEM_BINARY +
+                                " train --model mlp:2x32 --batch 4 --steps 1 --bind none");
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_NE(r.err.find("tandem: error: --bind none: places the ranks that are threads of one "
+                       "process; under mpi the launcher"),
+            std::string::npos)
+      << r.err;
 }
 
 TEST(MpiTimeout, ASkippedCollectiveStopsEveryRankWithOneLineEach) {
