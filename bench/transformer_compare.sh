@@ -6,10 +6,11 @@
 # and DistributedDataParallel over gloo, 2 processes x 1 thread).
 #
 # PyTorch at its best: Debian's build multiplies through OpenBLAS, which runs generic
-# kernels on CPU models it does not know. Each PyTorch run is made twice per round, as
-# the environment gives it and with OPENBLAS_CORETYPE naming the best kernel family this
-# CPU supports (SkylakeX with AVX-512, Haswell with AVX2), in that command alone; the
-# faster of the two counts. Prints the medians and the ratios tandem / PyTorch.
+# kernels on CPU models it does not know. Each PyTorch run is made three times per round:
+# as the environment gives it, with OPENBLAS_CORETYPE naming the best kernel family this
+# CPU supports (SkylakeX with AVX-512, Haswell with AVX2) in that command alone, and that
+# again with each process bound to a CPU of its own (--bind 1, as tandem binds its ranks
+# by default); the fastest counts. Prints the medians and the ratios tandem / PyTorch.
 #
 #   bench/transformer_compare.sh BENCH_BINARY [ROUNDS] [VOCAB]
 # Needs Debian's python3-torch (apt-get install python3-torch) for /usr/bin/python3.
@@ -26,8 +27,8 @@ best_core=""
 if grep -qw avx512f /proc/cpuinfo; then best_core=SkylakeX; elif grep -qw avx2 /proc/cpuinfo; then best_core=Haswell; fi
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
-torch_best() {  # ranks, output file: the faster of the two BLAS settings
-  local ranks="$1" file="$2" a b
+torch_best() {  # ranks, output file: the fastest of the settings
+  local ranks="$1" file="$2" a b c
   a=$(OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 /usr/bin/python3 "$here/transformer_torch.py" \
         --threads 1 --ranks "$ranks" --vocab "$vocab")
   b="$a"
@@ -35,9 +36,17 @@ torch_best() {  # ranks, output file: the faster of the two BLAS settings
     b=$(OPENBLAS_CORETYPE="$best_core" OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 \
           /usr/bin/python3 "$here/transformer_torch.py" --threads 1 --ranks "$ranks" --vocab "$vocab")
   fi
+  local force=()
+  [[ -z "$best_core" ]] || force=("OPENBLAS_CORETYPE=$best_core")
+  c=$(env "${force[@]}" OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 /usr/bin/python3 \
+        "$here/transformer_torch.py" --threads 1 --ranks "$ranks" --vocab "$vocab" --bind 1)
   echo "as-given: $a" >>"$out/settings"
   echo "forced $best_core: $b" >>"$out/settings"
-  awk -v a="$a" -v b="$b" 'BEGIN { split(a, x, " "); split(b, y, " "); print (x[6] + 0 <= y[6] + 0 ? a : b) }' >"$file"
+  echo "forced $best_core, bound: $c" >>"$out/settings"
+  awk -v a="$a" -v b="$b" -v c="$c" 'BEGIN {
+    split(a, x, " "); split(b, y, " "); split(c, z, " ")
+    best = x[6] + 0 <= y[6] + 0 ? a : b; split(best, w, " ")
+    print (w[6] + 0 <= z[6] + 0 ? best : c) }' >"$file"
 }
 for ((r = 0; r < rounds; r++)); do
   "$bench" --rounds 1 --model "gpt:layers=4,dim=256,heads=4,seq=128,vocab=$vocab" >"$out/tandem.$r"

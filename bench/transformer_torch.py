@@ -7,16 +7,19 @@ final LayerNorm and a head tied to the token embedding; SGD with momentum, fp32.
 With --ranks N (N > 1) it trains data-parallel as tandem's ranks do: N processes on this
 machine, DistributedDataParallel over gloo on loopback (127.0.0.1), its default 25 MiB
 buckets overlapping backward, --batch sequences per rank, --threads per process.
+--bind 1 binds each process to --threads CPUs of its own (as tandem binds its ranks) when
+all fit.
 
 Prints one line: "torch <version> threads <n> step_ms <median> tokens_per_s <x>"
 (tokens per second of the whole job; with --ranks, rank 0's median step).
 
     transformer_torch.py [--layers 4] [--dim 256] [--heads 4] [--seq 128] [--vocab 50304]
                          [--batch 8] [--steps 8] [--warmup 2] [--threads 1] [--ranks 1]
-                         [--port 29511]
+                         [--port 29511] [--bind 0|1]
 """
 import argparse
 import math
+import os
 import statistics
 import time
 
@@ -69,6 +72,12 @@ class Gpt(nn.Module):
 
 
 def train(rank, a):
+    if a.bind:
+        # Each process on `threads` CPUs of its own, as tandem binds its ranks (and mpirun
+        # its processes): rank r on the r-th `threads` of the CPUs this process may use.
+        allowed = sorted(os.sched_getaffinity(0))
+        if a.ranks * a.threads <= len(allowed):
+            os.sched_setaffinity(0, allowed[rank * a.threads:(rank + 1) * a.threads])
     torch.set_num_threads(a.threads)
     if a.ranks > 1:
         import torch.distributed as dist
@@ -103,7 +112,7 @@ def main():
     p = argparse.ArgumentParser()
     for name, default in [("layers", 4), ("dim", 256), ("heads", 4), ("seq", 128),
                           ("vocab", 50304), ("batch", 8), ("steps", 8), ("warmup", 2),
-                          ("threads", 1), ("ranks", 1), ("port", 29511)]:
+                          ("threads", 1), ("ranks", 1), ("port", 29511), ("bind", 0)]:
         p.add_argument("--" + name, type=int, default=default)
     a = p.parse_args()
     if a.ranks > 1:
