@@ -19,7 +19,6 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
-#include <cstring>
 #include <functional>
 #include <oneapi/dnnl/dnnl.hpp>
 #include <string>
@@ -27,6 +26,8 @@
 
 #include "compute/cpu/blas.h"
 #include "core/clock.h"
+#include "core/error.h"
+#include "core/parse.h"
 #include "report/machine.h"
 
 using namespace tandem;
@@ -100,15 +101,32 @@ int main(int argc, char** argv) {
   int rounds = 5;
   double seconds = 0.15;
   std::string set = "gpt";
-  for (int i = 1; i + 1 < argc; i += 2) {
-    if (std::strcmp(argv[i], "--rounds") == 0) rounds = std::atoi(argv[i + 1]);
-    if (std::strcmp(argv[i], "--seconds") == 0) seconds = std::atof(argv[i + 1]);
-    if (std::strcmp(argv[i], "--shapes") == 0) set = argv[i + 1];
-  }
-  if (set != "gpt" && set != "mlp") {
-    std::fprintf(stderr, "gemm_bench: --shapes %s: expected gpt or mlp\n", set.c_str());
+  const auto refuse = [](const std::string& line) {
+    std::fprintf(stderr, "gemm_bench: %s\n", line.c_str());
     return 2;
+  };
+  for (int i = 1; i < argc; ++i) {
+    const std::string flag = argv[i];
+    if (flag == "--help" || flag == "-h") {
+      std::printf(
+          "gemm_bench [--rounds N (1..1000, default 5)] [--seconds S (> 0, <= 60, default "
+          "0.15)] [--shapes gpt|mlp]\n");
+      return 0;
+    }
+    if (flag != "--rounds" && flag != "--seconds" && flag != "--shapes") {
+      return refuse("unknown flag " + flag + " (--rounds, --seconds, --shapes; --help)");
+    }
+    if (i + 1 >= argc) return refuse(flag + ": needs a value");
+    const std::string value = argv[++i];
+    try {
+      if (flag == "--rounds") rounds = static_cast<int>(parse_int_in(value, flag, 1, 1000));
+      if (flag == "--seconds") seconds = parse_double_in(value, flag, {0, 60, true});
+    } catch (const UsageError& e) {
+      return refuse(e.what());
+    }
+    if (flag == "--shapes") set = value;
   }
+  if (set != "gpt" && set != "mlp") return refuse("--shapes " + set + ": expected gpt or mlp");
   set_blas_threads(1);
   const std::vector<Shape> shapes = set == "gpt" ? gpt_shapes() : mlp_shapes();
 
@@ -202,14 +220,14 @@ int main(int argc, char** argv) {
     }
   }
 
-  std::printf("\n%-12s %-3s %5s %5s %5s", "shape", "op", "m", "n", "k");
+  std::printf("\n%-14s %-3s %5s %5s %5s", "shape", "op", "m", "n", "k");
   for (const Library& lib : libs) std::printf(" %11s", lib.name.c_str());
   std::printf("  %-10s %8s %8s\n", "fastest", "tandem/f", "t/oblas");
   double worst = 1e9;
   std::vector<double> ratios, vs_openblas, bf16_ratios;
   for (std::size_t i = 0; i < shapes.size(); ++i) {
     const Shape& s = shapes[i];
-    std::printf("%-12s %c%c  %5d %5d %5d", s.what.c_str(), s.ta ? 'T' : 'N', s.tb ? 'T' : 'N', s.m,
+    std::printf("%-14s %c%c  %5d %5d %5d", s.what.c_str(), s.ta ? 'T' : 'N', s.tb ? 'T' : 'N', s.m,
                 s.n, s.k);
     const Library* fastest = nullptr;
     for (const Library& lib : libs) {

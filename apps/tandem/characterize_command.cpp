@@ -15,6 +15,7 @@
 #include "commands.h"
 #include "compute/cpu/blas.h"
 #include "compute/precision.h"
+#include "core/affinity.h"
 #include "core/error.h"
 #include "core/interrupt.h"
 #include "core/parse.h"
@@ -276,6 +277,13 @@ void print_header(const CharacterizeFlags& flags, std::size_t points, const Job&
       job.in_process() ? "" : " on rank 0's host", power_line.c_str(),
       flags.simulate.empty() ? describe_ranks(job).c_str() : "simulated, one per device");
   if (job.process() != nullptr) std::printf("  %s\n", job.process()->describe().c_str());
+  if (job.in_process() && flags.simulate.empty()) {
+    // The flags' ranks and threads (a sweep of either places each point as it runs;
+    // summary.json records each point's binding).
+    std::printf("  CPUs: %s\n", place_ranks(flags.workload.ranks, flags.workload.threads,
+                                            flags.workload.bind == "auto", allowed_cpus())
+                                    .description.c_str());
+  }
   if (!flags.simulate.empty()) {
     std::printf("  simulated on %s (docs/SIMULATE.md): nothing runs here\n",
                 resolve_cluster(flags.simulate, flags.calibration, flags.workload.ranks)

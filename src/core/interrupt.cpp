@@ -1,7 +1,7 @@
 #include "core/interrupt.h"
 
-#include <signal.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -10,6 +10,8 @@
 #include <map>
 #include <mutex>
 #include <thread>
+
+#include "core/thread_name.h"
 
 namespace tandem {
 namespace {
@@ -83,6 +85,7 @@ void install_interrupt_handling() {
     sigaction(signal, &action, nullptr);
   }
   std::thread([] {
+    name_this_thread("tandem signals");
     int signal = 0;
     for (;;) {
       const ssize_t n = ::read(g_pipe[0], &signal, sizeof signal);

@@ -1,6 +1,8 @@
 // Names the calling thread for the tools that show threads (top -H, perf, gdb, /proc):
-// "tandem r3" for rank 3's training thread, "tandem r3 comm" for its communication
-// thread, so a profile of a run says which rank and which lane each thread is.
+// "tandem r3" for rank 3's training thread (and the BLAS threads it starts, which inherit
+// the name), "tandem r3 comm" for its communication thread, "tandem power" for the power
+// sampler and "tandem signals" for the thread that handles Ctrl-C, so a profile of a run
+// says which rank and which lane each thread is.
 #pragma once
 
 #include <string>

@@ -2,6 +2,7 @@
 
 #include "analysis/statistics.h"
 #include "core/clock.h"
+#include "core/thread_name.h"
 #include "power/power.h"
 
 namespace tandem {
@@ -44,6 +45,7 @@ void PowerSampler::start() {
   }
   if (sources_.empty()) return;
   thread_ = std::thread([this] {
+    name_this_thread("tandem power");
     std::unique_lock lock(mutex_);
     while (!cv_.wait_for(lock, interval_, [&] { return !running_; })) {
       lock.unlock();

@@ -24,6 +24,9 @@ TEST(CharacterizeCliTest, WritesSummaryIterationsAndTraces) {
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_NE(r.out.find("compute slowdown S (eq. 1)"), std::string::npos) << r.out;
   const auto summary = nlohmann::json::parse(slurp(out / "summary.json"));
+  // Where the ranks ran: one header line, and the point's binding says the same.
+  const std::string binding = summary["points"][0]["config"]["binding"].get<std::string>();
+  EXPECT_NE(r.out.find("\n  CPUs: " + binding + "\n"), std::string::npos) << r.out;
   EXPECT_EQ(summary["schema"], 2);
   EXPECT_EQ(summary["tool"], "tandem");
   EXPECT_EQ(summary["command"], "characterize");
