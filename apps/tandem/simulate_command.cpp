@@ -55,24 +55,29 @@ void print_calibration(const Calibration& c) {
     if (c.gemm_flops_per_s[p] > 0)
       std::printf(" %.1f GFLOP/s %s,", c.gemm_flops_per_s[p] / 1e9, names[p]);
   }
-  std::printf(" memory %.1f GB/s; fit error median %.1f%%, largest %.1f%% (%s), %d samples\n",
+  std::printf(" memory %.1f GB/s; fit error median %.1f%%, largest %.1f%% (%s), %d sample%s\n",
               c.memory_bytes_per_s / 1e9, 100 * c.compute.median, 100 * c.compute.max,
-              c.compute.worst.c_str(), c.compute.samples);
+              c.compute.worst.c_str(), c.compute.samples, c.compute.samples == 1 ? "" : "s");
   std::printf(
       "  collectives: ring at %.2f GB/s per direction, %.1f us per hop, %.1f us hand-off per "
-      "collective; fit error median %.1f%%, largest %.1f%% (%s), %d samples\n",
+      "collective; fit error median %.1f%%, largest %.1f%% (%s), %d sample%s\n",
       c.link.bandwidth_bytes_per_s / 1e9, c.link.latency_s * 1e6, c.link.overhead_s * 1e6,
-      100 * c.comm.median, 100 * c.comm.max, c.comm.worst.c_str(), c.comm.samples);
+      100 * c.comm.median, 100 * c.comm.max, c.comm.worst.c_str(), c.comm.samples,
+      c.comm.samples == 1 ? "" : "s");
   if (c.contention_samples > 0) {
     std::printf(
         "  contention: overlap slows compute %.1f%% and collectives %.1f%% (%d "
-        "characterized configurations)\n",
-        100 * c.overlap_compute_slowdown, 100 * c.overlap_comm_slowdown, c.contention_samples);
+        "characterized configuration%s)\n",
+        100 * c.overlap_compute_slowdown, 100 * c.overlap_comm_slowdown, c.contention_samples,
+        c.contention_samples == 1 ? "" : "s");
   } else if (c.contention_candidates > 0) {
     std::printf(
-        "  contention: not fitted (none of the %d characterized configurations overlapped "
-        "long enough to show it; try layerwise or smaller buckets): 0\n",
-        c.contention_candidates);
+        "  contention: not fitted (%s long enough to show it; try layerwise or smaller "
+        "buckets): 0\n",
+        c.contention_candidates == 1 ? "the characterized configuration did not overlap"
+                                     : ("none of the " + std::to_string(c.contention_candidates) +
+                                        " characterized configurations overlapped")
+                                           .c_str());
   } else {
     std::printf("  contention: not fitted (no characterize run among the inputs): 0\n");
   }

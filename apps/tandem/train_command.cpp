@@ -38,8 +38,8 @@ struct TrainFlags {
 
 // `where` says what the ranks are, e.g. "local backend, threads of one process".
 void print_header(const TrainConfig& c, const std::string& where) {
-  std::printf("tandem train: %d ranks (%s), model %s (%lld parameters), batch %d per rank", c.ranks,
-              where.c_str(), c.model.text.c_str(),
+  std::printf("tandem train: %d rank%s (%s), model %s (%lld parameters), batch %d per rank",
+              c.ranks, c.ranks == 1 ? "" : "s", where.c_str(), c.model.text.c_str(),
               static_cast<long long>(c.model.parameter_count()), c.batch);
   if (c.pipeline.micro_batches > 0) {
     std::printf(" in %d micro-batches of %d", micro_batches(c), micro_batch_rows(c));
