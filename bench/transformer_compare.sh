@@ -27,26 +27,24 @@ best_core=""
 if grep -qw avx512f /proc/cpuinfo; then best_core=SkylakeX; elif grep -qw avx2 /proc/cpuinfo; then best_core=Haswell; fi
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
+torch_run() {  # RANKS BIND [VAR=VALUE...]: one PyTorch run's line, in that environment
+  local ranks="$1" bind="$2"
+  shift 2
+  env "$@" OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 /usr/bin/python3 "$here/transformer_torch.py" \
+    --threads 1 --ranks "$ranks" --vocab "$vocab" --bind "$bind"
+}
 torch_best() {  # ranks, output file: the fastest of the settings
-  local ranks="$1" file="$2" a b c
-  a=$(OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 /usr/bin/python3 "$here/transformer_torch.py" \
-        --threads 1 --ranks "$ranks" --vocab "$vocab")
-  b="$a"
-  if [[ -n "$best_core" ]]; then
-    b=$(OPENBLAS_CORETYPE="$best_core" OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 \
-          /usr/bin/python3 "$here/transformer_torch.py" --threads 1 --ranks "$ranks" --vocab "$vocab")
-  fi
-  local force=()
+  local ranks="$1" file="$2" force=() a b c
   [[ -z "$best_core" ]] || force=("OPENBLAS_CORETYPE=$best_core")
-  c=$(env "${force[@]}" OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 /usr/bin/python3 \
-        "$here/transformer_torch.py" --threads 1 --ranks "$ranks" --vocab "$vocab" --bind 1)
+  a=$(torch_run "$ranks" 0)
+  b="$a"
+  [[ -z "$best_core" ]] || b=$(torch_run "$ranks" 0 "${force[@]}")
+  c=$(torch_run "$ranks" 1 "${force[@]}")
   echo "as-given: $a" >>"$out/settings"
   echo "forced $best_core: $b" >>"$out/settings"
   echo "forced $best_core, bound: $c" >>"$out/settings"
-  awk -v a="$a" -v b="$b" -v c="$c" 'BEGIN {
-    split(a, x, " "); split(b, y, " "); split(c, z, " ")
-    best = x[6] + 0 <= y[6] + 0 ? a : b; split(best, w, " ")
-    print (w[6] + 0 <= z[6] + 0 ? best : c) }' >"$file"
+  # The smallest step time (6th field); on a tie the earlier setting.
+  printf '%s\n' "$a" "$b" "$c" | sort -s -g -k6,6 | head -1 >"$file"
 }
 for ((r = 0; r < rounds; r++)); do
   "$bench" --rounds 1 --model "gpt:layers=4,dim=256,heads=4,seq=128,vocab=$vocab" >"$out/tandem.$r"

@@ -305,9 +305,9 @@ void StageRunner::run_passes(int step, int first_batch) {
     }
     // Sequential (on a host; a device's: Note [device exchanges]): each receive is posted
     // when its action starts and waited for before it computes, so its whole transfer is
-    // exposed. Sends are left in flight: waiting for
-    // one can wait for a peer that waits for this stage (1F1B with blocking sends
-    // deadlocks; Megatron pairs them in batched exchanges instead).
+    // exposed. Sends are left in flight: waiting for one can wait for a peer that waits
+    // for this stage (1F1B with blocking sends deadlocks; Megatron pairs them in batched
+    // exchanges instead).
     current_ = i;
     const PipelineAction& a = actions_[i];
     if (a.kind == PipelineAction::kForward) {

@@ -134,7 +134,10 @@ std::string calibration_samples_csv(const Calibration& c, const std::vector<Comp
                           double predicted) {
     // `what` names a run directory: quoted, its quotes doubled (RFC 4180).
     std::string quoted = "\"";
-    for (const char ch : what) quoted += ch == '"' ? std::string("\"\"") : std::string(1, ch);
+    for (const char ch : what) {
+      quoted += ch;
+      if (ch == '"') quoted += '"';
+    }
     quoted += '"';
     char numbers[160];
     std::snprintf(numbers, sizeof numbers, ",%d,%.0f,%.0f,%.9g,%.9g,%.6f\n", ranks, flops, bytes,
