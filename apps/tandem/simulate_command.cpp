@@ -64,6 +64,10 @@ void print_calibration(const Calibration& c) {
       c.link.bandwidth_bytes_per_s / 1e9, c.link.latency_s * 1e6, c.link.overhead_s * 1e6,
       100 * c.comm.median, 100 * c.comm.max, c.comm.worst.c_str(), c.comm.samples,
       c.comm.samples == 1 ? "" : "s");
+  if (c.first_touch_bytes_per_s > 0) {
+    std::printf("  memory given back and touched again: %.2f GB/s\n",
+                c.first_touch_bytes_per_s / 1e9);
+  }
   if (c.contention_samples > 0) {
     std::printf(
         "  contention: overlap slows compute %.1f%% and collectives %.1f%% (%d "
@@ -385,6 +389,7 @@ int run_simulate(const SimulateFlags& flags, bool batch_given, const CommandLine
       {"gemm_efficiency", options.cluster.device.gemm_efficiency},
       {"overlap_compute_slowdown", options.cluster.device.overlap_compute_slowdown},
       {"overlap_comm_slowdown", options.cluster.device.overlap_comm_slowdown},
+      {"first_touch_gbps", options.cluster.device.first_touch_bytes_per_s / 1e9},
       {"calibration", here ? nlohmann::json(flags.calibration) : nlohmann::json(nullptr)},
   };
   nlohmann::json stragglers = nlohmann::json::array();

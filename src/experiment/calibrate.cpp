@@ -17,6 +17,7 @@
 #include "analysis/pipeline_metrics.h"
 #include "analysis/statistics.h"
 #include "core/error.h"
+#include "ddp/sharded.h"
 #include "model/layout.h"
 #include "model/model_ops.h"
 #include "report/train_report.h"
@@ -531,6 +532,16 @@ std::vector<ComputeSample> compute_samples(const std::vector<MeasuredRun>& runs)
     // A sharded strategy's optimizer updates a shard (in every scenario), not what
     // unit_costs prices: left out.
     const bool sharded_update = run.config.reducer.plan.strategy.sharded();
+    // zero2's and fsdp's backward passes rewrite gradients given back, in a step's first
+    // micro-batch only: with several, a pass's median is of either kind, so they are left
+    // out.
+    const StrategyKind strategy = run.config.reducer.plan.strategy.kind;
+    const bool touches = run.config.reducer.mode != CommMode::kOff &&
+                         (strategy == StrategyKind::kZero2 || strategy == StrategyKind::kFsdp);
+    const std::vector<std::int64_t> touched =
+        touches ? backward_touched_bytes(
+                      ModelLayout(run.config.model, sharded_layout(outer_ranks(run.config))))
+                : std::vector<std::int64_t>(static_cast<std::size_t>(U), 0);
     for (const auto& [key, seconds] : pass_seconds(run, /*clean_only=*/true)) {
       const auto [kind, tag] = key;
       if (kind == SpanKind::kOptimizer && sharded_update) continue;
@@ -548,8 +559,10 @@ std::vector<ComputeSample> compute_samples(const std::vector<MeasuredRun>& runs)
         sample.bytes = k.forward_bytes[u];
         name = "forward unit " + std::to_string(tag);
       } else {
+        if (touches && micro_batches(run.config) > 1) continue;
         sample.flops = k.backward_flops[u];
         sample.bytes = k.backward_bytes[u];
+        sample.touched = static_cast<double>(touched[u]);
         name = "backward unit " + std::to_string(tag);
       }
       sample.what = run.what + ": " + name;
@@ -590,15 +603,22 @@ std::vector<CommSample> comm_samples(const std::vector<MeasuredRun>& runs) {
     // The data-parallel collectives: over the replicas of one stage and tensor position.
     const int members = outer_ranks(run.config) / std::max(1, run.config.pipeline.stages);
     if (members < 2) continue;
+    // fsdp's gathers write into units given back (its steps' gathers; between steps none
+    // is timed).
+    const bool fsdp = run.config.reducer.plan.strategy.kind == StrategyKind::kFsdp;
+    const ModelLayout layout(run.config.model,
+                             fsdp ? sharded_layout(outer_ranks(run.config)) : LayoutOptions{});
     for (const auto& [key, occurrences] : transfer_seconds(run, /*clean_only=*/true)) {
       const auto [kind, tag, bytes] = key;
       if (kind == SpanKind::kSend) continue;  // point to point: not a ring
+      const bool touches = fsdp && kind == SpanKind::kAllgather && tag >= 0 && tag < layout.units();
       for (const double seconds : occurrences) {
         if (seconds < 0) continue;
         out.push_back(
             {.kind = kind,
              .ranks = members,
              .bytes = static_cast<double>(bytes),
+             .touched = touches ? static_cast<double>(given_back_bytes(layout, tag)) : 0,
              .seconds = seconds,
              .what = run.what + ": " + std::string(to_string(kind)) + " " + std::to_string(tag)});
       }

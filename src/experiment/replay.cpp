@@ -116,6 +116,9 @@ UnitCosts measured_costs(const TrainConfig& config, const Cluster& cluster,
   // The simulator prices a sharded update by the shard's share of k.optimizer: the
   // measured one is the shard's already.
   if (config.reducer.plan.strategy.sharded()) k.optimizer_numel = 0;
+  // The measured backward passes hold the time they spent rewriting gradients given back
+  // (and the measured collectives their gathers'): the model's first touch is not added.
+  k.touch_seconds = 0;
   if (modelled > 0) {
     notes.push_back(std::to_string(modelled) +
                     " passes were never measured (or never without overlap): priced by the "

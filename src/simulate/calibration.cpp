@@ -113,24 +113,30 @@ constexpr const char* kPrecisionNames[] = {"fp32", "tf32", "fp16", "bf16"};
 
 }  // namespace
 
+static double touch_seconds(const Calibration& c, double touched) {
+  return c.first_touch_bytes_per_s > 0 ? touched / c.first_touch_bytes_per_s : 0;
+}
+
 double predict(const Calibration& c, const ComputeSample& s) {
   const double rate = c.gemm_flops_per_s[static_cast<std::size_t>(s.precision)];
   return (s.flops > 0 && rate > 0 ? s.flops / rate : 0) +
-         (c.memory_bytes_per_s > 0 ? s.bytes / c.memory_bytes_per_s : 0);
+         (c.memory_bytes_per_s > 0 ? s.bytes / c.memory_bytes_per_s : 0) +
+         touch_seconds(c, s.touched);
 }
 
 double predict(const Calibration& c, const CommSample& s) {
   const double share = share_of(s.kind);
   const double k = s.ranks;
   return share * (k - 1) / k * s.bytes / c.link.bandwidth_bytes_per_s +
-         share * (k - 1) * c.link.latency_s + (s.handoff ? c.link.overhead_s : 0);
+         share * (k - 1) * c.link.latency_s + (s.handoff ? c.link.overhead_s : 0) +
+         touch_seconds(c, s.touched);
 }
 
 std::string calibration_samples_csv(const Calibration& c, const std::vector<ComputeSample>& compute,
                                     const std::vector<CommSample>& comm) {
-  std::string csv = "lane,what,type,ranks,flops,bytes,measured_s,predicted_s,error\n";
+  std::string csv = "lane,what,type,ranks,flops,bytes,touched_bytes,measured_s,predicted_s,error\n";
   const auto row = [&csv](const char* lane, const std::string& what, std::string_view type,
-                          int ranks, double flops, double bytes, double measured,
+                          int ranks, double flops, double bytes, double touched, double measured,
                           double predicted) {
     // `what` names a run directory: quoted, its quotes doubled (RFC 4180).
     std::string quoted = "\"";
@@ -139,17 +145,19 @@ std::string calibration_samples_csv(const Calibration& c, const std::vector<Comp
       if (ch == '"') quoted += '"';
     }
     quoted += '"';
-    char numbers[160];
-    std::snprintf(numbers, sizeof numbers, ",%d,%.0f,%.0f,%.9g,%.9g,%.6f\n", ranks, flops, bytes,
-                  measured, predicted, measured > 0 ? predicted / measured - 1 : 0.0);
+    char numbers[192];
+    std::snprintf(numbers, sizeof numbers, ",%d,%.0f,%.0f,%.0f,%.9g,%.9g,%.6f\n", ranks, flops,
+                  bytes, touched, measured, predicted,
+                  measured > 0 ? predicted / measured - 1 : 0.0);
     csv += std::string(lane) + "," + quoted + "," + std::string(type) + numbers;
   };
   for (const ComputeSample& s : compute) {
     row("compute", s.what, kPrecisionNames[static_cast<std::size_t>(s.precision)], 1, s.flops,
-        s.bytes, s.seconds, predict(c, s));
+        s.bytes, s.touched, s.seconds, predict(c, s));
   }
   for (const CommSample& s : comm) {
-    row("comm", s.what, to_string(s.kind), s.ranks, 0, s.bytes, s.seconds, predict(c, s));
+    row("comm", s.what, to_string(s.kind), s.ranks, 0, s.bytes, s.touched, s.seconds,
+        predict(c, s));
   }
   return csv;
 }
@@ -158,39 +166,18 @@ Calibration fit_calibration(const std::vector<ComputeSample>& compute,
                             const std::vector<CommSample>& comm,
                             const std::vector<ContentionSample>& contention) {
   Calibration c;
-  // Compute: columns 0..3 the precisions' FLOPs, column 4 the bytes.
+  // Collectives: columns 1/B, alpha and 1/Z (fsdp's gathers write into units given back),
+  // from the transfers; then the hand-off, the mean over the samples that hold it of what
+  // the ring leaves: a step pays the sum of its hand-offs, and their blocked times vary
+  // with the scheduler more than with their sizes (a least-squares compromise with the
+  // transfers, or a median, misses the late wake-ups that make most of the sum).
   std::vector<std::vector<double>> rows;
   std::vector<double> t;
-  bool fp32 = false;
-  for (const ComputeSample& s : compute) {
-    if (!(s.seconds > 0)) continue;
-    std::vector<double> row(5, 0);
-    row[static_cast<std::size_t>(s.precision)] = s.flops;
-    row[4] = s.bytes;
-    rows.push_back(row);
-    t.push_back(s.seconds);
-    fp32 = fp32 || (s.precision == Precision::kFp32 && s.flops > 0);
-  }
-  if (!fp32) {
-    throw UsageError(
-        "--calibrate: no fp32 compute measured in these runs (calibrate from "
-        "train or characterize runs with --precision fp32, and others besides)");
-  }
-  const std::vector<double> x = fit_keeping(rows, t, /*slope=*/0, /*other=*/4);
-  for (std::size_t p = 0; p < 4; ++p) c.gemm_flops_per_s[p] = x[p] > 0 ? 1 / x[p] : 0;
-  c.memory_bytes_per_s = x[4] > 0 ? 1 / x[4] : 0;
-
-  // Collectives: columns 1/B and alpha, from the transfers; then the hand-off, the mean
-  // over the samples that hold it of what the ring leaves: a step pays the sum of its
-  // hand-offs, and their blocked times vary with the scheduler more than with their sizes
-  // (a least-squares compromise with the transfers, or a median, misses the late wake-ups
-  // that make most of the sum).
-  rows.clear();
-  t.clear();
   for (const CommSample& s : comm) {
     if (!(s.seconds > 0) || s.ranks < 2 || s.handoff) continue;
     const double share = share_of(s.kind);
-    rows.push_back({share * (s.ranks - 1.0) / s.ranks * s.bytes, share * (s.ranks - 1.0)});
+    rows.push_back(
+        {share * (s.ranks - 1.0) / s.ranks * s.bytes, share * (s.ranks - 1.0), s.touched});
     t.push_back(s.seconds);
   }
   if (rows.empty()) {
@@ -201,6 +188,7 @@ Calibration fit_calibration(const std::vector<ComputeSample>& compute,
   const std::vector<double> y = fit_keeping(rows, t, /*slope=*/0, /*other=*/1);
   c.link.bandwidth_bytes_per_s = 1 / y[0];
   c.link.latency_s = y[1];
+  c.first_touch_bytes_per_s = y[2] > 0 ? 1 / y[2] : 0;
   std::vector<double> left;
   for (const CommSample& s : comm) {
     if (s.handoff && s.seconds > 0 && s.ranks >= 2) left.push_back(s.seconds - predict(c, s));
@@ -210,6 +198,33 @@ Calibration fit_calibration(const std::vector<ComputeSample>& compute,
     for (double h : left) sum += h;
     c.link.overhead_s = std::max(0.0, sum / static_cast<double>(left.size()));
   }
+
+  // Compute: columns 0..3 the precisions' FLOPs, column 4 the bytes, column 5 the bytes
+  // touched again where the collectives did not fit Z (else their time is taken off).
+  const double z = c.first_touch_bytes_per_s;
+  rows.clear();
+  t.clear();
+  bool fp32 = false;
+  for (const ComputeSample& s : compute) {
+    const double seconds = s.seconds - (z > 0 ? s.touched / z : 0);
+    if (!(s.seconds > 0) || !(seconds > 0)) continue;
+    std::vector<double> row(6, 0);
+    row[static_cast<std::size_t>(s.precision)] = s.flops;
+    row[4] = s.bytes;
+    if (z == 0) row[5] = s.touched;
+    rows.push_back(row);
+    t.push_back(seconds);
+    fp32 = fp32 || (s.precision == Precision::kFp32 && s.flops > 0);
+  }
+  if (!fp32) {
+    throw UsageError(
+        "--calibrate: no fp32 compute measured in these runs (calibrate from "
+        "train or characterize runs with --precision fp32, and others besides)");
+  }
+  const std::vector<double> x = fit_keeping(rows, t, /*slope=*/0, /*other=*/4);
+  for (std::size_t p = 0; p < 4; ++p) c.gemm_flops_per_s[p] = x[p] > 0 ? 1 / x[p] : 0;
+  c.memory_bytes_per_s = x[4] > 0 ? 1 / x[4] : 0;
+  if (z == 0 && x[5] > 0) c.first_touch_bytes_per_s = 1 / x[5];
 
   // Contention: c = sum dC / sum (T_ovl - dC), likewise m; only where they overlapped.
   double dc = 0, dc_rest = 0, dm = 0, dm_rest = 0;
@@ -249,6 +264,7 @@ Cluster calibrated_cluster(const Calibration& c, int ranks, double memory_bytes,
   out.device.gemm_efficiency = 1;
   out.device.overlap_compute_slowdown = c.overlap_compute_slowdown;
   out.device.overlap_comm_slowdown = c.overlap_comm_slowdown;
+  out.device.first_touch_bytes_per_s = c.first_touch_bytes_per_s;
   out.device.source = source;
   out.intra = c.link;
   out.inter = c.link;
@@ -279,6 +295,7 @@ nlohmann::json calibration_json(const Calibration& c, double memory_bytes,
         {"gemm_efficiency", 1},
         {"overlap_compute_slowdown", c.overlap_compute_slowdown},
         {"overlap_comm_slowdown", c.overlap_comm_slowdown},
+        {"first_touch_gbps", c.first_touch_bytes_per_s / 1e9},
         {"source", source}}},
       {"intra",
        {{"gbps", c.link.bandwidth_bytes_per_s / 1e9},
@@ -287,6 +304,7 @@ nlohmann::json calibration_json(const Calibration& c, double memory_bytes,
       {"calibration",
        {{"gemm_flops_per_s", rates},
         {"memory_bytes_per_s", c.memory_bytes_per_s},
+        {"first_touch_bytes_per_s", c.first_touch_bytes_per_s},
         {"memory_bytes", memory_bytes},
         {"link_bytes_per_s", c.link.bandwidth_bytes_per_s},
         {"link_latency_s", c.link.latency_s},
@@ -330,6 +348,10 @@ Calibration read_calibration(const std::string& path, const std::string& flag, d
     c.link.latency_s = number("link_latency_s");
     // Calibrations written before the hand-off was fitted have none: 0.
     if (j.contains("link_overhead_s")) c.link.overhead_s = number("link_overhead_s");
+    // Nor the first touch: free.
+    if (j.contains("first_touch_bytes_per_s")) {
+      c.first_touch_bytes_per_s = number("first_touch_bytes_per_s");
+    }
     c.overlap_compute_slowdown = number("overlap_compute_slowdown");
     c.overlap_comm_slowdown = number("overlap_comm_slowdown");
     c.contention_samples = j.at("contention_samples").get<int>();

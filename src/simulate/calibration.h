@@ -13,6 +13,11 @@
 //               communication spans that no compute overlapped; h the mean of what the
 //               ring leaves of the collectives waited for in place (a tensor group's),
 //               timed as their ranks stood blocked (0 without any);
+//   first touch memory a sharded strategy gave back and touches again costs its bytes /
+//               Z on top (DeviceProfile::first_touch_bytes_per_s): Z a third column of the
+//               collectives' fit, from fsdp's all-gathers (each writes into a unit given
+//               back); without any, a column of the compute fit, from zero2's and fsdp's
+//               backward passes (each rewrites a gradient given back); else 0 (free);
 //   contention  from the methodology's scenarios of one configuration: while both lanes
 //               run, compute goes 1 + c times slower and a collective 1 + m times. In
 //               the simulator's model an overlapped step's compute grows by
@@ -43,6 +48,7 @@ struct ComputeSample {
   Precision precision = Precision::kFp32;
   double flops = 0;
   double bytes = 0;
+  double touched = 0;  // bytes of memory given back that the pass wrote again
   double seconds = 0;  // measured
   std::string what;    // "runs/a: mlp:4x512 forward unit 2"
 };
@@ -51,6 +57,7 @@ struct CommSample {
   SpanKind kind = SpanKind::kAllreduce;
   int ranks = 2;
   double bytes = 0;
+  double touched = 0;  // bytes of memory given back that it wrote again (an fsdp gather)
   double seconds = 0;
   // The time holds the hand-off around the transfer (a collective waited for in place,
   // timed as its ranks stood blocked on it), not the transfer alone (a collective's span).
@@ -77,6 +84,7 @@ struct FitError {
 struct Calibration {
   std::array<double, 4> gemm_flops_per_s{};  // by Precision; 0: no sample
   double memory_bytes_per_s = 0;
+  double first_touch_bytes_per_s = 0;  // 0: not fitted (free)
   LinkProfile link;
   double overlap_compute_slowdown = 0;
   double overlap_comm_slowdown = 0;

@@ -198,6 +198,9 @@ Cluster from_json(std::string_view path) {
     if (d.contains("overlap_comm_slowdown")) {
       c.device.overlap_comm_slowdown = positive(d, "overlap_comm_slowdown", 1, path);
     }
+    if (d.contains("first_touch_gbps")) {
+      c.device.first_touch_bytes_per_s = positive(d, "first_touch_gbps", kG, path);
+    }
     for (auto [key, link] : {std::pair{"intra", &c.intra}, std::pair{"inter", &c.inter}}) {
       if (!j.contains(key)) continue;
       const nlohmann::json& l = j[key];

@@ -40,6 +40,12 @@ struct DeviceProfile {
   // longer (0.19: 19% slower, the study's mean), and the collective this much longer.
   double overlap_compute_slowdown = 0;
   double overlap_comm_slowdown = 0;
+  // Memory a sharded strategy gave back and touches again (fsdp's parameters gathered into
+  // a unit it released, zero2/fsdp's gradients rewritten after their reduce-scatter) costs
+  // its bytes at this rate on top: the operating system clears every page it hands back
+  // (core/page_array.h). 0: free, as under a caching allocator (every datasheet profile);
+  // calibration fits it where the measured runs gave memory back.
+  double first_touch_bytes_per_s = 0;
   std::string source;  // where the figures come from
 
   double peak(Precision precision) const;

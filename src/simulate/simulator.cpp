@@ -16,6 +16,7 @@
 #include <tuple>
 
 #include "core/error.h"
+#include "core/page_array.h"
 #include "core/parse.h"
 #include "ddp/launch_schedule.h"
 #include "ddp/reducer.h"
@@ -426,8 +427,36 @@ UnitCosts unit_costs(const TrainConfig& config, const Cluster& cluster) {
   c.optimizer = c.optimizer_bytes / bw;
   c.byte_seconds = 1 / bw;
   c.flop_seconds = 1 / flop_rate;
+  c.touch_seconds = d.first_touch_bytes_per_s > 0 ? 1 / d.first_touch_bytes_per_s : 0;
   if (spec.tensor > 1) tensor_pieces(spec, rows, flop_rate, bw, c);
   return c;
+}
+
+std::int64_t given_back_bytes(const ModelLayout& layout, int u) {
+  const std::size_t huge = PageMemory::kHugePage;
+  const auto round_up = [huge](std::size_t bytes) { return (bytes + huge - 1) / huge * huge; };
+  std::size_t owned = (layout.owned_end(u) - layout.unit_begin(u)) * sizeof(float);
+  if (owned < PageMemory::kMinGiveBack) return 0;
+  // The array's last unit owns the rest of its last huge page too.
+  if (layout.owned_end(u) == layout.numel()) {
+    owned = round_up(layout.numel() * sizeof(float)) - layout.unit_begin(u) * sizeof(float);
+  }
+  // A write faults whole pages back in: huge ones (flat_array advises a unit's range).
+  const std::size_t written = (layout.unit(u).padded_end - layout.unit_begin(u)) * sizeof(float);
+  return static_cast<std::int64_t>(std::min(owned, round_up(written)));
+}
+
+std::vector<std::int64_t> backward_touched_bytes(const ModelLayout& layout) {
+  std::vector<std::int64_t> out(static_cast<std::size_t>(layout.units()), 0);
+  std::vector<bool> written(out.size(), false);
+  for (int u = layout.units() - 1; u >= 0; --u) {
+    for (const int v : layout.units_read(u)) {
+      if (written[static_cast<std::size_t>(v)]) continue;
+      written[static_cast<std::size_t>(v)] = true;
+      out[static_cast<std::size_t>(u)] += given_back_bytes(layout, v);
+    }
+  }
+  return out;
 }
 
 namespace {
@@ -484,15 +513,16 @@ struct StepPlan {
 // builder's business).
 struct ProgramBuilder {
   std::vector<StepOp>* ops = nullptr;
-  std::function<int(SpanKind, std::int64_t, int)> collective;
+  // (kind, bytes, tag, extra seconds: memory the collective touches again) -> transfer.
+  std::function<int(SpanKind, std::int64_t, int, double)> collective;
   // A collective of the rank's tensor group (kSend: a ring step), tagged with its unit.
   std::function<int(SpanKind, std::int64_t, int)> tensor;
   // Seconds the rank idles before a pass (kind, unit), as measured; null: none.
   const std::function<double(SpanKind, int)>* idle_before = nullptr;
   int tensor_ranks = 1;  // --tensor: the ring's steps
 
-  int post(SpanKind kind, std::int64_t bytes, int tag) {
-    const int t = collective(kind, bytes, tag);
+  int post(SpanKind kind, std::int64_t bytes, int tag, double extra_seconds = 0) {
+    const int t = collective(kind, bytes, tag, extra_seconds);
     post_transfer(t, tag);
     return t;
   }
@@ -531,6 +561,12 @@ class SimSync {
   virtual void after_forward(ProgramBuilder& p, int unit) { (void)p, (void)unit; }
   virtual void before_backward(ProgramBuilder& p, int unit) { (void)p, (void)unit; }
   virtual void after_backward(ProgramBuilder& p, int unit, bool last_micro) = 0;
+  // Seconds unit's backward spends writing gradient memory the strategy gave back
+  // (UnitCosts::touch_seconds), asked once per backward in program order.
+  virtual double backward_touch(int unit) {
+    (void)unit;
+    return 0;
+  }
   // Before the step's first forward (double buffering posts the previous step's buckets).
   virtual void begin_step(ProgramBuilder& p) { (void)p; }
   virtual void before_optimizer(ProgramBuilder& p) = 0;
@@ -708,10 +744,14 @@ class SimSharded final : public SimSync {
         gather_(static_cast<std::size_t>(layout.units()), -1),
         reduce_(static_cast<std::size_t>(layout.units()), -1),
         casts_(config.reducer.compress.casts() && config.compute ? costs.byte_seconds : 0),
-        halves_(config.reducer.compress.casts()) {
+        halves_(config.reducer.compress.casts()),
+        touch_(costs.touch_seconds),
+        backward_touched_(backward_touched_bytes(layout)),
+        grads_touched_(static_cast<std::size_t>(layout.units()), false) {
     for (int u = 0; u < layout.units(); ++u) {
       const UnitInfo& info = layout.unit(u);
       bytes_.push_back(static_cast<std::int64_t>((info.padded_end - info.begin) * sizeof(float)));
+      given_back_.push_back(given_back_bytes(layout, u));
       shard_numel_ += (info.padded_end - info.begin) / static_cast<std::size_t>(config.ranks);
     }
   }
@@ -744,6 +784,14 @@ class SimSharded final : public SimSync {
     reduce_[static_cast<std::size_t>(unit)] =
         p.post(SpanKind::kReduceScatter, halves_ ? bytes(unit) / 2 : bytes(unit), unit);
     if (sequential_) settle(p);
+  }
+  // zero2 and fsdp give a unit's gradient back once its reduce-scatter is settled
+  // (ShardedSync::settled): the step's first backward that writes it touches it again.
+  double backward_touch(int unit) override {
+    const auto u = static_cast<std::size_t>(unit);
+    if (!comm_ || kind_ == StrategyKind::kZero1 || grads_touched_[u]) return 0;
+    grads_touched_[u] = true;  // the step's first micro-batch
+    return touch_ * static_cast<double>(backward_touched_[u]);
   }
   void before_optimizer(ProgramBuilder& p) override {
     if (!overlap_optimizer_) settle(p);  // else each unit before its own update
@@ -805,9 +853,13 @@ class SimSharded final : public SimSync {
     return out;
   }
 
+  // fsdp: every gather writes into a unit given back at its release (or, the first, by
+  // ShardedSync's constructor), so it touches that memory again.
   void gather_and_wait(ProgramBuilder& p) {
     for (const int v : schedule_.gathers_before(event_)) {
-      gather_[static_cast<std::size_t>(v)] = p.post(SpanKind::kAllgather, bytes(v), v);
+      gather_[static_cast<std::size_t>(v)] =
+          p.post(SpanKind::kAllgather, bytes(v), v,
+                 touch_ * static_cast<double>(given_back_[static_cast<std::size_t>(v)]));
       note_gathered();
     }
     for (const int v : schedule_.waits_before(event_)) {
@@ -853,6 +905,10 @@ class SimSharded final : public SimSync {
   std::vector<int> reduce_;  // per unit: its reduce-scatter in flight, -1 if none
   double casts_;             // --compress fp16|bf16 with compute: seconds per byte streamed; else 0
   bool halves_;              // --compress fp16|bf16: the reduce-scatters move 16-bit values
+  double touch_;             // seconds per byte given back and touched again
+  std::vector<std::int64_t> backward_touched_;  // per unit: backward_touched_bytes
+  std::vector<std::int64_t> given_back_;        // per unit: given_back_bytes
+  std::vector<bool> grads_touched_;             // per unit: its backward has run this step
   int event_ = 0;
   std::int64_t gathered_peak_ = 0;
 };
@@ -992,10 +1048,20 @@ void stage_program(const StageContext& ctx, SimSync& sync, ProgramBuilder& p) {
       for (int u = last; u >= first; --u) {
         const auto k = static_cast<std::size_t>(u);
         sync.before_backward(p, u);
+        const double touch = config.compute ? sync.backward_touch(u) : 0;
         if (k < costs.backward_pieces.size() && config.compute) {
-          pass_pieces(p, costs.backward_pieces[k], SpanKind::kBackward, u, a.micro);
+          if (touch > 0) {  // on the pass's first compute piece
+            std::vector<PassPiece> pieces = costs.backward_pieces[k];
+            const auto product = std::find_if(pieces.begin(), pieces.end(), [](const PassPiece& x) {
+              return x.kind == PassPiece::Kind::kCompute;
+            });
+            if (product != pieces.end()) product->seconds += touch;
+            pass_pieces(p, pieces, SpanKind::kBackward, u, a.micro);
+          } else {
+            pass_pieces(p, costs.backward_pieces[k], SpanKind::kBackward, u, a.micro);
+          }
         } else {
-          p.compute(SpanKind::kBackward, u, a.micro, work * costs.backward[k],
+          p.compute(SpanKind::kBackward, u, a.micro, work * costs.backward[k] + touch,
                     costs.backward_flops[k]);
         }
         sync.after_backward(p, u, a.micro == M - 1);
@@ -1323,7 +1389,7 @@ TrainResult simulate_training(const TrainConfig& given, const SimulateOptions& o
     };
     int posts = 0;
     if (!pipeline) {
-      builder.collective = [&](SpanKind kind, std::int64_t bytes, int tag) {
+      builder.collective = [&](SpanKind kind, std::int64_t bytes, int tag, double extra) {
         const int k = posts++;
         const auto [it, fresh] = stage_collective.try_emplace({0, k}, 0);
         if (fresh) {
@@ -1333,17 +1399,18 @@ TrainResult simulate_training(const TrainConfig& given, const SimulateOptions& o
                .bytes = bytes,
                .tag = tag,
                .actors = everyone,
-               .seconds = measured_or(kind, tag, bytes,
-                                      tp == 1 ? collective_seconds(cluster, kind, config.ranks,
-                                                                   static_cast<double>(bytes))
-                                              : group_seconds(cluster, kind, position_ranks,
-                                                              static_cast<double>(bytes)))});
+               .seconds =
+                   measured_or(kind, tag, bytes,
+                               extra + (tp == 1 ? collective_seconds(cluster, kind, config.ranks,
+                                                                     static_cast<double>(bytes))
+                                                : group_seconds(cluster, kind, position_ranks,
+                                                                static_cast<double>(bytes))))});
         }
         return it->second;
       };
     } else {
       const int stage = actor.stage;
-      builder.collective = [&, stage](SpanKind kind, std::int64_t bytes, int tag) {
+      builder.collective = [&, stage](SpanKind kind, std::int64_t bytes, int tag, double extra) {
         const int k = posts++;
         const auto [it, fresh] = stage_collective.try_emplace({stage, k}, 0);
         if (fresh) {
@@ -1362,9 +1429,9 @@ TrainResult simulate_training(const TrainConfig& given, const SimulateOptions& o
                .tag = tag,
                .channel = 1,
                .actors = who,
-               .seconds =
-                   measured_or(kind, tag, bytes,
-                               group_seconds(cluster, kind, ranks, static_cast<double>(bytes)))});
+               .seconds = measured_or(
+                   kind, tag, bytes,
+                   extra + group_seconds(cluster, kind, ranks, static_cast<double>(bytes)))});
         }
         return it->second;
       };

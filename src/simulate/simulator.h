@@ -98,6 +98,10 @@ struct UnitCosts {
   // and per GEMM FLOP (0 when replaying measured passes: not priced).
   double byte_seconds = 0;
   double flop_seconds = 0;
+  // Seconds per byte of memory given back and touched again (DeviceProfile::
+  // first_touch_bytes_per_s; 0: free, and when replaying: the measured passes and
+  // collectives hold it).
+  double touch_seconds = 0;
   // --tensor T: each unit's passes as the split model runs them, its compute (which sums
   // to forward[u] and backward[u]) cut by the tensor group's collectives; the loss's
   // forward too. Empty without tensor parallelism.
@@ -105,6 +109,19 @@ struct UnitCosts {
   std::vector<PassPiece> loss_pieces;
 };
 UnitCosts unit_costs(const TrainConfig& config, const Cluster& cluster);
+
+// The bytes of unit u's parameters (or gradients) that a sharded strategy gives back to
+// the operating system on a host (ShardedSync, core/page_array.h) and that writing the
+// unit again faults back in: the huge pages its values cover (flat_array advises each
+// unit's range), within its range up to the next unit; none where that range is under
+// PageMemory::kMinGiveBack (zeroed in place, not given back). They cost
+// DeviceProfile::first_touch_bytes_per_s.
+std::int64_t given_back_bytes(const ModelLayout& layout, int u);
+// zero2 and fsdp give every unit's gradient back once its reduce-scatter is settled: per
+// unit, the given-back bytes its backward is the first of a step to write, backward running
+// from the last unit to the first (gpt's head writes the tied embedding's gradient before
+// the embedding's own backward does).
+std::vector<std::int64_t> backward_touched_bytes(const ModelLayout& layout);
 
 // --split auto in a simulation: the pipeline's units per chunk balanced by the predicted
 // forward + backward time of each unit (the cluster's model, or options.costs when

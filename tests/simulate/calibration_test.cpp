@@ -92,6 +92,44 @@ TEST(CalibrationTest, ReportsTheErrorOfWhatTheModelCannotFit) {
   EXPECT_EQ(c.overlap_compute_slowdown, 0);
 }
 
+// Memory given back and touched again: its rate Z is a column of the collectives' fit
+// where fsdp's gathers are among the samples; without them, of the compute's, from the
+// backward passes that rewrite given-back gradients; without either, 0 (free).
+TEST(CalibrationTest, FitsTheFirstTouchFromTheGathersElseFromThePasses) {
+  constexpr double kTouch = 2e10;
+  std::vector<CommSample> comm = comm_from_truth();
+  for (double bytes : {2e6, 8e6}) {
+    comm.push_back({.kind = SpanKind::kAllgather,
+                    .ranks = 2,
+                    .bytes = bytes,
+                    .touched = bytes,
+                    .seconds = 0.5 * bytes / kLink + kAlpha + bytes / kTouch,
+                    .what = "fsdp gather"});
+  }
+  std::vector<ComputeSample> compute = compute_from_truth();
+  // A backward pass rewriting 4 MB given back, at the same rate.
+  compute.push_back({.flops = 3e8,
+                     .bytes = 1e5,
+                     .touched = 4e6,
+                     .seconds = 3e8 / kRate + 1e5 / kBw + 4e6 / kTouch,
+                     .what = "backward"});
+  Calibration c = fit_calibration(compute, comm, {});
+  EXPECT_NEAR(c.first_touch_bytes_per_s / kTouch, 1, 1e-9);
+  EXPECT_NEAR(c.link.bandwidth_bytes_per_s / kLink, 1, 1e-9);
+  EXPECT_NEAR(c.gemm_flops_per_s[0] / kRate, 1, 1e-9);
+  EXPECT_LT(c.compute.max, 1e-9);
+  EXPECT_LT(c.comm.max, 1e-9);
+  // Touched again by the passes only.
+  c = fit_calibration(compute, comm_from_truth(), {});
+  EXPECT_NEAR(c.first_touch_bytes_per_s / kTouch, 1, 1e-9);
+  EXPECT_NEAR(c.memory_bytes_per_s / kBw, 1, 1e-9);
+  // By neither: free, and the fit as before.
+  c = fit_calibration(compute_from_truth(), comm_from_truth(), {});
+  EXPECT_EQ(c.first_touch_bytes_per_s, 0);
+  const Cluster here = calibrated_cluster(fit_calibration(compute, comm, {}), 2, 1e10, "test");
+  EXPECT_NEAR(here.device.first_touch_bytes_per_s / kTouch, 1, 1e-9);
+}
+
 // samples.csv: one row per sample with what the fit predicts for it; a name holding a
 // comma or a quote stays one field.
 TEST(CalibrationTest, SamplesCsvHoldsEverySampleAndItsPrediction) {
@@ -102,9 +140,9 @@ TEST(CalibrationTest, SamplesCsvHoldsEverySampleAndItsPrediction) {
   const Calibration c = fit_calibration(compute, comm, {});
   const std::string csv = calibration_samples_csv(c, compute, comm);
   EXPECT_EQ(csv.substr(0, csv.find('\n')),
-            "lane,what,type,ranks,flops,bytes,measured_s,predicted_s,error");
+            "lane,what,type,ranks,flops,bytes,touched_bytes,measured_s,predicted_s,error");
   EXPECT_EQ(std::count(csv.begin(), csv.end(), '\n'), 1 + compute.size() + comm.size());
-  const std::size_t row = csv.find("compute,\"runs/a,\"\"b\"\": slow one\",fp32,1,1000000000,0,");
+  const std::size_t row = csv.find("compute,\"runs/a,\"\"b\"\": slow one\",fp32,1,1000000000,0,0,");
   ASSERT_NE(row, std::string::npos) << csv;
   // Its error column is predict / measured - 1, as the fit reports it.
   const std::string line = csv.substr(row, csv.find('\n', row) - row);
@@ -143,7 +181,8 @@ TEST(CalibrationTest, WhatCannotBeFittedIsRefusedNamingTheFlag) {
 }
 
 TEST(CalibrationTest, WhatIsWrittenIsReadBackAndBecomesTheHereCluster) {
-  const Calibration c = fit_calibration(compute_from_truth(), comm_from_truth(), {});
+  Calibration c = fit_calibration(compute_from_truth(), comm_from_truth(), {});
+  c.first_touch_bytes_per_s = 3e10;
   const auto dir =
       std::filesystem::temp_directory_path() / ("tandem_calibration_" + std::to_string(::getpid()));
   std::filesystem::create_directories(dir);
@@ -154,15 +193,18 @@ TEST(CalibrationTest, WhatIsWrittenIsReadBackAndBecomesTheHereCluster) {
       read_calibration((dir / kCalibrationFile).string(), "--calibration", &memory, &source);
   EXPECT_EQ(back.gemm_flops_per_s, c.gemm_flops_per_s);
   EXPECT_EQ(back.link.latency_s, c.link.latency_s);
+  EXPECT_EQ(back.first_touch_bytes_per_s, 3e10);
   EXPECT_EQ(memory, 8e9);
   EXPECT_EQ(source, "unit test");
   const Cluster here = resolve_cluster("here", dir.string(), 4);
   EXPECT_EQ(here.devices(), 4);
   EXPECT_EQ(here.device.peak(Precision::kFp32), c.gemm_flops_per_s[0]);
   EXPECT_EQ(here.device.gemm_efficiency, 1);
+  EXPECT_EQ(here.device.first_touch_bytes_per_s, 3e10);
   // The file is a cluster file too.
   const Cluster file = parse_cluster((dir / kCalibrationFile).string());
   EXPECT_NEAR(file.device.peak(Precision::kFp32) / c.gemm_flops_per_s[0], 1, 1e-12);
+  EXPECT_NEAR(file.device.first_touch_bytes_per_s / 3e10, 1, 1e-12);
   EXPECT_THROW(resolve_cluster("here", "", 2), UsageError);
   EXPECT_THROW(resolve_cluster("2xh100", dir.string(), 2), UsageError);
   EXPECT_THROW(resolve_cluster("here", (dir / "nope").string(), 2), UsageError);

@@ -366,6 +366,55 @@ TEST(SimulatorTest, ASequentialFsdpStepWaitsForEveryGatherAndReduceScatter) {
   EXPECT_GT(r.memory[0].state.grads_peak, 0);
 }
 
+// Memory a sharded strategy gave back costs its bytes at the device's first-touch rate
+// when touched again: in a sequential step (nothing overlaps) fsdp's every gather writes
+// into a unit released, and zero2's and fsdp's first backward of each unit rewrites its
+// gradient given back; zero1 gives nothing back. Units under 1 MiB are zeroed in place,
+// not given back.
+TEST(SimulatorTest, MemoryGivenBackCostsItsFirstTouch) {
+  constexpr double kTouch = 1e10;
+  const auto step_s = [](const TrainResult& r) {
+    return seconds(r.steps[0].end_ns - r.steps[0].start_ns);
+  };
+  for (const char* strategy : {"fsdp", "zero2", "zero1"}) {
+    Cluster cluster = round_cluster(1, 2, 0.5, 0.5);
+    TrainConfig config = mlp_config("mlp:4x1024", 2, strategy);
+    config.reducer.mode = CommMode::kSequential;
+    config.steps = 1;
+    const TrainResult free = simulate_training(config, {.cluster = cluster});
+    cluster.device.first_touch_bytes_per_s = kTouch;
+    const TrainResult paid = simulate_training(config, {.cluster = cluster});
+    const ModelLayout layout(config.model, sharded_layout(2));
+    const std::vector<std::int64_t> rewritten = backward_touched_bytes(layout);
+    double touch = 0;
+    for (int u = 0; u < layout.units(); ++u) {
+      const auto i = static_cast<std::size_t>(u);
+      EXPECT_EQ(rewritten[i], given_back_bytes(layout, u));  // an mlp's backward writes its own
+      if (std::string(strategy) == "zero1") continue;
+      touch += static_cast<double>(rewritten[i]) / kTouch;
+      const double gathers =
+          std::string(strategy) == "fsdp" ? (u == layout.units() - 1 ? 1 : 2) : 0;
+      touch += gathers * static_cast<double>(given_back_bytes(layout, u)) / kTouch;
+    }
+    EXPECT_NEAR(step_s(paid) - step_s(free), touch, 4e-9) << strategy;
+  }
+  // The huge pages a unit's values cover: 1024 x 1024 + 1024 floats (4.0 MiB) fault three
+  // back in, the 10-class output layer's 41 KB one.
+  const ModelLayout layout(ModelSpec::parse("mlp:4x1024"), sharded_layout(2));
+  EXPECT_EQ(given_back_bytes(layout, 0), std::int64_t{6} << 20);
+  EXPECT_EQ(given_back_bytes(layout, layout.units() - 1), std::int64_t{2} << 20);
+  // Without the sharded layout's alignment a small unit is zeroed in place, not given back.
+  EXPECT_EQ(given_back_bytes(ModelLayout(ModelSpec::parse("mlp:2x256")), 0), 0);
+  // gpt: the head's backward is the first to write the tied embedding's gradient.
+  const ModelLayout gpt(ModelSpec::parse("gpt:layers=1,dim=256,heads=4,seq=64"), sharded_layout(2));
+  const std::vector<std::int64_t> rewritten = backward_touched_bytes(gpt);
+  const int head = gpt.units() - 1;
+  ASSERT_GT(given_back_bytes(gpt, 0), 0);
+  EXPECT_EQ(rewritten[static_cast<std::size_t>(head)],
+            given_back_bytes(gpt, head) + given_back_bytes(gpt, 0));
+  EXPECT_EQ(rewritten[0], 0);
+}
+
 // Overlapped fsdp: with prefetch 0 every gather is issued just before the pass that needs
 // it, and waits behind the reduce-scatter issued before it, so the step costs what the
 // sequential one does. With prefetch 1 and compute longer than any collective (no
@@ -607,7 +656,8 @@ TEST(ClusterTest, AJsonFileOverridesAProfile) {
   {
     std::ofstream out(path);
     out << R"({"nodes": 2, "devices_per_node": 4, "nics_per_node": 1,
-              "device": {"profile": "h100", "gemm_efficiency": 0.5, "memory_gb": 40},
+              "device": {"profile": "h100", "gemm_efficiency": 0.5, "memory_gb": 40,
+                         "first_touch_gbps": 25},
               "inter": {"gbps": 12.5, "latency_us": 3}})";
   }
   const Cluster c = parse_cluster(path.string());
@@ -618,6 +668,13 @@ TEST(ClusterTest, AJsonFileOverridesAProfile) {
   EXPECT_DOUBLE_EQ(c.inter.bandwidth_bytes_per_s, 12.5e9);
   EXPECT_DOUBLE_EQ(c.inter.latency_s, 3e-6);
   EXPECT_DOUBLE_EQ(c.intra.bandwidth_bytes_per_s, 450e9);  // the profile's
+  EXPECT_DOUBLE_EQ(c.device.first_touch_bytes_per_s, 25e9);
+  EXPECT_EQ(parse_cluster("h100").device.first_touch_bytes_per_s, 0);  // a caching allocator's
+  {
+    std::ofstream out(path);
+    out << R"({"device": {"profile": "h100", "first_touch_gbps": -1}})";
+  }
+  EXPECT_THROW(parse_cluster(path.string()), UsageError);
   {
     std::ofstream out(path);
     out << R"({"device": {"profile": "h100", "gemm_efficiency": 2}})";
