@@ -111,11 +111,12 @@ double share_of(SpanKind kind) { return kind == SpanKind::kAllreduce ? 2.0 : 1.0
 
 constexpr const char* kPrecisionNames[] = {"fp32", "tf32", "fp16", "bf16"};
 
-}  // namespace
-
-static double touch_seconds(const Calibration& c, double touched) {
+// Memory given back and written again: its bytes at the fitted first-touch rate.
+double touch_seconds(const Calibration& c, double touched) {
   return c.first_touch_bytes_per_s > 0 ? touched / c.first_touch_bytes_per_s : 0;
 }
+
+}  // namespace
 
 double predict(const Calibration& c, const ComputeSample& s) {
   const double rate = c.gemm_flops_per_s[static_cast<std::size_t>(s.precision)];
