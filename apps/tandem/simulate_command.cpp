@@ -431,7 +431,8 @@ void add_simulate_command(CLI::App& app, RunCommand& run) {
   cmd->add_option("--calibrate", flags->calibrate,
                   "RUN...: fit the simulator to these measured train and characterize results "
                   "directories, print each run predicted beside its measurement, and write "
-                  "--out DIR/calibration.json")
+                  "--out DIR/calibration.json and DIR/samples.csv (every sample fitted, with "
+                  "its prediction)")
       ->expected(1, -1);
   cmd->add_option("--from-trace", flags->from_trace,
                   "RUN: replay a measured train or characterize results directory with its "
