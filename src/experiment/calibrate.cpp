@@ -535,9 +535,7 @@ std::vector<ComputeSample> compute_samples(const std::vector<MeasuredRun>& runs)
     // zero2's and fsdp's backward passes rewrite gradients given back, in a step's first
     // micro-batch only: with several, a pass's median is of either kind, so they are left
     // out.
-    const StrategyKind strategy = run.config.reducer.plan.strategy.kind;
-    const bool touches = run.config.reducer.mode != CommMode::kOff &&
-                         (strategy == StrategyKind::kZero2 || strategy == StrategyKind::kFsdp);
+    const bool touches = touched_again(run.config).grads;
     const std::vector<std::int64_t> touched =
         touches ? backward_touched_bytes(
                       ModelLayout(run.config.model, sharded_layout(outer_ranks(run.config))))
@@ -605,7 +603,7 @@ std::vector<CommSample> comm_samples(const std::vector<MeasuredRun>& runs) {
     if (members < 2) continue;
     // fsdp's gathers write into units given back (its steps' gathers; between steps none
     // is timed).
-    const bool fsdp = run.config.reducer.plan.strategy.kind == StrategyKind::kFsdp;
+    const bool fsdp = touched_again(run.config).params;
     const ModelLayout layout(run.config.model,
                              fsdp ? sharded_layout(outer_ranks(run.config)) : LayoutOptions{});
     for (const auto& [key, occurrences] : transfer_seconds(run, /*clean_only=*/true)) {

@@ -446,6 +446,13 @@ std::int64_t given_back_bytes(const ModelLayout& layout, int u) {
   return static_cast<std::int64_t>(std::min(owned, round_up(written)));
 }
 
+TouchedAgain touched_again(const TrainConfig& config) {
+  if (config.reducer.mode == CommMode::kOff) return {};
+  const StrategyKind kind = config.reducer.plan.strategy.kind;
+  return {.params = kind == StrategyKind::kFsdp,
+          .grads = kind == StrategyKind::kZero2 || kind == StrategyKind::kFsdp};
+}
+
 std::vector<std::int64_t> backward_touched_bytes(const ModelLayout& layout) {
   std::vector<std::int64_t> out(static_cast<std::size_t>(layout.units()), 0);
   std::vector<bool> written(out.size(), false);
@@ -746,6 +753,7 @@ class SimSharded final : public SimSync {
         casts_(config.reducer.compress.casts() && config.compute ? costs.byte_seconds : 0),
         halves_(config.reducer.compress.casts()),
         touch_(costs.touch_seconds),
+        touched_again_(touched_again(config)),
         backward_touched_(backward_touched_bytes(layout)),
         grads_touched_(static_cast<std::size_t>(layout.units()), false) {
     for (int u = 0; u < layout.units(); ++u) {
@@ -789,7 +797,7 @@ class SimSharded final : public SimSync {
   // (ShardedSync::settled): the step's first backward that writes it touches it again.
   double backward_touch(int unit) override {
     const auto u = static_cast<std::size_t>(unit);
-    if (!comm_ || kind_ == StrategyKind::kZero1 || grads_touched_[u]) return 0;
+    if (!touched_again_.grads || grads_touched_[u]) return 0;
     grads_touched_[u] = true;  // the step's first micro-batch
     return touch_ * static_cast<double>(backward_touched_[u]);
   }
@@ -906,6 +914,7 @@ class SimSharded final : public SimSync {
   double casts_;             // --compress fp16|bf16 with compute: seconds per byte streamed; else 0
   bool halves_;              // --compress fp16|bf16: the reduce-scatters move 16-bit values
   double touch_;             // seconds per byte given back and touched again
+  TouchedAgain touched_again_;
   std::vector<std::int64_t> backward_touched_;  // per unit: backward_touched_bytes
   std::vector<std::int64_t> given_back_;        // per unit: given_back_bytes
   std::vector<bool> grads_touched_;             // per unit: its backward has run this step

@@ -124,6 +124,16 @@ std::int64_t given_back_bytes(const ModelLayout& layout, int u);
 // from the last unit to the first (gpt's head writes the tied embedding's gradient before
 // the embedding's own backward does).
 std::vector<std::int64_t> backward_touched_bytes(const ModelLayout& layout);
+// What a configuration's strategy gives back on a host and writes again every step
+// (ShardedSync): fsdp its units' parameters (each gather writes a unit released), zero2
+// and fsdp their gradients (each unit's first backward of a step rewrites one given back
+// when its reduce-scatter settled). Nothing without communication (a compute-only
+// scenario), for the DDP family or for zero1.
+struct TouchedAgain {
+  bool params = false;
+  bool grads = false;
+};
+TouchedAgain touched_again(const TrainConfig& config);
 
 // --split auto in a simulation: the pipeline's units per chunk balanced by the predicted
 // forward + backward time of each unit (the cluster's model, or options.costs when

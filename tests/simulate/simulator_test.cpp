@@ -397,6 +397,8 @@ TEST(SimulatorTest, MemoryGivenBackCostsItsFirstTouch) {
       touch += gathers * static_cast<double>(given_back_bytes(layout, u)) / kTouch;
     }
     EXPECT_NEAR(step_s(paid) - step_s(free), touch, 4e-9) << strategy;
+    config.reducer.mode = CommMode::kOff;  // compute-only: a replica, nothing given back
+    EXPECT_FALSE(touched_again(config).params || touched_again(config).grads) << strategy;
   }
   // The huge pages a unit's values cover: 1024 x 1024 + 1024 floats (4.0 MiB) fault three
   // back in, the 10-class output layer's 41 KB one.
