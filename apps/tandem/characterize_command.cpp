@@ -202,7 +202,7 @@ std::unique_ptr<Workload> make_workload(const CharacterizeFlags& f, bool batch_g
     MicrobenchSpec spec = MicrobenchSpec::parse(f.microbench);
     spec.ranks = f.workload.ranks;
     spec.blas_threads = f.workload.threads;
-    spec.bind = f.workload.bind == "auto";
+    spec.bind = f.workload.binds_ranks();
     if (!f.workload.link.empty()) {
       try {
         spec.link = LinkModel::parse(f.workload.link);
@@ -281,7 +281,7 @@ void print_header(const CharacterizeFlags& flags, std::size_t points, const Job&
     // The flags' ranks and threads (a sweep of either places each point as it runs;
     // summary.json records each point's binding).
     std::printf("  CPUs: %s\n", place_ranks(flags.workload.ranks, flags.workload.threads,
-                                            flags.workload.bind == "auto", allowed_cpus())
+                                            flags.workload.binds_ranks(), allowed_cpus())
                                     .description.c_str());
   }
   if (!flags.simulate.empty()) {

@@ -232,7 +232,7 @@ void check_in_process_flags(const WorkloadFlags& f, const std::string& backend) 
     throw UsageError("--link: link emulation is for the local backend; under " + backend +
                      " the real interconnect is measured");
   }
-  if (f.bind != "auto") {
+  if (!f.binds_ranks()) {
     throw UsageError("--bind " + f.bind +
                      ": places the ranks that are threads of one process; under " + backend +
                      " the launcher places each process (e.g. mpirun --bind-to none)");
@@ -337,7 +337,7 @@ TrainConfig to_train_config(const WorkloadFlags& f, bool batch_given, bool runs_
   if (!f.link.empty()) c.link = for_flag("--link", [&] { return LinkModel::parse(f.link); });
   c.seed = f.seed;
   c.blas_threads = f.threads;
-  c.bind = f.bind == "auto";
+  c.bind = f.binds_ranks();
   c.record = !f.no_timeline;
   c.verify = f.verify;
   c.device = for_flag("--device", [&] { return parse_device(f.device); });

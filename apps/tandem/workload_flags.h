@@ -48,7 +48,7 @@ struct WorkloadFlags {
   std::string link;
   std::uint64_t seed = 1;
   int threads = 1;
-  std::string bind = "auto";
+  std::string bind = "auto";  // --bind: auto or none (binds_ranks())
   double timeout_s = 300;
   bool no_timeline = false;
   bool verify = false;
@@ -59,6 +59,9 @@ struct WorkloadFlags {
   // The flags the user gave for every run of the command (a characterize sweep's axes
   // aside): one that cannot apply to the run is refused naming both flags.
   std::set<std::string> given;
+
+  // --bind auto: in-process ranks bound to CPUs of their own (RunSpec::bind).
+  bool binds_ranks() const { return bind == "auto"; }
 };
 
 // The names of the options given on `command`'s line ("--prefetch", ...).
