@@ -68,6 +68,11 @@ TransferTimes transfer_seconds(const MeasuredRun& run, bool clean_only);
 // it (the wait span around its start: post, queue, transfer and wake-up, which a
 // collective waited for in place costs the pass); left out of transfer_seconds.
 TransferTimes tensor_transfer_seconds(const MeasuredRun& run, bool clean_only);
+// Seconds per step of the collectives (not point to point) both runs of one configuration
+// timed, the same kind, tag, bytes and occurrence in a step, each as transfer_seconds times
+// it (every one, from its last member's start): (a's sum, b's sum). Note [contention's
+// collectives] in calibrate.cpp: the overlapped scenario's against the comm-only one's.
+std::pair<double, double> matched_collective_seconds(const MeasuredRun& a, const MeasuredRun& b);
 // Per (kind, unit, span name, occurrence in the pass): the median seconds of a run's
 // compute spans from its warm-up on, the occurrence counted in start order within each
 // (rank, step, micro-batch) pass: a tensor-parallel pass's pieces between its collectives

@@ -68,7 +68,9 @@ struct CommSample {
 // Per-step medians of one configuration's scenarios (docs/METRICS.md), in seconds.
 struct ContentionSample {
   double comp_iso = 0, comp_ovl = 0;  // compute-only and overlapped T_comp
-  double comm_iso = 0, comm_ovl = 0;  // comm-only and overlapped T_comm
+  // Comm-only and overlapped communication: T_comm, or for a training workload its
+  // collectives timed from their last member's start (read_measured_runs).
+  double comm_iso = 0, comm_ovl = 0;
   double overlap = 0;                 // overlapped T_ovl
   std::string what;
 };

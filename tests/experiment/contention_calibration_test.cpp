@@ -1,0 +1,97 @@
+// Note [contention's collectives] (experiment/calibrate.cpp): the slowdown of collectives
+// beside compute is fitted from the collectives' time once every member has issued them,
+// not from T_comm, which holds the wait for a peer still computing. Checked on simulated
+// runs, whose collectives take exactly the modelled time.
+#include <gtest/gtest.h>
+
+#include <array>
+
+#include "experiment/calibrate.h"
+#include "experiment/workload.h"
+#include "simulate/simulator.h"
+
+namespace tandem {
+namespace {
+
+Cluster machine(double comm_slowdown) {
+  Calibration c;
+  c.gemm_flops_per_s = {50e9, 0, 0, 0};
+  c.memory_bytes_per_s = 20e9;
+  c.link = {.bandwidth_bytes_per_s = 2e9, .latency_s = 10e-6};
+  c.overlap_comm_slowdown = comm_slowdown;
+  return calibrated_cluster(c, 2, 1e12, "test");
+}
+
+MeasuredRun scenario_run(const TrainConfig& base, Scenario scenario, const Cluster& cluster) {
+  TrainConfig c = scenario_config(base, scenario);
+  // Rank 1 computes 1.5 times as long: rank 0 issues every all-reduce first and waits.
+  const TrainResult r =
+      simulate_training(c, {.cluster = cluster, .stragglers = {{.rank = 1, .compute = 1.5}}});
+  return {
+      .what = std::string(to_string(scenario)), .config = c, .timeline = r.timeline, .warmup = 1};
+}
+
+TEST(ContentionCalibrationTest, OverlappedCollectivesAreTimedFromTheirLastMembersStart) {
+  TrainConfig base;
+  base.model = ModelSpec::parse("mlp:4x512");
+  base.ranks = 2;
+  base.batch = 64;
+  base.steps = 3;
+  base.reducer.plan.strategy = Strategy::parse("layerwise");
+
+  // No contention: the overlapped scenario's collectives take what the comm-only ones do.
+  Cluster cluster = machine(0);
+  const MeasuredRun ovl = scenario_run(base, Scenario::kOverlapped, cluster);
+  const MeasuredRun iso = scenario_run(base, Scenario::kCommOnly, cluster);
+  const auto [ovl_s, iso_s] = matched_collective_seconds(ovl, iso);
+  ASSERT_GT(iso_s, 0);
+  EXPECT_NEAR(ovl_s / iso_s, 1, 1e-6);
+
+  // With contention the overlapped collectives are slower, and by no more than the factor.
+  cluster = machine(0.5);
+  const auto [slow_s, base_s] =
+      matched_collective_seconds(scenario_run(base, Scenario::kOverlapped, cluster), iso);
+  EXPECT_GT(slow_s, 1.01 * base_s);
+  EXPECT_LE(slow_s, 1.5 * base_s + 1e-9);
+}
+
+// On a made timeline: rank 0 starts the all-reduce at 0 and rank 1, still computing, at
+// 500; it ends at 700 on both. It took 200 ns once both had issued it (rank 0's span holds
+// 500 ns of waiting), as long as in the comm-only run. A collective one run lacks, and a
+// point-to-point transfer, are not counted.
+TEST(ContentionCalibrationTest, AWaitForAPeerIsNotCountedAsSlowdown) {
+  const auto made = [](std::vector<std::array<std::int64_t, 4>> spans) {
+    MeasuredRun run{.what = "made"};
+    run.config.model = ModelSpec::parse("mlp:4x512");
+    run.config.ranks = 2;
+    run.timeline.ranks = 2;
+    for (const auto& [rank, tag, start, end] : spans) {
+      run.timeline.spans.push_back({.rank = static_cast<std::int32_t>(rank),
+                                    .lane = Lane::kComm,
+                                    .kind = tag < 0 ? SpanKind::kRecv : SpanKind::kAllreduce,
+                                    .step = 0,
+                                    .tag = static_cast<std::int32_t>(tag),
+                                    .start_ns = start,
+                                    .end_ns = end,
+                                    .bytes = 4096});
+    }
+    return run;
+  };
+  const MeasuredRun ovl = made({{0, 0, 0, 700},
+                                {1, 0, 500, 700},  // waited for rank 1
+                                {0, 1, 800, 900},
+                                {1, 1, 800, 900},    // not in comm-only
+                                {1, -1, 0, 5000}});  // a receive
+  const MeasuredRun iso = made({{0, 0, 100, 300}, {1, 0, 100, 300}});
+  const auto [ovl_s, iso_s] = matched_collective_seconds(ovl, iso);
+  EXPECT_DOUBLE_EQ(ovl_s, 200e-9);
+  EXPECT_DOUBLE_EQ(iso_s, 200e-9);
+  // Slower once both had issued it: counted.
+  const auto [slow_s, base_s] =
+      matched_collective_seconds(made({{0, 0, 0, 900}, {1, 0, 500, 900}}), iso);
+  EXPECT_DOUBLE_EQ(slow_s, 400e-9);
+  EXPECT_DOUBLE_EQ(base_s, 200e-9);
+}
+
+}  // namespace
+}  // namespace tandem
