@@ -338,22 +338,15 @@ class WaitSpans {
   std::map<std::int32_t, std::vector<const Span*>> by_rank_;
 };
 
-template <typename Pick>
-TransferTimes collective_times(const MeasuredRun& run, const std::map<int, Intervals>& compute,
-                               bool clean_only, bool blocked, Pick pick) {
-  const WaitSpans waits = blocked ? WaitSpans(run) : WaitSpans();
-  const auto blocked_ns = [&](const Span& s) {
-    const Span* w = waits.around(s.rank, s.start_ns);
-    return w == nullptr ? s.end_ns - s.start_ns : w->end_ns - w->start_ns;
-  };
-  const auto clean = [&](const Span& s) {
-    const auto it = compute.find(s.rank);
-    return it == compute.end() || !overlaps(it->second, s.start_ns, s.end_ns);
-  };
-  // (kind, tag, bytes, step, group, stage) -> rank -> its spans; each rank's in order of
-  // start. The stage (ranks T x P x D, T innermost) as well as the group: a simulation's
-  // spans name no communicator. A collective without a tag (gpt's tied embedding, summed
-  // over the first and the last stage of one replica) is keyed by its replica instead.
+// Every instance of a collective in a run from its warm-up on: its kind, tag and bytes,
+// its occurrence k among the same (kind, tag, bytes) in its step, and each member's span,
+// for the collectives `pick` takes (a rank's k-th span of a collective is its k-th
+// instance). The stage (ranks T x P x D, T innermost) keys it as well as the group: a
+// simulation's spans name no communicator. A collective without a tag (gpt's tied
+// embedding, summed over the first and the last stage of one replica) is keyed by its
+// replica instead. A collective one rank recorded is no instance.
+template <typename Pick, typename Fn>
+void for_each_collective(const MeasuredRun& run, Pick pick, Fn fn) {
   const int tensor = std::max(1, run.config.model.tensor);
   const StagePlan plan = stage_plan(run.config);
   std::map<std::tuple<SpanKind, int, std::int64_t, int, std::uint32_t, int>,
@@ -368,32 +361,64 @@ TransferTimes collective_times(const MeasuredRun& run, const std::map<int, Inter
     const int place = s.tag < 0 ? -1 - outer / plan.shape.stages : plan.stage_of(outer);
     by_rank[{s.kind, s.tag, s.bytes, s.step, s.group, place}][s.rank].push_back(&s);
   }
-  std::map<std::tuple<SpanKind, int, std::int64_t>, std::vector<std::vector<double>>> groups;
+  std::vector<const Span*> members;
   for (auto& [key, ranks] : by_rank) {
-    if (ranks.size() < 2) continue;  // a collective one rank recorded: no instance
+    if (ranks.size() < 2) continue;
     std::size_t occurrences = SIZE_MAX;
     for (auto& [rank, spans] : ranks) {
       std::sort(spans.begin(), spans.end(),
-                [](const Span* a, const Span* b) { return a->start_ns < b->start_ns; });
+                [](const Span* x, const Span* y) { return x->start_ns < y->start_ns; });
       occurrences = std::min(occurrences, spans.size());
     }
     const auto& [kind, tag, bytes, step, group, place] = key;
-    auto& per = groups[{kind, tag, bytes}];
-    if (per.size() < occurrences) per.resize(occurrences);
     for (std::size_t k = 0; k < occurrences; ++k) {
-      std::int64_t start = INT64_MIN, end = INT64_MIN, longest = 0;
-      bool all_clean = true;
-      for (const auto& [rank, spans] : ranks) {
-        start = std::max(start, spans[k]->start_ns);
-        end = std::max(end, spans[k]->end_ns);
-        if (blocked) longest = std::max(longest, blocked_ns(*spans[k]));
-        all_clean = all_clean && clean(*spans[k]);
-      }
-      const std::int64_t ns = blocked ? longest : end - start;
-      if ((clean_only && !all_clean) || ns <= 0) continue;
-      per[k].push_back(static_cast<double>(ns) / 1e9);
+      members.clear();
+      for (const auto& [rank, spans] : ranks) members.push_back(spans[k]);
+      fn(kind, tag, bytes, k, members);
     }
   }
+}
+
+// A collective instance's window: from its last member's start to its last end, when it
+// moved (before it, a member that started early waited for the others).
+std::pair<std::int64_t, std::int64_t> moving(const std::vector<const Span*>& members) {
+  std::int64_t start = INT64_MIN, end = INT64_MIN;
+  for (const Span* s : members) {
+    start = std::max(start, s->start_ns);
+    end = std::max(end, s->end_ns);
+  }
+  return {start, end};
+}
+
+template <typename Pick>
+TransferTimes collective_times(const MeasuredRun& run, const std::map<int, Intervals>& compute,
+                               bool clean_only, bool blocked, Pick pick) {
+  const WaitSpans waits = blocked ? WaitSpans(run) : WaitSpans();
+  const auto blocked_ns = [&](const Span& s) {
+    const Span* w = waits.around(s.rank, s.start_ns);
+    return w == nullptr ? s.end_ns - s.start_ns : w->end_ns - w->start_ns;
+  };
+  const auto clean = [&](const Span& s) {
+    const auto it = compute.find(s.rank);
+    return it == compute.end() || !overlaps(it->second, s.start_ns, s.end_ns);
+  };
+  std::map<std::tuple<SpanKind, int, std::int64_t>, std::vector<std::vector<double>>> groups;
+  for_each_collective(run, pick,
+                      [&](SpanKind kind, int tag, std::int64_t bytes, std::size_t k,
+                          const std::vector<const Span*>& members) {
+                        auto& per = groups[{kind, tag, bytes}];
+                        if (per.size() <= k) per.resize(k + 1);
+                        const auto [start, end] = moving(members);
+                        std::int64_t longest = 0;
+                        bool all_clean = true;
+                        for (const Span* s : members) {
+                          if (blocked) longest = std::max(longest, blocked_ns(*s));
+                          all_clean = all_clean && clean(*s);
+                        }
+                        const std::int64_t ns = blocked ? longest : end - start;
+                        if ((clean_only && !all_clean) || ns <= 0) return;
+                        per[k].push_back(static_cast<double>(ns) / 1e9);
+                      });
   TransferTimes out;
   for (const auto& [key, per] : groups) {
     for (const auto& seconds : per) out[key].push_back(seconds.empty() ? -1.0 : median_of(seconds));
