@@ -11,8 +11,10 @@
 #include <map>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <set>
 #include <tuple>
 
+#include "analysis/intervals.h"
 #include "analysis/metrics.h"
 #include "analysis/pipeline_metrics.h"
 #include "analysis/statistics.h"
@@ -194,12 +196,14 @@ MeasuredRuns read_measured_runs(const std::vector<std::string>& dirs, const std:
             return std::nullopt;
           }
           const auto& ovl = scenarios["overlapped"]["steps"];
+          const double overlap = median_field(ovl, "t_ovl_ns");
           return ContentionSample{
               .comp_iso = median_field(scenarios["compute-only"]["steps"], "t_comp_ns"),
               .comp_ovl = median_field(ovl, "t_comp_ns"),
+              .comp_beside = overlap,
               .comm_iso = median_field(scenarios["comm-only"]["steps"], "t_comm_ns"),
               .comm_ovl = median_field(ovl, "t_comm_ns"),
-              .overlap = median_field(ovl, "t_ovl_ns"),
+              .comm_beside = overlap,
               .what = what};
         };
         if (config.value("workload", "") != "train") {
@@ -218,12 +222,11 @@ MeasuredRuns read_measured_runs(const std::vector<std::string>& dirs, const std:
           out.skipped.push_back(what + ": " + why);
           continue;
         }
-        std::optional<std::size_t> overlapped_at, comm_only_at;  // in out.runs
+        std::map<Scenario, std::size_t> at;  // in out.runs
         for (const Scenario scenario : kAllScenarios) {
           const std::string name(to_string(scenario));
           if (!scenarios.contains(name)) continue;
-          if (scenario == Scenario::kOverlapped) overlapped_at = out.runs.size();
-          if (scenario == Scenario::kCommOnly) comm_only_at = out.runs.size();
+          at[scenario] = out.runs.size();
           MeasuredRun run{
               .what = what + " " + name, .point = id, .config = scenario_config(base, scenario)};
           run.warmup = point.at("warmup").get<int>();
@@ -235,16 +238,12 @@ MeasuredRuns read_measured_runs(const std::vector<std::string>& dirs, const std:
         // A tensor-parallel point's passes hold their group's collectives: not a sample of
         // how the data-parallel ones slow compute.
         if (auto c = contention_of(); c && base.model.tensor == 1) {
-          // Note [contention's collectives]: T_comm counts a collective from this rank's
-          // start, so in the overlapped scenario it holds the wait for a peer still
-          // computing, which the simulator models on its own (a collective starts when its
-          // last member issues it); counted in the slowdown, it made the overlapped
-          // collectives look 1-5 times the overlap slower. Timed as the collective samples
-          // are, from the last member's start, over the collectives of both scenarios.
-          if (overlapped_at && comm_only_at) {
-            std::tie(c->comm_ovl, c->comm_iso) =
-                matched_collective_seconds(out.runs[*overlapped_at], out.runs[*comm_only_at]);
-          }
+          const auto run_of = [&](Scenario sc) -> const MeasuredRun* {
+            const auto it = at.find(sc);
+            return it == at.end() ? nullptr : &out.runs[it->second];
+          };
+          time_training_contention(*c, run_of(Scenario::kOverlapped),
+                                   run_of(Scenario::kComputeOnly), run_of(Scenario::kCommOnly));
           out.contention.push_back(*c);
         }
       }
@@ -257,19 +256,16 @@ MeasuredRuns read_measured_runs(const std::vector<std::string>& dirs, const std:
   return out;
 }
 
-std::map<std::pair<SpanKind, int>, double> pass_seconds(const MeasuredRun& run, bool clean_only) {
-  std::map<std::pair<SpanKind, int>, double> out;
+namespace {
+
+// A pass of a unit is its spans of one (rank, step, micro-batch): a transformer block
+// records its norms, attention and mlp apart. Keyed (kind, unit, rank, step, micro); the
+// loss is the last unit's tag + 1 (U), forward and backward apart; the optimizer -1.
+using PassKey = std::tuple<SpanKind, int, int, int, int>;
+std::map<PassKey, std::vector<const Span*>> passes_of(const MeasuredRun& run) {
+  std::map<PassKey, std::vector<const Span*>> out;
   if (!run.config.compute) return out;
   const int U = ModelLayout(run.config.model).units();
-  const auto comm = lane_union(run.timeline, Lane::kComm, run.warmup);
-  // A pass of a unit is its spans of one (rank, step, micro-batch): a transformer block
-  // records its norms, attention and mlp apart. It is clean if no collective overlapped
-  // any of them.
-  struct Pass {
-    double seconds = 0;
-    bool clean = true;
-  };
-  std::map<std::tuple<SpanKind, int, int, int, int>, Pass> passes;
   for (const Span& s : run.timeline.spans) {
     if (s.lane != Lane::kCompute || s.step < run.warmup || s.end_ns <= s.start_ns) continue;
     if (s.kind != SpanKind::kForward && s.kind != SpanKind::kBackward &&
@@ -277,19 +273,34 @@ std::map<std::pair<SpanKind, int>, double> pass_seconds(const MeasuredRun& run, 
       continue;
     }
     if (s.kind != SpanKind::kOptimizer && (s.tag < 0 || s.tag > U)) continue;
-    // A loss span is the last unit's tag + 1 (U); forward and backward apart.
     const int tag = s.kind == SpanKind::kOptimizer ? -1 : s.tag;
-    Pass& pass = passes[{s.kind, tag, s.rank, s.step, s.micro}];
-    pass.seconds += static_cast<double>(s.duration_ns()) / 1e9;
-    const auto it = comm.find(s.rank);
-    if (it != comm.end() && overlaps(it->second, s.start_ns, s.end_ns)) pass.clean = false;
+    out[{s.kind, tag, s.rank, s.step, s.micro}].push_back(&s);
   }
+  return out;
+}
+
+double seconds_of(const std::vector<const Span*>& spans) {
+  std::int64_t ns = 0;
+  for (const Span* s : spans) ns += s->duration_ns();
+  return static_cast<double>(ns) / 1e9;
+}
+
+}  // namespace
+
+std::map<std::pair<SpanKind, int>, double> pass_seconds(const MeasuredRun& run, bool clean_only) {
+  const auto comm = lane_union(run.timeline, Lane::kComm, run.warmup);
+  // A pass is clean if no collective overlapped any of its spans.
   std::map<std::pair<SpanKind, int>, std::vector<double>> groups;
-  for (const auto& [key, pass] : passes) {
-    if (clean_only && !pass.clean) continue;
+  for (const auto& [key, spans] : passes_of(run)) {
     const auto [kind, tag, rank, step, micro] = key;
-    groups[{kind, tag}].push_back(pass.seconds);
+    const auto it = comm.find(rank);
+    const bool clean = std::none_of(spans.begin(), spans.end(), [&](const Span* s) {
+      return it != comm.end() && overlaps(it->second, s->start_ns, s->end_ns);
+    });
+    if (clean_only && !clean) continue;
+    groups[{kind, tag}].push_back(seconds_of(spans));
   }
+  std::map<std::pair<SpanKind, int>, double> out;
   for (const auto& [key, seconds] : groups) out[key] = median_of(seconds);
   return out;
 }
@@ -481,6 +492,83 @@ std::pair<double, double> matched_collective_seconds(const MeasuredRun& a, const
     }
   }
   return {sum_a, sum_b};
+}
+
+PassContention pass_contention(const MeasuredRun& overlapped, const MeasuredRun& compute_only) {
+  // Per rank, when a data-parallel collective moved (Note [contention's collectives]).
+  std::map<int, std::vector<Interval>> moved;
+  for_each_collective(overlapped, [&](const Span& s) { return !is_tensor_span(overlapped.timeline, s); },
+                      [&](SpanKind, int, std::int64_t, std::size_t,
+                          const std::vector<const Span*>& members) {
+                        const auto [start, end] = moving(members);
+                        for (const Span* m : members) moved[m->rank].push_back({start, end});
+                      });
+  std::map<int, IntervalSet> windows;
+  for (auto& [rank, v] : moved) windows[rank] = union_of(std::move(v));
+  const std::map<std::pair<SpanKind, int>, double> alone =
+      pass_seconds(compute_only, /*clean_only=*/false);
+  struct Seen {
+    double seconds, alone, beside;
+  };
+  std::vector<Seen> seen;
+  std::vector<double> drift;  // passes nothing moved beside: overlapped / alone
+  std::set<std::pair<int, int>> rank_steps;
+  for (const auto& [key, spans] : passes_of(overlapped)) {
+    const auto [kind, tag, rank, step, micro] = key;
+    rank_steps.insert({rank, step});
+    const auto it = alone.find({kind, tag});
+    if (it == alone.end() || !(it->second > 0)) continue;
+    std::int64_t beside = 0;
+    if (const auto w = windows.find(rank); w != windows.end()) {
+      for (const Span* s : spans) beside += covered_length(w->second, {s->start_ns, s->end_ns});
+    }
+    const double seconds = seconds_of(spans);
+    if (beside == 0) {
+      drift.push_back(seconds / it->second);
+    } else {
+      seen.push_back({seconds, it->second, static_cast<double>(beside) / 1e9});
+    }
+  }
+  // Separate runs' compute differs by a few percent from noise alone: the passes nothing
+  // moved beside say by how much.
+  const double scale = drift.empty() ? 1 : median_of(drift);
+  PassContention out;
+  for (const Seen& p : seen) {
+    out.overlapped_s += p.seconds;
+    out.alone_s += scale * p.alone;
+    out.beside_s += p.beside;
+  }
+  // Per rank and step, as a scenario's T_comp is.
+  const double per = static_cast<double>(std::max<std::size_t>(1, rank_steps.size()));
+  out.overlapped_s /= per;
+  out.alone_s /= per;
+  out.beside_s /= per;
+  return out;
+}
+
+void time_training_contention(ContentionSample& sample, const MeasuredRun* overlapped,
+                              const MeasuredRun* compute_only, const MeasuredRun* comm_only) {
+  if (overlapped == nullptr) return;
+  // Note [contention's collectives]: T_comm counts a collective from this rank's start, so
+  // in the overlapped scenario it holds the wait for a peer still computing, which the
+  // simulator models on its own (a collective starts when its last member issues it);
+  // counted in the slowdown, it made the overlapped collectives look 1-5 times the overlap
+  // slower. Timed as the collective samples are, from the last member's start, over the
+  // collectives of both scenarios.
+  if (comm_only != nullptr) {
+    std::tie(sample.comm_ovl, sample.comm_iso) =
+        matched_collective_seconds(*overlapped, *comm_only);
+  }
+  // Note [contention's passes]: likewise the compute, pass by pass against the same passes
+  // alone, for the time a collective moved beside each; T_comp's difference between two
+  // runs was as much noise as contention (a step's compute 1% apart on 230 ms against 5-9
+  // ms of overlap).
+  if (compute_only != nullptr) {
+    const PassContention p = pass_contention(*overlapped, *compute_only);
+    sample.comp_ovl = p.overlapped_s;
+    sample.comp_iso = p.alone_s;
+    sample.comp_beside = p.beside_s;
+  }
 }
 
 TransferTimes tensor_transfer_seconds(const MeasuredRun& run, bool clean_only) {

@@ -73,6 +73,25 @@ TransferTimes tensor_transfer_seconds(const MeasuredRun& run, bool clean_only);
 // it (every one, from its last member's start): (a's sum, b's sum). Note [contention's
 // collectives] in calibrate.cpp: the overlapped scenario's against the comm-only one's.
 std::pair<double, double> matched_collective_seconds(const MeasuredRun& a, const MeasuredRun& b);
+
+// Note [contention's passes]: the passes of a configuration's overlapped scenario beside
+// which a data-parallel collective moved (on the pass's rank, from the collective's last
+// member's start to its end), against the same passes alone: the compute-only scenario's
+// median of each, scaled by how much the overlapped run's other passes (nothing moved
+// beside them) differ from theirs, the two runs' drift.
+// Per rank and step of the overlapped scenario:
+struct PassContention {
+  double overlapped_s = 0;  // those passes' time in the overlapped scenario
+  double alone_s = 0;       // theirs alone
+  double beside_s = 0;      // how long collectives moved beside them
+};
+PassContention pass_contention(const MeasuredRun& overlapped, const MeasuredRun& compute_only);
+// A training configuration's contention sample timed from its scenario runs (the ones
+// given; null: not measured): the collectives from their last member's start
+// (matched_collective_seconds, overlapped against comm-only) and the passes beside them
+// (pass_contention). What it cannot time stays as `sample` has it (the scenario metrics').
+void time_training_contention(ContentionSample& sample, const MeasuredRun* overlapped,
+                              const MeasuredRun* compute_only, const MeasuredRun* comm_only);
 // Per (kind, unit, span name, occurrence in the pass): the median seconds of a run's
 // compute spans from its warm-up on, the occurrence counted in start order within each
 // (rank, step, micro-batch) pass: a tensor-parallel pass's pieces between its collectives

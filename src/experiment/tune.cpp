@@ -547,7 +547,9 @@ TuneAnswer TuneSearch::answer() const {
 Calibration calibrate_from(const Characterization& c, const TrainConfig& base,
                            const std::vector<MeasuredRun>& more) {
   std::vector<MeasuredRun> runs = more;
+  std::map<Scenario, std::size_t> at;  // in runs
   for (const ScenarioRun& run : c.runs) {
+    at[run.scenario] = runs.size();
     MeasuredRun m{.what = "the default's " + std::string(to_string(run.scenario)),
                   .config = scenario_config(base, run.scenario),
                   .timeline = run.timeline,
@@ -557,12 +559,19 @@ Calibration calibrate_from(const Characterization& c, const TrainConfig& base,
     runs.push_back(std::move(m));
   }
   const ScenarioMetrics& mm = c.metrics;
-  const ContentionSample contention{.comp_iso = mm.t_comp_iso_ns.median / 1e9,
-                                    .comp_ovl = mm.t_comp_ovl_ns.median / 1e9,
-                                    .comm_iso = mm.t_comm_iso_ns.median / 1e9,
-                                    .comm_ovl = mm.t_comm_ovl_ns.median / 1e9,
-                                    .overlap = mm.t_ovl_ns.median / 1e9,
-                                    .what = "the default's scenarios"};
+  ContentionSample contention{.comp_iso = mm.t_comp_iso_ns.median / 1e9,
+                              .comp_ovl = mm.t_comp_ovl_ns.median / 1e9,
+                              .comp_beside = mm.t_ovl_ns.median / 1e9,
+                              .comm_iso = mm.t_comm_iso_ns.median / 1e9,
+                              .comm_ovl = mm.t_comm_ovl_ns.median / 1e9,
+                              .comm_beside = mm.t_ovl_ns.median / 1e9,
+                              .what = "the default's scenarios"};
+  const auto run_of = [&](Scenario s) -> const MeasuredRun* {
+    const auto it = at.find(s);
+    return it == at.end() ? nullptr : &runs[it->second];
+  };
+  time_training_contention(contention, run_of(Scenario::kOverlapped),
+                           run_of(Scenario::kComputeOnly), run_of(Scenario::kCommOnly));
   return fit_calibration(compute_samples(runs), comm_samples(runs), {contention});
 }
 

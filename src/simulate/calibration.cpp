@@ -227,26 +227,29 @@ Calibration fit_calibration(const std::vector<ComputeSample>& compute,
   c.memory_bytes_per_s = x[4] > 0 ? 1 / x[4] : 0;
   if (z == 0 && x[5] > 0) c.first_touch_bytes_per_s = 1 / x[5];
 
-  // Contention: c = sum dC / sum (T_ovl - dC), likewise m; only where they overlapped.
-  double dc = 0, dc_rest = 0, dm = 0, dm_rest = 0;
+  // Contention, each lane on its own: c = sum dC / sum (B - dC), likewise m.
+  struct LaneFit {
+    double grew = 0, rest = 0;
+    // Scenarios are separate runs, which differ by a few percent from noise alone: a lane
+    // beside the other for under a fifth of its time alone cannot show the effect; one
+    // that grew by all that time or more is not this model's shape.
+    bool add(double alone, double overlapped, double beside) {
+      const double grow = std::max(0.0, overlapped - alone);
+      if (!(beside > 0) || beside < 0.2 * alone || grow >= beside) return false;
+      grew += grow;
+      rest += beside - grow;
+      return true;
+    }
+    double factor() const { return rest > 0 ? grew / rest : 0; }
+  } compute_fit, comm_fit;
   c.contention_candidates = static_cast<int>(contention.size());
   for (const ContentionSample& s : contention) {
-    // Scenarios are separate runs, whose compute differs by a few percent from noise
-    // alone: an overlap shorter than a fifth of the compute cannot show its effect.
-    if (!(s.overlap > 0) || s.overlap < 0.2 * s.comp_iso) continue;
-    const double grow_c = std::max(0.0, s.comp_ovl - s.comp_iso);
-    const double grow_m = std::max(0.0, s.comm_ovl - s.comm_iso);
-    if (grow_c >= s.overlap || grow_m >= s.overlap) continue;  // not this model's shape
-    dc += grow_c;
-    dc_rest += s.overlap - grow_c;
-    dm += grow_m;
-    dm_rest += s.overlap - grow_m;
-    ++c.contention_samples;
+    const bool by_compute = compute_fit.add(s.comp_iso, s.comp_ovl, s.comp_beside);
+    const bool by_comm = comm_fit.add(s.comm_iso, s.comm_ovl, s.comm_beside);
+    if (by_compute || by_comm) ++c.contention_samples;
   }
-  if (c.contention_samples > 0) {
-    c.overlap_compute_slowdown = dc / dc_rest;
-    c.overlap_comm_slowdown = dm / dm_rest;
-  }
+  c.overlap_compute_slowdown = compute_fit.factor();
+  c.overlap_comm_slowdown = comm_fit.factor();
   c.compute = fit_error(c, compute);
   c.comm = fit_error(c, comm);
   return c;

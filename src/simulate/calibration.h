@@ -18,14 +18,15 @@
 //               collectives' fit, from fsdp's all-gathers (each writes into a unit given
 //               back); without any, a column of the compute fit, from zero2's and fsdp's
 //               backward passes (each rewrites a gradient given back); else 0 (free);
-//   contention  from the methodology's scenarios of one configuration: while both lanes
+//   contention  from the methodology's scenarios of a configuration: while both lanes
 //               run, compute goes 1 + c times slower and a collective 1 + m times. In
-//               the simulator's model an overlapped step's compute grows by
-//               T_ovl c / (1 + c), so c = dC / (T_ovl - dC) with dC = T_comp_ovl -
-//               T_comp_iso, and m likewise from the communication time; summed over the
-//               configurations (weighted by their overlap) and never below 0; a
-//               configuration whose overlap is under a fifth of its compute is left out
-//               (separate runs' compute differs by a few percent from noise alone).
+//               the simulator's model compute that ran B beside communication grows by
+//               B c / (1 + c), so c = dC / (B - dC) with dC its time overlapped less
+//               its time alone, and m likewise; each lane summed over the
+//               configurations (weighted by B) and never below 0; a lane whose B is
+//               under a fifth of its time alone is left out of that lane's fit
+//               (separate runs differ by a few percent from noise alone), and so is one
+//               that grew by B or more (not this model's shape).
 // A parameter with no sample to fit it is not guessed: the fit says so and the caller
 // refuses (compute needs fp32 samples, collectives some; contention without characterize
 // runs stays 0). Where noise makes a slope fall (an fp32 rate or a link bandwidth that
@@ -65,13 +66,15 @@ struct CommSample {
   std::string what;
 };
 
-// Per-step medians of one configuration's scenarios (docs/METRICS.md), in seconds.
+// One configuration's scenarios (docs/METRICS.md), per step, in seconds: each lane's time
+// alone and in the overlapped scenario, and how long the other lane ran beside it there.
 struct ContentionSample {
-  double comp_iso = 0, comp_ovl = 0;  // compute-only and overlapped T_comp
-  // Comm-only and overlapped communication: T_comm, or for a training workload its
-  // collectives timed from their last member's start (read_measured_runs).
-  double comm_iso = 0, comm_ovl = 0;
-  double overlap = 0;                 // overlapped T_ovl
+  // Compute: T_comp of compute-only and overlapped, and T_ovl; for a training workload the
+  // passes a collective moved beside (experiment/calibrate.h, pass_contention).
+  double comp_iso = 0, comp_ovl = 0, comp_beside = 0;
+  // Communication: T_comm of comm-only and overlapped, and T_ovl; for a training workload
+  // its collectives timed from their last member's start (matched_collective_seconds).
+  double comm_iso = 0, comm_ovl = 0, comm_beside = 0;
   std::string what;
 };
 

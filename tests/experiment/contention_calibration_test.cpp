@@ -93,5 +93,64 @@ TEST(ContentionCalibrationTest, AWaitForAPeerIsNotCountedAsSlowdown) {
   EXPECT_DOUBLE_EQ(base_s, 200e-9);
 }
 
+// Note [contention's passes]: on a simulated machine whose compute runs 1.5 times slower
+// while a collective moves, the passes beside collectives give that factor back exactly.
+TEST(ContentionCalibrationTest, PassesBesideCollectivesGiveBackTheComputeSlowdown) {
+  TrainConfig base;
+  base.model = ModelSpec::parse("mlp:4x512");
+  base.ranks = 2;
+  base.batch = 64;
+  base.steps = 3;
+  base.reducer.plan.strategy = Strategy::parse("layerwise");
+  Cluster cluster = machine(0);
+  cluster.device.overlap_compute_slowdown = 0.5;
+  const auto run = [&](Scenario scenario) {
+    TrainConfig c = scenario_config(base, scenario);
+    return MeasuredRun{.what = std::string(to_string(scenario)),
+                       .config = c,
+                       .timeline = simulate_training(c, {.cluster = cluster}).timeline,
+                       .warmup = 1};
+  };
+  const PassContention p = pass_contention(run(Scenario::kOverlapped), run(Scenario::kComputeOnly));
+  ASSERT_GT(p.beside_s, 0);
+  const double grew = p.overlapped_s - p.alone_s;
+  EXPECT_NEAR(grew / (p.beside_s - grew), 0.5, 1e-4);
+}
+
+// On a made timeline: the all-reduce moves 100..300 on both ranks (rank 0 started it at 0
+// and waited). Rank 0's forward ran 50..350 beside it for 200 ns (not 50..100: a wait),
+// 300 ns against 200 alone; its backward, beside nothing, ran 110 against 100 alone: the
+// runs' drift, 1.1, by which the forward's time alone is scaled.
+TEST(ContentionCalibrationTest, APassIsBesideACollectiveOnlyWhileItMoves) {
+  const auto made = [](std::vector<std::array<std::int64_t, 5>> spans) {
+    MeasuredRun run{.what = "made"};
+    run.config.model = ModelSpec::parse("mlp:2x64");
+    run.config.ranks = 2;
+    run.timeline.ranks = 2;
+    for (const auto& [rank, lane, tag, start, end] : spans) {
+      run.timeline.spans.push_back(
+          {.rank = static_cast<std::int32_t>(rank),
+           .lane = lane == 0 ? Lane::kCompute : Lane::kComm,
+           .kind = lane == 1 ? SpanKind::kAllreduce
+                             : (tag == 0 ? SpanKind::kForward : SpanKind::kBackward),
+           .step = 0,
+           .tag = static_cast<std::int32_t>(lane == 1 ? 0 : tag),
+           .start_ns = start,
+           .end_ns = end,
+           .bytes = lane == 1 ? 4096 : 0});
+    }
+    return run;
+  };
+  const MeasuredRun ovl = made({{0, 1, 0, 0, 300}, {1, 1, 0, 100, 300},  // the all-reduce
+                                {0, 0, 0, 50, 350},                      // beside it
+                                {0, 0, 1, 400, 510}});                   // beside nothing
+  const MeasuredRun alone = made({{0, 0, 0, 0, 200}, {0, 0, 1, 300, 400}});
+  const PassContention p = pass_contention(ovl, alone);
+  // One rank and step recorded passes: per rank and step, the same.
+  EXPECT_DOUBLE_EQ(p.overlapped_s, 300e-9);
+  EXPECT_DOUBLE_EQ(p.alone_s, 1.1 * 200e-9);
+  EXPECT_DOUBLE_EQ(p.beside_s, 200e-9);
+}
+
 }  // namespace
 }  // namespace tandem

@@ -57,16 +57,22 @@ std::vector<CommSample> comm_from_truth() {
 TEST(CalibrationTest, RecoversTheParametersItsSamplesWereMadeWith) {
   // Contention c = 0.1, m = 0.25 over 5 ms and 12 ms of overlap: an overlapped step's
   // compute grows by T_ovl c / (1 + c), its communication by T_ovl m / (1 + m). A third
-  // configuration overlapped too little (under a fifth of its compute) to count.
+  // configuration overlapped too little (under a fifth of either lane's time alone) to
+  // count. A fourth's communication grew by more than its overlap (not the model's shape):
+  // it counts for the compute alone.
   const auto contention = [](double overlap) {
     return ContentionSample{.comp_iso = 0.02,
                             .comp_ovl = 0.02 + overlap * 0.1 / 1.1,
+                            .comp_beside = overlap,
                             .comm_iso = 0.01,
                             .comm_ovl = 0.01 + overlap * 0.25 / 1.25,
-                            .overlap = overlap};
+                            .comm_beside = overlap};
   };
-  const Calibration c = fit_calibration(compute_from_truth(), comm_from_truth(),
-                                        {contention(0.005), contention(0.012), contention(0.001)});
+  ContentionSample odd = contention(0.008);
+  odd.comm_ovl = odd.comm_iso + 2 * 0.008;
+  const Calibration c =
+      fit_calibration(compute_from_truth(), comm_from_truth(),
+                      {contention(0.005), contention(0.012), contention(0.001), odd});
   EXPECT_NEAR(c.gemm_flops_per_s[0] / kRate, 1, 1e-9);
   EXPECT_NEAR(c.gemm_flops_per_s[3] / kBf16, 1, 1e-9);
   EXPECT_EQ(c.gemm_flops_per_s[1], 0);  // no tf32 sample: no rate
@@ -75,8 +81,8 @@ TEST(CalibrationTest, RecoversTheParametersItsSamplesWereMadeWith) {
   EXPECT_NEAR(c.link.latency_s / kAlpha, 1, 1e-9);
   EXPECT_NEAR(c.overlap_compute_slowdown, 0.1, 1e-12);
   EXPECT_NEAR(c.overlap_comm_slowdown, 0.25, 1e-12);
-  EXPECT_EQ(c.contention_samples, 2);
-  EXPECT_EQ(c.contention_candidates, 3);
+  EXPECT_EQ(c.contention_samples, 3);
+  EXPECT_EQ(c.contention_candidates, 4);
   EXPECT_LT(c.compute.max, 1e-9);
   EXPECT_LT(c.comm.max, 1e-9);
   EXPECT_EQ(c.compute.samples, 13);
