@@ -125,33 +125,18 @@ std::string unusable(const TrainConfig& c, const nlohmann::json& config, bool re
 }
 
 // Per rank of a timeline: the union of one lane's spans from step `warmup` on.
-using Intervals = std::vector<std::pair<std::int64_t, std::int64_t>>;
-std::map<int, Intervals> lane_union(const Timeline& t, Lane lane, int warmup) {
-  std::map<int, Intervals> out;
+std::map<int, IntervalSet> lane_union(const Timeline& t, Lane lane, int warmup) {
+  std::map<int, std::vector<Interval>> spans;
   for (const Span& s : t.spans) {
-    if (s.lane == lane && s.step >= warmup && s.end_ns > s.start_ns) {
-      out[s.rank].emplace_back(s.start_ns, s.end_ns);
-    }
+    if (s.lane == lane && s.step >= warmup) spans[s.rank].push_back({s.start_ns, s.end_ns});
   }
-  for (auto& [rank, v] : out) {
-    std::sort(v.begin(), v.end());
-    Intervals merged;
-    for (const auto& i : v) {
-      if (!merged.empty() && i.first <= merged.back().second) {
-        merged.back().second = std::max(merged.back().second, i.second);
-      } else {
-        merged.push_back(i);
-      }
-    }
-    v = std::move(merged);
-  }
+  std::map<int, IntervalSet> out;
+  for (auto& [rank, v] : spans) out[rank] = union_of(std::move(v));
   return out;
 }
 
-bool overlaps(const Intervals& v, std::int64_t start, std::int64_t end) {
-  auto it = std::upper_bound(v.begin(), v.end(), std::make_pair(start, INT64_MAX));
-  if (it != v.begin() && std::prev(it)->second > start) return true;
-  return it != v.end() && it->first < end;
+bool overlaps(const IntervalSet& v, std::int64_t start, std::int64_t end) {
+  return covered_length(v, {start, end}) > 0;
 }
 
 }  // namespace
@@ -402,7 +387,7 @@ std::pair<std::int64_t, std::int64_t> moving(const std::vector<const Span*>& mem
 }
 
 template <typename Pick>
-TransferTimes collective_times(const MeasuredRun& run, const std::map<int, Intervals>& compute,
+TransferTimes collective_times(const MeasuredRun& run, const std::map<int, IntervalSet>& compute,
                                bool clean_only, bool blocked, Pick pick) {
   const WaitSpans waits = blocked ? WaitSpans(run) : WaitSpans();
   const auto blocked_ns = [&](const Span& s) {
@@ -495,23 +480,17 @@ std::pair<double, double> matched_collective_seconds(const MeasuredRun& a, const
 }
 
 PassContention pass_contention(const MeasuredRun& overlapped, const MeasuredRun& compute_only) {
-  // Per rank, when a data-parallel collective moved (Note [contention's collectives]).
-  std::map<int, std::vector<Interval>> moved;
-  for_each_collective(overlapped, [&](const Span& s) { return !is_tensor_span(overlapped.timeline, s); },
-                      [&](SpanKind, int, std::int64_t, std::size_t,
-                          const std::vector<const Span*>& members) {
-                        const auto [start, end] = moving(members);
-                        for (const Span* m : members) moved[m->rank].push_back({start, end});
-                      });
-  std::map<int, IntervalSet> windows;
-  for (auto& [rank, v] : moved) windows[rank] = union_of(std::move(v));
+  // Per rank, when it had a collective in flight, its wait for a peer included: the
+  // communication thread takes its core from the start.
+  const std::map<int, IntervalSet> windows =
+      lane_union(overlapped.timeline, Lane::kComm, overlapped.warmup);
   const std::map<std::pair<SpanKind, int>, double> alone =
       pass_seconds(compute_only, /*clean_only=*/false);
   struct Seen {
     double seconds, alone, beside;
   };
   std::vector<Seen> seen;
-  std::vector<double> drift;  // passes nothing moved beside: overlapped / alone
+  std::vector<double> drift;  // passes no collective ran beside: overlapped / alone
   std::set<std::pair<int, int>> rank_steps;
   for (const auto& [key, spans] : passes_of(overlapped)) {
     const auto [kind, tag, rank, step, micro] = key;
@@ -559,10 +538,10 @@ void time_training_contention(ContentionSample& sample, const MeasuredRun* overl
     std::tie(sample.comm_ovl, sample.comm_iso) =
         matched_collective_seconds(*overlapped, *comm_only);
   }
-  // Note [contention's passes]: likewise the compute, pass by pass against the same passes
-  // alone, for the time a collective moved beside each; T_comp's difference between two
-  // runs was as much noise as contention (a step's compute 1% apart on 230 ms against 5-9
-  // ms of overlap).
+  // Note [contention's passes]: the compute pass by pass against the same passes alone,
+  // for the time a collective ran beside each; T_comp's difference between two runs was as
+  // much noise as contention (a step's compute 1% apart on 230 ms against 5-9 ms of
+  // overlap).
   if (compute_only != nullptr) {
     const PassContention p = pass_contention(*overlapped, *compute_only);
     sample.comp_ovl = p.overlapped_s;
