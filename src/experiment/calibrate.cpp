@@ -486,10 +486,7 @@ PassContention pass_contention(const MeasuredRun& overlapped, const MeasuredRun&
       lane_union(overlapped.timeline, Lane::kComm, overlapped.warmup);
   const std::map<std::pair<SpanKind, int>, double> alone =
       pass_seconds(compute_only, /*clean_only=*/false);
-  struct Seen {
-    double seconds, alone, beside;
-  };
-  std::vector<Seen> seen;
+  PassContention out;
   std::vector<double> drift;  // passes no collective ran beside: overlapped / alone
   std::set<std::pair<int, int>> rank_steps;
   for (const auto& [key, spans] : passes_of(overlapped)) {
@@ -505,22 +502,16 @@ PassContention pass_contention(const MeasuredRun& overlapped, const MeasuredRun&
     if (beside == 0) {
       drift.push_back(seconds / it->second);
     } else {
-      seen.push_back({seconds, it->second, static_cast<double>(beside) / 1e9});
+      out.overlapped_s += seconds;
+      out.alone_s += it->second;
+      out.beside_s += static_cast<double>(beside) / 1e9;
     }
   }
-  // Separate runs' compute differs by a few percent from noise alone: the passes nothing
-  // moved beside say by how much.
-  const double scale = drift.empty() ? 1 : median_of(drift);
-  PassContention out;
-  for (const Seen& p : seen) {
-    out.overlapped_s += p.seconds;
-    out.alone_s += scale * p.alone;
-    out.beside_s += p.beside;
-  }
-  // Per rank and step, as a scenario's T_comp is.
+  // Separate runs' compute differs by a few percent from noise alone: the passes no
+  // collective ran beside say by how much. Per rank and step, as a scenario's T_comp is.
   const double per = static_cast<double>(std::max<std::size_t>(1, rank_steps.size()));
   out.overlapped_s /= per;
-  out.alone_s /= per;
+  out.alone_s *= (drift.empty() ? 1 : median_of(drift)) / per;
   out.beside_s /= per;
   return out;
 }
