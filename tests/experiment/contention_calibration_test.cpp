@@ -22,27 +22,57 @@ Cluster machine(double comm_slowdown) {
   return calibrated_cluster(c, 2, 1e12, "test");
 }
 
-MeasuredRun scenario_run(const TrainConfig& base, Scenario scenario, const Cluster& cluster) {
+TrainConfig layerwise_mlp() {
+  TrainConfig c;
+  c.model = ModelSpec::parse("mlp:4x512");
+  c.ranks = 2;
+  c.batch = 64;
+  c.steps = 3;
+  c.reducer.plan.strategy = Strategy::parse("layerwise");
+  return c;
+}
+
+MeasuredRun scenario_run(const TrainConfig& base, Scenario scenario, const Cluster& cluster,
+                         std::vector<Straggler> stragglers = {}) {
   TrainConfig c = scenario_config(base, scenario);
-  // Rank 1 computes 1.5 times as long: rank 0 issues every all-reduce first and waits.
   const TrainResult r =
-      simulate_training(c, {.cluster = cluster, .stragglers = {{.rank = 1, .compute = 1.5}}});
+      simulate_training(c, {.cluster = cluster, .stragglers = std::move(stragglers)});
   return {
       .what = std::string(to_string(scenario)), .config = c, .timeline = r.timeline, .warmup = 1};
 }
 
-TEST(ContentionCalibrationTest, OverlappedCollectivesAreTimedFromTheirLastMembersStart) {
-  TrainConfig base;
-  base.model = ModelSpec::parse("mlp:4x512");
-  base.ranks = 2;
-  base.batch = 64;
-  base.steps = 3;
-  base.reducer.plan.strategy = Strategy::parse("layerwise");
+// A made timeline of step 0: {rank, lane (0 compute, 1 comm), tag, start, end} each; a
+// compute span is a forward (tag 0) or a backward (tag 1), a comm span an all-reduce of
+// 4096 bytes, or with tag -1 a receive.
+MeasuredRun made(const std::vector<std::array<std::int64_t, 5>>& spans) {
+  MeasuredRun run{.what = "made"};
+  run.config.model = ModelSpec::parse("mlp:4x512");
+  run.config.ranks = 2;
+  run.timeline.ranks = 2;
+  for (const auto& [rank, lane, tag, start, end] : spans) {
+    const bool comm = lane == 1;
+    run.timeline.spans.push_back(
+        {.rank = static_cast<std::int32_t>(rank),
+         .lane = comm ? Lane::kComm : Lane::kCompute,
+         .kind = comm ? (tag < 0 ? SpanKind::kRecv : SpanKind::kAllreduce)
+                      : (tag == 0 ? SpanKind::kForward : SpanKind::kBackward),
+         .step = 0,
+         .tag = static_cast<std::int32_t>(tag),
+         .start_ns = start,
+         .end_ns = end,
+         .bytes = comm ? 4096 : 0});
+  }
+  return run;
+}
 
+TEST(ContentionCalibrationTest, OverlappedCollectivesAreTimedFromTheirLastMembersStart) {
+  const TrainConfig base = layerwise_mlp();
+  // Rank 1 computes 1.5 times as long: rank 0 issues every all-reduce first and waits.
+  const std::vector<Straggler> slow = {{.rank = 1, .compute = 1.5}};
   // No contention: the overlapped scenario's collectives take what the comm-only ones do.
   Cluster cluster = machine(0);
-  const MeasuredRun ovl = scenario_run(base, Scenario::kOverlapped, cluster);
-  const MeasuredRun iso = scenario_run(base, Scenario::kCommOnly, cluster);
+  const MeasuredRun ovl = scenario_run(base, Scenario::kOverlapped, cluster, slow);
+  const MeasuredRun iso = scenario_run(base, Scenario::kCommOnly, cluster, slow);
   const auto [ovl_s, iso_s] = matched_collective_seconds(ovl, iso);
   ASSERT_GT(iso_s, 0);
   EXPECT_NEAR(ovl_s / iso_s, 1, 1e-6);
@@ -50,7 +80,7 @@ TEST(ContentionCalibrationTest, OverlappedCollectivesAreTimedFromTheirLastMember
   // With contention the overlapped collectives are slower, and by no more than the factor.
   cluster = machine(0.5);
   const auto [slow_s, base_s] =
-      matched_collective_seconds(scenario_run(base, Scenario::kOverlapped, cluster), iso);
+      matched_collective_seconds(scenario_run(base, Scenario::kOverlapped, cluster, slow), iso);
   EXPECT_GT(slow_s, 1.01 * base_s);
   EXPECT_LE(slow_s, 1.5 * base_s + 1e-9);
 }
@@ -60,35 +90,18 @@ TEST(ContentionCalibrationTest, OverlappedCollectivesAreTimedFromTheirLastMember
 // 500 ns of waiting), as long as in the comm-only run. A collective one run lacks, and a
 // point-to-point transfer, are not counted.
 TEST(ContentionCalibrationTest, AWaitForAPeerIsNotCountedAsSlowdown) {
-  const auto made = [](std::vector<std::array<std::int64_t, 4>> spans) {
-    MeasuredRun run{.what = "made"};
-    run.config.model = ModelSpec::parse("mlp:4x512");
-    run.config.ranks = 2;
-    run.timeline.ranks = 2;
-    for (const auto& [rank, tag, start, end] : spans) {
-      run.timeline.spans.push_back({.rank = static_cast<std::int32_t>(rank),
-                                    .lane = Lane::kComm,
-                                    .kind = tag < 0 ? SpanKind::kRecv : SpanKind::kAllreduce,
-                                    .step = 0,
-                                    .tag = static_cast<std::int32_t>(tag),
-                                    .start_ns = start,
-                                    .end_ns = end,
-                                    .bytes = 4096});
-    }
-    return run;
-  };
-  const MeasuredRun ovl = made({{0, 0, 0, 700},
-                                {1, 0, 500, 700},  // waited for rank 1
-                                {0, 1, 800, 900},
-                                {1, 1, 800, 900},    // not in comm-only
-                                {1, -1, 0, 5000}});  // a receive
-  const MeasuredRun iso = made({{0, 0, 100, 300}, {1, 0, 100, 300}});
+  const MeasuredRun ovl = made({{0, 1, 0, 0, 700},
+                                {1, 1, 0, 500, 700},  // waited for rank 1
+                                {0, 1, 1, 800, 900},
+                                {1, 1, 1, 800, 900},    // not in comm-only
+                                {1, 1, -1, 0, 5000}});  // a receive
+  const MeasuredRun iso = made({{0, 1, 0, 100, 300}, {1, 1, 0, 100, 300}});
   const auto [ovl_s, iso_s] = matched_collective_seconds(ovl, iso);
   EXPECT_DOUBLE_EQ(ovl_s, 200e-9);
   EXPECT_DOUBLE_EQ(iso_s, 200e-9);
   // Slower once both had issued it: counted.
   const auto [slow_s, base_s] =
-      matched_collective_seconds(made({{0, 0, 0, 900}, {1, 0, 500, 900}}), iso);
+      matched_collective_seconds(made({{0, 1, 0, 0, 900}, {1, 1, 0, 500, 900}}), iso);
   EXPECT_DOUBLE_EQ(slow_s, 400e-9);
   EXPECT_DOUBLE_EQ(base_s, 200e-9);
 }
@@ -97,22 +110,11 @@ TEST(ContentionCalibrationTest, AWaitForAPeerIsNotCountedAsSlowdown) {
 // while a collective moves (the simulator's collectives are in flight only then), the
 // passes beside collectives give that factor back exactly.
 TEST(ContentionCalibrationTest, PassesBesideCollectivesGiveBackTheComputeSlowdown) {
-  TrainConfig base;
-  base.model = ModelSpec::parse("mlp:4x512");
-  base.ranks = 2;
-  base.batch = 64;
-  base.steps = 3;
-  base.reducer.plan.strategy = Strategy::parse("layerwise");
+  const TrainConfig base = layerwise_mlp();
   Cluster cluster = machine(0);
   cluster.device.overlap_compute_slowdown = 0.5;
-  const auto run = [&](Scenario scenario) {
-    TrainConfig c = scenario_config(base, scenario);
-    return MeasuredRun{.what = std::string(to_string(scenario)),
-                       .config = c,
-                       .timeline = simulate_training(c, {.cluster = cluster}).timeline,
-                       .warmup = 1};
-  };
-  const PassContention p = pass_contention(run(Scenario::kOverlapped), run(Scenario::kComputeOnly));
+  const PassContention p = pass_contention(scenario_run(base, Scenario::kOverlapped, cluster),
+                                           scenario_run(base, Scenario::kComputeOnly, cluster));
   ASSERT_GT(p.beside_s, 0);
   const double grew = p.overlapped_s - p.alone_s;
   EXPECT_NEAR(grew / (p.beside_s - grew), 0.5, 1e-4);
@@ -124,25 +126,6 @@ TEST(ContentionCalibrationTest, PassesBesideCollectivesGiveBackTheComputeSlowdow
 // nothing, ran 110 against 100 alone: the runs' drift, 1.1, by which the forward's time
 // alone is scaled.
 TEST(ContentionCalibrationTest, APassIsBesideItsRanksCollectiveInFlight) {
-  const auto made = [](std::vector<std::array<std::int64_t, 5>> spans) {
-    MeasuredRun run{.what = "made"};
-    run.config.model = ModelSpec::parse("mlp:2x64");
-    run.config.ranks = 2;
-    run.timeline.ranks = 2;
-    for (const auto& [rank, lane, tag, start, end] : spans) {
-      run.timeline.spans.push_back(
-          {.rank = static_cast<std::int32_t>(rank),
-           .lane = lane == 0 ? Lane::kCompute : Lane::kComm,
-           .kind = lane == 1 ? SpanKind::kAllreduce
-                             : (tag == 0 ? SpanKind::kForward : SpanKind::kBackward),
-           .step = 0,
-           .tag = static_cast<std::int32_t>(lane == 1 ? 0 : tag),
-           .start_ns = start,
-           .end_ns = end,
-           .bytes = lane == 1 ? 4096 : 0});
-    }
-    return run;
-  };
   const MeasuredRun ovl = made({{0, 1, 0, 0, 300}, {1, 1, 0, 100, 300},  // the all-reduce
                                 {0, 0, 0, 50, 350},                      // beside it
                                 {0, 0, 1, 400, 510}});                   // beside nothing
