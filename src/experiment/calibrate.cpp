@@ -223,12 +223,7 @@ MeasuredRuns read_measured_runs(const std::vector<std::string>& dirs, const std:
         // A tensor-parallel point's passes hold their group's collectives: not a sample of
         // how the data-parallel ones slow compute.
         if (auto c = contention_of(); c && base.model.tensor == 1) {
-          const auto run_of = [&](Scenario sc) -> const MeasuredRun* {
-            const auto it = at.find(sc);
-            return it == at.end() ? nullptr : &out.runs[it->second];
-          };
-          time_training_contention(*c, run_of(Scenario::kOverlapped),
-                                   run_of(Scenario::kComputeOnly), run_of(Scenario::kCommOnly));
+          time_training_contention(*c, out.runs, at);
           out.contention.push_back(*c);
         }
       }
@@ -516,8 +511,15 @@ PassContention pass_contention(const MeasuredRun& overlapped, const MeasuredRun&
   return out;
 }
 
-void time_training_contention(ContentionSample& sample, const MeasuredRun* overlapped,
-                              const MeasuredRun* compute_only, const MeasuredRun* comm_only) {
+void time_training_contention(ContentionSample& sample, const std::vector<MeasuredRun>& runs,
+                              const std::map<Scenario, std::size_t>& at) {
+  const auto run_of = [&](Scenario s) -> const MeasuredRun* {
+    const auto it = at.find(s);
+    return it == at.end() ? nullptr : &runs[it->second];
+  };
+  const MeasuredRun* overlapped = run_of(Scenario::kOverlapped);
+  const MeasuredRun* compute_only = run_of(Scenario::kComputeOnly);
+  const MeasuredRun* comm_only = run_of(Scenario::kCommOnly);
   if (overlapped == nullptr) return;
   // Note [contention's collectives]: T_comm counts a collective from this rank's start, so
   // in the overlapped scenario it holds the wait for a peer still computing, which the

@@ -89,12 +89,12 @@ struct PassContention {
   double beside_s = 0;      // how long their rank had a collective in flight beside them
 };
 PassContention pass_contention(const MeasuredRun& overlapped, const MeasuredRun& compute_only);
-// A training configuration's contention sample timed from its scenario runs (the ones
-// given; null: not measured): the collectives from their last member's start
+// A training configuration's contention sample timed from its scenario runs (`at`: where
+// each scenario measured is in `runs`): the collectives from their last member's start
 // (matched_collective_seconds, overlapped against comm-only) and the passes beside them
 // (pass_contention). What it cannot time stays as `sample` has it (the scenario metrics').
-void time_training_contention(ContentionSample& sample, const MeasuredRun* overlapped,
-                              const MeasuredRun* compute_only, const MeasuredRun* comm_only);
+void time_training_contention(ContentionSample& sample, const std::vector<MeasuredRun>& runs,
+                              const std::map<Scenario, std::size_t>& at);
 // Per (kind, unit, span name, occurrence in the pass): the median seconds of a run's
 // compute spans from its warm-up on, the occurrence counted in start order within each
 // (rank, step, micro-batch) pass: a tensor-parallel pass's pieces between its collectives

@@ -566,12 +566,7 @@ Calibration calibrate_from(const Characterization& c, const TrainConfig& base,
                               .comm_ovl = mm.t_comm_ovl_ns.median / 1e9,
                               .comm_beside = mm.t_ovl_ns.median / 1e9,
                               .what = "the default's scenarios"};
-  const auto run_of = [&](Scenario s) -> const MeasuredRun* {
-    const auto it = at.find(s);
-    return it == at.end() ? nullptr : &runs[it->second];
-  };
-  time_training_contention(contention, run_of(Scenario::kOverlapped),
-                           run_of(Scenario::kComputeOnly), run_of(Scenario::kCommOnly));
+  time_training_contention(contention, runs, at);
   return fit_calibration(compute_samples(runs), comm_samples(runs), {contention});
 }
 

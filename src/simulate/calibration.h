@@ -70,7 +70,8 @@ struct CommSample {
 // alone and in the overlapped scenario, and how long the other lane ran beside it there.
 struct ContentionSample {
   // Compute: T_comp of compute-only and overlapped, and T_ovl; for a training workload the
-  // passes a collective moved beside (experiment/calibrate.h, pass_contention).
+  // passes beside which their rank had a collective in flight (experiment/calibrate.h,
+  // pass_contention).
   double comp_iso = 0, comp_ovl = 0, comp_beside = 0;
   // Communication: T_comm of comm-only and overlapped, and T_ovl; for a training workload
   // its collectives timed from their last member's start (matched_collective_seconds).
