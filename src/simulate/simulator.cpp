@@ -404,7 +404,10 @@ UnitCosts unit_costs(const TrainConfig& config, const Cluster& cluster) {
       weights = std::min(weights, 4.0 * (static_cast<double>(rows) + 1) * s.seq * s.dim);
     }
     c.forward_bytes[i] = weights + activation_bytes[i];
-    c.backward_bytes[i] = 3 * weights + 2 * activation_bytes[i];
+    // Backward reads the weights for the input's gradient and adds into their gradient
+    // (read and written); an mlp's first layer computes no input gradient.
+    const double weight_passes = u == 0 && !spec.is_transformer() ? 2 : 3;
+    c.backward_bytes[i] = weight_passes * weights + 2 * activation_bytes[i];
     const bool block = spec.is_transformer() && u >= 1 && u <= spec.transformer.layers;
     if (block && spec.recompute == Recompute::kFull) {
       c.backward_bytes[i] += c.forward_bytes[i];

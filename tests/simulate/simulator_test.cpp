@@ -526,6 +526,26 @@ TEST(SimulatorTest, PipelineStagesRunTheirScheduleAsTheIdealMachineDoes) {
   }
 }
 
+// A unit's passes stream its weights: forward reads them; backward reads them for the
+// input's gradient and reads and writes their gradient (added into), except the mlp's
+// first layer, which computes no input gradient. Activations: out x rows, written and
+// read in forward, twice that in backward.
+TEST(UnitCostsTest, BackwardStreamsTheWeightsThriceButTheFirstLayerTwice) {
+  TrainConfig config = mlp_config("mlp:3x64", 2, "bucketed");
+  const UnitCosts k = unit_costs(config, round_cluster(1, 2));
+  const ModelLayout layout(config.model);
+  ASSERT_EQ(k.backward_bytes.size(), 3u);
+  for (int u = 0; u < 3; ++u) {
+    const LinearLayout& l = layout.layer(u);
+    const double weights = 4.0 * static_cast<double>(layout.unit_end(u) - layout.unit_begin(u));
+    const double activations = 4.0 * 2 * micro_batch_rows(config) * l.out;
+    EXPECT_DOUBLE_EQ(k.forward_bytes[static_cast<std::size_t>(u)], weights + activations) << u;
+    EXPECT_DOUBLE_EQ(k.backward_bytes[static_cast<std::size_t>(u)],
+                     (u == 0 ? 2 : 3) * weights + 2 * activations)
+        << u;
+  }
+}
+
 // --split auto in a simulation: the units balanced by their predicted times, replayed ones
 // included (options.costs), and the simulation runs that split.
 TEST(SimulatorTest, SplitAutoBalancesThePredictedUnitTimes) {
