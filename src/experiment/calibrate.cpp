@@ -441,16 +441,47 @@ TransferTimes transfer_seconds(const MeasuredRun& run, bool clean_only) {
     const Span* w = waits.around(s.rank, s.end_ns);
     return (w == nullptr ? s.end_ns : w->end_ns) - begin;
   };
-  std::map<std::tuple<SpanKind, int, std::int64_t>, std::vector<double>> p2p;
+  // Note [pipeline transfers replayed]: a pipeline's receive is posted ahead (a stage
+  // receives its next micro-batch while it computes), so its span holds the wait for the
+  // peer's send as well. The transfer is timed from the later of the receive's start and
+  // its send's: the latest send of the same step, micro-batch and bytes from another rank
+  // that started before the receive ended, not yet claimed by an earlier receive (a
+  // stage's gradient for a micro-batch cannot leave before the activation it answers
+  // arrived). Timed by the receive alone, a 2-stage 1f1b of 4 micro-batches whose 96 KB
+  // transfers take 0.1 ms replayed 32% long at 0.75 ms each.
+  std::map<std::tuple<int, int, std::int64_t>, std::vector<const Span*>> sends;
+  std::vector<const Span*> receives;
   for (const Span& s : run.timeline.spans) {
-    if (s.lane != Lane::kComm || s.kind != SpanKind::kRecv || s.step < run.warmup ||
-        s.end_ns <= s.start_ns || s.bytes <= 0) {
-      continue;
+    if (s.lane != Lane::kComm || s.step < run.warmup || s.bytes <= 0) continue;
+    if (s.kind == SpanKind::kSend && !is_tensor_span(run.timeline, s)) {
+      sends[{s.step, s.tag, s.bytes}].push_back(&s);
+    } else if (s.kind == SpanKind::kRecv && s.end_ns > s.start_ns) {
+      receives.push_back(&s);
     }
+  }
+  std::ranges::sort(receives, {}, &Span::end_ns);
+  std::set<const Span*> claimed;
+  const auto transfer_ns = [&](const Span& s) {
+    if (is_tensor_span(run.timeline, s)) return ring_step_ns(s);
+    const Span* from = nullptr;
+    const auto it = sends.find({s.step, s.tag, s.bytes});
+    for (const Span* x : it == sends.end() ? std::vector<const Span*>{} : it->second) {
+      if (x->rank != s.rank && x->start_ns <= s.end_ns && !claimed.contains(x) &&
+          (from == nullptr || x->start_ns > from->start_ns)) {
+        from = x;
+      }
+    }
+    if (from == nullptr) return s.duration_ns();
+    claimed.insert(from);
+    return s.end_ns - std::max(s.start_ns, from->start_ns);
+  };
+  std::map<std::tuple<SpanKind, int, std::int64_t>, std::vector<double>> p2p;
+  for (const Span* r : receives) {
+    const Span& s = *r;
+    const std::int64_t ns = transfer_ns(s);
     const auto it = compute.find(s.rank);
-    const bool clean = it == compute.end() || !overlaps(it->second, s.start_ns, s.end_ns);
+    const bool clean = it == compute.end() || !overlaps(it->second, s.end_ns - ns, s.end_ns);
     if (!clean_only || clean) {
-      const std::int64_t ns = is_tensor_span(run.timeline, s) ? ring_step_ns(s) : s.duration_ns();
       p2p[{SpanKind::kSend, -1, s.bytes}].push_back(static_cast<double>(ns) / 1e9);
     }
   }

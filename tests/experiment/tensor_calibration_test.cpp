@@ -107,5 +107,38 @@ TEST(TensorCalibrationTest, ARingStepCostsFromItsIssueToTheEndOfItsWait) {
   EXPECT_DOUBLE_EQ(pipeline->second.at(0), 400e-9);
 }
 
+// Note [pipeline transfers replayed]: a pipeline's receive posted ahead of its send costs
+// from the send's start (the peer's, the latest of the same step, micro-batch and bytes
+// that started before the receive ended) to its end, not the whole span that waited.
+TEST(TensorCalibrationTest, APipelineReceivePostedAheadCostsFromItsSend) {
+  MeasuredRun run{.what = "made"};
+  run.config.model = ModelSpec::parse("mlp:4x64");
+  run.config.ranks = 2;
+  Timeline& t = run.timeline;
+  t.ranks = 2;
+  const auto p2p = [&](int rank, SpanKind kind, std::int64_t start, std::int64_t end) {
+    t.spans.push_back({.rank = rank,
+                       .lane = Lane::kComm,
+                       .kind = kind,
+                       .step = 0,
+                       .tag = 0,
+                       .micro = 0,
+                       .start_ns = start,
+                       .end_ns = end,
+                       .bytes = 128});
+  };
+  // Micro-batch 0's activations: stage 1 posts its receive at 1000; stage 0 sends at 2800.
+  p2p(1, SpanKind::kRecv, 1000, 3000);
+  p2p(0, SpanKind::kSend, 2800, 2810);
+  // Its gradient back: stage 0 posts at 2900 (after its own send), stage 1 sends at 5700.
+  p2p(0, SpanKind::kRecv, 2900, 6000);
+  p2p(1, SpanKind::kSend, 5700, 5710);
+  const TransferTimes times = transfer_seconds(run, /*clean_only=*/false);
+  const auto it = times.find({SpanKind::kSend, -1, 128});
+  ASSERT_NE(it, times.end());
+  ASSERT_EQ(it->second.size(), 1u);
+  EXPECT_DOUBLE_EQ(it->second[0], (200e-9 + 300e-9) / 2);  // not the spans' 2000 and 3100
+}
+
 }  // namespace
 }  // namespace tandem
