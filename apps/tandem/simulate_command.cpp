@@ -68,6 +68,10 @@ void print_calibration(const Calibration& c) {
     std::printf("  memory given back and touched again: %.2f GB/s\n",
                 c.first_touch_bytes_per_s / 1e9);
   }
+  if (c.give_back_s > 0) {
+    std::printf("  memory given back: %.1f us per unit (the median give-back span)\n",
+                c.give_back_s * 1e6);
+  }
   if (c.contention_samples > 0) {
     std::printf(
         "  contention: overlap slows compute %.1f%% and collectives %.1f%% (%d "
@@ -103,7 +107,8 @@ int run_calibrate(const SimulateFlags& flags) {
   }
   const std::vector<ComputeSample> compute = compute_samples(measured.runs);
   const std::vector<CommSample> comm = comm_samples(measured.runs);
-  const Calibration c = fit_calibration(compute, comm, measured.contention);
+  const Calibration c =
+      fit_calibration(compute, comm, measured.contention, give_back_samples(measured.runs));
   std::string source = "calibrated from " + std::to_string(flags.calibrate.size()) +
                        (flags.calibrate.size() == 1 ? " run directory" : " run directories");
   if (!measured.machine.empty()) source += " on " + measured.machine;

@@ -4,6 +4,7 @@
 
 #include "core/error.h"
 #include "core/page_array.h"
+#include "model/model_ops.h"
 
 namespace tandem {
 
@@ -217,10 +218,33 @@ void ShardedSync::wait_gathered(int event) {
   }
 }
 
+// Note [giving back, timed]: giving a unit's memory back to the system is work on the
+// training thread, between its passes: on the CPU an madvise whose TLB shootdown
+// interrupts every core the process runs on (26-118 us per unit in a VM of 2 cores:
+// docs/PERFORMANCE.md), on a device the host's share of the release. A span named
+// "give back" (ModelOp::kGiveBack, tag the unit) on Lane::kIdle times it: drawn in the
+// trace and priced by the simulator (DeviceProfile::give_back_s), but neither compute nor
+// communication for the metrics (docs/METRICS.md), as an imported trace's memcpy.
+template <typename Discard>
+void ShardedSync::give_back(int u, Discard&& discard) {
+  if (!in_step_) {
+    discard();
+    return;
+  }
+  model_.begin_span(Lane::kIdle, SpanKind::kMemory, u, op_name(ModelOp::kGiveBack));
+  try {
+    discard();
+  } catch (...) {
+    model_.end_span();
+    throw;
+  }
+  model_.end_span();
+}
+
 void ShardedSync::release_after(int event) {
   for (int v : schedule_.releases_after(event)) {
     const Unit& unit = units_[static_cast<std::size_t>(v)];
-    model_.discard_params(unit.begin, unit.owned_end);
+    give_back(v, [&] { model_.discard_params(unit.begin, unit.owned_end); });
   }
 }
 
@@ -278,7 +302,7 @@ void ShardedSync::settled(int u) {
   Unit& unit = units_[static_cast<std::size_t>(u)];
   if (wire_ && compute_) shard_wire_->widen(unit.offset, grad_shard(unit), u);
   if (kind_ != StrategyKind::kZero1) {
-    model_.discard_grads(unit.begin, unit.owned_end);
+    give_back(u, [&] { model_.discard_grads(unit.begin, unit.owned_end); });
     unit.grads_live = false;
   }
   if (options_.overlap_optimizer && compute_) update(u, grad_scale_);

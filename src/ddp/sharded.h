@@ -123,6 +123,10 @@ class ShardedSync final : public GradSync {
   void gather_ahead(int event);
   void wait_gathered(int event);
   void release_after(int event);
+  // Runs `discard` (a unit's memory given back) inside a "give back" span during a step
+  // (Note [giving back, timed] in sharded.cpp).
+  template <typename Discard>
+  void give_back(int u, Discard&& discard);
   void issue_gather(int u);
   // Unit u's reduce-scatter (--compress: its 16-bit cast first; compute-only: the casts
   // alone, nothing sent).

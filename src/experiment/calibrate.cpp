@@ -715,6 +715,19 @@ std::vector<ComputeSample> compute_samples(const std::vector<MeasuredRun>& runs)
   return out;
 }
 
+std::vector<double> give_back_samples(const std::vector<MeasuredRun>& runs) {
+  std::vector<double> out;
+  for (const MeasuredRun& run : runs) {
+    for (const Span& s : run.timeline.spans) {
+      if (s.lane == Lane::kIdle && s.kind == SpanKind::kMemory && s.step >= run.warmup &&
+          run.timeline.names->name(s.name) == to_string(ModelOp::kGiveBack)) {
+        out.push_back(static_cast<double>(s.duration_ns()) / 1e9);
+      }
+    }
+  }
+  return out;
+}
+
 std::vector<CommSample> comm_samples(const std::vector<MeasuredRun>& runs) {
   std::vector<CommSample> out;
   // The comm-only scenario's collectives are the cleanest measurement (every rank issues

@@ -125,6 +125,9 @@ void for_each_piece_span(Pieces& pieces, SpanKind kind, int unit, int ring_steps
 // samples that fit the hand-off, CommSample::handoff).
 std::vector<ComputeSample> compute_samples(const std::vector<MeasuredRun>& runs);
 std::vector<CommSample> comm_samples(const std::vector<MeasuredRun>& runs);
+// The seconds of every unit's memory given back in the runs' steps from their warm-up on
+// (the "give back" spans: Note [giving back, timed] in ddp/sharded.cpp).
+std::vector<double> give_back_samples(const std::vector<MeasuredRun>& runs);
 
 // The median E2E (docs/METRICS.md: the iteration window of the slowest rank) over the
 // steps from `warmup` on: how measured and predicted steps are compared.

@@ -134,7 +134,8 @@ std::map<std::pair<SpanKind, int>, double> idle_gaps(const MeasuredRun& run) {
   std::map<std::pair<int, int>, std::vector<const Span*>> per_rank_step;
   for (const Span& s : run.timeline.spans) {
     if (s.step < run.warmup || s.end_ns <= s.start_ns) continue;
-    if (s.lane == Lane::kCompute || s.lane == Lane::kWait)
+    // The idle lane's spans (memory given back) are work the replay places itself.
+    if (s.lane == Lane::kCompute || s.lane == Lane::kWait || s.lane == Lane::kIdle)
       per_rank_step[{s.rank, s.step}].push_back(&s);
   }
   std::map<std::pair<SpanKind, int>, std::vector<double>> gaps;
@@ -265,7 +266,7 @@ Replay replay_run(const std::string& given, const WhatIf& what_if) {
     std::vector<MeasuredRun> own{*run};
     if (compute_only != nullptr) own.push_back(*compute_only);
     if (comm_only != nullptr) own.push_back(*comm_only);
-    fit = fit_calibration(compute_samples(own), comm_samples(own), {});
+    fit = fit_calibration(compute_samples(own), comm_samples(own), {}, give_back_samples(own));
   } catch (const UsageError& e) {
     out.notes.push_back(std::string("no model of this machine to fall back on (") + e.what() +
                         "): what was not measured costs nothing");

@@ -567,7 +567,8 @@ Calibration calibrate_from(const Characterization& c, const TrainConfig& base,
                               .comm_beside = mm.t_ovl_ns.median / 1e9,
                               .what = "the default's scenarios"};
   time_training_contention(contention, runs, at);
-  return fit_calibration(compute_samples(runs), comm_samples(runs), {contention});
+  return fit_calibration(compute_samples(runs), comm_samples(runs), {contention},
+                         give_back_samples(runs));
 }
 
 void predict_candidates(std::vector<TuneCandidate>& candidates, const Cluster& cluster,

@@ -26,6 +26,8 @@ std::string_view to_string(ModelOp op) {
       return "residual";
     case ModelOp::kTensor:
       return "tp";
+    case ModelOp::kGiveBack:
+      return "give back";
   }
   return "?";
 }

@@ -27,8 +27,9 @@ enum class ModelOp : NameId {
   kCompress,       // --compress: the gradient's casts and PowerSGD's products (the reducer's)
   kResidual,       // --tensor: a row-parallel product's residual add, after its all-reduce
   kTensor,         // --tensor: a tensor-parallel collective (comm spans), and its wait
+  kGiveBack,       // zero2/fsdp: memory given back to the system (the engine's, a unit's)
 };
-inline constexpr int kModelOpCount = 10;
+inline constexpr int kModelOpCount = 11;
 
 constexpr NameId op_name(ModelOp op) { return static_cast<NameId>(op); }
 std::string_view to_string(ModelOp op);

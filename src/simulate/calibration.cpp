@@ -165,8 +165,14 @@ std::string calibration_samples_csv(const Calibration& c, const std::vector<Comp
 
 Calibration fit_calibration(const std::vector<ComputeSample>& compute,
                             const std::vector<CommSample>& comm,
-                            const std::vector<ContentionSample>& contention) {
+                            const std::vector<ContentionSample>& contention,
+                            const std::vector<double>& give_backs) {
   Calibration c;
+  if (!give_backs.empty()) {
+    std::vector<double> v = give_backs;
+    std::nth_element(v.begin(), v.begin() + static_cast<long>(v.size() / 2), v.end());
+    c.give_back_s = v[v.size() / 2];
+  }
   // Collectives: columns 1/B, alpha and 1/Z (fsdp's gathers write into units given back),
   // from the transfers; then the hand-off, the mean over the samples that hold it of what
   // the ring leaves: a step pays the sum of its hand-offs, and their blocked times vary
@@ -269,6 +275,7 @@ Cluster calibrated_cluster(const Calibration& c, int ranks, double memory_bytes,
   out.device.overlap_compute_slowdown = c.overlap_compute_slowdown;
   out.device.overlap_comm_slowdown = c.overlap_comm_slowdown;
   out.device.first_touch_bytes_per_s = c.first_touch_bytes_per_s;
+  out.device.give_back_s = c.give_back_s;
   out.device.source = source;
   out.intra = c.link;
   out.inter = c.link;
@@ -300,6 +307,7 @@ nlohmann::json calibration_json(const Calibration& c, double memory_bytes,
         {"overlap_compute_slowdown", c.overlap_compute_slowdown},
         {"overlap_comm_slowdown", c.overlap_comm_slowdown},
         {"first_touch_gbps", c.first_touch_bytes_per_s / 1e9},
+        {"give_back_us", c.give_back_s * 1e6},
         {"source", source}}},
       {"intra",
        {{"gbps", c.link.bandwidth_bytes_per_s / 1e9},
@@ -309,6 +317,7 @@ nlohmann::json calibration_json(const Calibration& c, double memory_bytes,
        {{"gemm_flops_per_s", rates},
         {"memory_bytes_per_s", c.memory_bytes_per_s},
         {"first_touch_bytes_per_s", c.first_touch_bytes_per_s},
+        {"give_back_s", c.give_back_s},
         {"memory_bytes", memory_bytes},
         {"link_bytes_per_s", c.link.bandwidth_bytes_per_s},
         {"link_latency_s", c.link.latency_s},
@@ -356,6 +365,8 @@ Calibration read_calibration(const std::string& path, const std::string& flag, d
     if (j.contains("first_touch_bytes_per_s")) {
       c.first_touch_bytes_per_s = number("first_touch_bytes_per_s");
     }
+    // Nor the give-back: none.
+    if (j.contains("give_back_s")) c.give_back_s = number("give_back_s");
     c.overlap_compute_slowdown = number("overlap_compute_slowdown");
     c.overlap_comm_slowdown = number("overlap_comm_slowdown");
     c.contention_samples = j.at("contention_samples").get<int>();

@@ -91,6 +91,7 @@ struct Calibration {
   std::array<double, 4> gemm_flops_per_s{};  // by Precision; 0: no sample
   double memory_bytes_per_s = 0;
   double first_touch_bytes_per_s = 0;  // 0: not fitted (free)
+  double give_back_s = 0;              // per unit's memory given back; 0: none measured
   LinkProfile link;
   double overlap_compute_slowdown = 0;
   double overlap_comm_slowdown = 0;
@@ -100,10 +101,12 @@ struct Calibration {
 };
 
 // Throws UsageError naming --calibrate when a parameter cannot be fitted: no compute
-// sample in fp32, or no collective.
+// sample in fp32, or no collective. `give_backs`: the measured seconds of each unit's
+// memory given back (the "give back" spans); their median is the fit's.
 Calibration fit_calibration(const std::vector<ComputeSample>& compute,
                             const std::vector<CommSample>& comm,
-                            const std::vector<ContentionSample>& contention);
+                            const std::vector<ContentionSample>& contention,
+                            const std::vector<double>& give_backs = {});
 
 // The seconds the fitted model gives a sample.
 double predict(const Calibration& c, const ComputeSample& s);

@@ -201,6 +201,7 @@ Cluster from_json(std::string_view path) {
     if (d.contains("first_touch_gbps")) {
       c.device.first_touch_bytes_per_s = positive(d, "first_touch_gbps", kG, path);
     }
+    if (d.contains("give_back_us")) c.device.give_back_s = positive(d, "give_back_us", 1e-6, path);
     for (auto [key, link] : {std::pair{"intra", &c.intra}, std::pair{"inter", &c.inter}}) {
       if (!j.contains(key)) continue;
       const nlohmann::json& l = j[key];

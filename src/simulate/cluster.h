@@ -46,6 +46,11 @@ struct DeviceProfile {
   // (core/page_array.h). 0: free, as under a caching allocator (every datasheet profile);
   // calibration fits it where the measured runs gave memory back.
   double first_touch_bytes_per_s = 0;
+  // Seconds the training thread spends giving one unit's memory back (zero2/fsdp's
+  // gradients after their reduce-scatter, fsdp's parameters at their release: Note
+  // [giving back, timed] in ddp/sharded.cpp). 0: none, as under a caching allocator (every
+  // datasheet profile); calibration takes the measured median.
+  double give_back_s = 0;
   std::string source;  // where the figures come from
 
   double peak(Precision precision) const;

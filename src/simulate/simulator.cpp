@@ -431,6 +431,7 @@ UnitCosts unit_costs(const TrainConfig& config, const Cluster& cluster) {
   c.byte_seconds = 1 / bw;
   c.flop_seconds = 1 / flop_rate;
   c.touch_seconds = d.first_touch_bytes_per_s > 0 ? 1 / d.first_touch_bytes_per_s : 0;
+  c.give_back = d.give_back_s;
   if (spec.tensor > 1) tensor_pieces(spec, rows, flop_rate, bw, c);
   return c;
 }
@@ -756,6 +757,7 @@ class SimSharded final : public SimSync {
         casts_(config.reducer.compress.casts() && config.compute ? costs.byte_seconds : 0),
         halves_(config.reducer.compress.casts()),
         touch_(costs.touch_seconds),
+        give_back_(costs.give_back),
         touched_again_(touched_again(config)),
         backward_touched_(backward_touched_bytes(layout)),
         grads_touched_(static_cast<std::size_t>(layout.units()), false) {
@@ -772,8 +774,8 @@ class SimSharded final : public SimSync {
     if (fsdp()) gather_and_wait(p);
   }
   void after_forward(ProgramBuilder& p, int unit) override {
-    (void)p, (void)unit;
-    if (fsdp()) schedule_.releases_after(event_);
+    (void)unit;
+    if (fsdp()) release_after(p);
     ++event_;
   }
   void before_backward(ProgramBuilder& p, int unit) override {
@@ -781,7 +783,7 @@ class SimSharded final : public SimSync {
     if (fsdp()) gather_and_wait(p);
   }
   void after_backward(ProgramBuilder& p, int unit, bool last_micro) override {
-    if (fsdp()) schedule_.releases_after(event_);
+    if (fsdp()) release_after(p);
     ++event_;
     if (!last_micro) return;
     // --compress fp16|bf16 (Note [sharded compression] in ddp/sharded.cpp): the unit cast
@@ -878,6 +880,17 @@ class SimSharded final : public SimSync {
       gather_[static_cast<std::size_t>(v)] = -1;
     }
   }
+  // fsdp: the units released after this event give their parameters back.
+  void release_after(ProgramBuilder& p) {
+    for (const int v : schedule_.releases_after(event_)) give_back(p, v);
+  }
+  // A unit's memory given back, on the rank's own thread (Note [giving back, timed] in
+  // ddp/sharded.cpp): an idle-lane span, as the engine records it.
+  void give_back(ProgramBuilder& p, int u) {
+    if (give_back_ > 0) {
+      p.compute(SpanKind::kMemory, u, -1, give_back_, 0, op_name(ModelOp::kGiveBack));
+    }
+  }
   // Waits for every reduce-scatter in flight, in unit order (settle_reduces(true)).
   void settle(ProgramBuilder& p) {
     for (std::size_t u = 0; u < reduce_.size(); ++u) settle(p, u);
@@ -889,6 +902,7 @@ class SimSharded final : public SimSync {
     reduce_[u] = -1;
     cast(p, static_cast<int>(u),
          static_cast<double>(bytes(static_cast<int>(u))) / sizeof(float) / ranks_);
+    if (touched_again_.grads) give_back(p, static_cast<int>(u));  // ShardedSync::settled
   }
   void cast(ProgramBuilder& p, int u, double elements) {
     if (casts_ > 0) {
@@ -917,6 +931,7 @@ class SimSharded final : public SimSync {
   double casts_;             // --compress fp16|bf16 with compute: seconds per byte streamed; else 0
   bool halves_;              // --compress fp16|bf16: the reduce-scatters move 16-bit values
   double touch_;             // seconds per byte given back and touched again
+  double give_back_;         // seconds per unit's memory given back
   TouchedAgain touched_again_;
   std::vector<std::int64_t> backward_touched_;  // per unit: backward_touched_bytes
   std::vector<std::int64_t> given_back_;        // per unit: given_back_bytes
@@ -1684,7 +1699,7 @@ TrainResult simulate_training(const TrainConfig& given, const SimulateOptions& o
         ++a.pc;
         continue;
       }
-      a.spans.push_back({.lane = Lane::kCompute,
+      a.spans.push_back({.lane = op.span == SpanKind::kMemory ? Lane::kIdle : Lane::kCompute,
                          .kind = op.span,
                          .name = op.name,
                          .step = a.step,

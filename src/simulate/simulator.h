@@ -104,6 +104,9 @@ struct UnitCosts {
   // first_touch_bytes_per_s; 0: free, and when replaying: the measured passes and
   // collectives hold it).
   double touch_seconds = 0;
+  // Seconds per unit's memory given back (DeviceProfile::give_back_s; when replaying, the
+  // run's measured median).
+  double give_back = 0;
   // --tensor T: each unit's passes as the split model runs them, its compute (which sums
   // to forward[u] and backward[u]) cut by the tensor group's collectives; the loss's
   // forward too. Empty without tensor parallelism.

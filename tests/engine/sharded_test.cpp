@@ -9,7 +9,9 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <map>
 #include <set>
+#include <tuple>
 
 #include "engine/trainer.h"
 #include "model/rank_model.h"
@@ -181,6 +183,44 @@ TEST(ShardedTest, GathersAndReduceScattersAreTaggedWithTheirUnit) {
   }
   EXPECT_EQ(gathered, (std::set<int>{0, 1, 2, 3}));
   EXPECT_EQ(reduced, (std::set<int>{0, 1, 2, 3}));
+}
+
+// Note [giving back, timed]: every give-back of a step is a "give back" span on the idle
+// lane, tagged with its unit: zero2 a unit's gradient once (after its reduce-scatter),
+// fsdp its gradient and its parameters after each pass that released them (after the
+// forward but for the last unit's, kept for its backward, and after the backward); zero1
+// and a compute-only run give nothing back.
+TEST(ShardedTest, EveryGiveBackOfAStepIsTimedWithItsUnit) {
+  struct Case {
+    const char* strategy;
+    CommMode mode;
+    std::map<int, int> per_unit;  // give-backs per (rank, step)
+  };
+  const Case cases[] = {{"zero1", CommMode::kOverlapped, {}},
+                        {"zero2", CommMode::kOverlapped, {{0, 1}, {1, 1}, {2, 1}, {3, 1}}},
+                        {"fsdp", CommMode::kOverlapped, {{0, 3}, {1, 3}, {2, 3}, {3, 2}}},
+                        {"fsdp", CommMode::kOff, {}}};
+  for (const Case& k : cases) {
+    TrainConfig c = config("mlp:4x50", k.strategy, 2);
+    c.steps = 2;
+    c.verify = false;
+    c.reducer.mode = k.mode;
+    const TrainResult result = train_local(c);
+    std::map<std::tuple<int, int>, std::map<int, int>> seen;  // (rank, step) -> unit -> count
+    for (const Span& s : result.timeline.spans) {
+      if (result.timeline.names->name(s.name) != "give back") continue;
+      EXPECT_EQ(s.lane, Lane::kIdle) << k.strategy;
+      EXPECT_EQ(s.kind, SpanKind::kMemory) << k.strategy;
+      EXPECT_GE(s.step, 0) << k.strategy;
+      ++seen[{s.rank, s.step}][s.tag];
+    }
+    if (k.per_unit.empty()) {
+      EXPECT_TRUE(seen.empty()) << k.strategy;
+      continue;
+    }
+    EXPECT_EQ(seen.size(), 4u) << k.strategy;  // 2 ranks x 2 steps
+    for (const auto& [at, units] : seen) EXPECT_EQ(units, k.per_unit) << k.strategy;
+  }
 }
 
 // Compute-only: no collective, and the overlapped scenario's optimizer work: rank 0

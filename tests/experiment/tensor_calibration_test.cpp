@@ -140,5 +140,29 @@ TEST(TensorCalibrationTest, APipelineReceivePostedAheadCostsFromItsSend) {
   EXPECT_DOUBLE_EQ(it->second[0], (200e-9 + 300e-9) / 2);  // not the spans' 2000 and 3100
 }
 
+// The give-back samples: every "give back" span of the idle lane from the warm-up on, and
+// nothing else there (an imported trace's memcpy is on the idle lane too).
+TEST(TensorCalibrationTest, GiveBackSamplesAreTheGiveBackSpansAfterTheWarmUp) {
+  MeasuredRun run{.what = "made", .warmup = 1};
+  run.config.model = ModelSpec::parse("mlp:4x64");
+  Timeline& t = run.timeline;
+  t.ranks = 1;
+  const NameId give_back = t.names->intern("give back");
+  const NameId memcpy = t.names->intern("memcpy");
+  const auto span = [&](NameId name, int step, std::int64_t ns) {
+    t.spans.push_back({.lane = Lane::kIdle,
+                       .kind = SpanKind::kMemory,
+                       .name = name,
+                       .step = step,
+                       .start_ns = 1000,
+                       .end_ns = 1000 + ns});
+  };
+  span(give_back, 0, 900);  // warm-up
+  span(give_back, 1, 30);
+  span(give_back, 2, 50);
+  span(memcpy, 2, 70);
+  EXPECT_EQ(give_back_samples({run}), (std::vector<double>{30e-9, 50e-9}));
+}
+
 }  // namespace
 }  // namespace tandem

@@ -187,7 +187,11 @@ TEST(CalibrationTest, WhatCannotBeFittedIsRefusedNamingTheFlag) {
 }
 
 TEST(CalibrationTest, WhatIsWrittenIsReadBackAndBecomesTheHereCluster) {
-  Calibration c = fit_calibration(compute_from_truth(), comm_from_truth(), {});
+  // The give-back is the median of the measured ones.
+  Calibration c =
+      fit_calibration(compute_from_truth(), comm_from_truth(), {}, {40e-6, 90e-6, 30e-6});
+  EXPECT_EQ(c.give_back_s, 40e-6);
+  EXPECT_EQ(fit_calibration(compute_from_truth(), comm_from_truth(), {}).give_back_s, 0);
   c.first_touch_bytes_per_s = 3e10;
   const auto dir =
       std::filesystem::temp_directory_path() / ("tandem_calibration_" + std::to_string(::getpid()));
@@ -200,6 +204,7 @@ TEST(CalibrationTest, WhatIsWrittenIsReadBackAndBecomesTheHereCluster) {
   EXPECT_EQ(back.gemm_flops_per_s, c.gemm_flops_per_s);
   EXPECT_EQ(back.link.latency_s, c.link.latency_s);
   EXPECT_EQ(back.first_touch_bytes_per_s, 3e10);
+  EXPECT_EQ(back.give_back_s, 40e-6);
   EXPECT_EQ(memory, 8e9);
   EXPECT_EQ(source, "unit test");
   const Cluster here = resolve_cluster("here", dir.string(), 4);
@@ -207,10 +212,12 @@ TEST(CalibrationTest, WhatIsWrittenIsReadBackAndBecomesTheHereCluster) {
   EXPECT_EQ(here.device.peak(Precision::kFp32), c.gemm_flops_per_s[0]);
   EXPECT_EQ(here.device.gemm_efficiency, 1);
   EXPECT_EQ(here.device.first_touch_bytes_per_s, 3e10);
+  EXPECT_EQ(here.device.give_back_s, 40e-6);
   // The file is a cluster file too.
   const Cluster file = parse_cluster((dir / kCalibrationFile).string());
   EXPECT_NEAR(file.device.peak(Precision::kFp32) / c.gemm_flops_per_s[0], 1, 1e-12);
   EXPECT_NEAR(file.device.first_touch_bytes_per_s / 3e10, 1, 1e-12);
+  EXPECT_NEAR(file.device.give_back_s / 40e-6, 1, 1e-12);
   EXPECT_THROW(resolve_cluster("here", "", 2), UsageError);
   EXPECT_THROW(resolve_cluster("2xh100", dir.string(), 2), UsageError);
   EXPECT_THROW(resolve_cluster("here", (dir / "nope").string(), 2), UsageError);

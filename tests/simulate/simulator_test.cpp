@@ -8,6 +8,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <numeric>
 #include <set>
 
@@ -415,6 +416,41 @@ TEST(SimulatorTest, MemoryGivenBackCostsItsFirstTouch) {
   EXPECT_EQ(rewritten[static_cast<std::size_t>(head)],
             given_back_bytes(gpt, head) + given_back_bytes(gpt, 0));
   EXPECT_EQ(rewritten[0], 0);
+}
+
+// The training thread's give-backs (Note [giving back, timed] in ddp/sharded.cpp), each
+// DeviceProfile::give_back_s on the rank's critical path in a sequential step, drawn as
+// idle-lane spans tagged with their unit: zero2 each unit's gradient once, fsdp its
+// gradient and its parameters after each pass that released them (the last unit's kept
+// from its forward to its backward), zero1 nothing.
+TEST(SimulatorTest, EachGiveBackCostsTheDevicesTimeOnTheRanksThread) {
+  constexpr double kGiveBack = 1e-4;
+  const auto step_s = [](const TrainResult& r) {
+    return seconds(r.steps[0].end_ns - r.steps[0].start_ns);
+  };
+  for (const auto& [strategy, per_step] :
+       {std::pair{"fsdp", 4 + 7}, std::pair{"zero2", 4}, std::pair{"zero1", 0}}) {
+    Cluster cluster = round_cluster(1, 2, 0.5, 0.5);
+    TrainConfig config = mlp_config("mlp:4x1024", 2, strategy);
+    config.reducer.mode = CommMode::kSequential;
+    config.steps = 1;
+    const TrainResult free = simulate_training(config, {.cluster = cluster});
+    EXPECT_EQ(count_spans(free, 0, SpanKind::kMemory), 0) << strategy;
+    cluster.device.give_back_s = kGiveBack;
+    const TrainResult paid = simulate_training(config, {.cluster = cluster});
+    EXPECT_NEAR(step_s(paid) - step_s(free), per_step * kGiveBack, 4e-9) << strategy;
+    std::map<int, int> per_unit;
+    for (const Span& sp : paid.timeline.spans) {
+      if (sp.rank != 0 || sp.kind != SpanKind::kMemory) continue;
+      EXPECT_EQ(sp.lane, Lane::kIdle) << strategy;
+      EXPECT_EQ(paid.timeline.names->name(sp.name), "give back") << strategy;
+      ++per_unit[sp.tag];
+    }
+    if (std::string(strategy) == "fsdp") {
+      EXPECT_EQ(per_unit, (std::map<int, int>{{0, 3}, {1, 3}, {2, 3}, {3, 2}}));
+    }
+    EXPECT_EQ(count_spans(paid, 0, SpanKind::kMemory), per_step) << strategy;
+  }
 }
 
 // Overlapped fsdp: with prefetch 0 every gather is issued just before the pass that needs
