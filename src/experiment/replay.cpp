@@ -127,42 +127,6 @@ UnitCosts measured_costs(const TrainConfig& config, const Cluster& cluster,
   return k;
 }
 
-// Per (kind, unit): the median time a rank stood idle before the pass, after the end of
-// whatever it did before in the step (a pass or a wait): the scheduling gaps of a
-// measured run, which the simulator otherwise does not have.
-std::map<std::pair<SpanKind, int>, double> idle_gaps(const MeasuredRun& run) {
-  std::map<std::pair<int, int>, std::vector<const Span*>> per_rank_step;
-  for (const Span& s : run.timeline.spans) {
-    if (s.step < run.warmup || s.end_ns <= s.start_ns) continue;
-    // The idle lane's spans (memory given back) are work the replay places itself.
-    if (s.lane == Lane::kCompute || s.lane == Lane::kWait || s.lane == Lane::kIdle)
-      per_rank_step[{s.rank, s.step}].push_back(&s);
-  }
-  std::map<std::pair<SpanKind, int>, std::vector<double>> gaps;
-  for (auto& [key, spans] : per_rank_step) {
-    std::sort(spans.begin(), spans.end(),
-              [](const Span* a, const Span* b) { return a->start_ns < b->start_ns; });
-    std::int64_t busy_until = -1;
-    const Span* previous = nullptr;
-    for (const Span* s : spans) {
-      // The first span of a pass (a unit's norm, attention and mlp are one pass).
-      const bool same_pass = previous != nullptr && previous->lane == Lane::kCompute &&
-                             s->lane == Lane::kCompute && previous->kind == s->kind &&
-                             previous->tag == s->tag && previous->micro == s->micro;
-      if (s->lane == Lane::kCompute && !same_pass && busy_until >= 0) {
-        const int tag = s->kind == SpanKind::kOptimizer ? -1 : s->tag;
-        gaps[{s->kind, tag}].push_back(
-            static_cast<double>(std::max<std::int64_t>(0, s->start_ns - busy_until)) / 1e9);
-      }
-      busy_until = std::max(busy_until, s->end_ns);
-      previous = s;
-    }
-  }
-  std::map<std::pair<SpanKind, int>, double> out;
-  for (const auto& [key, v] : gaps) out[key] = summarize(v).median;
-  return out;
-}
-
 // Ranks that computed systematically slower or faster than the median rank, as
 // stragglers: each rank's median per-step compute over the median rank's (the replay's
 // passes are the median over ranks; this puts each rank's own pace back).
@@ -202,6 +166,39 @@ std::vector<Straggler> rank_paces(const MeasuredRun& run) {
 }
 
 }  // namespace
+
+std::map<std::pair<SpanKind, int>, double> idle_gaps(const MeasuredRun& run) {
+  std::map<std::pair<int, int>, std::vector<const Span*>> per_rank_step;
+  for (const Span& s : run.timeline.spans) {
+    if (s.step < run.warmup || s.end_ns <= s.start_ns) continue;
+    // The idle lane's spans (memory given back) are work the replay places itself.
+    if (s.lane == Lane::kCompute || s.lane == Lane::kWait || s.lane == Lane::kIdle)
+      per_rank_step[{s.rank, s.step}].push_back(&s);
+  }
+  std::map<std::pair<SpanKind, int>, std::vector<double>> gaps;
+  for (auto& [key, spans] : per_rank_step) {
+    std::sort(spans.begin(), spans.end(),
+              [](const Span* a, const Span* b) { return a->start_ns < b->start_ns; });
+    std::int64_t busy_until = -1;
+    const Span* previous = nullptr;
+    for (const Span* s : spans) {
+      // The first span of a pass (a unit's norm, attention and mlp are one pass).
+      const bool same_pass = previous != nullptr && previous->lane == Lane::kCompute &&
+                             s->lane == Lane::kCompute && previous->kind == s->kind &&
+                             previous->tag == s->tag && previous->micro == s->micro;
+      if (s->lane == Lane::kCompute && !same_pass && busy_until >= 0) {
+        const int tag = s->kind == SpanKind::kOptimizer ? -1 : s->tag;
+        gaps[{s->kind, tag}].push_back(
+            static_cast<double>(std::max<std::int64_t>(0, s->start_ns - busy_until)) / 1e9);
+      }
+      busy_until = std::max(busy_until, s->end_ns);
+      previous = s;
+    }
+  }
+  std::map<std::pair<SpanKind, int>, double> out;
+  for (const auto& [key, v] : gaps) out[key] = summarize(v).mean;
+  return out;
+}
 
 namespace {
 

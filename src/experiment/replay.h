@@ -4,7 +4,9 @@
 // network, contention, overlap, the bucket size, the rank count.
 #pragma once
 
+#include <map>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "engine/trainer.h"
@@ -44,6 +46,13 @@ struct Replay {
 Replay replay_run(const std::string& dir, const WhatIf& what_if);
 // Whether `path` is DIR/points/ID of a characterize run's results (replay_run takes it).
 bool is_characterize_point(const std::string& path);
-Replay replay_run(const std::string& dir, const WhatIf& what_if);
+
+// Per (kind, unit; the optimizer's unit -1): the mean time a rank stood idle before the
+// pass, after the end of whatever it did before in the step (a pass, a wait or a
+// give-back), over the ranks and steps from the warm-up on: the scheduling gaps of a
+// measured run, which the simulator otherwise does not have. The mean, as the step pays
+// their sum: with a rank's communication thread sharing its core the gaps are few and
+// long, and their median would be 0.
+std::map<std::pair<SpanKind, int>, double> idle_gaps(const MeasuredRun& run);
 
 }  // namespace tandem

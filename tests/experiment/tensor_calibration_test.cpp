@@ -143,7 +143,8 @@ TEST(TensorCalibrationTest, APipelineReceivePostedAheadCostsFromItsSend) {
 // The give-back samples: every "give back" span of the idle lane from the warm-up on, and
 // nothing else there (an imported trace's memcpy is on the idle lane too).
 TEST(TensorCalibrationTest, GiveBackSamplesAreTheGiveBackSpansAfterTheWarmUp) {
-  MeasuredRun run{.what = "made", .warmup = 1};
+  MeasuredRun run{.what = "made"};
+  run.warmup = 1;
   run.config.model = ModelSpec::parse("mlp:4x64");
   Timeline& t = run.timeline;
   t.ranks = 1;
