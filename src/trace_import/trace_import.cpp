@@ -339,6 +339,7 @@ void TraceImporter::interpret_tandem(const RawTrace& raw, const std::string& sou
     claim_rank(s.rank, source);
     info.compute += s.lane == Lane::kCompute;
     info.comm += s.lane == Lane::kComm;
+    info.memory += s.lane == Lane::kIdle && s.kind == SpanKind::kMemory;  // a give-back
     timeline.spans.push_back(s);
   }
   // The run's rank count, also for ranks that recorded nothing; claimed only through

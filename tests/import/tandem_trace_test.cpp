@@ -11,6 +11,7 @@ Timeline sample_timeline() {
   Timeline t;
   t.ranks = 2;
   const NameId custom = t.names->intern("my <fused> kernel");
+  const NameId give_back = t.names->intern("give back");
   const std::int64_t base = 1'700'000'000'123'456'789;  // steady clocks start anywhere
   t.spans = {
       {.rank = 0,
@@ -53,6 +54,17 @@ Timeline sample_timeline() {
        .end_ns = base + 2,
        .bytes = 0,
        .flops = 0},
+      // zero2/fsdp's memory given back: drawn, counted as memory, in no metric.
+      {.rank = 1,
+       .lane = Lane::kIdle,
+       .kind = SpanKind::kMemory,
+       .name = give_back,
+       .step = 1,
+       .tag = 0,
+       .start_ns = base + 2,
+       .end_ns = base + 4,
+       .bytes = 0,
+       .flops = 0},
   };
   t.spans[1].issue_ns = base + 500;  // the all-reduce queued 200 ns behind earlier work
   return t;
@@ -63,6 +75,9 @@ TEST(TandemTraceImportTest, SpansComeBackExactly) {
   const ImportResult r = import_text(to_chrome_trace(original).dump());
   ASSERT_EQ(r.files.size(), 1u);
   EXPECT_EQ(r.files[0].format, "tandem");
+  EXPECT_EQ(r.files[0].compute, 2u);
+  EXPECT_EQ(r.files[0].comm, 1u);
+  EXPECT_EQ(r.files[0].memory, 1u);
   EXPECT_EQ(r.timeline.ranks, 2);
   ASSERT_EQ(r.timeline.spans.size(), original.spans.size());
   for (std::size_t i = 0; i < original.spans.size(); ++i) {
