@@ -176,6 +176,7 @@ TrainSummary summarize_training(const TrainConfig& config, const TrainResult& re
   if (config.reducer.compress.enabled() && config.record && config.compute) {
     out.compress_ms = named_ms(SpanKind::kOther, ModelOp::kCompress);
   }
+  if (config.record) out.give_back_ms = named_ms(SpanKind::kMemory, ModelOp::kGiveBack);
   out.bytes_per_step = config.ranks > 1 ? result.bytes_per_step : 0;
   out.uncompressed_bytes_per_step = config.ranks > 1 ? result.uncompressed_bytes_per_step : 0;
 
@@ -257,6 +258,11 @@ std::string format_train_summary(const TrainConfig& config, const TrainResult& r
     add("  compression      %s  (--compress %s: the casts or factors of the gradient, part of "
         "compute)\n",
         ms(s.compress_ms).c_str(), config.reducer.compress.to_string().c_str());
+  }
+  if (s.give_back_ms.count > 0) {
+    add("  giving back      %s  (%s: units' memory returned to the system between passes, in "
+        "no figure above)\n",
+        ms(s.give_back_ms).c_str(), config.reducer.plan.strategy.to_string().c_str());
   }
   text += format_memory(result);
   if (result.pipeline.empty() && !result.memory.empty()) {
@@ -460,6 +466,8 @@ nlohmann::json train_summary_body(const TrainConfig& config, const TrainResult& 
       {"exposed_comm_ms", s.exposed_comm_ms},
       {"recompute_ms",
        s.recompute_ms.count > 0 ? nlohmann::json(s.recompute_ms) : nlohmann::json(nullptr)},
+      {"give_back_ms",
+       s.give_back_ms.count > 0 ? nlohmann::json(s.give_back_ms) : nlohmann::json(nullptr)},
       {"hidden_share", number_or_null(s.hidden_share)},
       {"waiting", waiting_json(s.waiting)},
       {"first_loss", s.first_loss},

@@ -27,6 +27,10 @@ struct TrainSummary {
   // --compress: the compute of the gradient's casts or PowerSGD's products (spans named
   // "compress"), per step, mean over ranks; empty without it.
   Summary compress_ms;
+  // zero2/fsdp: the training thread's time giving units' memory back (the spans named
+  // "give back", on the idle lane: in no other figure), per step, mean over ranks; empty
+  // for the other strategies.
+  Summary give_back_ms;
   double hidden_share = 0;              // Σ T_ovl / Σ T_comm over measured steps (HTA)
   // The blocked waiting split into skew and transfer over the measured steps
   // (analysis/waiting.h), and how far the ranks' clocks agree for it.
