@@ -465,7 +465,8 @@ TransferTimes transfer_seconds(const MeasuredRun& run, bool clean_only) {
     if (is_tensor_span(run.timeline, s)) return ring_step_ns(s);
     const Span* from = nullptr;
     const auto it = sends.find({s.step, s.tag, s.bytes});
-    for (const Span* x : it == sends.end() ? std::vector<const Span*>{} : it->second) {
+    if (it == sends.end()) return s.duration_ns();
+    for (const Span* x : it->second) {
       if (x->rank != s.rank && x->start_ns <= s.end_ns && !claimed.contains(x) &&
           (from == nullptr || x->start_ns > from->start_ns)) {
         from = x;
