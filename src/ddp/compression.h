@@ -45,9 +45,7 @@ struct Compression {
 // Runs `body` as a compute span named "compress" tagged `tag` on the model's clock.
 template <typename Body>
 void time_compression(RankModel& model, int tag, const Body& body) {
-  model.begin_span(Lane::kCompute, SpanKind::kOther, tag, op_name(ModelOp::kCompress));
-  body();
-  model.end_span();
+  in_span(model, Lane::kCompute, SpanKind::kOther, tag, op_name(ModelOp::kCompress), body);
 }
 
 // The 16-bit copy of a gradient range that a cast compression sends: an array of `numel`

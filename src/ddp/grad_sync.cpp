@@ -9,14 +9,7 @@ void wait_timed(RankModel& model, Communicator& comm, Work& work, int tag) {
     work.wait();  // rethrows a stored error
     return;
   }
-  model.begin_span(Lane::kWait, SpanKind::kWait, tag);
-  try {
-    work.wait();
-  } catch (...) {
-    model.end_span();
-    throw;
-  }
-  model.end_span();
+  in_span(model, Lane::kWait, SpanKind::kWait, tag, kNoName, [&] { work.wait(); });
 }
 
 }  // namespace tandem

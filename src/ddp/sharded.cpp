@@ -227,18 +227,11 @@ void ShardedSync::wait_gathered(int event) {
 // communication for the metrics (docs/METRICS.md), as an imported trace's memcpy.
 template <typename Discard>
 void ShardedSync::give_back(int u, Discard&& discard) {
-  if (!in_step_) {
+  if (in_step_) {
+    in_span(model_, Lane::kIdle, SpanKind::kMemory, u, op_name(ModelOp::kGiveBack), discard);
+  } else {
     discard();
-    return;
   }
-  model_.begin_span(Lane::kIdle, SpanKind::kMemory, u, op_name(ModelOp::kGiveBack));
-  try {
-    discard();
-  } catch (...) {
-    model_.end_span();
-    throw;
-  }
-  model_.end_span();
 }
 
 void ShardedSync::release_after(int event) {

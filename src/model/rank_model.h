@@ -178,6 +178,20 @@ class RankModel {
   virtual std::int64_t device_peak_bytes() const = 0;
 };
 
+// Runs `body` inside a span of `model` (begin_span's arguments), ended on the way out,
+// a throw included.
+template <typename Body>
+void in_span(RankModel& model, Lane lane, SpanKind kind, int tag, NameId name, Body&& body) {
+  model.begin_span(lane, kind, tag, name);
+  try {
+    body();
+  } catch (...) {
+    model.end_span();
+    throw;
+  }
+  model.end_span();
+}
+
 // Bytes one replica of `config` allocates on its device, in doubles so that no absurd
 // size overflows before it is compared. Nothing is allocated to compute it, so a run can
 // be refused before it starts (engine/trainer.h).

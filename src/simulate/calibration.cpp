@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <utility>
 
 #include "core/error.h"
 
@@ -86,6 +87,13 @@ std::vector<double> fit_keeping(std::vector<std::vector<double>> rows, const std
   return fit_relative(rows, t);
 }
 
+// The middle value (the upper of the two middle ones for an even count); 0 for none.
+double middle_of(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::nth_element(v.begin(), v.begin() + static_cast<long>(v.size() / 2), v.end());
+  return v[v.size() / 2];
+}
+
 template <typename Sample>
 FitError fit_error(const Calibration& c, const std::vector<Sample>& samples) {
   FitError e;
@@ -99,11 +107,7 @@ FitError fit_error(const Calibration& c, const std::vector<Sample>& samples) {
     errors.push_back(err);
   }
   e.samples = static_cast<int>(errors.size());
-  if (!errors.empty()) {
-    std::nth_element(errors.begin(), errors.begin() + static_cast<long>(errors.size() / 2),
-                     errors.end());
-    e.median = errors[errors.size() / 2];
-  }
+  e.median = middle_of(std::move(errors));
   return e;
 }
 
@@ -168,11 +172,7 @@ Calibration fit_calibration(const std::vector<ComputeSample>& compute,
                             const std::vector<ContentionSample>& contention,
                             const std::vector<double>& give_backs) {
   Calibration c;
-  if (!give_backs.empty()) {
-    std::vector<double> v = give_backs;
-    std::nth_element(v.begin(), v.begin() + static_cast<long>(v.size() / 2), v.end());
-    c.give_back_s = v[v.size() / 2];
-  }
+  c.give_back_s = middle_of(give_backs);
   // Collectives: columns 1/B, alpha and 1/Z (fsdp's gathers write into units given back),
   // from the transfers; then the hand-off, the mean over the samples that hold it of what
   // the ring leaves: a step pays the sum of its hand-offs, and their blocked times vary
