@@ -121,4 +121,12 @@ std::vector<bool> stage_kept_units(const ModelLayout& layout, const std::vector<
   return keep;
 }
 
+std::size_t stage_kept_numel(const ModelLayout& layout, const std::vector<bool>& kept) {
+  std::size_t n = 0;
+  for (int u = 0; u < layout.units(); ++u) {
+    if (kept[static_cast<std::size_t>(u)]) n += layout.owned_end(u) - layout.unit_begin(u);
+  }
+  return n;
+}
+
 }  // namespace tandem

@@ -33,6 +33,9 @@ struct StageUnits {
 // The units a stage keeps state for: those it runs (`owned`) and those they read (gpt's
 // head reads the tied embedding). StageSync's ranges; the simulator's too.
 std::vector<bool> stage_kept_units(const ModelLayout& layout, const std::vector<bool>& owned);
+// The elements of the units a stage keeps (its ranges: parameters, gradients and optimizer
+// state alike), which its update streams.
+std::size_t stage_kept_numel(const ModelLayout& layout, const std::vector<bool>& kept);
 
 class StageSync final : public GradSync {
  public:

@@ -20,6 +20,8 @@
 #include "analysis/statistics.h"
 #include "core/error.h"
 #include "ddp/sharded.h"
+#include "ddp/stage_sync.h"
+#include "engine/trainer.h"
 #include "model/layout.h"
 #include "model/model_ops.h"
 #include "report/train_report.h"
@@ -283,6 +285,45 @@ std::map<std::pair<SpanKind, int>, double> pass_seconds(const MeasuredRun& run, 
   std::map<std::pair<SpanKind, int>, double> out;
   for (const auto& [key, seconds] : groups) out[key] = median_of(seconds);
   return out;
+}
+
+double update_seconds(const MeasuredRun& run, bool clean_only) {
+  const auto comm = lane_union(run.timeline, Lane::kComm, run.warmup);
+  const StagePlan plan = stage_plan(run.config);
+  const int tensor = std::max(1, run.config.model.tensor);
+  // Per stage: its updates, and those no collective overlapped.
+  std::map<int, std::pair<std::vector<double>, std::vector<double>>> by_stage;
+  for (const auto& [key, spans] : passes_of(run)) {
+    const auto [kind, tag, rank, step, micro] = key;
+    if (kind != SpanKind::kOptimizer) continue;
+    const auto it = comm.find(rank);
+    const bool clean = std::none_of(spans.begin(), spans.end(), [&](const Span* s) {
+      return it != comm.end() && overlaps(it->second, s->start_ns, s->end_ns);
+    });
+    // The stage of the rank's outer rank (Note [rank order] in engine/tensor_parallel.h).
+    auto& [all, clear] = by_stage[plan.stage_of(rank / tensor)];
+    all.push_back(seconds_of(spans));
+    if (clean) clear.push_back(all.back());
+  }
+  // A stage whose updates a receive posted ahead always overlapped (the next step's
+  // first, on a pipeline's first stage) is taken as measured: without it the sum would
+  // be another stage's alone.
+  double seconds = 0;
+  for (const auto& [stage, times] : by_stage) {
+    const auto& [all, clear] = times;
+    seconds += median_of(clean_only && !clear.empty() ? clear : all);
+  }
+  if (plan.shape.stages == 1) return seconds;
+  // Stages keep gpt's tied embedding twice (on the embedding's stage and the head's): the
+  // sum is of the elements they keep, scaled to the model's.
+  const ModelLayout layout(run.config.model);
+  std::size_t kept = 0;
+  for (const auto& [stage, times] : by_stage) {
+    kept +=
+        stage_kept_numel(layout, stage_kept_units(layout, plan.owned_units(stage, layout.units())));
+  }
+  return kept == 0 ? seconds
+                   : seconds * static_cast<double>(layout.numel()) / static_cast<double>(kept);
 }
 
 namespace {
@@ -694,6 +735,7 @@ std::vector<ComputeSample> compute_samples(const std::vector<MeasuredRun>& runs)
       std::string name;
       if (kind == SpanKind::kOptimizer) {
         sample.bytes = k.optimizer_bytes;
+        sample.seconds = update_seconds(run, /*clean_only=*/true);  // a pipeline's stages summed
         name = "optimizer";
       } else if (tag == U) {
         sample.bytes = k.loss_bytes;

@@ -53,6 +53,13 @@ MeasuredRuns read_measured_runs(const std::vector<std::string>& dirs, const std:
 // a run's passes from its warm-up on, each the sum of its spans of one (rank, step,
 // micro-batch); `clean_only`: only passes no collective overlapped.
 std::map<std::pair<SpanKind, int>, double> pass_seconds(const MeasuredRun& run, bool clean_only);
+// The seconds of the whole model's update in a step, which UnitCosts::optimizer prices: each
+// rank's optimizer spans of a step summed, the median over a pipeline stage's ranks and
+// steps, summed over the stages and scaled from the elements they keep to the model's (a
+// stage updates the units it keeps only; pass_seconds' median over every rank would be
+// one stage's or the other's). 0 when none was measured (`clean_only`: none that no
+// collective overlapped, or a stage's every update where none was clean).
+double update_seconds(const MeasuredRun& run, bool clean_only);
 // Per (kind, tag, bytes), per occurrence in a step (in order of start: fsdp gathers a
 // unit twice): the median seconds of a run's collectives, from the latest member's start
 // to the latest end (-1: no clean one); point-to-point transfers as (kSend, -1, bytes),

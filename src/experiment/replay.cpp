@@ -65,6 +65,7 @@ std::string WhatIf::describe() const {
 namespace {
 
 // The unit costs of `config` with every pass measured in `passes` in place of the model's.
+// `update`: the whole model's update as measured (update_seconds; 0: none was).
 // A pass never measured keeps the model's (a note says so).
 // A tensor-parallel pass's compute pieces (--tensor) as measured too: the k-th piece of a
 // name in a unit's pass is that pass's k-th span of the name (a --tp-overlap ring's T
@@ -84,7 +85,7 @@ void measured_pieces(std::vector<PassPiece>& pieces, SpanKind kind, int unit,
 }
 
 UnitCosts measured_costs(const TrainConfig& config, const Cluster& cluster,
-                         const std::map<std::pair<SpanKind, int>, double>& passes,
+                         const std::map<std::pair<SpanKind, int>, double>& passes, double update,
                          const PieceTimes& pieces, std::vector<std::string>& notes) {
   UnitCosts k = unit_costs(config, cluster);
   for (std::size_t u = 0; u < k.forward_pieces.size(); ++u) {
@@ -113,6 +114,9 @@ UnitCosts measured_costs(const TrainConfig& config, const Cluster& cluster,
   take(SpanKind::kForward, U, k.loss_forward);
   take(SpanKind::kBackward, U, k.loss_backward);
   take(SpanKind::kOptimizer, -1, k.optimizer);
+  // A pipeline stage updates its units only, priced by its share of the whole model's
+  // update: the stages' updates summed (update_seconds).
+  if (update > 0) k.optimizer = update;
   // The simulator prices a sharded update by the shard's share of k.optimizer: the
   // measured one is the shard's already.
   if (config.reducer.plan.strategy.sharded()) k.optimizer_numel = 0;
@@ -279,6 +283,7 @@ Replay replay_run(const std::string& given, const WhatIf& what_if) {
 
   const UnitCosts costs =
       measured_costs(run->config, cluster, pass_seconds(*run, /*clean_only=*/false),
+                     update_seconds(*run, /*clean_only=*/false),
                      piece_seconds(*run, /*clean_only=*/false), out.notes);
   const auto transfers = transfer_seconds(*run, /*clean_only=*/false);
   const auto tensor_transfers = tensor_transfer_seconds(*run, /*clean_only=*/false);
@@ -335,6 +340,8 @@ Replay replay_run(const std::string& given, const WhatIf& what_if) {
           ? measured_costs(run->config, cluster,
                            compute_only != nullptr ? pass_seconds(*compute_only, false)
                                                    : pass_seconds(*run, /*clean_only=*/true),
+                           compute_only != nullptr ? update_seconds(*compute_only, false)
+                                                   : update_seconds(*run, /*clean_only=*/true),
                            compute_only != nullptr ? piece_seconds(*compute_only, false)
                                                    : piece_seconds(*run, /*clean_only=*/true),
                            out.notes)

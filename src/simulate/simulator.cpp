@@ -601,6 +601,7 @@ class SimReducer final : public SimSync {
   SimReducer(const TrainConfig& config, const ModelLayout& layout, const std::vector<bool>& units,
              bool hold_embedding, bool communicates, const UnitCosts& costs)
       : params_(grad_params(layout, units)),
+        kept_numel_(units.empty() ? 0 : stage_kept_numel(layout, units)),
         buckets_(plan_buckets(params_, layout.numel(), config.reducer.plan)),
         schedule_(params_, buckets_),
         comm_(communicates && config.reducer.mode != CommMode::kOff),
@@ -674,6 +675,12 @@ class SimReducer final : public SimSync {
   void end_step(ProgramBuilder& p) override {
     for (std::size_t b = 0; b < issued_.size(); ++b) wait(p, b);
   }
+  // A pipeline stage (StageSync) updates the units it keeps only: the same bytes per element
+  // as the whole model's update.
+  double optimizer_seconds(const UnitCosts& costs) const override {
+    if (kept_numel_ == 0 || costs.optimizer_numel <= 0) return costs.optimizer;
+    return costs.optimizer * static_cast<double>(kept_numel_) / costs.optimizer_numel;
+  }
 
   const std::vector<Bucket>& buckets() const { return buckets_; }
 
@@ -722,6 +729,7 @@ class SimReducer final : public SimSync {
   }
 
   std::vector<GradParam> params_;
+  std::size_t kept_numel_;  // a pipeline stage's (0: the whole model's)
   std::vector<Bucket> buckets_;
   LaunchSchedule schedule_;
   bool comm_;
@@ -1819,13 +1827,8 @@ TrainResult simulate_training(const TrainConfig& given, const SimulateOptions& o
     } else if (pipeline) {
       // StageSync: the stage's units (and the tied embedding its head reads).
       const std::vector<bool> owned = plan.owned_units(a.stage, U);
-      const std::vector<bool> kept = stage_kept_units(layout, owned);
-      std::int64_t floats = 0;
-      for (int u = 0; u < U; ++u) {
-        if (kept[static_cast<std::size_t>(u)]) {
-          floats += static_cast<std::int64_t>(layout.owned_end(u) - layout.unit_begin(u));
-        }
-      }
+      const auto floats =
+          static_cast<std::int64_t>(stage_kept_numel(layout, stage_kept_units(layout, owned)));
       const auto owned_units = std::count(owned.begin(), owned.end(), true);
       const auto bytes = floats * static_cast<std::int64_t>(sizeof(float));
       mine = {.params = bytes, .grads = bytes, .optimizer = bytes};

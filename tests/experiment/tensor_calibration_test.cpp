@@ -55,6 +55,32 @@ TEST(TensorCalibrationTest, ATensorParallelRunsPiecesGiveBackTheMachinesRates) {
   }
 }
 
+// A pipeline's stages each update the units they keep (gpt's tied embedding on both its
+// stages): update_seconds gives back the whole model's update the simulation priced, where
+// pass_seconds' median over the ranks is one stage's.
+TEST(TensorCalibrationTest, APipelinesUpdateIsItsStagesScaledToTheModel) {
+  Calibration machine;
+  machine.gemm_flops_per_s = {50e9, 0, 0, 0};
+  machine.memory_bytes_per_s = 20e9;
+  machine.link = {.bandwidth_bytes_per_s = 5e9, .latency_s = 0};
+  for (const char* model : {"mlp:5x64", "gpt:layers=2,dim=64,heads=4,seq=32,vocab=256"}) {
+    TrainConfig c;
+    c.model = ModelSpec::parse(model);
+    c.ranks = 2;
+    c.batch = 4;
+    c.steps = 2;
+    c.pipeline.stages = 2;
+    c.pipeline.micro_batches = 2;
+    const Cluster cluster = calibrated_cluster(machine, c.ranks, 1e12, "test");
+    const TrainResult r = simulate_training(c, {.cluster = cluster});
+    const MeasuredRun run{.what = "sim", .config = c, .timeline = r.timeline, .warmup = 0};
+    const double whole = unit_costs(c, cluster).optimizer;
+    EXPECT_NEAR(update_seconds(run, /*clean_only=*/false), whole, 1e-6 * whole) << model;
+    EXPECT_LT(pass_seconds(run, /*clean_only=*/false).at({SpanKind::kOptimizer, -1}), 0.9 * whole)
+        << model;
+  }
+}
+
 // Note [ring steps replayed]: a ring step's receive costs from its issue to the end of the
 // wait its completion fell in; another point-to-point transfer (a pipeline's) costs its
 // span; a ring receive no wait held costs from its issue to its end.

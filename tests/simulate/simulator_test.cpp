@@ -646,6 +646,38 @@ TEST(SimulatorTest, PipelineReplicasAverageEachStagesGradients) {
   for (int rank = 0; rank < 4; ++rank) EXPECT_GT(step_of(slow, rank), step_of(even, rank)) << rank;
 }
 
+// A pipeline stage updates its own units' parameters only (StageSync): its optimizer span
+// is the whole model's update times its share of the elements, the stages' summing to the
+// whole.
+TEST(SimulatorTest, APipelineStageUpdatesItsOwnUnitsOnly) {
+  const Cluster cluster = round_cluster(1, 2);
+  TrainConfig config = mlp_config("mlp:5x256", 2, "bucketed");
+  config.steps = 1;
+  config.pipeline.stages = 2;
+  config.pipeline.micro_batches = 2;
+  const TrainResult r = simulate_training(config, {.cluster = cluster});
+  const UnitCosts k = unit_costs(config, cluster);
+  const ModelLayout layout(config.model);
+  const StagePlan plan = stage_plan(config);
+  double total = 0;
+  for (int stage = 0; stage < 2; ++stage) {
+    const std::vector<bool> owned = plan.owned_units(stage, layout.units());
+    double numel = 0;
+    for (int u = 0; u < layout.units(); ++u) {
+      if (owned[static_cast<std::size_t>(u)])
+        numel += static_cast<double>(layout.unit_end(u) - layout.unit_begin(u));
+    }
+    double update = 0;
+    for (const Span& s : r.timeline.spans) {
+      if (s.rank == stage && s.kind == SpanKind::kOptimizer) update += seconds(s.duration_ns());
+    }
+    EXPECT_NEAR(update, k.optimizer * numel / k.optimizer_numel, 2e-9) << stage;
+    EXPECT_LT(update, 0.9 * k.optimizer) << stage;
+    total += update;
+  }
+  EXPECT_NEAR(total, k.optimizer, 4e-9);
+}
+
 // Transfers moving the same way through a device share its link. A comm-only gpipe step of
 // 2 stages and 2 micro-batches: both activations leave stage 0 at once and share its link
 // (each takes twice its time), then both gradients leave stage 1 at once.
