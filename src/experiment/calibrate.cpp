@@ -460,6 +460,58 @@ TransferTimes collective_times(const MeasuredRun& run, const std::map<int, Inter
 
 }  // namespace
 
+// Note [collectives started late]
+// A rank's communication thread takes the collectives posted to it in order; the
+// simulator starts a collective once every member has posted it and, on one channel,
+// finished the ones before (or at once: SimulateOptions::collectives_at_once). On a CPU
+// rank the thread shares the training thread's core and may not run until the training
+// thread blocks: with the mpi backend, bucketed DDP's second bucket of mlp:4x1024 and
+// layerwise's buckets started 3-5 ms after they were posted, behind a whole backward pass,
+// every step; with the local backend an fsdp reduce-scatter started 1.7 ms late in some
+// steps and on time in others. The replay starts each collective the mean of its delays
+// after it could (Transfer::start_delay): the mean, as such delays fall on different
+// collectives from step to step while the step time holds (a median per occurrence would
+// be the 5-50 us most of them took).
+TransferTimes collective_delays(const MeasuredRun& run, bool at_once) {
+  // Per rank, its collectives' (start, end) in order of start: the previous one's end.
+  std::map<int, std::vector<std::pair<std::int64_t, std::int64_t>>> lane;
+  for (const Span& s : run.timeline.spans) {
+    if (s.lane == Lane::kComm && is_collective(s.kind) && s.end_ns > s.start_ns)
+      lane[s.rank].emplace_back(s.start_ns, s.end_ns);
+  }
+  for (auto& [rank, spans] : lane) std::sort(spans.begin(), spans.end());
+  const auto previous_end = [&](const Span& s) {
+    const auto& spans = lane[s.rank];
+    const auto it = std::lower_bound(spans.begin(), spans.end(),
+                                     std::pair<std::int64_t, std::int64_t>{s.start_ns, INT64_MIN});
+    return it == spans.begin() ? INT64_MIN : std::prev(it)->second;
+  };
+  std::map<std::tuple<SpanKind, int, std::int64_t>, std::vector<std::vector<double>>> groups;
+  for_each_collective(
+      run, [&](const Span& s) { return !is_tensor_span(run.timeline, s); },
+      [&](SpanKind kind, int tag, std::int64_t bytes, std::size_t k,
+          const std::vector<const Span*>& members) {
+        auto& per = groups[{kind, tag, bytes}];
+        if (per.size() <= k) per.resize(k + 1);
+        std::int64_t could = INT64_MIN;
+        for (const Span* s : members) {
+          if (s->issue_ns <= 0) return;
+          could = std::max({could, s->issue_ns, at_once ? INT64_MIN : previous_end(*s)});
+        }
+        const std::int64_t late = std::max<std::int64_t>(0, moving(members).first - could);
+        per[k].push_back(static_cast<double>(late) / 1e9);
+      });
+  TransferTimes out;
+  for (const auto& [key, per] : groups) {
+    for (const auto& seconds : per) {
+      double sum = 0;
+      for (const double x : seconds) sum += x;
+      out[key].push_back(seconds.empty() ? 0.0 : sum / static_cast<double>(seconds.size()));
+    }
+  }
+  return out;
+}
+
 TransferTimes transfer_seconds(const MeasuredRun& run, bool clean_only) {
   const auto compute = lane_union(run.timeline, Lane::kCompute, run.warmup);
   TransferTimes out =

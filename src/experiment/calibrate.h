@@ -70,6 +70,12 @@ double update_seconds(const MeasuredRun& run, bool clean_only);
 // replicas, the data-parallel ranks of one tensor position).
 using TransferTimes = std::map<std::tuple<SpanKind, int, std::int64_t>, std::vector<double>>;
 TransferTimes transfer_seconds(const MeasuredRun& run, bool clean_only);
+// Per (kind, tag, bytes), per occurrence in a step, as transfer_seconds keys its
+// collectives: the mean seconds each started after it could have (Note [collectives
+// started late]): after the latest of its members' issues and, unless `at_once` (a run
+// whose collectives ran side by side), of their previous collectives' ends, until its
+// latest member's start; 0 where a member's issue was not recorded.
+TransferTimes collective_delays(const MeasuredRun& run, bool at_once);
 // The same for a tensor-parallel run's in-place collectives (comm spans named "tp"; tag
 // the unit), each matched within its tensor group, timed as its members stood blocked on
 // it (the wait span around its start: post, queue, transfer and wake-up, which a

@@ -171,6 +171,25 @@ std::vector<Straggler> rank_paces(const MeasuredRun& run) {
 
 }  // namespace
 
+bool collectives_overlapped(const MeasuredRun& run) {
+  std::map<std::pair<int, std::uint32_t>, std::vector<std::pair<std::int64_t, std::int64_t>>> lanes;
+  for (const Span& s : run.timeline.spans) {
+    if (s.lane == Lane::kComm && is_collective(s.kind) && s.step >= run.warmup &&
+        s.end_ns > s.start_ns) {
+      lanes[{s.rank, s.group}].emplace_back(s.start_ns, s.end_ns);
+    }
+  }
+  for (auto& [lane, spans] : lanes) {
+    std::sort(spans.begin(), spans.end());
+    std::int64_t end = INT64_MIN;
+    for (const auto& [start, stop] : spans) {
+      if (start < end) return true;
+      end = std::max(end, stop);
+    }
+  }
+  return false;
+}
+
 std::map<std::pair<SpanKind, int>, double> idle_gaps(const MeasuredRun& run) {
   std::map<std::pair<int, int>, std::vector<const Span*>> per_rank_step;
   for (const Span& s : run.timeline.spans) {
@@ -323,6 +342,11 @@ Replay replay_run(const std::string& given, const WhatIf& what_if) {
   SimulateOptions replay{.cluster = as_measured, .costs = &costs};
   replay.stragglers = rank_paces(*run);
   replay.collective_seconds = lookup(transfers, 1);
+  replay.collectives_at_once = collectives_overlapped(*run);
+  const TransferTimes delays = collective_delays(*run, replay.collectives_at_once);
+  replay.collective_delay = [late = lookup(delays, 1)](SpanKind kind, int tag, std::int64_t bytes) {
+    return std::max(0.0, late(kind, tag, bytes));
+  };
   replay.tensor_seconds = median_lookup(tensor_transfers, 1);
   const auto gaps = idle_gaps(*run);
   replay.idle_before = [&gaps](SpanKind kind, int tag) {
@@ -366,6 +390,7 @@ Replay replay_run(const std::string& given, const WhatIf& what_if) {
   }
   SimulateOptions changed{.cluster = as_measured, .costs = &clean_costs};
   changed.stragglers = replay.stragglers;
+  changed.collectives_at_once = replay.collectives_at_once;
   // Note [what-if ranks]: another rank count keeps each rank's measured passes (the
   // per-rank batch is the run's) and prices every collective by the run's own fit of its
   // link at the new count: no collective of that size over that many ranks was measured.
@@ -393,6 +418,15 @@ Replay replay_run(const std::string& given, const WhatIf& what_if) {
     changed.collective_seconds = [measured = changed.collective_seconds](SpanKind kind, int tag,
                                                                          std::int64_t bytes) {
       return kind == SpanKind::kSend ? measured(kind, tag, bytes) : -1.0;
+    };
+  }
+  // A collective's late start is the scheduler's, which a faster network or another rank
+  // count keeps; unoverlapped (contention=off, overlap=off) nothing holds the
+  // communication thread off its core.
+  if (!what_if.contention_off && !what_if.overlap_off) {
+    changed.collective_delay = [late = lookup(delays, 1)](SpanKind kind, int tag,
+                                                          std::int64_t bytes) {
+      return std::max(0.0, late(kind, tag, bytes));
     };
   }
   changed.idle_before = replay.idle_before;

@@ -55,4 +55,10 @@ bool is_characterize_point(const std::string& path);
 // long, and their median would be 0.
 std::map<std::pair<SpanKind, int>, double> idle_gaps(const MeasuredRun& run);
 
+// Whether a rank of the run had two collectives of one communicator (Span::group) in
+// flight at once, from the warm-up on: the mpi backend starts each nonblocking collective
+// when it is posted, the local one takes them one after another. The replay then runs
+// them side by side (SimulateOptions::collectives_at_once).
+bool collectives_overlapped(const MeasuredRun& run);
+
 }  // namespace tandem

@@ -510,6 +510,8 @@ struct Transfer {
   // point-to-point transfer's measured time is its transfer alone, from the later of the
   // two posts: it shares as the model's do.)
   bool measured = false;
+  // Replay: the seconds it starts after it could (SimulateOptions::collective_delay).
+  double start_delay = 0;
   bool p2p() const { return kind == SpanKind::kSend; }
 };
 
@@ -1153,6 +1155,7 @@ struct Instance {
   std::vector<double> posted_at;
   bool done = false;
   double start = 0;
+  double ready = -1;  // when it could start (Transfer::start_delay before it does); -1: not yet
 };
 
 std::int64_t ns(double seconds) { return std::llround(seconds * 1e9); }
@@ -1295,10 +1298,14 @@ TrainResult simulate_training(const TrainConfig& given, const SimulateOptions& o
   // Every lookup prices the transfer about to be added to the step's plan.
   StepPlan step_plan;
   std::set<std::size_t> measured_transfers;
+  std::map<std::size_t, double> start_delays;
   const auto measured_or = [&](SpanKind kind, int tag, std::int64_t bytes, double model) {
     const double m =
         options.collective_seconds ? options.collective_seconds(kind, tag, bytes) : -1.0;
     if (m >= 0) measured_transfers.insert(step_plan.transfers.size());
+    if (kind != SpanKind::kSend && options.collective_delay) {
+      start_delays[step_plan.transfers.size()] = options.collective_delay(kind, tag, bytes);
+    }
     return m >= 0 ? m : model;
   };
   // A --tp-overlap ring's steps are point-to-point transfers: measured as a pipeline's are.
@@ -1544,6 +1551,7 @@ TrainResult simulate_training(const TrainConfig& given, const SimulateOptions& o
 
   // The engine: every actor's lanes advance in virtual time.
   for (const std::size_t id : measured_transfers) step_plan.transfers[id].measured = true;
+  for (const auto& [id, delay] : start_delays) step_plan.transfers[id].start_delay = delay;
   const int T = static_cast<int>(step_plan.transfers.size());
   const int S = config.steps;
   std::vector<Instance> instances(static_cast<std::size_t>(T) * static_cast<std::size_t>(S));
@@ -1563,11 +1571,14 @@ TrainResult simulate_training(const TrainConfig& given, const SimulateOptions& o
   const auto transfer_of = [&](int id) -> const Transfer& {
     return step_plan.transfers[static_cast<std::size_t>(id % T)];
   };
+  // A collective waits for those its members posted before it on its channel, unless they
+  // run side by side (SimulateOptions::collectives_at_once); point to point never does.
+  const auto queued = [&](const Transfer& tr) { return !tr.p2p() && !options.collectives_at_once; };
   const auto startable = [&](int id) {
     const Transfer& tr = transfer_of(id);
     const Instance& i = instances[static_cast<std::size_t>(id)];
     if (i.posted != static_cast<int>(tr.actors.size())) return false;
-    if (tr.p2p()) return true;
+    if (!queued(tr)) return true;
     return std::all_of(tr.actors.begin(), tr.actors.end(), [&](int a) {
       const auto& q = queues[static_cast<std::size_t>(a)][static_cast<std::size_t>(tr.channel)];
       return !q.empty() && q.front() == id;
@@ -1618,7 +1629,7 @@ TrainResult simulate_training(const TrainConfig& given, const SimulateOptions& o
             TANDEM_CHECK(who < tr.actors.size());
             i.posted_at[who] = t;
             if (++i.posted == static_cast<int>(tr.actors.size())) pending.push_back(id);
-            if (!tr.p2p()) {
+            if (queued(tr)) {
               queues[static_cast<std::size_t>(ai)][static_cast<std::size_t>(tr.channel)].push_back(
                   id);
             }
@@ -1646,8 +1657,13 @@ TrainResult simulate_training(const TrainConfig& given, const SimulateOptions& o
           continue;
         }
         Instance& i = instances[static_cast<std::size_t>(id)];
-        i.start = t;
         const Transfer& tr = transfer_of(id);
+        if (i.ready < 0) i.ready = t;
+        if (t < i.ready + tr.start_delay - kEps * std::max(1.0, t)) {
+          ++k;
+          continue;
+        }
+        i.start = t;
         for (std::size_t w = 0; w < tr.actors.size(); ++w) {
           Actor& a = actors[static_cast<std::size_t>(tr.actors[w])];
           ++a.in_flight;
@@ -1687,6 +1703,10 @@ TrainResult simulate_training(const TrainConfig& given, const SimulateOptions& o
     double dt = std::numeric_limits<double>::infinity();
     for (const Actor& a : actors) {
       if (a.computing) dt = std::min(dt, a.remaining / compute_rate(a));
+    }
+    for (const int id : pending) {  // a collective that could start, held back
+      const Instance& i = instances[static_cast<std::size_t>(id)];
+      if (i.ready >= 0) dt = std::min(dt, i.ready + transfer_of(id).start_delay - t);
     }
     std::vector<double> rates(moving.size());
     for (std::size_t k = 0; k < moving.size(); ++k) {
@@ -1749,7 +1769,7 @@ TrainResult simulate_training(const TrainConfig& given, const SimulateOptions& o
         --a.in_flight;
         a.sending -= !tr.p2p() || w == 0 ? 1 : 0;
         a.receiving -= !tr.p2p() || w == 1 || tr.ring ? 1 : 0;
-        if (!tr.p2p()) {
+        if (queued(tr)) {
           auto& q =
               queues[static_cast<std::size_t>(tr.actors[w])][static_cast<std::size_t>(tr.channel)];
           TANDEM_CHECK(!q.empty() && q.front() == id);

@@ -1,9 +1,12 @@
-// The replay's measured scheduling gaps (experiment/replay.h, idle_gaps): the time a rank
-// stood idle before each pass, after whatever it did before (a pass, a wait, a
-// give-back), averaged so that the step pays their sum.
+// The replay's measured scheduling (experiment/replay.h): the time a rank stood idle
+// before each pass, after whatever it did before (a pass, a wait, a give-back), averaged
+// so that the step pays their sum (idle_gaps); collectives started late
+// (collective_delays) and side by side (collectives_overlapped).
 #include "experiment/replay.h"
 
 #include <gtest/gtest.h>
+
+#include "experiment/calibrate.h"
 
 namespace tandem {
 namespace {
@@ -43,6 +46,66 @@ TEST(ReplayGapsTest, APassWaitsTheMeanGapBeforeItAfterAnythingTheRankDid) {
   EXPECT_DOUBLE_EQ(it->second, 900e-9 / 3);  // the mean: the median would be 0
   // The first pass of a step has nothing before it in the step.
   EXPECT_FALSE(gaps.contains({SpanKind::kForward, 0}));
+}
+
+// Two ranks, two all-reduces a step (buckets 0 and 1), each rank's spans with their issue.
+struct TwoBuckets {
+  MeasuredRun run;
+  TwoBuckets() {
+    run.what = "made";
+    run.config.model = ModelSpec::parse("mlp:4x64");
+    run.config.ranks = 2;
+    run.timeline.ranks = 2;
+  }
+  void collective(int rank, int step, int bucket, std::int64_t issue, std::int64_t start,
+                  std::int64_t end) {
+    run.timeline.spans.push_back({.rank = rank,
+                                  .lane = Lane::kComm,
+                                  .kind = SpanKind::kAllreduce,
+                                  .step = step,
+                                  .tag = bucket,
+                                  .start_ns = start,
+                                  .end_ns = end,
+                                  .bytes = 4096,
+                                  .issue_ns = issue});
+  }
+};
+
+// Note [collectives started late]: a collective could start once its members had all
+// issued it and, one after another, ended the ones before; what it started after that is
+// its delay, the mean over its steps. Side by side, the ones before do not count.
+TEST(ReplayDelaysTest, ACollectiveStartedLateIsDelayedByItsMeanLateness) {
+  TwoBuckets m;
+  for (int step = 0; step < 2; ++step) {
+    const std::int64_t t = 100000 * step;
+    // Bucket 0 issued at 1000 on both, started at once; bucket 1 issued at 2000 while
+    // bucket 0 moved until 3000 (rank 0) and 3500 (rank 1): rank 0 started it at 3100,
+    // rank 1 at 4500 (step 0) and 3200 (step 1, with its bucket 0 still in flight).
+    m.collective(0, step, 0, t + 1000, t + 1000, t + 3000);
+    m.collective(1, step, 0, t + 1000, t + 1000, t + 3500);
+    m.collective(0, step, 1, t + 2000, t + 3100, t + 6000);
+    m.collective(1, step, 1, t + 2000, t + (step == 0 ? 4500 : 3200), t + 6000);
+  }
+  const TransferTimes one_by_one = collective_delays(m.run, /*at_once=*/false);
+  const auto first = one_by_one.at({SpanKind::kAllreduce, 0, 4096});
+  const auto second = one_by_one.at({SpanKind::kAllreduce, 1, 4096});
+  EXPECT_DOUBLE_EQ(first.at(0), 0);
+  // From bucket 0's later end (3500) to bucket 1's later start: 1000 ns, and none.
+  EXPECT_DOUBLE_EQ(second.at(0), 500e-9);
+  // Side by side: from its issue (2000): 2500 and 1200 ns.
+  EXPECT_DOUBLE_EQ(
+      collective_delays(m.run, /*at_once=*/true).at({SpanKind::kAllreduce, 1, 4096}).at(0),
+      1850e-9);
+  EXPECT_TRUE(collectives_overlapped(m.run));  // rank 1's buckets in step 1
+}
+
+TEST(ReplayDelaysTest, CollectivesOneAfterAnotherDoNotOverlap) {
+  TwoBuckets m;
+  m.collective(0, 0, 0, 1000, 1000, 3000);
+  m.collective(1, 0, 0, 1000, 1000, 3000);
+  m.collective(0, 0, 1, 2000, 3000, 5000);
+  m.collective(1, 0, 1, 2000, 3000, 5000);
+  EXPECT_FALSE(collectives_overlapped(m.run));
 }
 
 }  // namespace

@@ -678,6 +678,44 @@ TEST(SimulatorTest, APipelineStageUpdatesItsOwnUnitsOnly) {
   EXPECT_NEAR(total, k.optimizer, 4e-9);
 }
 
+// Replay's late starts (SimulateOptions::collective_delay): a collective starts its delay
+// after it could, the ones behind it on the channel waiting; side by side
+// (collectives_at_once) a collective starts when posted, whatever is in flight.
+TEST(SimulatorTest, ACollectiveStartsItsDelayLateAndSideBySideWhenPosted) {
+  const Cluster cluster = round_cluster(1, 2);
+  TrainConfig config = mlp_config("mlp:4x512", 2, "layerwise");
+  config.steps = 1;
+  const auto allreduces = [](const TrainResult& r) {
+    std::vector<Span> out;
+    for (const Span& s : r.timeline.spans) {
+      if (s.rank == 0 && s.kind == SpanKind::kAllreduce) out.push_back(s);
+    }
+    std::sort(out.begin(), out.end(),
+              [](const Span& a, const Span& b) { return a.issue_ns < b.issue_ns; });
+    return out;  // in issue order
+  };
+  const std::vector<Span> plain = allreduces(simulate_training(config, {.cluster = cluster}));
+  ASSERT_GE(plain.size(), 3u);
+  constexpr double kDelay = 0.25;  // longer than the step: every collective waits for it
+  SimulateOptions late{.cluster = cluster};
+  late.collective_delay = [](SpanKind, int, std::int64_t) { return kDelay; };
+  const std::vector<Span> delayed = allreduces(simulate_training(config, late));
+  ASSERT_EQ(delayed.size(), plain.size());
+  EXPECT_NEAR(seconds(delayed[0].start_ns - delayed[0].issue_ns), kDelay, 1e-9);
+  for (std::size_t b = 1; b < delayed.size(); ++b) {
+    // Each could start when the one before it ended, and starts kDelay after.
+    EXPECT_NEAR(seconds(delayed[b].start_ns - delayed[b - 1].end_ns), kDelay, 1e-9) << b;
+  }
+  SimulateOptions at_once = late;
+  at_once.collectives_at_once = true;
+  const std::vector<Span> side = allreduces(simulate_training(config, at_once));
+  ASSERT_EQ(side.size(), plain.size());
+  for (std::size_t b = 0; b < side.size(); ++b) {
+    EXPECT_NEAR(seconds(side[b].start_ns - side[b].issue_ns), kDelay, 1e-9) << b;
+  }
+  EXPECT_LT(side.back().start_ns, delayed.back().start_ns);  // not behind the others
+}
+
 // Transfers moving the same way through a device share its link. A comm-only gpipe step of
 // 2 stages and 2 micro-batches: both activations leave stage 0 at once and share its link
 // (each takes twice its time), then both gradients leave stage 1 at once.
