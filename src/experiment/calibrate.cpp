@@ -269,7 +269,16 @@ double seconds_of(const std::vector<const Span*>& spans) {
 
 }  // namespace
 
-std::map<std::pair<SpanKind, int>, double> pass_seconds(const MeasuredRun& run, bool clean_only) {
+double typical_of(const std::vector<double>& seconds, Typical typical) {
+  if (seconds.empty()) return 0;
+  if (typical == Typical::kMedian) return median_of(seconds);
+  double sum = 0;
+  for (const double x : seconds) sum += x;
+  return sum / static_cast<double>(seconds.size());
+}
+
+std::map<std::pair<SpanKind, int>, double> pass_seconds(const MeasuredRun& run, bool clean_only,
+                                                        Typical typical) {
   const auto comm = lane_union(run.timeline, Lane::kComm, run.warmup);
   // A pass is clean if no collective overlapped any of its spans.
   std::map<std::pair<SpanKind, int>, std::vector<double>> groups;
@@ -283,11 +292,11 @@ std::map<std::pair<SpanKind, int>, double> pass_seconds(const MeasuredRun& run, 
     groups[{kind, tag}].push_back(seconds_of(spans));
   }
   std::map<std::pair<SpanKind, int>, double> out;
-  for (const auto& [key, seconds] : groups) out[key] = median_of(seconds);
+  for (const auto& [key, seconds] : groups) out[key] = typical_of(seconds, typical);
   return out;
 }
 
-double update_seconds(const MeasuredRun& run, bool clean_only) {
+double update_seconds(const MeasuredRun& run, bool clean_only, Typical typical) {
   const auto comm = lane_union(run.timeline, Lane::kComm, run.warmup);
   const StagePlan plan = stage_plan(run.config);
   const int tensor = std::max(1, run.config.model.tensor);
@@ -311,7 +320,7 @@ double update_seconds(const MeasuredRun& run, bool clean_only) {
   double seconds = 0;
   for (const auto& [stage, times] : by_stage) {
     const auto& [all, clear] = times;
-    seconds += median_of(clean_only && !clear.empty() ? clear : all);
+    seconds += typical_of(clean_only && !clear.empty() ? clear : all, typical);
   }
   if (plan.shape.stages == 1) return seconds;
   // Stages keep gpt's tied embedding twice (on the embedding's stage and the head's): the
@@ -424,7 +433,7 @@ std::pair<std::int64_t, std::int64_t> moving(const std::vector<const Span*>& mem
 
 template <typename Pick>
 TransferTimes collective_times(const MeasuredRun& run, const std::map<int, IntervalSet>& compute,
-                               bool clean_only, bool blocked, Pick pick) {
+                               bool clean_only, bool blocked, Typical typical, Pick pick) {
   const WaitSpans waits = blocked ? WaitSpans(run) : WaitSpans();
   const auto blocked_ns = [&](const Span& s) {
     const Span* w = waits.around(s.rank, s.start_ns);
@@ -453,7 +462,9 @@ TransferTimes collective_times(const MeasuredRun& run, const std::map<int, Inter
                       });
   TransferTimes out;
   for (const auto& [key, per] : groups) {
-    for (const auto& seconds : per) out[key].push_back(seconds.empty() ? -1.0 : median_of(seconds));
+    for (const auto& seconds : per) {
+      out[key].push_back(seconds.empty() ? -1.0 : typical_of(seconds, typical));
+    }
   }
   return out;
 }
@@ -503,19 +514,15 @@ TransferTimes collective_delays(const MeasuredRun& run, bool at_once) {
       });
   TransferTimes out;
   for (const auto& [key, per] : groups) {
-    for (const auto& seconds : per) {
-      double sum = 0;
-      for (const double x : seconds) sum += x;
-      out[key].push_back(seconds.empty() ? 0.0 : sum / static_cast<double>(seconds.size()));
-    }
+    for (const auto& seconds : per) out[key].push_back(typical_of(seconds, Typical::kMean));
   }
   return out;
 }
 
-TransferTimes transfer_seconds(const MeasuredRun& run, bool clean_only) {
+TransferTimes transfer_seconds(const MeasuredRun& run, bool clean_only, Typical typical) {
   const auto compute = lane_union(run.timeline, Lane::kCompute, run.warmup);
   TransferTimes out =
-      collective_times(run, compute, clean_only, /*blocked=*/false,
+      collective_times(run, compute, clean_only, /*blocked=*/false, typical,
                        [&](const Span& s) { return !is_tensor_span(run.timeline, s); });
   // A point-to-point transfer is the receiver's span, keyed by its bytes alone, one median
   // for all.
@@ -579,7 +586,7 @@ TransferTimes transfer_seconds(const MeasuredRun& run, bool clean_only) {
       p2p[{SpanKind::kSend, -1, s.bytes}].push_back(static_cast<double>(ns) / 1e9);
     }
   }
-  for (const auto& [key, seconds] : p2p) out[key] = {median_of(seconds)};
+  for (const auto& [key, seconds] : p2p) out[key] = {typical_of(seconds, typical)};
   return out;
 }
 
@@ -670,11 +677,11 @@ void time_training_contention(ContentionSample& sample, const std::vector<Measur
 
 TransferTimes tensor_transfer_seconds(const MeasuredRun& run, bool clean_only) {
   return collective_times(run, lane_union(run.timeline, Lane::kCompute, run.warmup), clean_only,
-                          /*blocked=*/true,
+                          /*blocked=*/true, Typical::kMedian,
                           [&](const Span& s) { return is_tensor_span(run.timeline, s); });
 }
 
-PieceTimes piece_seconds(const MeasuredRun& run, bool clean_only) {
+PieceTimes piece_seconds(const MeasuredRun& run, bool clean_only, Typical typical) {
   const auto comm = lane_union(run.timeline, Lane::kComm, run.warmup);
   // (rank, step, micro, kind, unit) -> its spans in order of start.
   std::map<std::tuple<int, int, int, SpanKind, int>, std::vector<const Span*>> passes;
@@ -698,7 +705,7 @@ PieceTimes piece_seconds(const MeasuredRun& run, bool clean_only) {
     }
   }
   PieceTimes out;
-  for (const auto& [key, seconds] : groups) out[key] = median_of(seconds);
+  for (const auto& [key, seconds] : groups) out[key] = typical_of(seconds, typical);
   return out;
 }
 

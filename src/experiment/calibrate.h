@@ -49,17 +49,24 @@ struct MeasuredRuns {
 MeasuredRuns read_measured_runs(const std::vector<std::string>& dirs, const std::string& flag,
                                 bool replay = false);
 
-// Per (kind, unit; the loss is the last unit + 1, the optimizer -1): the median seconds of
-// a run's passes from its warm-up on, each the sum of its spans of one (rank, step,
-// micro-batch); `clean_only`: only passes no collective overlapped.
-std::map<std::pair<SpanKind, int>, double> pass_seconds(const MeasuredRun& run, bool clean_only);
+// What stands for many measurements of one pass or collective: the median for a fit,
+// robust to the odd slow one; the mean for a replay (Note [replayed by the mean] in
+// experiment/replay.cpp).
+enum class Typical : std::uint8_t { kMedian, kMean };
+double typical_of(const std::vector<double>& seconds, Typical typical);  // 0 for none
+
+// Per (kind, unit; the loss is the last unit + 1, the optimizer -1): the median (or mean)
+// seconds of a run's passes from its warm-up on, each the sum of its spans of one (rank,
+// step, micro-batch); `clean_only`: only passes no collective overlapped.
+std::map<std::pair<SpanKind, int>, double> pass_seconds(const MeasuredRun& run, bool clean_only,
+                                                        Typical typical = Typical::kMedian);
 // The seconds of the whole model's update in a step, which UnitCosts::optimizer prices: each
 // rank's optimizer spans of a step summed, the median over a pipeline stage's ranks and
 // steps, summed over the stages and scaled from the elements they keep to the model's (a
 // stage updates the units it keeps only; pass_seconds' median over every rank would be
 // one stage's or the other's). 0 when none was measured (`clean_only`: none that no
 // collective overlapped, or a stage's every update where none was clean).
-double update_seconds(const MeasuredRun& run, bool clean_only);
+double update_seconds(const MeasuredRun& run, bool clean_only, Typical typical = Typical::kMedian);
 // Per (kind, tag, bytes), per occurrence in a step (in order of start: fsdp gathers a
 // unit twice): the median seconds of a run's collectives, from the latest member's start
 // to the latest end (-1: no clean one); point-to-point transfers as (kSend, -1, bytes),
@@ -69,7 +76,8 @@ double update_seconds(const MeasuredRun& run, bool clean_only);
 // Collectives are matched within their communicator (Span::group: the world, a stage's
 // replicas, the data-parallel ranks of one tensor position).
 using TransferTimes = std::map<std::tuple<SpanKind, int, std::int64_t>, std::vector<double>>;
-TransferTimes transfer_seconds(const MeasuredRun& run, bool clean_only);
+TransferTimes transfer_seconds(const MeasuredRun& run, bool clean_only,
+                               Typical typical = Typical::kMedian);
 // Per (kind, tag, bytes), per occurrence in a step, as transfer_seconds keys its
 // collectives: the mean seconds each started after it could have (Note [collectives
 // started late]): after the latest of its members' issues and, unless `at_once` (a run
@@ -113,7 +121,8 @@ void time_training_contention(ContentionSample& sample, const std::vector<Measur
 // (rank, step, micro-batch) pass: a tensor-parallel pass's pieces between its collectives
 // (Note [tensor-parallel passes] in simulate/simulator.cpp).
 using PieceTimes = std::map<std::tuple<SpanKind, int, std::string, int>, double>;
-PieceTimes piece_seconds(const MeasuredRun& run, bool clean_only);
+PieceTimes piece_seconds(const MeasuredRun& run, bool clean_only,
+                         Typical typical = Typical::kMedian);
 // The spans a pass's pieces were recorded as, in piece_seconds' keys: for each compute
 // piece and each --tp-overlap ring, f(piece, key of its first span, spans), a ring being
 // `ring_steps` spans of its product's name, so the pieces after it key their own.

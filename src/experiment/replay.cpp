@@ -11,6 +11,7 @@
 #include <tuple>
 #include <utility>
 
+#include "analysis/metrics.h"
 #include "analysis/statistics.h"
 #include "core/error.h"
 #include "core/parse.h"
@@ -63,6 +64,21 @@ std::string WhatIf::describe() const {
 }
 
 namespace {
+
+// Note [replayed by the mean]
+// A step pays the sum of its passes and of the collectives it waits for. Where the
+// communication thread shares a rank's core, it slows a different pass and holds back a
+// different collective from step to step while the step's time holds (fsdp on mlp:4x1024:
+// steps within 5%): each one's median leaves that out, its mean does not. The means are
+// over the run's middle half of steps by E2E (middle_steps): the measured step is their
+// median, and a step a hiccup of the machine stretched (a 15.6 ms backward pass where
+// the rest took 1 ms, once in ten steps) moves a mean over every step (+18.5%) but not the
+// median. scripts/validate-replay's runs (5 strategies x local, mpi, namespace hosts) and
+// validate-simulate's, 40 replays: median |error| 3-4% and up to 20% by medians, 1.6% and
+// 10.8% this way (docs/SIMULATE.md). Unoverlapped what-ifs and the calibration's fit keep
+// the median: nothing moves a slowdown between passes there, and a rate fitted to the odd
+// slow pass would price every pass by it.
+constexpr Typical kMean = Typical::kMean;
 
 // The unit costs of `config` with every pass measured in `passes` in place of the model's.
 // `update`: the whole model's update as measured (update_seconds; 0: none was).
@@ -131,10 +147,11 @@ UnitCosts measured_costs(const TrainConfig& config, const Cluster& cluster,
   return k;
 }
 
-// Ranks that computed systematically slower or faster than the median rank, as
-// stragglers: each rank's median per-step compute over the median rank's (the replay's
-// passes are the median over ranks; this puts each rank's own pace back).
-std::vector<Straggler> rank_paces(const MeasuredRun& run) {
+// Ranks that computed systematically slower or faster than their stage's typical rank, as
+// stragglers: each rank's typical compute per step over its stage's typical rank's, as the
+// passes priced with them are typical (mean or median) over ranks and steps (Note
+// [replayed by the mean]): this puts each rank's own pace back.
+std::vector<Straggler> rank_paces(const MeasuredRun& run, Typical typical) {
   std::map<int, std::map<int, double>> busy;  // rank -> step -> compute seconds
   for (const Span& s : run.timeline.spans) {
     if (s.lane != Lane::kCompute || s.step < run.warmup || s.end_ns <= s.start_ns) continue;
@@ -151,18 +168,19 @@ std::vector<Straggler> rank_paces(const MeasuredRun& run) {
   for (const auto& [rank, steps] : busy) {
     std::vector<double> v;
     for (const auto& [step, seconds] : steps) v.push_back(seconds);
-    std::sort(v.begin(), v.end());
-    pace[rank] = v[v.size() / 2];
+    pace[rank] = typical_of(v, typical);
     by_stage[stage_of(rank)].push_back(pace[rank]);
   }
   std::vector<Straggler> out;
-  for (auto& [stage, all] : by_stage) std::sort(all.begin(), all.end());
   for (const auto& [rank, seconds] : pace) {
-    const std::vector<double>& all = by_stage[stage_of(rank)];
+    std::vector<double> all = by_stage[stage_of(rank)];
     if (all.size() < 2) continue;
-    const double median = all[(all.size() - 1) / 2];  // the lower middle: a real rank's
-    if (!(median > 0)) continue;
-    const double f = seconds / median;
+    std::sort(all.begin(), all.end());
+    // The median's rank is the lower middle: a real rank's.
+    const double typical_rank =
+        typical == Typical::kMedian ? all[(all.size() - 1) / 2] : typical_of(all, typical);
+    if (!(typical_rank > 0)) continue;
+    const double f = seconds / typical_rank;
     if (std::abs(f - 1) > 0.01)
       out.push_back({.rank = rank, .compute = std::clamp(f, 0.01, 100.0)});
   }
@@ -170,6 +188,22 @@ std::vector<Straggler> rank_paces(const MeasuredRun& run) {
 }
 
 }  // namespace
+
+MeasuredRun middle_steps(const MeasuredRun& run) {
+  std::vector<std::pair<std::int64_t, int>> steps;  // (E2E, step)
+  for (const StepMetrics& m : compute_step_metrics(run.timeline)) {
+    if (m.step >= run.warmup) steps.emplace_back(m.e2e_ns, m.step);
+  }
+  if (steps.size() < 4) return run;
+  std::sort(steps.begin(), steps.end());
+  std::set<int> kept;
+  const std::size_t quarter = steps.size() / 4;
+  for (std::size_t i = quarter; i < steps.size() - quarter; ++i) kept.insert(steps[i].second);
+  MeasuredRun out = run;
+  std::erase_if(out.timeline.spans,
+                [&](const Span& s) { return s.step >= run.warmup && !kept.contains(s.step); });
+  return out;
+}
 
 bool collectives_overlapped(const MeasuredRun& run) {
   std::map<std::pair<int, std::uint32_t>, std::vector<std::pair<std::int64_t, std::int64_t>>> lanes;
@@ -300,11 +334,12 @@ Replay replay_run(const std::string& given, const WhatIf& what_if) {
   as_measured.device.overlap_compute_slowdown = 0;
   as_measured.device.overlap_comm_slowdown = 0;
 
+  const MeasuredRun middle = middle_steps(*run);
   const UnitCosts costs =
-      measured_costs(run->config, cluster, pass_seconds(*run, /*clean_only=*/false),
-                     update_seconds(*run, /*clean_only=*/false),
-                     piece_seconds(*run, /*clean_only=*/false), out.notes);
-  const auto transfers = transfer_seconds(*run, /*clean_only=*/false);
+      measured_costs(run->config, cluster, pass_seconds(middle, /*clean_only=*/false, kMean),
+                     update_seconds(middle, /*clean_only=*/false, kMean),
+                     piece_seconds(middle, /*clean_only=*/false, kMean), out.notes);
+  const auto transfers = transfer_seconds(middle, /*clean_only=*/false, kMean);
   const auto tensor_transfers = tensor_transfer_seconds(*run, /*clean_only=*/false);
   // The simulator asks for each collective of a step once, in issue order: the k-th time
   // it asks for a (kind, tag, bytes) it gets that collective's k-th occurrence.
@@ -340,15 +375,20 @@ Replay replay_run(const std::string& given, const WhatIf& what_if) {
   TrainConfig config = run->config;
   config.steps = 3;
   SimulateOptions replay{.cluster = as_measured, .costs = &costs};
-  replay.stragglers = rank_paces(*run);
+  replay.stragglers = rank_paces(middle, kMean);
   replay.collective_seconds = lookup(transfers, 1);
   replay.collectives_at_once = collectives_overlapped(*run);
-  const TransferTimes delays = collective_delays(*run, replay.collectives_at_once);
+  if (replay.collectives_at_once) {
+    out.notes.push_back(
+        "a rank had two collectives in flight at once (the mpi backend starts each when "
+        "posted): replayed side by side");
+  }
+  const TransferTimes delays = collective_delays(middle, replay.collectives_at_once);
   replay.collective_delay = [late = lookup(delays, 1)](SpanKind kind, int tag, std::int64_t bytes) {
     return std::max(0.0, late(kind, tag, bytes));
   };
   replay.tensor_seconds = median_lookup(tensor_transfers, 1);
-  const auto gaps = idle_gaps(*run);
+  const auto gaps = idle_gaps(middle);
   replay.idle_before = [&gaps](SpanKind kind, int tag) {
     const auto it = gaps.find({kind, tag});
     return it == gaps.end() ? 0.0 : it->second;
@@ -357,10 +397,15 @@ Replay replay_run(const std::string& given, const WhatIf& what_if) {
 
   // The what-if: unoverlapped times (the compute-only and comm-only scenarios where
   // measured, else the run's passes and transfers that nothing overlapped), a faster or
-  // slower network, or communication after compute.
+  // slower network, or communication after compute. With communication after compute
+  // nothing overlaps either: its passes and collectives are the unoverlapped ones (by the
+  // overlapped run's means it came 3.6% long, the passes slowed beside collectives
+  // included). Unoverlapped, nothing moves a slowdown from pass to pass: their medians
+  // (Note [replayed by the mean]).
   std::vector<std::string> ignored;
+  const bool unoverlapped = what_if.contention_off || what_if.overlap_off;
   const UnitCosts clean_costs =
-      what_if.contention_off
+      unoverlapped
           ? measured_costs(run->config, cluster,
                            compute_only != nullptr ? pass_seconds(*compute_only, false)
                                                    : pass_seconds(*run, /*clean_only=*/true),
@@ -371,9 +416,9 @@ Replay replay_run(const std::string& given, const WhatIf& what_if) {
                            out.notes)
           : costs;
   const auto clean_transfers =
-      what_if.contention_off ? (comm_only != nullptr ? transfer_seconds(*comm_only, false)
-                                                     : transfer_seconds(*run, /*clean_only=*/true))
-                             : transfers;
+      unoverlapped ? (comm_only != nullptr ? transfer_seconds(*comm_only, false)
+                                           : transfer_seconds(*run, /*clean_only=*/true))
+                   : transfers;
   if (what_if.overlap_off) config.reducer.mode = CommMode::kSequential;
   if (what_if.bucket_mb > 0) {
     const StrategyKind kind = config.reducer.plan.strategy.kind;
@@ -389,7 +434,7 @@ Replay replay_run(const std::string& given, const WhatIf& what_if) {
         "of that size was measured");
   }
   SimulateOptions changed{.cluster = as_measured, .costs = &clean_costs};
-  changed.stragglers = replay.stragglers;
+  changed.stragglers = unoverlapped ? rank_paces(*run, Typical::kMedian) : replay.stragglers;
   changed.collectives_at_once = replay.collectives_at_once;
   // Note [what-if ranks]: another rank count keeps each rank's measured passes (the
   // per-rank batch is the run's) and prices every collective by the run's own fit of its
@@ -409,10 +454,9 @@ Replay replay_run(const std::string& given, const WhatIf& what_if) {
     changed.cluster.inter.latency_s /= what_if.network;
   }
   changed.collective_seconds = lookup(clean_transfers, what_if.network);
-  changed.tensor_seconds =
-      median_lookup(what_if.contention_off ? tensor_transfer_seconds(*run, /*clean_only=*/true)
-                                           : tensor_transfers,
-                    what_if.network);
+  changed.tensor_seconds = median_lookup(
+      unoverlapped ? tensor_transfer_seconds(*run, /*clean_only=*/true) : tensor_transfers,
+      what_if.network);
   if (what_if.ranks > 0 && what_if.ranks != run->config.ranks) {
     // Point-to-point transfers keep their measured times; collectives are the model's.
     changed.collective_seconds = [measured = changed.collective_seconds](SpanKind kind, int tag,
@@ -423,7 +467,7 @@ Replay replay_run(const std::string& given, const WhatIf& what_if) {
   // A collective's late start is the scheduler's, which a faster network or another rank
   // count keeps; unoverlapped (contention=off, overlap=off) nothing holds the
   // communication thread off its core.
-  if (!what_if.contention_off && !what_if.overlap_off) {
+  if (!unoverlapped) {
     changed.collective_delay = [late = lookup(delays, 1)](SpanKind kind, int tag,
                                                           std::int64_t bytes) {
       return std::max(0.0, late(kind, tag, bytes));

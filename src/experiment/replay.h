@@ -61,4 +61,10 @@ std::map<std::pair<SpanKind, int>, double> idle_gaps(const MeasuredRun& run);
 // them side by side (SimulateOptions::collectives_at_once).
 bool collectives_overlapped(const MeasuredRun& run);
 
+// The run with only its middle half of steps by E2E, from the warm-up on (all of them when
+// there are fewer than 4): what the replay's means are taken over (Note [replayed by the
+// mean] in replay.cpp). The measured step is their median, which a step that a hiccup of
+// the machine made twice as long does not move, and a mean over every step would.
+MeasuredRun middle_steps(const MeasuredRun& run);
+
 }  // namespace tandem

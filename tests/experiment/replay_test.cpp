@@ -6,6 +6,8 @@
 
 #include <gtest/gtest.h>
 
+#include <set>
+
 #include "experiment/calibrate.h"
 
 namespace tandem {
@@ -106,6 +108,38 @@ TEST(ReplayDelaysTest, CollectivesOneAfterAnotherDoNotOverlap) {
   m.collective(0, 0, 1, 2000, 3000, 5000);
   m.collective(1, 0, 1, 2000, 3000, 5000);
   EXPECT_FALSE(collectives_overlapped(m.run));
+}
+
+// Note [replayed by the mean]: the replay's means are over the middle half of the steps by
+// E2E, so a step a hiccup stretched is left out, and so is the quickest quarter.
+TEST(ReplayMiddleStepsTest, KeepsTheMiddleHalfOfTheStepsByTheirTime) {
+  MeasuredRun run;
+  run.what = "made";
+  run.warmup = 1;
+  run.config.model = ModelSpec::parse("mlp:2x64");
+  run.timeline.ranks = 1;
+  // Step 0 (the warm-up) and 8 measured steps of one forward pass each: 1000 ns, but step
+  // 3 took 9000 and step 5 5000, step 7 900 and step 8 950.
+  const std::vector<std::int64_t> length = {4000, 1000, 1000, 9000, 1000, 5000, 1000, 900, 950};
+  std::int64_t t = 0;
+  for (int step = 0; step < static_cast<int>(length.size()); ++step) {
+    run.timeline.spans.push_back({.lane = Lane::kCompute,
+                                  .kind = SpanKind::kForward,
+                                  .step = step,
+                                  .tag = 0,
+                                  .start_ns = t,
+                                  .end_ns = t + length[static_cast<std::size_t>(step)]});
+    t += 10000;
+  }
+  const MeasuredRun middle = middle_steps(run);
+  std::set<int> steps;
+  for (const Span& s : middle.timeline.spans) steps.insert(s.step);
+  EXPECT_EQ(steps, (std::set<int>{0, 1, 2, 4, 6}));  // the warm-up stays (nothing reads it)
+  EXPECT_DOUBLE_EQ(pass_seconds(middle, false, Typical::kMean).at({SpanKind::kForward, 0}), 1e-6);
+  // Over every step the mean would take the hiccups.
+  EXPECT_GT(pass_seconds(run, false, Typical::kMean).at({SpanKind::kForward, 0}), 2e-6);
+  EXPECT_DOUBLE_EQ(typical_of({1, 2, 9}, Typical::kMedian), 2);
+  EXPECT_DOUBLE_EQ(typical_of({1, 2, 9}, Typical::kMean), 4);
 }
 
 }  // namespace
