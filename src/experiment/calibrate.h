@@ -84,6 +84,10 @@ TransferTimes transfer_seconds(const MeasuredRun& run, bool clean_only,
 // whose collectives ran side by side), of their previous collectives' ends, until its
 // latest member's start; 0 where a member's issue was not recorded.
 TransferTimes collective_delays(const MeasuredRun& run, bool at_once);
+// The same: the mean seconds from a collective's end on a rank to the end of the rank's
+// wait for it, over the ranks and steps where one was waiting for it when it ended (Note
+// [collectives started late]).
+TransferTimes collective_wake_ups(const MeasuredRun& run);
 // The same for a tensor-parallel run's in-place collectives (comm spans named "tp"; tag
 // the unit), each matched within its tensor group, timed as its members stood blocked on
 // it (the wait span around its start: post, queue, transfer and wake-up, which a

@@ -387,6 +387,11 @@ Replay replay_run(const std::string& given, const WhatIf& what_if) {
   replay.collective_delay = [late = lookup(delays, 1)](SpanKind kind, int tag, std::int64_t bytes) {
     return std::max(0.0, late(kind, tag, bytes));
   };
+  const TransferTimes wake_ups = collective_wake_ups(middle);
+  replay.collective_wake_up = [late = lookup(wake_ups, 1)](SpanKind kind, int tag,
+                                                           std::int64_t bytes) {
+    return std::max(0.0, late(kind, tag, bytes));
+  };
   replay.tensor_seconds = median_lookup(tensor_transfers, 1);
   const auto gaps = idle_gaps(middle);
   replay.idle_before = [&gaps](SpanKind kind, int tag) {
@@ -464,12 +469,16 @@ Replay replay_run(const std::string& given, const WhatIf& what_if) {
       return kind == SpanKind::kSend ? measured(kind, tag, bytes) : -1.0;
     };
   }
-  // A collective's late start is the scheduler's, which a faster network or another rank
-  // count keeps; unoverlapped (contention=off, overlap=off) nothing holds the
-  // communication thread off its core.
+  // A collective's late start and its waiter's late wake-up are the scheduler's, which a
+  // faster network or another rank count keeps; unoverlapped (contention=off,
+  // overlap=off) no thread holds the other off the core.
   if (!unoverlapped) {
     changed.collective_delay = [late = lookup(delays, 1)](SpanKind kind, int tag,
                                                           std::int64_t bytes) {
+      return std::max(0.0, late(kind, tag, bytes));
+    };
+    changed.collective_wake_up = [late = lookup(wake_ups, 1)](SpanKind kind, int tag,
+                                                              std::int64_t bytes) {
       return std::max(0.0, late(kind, tag, bytes));
     };
   }

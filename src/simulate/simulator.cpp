@@ -512,6 +512,8 @@ struct Transfer {
   bool measured = false;
   // Replay: the seconds it starts after it could (SimulateOptions::collective_delay).
   double start_delay = 0;
+  // Replay: the seconds a rank waiting for it resumes after it ends.
+  double wake_up = 0;
   bool p2p() const { return kind == SpanKind::kSend; }
 };
 
@@ -1156,6 +1158,7 @@ struct Instance {
   bool done = false;
   double start = 0;
   double ready = -1;  // when it could start (Transfer::start_delay before it does); -1: not yet
+  double end = 0;     // when it ended (done)
 };
 
 std::int64_t ns(double seconds) { return std::llround(seconds * 1e9); }
@@ -1298,13 +1301,15 @@ TrainResult simulate_training(const TrainConfig& given, const SimulateOptions& o
   // Every lookup prices the transfer about to be added to the step's plan.
   StepPlan step_plan;
   std::set<std::size_t> measured_transfers;
-  std::map<std::size_t, double> start_delays;
+  std::map<std::size_t, std::pair<double, double>> late;  // start delay, wake-up
   const auto measured_or = [&](SpanKind kind, int tag, std::int64_t bytes, double model) {
     const double m =
         options.collective_seconds ? options.collective_seconds(kind, tag, bytes) : -1.0;
     if (m >= 0) measured_transfers.insert(step_plan.transfers.size());
     if (kind != SpanKind::kSend && options.collective_delay) {
-      start_delays[step_plan.transfers.size()] = options.collective_delay(kind, tag, bytes);
+      late[step_plan.transfers.size()] = {
+          options.collective_delay(kind, tag, bytes),
+          options.collective_wake_up ? options.collective_wake_up(kind, tag, bytes) : 0.0};
     }
     return m >= 0 ? m : model;
   };
@@ -1551,7 +1556,8 @@ TrainResult simulate_training(const TrainConfig& given, const SimulateOptions& o
 
   // The engine: every actor's lanes advance in virtual time.
   for (const std::size_t id : measured_transfers) step_plan.transfers[id].measured = true;
-  for (const auto& [id, delay] : start_delays) step_plan.transfers[id].start_delay = delay;
+  for (const auto& [id, times] : late)
+    std::tie(step_plan.transfers[id].start_delay, step_plan.transfers[id].wake_up) = times;
   const int T = static_cast<int>(step_plan.transfers.size());
   const int S = config.steps;
   std::vector<Instance> instances(static_cast<std::size_t>(T) * static_cast<std::size_t>(S));
@@ -1595,7 +1601,10 @@ TrainResult simulate_training(const TrainConfig& given, const SimulateOptions& o
         while (!a.finished && !a.computing) {
           if (a.waiting) {
             const StepOp& op = program[a.pc];
-            if (!instances[static_cast<std::size_t>(a.step * T + op.transfer)].done) break;
+            const Instance& awaited = instances[static_cast<std::size_t>(a.step * T + op.transfer)];
+            if (!awaited.done) break;
+            // Replay: a training thread woken late (Transfer::wake_up).
+            if (t < awaited.end + transfer_of(op.transfer).wake_up - kEps * std::max(1.0, t)) break;
             a.spans.push_back(
                 {.lane = Lane::kWait,
                  .kind = SpanKind::kWait,
@@ -1708,6 +1717,13 @@ TrainResult simulate_training(const TrainConfig& given, const SimulateOptions& o
       const Instance& i = instances[static_cast<std::size_t>(id)];
       if (i.ready >= 0) dt = std::min(dt, i.ready + transfer_of(id).start_delay - t);
     }
+    for (std::size_t ai = 0; ai < actors.size(); ++ai) {  // a wait whose collective ended
+      const Actor& a = actors[ai];
+      if (!a.waiting) continue;
+      const StepOp& op = step_plan.programs[ai][a.pc];
+      const Instance& i = instances[static_cast<std::size_t>(a.step * T + op.transfer)];
+      if (i.done) dt = std::min(dt, i.end + transfer_of(op.transfer).wake_up - t);
+    }
     std::vector<double> rates(moving.size());
     for (std::size_t k = 0; k < moving.size(); ++k) {
       rates[k] = transfer_rate(moving[k]);
@@ -1748,6 +1764,7 @@ TrainResult simulate_training(const TrainConfig& given, const SimulateOptions& o
         continue;
       }
       i.done = true;
+      i.end = t;
       const Transfer& tr = transfer_of(id);
       for (std::size_t w = 0; w < tr.actors.size(); ++w) {
         Actor& a = actors[static_cast<std::size_t>(tr.actors[w])];

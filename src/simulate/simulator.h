@@ -59,6 +59,9 @@ struct SimulateOptions {
   // its core late (Note [collectives started late] in experiment/calibrate.cpp). Asked for
   // each collective with collective_seconds, in the same order; empty: none.
   std::function<double(SpanKind kind, int tag, std::int64_t bytes)> collective_delay;
+  // Replay: the seconds a rank waiting for a collective resumes after it ends (its training
+  // thread woken late), asked with collective_delay; empty: none.
+  std::function<double(SpanKind kind, int tag, std::int64_t bytes)> collective_wake_up;
   // A rank's collectives run side by side, each from when its members posted it, as the
   // mpi backend's nonblocking ones do, instead of each after the ones posted before it
   // (the local backend's communication thread, NCCL's stream). Replay: the run's did

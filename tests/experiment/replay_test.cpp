@@ -101,6 +101,32 @@ TEST(ReplayDelaysTest, ACollectiveStartedLateIsDelayedByItsMeanLateness) {
   EXPECT_TRUE(collectives_overlapped(m.run));  // rank 1's buckets in step 1
 }
 
+// A rank waiting for a collective when it ended resumed after a wake-up: the mean over the
+// ranks and steps that waited; one that did not wait adds nothing.
+TEST(ReplayDelaysTest, AWaitEndingAfterItsCollectiveIsAWakeUp) {
+  TwoBuckets m;
+  const auto wait = [&](int rank, int step, int bucket, std::int64_t start, std::int64_t end) {
+    m.run.timeline.spans.push_back({.rank = rank,
+                                    .lane = Lane::kWait,
+                                    .kind = SpanKind::kWait,
+                                    .step = step,
+                                    .tag = bucket,
+                                    .start_ns = start,
+                                    .end_ns = end});
+  };
+  for (int step = 0; step < 2; ++step) {
+    const std::int64_t t = 100000 * step;
+    m.collective(0, step, 0, t + 1000, t + 1000, t + 3000);
+    m.collective(1, step, 0, t + 1000, t + 1000, t + 3000);
+  }
+  wait(0, 0, 0, 2000, 3400);      // 400 ns after its end
+  wait(1, 0, 0, 2500, 3100);      // 100
+  wait(0, 1, 0, 102000, 103600);  // 600; rank 1 did not wait in step 1
+  wait(1, 1, 0, 104000, 104100);  // another wait, after the end: not this one's
+  const TransferTimes wake_ups = collective_wake_ups(m.run);
+  EXPECT_DOUBLE_EQ(wake_ups.at({SpanKind::kAllreduce, 0, 4096}).at(0), 1100e-9 / 3);
+}
+
 TEST(ReplayDelaysTest, CollectivesOneAfterAnotherDoNotOverlap) {
   TwoBuckets m;
   m.collective(0, 0, 0, 1000, 1000, 3000);

@@ -716,6 +716,38 @@ TEST(SimulatorTest, ACollectiveStartsItsDelayLateAndSideBySideWhenPosted) {
   EXPECT_LT(side.back().start_ns, delayed.back().start_ns);  // not behind the others
 }
 
+// Replay's wake-ups (SimulateOptions::collective_wake_up): a rank waiting for a collective
+// resumes that long after it ends; one that did not wait is not held.
+TEST(SimulatorTest, ARankWaitingForACollectiveResumesItsWakeUpAfterItEnds) {
+  const Cluster cluster = round_cluster(1, 2);
+  TrainConfig config = mlp_config("mlp:4x512", 2, "sequential");
+  config.steps = 1;
+  // One bucket: with two, the second moves while the first's waiter wakes up.
+  config.reducer.plan.first_bucket_cap_bytes = config.reducer.plan.bucket_cap_bytes;
+  constexpr double kWakeUp = 0.01;
+  SimulateOptions late{.cluster = cluster};
+  late.collective_delay = [](SpanKind, int, std::int64_t) { return 0.0; };
+  late.collective_wake_up = [](SpanKind, int, std::int64_t) { return kWakeUp; };
+  const TrainResult plain = simulate_training(config, {.cluster = cluster});
+  const TrainResult r = simulate_training(config, late);
+  std::map<int, std::int64_t> ends;  // bucket -> its all-reduce's end on rank 0
+  for (const Span& s : r.timeline.spans) {
+    if (s.rank == 0 && s.kind == SpanKind::kAllreduce) ends[s.tag] = s.end_ns;
+  }
+  ASSERT_FALSE(ends.empty());
+  int waits = 0;
+  for (const Span& s : r.timeline.spans) {
+    if (s.rank != 0 || s.lane != Lane::kWait) continue;
+    ++waits;
+    EXPECT_NEAR(seconds(s.end_ns - ends.at(s.tag)), kWakeUp, 1e-9) << s.tag;
+  }
+  EXPECT_EQ(waits, 1);
+  const auto step = [](const TrainResult& t) {
+    return seconds(t.steps.front().end_ns - t.steps.front().start_ns);
+  };
+  EXPECT_NEAR(step(r) - step(plain), kWakeUp, 1e-9);  // sequential: the one bucket waited
+}
+
 // Transfers moving the same way through a device share its link. A comm-only gpipe step of
 // 2 stages and 2 micro-batches: both activations leave stage 0 at once and share its link
 // (each takes twice its time), then both gradients leave stage 1 at once.
