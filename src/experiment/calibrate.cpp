@@ -469,6 +469,26 @@ TransferTimes collective_times(const MeasuredRun& run, const std::map<int, Inter
   return out;
 }
 
+// Per (kind, tag, bytes), per occurrence in a step: the mean of what `samples(members, out)`
+// appends for each instance of the collective (0 where none did).
+template <typename Samples>
+TransferTimes mean_per_collective(const MeasuredRun& run, Samples samples) {
+  std::map<std::tuple<SpanKind, int, std::int64_t>, std::vector<std::vector<double>>> groups;
+  for_each_collective(
+      run, [&](const Span& s) { return !is_tensor_span(run.timeline, s); },
+      [&](SpanKind kind, int tag, std::int64_t bytes, std::size_t k,
+          const std::vector<const Span*>& members) {
+        auto& per = groups[{kind, tag, bytes}];
+        if (per.size() <= k) per.resize(k + 1);
+        samples(members, per[k]);
+      });
+  TransferTimes out;
+  for (const auto& [key, per] : groups) {
+    for (const auto& seconds : per) out[key].push_back(typical_of(seconds, Typical::kMean));
+  }
+  return out;
+}
+
 }  // namespace
 
 // Note [collectives started late]
@@ -503,48 +523,28 @@ TransferTimes collective_delays(const MeasuredRun& run, bool at_once) {
                                      std::pair<std::int64_t, std::int64_t>{s.start_ns, INT64_MIN});
     return it == spans.begin() ? INT64_MIN : std::prev(it)->second;
   };
-  std::map<std::tuple<SpanKind, int, std::int64_t>, std::vector<std::vector<double>>> groups;
-  for_each_collective(
-      run, [&](const Span& s) { return !is_tensor_span(run.timeline, s); },
-      [&](SpanKind kind, int tag, std::int64_t bytes, std::size_t k,
-          const std::vector<const Span*>& members) {
-        auto& per = groups[{kind, tag, bytes}];
-        if (per.size() <= k) per.resize(k + 1);
+  return mean_per_collective(
+      run, [&](const std::vector<const Span*>& members, std::vector<double>& out) {
         std::int64_t could = INT64_MIN;
         for (const Span* s : members) {
           if (s->issue_ns <= 0) return;
           could = std::max({could, s->issue_ns, at_once ? INT64_MIN : previous_end(*s)});
         }
         const std::int64_t late = std::max<std::int64_t>(0, moving(members).first - could);
-        per[k].push_back(static_cast<double>(late) / 1e9);
+        out.push_back(static_cast<double>(late) / 1e9);
       });
-  TransferTimes out;
-  for (const auto& [key, per] : groups) {
-    for (const auto& seconds : per) out[key].push_back(typical_of(seconds, Typical::kMean));
-  }
-  return out;
 }
 
 TransferTimes collective_wake_ups(const MeasuredRun& run) {
   const WaitSpans waits(run);
-  std::map<std::tuple<SpanKind, int, std::int64_t>, std::vector<std::vector<double>>> groups;
-  for_each_collective(
-      run, [&](const Span& s) { return !is_tensor_span(run.timeline, s); },
-      [&](SpanKind kind, int tag, std::int64_t bytes, std::size_t k,
-          const std::vector<const Span*>& members) {
-        auto& per = groups[{kind, tag, bytes}];
-        if (per.size() <= k) per.resize(k + 1);
+  return mean_per_collective(
+      run, [&](const std::vector<const Span*>& members, std::vector<double>& out) {
         for (const Span* s : members) {
           const Span* w = waits.around(s->rank, s->end_ns);
           if (w != nullptr && w->tag == s->tag && w->step == s->step)
-            per[k].push_back(static_cast<double>(w->end_ns - s->end_ns) / 1e9);
+            out.push_back(static_cast<double>(w->end_ns - s->end_ns) / 1e9);
         }
       });
-  TransferTimes out;
-  for (const auto& [key, per] : groups) {
-    for (const auto& seconds : per) out[key].push_back(typical_of(seconds, Typical::kMean));
-  }
-  return out;
 }
 
 TransferTimes transfer_seconds(const MeasuredRun& run, bool clean_only, Typical typical) {
