@@ -335,10 +335,14 @@ Replay replay_run(const std::string& given, const WhatIf& what_if) {
   as_measured.device.overlap_comm_slowdown = 0;
 
   const MeasuredRun middle = middle_steps(*run);
-  const UnitCosts costs =
+  UnitCosts costs =
       measured_costs(run->config, cluster, pass_seconds(middle, /*clean_only=*/false, kMean),
                      update_seconds(middle, /*clean_only=*/false, kMean),
                      piece_seconds(middle, /*clean_only=*/false, kMean), out.notes);
+  // Each give-back (zero2, fsdp) at the mean of the run's (the fit has their median).
+  if (const std::vector<double> gives = give_back_samples({middle}); !gives.empty()) {
+    costs.give_back = typical_of(gives, kMean);
+  }
   const auto transfers = transfer_seconds(middle, /*clean_only=*/false, kMean);
   const auto tensor_transfers = tensor_transfer_seconds(*run, /*clean_only=*/false);
   // The simulator asks for each collective of a step once, in issue order: the k-th time
