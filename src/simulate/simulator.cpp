@@ -1306,9 +1306,9 @@ TrainResult simulate_training(const TrainConfig& given, const SimulateOptions& o
     const double m =
         options.collective_seconds ? options.collective_seconds(kind, tag, bytes) : -1.0;
     if (m >= 0) measured_transfers.insert(step_plan.transfers.size());
-    if (kind != SpanKind::kSend && options.collective_delay) {
+    if (kind != SpanKind::kSend && (options.collective_delay || options.collective_wake_up)) {
       late[step_plan.transfers.size()] = {
-          options.collective_delay(kind, tag, bytes),
+          options.collective_delay ? options.collective_delay(kind, tag, bytes) : 0.0,
           options.collective_wake_up ? options.collective_wake_up(kind, tag, bytes) : 0.0};
     }
     return m >= 0 ? m : model;

@@ -54,21 +54,21 @@ struct SimulateOptions {
   // micro-batch) as measured: kind, tag, bytes -> seconds, < 0 for the model's.
   const UnitCosts* costs = nullptr;
   std::function<double(SpanKind kind, int tag, std::int64_t bytes)> collective_seconds;
+  // The same for a tensor group's in-place collectives (--tensor; tag: the unit).
+  std::function<double(SpanKind kind, int tag, std::int64_t bytes)> tensor_seconds;
   // Replay: the seconds a collective started after it could have (every member had posted
   // it and, on one channel, finished the ones before): a communication thread that got
   // its core late (Note [collectives started late] in experiment/calibrate.cpp). Asked for
   // each collective with collective_seconds, in the same order; empty: none.
   std::function<double(SpanKind kind, int tag, std::int64_t bytes)> collective_delay;
   // Replay: the seconds a rank waiting for a collective resumes after it ends (its training
-  // thread woken late), asked with collective_delay; empty: none.
+  // thread woken late), asked the same way; empty: none.
   std::function<double(SpanKind kind, int tag, std::int64_t bytes)> collective_wake_up;
   // A rank's collectives run side by side, each from when its members posted it, as the
   // mpi backend's nonblocking ones do, instead of each after the ones posted before it
   // (the local backend's communication thread, NCCL's stream). Replay: the run's did
   // (collectives_overlapped in experiment/replay.h).
   bool collectives_at_once = false;
-  // The same for a tensor group's in-place collectives (--tensor; tag: the unit).
-  std::function<double(SpanKind kind, int tag, std::int64_t bytes)> tensor_seconds;
   // Replay: the seconds a rank idles before each pass (kind, unit; the loss is the last
   // unit + 1, the optimizer -1), as measured; empty: none.
   std::function<double(SpanKind kind, int tag)> idle_before;
