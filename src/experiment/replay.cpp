@@ -75,7 +75,9 @@ namespace {
 // the rest took 1 ms, once in ten steps) moves a mean over every step (+18.5%) but not the
 // median. scripts/validate-replay's runs (5 strategies x local, mpi, namespace hosts) and
 // validate-simulate's, 40 replays: median |error| 3-4% and up to 20% by medians, 1.6% and
-// 10.8% this way (docs/SIMULATE.md). Unoverlapped what-ifs and the calibration's fit keep
+// 10.8% this way; with the late starts and wake-ups (Note [collectives started late]) and
+// on later runs, 1.8% and 9.2% (docs/SIMULATE.md). Unoverlapped what-ifs and the
+// calibration's fit keep
 // the median: nothing moves a slowdown between passes there, and a rate fitted to the odd
 // slow pass would price every pass by it.
 constexpr Typical kMean = Typical::kMean;
@@ -387,15 +389,16 @@ Replay replay_run(const std::string& given, const WhatIf& what_if) {
         "a rank had two collectives in flight at once (the mpi backend starts each when "
         "posted): replayed side by side");
   }
+  // Late starts and wake-ups, asked as the collectives' times are (0 where none measured).
+  const auto seconds_late = [&lookup](const TransferTimes& t) {
+    return [late = lookup(t, 1)](SpanKind kind, int tag, std::int64_t bytes) {
+      return std::max(0.0, late(kind, tag, bytes));
+    };
+  };
   const TransferTimes delays = collective_delays(middle, replay.collectives_at_once);
-  replay.collective_delay = [late = lookup(delays, 1)](SpanKind kind, int tag, std::int64_t bytes) {
-    return std::max(0.0, late(kind, tag, bytes));
-  };
   const TransferTimes wake_ups = collective_wake_ups(middle);
-  replay.collective_wake_up = [late = lookup(wake_ups, 1)](SpanKind kind, int tag,
-                                                           std::int64_t bytes) {
-    return std::max(0.0, late(kind, tag, bytes));
-  };
+  replay.collective_delay = seconds_late(delays);
+  replay.collective_wake_up = seconds_late(wake_ups);
   replay.tensor_seconds = median_lookup(tensor_transfers, 1);
   const auto gaps = idle_gaps(middle);
   replay.idle_before = [&gaps](SpanKind kind, int tag) {
@@ -477,14 +480,8 @@ Replay replay_run(const std::string& given, const WhatIf& what_if) {
   // faster network or another rank count keeps; unoverlapped (contention=off,
   // overlap=off) no thread holds the other off the core.
   if (!unoverlapped) {
-    changed.collective_delay = [late = lookup(delays, 1)](SpanKind kind, int tag,
-                                                          std::int64_t bytes) {
-      return std::max(0.0, late(kind, tag, bytes));
-    };
-    changed.collective_wake_up = [late = lookup(wake_ups, 1)](SpanKind kind, int tag,
-                                                              std::int64_t bytes) {
-      return std::max(0.0, late(kind, tag, bytes));
-    };
+    changed.collective_delay = seconds_late(delays);
+    changed.collective_wake_up = seconds_late(wake_ups);
   }
   changed.idle_before = replay.idle_before;
   out.config = config;
