@@ -77,9 +77,8 @@ namespace {
 // validate-simulate's, 40 replays: median |error| 3-4% and up to 20% by medians, 1.6% and
 // 10.8% this way; with the late starts and wake-ups (Note [collectives started late]) and
 // on later runs, 1.8% and 9.2% (docs/SIMULATE.md). Unoverlapped what-ifs and the
-// calibration's fit keep
-// the median: nothing moves a slowdown between passes there, and a rate fitted to the odd
-// slow pass would price every pass by it.
+// calibration's fit keep the median: nothing moves a slowdown between passes there, and a
+// rate fitted to the odd slow pass would price every pass by it.
 constexpr Typical kMean = Typical::kMean;
 
 // The unit costs of `config` with every pass measured in `passes` in place of the model's.
