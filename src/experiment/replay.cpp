@@ -414,7 +414,8 @@ Replay replay_run(const std::string& given, const WhatIf& what_if) {
   // included). Unoverlapped, nothing moves a slowdown from pass to pass: their medians
   // (Note [replayed by the mean]).
   std::vector<std::string> ignored;
-  const bool unoverlapped = what_if.contention_off || what_if.overlap_off;
+  // One rank communicates nothing: nothing overlaps its passes either.
+  const bool unoverlapped = what_if.contention_off || what_if.overlap_off || what_if.ranks == 1;
   const UnitCosts clean_costs =
       unoverlapped
           ? measured_costs(run->config, cluster,
