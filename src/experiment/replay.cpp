@@ -451,7 +451,8 @@ Replay replay_run(const std::string& given, const WhatIf& what_if) {
   // Note [what-if ranks]: another rank count keeps each rank's measured passes (the
   // per-rank batch is the run's) and prices every collective by the run's own fit of its
   // link at the new count: no collective of that size over that many ranks was measured.
-  // The ranks' paces are the run's for the ranks it had; the others compute at the median.
+  // The ranks' paces are the run's for the ranks it had; the others compute at the passes'
+  // own (the mean rank's; with one rank the unoverlapped passes' median).
   if (what_if.ranks > 0) {
     config.ranks = what_if.ranks;
     changed.cluster.devices_per_node = what_if.ranks;
