@@ -726,7 +726,6 @@ TEST(SimulatorTest, ARankWaitingForACollectiveResumesItsWakeUpAfterItEnds) {
   config.reducer.plan.first_bucket_cap_bytes = config.reducer.plan.bucket_cap_bytes;
   constexpr double kWakeUp = 0.01;
   SimulateOptions late{.cluster = cluster};
-  late.collective_delay = [](SpanKind, int, std::int64_t) { return 0.0; };
   late.collective_wake_up = [](SpanKind, int, std::int64_t) { return kWakeUp; };
   const TrainResult plain = simulate_training(config, {.cluster = cluster});
   const TrainResult r = simulate_training(config, late);
