@@ -267,28 +267,31 @@ double seconds_of(const std::vector<const Span*>& spans) {
   return static_cast<double>(ns) / 1e9;
 }
 
+// Whether no collective of `rank` (`comm`: each rank's comm lane, lane_union) overlapped
+// any of a pass's spans.
+bool clean_pass(const std::map<int, IntervalSet>& comm, int rank,
+                const std::vector<const Span*>& spans) {
+  const auto it = comm.find(rank);
+  return it == comm.end() || std::none_of(spans.begin(), spans.end(), [&](const Span* s) {
+           return overlaps(it->second, s->start_ns, s->end_ns);
+         });
+}
+
 }  // namespace
 
 double typical_of(const std::vector<double>& seconds, Typical typical) {
   if (seconds.empty()) return 0;
-  if (typical == Typical::kMedian) return median_of(seconds);
-  double sum = 0;
-  for (const double x : seconds) sum += x;
-  return sum / static_cast<double>(seconds.size());
+  const Summary s = summarize(seconds);
+  return typical == Typical::kMedian ? s.median : s.mean;
 }
 
 std::map<std::pair<SpanKind, int>, double> pass_seconds(const MeasuredRun& run, bool clean_only,
                                                         Typical typical) {
   const auto comm = lane_union(run.timeline, Lane::kComm, run.warmup);
-  // A pass is clean if no collective overlapped any of its spans.
   std::map<std::pair<SpanKind, int>, std::vector<double>> groups;
   for (const auto& [key, spans] : passes_of(run)) {
     const auto [kind, tag, rank, step, micro] = key;
-    const auto it = comm.find(rank);
-    const bool clean = std::none_of(spans.begin(), spans.end(), [&](const Span* s) {
-      return it != comm.end() && overlaps(it->second, s->start_ns, s->end_ns);
-    });
-    if (clean_only && !clean) continue;
+    if (clean_only && !clean_pass(comm, rank, spans)) continue;
     groups[{kind, tag}].push_back(seconds_of(spans));
   }
   std::map<std::pair<SpanKind, int>, double> out;
@@ -305,14 +308,10 @@ double update_seconds(const MeasuredRun& run, bool clean_only, Typical typical) 
   for (const auto& [key, spans] : passes_of(run)) {
     const auto [kind, tag, rank, step, micro] = key;
     if (kind != SpanKind::kOptimizer) continue;
-    const auto it = comm.find(rank);
-    const bool clean = std::none_of(spans.begin(), spans.end(), [&](const Span* s) {
-      return it != comm.end() && overlaps(it->second, s->start_ns, s->end_ns);
-    });
     // The stage of the rank's outer rank (Note [rank order] in engine/tensor_parallel.h).
     auto& [all, clear] = by_stage[plan.stage_of(rank / tensor)];
     all.push_back(seconds_of(spans));
-    if (clean) clear.push_back(all.back());
+    if (clean_pass(comm, rank, spans)) clear.push_back(all.back());
   }
   // A stage whose updates a receive posted ahead always overlapped (the next step's
   // first, on a pipeline's first stage) is taken as measured: without it the sum would

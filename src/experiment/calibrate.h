@@ -61,8 +61,8 @@ double typical_of(const std::vector<double>& seconds, Typical typical);  // 0 fo
 std::map<std::pair<SpanKind, int>, double> pass_seconds(const MeasuredRun& run, bool clean_only,
                                                         Typical typical = Typical::kMedian);
 // The seconds of the whole model's update in a step, which UnitCosts::optimizer prices: each
-// rank's optimizer spans of a step summed, the median over a pipeline stage's ranks and
-// steps, summed over the stages and scaled from the elements they keep to the model's (a
+// rank's optimizer spans of a step summed, the median (or mean) over a pipeline stage's
+// ranks and steps, summed over the stages and scaled from the elements they keep to the model's (a
 // stage updates the units it keeps only; pass_seconds' median over every rank would be
 // one stage's or the other's). 0 when none was measured (`clean_only`: none that no
 // collective overlapped, or a stage's every update where none was clean).

@@ -416,21 +416,19 @@ Replay replay_run(const std::string& given, const WhatIf& what_if) {
   std::vector<std::string> ignored;
   // One rank communicates nothing: nothing overlaps its passes either.
   const bool unoverlapped = what_if.contention_off || what_if.overlap_off || what_if.ranks == 1;
+  // Unoverlapped times: a characterize run's scenario as it is, else the run's own clean
+  // passes and collectives.
+  const MeasuredRun& alone = compute_only != nullptr ? *compute_only : *run;
+  const MeasuredRun& moved = comm_only != nullptr ? *comm_only : *run;
   const UnitCosts clean_costs =
       unoverlapped
           ? measured_costs(run->config, cluster,
-                           compute_only != nullptr ? pass_seconds(*compute_only, false)
-                                                   : pass_seconds(*run, /*clean_only=*/true),
-                           compute_only != nullptr ? update_seconds(*compute_only, false)
-                                                   : update_seconds(*run, /*clean_only=*/true),
-                           compute_only != nullptr ? piece_seconds(*compute_only, false)
-                                                   : piece_seconds(*run, /*clean_only=*/true),
-                           out.notes)
+                           pass_seconds(alone, /*clean_only=*/compute_only == nullptr),
+                           update_seconds(alone, /*clean_only=*/compute_only == nullptr),
+                           piece_seconds(alone, /*clean_only=*/compute_only == nullptr), out.notes)
           : costs;
   const auto clean_transfers =
-      unoverlapped ? (comm_only != nullptr ? transfer_seconds(*comm_only, false)
-                                           : transfer_seconds(*run, /*clean_only=*/true))
-                   : transfers;
+      unoverlapped ? transfer_seconds(moved, /*clean_only=*/comm_only == nullptr) : transfers;
   if (what_if.overlap_off) config.reducer.mode = CommMode::kSequential;
   if (what_if.bucket_mb > 0) {
     const StrategyKind kind = config.reducer.plan.strategy.kind;
