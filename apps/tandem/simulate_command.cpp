@@ -240,8 +240,8 @@ int run_replay(const SimulateFlags& flags, const CommandLine& argv) {
     out.emplace(flags.out, ResultsCommand::kTrain, argv, OutputPolicy{.force = flags.force});
   }
   const Replay r = replay_run(flags.from_trace, what_if);
-  const double replayed = median_e2e_s(r.replayed.timeline, 1);
-  const double changed = median_e2e_s(r.what_if.timeline, 1);
+  const double replayed = median_e2e_s(r.replayed.timeline, 0);
+  const double changed = median_e2e_s(r.what_if.timeline, 0);
   std::printf("tandem simulate --from-trace: %s, %d ranks, %s, strategy %s\n", r.what.c_str(),
               r.config.ranks, r.config.model.text.c_str(),
               r.config.reducer.plan.strategy.to_string().c_str());

@@ -50,8 +50,8 @@ MeasuredRuns read_measured_runs(const std::vector<std::string>& dirs, const std:
                                 bool replay = false);
 
 // What stands for many measurements of one pass or collective: the median for a fit,
-// robust to the odd slow one; the mean for a replay (Note [replayed by the mean] in
-// experiment/replay.cpp).
+// robust to the odd slow one; the mean for a replay (over one step's ranks and micro-
+// batches: Note [replayed step by step] in experiment/replay.cpp).
 enum class Typical : std::uint8_t { kMedian, kMean };
 double typical_of(const std::vector<double>& seconds, Typical typical);  // 0 for none
 

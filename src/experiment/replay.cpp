@@ -65,20 +65,26 @@ std::string WhatIf::describe() const {
 
 namespace {
 
-// Note [replayed by the mean]
-// A step pays the sum of its passes and of the collectives it waits for. Where the
-// communication thread shares a rank's core, it slows a different pass and holds back a
-// different collective from step to step while the step's time holds (fsdp on mlp:4x1024:
-// steps within 5%): each one's median leaves that out, its mean does not. The means are
-// over the run's middle half of steps by E2E (middle_steps): the measured step is their
-// median, and a step a hiccup of the machine stretched (a 15.6 ms backward pass where
-// the rest took 1 ms, once in ten steps) moves a mean over every step (+18.5%) but not the
-// median. scripts/validate-replay's runs (5 strategies x local, mpi, namespace hosts) and
-// validate-simulate's, 40 replays: median |error| 3-4% and up to 20% by medians, 1.6% and
-// 10.8% this way; with the late starts and wake-ups (Note [collectives started late]) and
-// on later runs, 1.8% and 9.2% (docs/SIMULATE.md). Unoverlapped what-ifs and the
-// calibration's fit keep the median: nothing moves a slowdown between passes there, and a
-// rate fitted to the odd slow pass would price every pass by it.
+// Note [replayed step by step]
+// A step pays the sum of its passes and of the collectives it waits for, and where a
+// rank's communication thread shares its core that sum is not one of typical parts: the
+// thread takes the core at a different place from step to step, and what it costs depends
+// on where (fsdp on mlp:4x1024: a reduce-scatter started 1.5 ms late in one step, behind a
+// whole backward pass, held the next unit's gather back, and the rank waited for it; in
+// the next step it started at once). A step built of each pass's and collective's mean
+// (or median) spreads such a delay thin where the step paid it whole, and comes short:
+// the mean's late start hides behind the pass. So each step of the run's middle half by
+// E2E (middle_steps) is replayed by itself, with its own passes, collectives, late starts,
+// wake-ups, gaps and ranks' paces (each a mean over that step's ranks and micro-batches,
+// and the ranks put back by their paces), and the replayed E2E is the median of those
+// steps' as the measured one is of the run's. The middle half: a step a hiccup of the
+// machine stretched (a 15.6 ms backward pass where the rest took 1 ms) is not replayed.
+// scripts/validate-replay's 15 runs (5 strategies x local, mpi, namespace hosts), their
+// traces replayed both ways: by each part's mean over the middle half, median |error| 1.5%
+// and up to 8.4% (local fsdp); step by step, 1.0% and 3.5% (docs/SIMULATE.md). Unoverlapped
+// what-ifs and the calibration's fit keep the median over every step: nothing moves a
+// slowdown between passes there, and a rate fitted to the odd slow pass would price every
+// pass by it.
 constexpr Typical kMean = Typical::kMean;
 
 // The unit costs of `config` with every pass measured in `passes` in place of the model's.
@@ -148,11 +154,59 @@ UnitCosts measured_costs(const TrainConfig& config, const Cluster& cluster,
   return k;
 }
 
+// One measured idle gap: `rank` stood idle `seconds` in `step` before a pass (kind, unit).
+struct Gap {
+  int rank = 0;
+  int step = 0;
+  SpanKind kind = SpanKind::kForward;
+  int tag = 0;
+  double seconds = 0;
+};
+
+std::vector<Gap> gap_samples(const MeasuredRun& run) {
+  std::map<std::pair<int, int>, std::vector<const Span*>> per_rank_step;
+  for (const Span& s : run.timeline.spans) {
+    if (s.step < run.warmup || s.end_ns <= s.start_ns) continue;
+    // The idle lane's spans (memory given back) are work the replay places itself.
+    if (s.lane == Lane::kCompute || s.lane == Lane::kWait || s.lane == Lane::kIdle)
+      per_rank_step[{s.rank, s.step}].push_back(&s);
+  }
+  std::vector<Gap> out;
+  for (auto& [key, spans] : per_rank_step) {
+    std::sort(spans.begin(), spans.end(),
+              [](const Span* a, const Span* b) { return a->start_ns < b->start_ns; });
+    std::int64_t busy_until = -1;
+    const Span* previous = nullptr;
+    for (const Span* s : spans) {
+      // The first span of a pass (a unit's norm, attention and mlp are one pass), or a
+      // give-back (the simulator's too is work of the rank's own thread).
+      const bool same_pass = previous != nullptr && previous->lane == Lane::kCompute &&
+                             s->lane == Lane::kCompute && previous->kind == s->kind &&
+                             previous->tag == s->tag && previous->micro == s->micro;
+      if (s->lane != Lane::kWait && !same_pass && busy_until >= 0) {
+        out.push_back(
+            {.rank = key.first,
+             .step = key.second,
+             .kind = s->kind,
+             .tag = s->kind == SpanKind::kOptimizer ? -1 : s->tag,
+             .seconds =
+                 static_cast<double>(std::max<std::int64_t>(0, s->start_ns - busy_until)) / 1e9});
+      }
+      busy_until = std::max(busy_until, s->end_ns);
+      previous = s;
+    }
+  }
+  return out;
+}
+
 // Ranks that computed systematically slower or faster than their stage's typical rank, as
 // stragglers: each rank's typical compute per step over its stage's typical rank's, as the
 // passes priced with them are typical (mean or median) over ranks and steps (Note
-// [replayed by the mean]): this puts each rank's own pace back.
-std::vector<Straggler> rank_paces(const MeasuredRun& run, Typical typical) {
+// [replayed step by step]): this puts each rank's own pace back. With `gaps`, also each
+// rank's idle gaps per step (their mean, as idle_gaps takes them) over its stage's mean
+// rank's: where a rank's communication thread shares its core, the gaps fall on the rank
+// whose thread held the core, and the others wait for it at the next collective.
+std::vector<Straggler> rank_paces(const MeasuredRun& run, Typical typical, bool gaps) {
   std::map<int, std::map<int, double>> busy;  // rank -> step -> compute seconds
   for (const Span& s : run.timeline.spans) {
     if (s.lane != Lane::kCompute || s.step < run.warmup || s.end_ns <= s.start_ns) continue;
@@ -164,13 +218,22 @@ std::vector<Straggler> rank_paces(const MeasuredRun& run, Typical typical) {
   const StagePlan plan = stage_plan(run.config);
   const int tensor = std::max(1, run.config.model.tensor);
   const auto stage_of = [&](int rank) { return plan.stage_of(rank / tensor); };
-  std::map<int, double> pace;
-  std::map<int, std::vector<double>> by_stage;
+  std::map<int, double> pace, idle;
+  std::map<int, std::vector<double>> by_stage, idle_by_stage;
   for (const auto& [rank, steps] : busy) {
     std::vector<double> v;
     for (const auto& [step, seconds] : steps) v.push_back(seconds);
     pace[rank] = typical_of(v, typical);
     by_stage[stage_of(rank)].push_back(pace[rank]);
+  }
+  if (gaps) {
+    for (const Gap& g : gap_samples(run)) {
+      if (busy.contains(g.rank)) idle[g.rank] += g.seconds;
+    }
+    for (auto& [rank, seconds] : idle) {
+      seconds /= static_cast<double>(busy[rank].size());
+      idle_by_stage[stage_of(rank)].push_back(seconds);
+    }
   }
   std::vector<Straggler> out;
   for (const auto& [rank, seconds] : pace) {
@@ -182,8 +245,14 @@ std::vector<Straggler> rank_paces(const MeasuredRun& run, Typical typical) {
         typical == Typical::kMedian ? all[(all.size() - 1) / 2] : typical_of(all, typical);
     if (!(typical_rank > 0)) continue;
     const double f = seconds / typical_rank;
-    if (std::abs(f - 1) > 0.01)
-      out.push_back({.rank = rank, .compute = std::clamp(f, 0.01, 100.0)});
+    // Every rank of the stage idled (a rank that never did has no entry, and 0 of it).
+    const std::vector<double>& idles = idle_by_stage[stage_of(rank)];
+    const double mean_idle = idles.size() == all.size() ? summarize(idles).mean : 0;
+    const double g = mean_idle > 0 ? idle[rank] / mean_idle : 1;
+    if (std::abs(f - 1) > 0.01 || std::abs(g - 1) > 0.01) {
+      out.push_back(
+          {.rank = rank, .compute = std::clamp(f, 0.01, 100.0), .idle = std::clamp(g, 0.0, 100.0)});
+    }
   }
   return out;
 }
@@ -226,33 +295,8 @@ bool collectives_overlapped(const MeasuredRun& run) {
 }
 
 std::map<std::pair<SpanKind, int>, double> idle_gaps(const MeasuredRun& run) {
-  std::map<std::pair<int, int>, std::vector<const Span*>> per_rank_step;
-  for (const Span& s : run.timeline.spans) {
-    if (s.step < run.warmup || s.end_ns <= s.start_ns) continue;
-    // The idle lane's spans (memory given back) are work the replay places itself.
-    if (s.lane == Lane::kCompute || s.lane == Lane::kWait || s.lane == Lane::kIdle)
-      per_rank_step[{s.rank, s.step}].push_back(&s);
-  }
   std::map<std::pair<SpanKind, int>, std::vector<double>> gaps;
-  for (auto& [key, spans] : per_rank_step) {
-    std::sort(spans.begin(), spans.end(),
-              [](const Span* a, const Span* b) { return a->start_ns < b->start_ns; });
-    std::int64_t busy_until = -1;
-    const Span* previous = nullptr;
-    for (const Span* s : spans) {
-      // The first span of a pass (a unit's norm, attention and mlp are one pass).
-      const bool same_pass = previous != nullptr && previous->lane == Lane::kCompute &&
-                             s->lane == Lane::kCompute && previous->kind == s->kind &&
-                             previous->tag == s->tag && previous->micro == s->micro;
-      if (s->lane == Lane::kCompute && !same_pass && busy_until >= 0) {
-        const int tag = s->kind == SpanKind::kOptimizer ? -1 : s->tag;
-        gaps[{s->kind, tag}].push_back(
-            static_cast<double>(std::max<std::int64_t>(0, s->start_ns - busy_until)) / 1e9);
-      }
-      busy_until = std::max(busy_until, s->end_ns);
-      previous = s;
-    }
-  }
+  for (const Gap& g : gap_samples(run)) gaps[{g.kind, g.tag}].push_back(g.seconds);
   std::map<std::pair<SpanKind, int>, double> out;
   for (const auto& [key, v] : gaps) out[key] = summarize(v).mean;
   return out;
@@ -271,6 +315,98 @@ std::optional<std::pair<std::string, std::string>> characterize_point(const std:
     return std::nullopt;
   }
   return std::pair{points.parent_path().string(), p.filename().string()};
+}
+
+}  // namespace
+
+namespace {
+
+// The run with the warm-up's spans and step `step`'s only.
+MeasuredRun only_step(const MeasuredRun& run, int step) {
+  MeasuredRun out = run;
+  std::erase_if(out.timeline.spans,
+                [&](const Span& s) { return s.step >= run.warmup && s.step != step; });
+  return out;
+}
+
+// Appends step `keep` of `from` (a simulated run) to `into` as its next step, after the
+// steps it has: spans and records renumbered and moved in time to start where `into`'s
+// last step ended; the rest (memory, buckets, descriptions) is the first one's.
+void append_step(TrainResult& into, const TrainResult& from, int keep) {
+  const bool first = into.timeline.ranks == 0;
+  if (first) {
+    into = from;
+    into.timeline.spans.clear();
+    into.steps.clear();
+  }
+  int step = 0;
+  std::int64_t end = 0, begin = INT64_MAX;
+  for (const Span& s : into.timeline.spans) {
+    step = std::max(step, s.step + 1);
+    end = std::max(end, s.end_ns);
+  }
+  for (const Span& s : from.timeline.spans) {
+    if (s.step == keep) begin = std::min(begin, s.start_ns);
+  }
+  const std::int64_t shift = begin == INT64_MAX ? 0 : end - begin;
+  for (Span s : from.timeline.spans) {
+    if (s.step != keep) continue;
+    s.step = step;
+    s.start_ns += shift;
+    s.end_ns += shift;
+    if (s.issue_ns != 0) s.issue_ns += shift;
+    if (s.name != kNoName) s.name = into.timeline.names->intern(from.timeline.name_of(s));
+    into.timeline.spans.push_back(s);
+  }
+  for (StepRecord r : from.steps) {
+    if (r.step != keep) continue;
+    r.step = step;
+    r.start_ns += shift;
+    r.end_ns += shift;
+    into.steps.push_back(r);
+  }
+}
+
+// The simulator asks for each collective of a step once, in issue order: the k-th time
+// it asks for a (kind, tag, bytes) it gets that collective's k-th occurrence in `t` (a
+// point-to-point transfer: its first), in seconds over `scale`; -1: none measured.
+std::function<double(SpanKind, int, std::int64_t)> occurrences(const TransferTimes& t,
+                                                               double scale) {
+  auto asked = std::make_shared<std::map<std::tuple<SpanKind, int, std::int64_t>, std::size_t>>();
+  return [&t, scale, asked](SpanKind kind, int tag, std::int64_t bytes) {
+    const std::tuple<SpanKind, int, std::int64_t> key{kind, kind == SpanKind::kSend ? -1 : tag,
+                                                      bytes};
+    const auto it = t.find(key);
+    if (it == t.end() || it->second.empty()) return -1.0;
+    std::size_t& k = (*asked)[key];
+    const double seconds = it->second[std::min(k, it->second.size() - 1)];
+    if (kind != SpanKind::kSend) ++k;
+    return seconds < 0 ? -1.0 : seconds / scale;
+  };
+}
+
+// A tensor group's collectives: the median over their occurrences (each actor, micro-
+// batch and step asks again; a unit's two all-reduces move the same bytes alike).
+std::function<double(SpanKind, int, std::int64_t)> medians(const TransferTimes& t, double scale) {
+  auto m = std::make_shared<std::map<std::tuple<SpanKind, int, std::int64_t>, double>>();
+  for (const auto& [key, per] : t) {
+    std::vector<double> v;
+    for (double x : per) {
+      if (x >= 0) v.push_back(x);
+    }
+    if (!v.empty()) (*m)[key] = summarize(v).median;
+  }
+  return [m, scale](SpanKind kind, int tag, std::int64_t bytes) {
+    const auto it = m->find({kind, tag, bytes});
+    return it == m->end() ? -1.0 : it->second / scale;
+  };
+}
+
+// Late starts and wake-ups, asked as the collectives' times are (0 where none measured).
+std::function<double(SpanKind, int, std::int64_t)> seconds_late(const TransferTimes& t) {
+  return [late = occurrences(t, 1)](SpanKind kind, int tag, std::int64_t bytes) {
+    return std::max(0.0, late(kind, tag, bytes));
+  };
 }
 
 }  // namespace
@@ -335,100 +471,29 @@ Replay replay_run(const std::string& given, const WhatIf& what_if) {
   as_measured.device.overlap_compute_slowdown = 0;
   as_measured.device.overlap_comm_slowdown = 0;
 
-  const MeasuredRun middle = middle_steps(*run);
-  UnitCosts costs =
-      measured_costs(run->config, cluster, pass_seconds(middle, /*clean_only=*/false, kMean),
-                     update_seconds(middle, /*clean_only=*/false, kMean),
-                     piece_seconds(middle, /*clean_only=*/false, kMean), out.notes);
-  // Each give-back (zero2, fsdp) at the mean of the run's (the fit has their median).
-  if (const std::vector<double> gives = give_back_samples({middle}); !gives.empty()) {
-    costs.give_back = typical_of(gives, kMean);
-  }
-  const auto transfers = transfer_seconds(middle, /*clean_only=*/false, kMean);
-  const auto tensor_transfers = tensor_transfer_seconds(*run, /*clean_only=*/false);
-  // The simulator asks for each collective of a step once, in issue order: the k-th time
-  // it asks for a (kind, tag, bytes) it gets that collective's k-th occurrence.
-  const auto lookup = [](const TransferTimes& t, double scale) {
-    auto asked = std::make_shared<std::map<std::tuple<SpanKind, int, std::int64_t>, std::size_t>>();
-    return [&t, scale, asked](SpanKind kind, int tag, std::int64_t bytes) {
-      const std::tuple<SpanKind, int, std::int64_t> key{kind, kind == SpanKind::kSend ? -1 : tag,
-                                                        bytes};
-      const auto it = t.find(key);
-      if (it == t.end() || it->second.empty()) return -1.0;
-      std::size_t& k = (*asked)[key];
-      const double seconds = it->second[std::min(k, it->second.size() - 1)];
-      if (kind != SpanKind::kSend) ++k;
-      return seconds < 0 ? -1.0 : seconds / scale;
-    };
-  };
-  // A tensor group's collectives: the median over their occurrences (each actor, micro-
-  // batch and step asks again; a unit's two all-reduces move the same bytes alike).
-  const auto median_lookup = [](const TransferTimes& t, double scale) {
-    auto medians = std::make_shared<std::map<std::tuple<SpanKind, int, std::int64_t>, double>>();
-    for (const auto& [key, per] : t) {
-      std::vector<double> v;
-      for (double x : per) {
-        if (x >= 0) v.push_back(x);
-      }
-      if (!v.empty()) (*medians)[key] = summarize(v).median;
-    }
-    return [medians, scale](SpanKind kind, int tag, std::int64_t bytes) {
-      const auto it = medians->find({kind, tag, bytes});
-      return it == medians->end() ? -1.0 : it->second / scale;
-    };
-  };
-  TrainConfig config = run->config;
-  config.steps = 3;
-  SimulateOptions replay{.cluster = as_measured, .costs = &costs};
-  replay.stragglers = rank_paces(middle, kMean);
-  replay.collective_seconds = lookup(transfers, 1);
-  replay.collectives_at_once = collectives_overlapped(*run);
-  if (replay.collectives_at_once) {
-    out.notes.push_back(
-        "a rank had two collectives in flight at once (the mpi backend starts each when "
-        "posted): replayed side by side");
-  }
-  // Late starts and wake-ups, asked as the collectives' times are (0 where none measured).
-  const auto seconds_late = [&lookup](const TransferTimes& t) {
-    return [late = lookup(t, 1)](SpanKind kind, int tag, std::int64_t bytes) {
-      return std::max(0.0, late(kind, tag, bytes));
-    };
-  };
-  const TransferTimes delays = collective_delays(middle, replay.collectives_at_once);
-  const TransferTimes wake_ups = collective_wake_ups(middle);
-  replay.collective_delay = seconds_late(delays);
-  replay.collective_wake_up = seconds_late(wake_ups);
-  replay.tensor_seconds = median_lookup(tensor_transfers, 1);
-  const auto gaps = idle_gaps(middle);
-  replay.idle_before = [&gaps](SpanKind kind, int tag) {
-    const auto it = gaps.find({kind, tag});
-    return it == gaps.end() ? 0.0 : it->second;
-  };
-  out.replayed = simulate_training(config, replay);
-
-  // The what-if: unoverlapped times (the compute-only and comm-only scenarios where
-  // measured, else the run's passes and transfers that nothing overlapped), a faster or
-  // slower network, or communication after compute. With communication after compute
-  // nothing overlaps either: its passes and collectives are the unoverlapped ones (by the
-  // overlapped run's means it came 3.6% long, the passes slowed beside collectives
-  // included). Unoverlapped, nothing moves a slowdown from pass to pass: their medians
-  // (Note [replayed by the mean]).
-  std::vector<std::string> ignored;
+  // Unoverlapped what-ifs (contention=off, overlap=off, ranks=1) price every pass and
+  // collective at its unoverlapped time: a characterize run's scenario as it is, else the
+  // run's own clean passes and collectives, their medians (Note [replayed step by step]).
   // One rank communicates nothing: nothing overlaps its passes either.
   const bool unoverlapped = what_if.contention_off || what_if.overlap_off || what_if.ranks == 1;
-  // Unoverlapped times: a characterize run's scenario as it is, else the run's own clean
-  // passes and collectives.
   const MeasuredRun& alone = compute_only != nullptr ? *compute_only : *run;
   const MeasuredRun& moved = comm_only != nullptr ? *comm_only : *run;
-  const UnitCosts clean_costs =
-      unoverlapped
-          ? measured_costs(run->config, cluster,
-                           pass_seconds(alone, /*clean_only=*/compute_only == nullptr),
-                           update_seconds(alone, /*clean_only=*/compute_only == nullptr),
-                           piece_seconds(alone, /*clean_only=*/compute_only == nullptr), out.notes)
-          : costs;
-  const auto clean_transfers =
-      unoverlapped ? transfer_seconds(moved, /*clean_only=*/comm_only == nullptr) : transfers;
+  std::optional<UnitCosts> clean_costs;
+  TransferTimes clean_transfers, clean_tensor_transfers;
+  std::vector<Straggler> clean_paces;
+  if (unoverlapped) {
+    clean_costs = measured_costs(
+        run->config, cluster, pass_seconds(alone, /*clean_only=*/compute_only == nullptr),
+        update_seconds(alone, /*clean_only=*/compute_only == nullptr),
+        piece_seconds(alone, /*clean_only=*/compute_only == nullptr), out.notes);
+    clean_transfers = transfer_seconds(moved, /*clean_only=*/comm_only == nullptr);
+    clean_tensor_transfers = tensor_transfer_seconds(*run, /*clean_only=*/true);
+    // No rank's communication thread holds its core while it could compute: every rank
+    // idles the mean rank's gaps.
+    clean_paces = rank_paces(*run, Typical::kMedian, /*gaps=*/false);
+  }
+
+  TrainConfig config = run->config;
   if (what_if.overlap_off) config.reducer.mode = CommMode::kSequential;
   if (what_if.bucket_mb > 0) {
     const StrategyKind kind = config.reducer.plan.strategy.kind;
@@ -443,48 +508,112 @@ Replay replay_run(const std::string& given, const WhatIf& what_if) {
         "buckets of other sizes priced by the run's fit of its link where none "
         "of that size was measured");
   }
-  SimulateOptions changed{.cluster = as_measured, .costs = &clean_costs};
-  changed.stragglers = unoverlapped ? rank_paces(*run, Typical::kMedian) : replay.stragglers;
-  changed.collectives_at_once = replay.collectives_at_once;
   // Note [what-if ranks]: another rank count keeps each rank's measured passes (the
   // per-rank batch is the run's) and prices every collective by the run's own fit of its
   // link at the new count: no collective of that size over that many ranks was measured.
   // The ranks' paces are the run's for the ranks it had; the others compute at the passes'
   // own (the mean rank's; with one rank the unoverlapped passes' median).
+  Cluster changed_cluster = as_measured;
   if (what_if.ranks > 0) {
     config.ranks = what_if.ranks;
-    changed.cluster.devices_per_node = what_if.ranks;
-    std::erase_if(changed.stragglers, [&](const Straggler& s) { return s.rank >= what_if.ranks; });
+    changed_cluster.devices_per_node = what_if.ranks;
     out.notes.push_back("collectives over " + std::to_string(what_if.ranks) +
                         " ranks priced by the run's fit of its link, not measured");
   }
   if (what_if.network != 1) {
-    changed.cluster.intra.bandwidth_bytes_per_s *= what_if.network;
-    changed.cluster.inter.bandwidth_bytes_per_s *= what_if.network;
-    changed.cluster.intra.latency_s /= what_if.network;
-    changed.cluster.inter.latency_s /= what_if.network;
+    changed_cluster.intra.bandwidth_bytes_per_s *= what_if.network;
+    changed_cluster.inter.bandwidth_bytes_per_s *= what_if.network;
+    changed_cluster.intra.latency_s /= what_if.network;
+    changed_cluster.inter.latency_s /= what_if.network;
   }
-  changed.collective_seconds = lookup(clean_transfers, what_if.network);
-  changed.tensor_seconds = median_lookup(
-      unoverlapped ? tensor_transfer_seconds(*run, /*clean_only=*/true) : tensor_transfers,
-      what_if.network);
-  if (what_if.ranks > 0 && what_if.ranks != run->config.ranks) {
-    // Point-to-point transfers keep their measured times; collectives are the model's.
-    changed.collective_seconds = [measured = changed.collective_seconds](SpanKind kind, int tag,
-                                                                         std::int64_t bytes) {
-      return kind == SpanKind::kSend ? measured(kind, tag, bytes) : -1.0;
+  const bool other_ranks = what_if.ranks > 0 && what_if.ranks != run->config.ranks;
+  const bool at_once = collectives_overlapped(*run);
+  if (at_once) {
+    out.notes.push_back(
+        "a rank had two collectives in flight at once (the mpi backend starts each when "
+        "posted): replayed side by side");
+  }
+
+  // Each step of the run's middle half (by E2E) replayed with its own times, and the
+  // what-if with the same step's.
+  const MeasuredRun middle = middle_steps(*run);
+  std::set<int> steps;
+  for (const Span& s : middle.timeline.spans) {
+    if (s.step >= run->warmup) steps.insert(s.step);
+  }
+  for (const int step : steps) {
+    const MeasuredRun part = only_step(*run, step);
+    UnitCosts costs =
+        measured_costs(run->config, cluster, pass_seconds(part, /*clean_only=*/false, kMean),
+                       update_seconds(part, /*clean_only=*/false, kMean),
+                       piece_seconds(part, /*clean_only=*/false, kMean), out.notes);
+    // Each give-back (zero2, fsdp) at the step's mean (the fit has the run's median).
+    if (const std::vector<double> gives = give_back_samples({part}); !gives.empty()) {
+      costs.give_back = typical_of(gives, kMean);
+    }
+    const TransferTimes transfers = transfer_seconds(part, /*clean_only=*/false, kMean);
+    const TransferTimes tensor_transfers = tensor_transfer_seconds(part, /*clean_only=*/false);
+    const TransferTimes delays = collective_delays(part, at_once);
+    const TransferTimes wake_ups = collective_wake_ups(part);
+    const auto gaps = idle_gaps(part);
+    const std::function<double(SpanKind, int)> idle_before = [&gaps](SpanKind kind, int tag) {
+      const auto it = gaps.find({kind, tag});
+      return it == gaps.end() ? 0.0 : it->second;
     };
+    // The simulator runs the step twice: the second, after one like it, is the replay's.
+    TrainConfig twice = run->config;
+    twice.steps = 2;
+    SimulateOptions replay{.cluster = as_measured, .costs = &costs};
+    replay.stragglers = rank_paces(part, kMean, /*gaps=*/true);
+    replay.collective_seconds = occurrences(transfers, 1);
+    replay.collectives_at_once = at_once;
+    replay.collective_delay = seconds_late(delays);
+    replay.collective_wake_up = seconds_late(wake_ups);
+    replay.tensor_seconds = medians(tensor_transfers, 1);
+    replay.idle_before = idle_before;
+    append_step(out.replayed, simulate_training(twice, replay), 1);
+
+    // The what-if: unoverlapped times, a faster or slower network, or communication after
+    // compute. With communication after compute nothing overlaps either: its passes and
+    // collectives are the unoverlapped ones (by the overlapped run's means it came 3.6%
+    // long, the passes slowed beside collectives included).
+    twice = config;
+    twice.steps = 2;
+    SimulateOptions changed{.cluster = changed_cluster,
+                            .costs = unoverlapped ? &*clean_costs : &costs};
+    changed.stragglers = unoverlapped ? clean_paces : replay.stragglers;
+    std::erase_if(changed.stragglers, [&](const Straggler& s) { return s.rank >= config.ranks; });
+    changed.collectives_at_once = at_once;
+    changed.collective_seconds =
+        occurrences(unoverlapped ? clean_transfers : transfers, what_if.network);
+    changed.tensor_seconds =
+        medians(unoverlapped ? clean_tensor_transfers : tensor_transfers, what_if.network);
+    if (other_ranks) {
+      // Point-to-point transfers keep their measured times; collectives are the model's.
+      changed.collective_seconds = [measured = changed.collective_seconds](SpanKind kind, int tag,
+                                                                           std::int64_t bytes) {
+        return kind == SpanKind::kSend ? measured(kind, tag, bytes) : -1.0;
+      };
+    }
+    // A collective's late start and its waiter's late wake-up are the scheduler's, which a
+    // faster network or another rank count keeps; unoverlapped (contention=off,
+    // overlap=off) no thread holds the other off the core.
+    if (!unoverlapped) {
+      changed.collective_delay = seconds_late(delays);
+      changed.collective_wake_up = seconds_late(wake_ups);
+    }
+    changed.idle_before = idle_before;
+    append_step(out.what_if, simulate_training(twice, changed), 1);
   }
-  // A collective's late start and its waiter's late wake-up are the scheduler's, which a
-  // faster network or another rank count keeps; unoverlapped (contention=off,
-  // overlap=off) no thread holds the other off the core.
-  if (!unoverlapped) {
-    changed.collective_delay = seconds_late(delays);
-    changed.collective_wake_up = seconds_late(wake_ups);
+  // Notes said once (every step's passes say the same).
+  std::vector<std::string> notes;
+  for (std::string& note : out.notes) {
+    if (std::find(notes.begin(), notes.end(), note) == notes.end())
+      notes.push_back(std::move(note));
   }
-  changed.idle_before = replay.idle_before;
+  out.notes = std::move(notes);
+  config.steps = static_cast<int>(steps.size());
   out.config = config;
-  out.what_if = simulate_training(config, changed);
   return out;
 }
 

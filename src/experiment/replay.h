@@ -34,8 +34,10 @@ struct Replay {
   std::string what;                // the run replayed
   TrainConfig config;              // the what-if's (the run's when none)
   double measured_s = 0;           // the run's median step
-  TrainResult replayed;            // the run as measured
-  TrainResult what_if;             // with the what-if applied (the replay again when none)
+  // The run as measured: each step of its middle half replayed by itself, one after
+  // another (Note [replayed step by step] in replay.cpp); no warm-up step.
+  TrainResult replayed;
+  TrainResult what_if;  // with the what-if applied, step by step (the replay again when none)
   std::vector<std::string> notes;  // what the replay assumed
 };
 
@@ -47,12 +49,12 @@ Replay replay_run(const std::string& dir, const WhatIf& what_if);
 // Whether `path` is DIR/points/ID of a characterize run's results (replay_run takes it).
 bool is_characterize_point(const std::string& path);
 
-// Per (kind, unit; the optimizer's unit -1): the mean time a rank stood idle before the
-// pass, after the end of whatever it did before in the step (a pass, a wait or a
-// give-back), over the ranks and steps from the warm-up on: the scheduling gaps of a
-// measured run, which the simulator otherwise does not have. The mean, as the step pays
-// their sum: with a rank's communication thread sharing its core the gaps are few and
-// long, and their median would be 0.
+// Per (kind, unit; the optimizer's unit -1; a give-back: kMemory and its unit): the mean
+// time a rank stood idle before the pass or give-back, after the end of whatever it did
+// before in the step (a pass, a wait or a give-back), over the ranks and steps from the
+// warm-up on: the scheduling gaps of a measured run, which the simulator otherwise does
+// not have. The mean, as the step pays their sum: with a rank's communication thread
+// sharing its core the gaps are few and long, and their median would be 0.
 std::map<std::pair<SpanKind, int>, double> idle_gaps(const MeasuredRun& run);
 
 // Whether a rank of the run had two collectives of one communicator (Span::group) in

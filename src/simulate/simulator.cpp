@@ -1130,6 +1130,7 @@ void stage_program(const StageContext& ctx, SimSync& sync, ProgramBuilder& p) {
 // Ranks that behave alike are simulated once: an actor.
 struct Actor {
   double slowdown = 1;     // straggler factor on compute
+  double idle_scale = 1;   // and on its idle gaps (Straggler::idle)
   int stage = 0;
   int replica_class = 0;   // pipelines: whose stages it talks to (actor_of's row)
   std::vector<int> ranks;  // the ranks it stands for
@@ -1261,13 +1262,14 @@ TrainResult simulate_training(const TrainConfig& given, const SimulateOptions& o
                      cluster.device.name + " has no " + std::string(to_string(config.precision)) +
                      " GEMMs");
   }
-  std::vector<double> factor(static_cast<std::size_t>(config.ranks), 1.0);
+  // Each rank's pace: (compute, idle) factors.
+  std::vector<std::pair<double, double>> factor(static_cast<std::size_t>(config.ranks), {1, 1});
   for (const Straggler& s : options.stragglers) {
     if (s.rank >= config.ranks) {
       throw UsageError("--straggler rank=" + std::to_string(s.rank) + ": the run has " +
                        std::to_string(config.ranks) + " ranks");
     }
-    factor[static_cast<std::size_t>(s.rank)] = s.compute;
+    factor[static_cast<std::size_t>(s.rank)] = {s.compute, s.idle};
   }
   const bool sharded = strategy.sharded();
   const bool comm = config.reducer.mode != CommMode::kOff;
@@ -1282,9 +1284,12 @@ TrainResult simulate_training(const TrainConfig& given, const SimulateOptions& o
   per_position.ranks = outer;
   const auto world_rank = [tp](int outer_rank) { return outer_rank * tp; };
   const auto group_factor = [&](int outer_rank) {
-    double f = 1;
-    for (int t = 0; t < tp; ++t)
-      f = std::max(f, factor[static_cast<std::size_t>(outer_rank * tp + t)]);
+    // The slowest member's (a rank faster than the typical one keeps its pace: a replay's).
+    auto f = factor[static_cast<std::size_t>(outer_rank * tp)];
+    for (int t = 1; t < tp; ++t) {
+      const auto& [compute, idle] = factor[static_cast<std::size_t>(outer_rank * tp + t)];
+      f = {std::max(f.first, compute), std::max(f.second, idle)};
+    }
     return f;
   };
   const auto add_group = [tp](Actor& a, int outer_rank) {
@@ -1330,11 +1335,12 @@ TrainResult simulate_training(const TrainConfig& given, const SimulateOptions& o
   std::vector<int> class_replica;          // a replica of each class (its ranks' placement)
   if (!pipeline) {
     for (int r = 0; r < outer; ++r) {
-      const double f = group_factor(r);
-      auto it = std::find_if(actors.begin(), actors.end(),
-                             [&](const Actor& a) { return a.slowdown == f; });
+      const auto [compute, idle] = group_factor(r);
+      auto it = std::find_if(actors.begin(), actors.end(), [&](const Actor& a) {
+        return a.slowdown == compute && a.idle_scale == idle;
+      });
       if (it == actors.end()) {
-        actors.push_back(Actor{.slowdown = f});
+        actors.push_back(Actor{.slowdown = compute, .idle_scale = idle});
         it = actors.end() - 1;
       }
       add_group(*it, r);
@@ -1343,7 +1349,8 @@ TrainResult simulate_training(const TrainConfig& given, const SimulateOptions& o
     std::vector<int> normal, special;
     for (int replica = 0; replica < plan.replicas; ++replica) {
       bool slow = false;
-      for (int s = 0; s < P; ++s) slow = slow || group_factor(plan.rank_of(s, replica)) != 1;
+      for (int s = 0; s < P; ++s)
+        slow = slow || group_factor(plan.rank_of(s, replica)) != std::pair<double, double>{1, 1};
       (slow ? special : normal).push_back(replica);
     }
     std::vector<std::vector<int>> classes;
@@ -1353,7 +1360,9 @@ TrainResult simulate_training(const TrainConfig& given, const SimulateOptions& o
       actor_of.emplace_back();
       class_replica.push_back(members.front());
       for (int s = 0; s < P; ++s) {
-        Actor a{.slowdown = group_factor(plan.rank_of(s, members.front())),
+        const auto [compute, idle] = group_factor(plan.rank_of(s, members.front()));
+        Actor a{.slowdown = compute,
+                .idle_scale = idle,
                 .stage = s,
                 .replica_class = static_cast<int>(actor_of.size()) - 1};
         for (const int replica : members) add_group(a, plan.rank_of(s, replica));
@@ -1653,7 +1662,7 @@ TrainResult simulate_training(const TrainConfig& given, const SimulateOptions& o
           } else {
             a.computing = true;
             a.idling = op.kind == StepOpKind::kIdle;
-            a.remaining = op.seconds * (a.idling ? 1 : a.slowdown);
+            a.remaining = op.seconds * (a.idling ? a.idle_scale : a.slowdown);
             a.op_start = t;
           }
           progress = true;

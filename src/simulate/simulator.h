@@ -34,6 +34,9 @@ namespace tandem {
 struct Straggler {
   int rank = 0;
   double compute = 1;  // its compute takes this many times as long
+  // Replay: its idle gaps between passes (SimulateOptions::idle_before, the mean rank's)
+  // take this many times as long: the rank whose communication thread held its core.
+  double idle = 1;
 
   // "rank=3,compute=1.2x"; throws UsageError naming --straggler.
   static Straggler parse(std::string_view text);

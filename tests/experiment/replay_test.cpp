@@ -31,7 +31,7 @@ TEST(ReplayGapsTest, APassWaitsTheMeanGapBeforeItAfterAnythingTheRankDid) {
                        .end_ns = end});
   };
   // Three measured steps (step 0 is the warm-up, its 5000 ns gap left out): forward L1
-  // follows forward L0 after 0, 0 and 900 ns, the last behind a give-back.
+  // follows forward L0 after 0, 0 and 900 ns, the last behind a give-back 50 ns after L0.
   span(Lane::kCompute, SpanKind::kForward, 0, 0, 0, 100);
   span(Lane::kCompute, SpanKind::kForward, 0, 1, 5100, 5200);
   span(Lane::kCompute, SpanKind::kForward, 1, 0, 10000, 10100);
@@ -40,14 +40,19 @@ TEST(ReplayGapsTest, APassWaitsTheMeanGapBeforeItAfterAnythingTheRankDid) {
   span(Lane::kWait, SpanKind::kWait, 2, 1, 20100, 20300);
   span(Lane::kCompute, SpanKind::kForward, 2, 1, 20300, 20400);
   span(Lane::kCompute, SpanKind::kForward, 3, 0, 30000, 30100);
-  span(Lane::kIdle, SpanKind::kMemory, 3, 0, 30100, 30200, give_back);
-  span(Lane::kCompute, SpanKind::kForward, 3, 1, 31100, 31200);
+  span(Lane::kIdle, SpanKind::kMemory, 3, 0, 30150, 30250, give_back);
+  span(Lane::kCompute, SpanKind::kForward, 3, 1, 31150, 31250);
   const auto gaps = idle_gaps(run);
   const auto it = gaps.find({SpanKind::kForward, 1});
   ASSERT_NE(it, gaps.end());
   EXPECT_DOUBLE_EQ(it->second, 900e-9 / 3);  // the mean: the median would be 0
   // The first pass of a step has nothing before it in the step.
   EXPECT_FALSE(gaps.contains({SpanKind::kForward, 0}));
+  // A give-back is the rank's own work too: the gap before it is its own (the training
+  // thread that found its collective done only when it got the core back).
+  const auto before_give_back = gaps.find({SpanKind::kMemory, 0});
+  ASSERT_NE(before_give_back, gaps.end());
+  EXPECT_DOUBLE_EQ(before_give_back->second, 50e-9);
 }
 
 // Two ranks, two all-reduces a step (buckets 0 and 1), each rank's spans with their issue.
@@ -136,8 +141,8 @@ TEST(ReplayDelaysTest, CollectivesOneAfterAnotherDoNotOverlap) {
   EXPECT_FALSE(collectives_overlapped(m.run));
 }
 
-// Note [replayed by the mean]: the replay's means are over the middle half of the steps by
-// E2E, so a step a hiccup stretched is left out, and so is the quickest quarter.
+// Note [replayed step by step]: the replay replays the middle half of the steps by E2E, so
+// a step a hiccup stretched is left out, and so is the quickest quarter.
 TEST(ReplayMiddleStepsTest, KeepsTheMiddleHalfOfTheStepsByTheirTime) {
   MeasuredRun run;
   run.what = "made";

@@ -258,6 +258,35 @@ TEST(SimulatorTest, AStragglerDelaysEveryRanksAllreduceAndTheOthersWait) {
   EXPECT_EQ(few.steps.size(), slow.steps.size());
 }
 
+// A replay's ranks keep their own pace (experiment/replay.cpp): a rank faster than the
+// typical one computes faster (a factor under 1 is not the typical rank's), and its idle
+// gaps before passes take its own factor times the typical rank's.
+TEST(SimulatorTest, ARanksComputeAndIdleFactorsAreItsOwn) {
+  const Cluster cluster = round_cluster(1, 2);
+  const TrainConfig config = mlp_config("mlp:4x512", 2, "sequential");
+  SimulateOptions options{.cluster = cluster,
+                          .stragglers = {{.rank = 1, .compute = 0.5, .idle = 3}}};
+  options.idle_before = [](SpanKind kind, int tag) {
+    return kind == SpanKind::kForward && tag == 1 ? 1e-3 : 0.0;
+  };
+  const TrainResult r = simulate_training(config, options);
+  std::map<std::pair<int, int>, const Span*> forward;  // (rank, unit) in step 0
+  for (const Span& s : r.timeline.spans) {
+    if (s.step == 0 && s.lane == Lane::kCompute && s.kind == SpanKind::kForward)
+      forward[{s.rank, s.tag}] = &s;
+  }
+  for (const int unit : {0, 1, 2}) {
+    EXPECT_NEAR(seconds(forward.at({1, unit})->duration_ns()),
+                0.5 * seconds(forward.at({0, unit})->duration_ns()), 2e-9)
+        << unit;
+  }
+  const auto idle = [&](int rank) {
+    return seconds(forward.at({rank, 1})->start_ns - forward.at({rank, 0})->end_ns);
+  };
+  EXPECT_NEAR(idle(0), 1e-3, 2e-9);
+  EXPECT_NEAR(idle(1), 3e-3, 2e-9);
+}
+
 TEST(CollectiveSecondsTest, AReduceScatterOrAllgatherIsHalfAnAllreduce) {
   for (const Cluster& c : {round_cluster(1, 8), round_cluster(4, 4)}) {
     for (int n : {2, 8, 16}) {
