@@ -440,8 +440,9 @@ void add_simulate_command(CLI::App& app, RunCommand& run) {
                   "its prediction)")
       ->expected(1, -1);
   cmd->add_option("--from-trace", flags->from_trace,
-                  "RUN: replay a measured train or characterize results directory with its "
-                  "passes and transfers as measured (the replay should match its step), then "
+                  "RUN: replay a measured train or characterize results directory step by "
+                  "step, each step with its own passes and transfers as measured (the replay "
+                  "should match its steps), then "
                   "with --what-if; or PyTorch profiler traces (a file per rank, or a directory "
                   "of them), replayed as a graph of what waited for what; --out gets the "
                   "what-if's results");
