@@ -154,10 +154,10 @@ UnitCosts measured_costs(const TrainConfig& config, const Cluster& cluster,
   return k;
 }
 
-// One measured idle gap: `rank` stood idle `seconds` in `step` before a pass (kind, unit).
+// One measured idle gap: `rank` stood idle `seconds` before a pass or give-back (kind,
+// unit).
 struct Gap {
   int rank = 0;
-  int step = 0;
   SpanKind kind = SpanKind::kForward;
   int tag = 0;
   double seconds = 0;
@@ -186,7 +186,6 @@ std::vector<Gap> gap_samples(const MeasuredRun& run) {
       if (s->lane != Lane::kWait && !same_pass && busy_until >= 0) {
         out.push_back(
             {.rank = key.first,
-             .step = key.second,
              .kind = s->kind,
              .tag = s->kind == SpanKind::kOptimizer ? -1 : s->tag,
              .seconds =
