@@ -460,7 +460,8 @@ void add_characterize_command(CLI::App& app, RunCommand& run) {
   cmd->add_option("--calibration", flags->calibration,
                   "With --simulate here: a directory tandem simulate --calibrate wrote");
   cmd->add_option("--straggler", flags->stragglers,
-                  "With --simulate: rank=R,compute=Fx, that rank computes F times slower");
+                  "With --simulate: rank=R,compute=Fx, that rank's compute takes F times as "
+                  "long (under 1: faster)");
   cmd->add_option(
       "--sweep", flags->sweeps,
       "KEY=V1,V2,... (repeatable: a grid); keys: strategy bucket-mb chunks batch "

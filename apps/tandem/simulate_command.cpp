@@ -467,7 +467,8 @@ void add_simulate_command(CLI::App& app, RunCommand& run) {
   flags->workload.steps = 3;
   add_workload_flags(*cmd, flags->workload, WorkloadUse::kSimulate);
   cmd->add_option("--straggler", flags->stragglers,
-                  "rank=R,compute=Fx: that rank computes F times slower (repeatable)");
+                  "rank=R,compute=Fx: that rank's compute takes F times as long (under 1: faster; "
+                  "repeatable)");
   cmd->add_option("--out", flags->out,
                   "Directory for steps.csv, trace.json, summary.json (marked simulated) and "
                   "report.html; refused if it holds results, without --force");
