@@ -258,20 +258,40 @@ std::vector<Straggler> rank_paces(const MeasuredRun& run, Typical typical, bool 
 
 }  // namespace
 
-MeasuredRun middle_steps(const MeasuredRun& run) {
+namespace {
+
+// The run with the warm-up's spans and those of `steps` only.
+MeasuredRun with_steps(const MeasuredRun& run, const std::set<int>& steps) {
+  MeasuredRun out = run;
+  std::erase_if(out.timeline.spans,
+                [&](const Span& s) { return s.step >= run.warmup && !steps.contains(s.step); });
+  return out;
+}
+
+// The steps middle_steps keeps: the middle half by E2E, every one from the warm-up on when
+// there are fewer than 4.
+std::set<int> middle_step_numbers(const MeasuredRun& run) {
   std::vector<std::pair<std::int64_t, int>> steps;  // (E2E, step)
   for (const StepMetrics& m : compute_step_metrics(run.timeline)) {
     if (m.step >= run.warmup) steps.emplace_back(m.e2e_ns, m.step);
   }
-  if (steps.size() < 4) return run;
-  std::sort(steps.begin(), steps.end());
   std::set<int> kept;
+  if (steps.size() < 4) {
+    for (const Span& s : run.timeline.spans) {
+      if (s.step >= run.warmup) kept.insert(s.step);
+    }
+    return kept;
+  }
+  std::sort(steps.begin(), steps.end());
   const std::size_t quarter = steps.size() / 4;
   for (std::size_t i = quarter; i < steps.size() - quarter; ++i) kept.insert(steps[i].second);
-  MeasuredRun out = run;
-  std::erase_if(out.timeline.spans,
-                [&](const Span& s) { return s.step >= run.warmup && !kept.contains(s.step); });
-  return out;
+  return kept;
+}
+
+}  // namespace
+
+MeasuredRun middle_steps(const MeasuredRun& run) {
+  return with_steps(run, middle_step_numbers(run));
 }
 
 bool collectives_overlapped(const MeasuredRun& run) {
@@ -319,14 +339,6 @@ std::optional<std::pair<std::string, std::string>> characterize_point(const std:
 }  // namespace
 
 namespace {
-
-// The run with the warm-up's spans and step `step`'s only.
-MeasuredRun only_step(const MeasuredRun& run, int step) {
-  MeasuredRun out = run;
-  std::erase_if(out.timeline.spans,
-                [&](const Span& s) { return s.step >= run.warmup && s.step != step; });
-  return out;
-}
 
 // Appends step `keep` of `from` (a simulated run) to `into` as its next step, after the
 // steps it has: spans and records renumbered and moved in time to start where `into`'s
@@ -535,13 +547,9 @@ Replay replay_run(const std::string& given, const WhatIf& what_if) {
 
   // Each step of the run's middle half (by E2E) replayed with its own times, and the
   // what-if with the same step's.
-  const MeasuredRun middle = middle_steps(*run);
-  std::set<int> steps;
-  for (const Span& s : middle.timeline.spans) {
-    if (s.step >= run->warmup) steps.insert(s.step);
-  }
+  const std::set<int> steps = middle_step_numbers(*run);
   for (const int step : steps) {
-    const MeasuredRun part = only_step(*run, step);
+    const MeasuredRun part = with_steps(*run, {step});
     UnitCosts costs =
         measured_costs(run->config, cluster, pass_seconds(part, /*clean_only=*/false, kMean),
                        update_seconds(part, /*clean_only=*/false, kMean),
