@@ -287,6 +287,44 @@ TEST(SimulatorTest, ARanksComputeAndIdleFactorsAreItsOwn) {
   EXPECT_NEAR(idle(1), 3e-3, 2e-9);
 }
 
+// Note [gaps beside waits]: a replay's gap before a pass runs from the end of the rank's
+// work before it, beside the waits the pass follows: the optimizer starts at the later of
+// its gap's end and its all-reduces' ends, waiting only for what is left.
+TEST(SimulatorTest, AGapRunsBesideTheWaitsBeforeItsPass) {
+  const Cluster cluster = round_cluster(1, 2);
+  const TrainConfig config = mlp_config("mlp:4x512", 2, "sequential");
+  struct Rank0 {
+    double backward_end = 0, comm_end = 0, optimizer_start = 0, waited = 0;
+  };
+  const auto run = [&](double gap) {
+    SimulateOptions options{.cluster = cluster};
+    options.idle_before = [gap](SpanKind kind, int) {
+      return kind == SpanKind::kOptimizer ? gap : 0.0;
+    };
+    Rank0 r;
+    for (const Span& s : simulate_training(config, options).timeline.spans) {
+      if (s.step != 0 || s.rank != 0) continue;
+      const double end = seconds(s.end_ns);
+      if (s.kind == SpanKind::kBackward) r.backward_end = std::max(r.backward_end, end);
+      if (s.lane == Lane::kComm) r.comm_end = std::max(r.comm_end, end);
+      if (s.kind == SpanKind::kOptimizer) r.optimizer_start = seconds(s.start_ns);
+      if (s.lane == Lane::kWait) r.waited += seconds(s.duration_ns());
+    }
+    return r;
+  };
+  const Rank0 none = run(0);
+  const double comm = none.comm_end - none.backward_end;
+  ASSERT_GT(comm, 0);
+  // Half the all-reduces' time: hidden beside them, the rest waited for.
+  const Rank0 half = run(comm / 2);
+  EXPECT_NEAR(half.optimizer_start, none.comm_end, 2e-9);
+  EXPECT_NEAR(half.waited, comm / 2, 2e-9);
+  // Twice it: the optimizer after the gap, nothing waited for.
+  const Rank0 twice = run(2 * comm);
+  EXPECT_NEAR(twice.optimizer_start, none.backward_end + 2 * comm, 2e-9);
+  EXPECT_EQ(twice.waited, 0);
+}
+
 TEST(CollectiveSecondsTest, AReduceScatterOrAllgatherIsHalfAnAllreduce) {
   for (const Cluster& c : {round_cluster(1, 8), round_cluster(4, 4)}) {
     for (int n : {2, 8, 16}) {
