@@ -157,8 +157,9 @@ int run_profile_replay(const SimulateFlags& flags, const WhatIf& what_if, const 
   const ImportResult run = import_traces(inputs);
   std::optional<ImportResult> baseline;
   if (!flags.baseline.empty()) {
-    if (!what_if.contention_off) {
-      throw UsageError("--baseline: prices contention=off; give --what-if contention=off");
+    if (!what_if.contention_off && !what_if.slowdown_off) {
+      throw UsageError(
+          "--baseline: prices contention=off and slowdown=off; give --what-if with one of them");
     }
     baseline = import_traces(expand_trace_inputs({flags.baseline}, "--baseline"));
     check_baseline_matches(run, *baseline);
@@ -233,7 +234,7 @@ int run_replay(const SimulateFlags& flags, const CommandLine& argv) {
   if (!flags.baseline.empty()) {
     throw UsageError(
         "--baseline: for a replay of PyTorch profiles; a characterize run's own compute-only "
-        "scenario prices contention=off");
+        "scenario prices contention=off and slowdown=off");
   }
   std::optional<ResultsWriter> out;
   if (!flags.out.empty()) {
@@ -446,15 +447,18 @@ void add_simulate_command(CLI::App& app, RunCommand& run) {
                   "with --what-if; or PyTorch profiler traces (a file per rank, or a directory "
                   "of them), replayed as a graph of what waited for what; --out gets the "
                   "what-if's results");
-  cmd->add_option("--what-if", flags->what_if,
-                  "With --from-trace: network=Fx (collectives and transfers F times as fast), "
-                  "contention=off (every pass and transfer at its unoverlapped time: E2E "
-                  "ideal), overlap=off (communication after compute), bucket-mb=M (DDP's "
-                  "bucket cap, bucketed and sequential runs), ranks=N (N ranks with the run's "
-                  "per-rank batch, collectives priced by the run's fit of its link); the last "
-                  "two not for profiles; repeatable");
+  cmd->add_option(
+      "--what-if", flags->what_if,
+      "With --from-trace: network=Fx (collectives and transfers F times as fast), "
+      "contention=off (every pass and transfer at its unoverlapped time), "
+      "slowdown=off (every pass at its unoverlapped time, communication as it ran: "
+      "E2E ideal, eq. 4, scheduled), overlap=off (communication after compute), bucket-mb=M (DDP's "
+      "bucket cap, bucketed and sequential runs), ranks=N (N ranks with the run's "
+      "per-rank batch, collectives priced by the run's fit of its link); the last "
+      "two not for profiles; repeatable");
   cmd->add_option("--baseline", flags->baseline,
-                  "TRACES: with --from-trace PyTorch profiles and --what-if contention=off, a "
+                  "TRACES: with --from-trace PyTorch profiles and --what-if contention=off or "
+                  "slowdown=off, a "
                   "compute-only profile of the same job (as analyze --baseline takes): its "
                   "kernels' times price the overlapped ones");
   cmd->add_option("--against", flags->against,

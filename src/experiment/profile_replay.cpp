@@ -166,10 +166,11 @@ std::int64_t median_ns(std::vector<std::int64_t> values) {
 }
 
 // contention=off: the durations (and transfers) of the spans that overlapped the other
-// kind of work on their rank, replaced by their unoverlapped peers' medians.
+// kind of work on their rank, replaced by their unoverlapped peers' medians; slowdown=off
+// (`compute_only`): the compute spans' only.
 void remove_contention(const Timeline& t, const std::vector<Node>& nodes,
                        std::vector<std::int64_t>& duration, std::vector<std::int64_t>& transfer,
-                       const Timeline* baseline, ProfileGraphStats& stats) {
+                       const Timeline* baseline, bool compute_only, ProfileGraphStats& stats) {
   // Per rank, the union of its compute and of its communication.
   std::map<std::int32_t, std::vector<Interval>> compute_spans, comm_spans;
   for (std::size_t i = 0; i < nodes.size(); ++i) {
@@ -220,7 +221,7 @@ void remove_contention(const Timeline& t, const std::vector<Node>& nodes,
   std::map<std::tuple<SpanKind, std::int64_t, bool>, std::int64_t> comm_median;
   for (auto& [key, v] : alone_comm) comm_median[key] = median_ns(std::move(v));
   for (std::size_t i = 0; i < nodes.size(); ++i) {
-    if (!overlapped[i]) continue;
+    if (!overlapped[i] || (compute_only && !is_compute(t.spans[i]))) continue;
     const Span& s = t.spans[i];
     std::int64_t value = kNone;
     if (is_compute(s)) {
@@ -467,9 +468,10 @@ ProfileReplay replay_profile(const ImportResult& run, const WhatIf& what_if,
     return timeline;
   };
   out.replayed = own_clocks(evaluate(t, nodes, instances, duration, transfer, /*merged=*/false));
-  if (what_if.contention_off) {
+  if (what_if.contention_off || what_if.slowdown_off) {
     remove_contention(t, nodes, duration, transfer,
-                      baseline != nullptr ? &baseline->timeline : nullptr, stats);
+                      baseline != nullptr ? &baseline->timeline : nullptr,
+                      /*compute_only=*/!what_if.contention_off, stats);
   }
   if (what_if.network != 1) {
     for (std::size_t i : comm_index) {
@@ -517,7 +519,7 @@ ProfileReplay replay_profile(const ImportResult& run, const WhatIf& what_if,
         "launches are kept as measured (the CPU is not replayed): a rank whose GPU waited for its "
         "CPU keeps waiting");
   }
-  if (what_if.contention_off) {
+  if (what_if.contention_off || what_if.slowdown_off) {
     out.notes.push_back(std::to_string(stats.contention_changed) +
                         " overlapped spans given their unoverlapped peers' median time; " +
                         std::to_string(stats.contention_kept) +

@@ -25,7 +25,7 @@ WhatIf WhatIf::parse(const std::vector<std::string>& items) {
   WhatIf w;
   for (const std::string& item : items) {
     const auto kv =
-        parse_key_values(item, "--what-if", "network contention overlap bucket-mb ranks");
+        parse_key_values(item, "--what-if", "network contention slowdown overlap bucket-mb ranks");
     for (const auto& [key, value] : kv) {
       if (key == "network") {
         w.network = parse_factor(value, "--what-if network", {.min = 0.001, .max = 1000});
@@ -37,7 +37,9 @@ WhatIf WhatIf::parse(const std::vector<std::string>& items) {
       } else if (value != "off") {
         throw UsageError("--what-if " + item + ": " + key + " takes off");
       } else {
-        (key == "contention" ? w.contention_off : w.overlap_off) = true;
+        (key == "contention" ? w.contention_off
+         : key == "slowdown" ? w.slowdown_off
+                             : w.overlap_off) = true;
       }
     }
   }
@@ -53,6 +55,7 @@ std::string WhatIf::describe() const {
     add(b);
   }
   if (contention_off) add("contention off");
+  if (slowdown_off && !contention_off) add("slowdown off");
   if (overlap_off) add("overlap off");
   if (bucket_mb > 0) {
     char b[48];
@@ -486,17 +489,22 @@ Replay replay_run(const std::string& given, const WhatIf& what_if) {
   // collective at its unoverlapped time: a characterize run's scenario as it is, else the
   // run's own clean passes and collectives, their medians (Note [replayed step by step]).
   // One rank communicates nothing: nothing overlaps its passes either.
+  // slowdown=off prices the passes so and nothing else: eq. 4's E2E_ideal, scheduled
+  // (communication as it ran, late starts and gaps included).
   const bool unoverlapped = what_if.contention_off || what_if.overlap_off || what_if.ranks == 1;
+  const bool clean_compute = unoverlapped || what_if.slowdown_off;
   const MeasuredRun& alone = compute_only != nullptr ? *compute_only : *run;
   const MeasuredRun& moved = comm_only != nullptr ? *comm_only : *run;
   std::optional<UnitCosts> clean_costs;
   TransferTimes clean_transfers, clean_tensor_transfers;
   std::vector<Straggler> clean_paces;
-  if (unoverlapped) {
+  if (clean_compute) {
     clean_costs = measured_costs(
         run->config, cluster, pass_seconds(alone, /*clean_only=*/compute_only == nullptr),
         update_seconds(alone, /*clean_only=*/compute_only == nullptr),
         piece_seconds(alone, /*clean_only=*/compute_only == nullptr), out.notes);
+  }
+  if (unoverlapped) {
     clean_transfers = transfer_seconds(moved, /*clean_only=*/comm_only == nullptr);
     clean_tensor_transfers = tensor_transfer_seconds(*run, /*clean_only=*/true);
     // No rank's communication thread holds its core while it could compute: every rank
@@ -587,7 +595,7 @@ Replay replay_run(const std::string& given, const WhatIf& what_if) {
     twice = config;
     twice.steps = 2;
     SimulateOptions changed{.cluster = changed_cluster,
-                            .costs = unoverlapped ? &*clean_costs : &costs};
+                            .costs = clean_compute ? &*clean_costs : &costs};
     changed.stragglers = unoverlapped ? clean_paces : replay.stragglers;
     std::erase_if(changed.stragglers, [&](const Straggler& s) { return s.rank >= config.ranks; });
     changed.collectives_at_once = at_once;

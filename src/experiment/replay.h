@@ -17,15 +17,17 @@ namespace tandem {
 struct WhatIf {
   double network = 1;           // collectives and transfers this many times as fast
   bool contention_off = false;  // every pass and transfer at its unoverlapped time
+  bool slowdown_off = false;    // every pass at its unoverlapped time, transfers as they ran
   bool overlap_off = false;     // communication only after compute (the sequential scenario)
   double bucket_mb = 0;         // > 0: DDP's bucket cap in MiB (bucketed, sequential)
   int ranks = 0;                // > 0: this many ranks, each with the run's per-rank batch
 
-  // "network=2x", "contention=off", "overlap=off", "bucket-mb=5", "ranks=16" (repeatable);
-  // throws UsageError naming --what-if.
+  // "network=2x", "contention=off", "slowdown=off", "overlap=off", "bucket-mb=5",
+  // "ranks=16" (repeatable); throws UsageError naming --what-if.
   static WhatIf parse(const std::vector<std::string>& items);
   bool any() const {
-    return network != 1 || contention_off || overlap_off || bucket_mb > 0 || ranks > 0;
+    return network != 1 || contention_off || slowdown_off || overlap_off || bucket_mb > 0 ||
+           ranks > 0;
   }
   std::string describe() const;  // "network 2x, contention off"
 };

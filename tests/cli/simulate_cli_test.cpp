@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <fstream>
 #include <nlohmann/json.hpp>
 #include <string>
 
@@ -316,6 +317,38 @@ TEST(SimulateCliTest, ReplayReproducesASimulationAndAppliesWhatIfs) {
     EXPECT_EQ(bad.exit_code, 2) << args << ": " << bad.err;
     EXPECT_EQ(std::count(bad.err.begin(), bad.err.end(), '\n'), 1) << args << ": " << bad.err;
   }
+}
+
+// slowdown=off takes out the compute's slowdown beside communication and nothing else
+// (eq. 4's E2E_ideal, scheduled); contention=off the communication's too. On a simulated
+// machine where each slows the other twofold and a quarter of the backward runs beside
+// the all-reduces, each what-if is shorter than the one before.
+TEST(SimulateCliTest, SlowdownOffRemovesTheComputesContentionOnly) {
+  TempDir dir;
+  const fs::path cluster = dir.path() / "cluster.json";
+  std::ofstream(cluster) << R"({"nodes": 1, "devices_per_node": 2,
+    "device": {"profile": "h100", "overlap_compute_slowdown": 1, "overlap_comm_slowdown": 1},
+    "intra": {"gbps": 20, "latency_us": 5}})";
+  const std::string sim = (dir.path() / "sim").string();
+  ASSERT_EQ(
+      run_tandem("simulate --cluster " + cluster.string() +
+                 " --model mlp:4x1024 --batch 4096 --strategy layerwise --steps 4 --out " + sim)
+          .exit_code,
+      0);
+  const auto ms = [&](const std::string& what_if, const char* label) {
+    const CliResult r = run_tandem("simulate --from-trace " + sim + " --what-if " + what_if);
+    EXPECT_EQ(r.exit_code, 0) << r.err;
+    const auto at = r.out.find(label);
+    EXPECT_NE(at, std::string::npos) << r.out;
+    return at == std::string::npos ? -1.0 : std::stod(r.out.substr(at + std::string(label).size()));
+  };
+  const double replayed = ms("network=1x", "replayed");
+  const double slowdown_off = ms("slowdown=off", "what-if");
+  const double contention_off = ms("contention=off", "what-if");
+  EXPECT_LT(slowdown_off, 0.95 * replayed);
+  EXPECT_LT(contention_off, 0.95 * slowdown_off);
+  // Both at once are contention=off.
+  EXPECT_DOUBLE_EQ(ms("slowdown=off --what-if contention=off", "what-if"), contention_off);
 }
 
 // PyTorch profiles replay as a graph (experiment/profile_replay.h): per iteration the

@@ -23,14 +23,15 @@ constexpr const char* kAllReduce = "ncclDevKernel_AllReduce_Sum_f32_RING_LL";
 // apart): two forward and two backward kernels on stream 7, `slow` making backward's
 // first kernel slower; an all-reduce after each backward kernel on stream 20, each
 // started 2 us after its gradients (a stream wait) and ending 150 us after the later
-// rank (rank 1, slow 30) started it; the optimizer 3 us after the second all-reduce.
+// rank (rank 1, slow 30) started it (the first `first_extra` us later); the optimizer 3 us
+// after the second all-reduce.
 // Every kernel launched 300 us before it runs (the CPU ahead of the GPU), but each step's
 // first, launched 2 us before: the CPU waited for the step before (a loss.item()).
 struct DdpRank {
   KinetoBuilder trace;
   long correlation = 0;
 
-  DdpRank(int rank, int slow, int steps = 3, int fwd2 = 100) : trace(rank) {
+  DdpRank(int rank, int slow, int steps = 3, int fwd2 = 100, int first_extra = 0) : trace(rank) {
     for (int step = 0; step < steps; ++step) {
       const double t0 = 1000 + 1000.0 * step;
       trace.profiler_step(step, t0 - 400, 999);
@@ -39,7 +40,7 @@ struct DdpRank {
       kernel("bwd2", t0 + 100 + fwd2, 200 + slow);
       kernel("bwd1", t0 + 300 + fwd2 + slow, 200);
       const double last_a = t0 + 100 + fwd2 + 232;  // rank 1's bwd2 end + 2
-      nccl(t0 + 100 + fwd2 + 200 + slow + 2, last_a + 150);
+      nccl(t0 + 100 + fwd2 + 200 + slow + 2, last_a + 150 + first_extra);
       const double last_b = t0 + 100 + fwd2 + 432;
       nccl(t0 + 100 + fwd2 + 400 + slow + 2, last_b + 150);
       kernel("sgd", last_b + 153, 100);
@@ -155,6 +156,33 @@ TEST(ProfileReplay, ContentionOffGivesOverlappedKernelsTheirUnoverlappedTime) {
   // Compute-bound spans no communication overlapped keep their time.
   const Span& fwd = span_named(r.what_if, 0, 0, "fwd2");
   EXPECT_EQ(fwd.end_ns - fwd.start_ns, 100'000);
+}
+
+TEST(ProfileReplay, SlowdownOffGivesOnlyTheKernelsTheirUnoverlappedTime) {
+  // As above, with the first all-reduce, beside bwd1, 40 us longer than the second, which
+  // overlapped nothing: slowdown=off keeps its 190 us, contention=off gives it 150.
+  std::vector<std::string> traces;
+  for (int rank = 0; rank < 2; ++rank) {
+    DdpRank job(rank, 30 * rank, 1, 100, /*first_extra=*/40);
+    job.kernel("bwd1", 2000, 160);
+    traces.push_back(job.trace.str());
+  }
+  const ImportResult run = import_ranks(traces);
+  WhatIf w;
+  w.slowdown_off = true;
+  EXPECT_EQ(w.describe(), "slowdown off");
+  const ProfileReplay r = replay_profile(run, w);
+  EXPECT_EQ(r.stats.contention_changed, 2u);  // bwd1 on each rank, nothing else
+  // By hand: rank 1's bwd1 ends at t0 + 590, but the first all-reduce (432 .. 622) holds
+  // the stream: the second starts its 2 us after it, transfers 624 .. 774, and the
+  // optimizer starts 3 us after that.
+  const Span& first = span_named(r.what_if, 1, 0, kAllReduce);
+  EXPECT_EQ(first.end_ns - first.start_ns, 190'000);
+  EXPECT_EQ(span_named(r.what_if, 1, 0, "sgd").start_ns, 1'777'000);
+  w.contention_off = true;
+  const ProfileReplay both = replay_profile(run, w);
+  EXPECT_EQ(both.stats.contention_changed, 4u);
+  EXPECT_EQ(span_named(both.what_if, 1, 0, "sgd").start_ns, 1'745'000);
 }
 
 TEST(ProfileReplay, AComputeOnlyProfilePricesKernelsThatAlwaysOverlapped) {
