@@ -32,6 +32,17 @@ struct WhatIf {
   std::string describe() const;  // "network 2x, contention off"
 };
 
+// A measured collective's seconds with the network `factor` times as fast (Note [a faster
+// network, emulated] in replay.cpp): over an emulated link, `wire` (the run's --link),
+// only the wire time it adds for a communicator of `ranks` is divided (a measured time
+// shorter than it is all wire); over a real network, the whole. -1 (none measured) stays.
+struct FasterNetwork {
+  double factor = 1;
+  LinkModel wire{};
+  int ranks = 1;
+  double operator()(SpanKind kind, std::int64_t bytes, double seconds) const;
+};
+
 struct Replay {
   std::string what;                // the run replayed
   TrainConfig config;              // the what-if's (the run's when none)

@@ -350,6 +350,9 @@ nlohmann::json train_config_json(const TrainConfig& c, const TrainResult& result
       {"tp_overlap", c.model.tp_overlap},
       {"link", c.link.enabled() ? nlohmann::json(c.link.describe()) : nlohmann::json(nullptr)},
       {"link_emulated", c.link.enabled()},
+      // The emulated link exactly, for a replay (experiment/replay.cpp).
+      {"link_bytes_per_s", c.link.enabled() ? nlohmann::json(c.link.bandwidth_Bps) : nullptr},
+      {"link_latency_ns", c.link.enabled() ? nlohmann::json(c.link.latency_ns) : nullptr},
       {"seed", c.seed},
       {"blas_threads_per_rank", c.blas_threads},
       {"blas", result.blas},
@@ -398,6 +401,12 @@ TrainConfig train_config_from_json(const nlohmann::json& j, const std::string& w
     c.precision = parse_precision(j.at("precision").get<std::string>());
     const std::string device = j.at("device").get<std::string>();
     c.device = device == "simulated" ? Device::kCpu : parse_device(device);
+    // The emulated link (written since replays divide its wire time; before: none known).
+    if (j.value("link_emulated", false) && j.contains("link_bytes_per_s") &&
+        j.at("link_bytes_per_s").is_number()) {
+      c.link.bandwidth_Bps = j.at("link_bytes_per_s").get<double>();
+      c.link.latency_ns = j.at("link_latency_ns").get<std::int64_t>();
+    }
   } catch (const nlohmann::json::exception& e) {
     throw UsageError(what + ": its \"config\" is not a training configuration (" + e.what() + ")");
   } catch (const UsageError& e) {

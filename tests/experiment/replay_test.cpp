@@ -81,6 +81,24 @@ struct TwoBuckets {
 // Note [collectives started late]: a collective could start once its members had all
 // issued it and, one after another, ended the ones before; what it started after that is
 // its delay, the mean over its steps. Side by side, the ones before do not count.
+// Note [a faster network, emulated]: over an emulated link only the wire time divides.
+TEST(FasterNetworkTest, AnEmulatedLinksWireTimeAloneIsDivided) {
+  const LinkModel link = LinkModel::parse("1GB/s,10us");
+  // A 1 MB all-reduce over 2 ranks: 2 hops of 10 us + 0.5 MB at 1 GB/s = 1020 us of wire.
+  const double wire = 1020e-6;
+  ASSERT_NEAR(static_cast<double>(link.wire_time_ns(SpanKind::kAllreduce, 1'000'000, 2)) / 1e9,
+              wire, 1e-9);
+  const FasterNetwork faster{.factor = 2, .wire = link, .ranks = 2};
+  EXPECT_NEAR(faster(SpanKind::kAllreduce, 1'000'000, wire + 300e-6), 300e-6 + wire / 2, 1e-12);
+  // Shorter than its wire time (the span began after the data moved): all of it wire.
+  EXPECT_NEAR(faster(SpanKind::kAllreduce, 1'000'000, 600e-6), 300e-6, 1e-12);
+  // Over a real network the whole is.
+  EXPECT_NEAR((FasterNetwork{.factor = 2})(SpanKind::kAllreduce, 1'000'000, 0.004), 0.002, 1e-15);
+  // None measured stays so; no change changes nothing.
+  EXPECT_EQ(faster(SpanKind::kAllreduce, 1'000'000, -1), -1);
+  EXPECT_EQ((FasterNetwork{.wire = link})(SpanKind::kAllreduce, 1'000'000, 0.004), 0.004);
+}
+
 TEST(ReplayDelaysTest, ACollectiveStartedLateIsDelayedByItsMeanLateness) {
   TwoBuckets m;
   for (int step = 0; step < 2; ++step) {

@@ -28,6 +28,12 @@ TEST(TrainConfigJsonTest, ReadsBackWhatShapesAStep) {
   EXPECT_EQ(back.reducer.plan.bucket_cap_bytes, 1 << 22);
   EXPECT_EQ(back.precision, Precision::kBf16);
   EXPECT_EQ(micro_batches(back), 3);
+  EXPECT_FALSE(back.link.enabled());
+  // An emulated link exactly (a replay divides its wire time).
+  c.link = LinkModel::parse("2.5GB/s,17us");
+  back = train_config_from_json(train_config_json(c, {}), "x");
+  EXPECT_EQ(back.link.bandwidth_Bps, 2.5e9);
+  EXPECT_EQ(back.link.latency_ns, 17'000);
 
   c = TrainConfig{};
   c.model = ModelSpec::parse("mlp:4x64");
