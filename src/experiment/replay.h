@@ -43,6 +43,20 @@ struct FasterNetwork {
   double operator()(SpanKind kind, std::int64_t bytes, double seconds) const;
 };
 
+// Collectives never measured, over an emulated link (Note [collectives never measured,
+// emulated] in replay.cpp): the emulated wire time, exact, plus the rest (the data moved
+// in memory, the hand-offs) fitted to the run's own collectives as a + b x the bytes a
+// ring moves per rank.
+struct EmulatedCollectives {
+  LinkModel wire{};
+  double a = 0;  // seconds per collective
+  double b = 0;  // seconds per byte a ring moves per rank
+  // From measured (kind, bytes, seconds) over a communicator of `ranks`; throws nothing:
+  // no usable sample leaves a = b = 0.
+  static EmulatedCollectives fit(const LinkModel& wire, int ranks, const TransferTimes& measured);
+  double operator()(SpanKind kind, std::int64_t bytes, int ranks) const;  // 0 for one rank
+};
+
 struct Replay {
   std::string what;                // the run replayed
   TrainConfig config;              // the what-if's (the run's when none)

@@ -99,6 +99,38 @@ TEST(FasterNetworkTest, AnEmulatedLinksWireTimeAloneIsDivided) {
   EXPECT_EQ((FasterNetwork{.wire = link})(SpanKind::kAllreduce, 1'000'000, 0.004), 0.004);
 }
 
+// Note [collectives never measured, emulated]: the emulated wire time exactly, and the
+// rest fitted as a + b x the bytes a ring moves per rank.
+TEST(EmulatedCollectivesTest, FitsWhatTheWireDoesNotTake) {
+  const LinkModel link = LinkModel::parse("1GB/s,10us");
+  const auto wire = [&](SpanKind kind, std::int64_t bytes, int n) {
+    return static_cast<double>(link.wire_time_ns(kind, bytes, n)) / 1e9;
+  };
+  // Two all-reduces over 2 ranks (a ring moves their bytes once per rank), each 100 us plus
+  // 1 ns per such byte beside their wire; the odd slow one of the second is not the median.
+  TransferTimes measured;
+  measured[{SpanKind::kAllreduce, 0, 10'000}] = {100e-6 + 10e-6 +
+                                                 wire(SpanKind::kAllreduce, 10'000, 2)};
+  const double big = 100e-6 + 4e-3 + wire(SpanKind::kAllreduce, 4'000'000, 2);
+  measured[{SpanKind::kAllreduce, 1, 4'000'000}] = {big, big, 5 * big};
+  measured[{SpanKind::kSend, -1, 1'000}] = {1.0};  // point to point: not the collectives'
+  const EmulatedCollectives fit = EmulatedCollectives::fit(link, 2, measured);
+  EXPECT_NEAR(fit.a, 100e-6, 1e-9);
+  EXPECT_NEAR(fit.b, 1e-9, 1e-15);
+  // A 1 MB all-reduce over 4 ranks: 1.5 MB a rank, and the wire's six hops.
+  EXPECT_NEAR(fit(SpanKind::kAllreduce, 1'000'000, 4),
+              100e-6 + 1.5e-3 + wire(SpanKind::kAllreduce, 1'000'000, 4), 1e-9);
+  EXPECT_NEAR(fit(SpanKind::kReduceScatter, 1'000'000, 4),
+              100e-6 + 0.75e-3 + wire(SpanKind::kReduceScatter, 1'000'000, 4), 1e-9);
+  EXPECT_EQ(fit(SpanKind::kAllreduce, 1'000'000, 1), 0);
+  // One size: through the origin; nothing measured: only the wire.
+  measured.erase({SpanKind::kAllreduce, 0, 10'000});
+  EXPECT_NEAR(EmulatedCollectives::fit(link, 2, measured).b, (100e-6 + 4e-3) / 4e6, 1e-15);
+  const EmulatedCollectives none = EmulatedCollectives::fit(link, 2, {});
+  EXPECT_EQ(none.a, 0);
+  EXPECT_EQ(none.b, 0);
+}
+
 TEST(ReplayDelaysTest, ACollectiveStartedLateIsDelayedByItsMeanLateness) {
   TwoBuckets m;
   for (int step = 0; step < 2; ++step) {
