@@ -158,6 +158,9 @@ MeasuredRuns read_measured_runs(const std::vector<std::string>& dirs, const std:
         out.memory_bytes = m["memory_gib"].get<double>() * (1ull << 30);
       }
       if (out.machine.empty()) out.machine = m.value("cpu", "");
+      if (out.cores == 0 && m.contains("cores") && m["cores"].is_number_integer()) {
+        out.cores = m["cores"].get<int>();
+      }
     }
     if (command == "train") {
       MeasuredRun run{.what = dir};
@@ -170,6 +173,7 @@ MeasuredRuns read_measured_runs(const std::vector<std::string>& dirs, const std:
       run.warmup -= summary.value("measured_steps", run.config.steps);
       run.timeline = read_trace(fs::path(dir) / "trace.json", flag);
       run.step_s = median_e2e_s(run.timeline, run.warmup);
+      run.backend = summary["config"].value("backend", "");
       out.runs.push_back(std::move(run));
     } else if (command == "characterize") {
       for (const auto& point : summary.at("points")) {
@@ -220,6 +224,7 @@ MeasuredRuns read_measured_runs(const std::vector<std::string>& dirs, const std:
           run.config.steps = run.warmup + point.at("iterations").get<int>();
           run.timeline = read_trace(fs::path(dir) / "points" / id / (name + ".trace.json"), flag);
           run.step_s = median_field(scenarios[name].at("steps"), "e2e_ns");
+          run.backend = config.value("backend", "");
           out.runs.push_back(std::move(run));
         }
         // A tensor-parallel point's passes hold their group's collectives: not a sample of

@@ -27,8 +27,9 @@ struct MeasuredRun {
   std::string point;   // a characterize point's id ("bucket-mb=1"); empty for a train run
   TrainConfig config;  // as it ran (scenario_config applied)
   Timeline timeline;
-  int warmup = 0;     // steps left out
-  double step_s = 0;  // median step time (E2E) over the measured steps
+  int warmup = 0;       // steps left out
+  double step_s = 0;    // median step time (E2E) over the measured steps
+  std::string backend;  // "local", "mpi", ... (its config's; empty: not recorded)
 };
 
 struct MeasuredRuns {
@@ -36,6 +37,7 @@ struct MeasuredRuns {
   std::vector<ContentionSample> contention;  // one per characterize point
   double memory_bytes = 0;                   // of the machine they ran on
   std::string machine;                       // its CPU, for the calibration's source
+  int cores = 0;                             // its cores (0: not recorded)
   std::vector<std::string> skipped;          // what was left out, and why
 };
 

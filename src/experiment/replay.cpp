@@ -626,6 +626,16 @@ Replay replay_run(const std::string& given, const WhatIf& what_if) {
   // own (the mean rank's; with one rank the unoverlapped passes' median).
   Cluster changed_cluster = as_measured;
   if (what_if.ranks > 0) {
+    // The local backend's ranks are threads of one process on one host: more of them than
+    // its cores share them, which no rank's measured passes say (4 ranks on 2 cores came
+    // 36-46% short in scripts/validate-whatif).
+    if (run->backend == "local" && measured.cores > 0 && what_if.ranks > measured.cores) {
+      out.notes.push_back(std::to_string(what_if.ranks) +
+                          " ranks of the local backend on the run's " +
+                          std::to_string(measured.cores) +
+                          " cores would share them: not modelled, every rank computes as on a "
+                          "core of its own");
+    }
     config.ranks = what_if.ranks;
     changed_cluster.devices_per_node = what_if.ranks;
     out.notes.push_back(

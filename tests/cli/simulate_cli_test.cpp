@@ -437,7 +437,7 @@ TEST(SimulateCliTest, ReplaysPyTorchProfilesWithAWhatIf) {
 }
 
 // A run over an emulated --link replays with its wire as measured (a calibration still
-// refuses it: it would fit the emulation, not the machine).
+// refuses it: it would fit the emulation, not the machine); its what-ifs know the wire.
 TEST(SimulateCliTest, AReplayTakesAnEmulatedLinkAsMeasured) {
   TempDir dir;
   const std::string run = (dir.path() / "linked").string();
@@ -450,6 +450,21 @@ TEST(SimulateCliTest, AReplayTakesAnEmulatedLinkAsMeasured) {
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_NE(r.out.find("replayed"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("what-if"), std::string::npos) << r.out;
+  // Only the wire's part of each collective is the network's (Note [a faster network,
+  // emulated]).
+  EXPECT_NE(r.out.find("only its wire time is shortened"), std::string::npos) << r.out;
+  // More ranks than the run's host has cores: said, not modelled; what was never measured
+  // is the emulated link's.
+  const int cores =
+      nlohmann::json::parse(slurp(fs::path(run) / "summary.json"))["machine"]["cores"].get<int>();
+  CliResult more =
+      run_tandem("simulate --from-trace " + run + " --what-if ranks=" + std::to_string(cores + 1));
+  ASSERT_EQ(more.exit_code, 0) << more.err;
+  EXPECT_NE(more.out.find("cores would share them: not modelled"), std::string::npos) << more.out;
+  EXPECT_NE(more.out.find("priced by the emulated link"), std::string::npos) << more.out;
+  more = run_tandem("simulate --from-trace " + run + " --what-if ranks=1");
+  ASSERT_EQ(more.exit_code, 0) << more.err;
+  EXPECT_EQ(more.out.find("would share them"), std::string::npos) << more.out;
   const CliResult refused = run_tandem("simulate --calibrate " + run);
   EXPECT_EQ(refused.exit_code, 2) << refused.out;
 }
