@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "analysis/statistics.h"
 #include "commands.h"
 #include "core/error.h"
 #include "core/files.h"
@@ -254,11 +255,28 @@ int run_replay(const SimulateFlags& flags, const CommandLine& argv) {
     std::printf("                          what-if  %10.3f ms  (%+.1f%% of replayed: %s)\n",
                 changed * 1e3, 100 * (changed / replayed - 1), what_if.describe().c_str());
   }
+  // Each replayed step (the middle half of the run's by E2E), as a profile's iterations.
+  std::printf(
+      "  step   measured   replayed    what-if  (E2E ms of the middle half of the steps; "
+      "what-if: %s)\n",
+      what_if.describe().c_str());
+  nlohmann::json steps = nlohmann::json::array();
+  for (const Replay::Step& s : r.steps) {
+    std::printf("  %4d %10.3f %10.3f %10.3f\n", s.step, s.measured_s * 1e3, s.replayed_s * 1e3,
+                s.what_if_s * 1e3);
+    steps.push_back({{"step", s.step},
+                     {"measured_ms", s.measured_s * 1e3},
+                     {"replayed_ms", number_or_null(s.replayed_s * 1e3)},
+                     {"what_if_ms", number_or_null(s.what_if_s * 1e3)}});
+  }
   std::fflush(stdout);
-  nlohmann::json simulated = {
-      {"replay_of", flags.from_trace},          {"what_if", what_if.describe()},
-      {"measured_step_ms", r.measured_s * 1e3}, {"replayed_step_ms", replayed * 1e3},
-      {"what_if_step_ms", changed * 1e3},       {"calibration", nullptr}};
+  nlohmann::json simulated = {{"replay_of", flags.from_trace},
+                              {"what_if", what_if.describe()},
+                              {"measured_step_ms", r.measured_s * 1e3},
+                              {"replayed_step_ms", replayed * 1e3},
+                              {"what_if_step_ms", changed * 1e3},
+                              {"calibration", nullptr},
+                              {"steps", steps}};
   // The run as replayed beside the what-if's own trace: report.html draws both Gantts.
   if (out && what_if.any() && r.config.record) {
     out->write_trace("replayed.trace.json", r.replayed.timeline,
@@ -454,8 +472,10 @@ void add_simulate_command(CLI::App& app, RunCommand& run) {
       "slowdown=off (every pass at its unoverlapped time, communication as it ran: "
       "E2E ideal, eq. 4, scheduled), overlap=off (communication after compute), bucket-mb=M (DDP's "
       "bucket cap, bucketed and sequential runs), ranks=N (N ranks with the run's "
-      "per-rank batch, collectives priced by the run's fit of its link); the last "
-      "two not for profiles; repeatable");
+      "per-rank batch, collectives priced by the run's fit of its link); over an emulated "
+      "--link only its wire time is the network's, and a collective never measured is that "
+      "wire plus the rest fitted to the run's own; bucket-mb and ranks not for profiles; "
+      "repeatable");
   cmd->add_option("--baseline", flags->baseline,
                   "TRACES: with --from-trace PyTorch profiles and --what-if contention=off or "
                   "slowdown=off, a "

@@ -625,7 +625,7 @@ Replay replay_run(const std::string& given, const WhatIf& what_if) {
   // per-rank batch is the run's) and prices every collective by the run's own fit of its
   // link at the new count: no collective of that size over that many ranks was measured.
   // The ranks' paces are the run's for the ranks it had; the others compute at the passes'
-  // own (the mean rank's; with one rank the unoverlapped passes' median).
+  // own (the mean rank's; with one rank the unoverlapped passes' means).
   Cluster changed_cluster = as_measured;
   if (what_if.ranks > 0) {
     // The local backend's ranks are threads of one process on one host: more of them than
@@ -772,6 +772,20 @@ Replay replay_run(const std::string& given, const WhatIf& what_if) {
   out.notes = std::move(notes);
   config.steps = static_cast<int>(steps.size());
   out.config = config;
+  // Each step's three E2Es (the simulations' steps in the order of `steps`).
+  std::map<int, double> measured_e2e;
+  for (const StepMetrics& m : compute_step_metrics(run->timeline))
+    measured_e2e[m.step] = m.e2e_ns / 1e9;
+  const std::vector<double> replayed_e2e = e2e_seconds(out.replayed.timeline, 0);
+  const std::vector<double> what_if_e2e = e2e_seconds(out.what_if.timeline, 0);
+  std::size_t k = 0;
+  for (const int step : steps) {
+    out.steps.push_back({.step = step,
+                         .measured_s = measured_e2e[step],
+                         .replayed_s = k < replayed_e2e.size() ? replayed_e2e[k] : NAN,
+                         .what_if_s = k < what_if_e2e.size() ? what_if_e2e[k] : NAN});
+    ++k;
+  }
   return out;
 }
 

@@ -65,6 +65,13 @@ struct Replay {
   // another (Note [replayed step by step] in replay.cpp); no warm-up step.
   TrainResult replayed;
   TrainResult what_if;  // with the what-if applied, step by step (the replay again when none)
+  // Per replayed step (the run's step number): its E2E measured, replayed and what-if,
+  // seconds; the k-th is step k of `replayed` and `what_if`.
+  struct Step {
+    int step = 0;
+    double measured_s = 0, replayed_s = 0, what_if_s = 0;
+  };
+  std::vector<Step> steps;
   std::vector<std::string> notes;  // what the replay assumed
 };
 

@@ -263,6 +263,18 @@ TEST(SimulateCliTest, ReplayReproducesASimulationAndAppliesWhatIfs) {
   EXPECT_LT(step(r.out, "what-if"), step(r.out, "replayed")) << r.out;
   const auto summary = nlohmann::json::parse(slurp(dir.path() / "fast" / "summary.json"));
   EXPECT_EQ(summary["simulated"]["what_if"], "network 4x");
+  // Per replayed step (the middle half of the run's 4 by E2E): the run's step number, its
+  // three E2Es; printed as a table too.
+  const auto& steps = summary["simulated"]["steps"];
+  ASSERT_EQ(steps.size(), 2u) << summary["simulated"];
+  for (const auto& s : steps) {
+    const double m = s["measured_ms"].get<double>();
+    EXPECT_NEAR(s["replayed_ms"].get<double>(), m, 0.01 * m) << s;
+    EXPECT_LT(s["what_if_ms"].get<double>(), s["replayed_ms"].get<double>()) << s;
+    EXPECT_GE(s["step"].get<int>(), 0);
+    EXPECT_LT(s["step"].get<int>(), 4);
+  }
+  EXPECT_NE(r.out.find("what-if: network 4x)"), std::string::npos) << r.out;
   // Both timelines: the what-if's trace.json and the replay's, each drawn in report.html.
   ASSERT_TRUE(fs::exists(dir.path() / "fast" / "replayed.trace.json"));
   const std::string report = slurp(dir.path() / "fast" / "report.html");
