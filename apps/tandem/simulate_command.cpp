@@ -1,6 +1,7 @@
 // `tandem simulate`: a training configuration predicted on a modelled cluster
 // (simulate/simulator.h), reported as `train` reports a measured run.
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <memory>
@@ -255,6 +256,14 @@ int run_replay(const SimulateFlags& flags, const CommandLine& argv) {
     std::printf("                          what-if  %10.3f ms  (%+.1f%% of replayed: %s)\n",
                 changed * 1e3, 100 * (changed / replayed - 1), what_if.describe().c_str());
   }
+  // Without contention, beside the point's own eq. 4 (docs/SIMULATE.md, "Without
+  // contention, against eq. 4").
+  if ((what_if.slowdown_off || what_if.contention_off) && std::isfinite(r.e2e_ideal_s)) {
+    std::printf(
+        "                          E2E_ideal %9.3f ms  (eq. 4, the point's own; the what-if "
+        "%+.1f%% of it)\n",
+        r.e2e_ideal_s * 1e3, 100 * (changed / r.e2e_ideal_s - 1));
+  }
   // Each replayed step (the middle half of the run's by E2E), as a profile's iterations.
   std::printf(
       "  step   measured   replayed    what-if  (E2E ms of the middle half of the steps; "
@@ -275,6 +284,7 @@ int run_replay(const SimulateFlags& flags, const CommandLine& argv) {
                               {"measured_step_ms", r.measured_s * 1e3},
                               {"replayed_step_ms", replayed * 1e3},
                               {"what_if_step_ms", changed * 1e3},
+                              {"e2e_ideal_ms", number_or_null(r.e2e_ideal_s * 1e3)},
                               {"calibration", nullptr},
                               {"steps", steps}};
   // The run as replayed beside the what-if's own trace: report.html draws both Gantts.

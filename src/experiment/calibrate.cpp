@@ -225,6 +225,12 @@ MeasuredRuns read_measured_runs(const std::vector<std::string>& dirs, const std:
           run.timeline = read_trace(fs::path(dir) / "points" / id / (name + ".trace.json"), flag);
           run.step_s = median_field(scenarios[name].at("steps"), "e2e_ns");
           run.backend = config.value("backend", "");
+          if (scenario == Scenario::kOverlapped && point.contains("metrics") &&
+              point["metrics"].contains("e2e_ideal_ns") &&
+              point["metrics"]["e2e_ideal_ns"].contains("median") &&
+              point["metrics"]["e2e_ideal_ns"]["median"].is_number()) {
+            run.e2e_ideal_s = point["metrics"]["e2e_ideal_ns"]["median"].get<double>() / 1e9;
+          }
           out.runs.push_back(std::move(run));
         }
         // A tensor-parallel point's passes hold their group's collectives: not a sample of

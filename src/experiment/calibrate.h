@@ -5,6 +5,7 @@
 // does the same for runs the fit did not see.
 #pragma once
 
+#include <limits>
 #include <map>
 #include <string>
 #include <tuple>
@@ -30,6 +31,9 @@ struct MeasuredRun {
   int warmup = 0;       // steps left out
   double step_s = 0;    // median step time (E2E) over the measured steps
   std::string backend;  // "local", "mpi", ... (its config's; empty: not recorded)
+  // A characterize point's overlapped scenario: the point's own E2E_ideal (eq. 4, the
+  // median of its metric), seconds; NaN otherwise.
+  double e2e_ideal_s = std::numeric_limits<double>::quiet_NaN();
 };
 
 struct MeasuredRuns {

@@ -553,7 +553,10 @@ Replay replay_run(const std::string& given, const WhatIf& what_if) {
         (measured.skipped.empty() ? std::string("no overlapped run") : measured.skipped.front()) +
         ")");
   }
-  Replay out{.what = run->what, .config = run->config, .measured_s = run->step_s};
+  Replay out{.what = run->what,
+             .config = run->config,
+             .measured_s = run->step_s,
+             .e2e_ideal_s = run->e2e_ideal_s};
   // The machine the run measured, fitted from the run itself: it prices what was never
   // measured (point-to-point transfers of a what-if, a pass never seen).
   Calibration fit;

@@ -61,6 +61,7 @@ struct Replay {
   std::string what;                // the run replayed
   TrainConfig config;              // the what-if's (the run's when none)
   double measured_s = 0;           // the run's median step
+  double e2e_ideal_s = 0;          // a characterize point's E2E_ideal (eq. 4); NaN otherwise
   // The run as measured: each step of its middle half replayed by itself, one after
   // another (Note [replayed step by step] in replay.cpp); no warm-up step.
   TrainResult replayed;

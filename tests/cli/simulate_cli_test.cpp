@@ -380,11 +380,27 @@ TEST(SimulateCliTest, ASweepsPointIsReplayedByItsDirectory) {
   EXPECT_EQ(whole.exit_code, 2) << whole.out << whole.err;
   EXPECT_NE(whole.err.find("points"), std::string::npos) << whole.err;
   EXPECT_EQ(std::count(whole.err.begin(), whole.err.end(), '\n'), 1) << whole.err;
+  const auto summary = nlohmann::json::parse(slurp(sweep / "summary.json"));
   for (const auto& entry : fs::directory_iterator(sweep / "points")) {
     const std::string id = entry.path().filename().string();
     const CliResult r = run_tandem("simulate --from-trace " + entry.path().string());
     ASSERT_EQ(r.exit_code, 0) << id << r.err;
     EXPECT_NE(r.out.find("point " + id + " overlapped"), std::string::npos) << r.out;
+    EXPECT_EQ(r.out.find("E2E_ideal"), std::string::npos) << r.out;  // no what-if: none
+    // Without contention, beside the point's own E2E_ideal (eq. 4).
+    const fs::path out = dir.path() / ("ideal-" + id);
+    const CliResult ideal = run_tandem("simulate --from-trace " + entry.path().string() +
+                                       " --what-if slowdown=off --out " + out.string());
+    ASSERT_EQ(ideal.exit_code, 0) << id << ideal.err;
+    EXPECT_NE(ideal.out.find("E2E_ideal"), std::string::npos) << ideal.out;
+    double metric = -1;
+    for (const auto& point : summary["points"]) {
+      if (point["id"] == id) metric = point["metrics"]["e2e_ideal_ns"]["median"].get<double>();
+    }
+    EXPECT_NEAR(nlohmann::json::parse(slurp(out / "summary.json"))["simulated"]["e2e_ideal_ms"]
+                    .get<double>(),
+                metric / 1e6, 1e-9)
+        << id;
   }
   const CliResult missing =
       run_tandem("simulate --from-trace " + (sweep / "points" / "nope").string());
