@@ -493,6 +493,8 @@ TEST(SimulateCliTest, AReplayTakesAnEmulatedLinkAsMeasured) {
   more = run_tandem("simulate --from-trace " + run + " --what-if ranks=1");
   ASSERT_EQ(more.exit_code, 0) << more.err;
   EXPECT_EQ(more.out.find("would share them"), std::string::npos) << more.out;
+  EXPECT_NE(more.out.find("fewer ranks may compute faster (not modelled)"), std::string::npos)
+      << more.out;
   const CliResult refused = run_tandem("simulate --calibrate " + run);
   EXPECT_EQ(refused.exit_code, 2) << refused.out;
 }
