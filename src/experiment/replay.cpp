@@ -560,6 +560,7 @@ Replay replay_run(const std::string& given, const WhatIf& what_if) {
   // The machine the run measured, fitted from the run itself: it prices what was never
   // measured (point-to-point transfers of a what-if, a pass never seen).
   Calibration fit;
+  bool fitted = true;
   try {
     std::vector<MeasuredRun> own{*run};
     if (compute_only != nullptr) own.push_back(*compute_only);
@@ -571,6 +572,18 @@ Replay replay_run(const std::string& given, const WhatIf& what_if) {
     fit.gemm_flops_per_s = {1e30, 1e30, 1e30, 1e30};
     fit.memory_bytes_per_s = 1e30;
     fit.link = {.bandwidth_bytes_per_s = 1e30, .latency_s = 0};
+    fitted = false;
+  }
+  // Another rank count prices every collective by that model (or an emulated link's
+  // wire): without either it would price them at nothing.
+  const int model_parallel =
+      std::max(1, run->config.model.tensor) * std::max(1, run->config.pipeline.stages);
+  if (what_if.ranks > 0 && what_if.ranks != run->config.ranks &&
+      what_if.ranks / model_parallel > 1 && !fitted && !run->config.link.enabled()) {
+    throw UsageError("--what-if ranks=" + std::to_string(what_if.ranks) + ": " + given +
+                     " measured no collective to price " + std::to_string(what_if.ranks) +
+                     " ranks' by (a pipeline of one replica); replay a run with two or more "
+                     "replicas, or one over an emulated --link");
   }
   const Cluster cluster = calibrated_cluster(fit, run->config.ranks, 1e30, "the run's own fit");
   // Measured durations already hold whatever contention the run had.
@@ -652,7 +665,8 @@ Replay replay_run(const std::string& given, const WhatIf& what_if) {
     config.ranks = what_if.ranks;
     changed_cluster.devices_per_node = what_if.ranks;
     out.notes.push_back(
-        "collectives over " + std::to_string(what_if.ranks) + " ranks priced by " +
+        "collectives over " + std::to_string(what_if.ranks) +
+        (what_if.ranks == 1 ? " rank" : " ranks") + " priced by " +
         (run->config.link.enabled() ? "the emulated link" : "the run's fit of its link") +
         ", not measured");
   }

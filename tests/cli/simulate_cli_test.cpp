@@ -317,6 +317,17 @@ TEST(SimulateCliTest, ReplayReproducesASimulationAndAppliesWhatIfs) {
   const CliResult replay =
       run_tandem("simulate --from-trace " + bucketed + " --what-if network=1x");
   EXPECT_GT(buckets(r.out), buckets(replay.out) + 3) << r.out << replay.out;
+  // A pipeline of one replica measured no collective to price more replicas' by.
+  const std::string pipeline = (dir.path() / "pipeline").string();
+  ASSERT_EQ(run_tandem("simulate --cluster 2xh100 --model mlp:4x1024 --pipeline 2 --ranks 2 "
+                       "--steps 4 --out " +
+                       pipeline)
+                .exit_code,
+            0);
+  const CliResult unpriced = run_tandem("simulate --from-trace " + pipeline + " --what-if ranks=4");
+  EXPECT_EQ(unpriced.exit_code, 2) << unpriced.out;
+  EXPECT_NE(unpriced.err.find("--what-if ranks=4"), std::string::npos) << unpriced.err;
+  EXPECT_NE(unpriced.err.find("measured no collective"), std::string::npos) << unpriced.err;
   for (const std::string& args :
        std::vector<std::string>{"simulate --from-trace " + (dir.path() / "nope").string(),
                                 "simulate --from-trace " + sim + " --what-if network=fast",
