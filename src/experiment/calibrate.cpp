@@ -519,6 +519,38 @@ TransferTimes mean_per_collective(const MeasuredRun& run, Samples samples) {
 // it waits for ends (Transfer::wake_up; collective_wake_ups). With both, fsdp across mpi
 // ranks and namespace hosts replayed 1.5-2.5% short instead of 5-7%; on the local backend
 // 8-9% still.
+// Note [point-to-point transfers late]
+// A pipeline's sends and receives wait on the same shared core as its collectives: a send
+// posted just before the optimizer started when the communication thread got the core
+// back, 344 us later (the trace's queued_ns), and a stage waiting for its next
+// micro-batch resumed 35-56 us after the receive ended, four or five times a step on the
+// schedule's critical path. Timed from the later of the two posts to the receive's end,
+// the transfers leave both out, and a 2-stage 1f1b replayed 2-4% short at the median
+// step, 7% short in the step with the late send. Each step's transfers of a size start
+// the mean of their sends' delays after they could, and a stage waiting for one resumes
+// the mean of its receives' wake-ups after it ends: the mean, as such delays fall on one
+// transfer of a step and not on the others.
+namespace {
+
+// Per (kSend, -1, bytes): one mean of `sample` over the run's pipeline sends (`sends`) or
+// receives, from the warm-up on.
+TransferTimes mean_per_p2p(const MeasuredRun& run, bool sends,
+                           const std::function<std::optional<double>(const Span&)>& sample) {
+  std::map<std::int64_t, std::vector<double>> by_bytes;
+  for (const Span& s : run.timeline.spans) {
+    if (s.lane != Lane::kComm || s.step < run.warmup || s.bytes <= 0 ||
+        s.kind != (sends ? SpanKind::kSend : SpanKind::kRecv) || is_tensor_span(run.timeline, s))
+      continue;
+    if (const auto x = sample(s)) by_bytes[static_cast<std::int64_t>(s.bytes)].push_back(*x);
+  }
+  TransferTimes out;
+  for (const auto& [bytes, v] : by_bytes)
+    out[{SpanKind::kSend, -1, bytes}] = {typical_of(v, Typical::kMean)};
+  return out;
+}
+
+}  // namespace
+
 TransferTimes collective_delays(const MeasuredRun& run, bool at_once) {
   // Per rank, its collectives' (start, end) in order of start: the previous one's end.
   std::map<int, std::vector<std::pair<std::int64_t, std::int64_t>>> lane;
@@ -533,7 +565,7 @@ TransferTimes collective_delays(const MeasuredRun& run, bool at_once) {
                                      std::pair<std::int64_t, std::int64_t>{s.start_ns, INT64_MIN});
     return it == spans.begin() ? INT64_MIN : std::prev(it)->second;
   };
-  return mean_per_collective(
+  TransferTimes delays = mean_per_collective(
       run, [&](const std::vector<const Span*>& members, std::vector<double>& out) {
         std::int64_t could = INT64_MIN;
         for (const Span* s : members) {
@@ -543,11 +575,35 @@ TransferTimes collective_delays(const MeasuredRun& run, bool at_once) {
         const std::int64_t late = std::max<std::int64_t>(0, moving(members).first - could);
         out.push_back(static_cast<double>(late) / 1e9);
       });
+  // Note [point-to-point transfers late]: a send could start once it and its receive were
+  // both posted (the receive of its step, micro-batch and bytes on another rank that ended
+  // nearest to it).
+  std::map<std::tuple<int, int, std::int64_t>, std::vector<const Span*>> receives;
+  for (const Span& s : run.timeline.spans) {
+    if (s.lane == Lane::kComm && s.kind == SpanKind::kRecv && !is_tensor_span(run.timeline, s))
+      receives[{s.step, s.tag, static_cast<std::int64_t>(s.bytes)}].push_back(&s);
+  }
+  delays.merge(mean_per_p2p(run, /*sends=*/true, [&](const Span& s) -> std::optional<double> {
+    if (s.issue_ns <= 0) return std::nullopt;
+    std::int64_t could = s.issue_ns;
+    const auto it = receives.find({s.step, s.tag, static_cast<std::int64_t>(s.bytes)});
+    const Span* to = nullptr;
+    if (it != receives.end()) {
+      for (const Span* r : it->second) {
+        if (r->rank != s.rank &&
+            (to == nullptr || std::abs(r->end_ns - s.end_ns) < std::abs(to->end_ns - s.end_ns)))
+          to = r;
+      }
+    }
+    if (to != nullptr) could = std::max(could, to->issue_ns > 0 ? to->issue_ns : to->start_ns);
+    return static_cast<double>(std::max<std::int64_t>(0, s.start_ns - could)) / 1e9;
+  }));
+  return delays;
 }
 
 TransferTimes collective_wake_ups(const MeasuredRun& run) {
   const WaitSpans waits(run);
-  return mean_per_collective(
+  TransferTimes wake_ups = mean_per_collective(
       run, [&](const std::vector<const Span*>& members, std::vector<double>& out) {
         for (const Span* s : members) {
           const Span* w = waits.around(s->rank, s->end_ns);
@@ -555,6 +611,13 @@ TransferTimes collective_wake_ups(const MeasuredRun& run) {
             out.push_back(static_cast<double>(w->end_ns - s->end_ns) / 1e9);
         }
       });
+  // Note [point-to-point transfers late]: a receive's wait is tagged with its micro-batch.
+  wake_ups.merge(mean_per_p2p(run, /*sends=*/false, [&](const Span& s) -> std::optional<double> {
+    const Span* w = waits.around(s.rank, s.end_ns);
+    if (w == nullptr || w->tag != s.tag || w->step != s.step) return std::nullopt;
+    return static_cast<double>(w->end_ns - s.end_ns) / 1e9;
+  }));
+  return wake_ups;
 }
 
 TransferTimes transfer_seconds(const MeasuredRun& run, bool clean_only, Typical typical) {

@@ -88,11 +88,14 @@ TransferTimes transfer_seconds(const MeasuredRun& run, bool clean_only,
 // collectives: the mean seconds each started after it could have (Note [collectives
 // started late]): after the latest of its members' issues and, unless `at_once` (a run
 // whose collectives ran side by side), of their previous collectives' ends, until its
-// latest member's start; 0 where a member's issue was not recorded.
+// latest member's start; 0 where a member's issue was not recorded. A pipeline's
+// point-to-point sends as transfer_seconds keys them, (kSend, -1, bytes): the mean over
+// them from each send's issue to its start (Note [point-to-point transfers late]).
 TransferTimes collective_delays(const MeasuredRun& run, bool at_once);
 // The same: the mean seconds from a collective's end on a rank to the end of the rank's
 // wait for it, over the ranks and steps where one was waiting for it when it ended (Note
-// [collectives started late]).
+// [collectives started late]); a pipeline's receives, from each one's end to the end of
+// the wait around it, one mean.
 TransferTimes collective_wake_ups(const MeasuredRun& run);
 // The same for a tensor-parallel run's in-place collectives (comm spans named "tp"; tag
 // the unit), each matched within its tensor group, timed as its members stood blocked on

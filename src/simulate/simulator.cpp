@@ -1328,11 +1328,13 @@ TrainResult simulate_training(const TrainConfig& given, const SimulateOptions& o
   StepPlan step_plan;
   std::set<std::size_t> measured_transfers;
   std::map<std::size_t, std::pair<double, double>> late;  // start delay, wake-up
-  const auto measured_or = [&](SpanKind kind, int tag, std::int64_t bytes, double model) {
+  // `late`: its start delay and wake-up asked too (a ring step's time holds both).
+  const auto measured_or = [&](SpanKind kind, int tag, std::int64_t bytes, double model,
+                               bool late_too = true) {
     const double m =
         options.collective_seconds ? options.collective_seconds(kind, tag, bytes) : -1.0;
     if (m >= 0) measured_transfers.insert(step_plan.transfers.size());
-    if (kind != SpanKind::kSend && (options.collective_delay || options.collective_wake_up)) {
+    if (late_too && (options.collective_delay || options.collective_wake_up)) {
       late[step_plan.transfers.size()] = {
           options.collective_delay ? options.collective_delay(kind, tag, bytes) : 0.0,
           options.collective_wake_up ? options.collective_wake_up(kind, tag, bytes) : 0.0};
@@ -1341,7 +1343,7 @@ TrainResult simulate_training(const TrainConfig& given, const SimulateOptions& o
   };
   // A --tp-overlap ring's steps are point-to-point transfers: measured as a pipeline's are.
   const auto measured_tensor = [&](SpanKind kind, int tag, std::int64_t bytes, double model) {
-    if (kind == SpanKind::kSend) return measured_or(kind, tag, bytes, model);
+    if (kind == SpanKind::kSend) return measured_or(kind, tag, bytes, model, /*late_too=*/false);
     const double m = options.tensor_seconds ? options.tensor_seconds(kind, tag, bytes) : -1.0;
     if (m >= 0) measured_transfers.insert(step_plan.transfers.size());
     return m >= 0 ? m : model;

@@ -62,7 +62,8 @@ struct SimulateOptions {
   // Replay: the seconds a collective started after it could have (every member had posted
   // it and, on one channel, finished the ones before): a communication thread that got
   // its core late (Note [collectives started late] in experiment/calibrate.cpp). Asked for
-  // each collective with collective_seconds, in the same order; empty: none.
+  // each collective and each pipeline transfer (kSend; Note [point-to-point transfers
+  // late]) with collective_seconds, in the same order; empty: none.
   std::function<double(SpanKind kind, int tag, std::int64_t bytes)> collective_delay;
   // Replay: the seconds a rank waiting for a collective resumes after it ends (its training
   // thread woken late), asked the same way; empty: none.

@@ -78,9 +78,6 @@ struct TwoBuckets {
   }
 };
 
-// Note [collectives started late]: a collective could start once its members had all
-// issued it and, one after another, ended the ones before; what it started after that is
-// its delay, the mean over its steps. Side by side, the ones before do not count.
 // Note [a faster network, emulated]: over an emulated link only the wire time divides.
 TEST(FasterNetworkTest, AnEmulatedLinksWireTimeAloneIsDivided) {
   const LinkModel link = LinkModel::parse("1GB/s,10us");
@@ -131,6 +128,9 @@ TEST(EmulatedCollectivesTest, FitsWhatTheWireDoesNotTake) {
   EXPECT_EQ(none.b, 0);
 }
 
+// Note [collectives started late]: a collective could start once its members had all
+// issued it and, one after another, ended the ones before; what it started after that is
+// its delay, the mean over its steps. Side by side, the ones before do not count.
 TEST(ReplayDelaysTest, ACollectiveStartedLateIsDelayedByItsMeanLateness) {
   TwoBuckets m;
   for (int step = 0; step < 2; ++step) {
@@ -221,6 +221,46 @@ TEST(ReplayMiddleStepsTest, KeepsTheMiddleHalfOfTheStepsByTheirTime) {
   EXPECT_GT(pass_seconds(run, false, Typical::kMean).at({SpanKind::kForward, 0}), 2e-6);
   EXPECT_DOUBLE_EQ(typical_of({1, 2, 9}, Typical::kMedian), 2);
   EXPECT_DOUBLE_EQ(typical_of({1, 2, 9}, Typical::kMean), 4);
+}
+
+// Note [point-to-point transfers late]: a pipeline's sends start the mean of their delays
+// after their issue, and a stage waiting for a receive resumes the mean of its wake-ups
+// after it ends; one mean per size.
+TEST(ReplayDelaysTest, APipelinesTransfersAreLateAndWokenLateByTheirMeans) {
+  TwoBuckets m;
+  const auto p2p = [&](int rank, SpanKind kind, int micro, std::int64_t issue, std::int64_t start,
+                       std::int64_t end) {
+    m.run.timeline.spans.push_back({.rank = rank,
+                                    .lane = Lane::kComm,
+                                    .kind = kind,
+                                    .step = 0,
+                                    .tag = micro,
+                                    .start_ns = start,
+                                    .end_ns = end,
+                                    .bytes = 8192,
+                                    .issue_ns = issue});
+  };
+  const auto wait = [&](int rank, int micro, std::int64_t start, std::int64_t end) {
+    m.run.timeline.spans.push_back({.rank = rank,
+                                    .lane = Lane::kWait,
+                                    .kind = SpanKind::kWait,
+                                    .step = 0,
+                                    .tag = micro,
+                                    .start_ns = start,
+                                    .end_ns = end});
+  };
+  // Rank 0 sends micro-batches 0 and 1, the second 3000 ns after its issue (the training
+  // thread held the core); rank 1 receives them, waiting for the first, which it left 400
+  // ns after it arrived, and not for the second.
+  p2p(0, SpanKind::kSend, 0, 1000, 1000, 1100);
+  p2p(0, SpanKind::kSend, 1, 2000, 5000, 5100);
+  p2p(1, SpanKind::kRecv, 0, 500, 500, 1200);
+  wait(1, 0, 600, 1600);
+  p2p(1, SpanKind::kRecv, 1, 1700, 1700, 5200);
+  const TransferTimes delays = collective_delays(m.run, /*at_once=*/false);
+  EXPECT_DOUBLE_EQ(delays.at({SpanKind::kSend, -1, 8192}).at(0), 1500e-9);  // (0 + 3000) / 2
+  const TransferTimes wake_ups = collective_wake_ups(m.run);
+  EXPECT_DOUBLE_EQ(wake_ups.at({SpanKind::kSend, -1, 8192}).at(0), 400e-9);  // the one waited
 }
 
 }  // namespace

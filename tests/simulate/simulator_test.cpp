@@ -814,6 +814,53 @@ TEST(SimulatorTest, ARankWaitingForACollectiveResumesItsWakeUpAfterItEnds) {
   EXPECT_NEAR(step(r) - step(plain), kWakeUp, 1e-9);  // sequential: the one bucket waited
 }
 
+// A pipeline's transfers are late and woken late as collectives are (Note [point-to-point
+// transfers late] in experiment/calibrate.cpp): each starts its delay after both ends
+// posted it, and a stage waiting for one resumes its wake-up after it ends.
+TEST(SimulatorTest, APipelinesTransfersStartTheirDelayLateAndWakeTheirWaitersLate) {
+  const Cluster cluster = round_cluster(1, 2);
+  TrainConfig config = mlp_config("mlp:4x512", 2, "bucketed");
+  config.steps = 1;
+  config.pipeline.stages = 2;
+  config.pipeline.micro_batches = 2;
+  constexpr double kDelay = 3e-4, kWakeUp = 2e-4;
+  SimulateOptions late{.cluster = cluster};
+  late.collective_delay = [](SpanKind kind, int, std::int64_t) {
+    return kind == SpanKind::kSend ? kDelay : 0.0;
+  };
+  late.collective_wake_up = [](SpanKind kind, int, std::int64_t) {
+    return kind == SpanKind::kSend ? kWakeUp : 0.0;
+  };
+  const TrainResult r = simulate_training(config, late);
+  int sends = 0, waits = 0;
+  double least = 1;
+  for (const Span& s : r.timeline.spans) {
+    if (s.kind == SpanKind::kSend) {
+      // The sender's span starts when the transfer does: at least its delay after its
+      // post, exactly that where the receiver had posted first.
+      ++sends;
+      const double after = seconds(s.start_ns - s.issue_ns);
+      EXPECT_GE(after, kDelay - 1e-9) << s.tag;
+      least = std::min(least, after);
+    }
+    if (s.kind != SpanKind::kRecv) continue;
+    for (const Span& w : r.timeline.spans) {
+      if (w.lane == Lane::kWait && w.rank == s.rank && w.start_ns <= s.end_ns &&
+          w.end_ns >= s.end_ns) {
+        ++waits;
+        EXPECT_NEAR(seconds(w.end_ns - s.end_ns), kWakeUp, 1e-9) << s.tag;
+      }
+    }
+  }
+  EXPECT_NEAR(least, kDelay, 1e-9);
+  EXPECT_EQ(sends, 4);  // two activations, two gradients
+  EXPECT_GT(waits, 0);
+  const auto step = [](const TrainResult& t) {
+    return seconds(t.steps.front().end_ns - t.steps.front().start_ns);
+  };
+  EXPECT_GT(step(r), step(simulate_training(config, {.cluster = cluster})) + kDelay);
+}
+
 // Transfers moving the same way through a device share its link. A comm-only gpipe step of
 // 2 stages and 2 micro-batches: both activations leave stage 0 at once and share its link
 // (each takes twice its time), then both gradients leave stage 1 at once.
