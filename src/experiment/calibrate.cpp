@@ -532,16 +532,58 @@ TransferTimes mean_per_collective(const MeasuredRun& run, Samples samples) {
 // transfer of a step and not on the others.
 namespace {
 
-// Per (kSend, -1, bytes): one mean of `sample` over the run's pipeline sends (`sends`) or
-// receives, from the warm-up on.
-TransferTimes mean_per_p2p(const MeasuredRun& run, bool sends,
-                           const std::function<std::optional<double>(const Span&)>& sample) {
-  std::map<std::int64_t, std::vector<double>> by_bytes;
+// A receive from the warm-up on and the send it answers (null: none found, or a
+// --tp-overlap ring step's, which transfer_seconds times otherwise).
+struct PipelineTransfer {
+  const Span* receive = nullptr;
+  const Span* send = nullptr;
+  bool ring = false;  // a --tp-overlap ring step's receive
+};
+
+// Note [pipeline transfers replayed]: a pipeline's receive is posted ahead (a stage
+// receives its next micro-batch while it computes), so its span holds the wait for the
+// peer's send as well. Its send is the latest send of the same step, micro-batch and bytes
+// from another rank that started before the receive ended, not yet claimed by an earlier
+// receive (a stage's gradient for a micro-batch cannot leave before the activation it
+// answers arrived). Every receive, in order of end.
+std::vector<PipelineTransfer> pipeline_transfers(const MeasuredRun& run) {
+  std::map<std::tuple<int, int, std::int64_t>, std::vector<const Span*>> sends;
+  std::vector<PipelineTransfer> out;
   for (const Span& s : run.timeline.spans) {
-    if (s.lane != Lane::kComm || s.step < run.warmup || s.bytes <= 0 ||
-        s.kind != (sends ? SpanKind::kSend : SpanKind::kRecv) || is_tensor_span(run.timeline, s))
-      continue;
-    if (const auto x = sample(s)) by_bytes[static_cast<std::int64_t>(s.bytes)].push_back(*x);
+    if (s.lane != Lane::kComm || s.step < run.warmup || s.bytes <= 0) continue;
+    if (s.kind == SpanKind::kSend && !is_tensor_span(run.timeline, s)) {
+      sends[{s.step, s.tag, s.bytes}].push_back(&s);
+    } else if (s.kind == SpanKind::kRecv && s.end_ns > s.start_ns) {
+      out.push_back({.receive = &s, .ring = is_tensor_span(run.timeline, s)});
+    }
+  }
+  std::ranges::sort(out, {}, [](const PipelineTransfer& t) { return t.receive->end_ns; });
+  std::set<const Span*> claimed;
+  for (PipelineTransfer& t : out) {
+    const Span& r = *t.receive;
+    const auto it = sends.find({r.step, r.tag, r.bytes});
+    if (t.ring || it == sends.end()) continue;
+    for (const Span* x : it->second) {
+      if (x->rank != r.rank && x->start_ns <= r.end_ns && !claimed.contains(x) &&
+          (t.send == nullptr || x->start_ns > t.send->start_ns)) {
+        t.send = x;
+      }
+    }
+    if (t.send != nullptr) claimed.insert(t.send);
+  }
+  return out;
+}
+
+// Per (kSend, -1, bytes): one mean of `sample` over a run's pipeline transfers (not ring
+// steps).
+TransferTimes mean_per_p2p(
+    const std::vector<PipelineTransfer>& transfers,
+    const std::function<std::optional<double>(const PipelineTransfer&)>& sample) {
+  std::map<std::int64_t, std::vector<double>> by_bytes;
+  for (const PipelineTransfer& t : transfers) {
+    if (t.ring) continue;
+    if (const auto x = sample(t))
+      by_bytes[static_cast<std::int64_t>(t.receive->bytes)].push_back(*x);
   }
   TransferTimes out;
   for (const auto& [bytes, v] : by_bytes)
@@ -576,28 +618,16 @@ TransferTimes collective_delays(const MeasuredRun& run, bool at_once) {
         out.push_back(static_cast<double>(late) / 1e9);
       });
   // Note [point-to-point transfers late]: a send could start once it and its receive were
-  // both posted (the receive of its step, micro-batch and bytes on another rank that ended
-  // nearest to it).
-  std::map<std::tuple<int, int, std::int64_t>, std::vector<const Span*>> receives;
-  for (const Span& s : run.timeline.spans) {
-    if (s.lane == Lane::kComm && s.kind == SpanKind::kRecv && !is_tensor_span(run.timeline, s))
-      receives[{s.step, s.tag, static_cast<std::int64_t>(s.bytes)}].push_back(&s);
-  }
-  delays.merge(mean_per_p2p(run, /*sends=*/true, [&](const Span& s) -> std::optional<double> {
-    if (s.issue_ns <= 0) return std::nullopt;
-    std::int64_t could = s.issue_ns;
-    const auto it = receives.find({s.step, s.tag, static_cast<std::int64_t>(s.bytes)});
-    const Span* to = nullptr;
-    if (it != receives.end()) {
-      for (const Span* r : it->second) {
-        if (r->rank != s.rank &&
-            (to == nullptr || std::abs(r->end_ns - s.end_ns) < std::abs(to->end_ns - s.end_ns)))
-          to = r;
-      }
-    }
-    if (to != nullptr) could = std::max(could, to->issue_ns > 0 ? to->issue_ns : to->start_ns);
-    return static_cast<double>(std::max<std::int64_t>(0, s.start_ns - could)) / 1e9;
-  }));
+  // both posted.
+  delays.merge(
+      mean_per_p2p(pipeline_transfers(run), [](const PipelineTransfer& t) -> std::optional<double> {
+        const Span* send = t.send;
+        if (send == nullptr || send->issue_ns <= 0) return std::nullopt;
+        const Span& r = *t.receive;
+        const std::int64_t could =
+            std::max(send->issue_ns, r.issue_ns > 0 ? r.issue_ns : r.start_ns);
+        return static_cast<double>(std::max<std::int64_t>(0, send->start_ns - could)) / 1e9;
+      }));
   return delays;
 }
 
@@ -612,11 +642,14 @@ TransferTimes collective_wake_ups(const MeasuredRun& run) {
         }
       });
   // Note [point-to-point transfers late]: a receive's wait is tagged with its micro-batch.
-  wake_ups.merge(mean_per_p2p(run, /*sends=*/false, [&](const Span& s) -> std::optional<double> {
-    const Span* w = waits.around(s.rank, s.end_ns);
-    if (w == nullptr || w->tag != s.tag || w->step != s.step) return std::nullopt;
-    return static_cast<double>(w->end_ns - s.end_ns) / 1e9;
-  }));
+  wake_ups.merge(mean_per_p2p(pipeline_transfers(run),
+                              [&](const PipelineTransfer& t) -> std::optional<double> {
+                                const Span& r = *t.receive;
+                                const Span* w = waits.around(r.rank, r.end_ns);
+                                if (w == nullptr || w->tag != r.tag || w->step != r.step)
+                                  return std::nullopt;
+                                return static_cast<double>(w->end_ns - r.end_ns) / 1e9;
+                              }));
   return wake_ups;
 }
 
@@ -642,45 +675,16 @@ TransferTimes transfer_seconds(const MeasuredRun& run, bool clean_only, Typical 
     const Span* w = waits.around(s.rank, s.end_ns);
     return (w == nullptr ? s.end_ns : w->end_ns) - begin;
   };
-  // Note [pipeline transfers replayed]: a pipeline's receive is posted ahead (a stage
-  // receives its next micro-batch while it computes), so its span holds the wait for the
-  // peer's send as well. The transfer is timed from the later of the receive's start and
-  // its send's: the latest send of the same step, micro-batch and bytes from another rank
-  // that started before the receive ended, not yet claimed by an earlier receive (a
-  // stage's gradient for a micro-batch cannot leave before the activation it answers
-  // arrived). Timed by the receive alone, a 2-stage 1f1b of 4 micro-batches whose 96 KB
-  // transfers take 0.1 ms replayed 32% long at 0.75 ms each.
-  std::map<std::tuple<int, int, std::int64_t>, std::vector<const Span*>> sends;
-  std::vector<const Span*> receives;
-  for (const Span& s : run.timeline.spans) {
-    if (s.lane != Lane::kComm || s.step < run.warmup || s.bytes <= 0) continue;
-    if (s.kind == SpanKind::kSend && !is_tensor_span(run.timeline, s)) {
-      sends[{s.step, s.tag, s.bytes}].push_back(&s);
-    } else if (s.kind == SpanKind::kRecv && s.end_ns > s.start_ns) {
-      receives.push_back(&s);
-    }
-  }
-  std::ranges::sort(receives, {}, &Span::end_ns);
-  std::set<const Span*> claimed;
-  const auto transfer_ns = [&](const Span& s) {
-    if (is_tensor_span(run.timeline, s)) return ring_step_ns(s);
-    const Span* from = nullptr;
-    const auto it = sends.find({s.step, s.tag, s.bytes});
-    if (it == sends.end()) return s.duration_ns();
-    for (const Span* x : it->second) {
-      if (x->rank != s.rank && x->start_ns <= s.end_ns && !claimed.contains(x) &&
-          (from == nullptr || x->start_ns > from->start_ns)) {
-        from = x;
-      }
-    }
-    if (from == nullptr) return s.duration_ns();
-    claimed.insert(from);
-    return s.end_ns - std::max(s.start_ns, from->start_ns);
-  };
+  // Note [pipeline transfers replayed] (pipeline_transfers): the transfer is timed from the
+  // later of the receive's start and its send's. Timed by the receive alone, a 2-stage
+  // 1f1b of 4 micro-batches whose 96 KB transfers take 0.1 ms replayed 32% long at 0.75 ms
+  // each.
   std::map<std::tuple<SpanKind, int, std::int64_t>, std::vector<double>> p2p;
-  for (const Span* r : receives) {
-    const Span& s = *r;
-    const std::int64_t ns = transfer_ns(s);
+  for (const PipelineTransfer& t : pipeline_transfers(run)) {
+    const Span& s = *t.receive;
+    const std::int64_t ns = t.ring              ? ring_step_ns(s)
+                            : t.send == nullptr ? s.duration_ns()
+                                                : s.end_ns - std::max(s.start_ns, t.send->start_ns);
     const auto it = compute.find(s.rank);
     const bool clean = it == compute.end() || !overlaps(it->second, s.end_ns - ns, s.end_ns);
     if (!clean_only || clean) {

@@ -576,10 +576,10 @@ Replay replay_run(const std::string& given, const WhatIf& what_if) {
   }
   // Another rank count prices every collective by that model (or an emulated link's
   // wire): without either it would price them at nothing.
-  const int model_parallel =
-      std::max(1, run->config.model.tensor) * std::max(1, run->config.pipeline.stages);
-  if (what_if.ranks > 0 && what_if.ranks != run->config.ranks &&
-      what_if.ranks / model_parallel > 1 && !fitted && !run->config.link.enabled()) {
+  const bool other_ranks = what_if.ranks > 0 && what_if.ranks != run->config.ranks;
+  const int tensor = std::max(1, run->config.model.tensor);
+  const int model_parallel = tensor * std::max(1, run->config.pipeline.stages);
+  if (other_ranks && what_if.ranks / model_parallel > 1 && !fitted && !run->config.link.enabled()) {
     throw UsageError("--what-if ranks=" + std::to_string(what_if.ranks) + ": " + given +
                      " measured no collective to price " + std::to_string(what_if.ranks) +
                      " ranks' by (a pipeline of one replica); replay a run with two or more "
@@ -676,14 +676,11 @@ Replay replay_run(const std::string& given, const WhatIf& what_if) {
     changed_cluster.intra.latency_s /= what_if.network;
     changed_cluster.inter.latency_s /= what_if.network;
   }
-  const bool other_ranks = what_if.ranks > 0 && what_if.ranks != run->config.ranks;
   // Note [a faster network, emulated]: the data-parallel communicator's ranks (a
   // point-to-point transfer's wire time does not depend on them), the tensor group's.
-  const int tensor = std::max(1, run->config.model.tensor);
-  const FasterNetwork faster{
-      .factor = what_if.network,
-      .wire = run->config.link,
-      .ranks = std::max(1, run->config.ranks / (tensor * run->config.pipeline.stages))};
+  const FasterNetwork faster{.factor = what_if.network,
+                             .wire = run->config.link,
+                             .ranks = std::max(1, run->config.ranks / model_parallel)};
   const FasterNetwork tensor_faster{
       .factor = what_if.network, .wire = run->config.link, .ranks = tensor};
   // Note [collectives never measured, emulated]
