@@ -37,6 +37,11 @@ TrainConfig mlp_config(const std::string& model, int ranks, const std::string& s
 
 double seconds(std::int64_t ns) { return static_cast<double>(ns) / 1e9; }
 
+// The first step's time (its record's window).
+double first_step_s(const TrainResult& r) {
+  return seconds(r.steps.front().end_ns - r.steps.front().start_ns);
+}
+
 TEST(AllreduceSecondsTest, OneNodeIsTheRingFormula) {
   const Cluster c = round_cluster(1, 8);
   const double S = 64e6;
@@ -808,10 +813,8 @@ TEST(SimulatorTest, ARankWaitingForACollectiveResumesItsWakeUpAfterItEnds) {
     EXPECT_NEAR(seconds(s.end_ns - ends.at(s.tag)), kWakeUp, 1e-9) << s.tag;
   }
   EXPECT_EQ(waits, 1);
-  const auto step = [](const TrainResult& t) {
-    return seconds(t.steps.front().end_ns - t.steps.front().start_ns);
-  };
-  EXPECT_NEAR(step(r) - step(plain), kWakeUp, 1e-9);  // sequential: the one bucket waited
+  // Sequential: the one bucket waited.
+  EXPECT_NEAR(first_step_s(r) - first_step_s(plain), kWakeUp, 1e-9);
 }
 
 // A pipeline's transfers are late and woken late as collectives are (Note [point-to-point
@@ -855,10 +858,8 @@ TEST(SimulatorTest, APipelinesTransfersStartTheirDelayLateAndWakeTheirWaitersLat
   EXPECT_NEAR(least, kDelay, 1e-9);
   EXPECT_EQ(sends, 4);  // two activations, two gradients
   EXPECT_GT(waits, 0);
-  const auto step = [](const TrainResult& t) {
-    return seconds(t.steps.front().end_ns - t.steps.front().start_ns);
-  };
-  EXPECT_GT(step(r), step(simulate_training(config, {.cluster = cluster})) + kDelay);
+  EXPECT_GT(first_step_s(r),
+            first_step_s(simulate_training(config, {.cluster = cluster})) + kDelay);
 }
 
 // Transfers moving the same way through a device share its link. A comm-only gpipe step of
