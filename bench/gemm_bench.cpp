@@ -1,16 +1,19 @@
 // Single-thread GEMM rates on the shapes tandem's CPU models run, measured in one run and
 // interleaved over rounds so that noise hits every library alike:
-//   tandem       tandem::sgemm, the path training takes (--gemm onednn: oneDNN's sgemm)
+//   tandem       tandem::sgemm, the path training takes (the default --gemm onednn: each
+//                shape on the kernel blas.cpp routes it to)
 //   openblas     the system's OpenBLAS as it comes (cblas_sgemm; its kernel by CPU model)
+//   onednn       oneDNN's sgemm driver (dnnl_sgemm), every shape
 //   onednn-mm    oneDNN's matmul primitive in fp32 (created once per shape)
 //   blis         BLIS's cblas_sgemm, loaded with dlopen where libblis.so.4 is installed
 //   tandem-bf16  tandem::sgemm with --precision bf16 (where the CPU has AVX512-BF16/AMX)
 // Shapes (--shapes): `gpt`, the linear layers of gpt:layers=4,dim=256 at 8 x 128 tokens
-// (forward, and the backward's weight and input gradients), and 1024^3 and 2048^3
-// squares; `mlp`, the linear layers of MLPs of width 512 and 1024 at batches 16 to 256,
-// whose batch is the short side of every product (forward NN, input gradient NT, weight
-// gradient TN). Prints GFLOP/s (best of the rounds) and the ratio of tandem's path to the
-// fastest fp32 library.
+// (forward, and the backward's weight and input gradients), the attention's products of
+// one sequence and head (128 tokens, head 64; dense here, strided views of the fused qkv
+// in the model), and 1024^3 and 2048^3 squares; `mlp`, the linear layers of MLPs of width 512 and
+// 1024 at batches 16 to 256, whose batch is the short side of every product (forward NN, input
+// gradient NT, weight gradient TN). Prints GFLOP/s (best of the rounds) and the ratio of tandem's
+// path to the fastest fp32 library.
 //
 //   gemm_bench [--rounds 5] [--seconds 0.15] [--shapes gpt|mlp]
 #include <cblas.h>
@@ -65,7 +68,7 @@ double rate(const Shape& s, double seconds, const std::function<void()>& call) {
 }
 
 std::vector<Shape> gpt_shapes() {
-  const int N = 8 * 128, D = 256, F = 4 * D, V = 256;
+  const int N = 8 * 128, D = 256, F = 4 * D, V = 256, T = 128, H = 64;
   return {{"qkv fwd", false, false, N, 3 * D, D},
           {"qkv dW", true, false, D, 3 * D, N},
           {"qkv dX", false, true, N, D, 3 * D},
@@ -78,6 +81,9 @@ std::vector<Shape> gpt_shapes() {
           {"down dW", true, false, F, D, N},
           {"down dX", false, true, N, F, D},
           {"head fwd", false, true, N, V, D},
+          {"attn scores", false, true, T, T, H},
+          {"attn pv/dQ", false, false, T, H, T},
+          {"attn dV/dK", true, false, T, H, T},
           {"square 1024", false, false, 1024, 1024, 1024},
           {"square 2048", false, false, 2048, 2048, 2048}};
 }
@@ -139,6 +145,10 @@ int main(int argc, char** argv) {
                     cblas_sgemm(CblasRowMajor, s.ta ? CblasTrans : CblasNoTrans,
                                 s.tb ? CblasTrans : CblasNoTrans, s.m, s.n, s.k, 1.0f, a,
                                 s.ta ? s.m : s.k, b, s.tb ? s.k : s.n, 0.0f, c, s.n);
+                  }});
+  libs.push_back({"onednn", true, [](const Shape& s, const float* a, const float* b, float* c) {
+                    dnnl_sgemm(s.ta ? 'T' : 'N', s.tb ? 'T' : 'N', s.m, s.n, s.k, 1.0f, a,
+                               s.ta ? s.m : s.k, b, s.tb ? s.k : s.n, 0.0f, c, s.n);
                   }});
   // oneDNN's matmul: one primitive per shape, built before timing.
   dnnl::engine engine(dnnl::engine::kind::cpu, 0);

@@ -215,8 +215,9 @@ void add_workload_flags(CLI::App& app, WorkloadFlags& f, WorkloadUse use) {
       ->capture_default_str();
   app.add_option("--gemm", f.gemm,
                  "The cpu device's GEMM library: onednn (kernels picked from the CPU's "
-                 "features at run time; the default where built) or openblas (the system's, "
-                 "kernels picked by CPU model)")
+                 "features at run time; the default where built; on an AVX2 CPU whose OpenBLAS "
+                 "knows the model, the shapes oneDNN runs slower there go to OpenBLAS) or "
+                 "openblas (the system's, kernels picked by CPU model)")
       ->capture_default_str();
   app.add_option("--device-comm", f.device_comm,
                  "Collectives between GPUs with --device cuda: nccl (a GPU per "

@@ -622,6 +622,14 @@ TEST(TrainCliTest, TheGemmKernelReportIsWhatRuns) {
     EXPECT_EQ(warnings(fp32.out), 0) << fp32.out;
   }
   if (!__builtin_cpu_supports("avx2")) GTEST_SKIP() << "no AVX2: nothing to hold back";
+  if (!avx512) {
+    // oneDNN's AVX2 kernels, and OpenBLAS's for the shapes routed there where it knows
+    // the CPU (BlasTest.ShapesRoutedToOpenBlasAreOpenBlasProductsAndReported).
+    EXPECT_TRUE(header_kernel(fp32.out).starts_with("jit sgemm avx2")) << fp32.out;
+    EXPECT_EQ(warnings(fp32.out), 0) << fp32.out;
+  }
+  // Held back to SSE4.1, oneDNN runs below the CPU, and nothing goes to OpenBLAS (the
+  // routing was measured against oneDNN's AVX2 kernels).
   const CliResult held = run_shell("ONEDNN_MAX_CPU_ISA=SSE41 " + run);
   ASSERT_EQ(held.exit_code, 0) << held.err;
   EXPECT_EQ(header_kernel(held.out), "jit sgemm sse41") << held.out;

@@ -128,6 +128,42 @@ TEST(BlasTest, ProductsRoutedToTheMatmulPrimitiveMatchLoops) {
   EXPECT_FALSE(onednn_fp32_uses_matmul(true, false, 256, 1024, 1024));
 }
 
+// On an AVX2 CPU whose OpenBLAS knows the model, the fp32 products oneDNN's AVX2 kernels
+// run slower go to OpenBLAS (avx2_fp32_uses_openblas): some weight gradients and forward
+// passes, never an input gradient. Where the machine routes them, such a product is
+// OpenBLAS's, bit for bit, and the report says so; elsewhere the report never names it.
+TEST(BlasTest, ShapesRoutedToOpenBlasAreOpenBlasProductsAndReported) {
+  // The rule, on the shapes it was measured on (blas.cpp).
+  EXPECT_TRUE(avx2_fp32_uses_openblas(true, false, 1024, 256, 1024));    // down projection dW
+  EXPECT_TRUE(avx2_fp32_uses_openblas(true, false, 512, 512, 128));      // width 512, batch 128
+  EXPECT_TRUE(avx2_fp32_uses_openblas(false, false, 16, 1024, 1024));    // 16 rows forward
+  EXPECT_TRUE(avx2_fp32_uses_openblas(false, false, 256, 1024, 1024));   // wide forward
+  EXPECT_FALSE(avx2_fp32_uses_openblas(true, false, 128, 64, 128));      // attention dV
+  EXPECT_FALSE(avx2_fp32_uses_openblas(true, false, 1024, 1024, 64));    // width 1024 dW
+  EXPECT_FALSE(avx2_fp32_uses_openblas(true, false, 512, 512, 32));      // short reduction
+  EXPECT_FALSE(avx2_fp32_uses_openblas(false, false, 1024, 1024, 256));  // transformer up
+  EXPECT_FALSE(avx2_fp32_uses_openblas(false, false, 64, 1024, 1024));   // as fast either way
+  EXPECT_FALSE(avx2_fp32_uses_openblas(false, true, 256, 1024, 1024));   // input gradients
+  if (!gemm_library_built(GemmLibrary::kOneDnn)) GTEST_SKIP() << "built without oneDNN";
+  const GemmSettings settings(GemmLibrary::kOneDnn, Precision::kFp32);
+  const int m = 512, n = 128, k = 96;  // a weight gradient: A^T [k x m]^T . B [k x n]
+  ASSERT_TRUE(avx2_fp32_uses_openblas(true, false, m, n, k));
+  std::vector<float> a(static_cast<std::size_t>(k) * m), b(static_cast<std::size_t>(k) * n);
+  for (std::size_t i = 0; i < a.size(); ++i) a[i] = std::sin(0.37f * static_cast<float>(i));
+  for (std::size_t i = 0; i < b.size(); ++i) b[i] = std::cos(0.11f * static_cast<float>(i));
+  std::vector<float> c(static_cast<std::size_t>(m) * n, 0.25f), openblas = c;
+  sgemm(true, false, m, n, k, 0.5f, a.data(), m, b.data(), n, 1.0f, c.data(), n);
+  const std::string kernel = gemm_report().kernel;
+  if (!fp32_routes_to_openblas()) {
+    EXPECT_EQ(kernel.find("OpenBLAS"), std::string::npos) << kernel;
+    GTEST_SKIP() << "this machine keeps every fp32 product on oneDNN (" << kernel << ")";
+  }
+  const GemmSettings reference(GemmLibrary::kOpenBlas, Precision::kFp32);
+  sgemm(true, false, m, n, k, 0.5f, a.data(), m, b.data(), n, 1.0f, openblas.data(), n);
+  EXPECT_EQ(c, openblas);
+  EXPECT_NE(kernel.find(", OpenBLAS "), std::string::npos) << kernel;
+}
+
 // bf16 means the inputs are rounded to bf16 (nearest, ties to even) and the products
 // summed in fp32: a GEMM of values that need more than 8 bits of mantissa must equal
 // the fp32 GEMM of the rounded values, not of the originals.

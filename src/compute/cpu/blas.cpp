@@ -344,6 +344,41 @@ bool onednn_fp32_uses_matmul(bool ta, bool tb, int m, int n, int k) {
   return ta && !tb && k <= 64 && m <= 512 && n <= 512;
 }
 
+// Where oneDNN 2.6's AVX2 sgemm (and its matmul primitive) fall behind OpenBLAS's kernels
+// for the same CPU (docs/PERFORMANCE.md, "An AVX2 CPU"; gemm_bench on an AMD EPYC of family
+// 25, Zen 3, with OpenBLAS's Zen kernels; the gaps below held in three runs, where the
+// same kernel measured twice differs by up to 15%):
+// - a weight gradient (A^T . B) reducing 64 or more rows into a result of 2^16 to 2^18
+//   elements: a transformer MLP's down projection (1024 x 256 x 1024) 58-64 against
+//   30-32 GFLOP/s, a width-512 layer at batch 128 71 against 49-52; smaller results (an
+//   attention head's 128 x 64) and larger ones (a width-1024 layer) run as fast on oneDNN
+//   or faster;
+// - a forward pass (A . B) of at most 16 rows: 54-59 against 19-21 GFLOP/s at width 1024;
+// - a forward pass of 128 rows or more through weights of 2^20 elements or more: 70-77
+//   against 54-62 at width 1024, and the 1024^3 and 2048^3 squares by 5-15%.
+// Only where oneDNN runs its AVX2 kernels (the CPU's best, or as far as ONEDNN_MAX_CPU_ISA
+// lets it) and OpenBLAS kernels of that tier (it knows the CPU model): with AVX-512,
+// oneDNN led on every shape measured, and an OpenBLAS on generic kernels leads on none.
+bool avx2_fp32_uses_openblas(bool ta, bool tb, int m, int n, int k) {
+  const auto area = [](int x, int y) { return static_cast<std::int64_t>(x) * y; };
+  if (ta && !tb) return k >= 64 && area(m, n) >= (1 << 16) && area(m, n) <= (1 << 18);
+  if (!ta && !tb) return m <= 16 || (m >= 128 && area(n, k) >= (1 << 20));
+  return false;
+}
+
+bool fp32_routes_to_openblas() {
+  static const bool routes = [] {
+#if TANDEM_HAVE_ONEDNN && (defined(__x86_64__) || defined(__i386__))
+    const char* core = openblas_get_corename();
+    return onednn_sgemm_kernel().second == Tier::kAvx2 && core != nullptr &&
+           openblas_core_tier(core) == Tier::kAvx2;
+#else
+    return false;
+#endif
+  }();
+  return routes;
+}
+
 std::string cpu_loops_isa() {
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && \
     !defined(TANDEM_NO_CPU_CLONES)
@@ -471,6 +506,10 @@ GemmReport gemm_report() {
       if (const std::string matmul = used_kernel_list(false); !matmul.empty()) {
         r.kernel += ", matmul " + matmul;
       }
+      if (fp32_routes_to_openblas()) {
+        r.kernel +=
+            ", OpenBLAS " + std::string(openblas_get_corename()) + " (the shapes routed there)";
+      }
       r.isa = isa;
     }
 #endif
@@ -502,6 +541,12 @@ void sgemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const f
     apply_omp_threads();
     if (g_precision.load(std::memory_order_relaxed) == Precision::kBf16 && k > 0) {
       bf16_gemm_run(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+      return;
+    }
+    if (k > 0 && fp32_routes_to_openblas() && avx2_fp32_uses_openblas(trans_a, trans_b, m, n, k)) {
+      cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans,
+                  trans_b ? CblasTrans : CblasNoTrans, m, n, k, alpha, a, lda, b, ldb, beta, c,
+                  ldc);
       return;
     }
     if (k > 0 && onednn_fp32_uses_matmul(trans_a, trans_b, m, n, k)) {

@@ -6,6 +6,8 @@
 //   onednn   oneDNN's sgemm (jit kernels picked at run time from the CPU's features:
 //            AVX-512, AVX2, AVX, SSE4.1) and its matmul primitive for bf16; the default
 //            wherever tandem was built with it. It does not depend on knowing the CPU model.
+//            On an AVX2 CPU whose OpenBLAS knows the model, the fp32 shapes where
+//            oneDNN's AVX2 kernels were measured slower go to OpenBLAS (blas.cpp).
 //   openblas the system's OpenBLAS, whose DYNAMIC_ARCH build picks kernels by CPU model
 //            and falls back to generic ones on a model it does not know.
 // Double precision (the gradient checks) always goes to OpenBLAS's dgemm.
@@ -66,6 +68,13 @@ std::string blas_description();
 // sgemm driver (with --gemm onednn): the shapes where the driver was measured slower
 // (blas.cpp). A fixed rule of the shape alone.
 bool onednn_fp32_uses_matmul(bool trans_a, bool trans_b, int m, int n, int k);
+// Whether an fp32 product of this shape runs on OpenBLAS (with --gemm onednn) on a machine
+// that routes any there (fp32_routes_to_openblas): the shapes where oneDNN's AVX2 kernels
+// were measured slower (blas.cpp). A fixed rule of the shape alone.
+bool avx2_fp32_uses_openblas(bool trans_a, bool trans_b, int m, int n, int k);
+// Whether this machine routes those products to OpenBLAS: oneDNN running its AVX2 kernels
+// and an OpenBLAS that runs kernels of that tier (it knows the CPU model).
+bool fp32_routes_to_openblas();
 
 // C[m,n] = alpha * op(A) op(B) + beta * C, row-major, in the configured library and
 // precision.
