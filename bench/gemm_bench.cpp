@@ -15,7 +15,11 @@
 // gradient NT, weight gradient TN). Prints GFLOP/s (best of the rounds) and the ratio of tandem's
 // path to the fastest fp32 library.
 //
-//   gemm_bench [--rounds 5] [--seconds 0.15] [--shapes gpt|mlp]
+// --cold: every call's operands are another copy of them, 16 copies of 16 MB each, so
+// that the weights come from memory as in a training step (a pass reads each layer's
+// weights once) rather than from the cache a repeated call leaves them in.
+//
+//   gemm_bench [--rounds 5] [--seconds 0.15] [--shapes gpt|mlp] [--cold]
 #include <cblas.h>
 #include <dlfcn.h>
 
@@ -107,20 +111,25 @@ int main(int argc, char** argv) {
   int rounds = 5;
   double seconds = 0.15;
   std::string set = "gpt";
+  bool cold = false;
   const auto refuse = [](const std::string& line) {
     std::fprintf(stderr, "gemm_bench: %s\n", line.c_str());
     return 2;
   };
   for (int i = 1; i < argc; ++i) {
     const std::string flag = argv[i];
+    if (flag == "--cold") {
+      cold = true;
+      continue;
+    }
     if (flag == "--help" || flag == "-h") {
       std::printf(
           "gemm_bench [--rounds N (1..1000, default 5)] [--seconds S (> 0, <= 60, default "
-          "0.15)] [--shapes gpt|mlp]\n");
+          "0.15)] [--shapes gpt|mlp] [--cold]\n");
       return 0;
     }
     if (flag != "--rounds" && flag != "--seconds" && flag != "--shapes") {
-      return refuse("unknown flag " + flag + " (--rounds, --seconds, --shapes; --help)");
+      return refuse("unknown flag " + flag + " (--rounds, --seconds, --shapes, --cold; --help)");
     }
     if (i + 1 >= argc) return refuse(flag + ": needs a value");
     const std::string value = argv[++i];
@@ -214,17 +223,22 @@ int main(int argc, char** argv) {
                 cpu_precision_error(Precision::kBf16, GemmLibrary::kOneDnn).c_str());
   }
 
-  std::vector<float> a(2048 * 2048), b(2048 * 2048), c(2048 * 2048);
+  const std::size_t copies = cold ? 16 : 1, size = std::size_t{2048} * 2048;
+  std::vector<float> a(copies * size), b(copies * size), c(copies * size);
   for (std::size_t i = 0; i < a.size(); ++i) {
     a[i] = static_cast<float>(i % 17) / 17.0f - 0.5f;
     b[i] = static_cast<float>(i % 13) / 13.0f - 0.5f;
   }
+  if (cold) std::printf("  --cold: operands rotate over %zu copies of 16 MB\n", copies);
   for (Library& lib : libs) lib.best.assign(shapes.size(), 0);
   for (int round = 0; round < rounds; ++round) {
     for (std::size_t i = 0; i < shapes.size(); ++i) {
       for (Library& lib : libs) {
-        const double r =
-            rate(shapes[i], seconds, [&] { lib.run(shapes[i], a.data(), b.data(), c.data()); });
+        std::size_t next = 0;
+        const double r = rate(shapes[i], seconds, [&] {
+          const std::size_t at = (next++ % copies) * size;
+          lib.run(shapes[i], a.data() + at, b.data() + at, c.data() + at);
+        });
         lib.best[i] = std::max(lib.best[i], r);
       }
     }
