@@ -10,10 +10,10 @@
 // Shapes (--shapes): `gpt`, the linear layers of gpt:layers=4,dim=256 at 8 x 128 tokens
 // (forward, and the backward's weight and input gradients), the attention's products of
 // one sequence and head (128 tokens, head 64; dense here, strided views of the fused qkv
-// in the model), and 1024^3 and 2048^3 squares; `mlp`, the linear layers of MLPs of width 512 and
-// 1024 at batches 16 to 256, whose batch is the short side of every product (forward NN, input
-// gradient NT, weight gradient TN). Prints GFLOP/s (best of the rounds) and the ratio of tandem's
-// path to the fastest fp32 library.
+// in the model), and 1024^3 and 2048^3 squares; `mlp`, the linear layers of MLPs of
+// width 512 and 1024 at batches 16 to 256, whose batch is the short side of every
+// product (forward NN, input gradient NT, weight gradient TN). Prints GFLOP/s (best of
+// the rounds) and the ratio of tandem's path to the fastest fp32 library.
 //
 // --cold: every call's operands are another copy of them, 16 copies of 16 MB each, so
 // that the weights come from memory as in a training step (a pass reads each layer's

@@ -345,17 +345,17 @@ bool onednn_fp32_uses_matmul(bool ta, bool tb, int m, int n, int k) {
 }
 
 // Where oneDNN 2.6's AVX2 sgemm (and its matmul primitive) fall behind OpenBLAS's kernels
-// for the same CPU (docs/PERFORMANCE.md, "An AVX2 CPU"; gemm_bench on an AMD EPYC of family
-// 25, Zen 3, with OpenBLAS's Zen kernels; the gaps below held in three runs, where the
-// same kernel measured twice differs by up to 15%):
+// for the same CPU (docs/PERFORMANCE.md, "An AVX2 CPU"; gemm_bench on an AMD EPYC of
+// family 25, Zen 3, with OpenBLAS's Zen kernels; the ranges are of four runs, where one
+// kernel measured twice in a run differs by up to 20%):
 // - a weight gradient (A^T . B) reducing 64 or more rows into a result of 2^16 to 2^18
-//   elements: a transformer MLP's down projection (1024 x 256 x 1024) 58-64 against
-//   30-32 GFLOP/s, a width-512 layer at batch 128 71 against 49-52; smaller results (an
-//   attention head's 128 x 64) and larger ones (a width-1024 layer) run as fast on oneDNN
-//   or faster;
-// - a forward pass (A . B) of at most 16 rows: 54-59 against 19-21 GFLOP/s at width 1024;
-// - a forward pass of 128 rows or more through weights of 2^20 elements or more: 70-77
-//   against 54-62 at width 1024, and the 1024^3 and 2048^3 squares by 5-15%.
+//   elements: a transformer MLP's down projection (1024 x 256 x 1024) 58-70 against
+//   28-34 GFLOP/s, a width-512 layer at batch 128 65-71 against 45-53; smaller results
+//   (an attention head's 128 x 64) and larger ones (a width-1024 layer) run as fast on
+//   oneDNN or faster;
+// - a forward pass (A . B) of at most 16 rows: 44-59 against 19-24 GFLOP/s at width 1024;
+// - a forward pass of 128 rows or more through weights of 2^20 elements or more: 63-79
+//   against 54-65 at width 1024, and the 1024^3 and 2048^3 squares by 5-15%.
 // Only where oneDNN runs its AVX2 kernels (the CPU's best, or as far as ONEDNN_MAX_CPU_ISA
 // lets it) and OpenBLAS kernels of that tier (it knows the CPU model): with AVX-512,
 // oneDNN led on every shape measured, and an OpenBLAS on generic kernels leads on none.
