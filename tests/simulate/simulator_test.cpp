@@ -35,6 +35,15 @@ TrainConfig mlp_config(const std::string& model, int ranks, const std::string& s
   return c;
 }
 
+// One step of a 2-stage pipeline (bucketed replicas when ranks > 2).
+TrainConfig pipeline_config(const std::string& model, int ranks, int micro_batches) {
+  TrainConfig c = mlp_config(model, ranks, "bucketed");
+  c.steps = 1;
+  c.pipeline.stages = 2;
+  c.pipeline.micro_batches = micro_batches;
+  return c;
+}
+
 double seconds(std::int64_t ns) { return static_cast<double>(ns) / 1e9; }
 
 // The first step's time (its record's window).
@@ -657,10 +666,7 @@ TEST(UnitCostsTest, BackwardStreamsTheWeightsThriceButTheFirstLayerTwice) {
 // --split auto in a simulation: the units balanced by their predicted times, replayed ones
 // included (options.costs), and the simulation runs that split.
 TEST(SimulatorTest, SplitAutoBalancesThePredictedUnitTimes) {
-  TrainConfig config = mlp_config("mlp:4x64", 2, "bucketed");
-  config.steps = 1;
-  config.pipeline.stages = 2;
-  config.pipeline.micro_batches = 2;
+  TrainConfig config = pipeline_config("mlp:4x64", 2, 2);
   config.pipeline.split_auto = true;
   SimulateOptions options{.cluster = round_cluster(1, 2)};
   UnitCosts heavy_first = unit_costs(config, options.cluster);
@@ -689,10 +695,7 @@ TEST(SimulatorTest, SplitAutoBalancesThePredictedUnitTimes) {
 // through the stage's all-reduce, the others'.
 TEST(SimulatorTest, PipelineReplicasAverageEachStagesGradients) {
   const Cluster cluster = round_cluster(1, 4);
-  TrainConfig config = mlp_config("mlp:4x512", 4, "bucketed");
-  config.steps = 1;
-  config.pipeline.stages = 2;
-  config.pipeline.micro_batches = 4;
+  TrainConfig config = pipeline_config("mlp:4x512", 4, 4);
   const TrainResult even = simulate_training(config, {.cluster = cluster});
   const auto reduced = [](const TrainResult& r, int rank) {
     std::int64_t bytes = 0;
@@ -723,10 +726,7 @@ TEST(SimulatorTest, PipelineReplicasAverageEachStagesGradients) {
 // whole.
 TEST(SimulatorTest, APipelineStageUpdatesItsOwnUnitsOnly) {
   const Cluster cluster = round_cluster(1, 2);
-  TrainConfig config = mlp_config("mlp:5x256", 2, "bucketed");
-  config.steps = 1;
-  config.pipeline.stages = 2;
-  config.pipeline.micro_batches = 2;
+  TrainConfig config = pipeline_config("mlp:5x256", 2, 2);
   const TrainResult r = simulate_training(config, {.cluster = cluster});
   const UnitCosts k = unit_costs(config, cluster);
   const ModelLayout layout(config.model);
@@ -822,10 +822,7 @@ TEST(SimulatorTest, ARankWaitingForACollectiveResumesItsWakeUpAfterItEnds) {
 // posted it, and a stage waiting for one resumes its wake-up after it ends.
 TEST(SimulatorTest, APipelinesTransfersStartTheirDelayLateAndWakeTheirWaitersLate) {
   const Cluster cluster = round_cluster(1, 2);
-  TrainConfig config = mlp_config("mlp:4x512", 2, "bucketed");
-  config.steps = 1;
-  config.pipeline.stages = 2;
-  config.pipeline.micro_batches = 2;
+  TrainConfig config = pipeline_config("mlp:4x512", 2, 2);
   constexpr double kDelay = 3e-4, kWakeUp = 2e-4;
   SimulateOptions late{.cluster = cluster};
   late.collective_delay = [](SpanKind kind, int, std::int64_t) {
@@ -867,11 +864,8 @@ TEST(SimulatorTest, APipelinesTransfersStartTheirDelayLateAndWakeTheirWaitersLat
 // (each takes twice its time), then both gradients leave stage 1 at once.
 TEST(SimulatorTest, ConcurrentTransfersShareTheirLink) {
   const Cluster cluster = round_cluster(1, 2);
-  TrainConfig config = mlp_config("mlp:4x512", 2, "bucketed");
-  config.steps = 1;
+  TrainConfig config = pipeline_config("mlp:4x512", 2, 2);
   config.compute = false;
-  config.pipeline.stages = 2;
-  config.pipeline.micro_batches = 2;
   config.pipeline.schedule = parse_schedule("gpipe");
   const TrainResult r = simulate_training(config, {.cluster = cluster});
   const double bytes = 4.0 * micro_batch_rows(config) * 512;  // an activation of 512 wide
