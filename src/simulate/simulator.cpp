@@ -1328,7 +1328,7 @@ TrainResult simulate_training(const TrainConfig& given, const SimulateOptions& o
   StepPlan step_plan;
   std::set<std::size_t> measured_transfers;
   std::map<std::size_t, std::pair<double, double>> late;  // start delay, wake-up
-  // `late`: its start delay and wake-up asked too (a ring step's time holds both).
+  // `late_too`: its start delay and wake-up asked as well (a ring step's time holds both).
   const auto measured_or = [&](SpanKind kind, int tag, std::int64_t bytes, double model,
                                bool late_too = true) {
     const double m =
