@@ -15,6 +15,14 @@
 // product (forward NN, input gradient NT, weight gradient TN). Prints GFLOP/s (best of
 // the rounds) and the ratio of tandem's path to the fastest fp32 library.
 //
+// Operands are placed as training places them: a layer's weight (the B of a forward NN
+// and an input gradient NT) and its weight gradient (the C of a TN) 4 KB-aligned, as the
+// model's flat parameters and gradients are (page-backed memory, core/page_array.h);
+// activations 16 bytes past it, where glibc's malloc puts a large vector. Placement
+// matters: on the Zen 3 VM oneDNN's AVX2 sgemm ran forward products of 32-112 rows 40-50%
+// slower with B 32-byte aligned than 16 bytes past, and OpenBLAS alike either way
+// (docs/PERFORMANCE.md, "Where the weights lie").
+//
 // --cold: every call's operands are another copy of them, 16 copies of 16 MB each, so
 // that the weights come from memory as in a training step (a pass reads each layer's
 // weights once) rather than from the cache a repeated call leaves them in.
@@ -27,6 +35,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <functional>
+#include <memory>
 #include <oneapi/dnnl/dnnl.hpp>
 #include <string>
 #include <vector>
@@ -41,10 +50,14 @@ using namespace tandem;
 
 namespace {
 
+// Which operand of a product is the model's parameter (Operands above).
+enum class Param : std::uint8_t { kNone, kB, kC };
+
 struct Shape {
   std::string what;
   bool ta, tb;
   int m, n, k;
+  Param param = Param::kNone;
 };
 
 using CblasSgemm = void (*)(CBLAS_ORDER, CBLAS_TRANSPOSE, CBLAS_TRANSPOSE, int, int, int, float,
@@ -73,18 +86,18 @@ double rate(const Shape& s, double seconds, const std::function<void()>& call) {
 
 std::vector<Shape> gpt_shapes() {
   const int N = 8 * 128, D = 256, F = 4 * D, V = 256, T = 128, H = 64;
-  return {{"qkv fwd", false, false, N, 3 * D, D},
-          {"qkv dW", true, false, D, 3 * D, N},
-          {"qkv dX", false, true, N, D, 3 * D},
-          {"proj fwd", false, false, N, D, D},
-          {"proj dW", true, false, D, D, N},
-          {"up fwd", false, false, N, F, D},
-          {"up dW", true, false, D, F, N},
-          {"up dX", false, true, N, D, F},
-          {"down fwd", false, false, N, D, F},
-          {"down dW", true, false, F, D, N},
-          {"down dX", false, true, N, F, D},
-          {"head fwd", false, true, N, V, D},
+  return {{"qkv fwd", false, false, N, 3 * D, D, Param::kB},
+          {"qkv dW", true, false, D, 3 * D, N, Param::kC},
+          {"qkv dX", false, true, N, D, 3 * D, Param::kB},
+          {"proj fwd", false, false, N, D, D, Param::kB},
+          {"proj dW", true, false, D, D, N, Param::kC},
+          {"up fwd", false, false, N, F, D, Param::kB},
+          {"up dW", true, false, D, F, N, Param::kC},
+          {"up dX", false, true, N, D, F, Param::kB},
+          {"down fwd", false, false, N, D, F, Param::kB},
+          {"down dW", true, false, F, D, N, Param::kC},
+          {"down dX", false, true, N, F, D, Param::kB},
+          {"head fwd", false, true, N, V, D, Param::kB},
           {"attn scores", false, true, T, T, H},
           {"attn pv/dQ", false, false, T, H, T},
           {"attn dV/dK", true, false, T, H, T},
@@ -97,9 +110,9 @@ std::vector<Shape> mlp_shapes() {
   for (const int d : {512, 1024}) {
     for (const int batch : {16, 32, 64, 128, 256}) {
       const std::string at = " b" + std::to_string(batch) + " " + std::to_string(d);
-      out.push_back({"fwd" + at, false, false, batch, d, d});
-      out.push_back({"dX" + at, false, true, batch, d, d});
-      out.push_back({"dW" + at, true, false, d, d, batch});
+      out.push_back({"fwd" + at, false, false, batch, d, d, Param::kB});
+      out.push_back({"dX" + at, false, true, batch, d, d, Param::kB});
+      out.push_back({"dW" + at, true, false, d, d, batch, Param::kC});
     }
   }
   return out;
@@ -224,20 +237,31 @@ int main(int argc, char** argv) {
   }
 
   const std::size_t copies = cold ? 16 : 1, size = std::size_t{2048} * 2048;
-  std::vector<float> a(copies * size), b(copies * size), c(copies * size);
-  for (std::size_t i = 0; i < a.size(); ++i) {
-    a[i] = static_cast<float>(i % 17) / 17.0f - 0.5f;
-    b[i] = static_cast<float>(i % 13) / 13.0f - 0.5f;
+  // Every copy 4 KB-aligned, with room for an activation's 16-byte offset (Operands above).
+  constexpr std::size_t kActivation = 16 / sizeof(float);
+  const std::size_t floats = copies * size + kActivation;
+  const auto page_aligned = [&] {
+    auto* p = static_cast<float*>(std::aligned_alloc(4096, floats * sizeof(float)));
+    TANDEM_CHECK(p != nullptr);
+    return std::unique_ptr<float, decltype(&std::free)>(p, &std::free);
+  };
+  const auto a = page_aligned(), b = page_aligned(), c = page_aligned();
+  for (std::size_t i = 0; i < floats; ++i) {
+    a.get()[i] = static_cast<float>(i % 17) / 17.0f - 0.5f;
+    b.get()[i] = static_cast<float>(i % 13) / 13.0f - 0.5f;
   }
   if (cold) std::printf("  --cold: operands rotate over %zu copies of 16 MB\n", copies);
   for (Library& lib : libs) lib.best.assign(shapes.size(), 0);
   for (int round = 0; round < rounds; ++round) {
     for (std::size_t i = 0; i < shapes.size(); ++i) {
       for (Library& lib : libs) {
+        const Shape& s = shapes[i];
+        const std::size_t b_at = s.param == Param::kB ? 0 : kActivation;
+        const std::size_t c_at = s.param == Param::kC ? 0 : kActivation;
         std::size_t next = 0;
-        const double r = rate(shapes[i], seconds, [&] {
+        const double r = rate(s, seconds, [&] {
           const std::size_t at = (next++ % copies) * size;
-          lib.run(shapes[i], a.data() + at, b.data() + at, c.data() + at);
+          lib.run(s, a.get() + at + kActivation, b.get() + at + b_at, c.get() + at + c_at);
         });
         lib.best[i] = std::max(lib.best[i], r);
       }

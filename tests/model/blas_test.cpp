@@ -138,11 +138,15 @@ TEST(BlasTest, ShapesRoutedToOpenBlasAreOpenBlasProductsAndReported) {
   EXPECT_TRUE(avx2_fp32_uses_openblas(true, false, 512, 512, 128));      // width 512, batch 128
   EXPECT_TRUE(avx2_fp32_uses_openblas(false, false, 16, 1024, 1024));    // 16 rows forward
   EXPECT_TRUE(avx2_fp32_uses_openblas(false, false, 256, 1024, 1024));   // wide forward
+  EXPECT_TRUE(avx2_fp32_uses_openblas(false, false, 64, 1024, 1024));    // aligned weights
+  EXPECT_TRUE(avx2_fp32_uses_openblas(false, false, 256, 512, 512));     // width 512
+  EXPECT_FALSE(avx2_fp32_uses_openblas(false, false, 128, 64, 128));     // attention P.V
   EXPECT_FALSE(avx2_fp32_uses_openblas(true, false, 128, 64, 128));      // attention dV
   EXPECT_FALSE(avx2_fp32_uses_openblas(true, false, 1024, 1024, 64));    // width 1024 dW
   EXPECT_FALSE(avx2_fp32_uses_openblas(true, false, 512, 512, 32));      // short reduction
   EXPECT_FALSE(avx2_fp32_uses_openblas(false, false, 1024, 1024, 256));  // transformer up
-  EXPECT_FALSE(avx2_fp32_uses_openblas(false, false, 64, 1024, 1024));   // as fast either way
+  EXPECT_FALSE(avx2_fp32_uses_openblas(false, false, 1024, 768, 256));   // transformer qkv
+  EXPECT_FALSE(avx2_fp32_uses_openblas(false, false, 128, 768, 768));    // width 768
   EXPECT_FALSE(avx2_fp32_uses_openblas(false, true, 256, 1024, 1024));   // input gradients
   if (!gemm_library_built(GemmLibrary::kOneDnn)) GTEST_SKIP() << "built without oneDNN";
   const GemmSettings settings(GemmLibrary::kOneDnn, Precision::kFp32);

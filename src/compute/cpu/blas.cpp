@@ -355,14 +355,25 @@ bool onednn_fp32_uses_matmul(bool ta, bool tb, int m, int n, int k) {
 //   oneDNN or faster;
 // - a forward pass (A . B) of at most 16 rows: 44-59 against 19-24 GFLOP/s at width 1024;
 // - a forward pass of 128 rows or more through weights of 2^20 elements or more: 63-79
-//   against 54-65 at width 1024, and the 1024^3 and 2048^3 squares by 5-15%.
+//   against 54-65 at width 1024, and the 1024^3 and 2048^3 squares by 5-15%;
+// - a forward pass of at most 512 rows through weights of 2^16 elements or more whose rows
+//   are a multiple of 512 wide (2 KB apart), where the weights lie as the model keeps
+//   them, 32-byte aligned (its flat parameters are page-backed): 59-79 against 33-55
+//   GFLOP/s for MLPs of width 512 and 1024 at batches 32-256. With B 16 bytes past an
+//   alignment oneDNN ran them as fast as OpenBLAS, so a benchmark whose operands malloc
+//   placed saw none of it; with rows 768 wide, aligned or not, it kept up. The attention's
+//   products (an activation's B of 2^13 elements) stay, and so do a transformer's 1024-row
+//   forward passes, which oneDNN ran as fast or faster with aligned weights.
 // Only where oneDNN runs its AVX2 kernels (the CPU's best, or as far as ONEDNN_MAX_CPU_ISA
 // lets it) and OpenBLAS kernels of that tier (it knows the CPU model): with AVX-512,
 // oneDNN led on every shape measured, and an OpenBLAS on generic kernels leads on none.
 bool avx2_fp32_uses_openblas(bool ta, bool tb, int m, int n, int k) {
   const auto area = [](int x, int y) { return static_cast<std::int64_t>(x) * y; };
   if (ta && !tb) return k >= 64 && area(m, n) >= (1 << 16) && area(m, n) <= (1 << 18);
-  if (!ta && !tb) return m <= 16 || (m >= 128 && area(n, k) >= (1 << 20));
+  if (!ta && !tb) {
+    return m <= 16 || (m >= 128 && area(n, k) >= (1 << 20)) ||
+           (m <= 512 && n % 512 == 0 && area(n, k) >= (1 << 16));
+  }
   return false;
 }
 
