@@ -19,9 +19,9 @@
 // and an input gradient NT) and its weight gradient (the C of a TN) 4 KB-aligned, as the
 // model's flat parameters and gradients are (page-backed memory, core/page_array.h);
 // activations 16 bytes past it, where glibc's malloc puts a large vector. Placement
-// matters: on the Zen 3 VM oneDNN's AVX2 sgemm ran forward products of 32-112 rows 40-50%
-// slower with B 32-byte aligned than 16 bytes past, and OpenBLAS alike either way
-// (docs/PERFORMANCE.md, "Where the weights lie").
+// matters: on the Zen 3 VM oneDNN's AVX2 sgemm ran forward products of up to 512 rows
+// through layers 512 or 1024 wide 40-50% slower with B 32-byte aligned than 16 bytes
+// past, OpenBLAS alike either way (docs/PERFORMANCE.md, "Where the weights lie").
 //
 // --cold: every call's operands are another copy of them, 16 copies of 16 MB each, so
 // that the weights come from memory as in a training step (a pass reads each layer's
