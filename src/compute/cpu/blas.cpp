@@ -366,7 +366,9 @@ bool onednn_fp32_uses_matmul(bool ta, bool tb, int m, int n, int k) {
 //   forward passes, which oneDNN ran as fast or faster with aligned weights.
 // Only where oneDNN runs its AVX2 kernels (the CPU's best, or as far as ONEDNN_MAX_CPU_ISA
 // lets it) and OpenBLAS kernels of that tier (it knows the CPU model): with AVX-512,
-// oneDNN led on every shape measured, and an OpenBLAS on generic kernels leads on none.
+// oneDNN led on every shape measured (with operands where malloc put them; the model's
+// aligned weights were not measured on those CPUs), and an OpenBLAS on generic kernels
+// leads on none.
 bool avx2_fp32_uses_openblas(bool ta, bool tb, int m, int n, int k) {
   const auto area = [](int x, int y) { return static_cast<std::int64_t>(x) * y; };
   if (ta && !tb) return k >= 64 && area(m, n) >= (1 << 16) && area(m, n) <= (1 << 18);
