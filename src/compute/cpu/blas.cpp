@@ -556,21 +556,20 @@ void sgemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const f
       bf16_gemm_run(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
       return;
     }
-    if (k > 0 && fp32_routes_to_openblas() && avx2_fp32_uses_openblas(trans_a, trans_b, m, n, k)) {
-      cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans,
-                  trans_b ? CblasTrans : CblasNoTrans, m, n, k, alpha, a, lda, b, ldb, beta, c,
-                  ldc);
-      return;
-    }
-    if (k > 0 && onednn_fp32_uses_matmul(trans_a, trans_b, m, n, k)) {
+    // The shapes routed to OpenBLAS fall through to its call below.
+    const bool routed =
+        k > 0 && fp32_routes_to_openblas() && avx2_fp32_uses_openblas(trans_a, trans_b, m, n, k);
+    if (!routed && k > 0 && onednn_fp32_uses_matmul(trans_a, trans_b, m, n, k)) {
       run_matmul(cached_matmul({false, trans_a, trans_b, m, n, k, lda, ldb, ldc, alpha, beta}), a,
                  b, c);
       return;
     }
-    const dnnl_status_t status = dnnl_sgemm(trans_a ? 'T' : 'N', trans_b ? 'T' : 'N', m, n, k,
-                                            alpha, a, lda, b, ldb, beta, c, ldc);
-    TANDEM_CHECK(status == dnnl_success);
-    return;
+    if (!routed) {
+      const dnnl_status_t status = dnnl_sgemm(trans_a ? 'T' : 'N', trans_b ? 'T' : 'N', m, n, k,
+                                              alpha, a, lda, b, ldb, beta, c, ldc);
+      TANDEM_CHECK(status == dnnl_success);
+      return;
+    }
   }
 #endif
   cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans,
