@@ -59,6 +59,10 @@ struct Shape {
   bool ta, tb;
   int m, n, k;
   Param param = Param::kNone;
+
+  // Row-major leading dimensions of op(A) [m x k] and op(B) [k x n] stored dense.
+  int lda() const { return ta ? m : k; }
+  int ldb() const { return tb ? k : n; }
 };
 
 using CblasSgemm = void (*)(CBLAS_ORDER, CBLAS_TRANSPOSE, CBLAS_TRANSPOSE, int, int, int, float,
@@ -161,17 +165,16 @@ int main(int argc, char** argv) {
 
   std::vector<Library> libs;
   libs.push_back({"tandem", true, [](const Shape& s, const float* a, const float* b, float* c) {
-                    sgemm(s.ta, s.tb, s.m, s.n, s.k, 1.0f, a, s.ta ? s.m : s.k, b, s.tb ? s.k : s.n,
-                          0.0f, c, s.n);
+                    sgemm(s.ta, s.tb, s.m, s.n, s.k, 1.0f, a, s.lda(), b, s.ldb(), 0.0f, c, s.n);
                   }});
   libs.push_back({"openblas", true, [](const Shape& s, const float* a, const float* b, float* c) {
                     cblas_sgemm(CblasRowMajor, s.ta ? CblasTrans : CblasNoTrans,
-                                s.tb ? CblasTrans : CblasNoTrans, s.m, s.n, s.k, 1.0f, a,
-                                s.ta ? s.m : s.k, b, s.tb ? s.k : s.n, 0.0f, c, s.n);
+                                s.tb ? CblasTrans : CblasNoTrans, s.m, s.n, s.k, 1.0f, a, s.lda(),
+                                b, s.ldb(), 0.0f, c, s.n);
                   }});
   libs.push_back({"onednn", true, [](const Shape& s, const float* a, const float* b, float* c) {
-                    dnnl_sgemm(s.ta ? 'T' : 'N', s.tb ? 'T' : 'N', s.m, s.n, s.k, 1.0f, a,
-                               s.ta ? s.m : s.k, b, s.tb ? s.k : s.n, 0.0f, c, s.n);
+                    dnnl_sgemm(s.ta ? 'T' : 'N', s.tb ? 'T' : 'N', s.m, s.n, s.k, 1.0f, a, s.lda(),
+                               b, s.ldb(), 0.0f, c, s.n);
                   }});
   // oneDNN's matmul: one primitive per shape, built before timing.
   dnnl::engine engine(dnnl::engine::kind::cpu, 0);
@@ -207,8 +210,8 @@ int main(int argc, char** argv) {
       }
       libs.push_back({"blis", true, [fn](const Shape& s, const float* a, const float* b, float* c) {
                         fn(CblasRowMajor, s.ta ? CblasTrans : CblasNoTrans,
-                           s.tb ? CblasTrans : CblasNoTrans, s.m, s.n, s.k, 1.0f, a,
-                           s.ta ? s.m : s.k, b, s.tb ? s.k : s.n, 0.0f, c, s.n);
+                           s.tb ? CblasTrans : CblasNoTrans, s.m, s.n, s.k, 1.0f, a, s.lda(), b,
+                           s.ldb(), 0.0f, c, s.n);
                       }});
     }
   }
@@ -217,8 +220,7 @@ int main(int argc, char** argv) {
     libs.push_back(
         {"tandem-bf16", false, [](const Shape& s, const float* a, const float* b, float* c) {
            set_gemm_precision(Precision::kBf16);
-           sgemm(s.ta, s.tb, s.m, s.n, s.k, 1.0f, a, s.ta ? s.m : s.k, b, s.tb ? s.k : s.n, 0.0f, c,
-                 s.n);
+           sgemm(s.ta, s.tb, s.m, s.n, s.k, 1.0f, a, s.lda(), b, s.ldb(), 0.0f, c, s.n);
            set_gemm_precision(Precision::kFp32);
          }});
   }
@@ -255,10 +257,10 @@ int main(int argc, char** argv) {
   for (Library& lib : libs) lib.best.assign(shapes.size(), 0);
   for (int round = 0; round < rounds; ++round) {
     for (std::size_t i = 0; i < shapes.size(); ++i) {
+      const Shape& s = shapes[i];
+      const std::size_t b_at = s.param == Param::kB ? 0 : kActivation;
+      const std::size_t c_at = s.param == Param::kC ? 0 : kActivation;
       for (Library& lib : libs) {
-        const Shape& s = shapes[i];
-        const std::size_t b_at = s.param == Param::kB ? 0 : kActivation;
-        const std::size_t c_at = s.param == Param::kC ? 0 : kActivation;
         std::size_t next = 0;
         const double r = rate(s, seconds, [&] {
           const std::size_t at = (next++ % copies) * size;
