@@ -33,6 +33,16 @@ namespace {
 
 namespace fs = std::filesystem;
 
+// Note [a step pays the mean]
+// A fit's sample of a pass or a collective stands for every time it ran, and a step pays
+// their sum: the mean, not the median. On the 2-core VM a rank's compute in a step
+// wandered by up to 50% from step to step (29.7-45.2 ms for the same passes of one run),
+// slow stretches that a median leaves out and a step does not. Two validation runs
+// (scripts/validate-simulate), each fitted both ways: held out 13.0% -> 10.5% and 9.9% ->
+// 9.3% at the median, in-sample 9.8% -> 9.6% and 9.4% -> 11.0%. The replay prices by the
+// mean too (Typical); the hand-off of a tensor group's collectives is a mean already.
+constexpr Typical kFitTypical = Typical::kMean;
+
 // The median of analysis/statistics.h, 0 for no samples.
 double median_of(const std::vector<double>& v) { return v.empty() ? 0 : summarize(v).median; }
 
@@ -717,7 +727,7 @@ PassContention pass_contention(const MeasuredRun& overlapped, const MeasuredRun&
   const std::map<int, IntervalSet> windows =
       lane_union(overlapped.timeline, Lane::kComm, overlapped.warmup);
   const std::map<std::pair<SpanKind, int>, double> alone =
-      pass_seconds(compute_only, /*clean_only=*/false);
+      pass_seconds(compute_only, /*clean_only=*/false, kFitTypical);
   PassContention out;
   std::vector<double> drift;  // passes no collective ran beside: overlapped / alone
   std::set<std::pair<int, int>> rank_steps;
@@ -825,7 +835,7 @@ namespace {
 // priced by the pass's bytes as without --tensor).
 void tensor_compute_samples(const MeasuredRun& run, const UnitCosts& k,
                             std::vector<ComputeSample>& out) {
-  const PieceTimes measured = piece_seconds(run, /*clean_only=*/true);
+  const PieceTimes measured = piece_seconds(run, /*clean_only=*/true, kFitTypical);
   const auto pass = [&](const std::vector<PassPiece>& pieces, SpanKind kind, int unit) {
     for_each_piece_span(
         pieces, kind, unit, run.config.model.tensor,
@@ -848,7 +858,7 @@ void tensor_compute_samples(const MeasuredRun& run, const UnitCosts& k,
     pass(k.backward_pieces[static_cast<std::size_t>(u)], SpanKind::kBackward, u);
   }
   pass(k.loss_pieces, SpanKind::kForward, U);
-  for (const auto& [key, seconds] : pass_seconds(run, /*clean_only=*/true)) {
+  for (const auto& [key, seconds] : pass_seconds(run, /*clean_only=*/true, kFitTypical)) {
     const auto [kind, tag] = key;
     if (kind == SpanKind::kBackward && tag == U) {
       out.push_back({.precision = run.config.precision,
@@ -891,7 +901,7 @@ std::vector<ComputeSample> compute_samples(const std::vector<MeasuredRun>& runs)
         touches ? backward_touched_bytes(
                       ModelLayout(run.config.model, sharded_layout(outer_ranks(run.config))))
                 : std::vector<std::int64_t>(static_cast<std::size_t>(U), 0);
-    for (const auto& [key, seconds] : pass_seconds(run, /*clean_only=*/true)) {
+    for (const auto& [key, seconds] : pass_seconds(run, /*clean_only=*/true, kFitTypical)) {
       const auto [kind, tag] = key;
       if (kind == SpanKind::kOptimizer && sharded_update) continue;
       ComputeSample sample{.precision = run.config.precision, .seconds = seconds};
@@ -899,7 +909,8 @@ std::vector<ComputeSample> compute_samples(const std::vector<MeasuredRun>& runs)
       std::string name;
       if (kind == SpanKind::kOptimizer) {
         sample.bytes = k.optimizer_bytes;
-        sample.seconds = update_seconds(run, /*clean_only=*/true);  // a pipeline's stages summed
+        // A pipeline's stages summed.
+        sample.seconds = update_seconds(run, /*clean_only=*/true, kFitTypical);
         name = "optimizer";
       } else if (tag == U) {
         sample.bytes = k.loss_bytes;
@@ -971,7 +982,7 @@ std::vector<CommSample> comm_samples(const std::vector<MeasuredRun>& runs) {
     const bool fsdp = touched_again(run.config).params;
     const ModelLayout layout(run.config.model,
                              fsdp ? sharded_layout(outer_ranks(run.config)) : LayoutOptions{});
-    for (const auto& [key, occurrences] : transfer_seconds(run, /*clean_only=*/true)) {
+    for (const auto& [key, occurrences] : transfer_seconds(run, /*clean_only=*/true, kFitTypical)) {
       const auto [kind, tag, bytes] = key;
       if (kind == SpanKind::kSend) continue;  // point to point: not a ring
       const bool touches = fsdp && kind == SpanKind::kAllgather && tag >= 0 && tag < layout.units();

@@ -6,7 +6,8 @@
 // a 100 ms one):
 //   compute     a pass takes flops / R(precision) + bytes / BW: one GEMM rate per
 //               precision measured and one memory bandwidth, from compute spans that no
-//               collective overlapped, each (run, pass, unit) its median duration;
+//               collective overlapped, each (run, pass, unit) its mean duration (a step pays
+//               the sum);
 //   collectives a ring over N ranks takes share (N-1)/N x S / B + share (N-1) alpha
 //               (share 2 for an all-reduce, 1 for a reduce-scatter or an all-gather),
 //               plus a hand-off h once: the bandwidth B and latency alpha from
