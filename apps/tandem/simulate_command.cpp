@@ -91,6 +91,16 @@ void print_calibration(const Calibration& c) {
   } else {
     std::printf("  contention: not fitted (no characterize run among the inputs): 0\n");
   }
+  // Each configuration's own factors: how far the pooled ones stand from each.
+  for (const ContentionPoint& p : c.contention_points) {
+    const auto lane = [](double factor, const std::string& left_out) {
+      char buf[32];
+      std::snprintf(buf, sizeof buf, "%+.1f%%", 100 * factor);
+      return left_out.empty() ? std::string(buf) : "left out (" + left_out + ")";
+    };
+    std::printf("    %s: compute %s, collectives %s\n", p.what.c_str(),
+                lane(p.compute, p.compute_left_out).c_str(), lane(p.comm, p.comm_left_out).c_str());
+  }
 }
 
 // --calibrate RUN... --out DIR: the fit, written to DIR/calibration.json, and every

@@ -9,6 +9,7 @@
 #include <utility>
 
 #include "core/error.h"
+#include "core/parse.h"
 
 namespace tandem {
 
@@ -238,21 +239,34 @@ Calibration fit_calibration(const std::vector<ComputeSample>& compute,
     double grew = 0, rest = 0;
     // Scenarios are separate runs, which differ by a few percent from noise alone: a lane
     // beside the other for under a fifth of its time alone cannot show the effect; one
-    // that grew by all that time or more is not this model's shape.
-    bool add(double alone, double overlapped, double beside) {
+    // that grew by all that time or more is not this model's shape. Returns why the lane
+    // is left out (empty: fitted), and its own factor in `factor`.
+    std::string add(double alone, double overlapped, double beside, double& factor) {
       const double grow = std::max(0.0, overlapped - alone);
-      if (!(beside > 0) || beside < 0.2 * alone || grow >= beside) return false;
+      const auto ms = [](double s) { return format_duration_ns(s * 1e9); };
+      if (!(beside > 0)) return "nothing ran beside it";
+      if (beside < 0.2 * alone) {
+        return "beside the other lane " + ms(beside) + ", under a fifth of its " + ms(alone) +
+               " alone";
+      }
+      if (grow >= beside) {
+        return "grew by " + ms(grow) + ", as much as the " + ms(beside) +
+               " beside the other lane or more";
+      }
       grew += grow;
       rest += beside - grow;
-      return true;
+      factor = grow / (beside - grow);
+      return {};
     }
     double factor() const { return rest > 0 ? grew / rest : 0; }
   } compute_fit, comm_fit;
   c.contention_candidates = static_cast<int>(contention.size());
   for (const ContentionSample& s : contention) {
-    const bool by_compute = compute_fit.add(s.comp_iso, s.comp_ovl, s.comp_beside);
-    const bool by_comm = comm_fit.add(s.comm_iso, s.comm_ovl, s.comm_beside);
-    if (by_compute || by_comm) ++c.contention_samples;
+    ContentionPoint p{.what = s.what};
+    p.compute_left_out = compute_fit.add(s.comp_iso, s.comp_ovl, s.comp_beside, p.compute);
+    p.comm_left_out = comm_fit.add(s.comm_iso, s.comm_ovl, s.comm_beside, p.comm);
+    if (p.compute_left_out.empty() || p.comm_left_out.empty()) ++c.contention_samples;
+    c.contention_points.push_back(std::move(p));
   }
   c.overlap_compute_slowdown = compute_fit.factor();
   c.overlap_comm_slowdown = comm_fit.factor();
@@ -291,6 +305,16 @@ nlohmann::json calibration_json(const Calibration& c, double memory_bytes,
     if (c.gemm_flops_per_s[p] > 0) peak[kPrecisionNames[p]] = c.gemm_flops_per_s[p] / 1e12;
     rates.push_back(c.gemm_flops_per_s[p]);
   }
+  nlohmann::json points = nlohmann::json::array();
+  for (const ContentionPoint& p : c.contention_points) {
+    const auto lane = [](double factor, const std::string& left_out) {
+      return left_out.empty() ? nlohmann::json{{"factor", factor}}
+                              : nlohmann::json{{"left_out", left_out}};
+    };
+    points.push_back({{"what", p.what},
+                      {"compute", lane(p.compute, p.compute_left_out)},
+                      {"comm", lane(p.comm, p.comm_left_out)}});
+  }
   const auto error = [](const FitError& e) {
     return nlohmann::json{
         {"samples", e.samples}, {"median", e.median}, {"max", e.max}, {"worst", e.worst}};
@@ -326,6 +350,7 @@ nlohmann::json calibration_json(const Calibration& c, double memory_bytes,
         {"overlap_comm_slowdown", c.overlap_comm_slowdown},
         {"contention_samples", c.contention_samples},
         {"contention_candidates", c.contention_candidates},
+        {"contention_points", points},
         {"compute_error", error(c.compute)},
         {"comm_error", error(c.comm)},
         {"source", source}}},

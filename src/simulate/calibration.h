@@ -88,6 +88,15 @@ struct FitError {
   std::string worst;  // the sample with the largest error
 };
 
+// One characterized configuration's part in the contention fit: each lane's own factor
+// (the growth over the rest of the time beside, as the pooled fit takes it), or why that
+// lane was left out of the fit.
+struct ContentionPoint {
+  std::string what;
+  double compute = 0, comm = 0;                 // the factor (0.19: 19% slower) where fitted
+  std::string compute_left_out, comm_left_out;  // empty: fitted
+};
+
 struct Calibration {
   std::array<double, 4> gemm_flops_per_s{};  // by Precision; 0: no sample
   double memory_bytes_per_s = 0;
@@ -98,6 +107,9 @@ struct Calibration {
   double overlap_comm_slowdown = 0;
   int contention_samples = 0;     // 0: not fitted (left at 0)
   int contention_candidates = 0;  // configurations whose scenarios were measured
+  // Each candidate's own factors: the spread the pooled ones stand for (not read back
+  // from calibration.json; printed by --calibrate and written there).
+  std::vector<ContentionPoint> contention_points;
   FitError compute, comm;
 };
 

@@ -83,6 +83,16 @@ TEST(CalibrationTest, RecoversTheParametersItsSamplesWereMadeWith) {
   EXPECT_NEAR(c.overlap_comm_slowdown, 0.25, 1e-12);
   EXPECT_EQ(c.contention_samples, 3);
   EXPECT_EQ(c.contention_candidates, 4);
+  // Each configuration's own factors, and why a lane was left out.
+  ASSERT_EQ(c.contention_points.size(), 4u);
+  EXPECT_NEAR(c.contention_points[0].compute, 0.1, 1e-9);
+  EXPECT_NEAR(c.contention_points[1].comm, 0.25, 1e-9);
+  EXPECT_TRUE(c.contention_points[0].compute_left_out.empty());
+  EXPECT_NE(c.contention_points[2].compute_left_out.find("under a fifth"), std::string::npos)
+      << c.contention_points[2].compute_left_out;
+  EXPECT_NE(c.contention_points[3].comm_left_out.find("or more"), std::string::npos)
+      << c.contention_points[3].comm_left_out;
+  EXPECT_TRUE(c.contention_points[3].compute_left_out.empty());
   EXPECT_LT(c.compute.max, 1e-9);
   EXPECT_LT(c.comm.max, 1e-9);
   EXPECT_EQ(c.compute.samples, 13);
