@@ -58,7 +58,8 @@ MeasuredRuns read_measured_runs(const std::vector<std::string>& dirs, const std:
 // What stands for many measurements of one pass or collective: the mean for a fit and a
 // replay, as a step pays the sum of them (Note [a step pays the mean] in calibrate.cpp; a
 // replay's over one step's ranks and micro-batches: Note [replayed step by step] in
-// experiment/replay.cpp); the median where one slow occurrence must not move a rule.
+// experiment/replay.cpp); the median where one odd occurrence must not move a comparison
+// (a replay's rank paces, contention's collectives of two scenarios).
 enum class Typical : std::uint8_t { kMedian, kMean };
 double typical_of(const std::vector<double>& seconds, Typical typical);  // 0 for none
 
