@@ -75,11 +75,17 @@ void print_calibration(const Calibration& c) {
                 c.give_back_s * 1e6);
   }
   if (c.contention_samples > 0) {
+    const int sharded = c.sharded_contention_samples;
+    const int others = c.contention_samples - sharded;
+    const auto family = [](int samples) {
+      return samples > 0 ? std::to_string(samples) + " configuration" + (samples == 1 ? "" : "s")
+                         : std::string("none of its own: the fit over all");
+    };
     std::printf(
-        "  contention: overlap slows compute %.1f%% and collectives %.1f%% (%d "
-        "characterized configuration%s)\n",
-        100 * c.overlap_compute_slowdown, 100 * c.overlap_comm_slowdown, c.contention_samples,
-        c.contention_samples == 1 ? "" : "s");
+        "  contention: beside all-reduces overlap slows compute %.1f%% and collectives %.1f%% "
+        "(%s); beside reduce-scatters and all-gathers %.1f%% and %.1f%% (%s)\n",
+        100 * c.overlap_compute_slowdown, 100 * c.overlap_comm_slowdown, family(others).c_str(),
+        100 * c.sharded_compute_slowdown, 100 * c.sharded_comm_slowdown, family(sharded).c_str());
   } else if (c.contention_candidates > 0) {
     std::printf(
         "  contention: not fitted (%s long enough to show it; try layerwise or smaller "
@@ -98,8 +104,9 @@ void print_calibration(const Calibration& c) {
       std::snprintf(buf, sizeof buf, "%+.1f%%", 100 * factor);
       return left_out.empty() ? std::string(buf) : "left out (" + left_out + ")";
     };
-    std::printf("    %s: compute %s, collectives %s\n", p.what.c_str(),
-                lane(p.compute, p.compute_left_out).c_str(), lane(p.comm, p.comm_left_out).c_str());
+    std::printf("    %s%s: compute %s, collectives %s\n", p.what.c_str(),
+                p.sharded ? " (sharded)" : "", lane(p.compute, p.compute_left_out).c_str(),
+                lane(p.comm, p.comm_left_out).c_str());
   }
 }
 
@@ -410,11 +417,17 @@ int run_simulate(const SimulateFlags& flags, bool batch_given, const CommandLine
         format_bytes(static_cast<double>(config.reducer.plan.bucket_cap_bytes)).c_str(),
         format_bytes(static_cast<double>(config.reducer.plan.first_bucket_cap_bytes)).c_str());
   }
-  std::printf("  device %s: %s; overlap slows compute %.1f%% and communication %.1f%% (%s)\n",
-              options.cluster.device.name.c_str(), options.cluster.device.source.c_str(),
-              100 * options.cluster.device.overlap_compute_slowdown,
-              100 * options.cluster.device.overlap_comm_slowdown,
-              here ? "calibrated" : "uncalibrated profile values");
+  const DeviceProfile& device = options.cluster.device;
+  std::printf("  device %s: %s; overlap slows compute %.1f%% and communication %.1f%%",
+              device.name.c_str(), device.source.c_str(), 100 * device.overlap_compute_slowdown,
+              100 * device.overlap_comm_slowdown);
+  if (device.compute_slowdown(SpanKind::kReduceScatter) != device.overlap_compute_slowdown ||
+      device.comm_slowdown(SpanKind::kReduceScatter) != device.overlap_comm_slowdown) {
+    std::printf(", beside reduce-scatters and all-gathers %.1f%% and %.1f%%",
+                100 * device.compute_slowdown(SpanKind::kReduceScatter),
+                100 * device.comm_slowdown(SpanKind::kReduceScatter));
+  }
+  std::printf(" (%s)\n", here ? "calibrated" : "uncalibrated profile values");
   std::fflush(stdout);
   const TrainResult result = simulate_training(config, options);
   std::printf("  %s\n  %s\n", result.blas.c_str(), result.backend_details.c_str());
@@ -433,6 +446,8 @@ int run_simulate(const SimulateFlags& flags, bool batch_given, const CommandLine
       {"gemm_efficiency", options.cluster.device.gemm_efficiency},
       {"overlap_compute_slowdown", options.cluster.device.overlap_compute_slowdown},
       {"overlap_comm_slowdown", options.cluster.device.overlap_comm_slowdown},
+      {"sharded_compute_slowdown", device.compute_slowdown(SpanKind::kReduceScatter)},
+      {"sharded_comm_slowdown", device.comm_slowdown(SpanKind::kReduceScatter)},
       {"first_touch_gbps", options.cluster.device.first_touch_bytes_per_s / 1e9},
       {"calibration", here ? nlohmann::json(flags.calibration) : nlohmann::json(nullptr)},
   };

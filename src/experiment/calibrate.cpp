@@ -768,6 +768,7 @@ void time_training_contention(ContentionSample& sample, const std::vector<Measur
   const MeasuredRun* compute_only = run_of(Scenario::kComputeOnly);
   const MeasuredRun* comm_only = run_of(Scenario::kCommOnly);
   if (overlapped == nullptr) return;
+  sample.sharded = overlapped->config.reducer.plan.strategy.sharded();
   // Note [contention's collectives]: T_comm counts a collective from this rank's start, so
   // in the overlapped scenario it holds the wait for a peer still computing, which the
   // simulator models on its own (a collective starts when its last member issues it);

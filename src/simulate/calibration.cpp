@@ -259,17 +259,35 @@ Calibration fit_calibration(const std::vector<ComputeSample>& compute,
       return {};
     }
     double factor() const { return rest > 0 ? grew / rest : 0; }
-  } compute_fit, comm_fit;
+    void add(const LaneFit& other) {
+      grew += other.grew;
+      rest += other.rest;
+    }
+  };
+  // By what overlaps: [0] beside all-reduces (and point to point), [1] beside a sharded
+  // strategy's reduce-scatters and all-gathers.
+  std::array<LaneFit, 2> compute_fit, comm_fit;
   c.contention_candidates = static_cast<int>(contention.size());
   for (const ContentionSample& s : contention) {
-    ContentionPoint p{.what = s.what};
-    p.compute_left_out = compute_fit.add(s.comp_iso, s.comp_ovl, s.comp_beside, p.compute);
-    p.comm_left_out = comm_fit.add(s.comm_iso, s.comm_ovl, s.comm_beside, p.comm);
-    if (p.compute_left_out.empty() || p.comm_left_out.empty()) ++c.contention_samples;
+    ContentionPoint p{.what = s.what, .sharded = s.sharded};
+    const std::size_t family = s.sharded ? 1 : 0;
+    p.compute_left_out = compute_fit[family].add(s.comp_iso, s.comp_ovl, s.comp_beside, p.compute);
+    p.comm_left_out = comm_fit[family].add(s.comm_iso, s.comm_ovl, s.comm_beside, p.comm);
+    if (p.compute_left_out.empty() || p.comm_left_out.empty()) {
+      ++c.contention_samples;
+      c.sharded_contention_samples += s.sharded ? 1 : 0;
+    }
     c.contention_points.push_back(std::move(p));
   }
-  c.overlap_compute_slowdown = compute_fit.factor();
-  c.overlap_comm_slowdown = comm_fit.factor();
+  // A family with nothing fitted in a lane takes that lane's fit over all configurations.
+  const auto factors = [](const std::array<LaneFit, 2>& fit) {
+    LaneFit all = fit[0];
+    all.add(fit[1]);
+    const auto own = [&](const LaneFit& f) { return f.rest > 0 ? f.factor() : all.factor(); };
+    return std::pair{own(fit[0]), own(fit[1])};
+  };
+  std::tie(c.overlap_compute_slowdown, c.sharded_compute_slowdown) = factors(compute_fit);
+  std::tie(c.overlap_comm_slowdown, c.sharded_comm_slowdown) = factors(comm_fit);
   c.compute = fit_error(c, compute);
   c.comm = fit_error(c, comm);
   return c;
@@ -288,6 +306,8 @@ Cluster calibrated_cluster(const Calibration& c, int ranks, double memory_bytes,
   out.device.gemm_efficiency = 1;
   out.device.overlap_compute_slowdown = c.overlap_compute_slowdown;
   out.device.overlap_comm_slowdown = c.overlap_comm_slowdown;
+  out.device.sharded_compute_slowdown = c.sharded_compute_slowdown;
+  out.device.sharded_comm_slowdown = c.sharded_comm_slowdown;
   out.device.first_touch_bytes_per_s = c.first_touch_bytes_per_s;
   out.device.give_back_s = c.give_back_s;
   out.device.source = source;
@@ -312,6 +332,7 @@ nlohmann::json calibration_json(const Calibration& c, double memory_bytes,
                               : nlohmann::json{{"left_out", left_out}};
     };
     points.push_back({{"what", p.what},
+                      {"sharded", p.sharded},
                       {"compute", lane(p.compute, p.compute_left_out)},
                       {"comm", lane(p.comm, p.comm_left_out)}});
   }
@@ -330,6 +351,8 @@ nlohmann::json calibration_json(const Calibration& c, double memory_bytes,
         {"gemm_efficiency", 1},
         {"overlap_compute_slowdown", c.overlap_compute_slowdown},
         {"overlap_comm_slowdown", c.overlap_comm_slowdown},
+        {"sharded_compute_slowdown", c.sharded_compute_slowdown},
+        {"sharded_comm_slowdown", c.sharded_comm_slowdown},
         {"first_touch_gbps", c.first_touch_bytes_per_s / 1e9},
         {"give_back_us", c.give_back_s * 1e6},
         {"source", source}}},
@@ -348,7 +371,10 @@ nlohmann::json calibration_json(const Calibration& c, double memory_bytes,
         {"link_overhead_s", c.link.overhead_s},
         {"overlap_compute_slowdown", c.overlap_compute_slowdown},
         {"overlap_comm_slowdown", c.overlap_comm_slowdown},
+        {"sharded_compute_slowdown", c.sharded_compute_slowdown},
+        {"sharded_comm_slowdown", c.sharded_comm_slowdown},
         {"contention_samples", c.contention_samples},
+        {"sharded_contention_samples", c.sharded_contention_samples},
         {"contention_candidates", c.contention_candidates},
         {"contention_points", points},
         {"compute_error", error(c.compute)},
@@ -395,6 +421,13 @@ Calibration read_calibration(const std::string& path, const std::string& flag, d
     c.overlap_compute_slowdown = number("overlap_compute_slowdown");
     c.overlap_comm_slowdown = number("overlap_comm_slowdown");
     c.contention_samples = j.at("contention_samples").get<int>();
+    // Calibrations written before contention was fitted by what overlaps: one pair for all.
+    c.sharded_compute_slowdown = j.contains("sharded_compute_slowdown")
+                                     ? number("sharded_compute_slowdown")
+                                     : c.overlap_compute_slowdown;
+    c.sharded_comm_slowdown = j.contains("sharded_comm_slowdown") ? number("sharded_comm_slowdown")
+                                                                  : c.overlap_comm_slowdown;
+    c.sharded_contention_samples = j.value("sharded_contention_samples", 0);
     if (memory_bytes != nullptr) *memory_bytes = number("memory_bytes");
     if (source != nullptr) *source = j.at("source").get<std::string>();
   } catch (const nlohmann::json::exception& e) {

@@ -27,7 +27,10 @@
 //               configurations (weighted by B) and never below 0; a lane whose B is
 //               under a fifth of its time alone is left out of that lane's fit
 //               (separate runs differ by a few percent from noise alone), and so is one
-//               that grew by B or more (not this model's shape).
+//               that grew by B or more (not this model's shape). By what overlaps: the
+//               sharded strategies' configurations (reduce-scatters and all-gathers
+//               beside compute) fit their own c and m, the others' (all-reduces) theirs;
+//               a family with no sample for a lane takes that lane's fit over all.
 // A parameter with no sample to fit it is not guessed: the fit says so and the caller
 // refuses (compute needs fp32 samples, collectives some; contention without characterize
 // runs stays 0). Where noise makes a slope fall (an fp32 rate or a link bandwidth that
@@ -77,6 +80,9 @@ struct ContentionSample {
   // Communication: T_comm of comm-only and overlapped, and T_ovl; for a training workload
   // its collectives timed from their last member's start (matched_collective_seconds).
   double comm_iso = 0, comm_ovl = 0, comm_beside = 0;
+  // A sharded strategy's: its collectives beside compute are reduce-scatters and
+  // all-gathers (DeviceProfile::sharded_compute_slowdown), not all-reduces.
+  bool sharded = false;
   std::string what;
 };
 
@@ -93,6 +99,7 @@ struct FitError {
 // lane was left out of the fit.
 struct ContentionPoint {
   std::string what;
+  bool sharded = false;                         // ContentionSample::sharded
   double compute = 0, comm = 0;                 // the factor (0.19: 19% slower) where fitted
   std::string compute_left_out, comm_left_out;  // empty: fitted
 };
@@ -105,7 +112,12 @@ struct Calibration {
   LinkProfile link;
   double overlap_compute_slowdown = 0;
   double overlap_comm_slowdown = 0;
+  // Beside reduce-scatters and all-gathers (DeviceProfile::sharded_compute_slowdown): from
+  // the sharded configurations' samples alone, a lane without any the same as above.
+  double sharded_compute_slowdown = 0;
+  double sharded_comm_slowdown = 0;
   int contention_samples = 0;     // 0: not fitted (left at 0)
+  int sharded_contention_samples = 0;  // of them, sharded configurations'
   int contention_candidates = 0;  // configurations whose scenarios were measured
   // Each candidate's own factors: the spread the pooled ones stand for (not read back
   // from calibration.json; printed by --calibrate and written there).

@@ -19,6 +19,20 @@ double DeviceProfile::peak(Precision precision) const {
   return peak_flops[static_cast<std::size_t>(precision)];
 }
 
+bool sharded_collective(SpanKind kind) {
+  return kind == SpanKind::kReduceScatter || kind == SpanKind::kAllgather;
+}
+
+double DeviceProfile::compute_slowdown(SpanKind kind) const {
+  return sharded_collective(kind) ? sharded_compute_slowdown.value_or(overlap_compute_slowdown)
+                                  : overlap_compute_slowdown;
+}
+
+double DeviceProfile::comm_slowdown(SpanKind kind) const {
+  return sharded_collective(kind) ? sharded_comm_slowdown.value_or(overlap_comm_slowdown)
+                                  : overlap_comm_slowdown;
+}
+
 namespace {
 
 constexpr double kT = 1e12, kG = 1e9;
@@ -197,6 +211,12 @@ Cluster from_json(std::string_view path) {
     }
     if (d.contains("overlap_comm_slowdown")) {
       c.device.overlap_comm_slowdown = positive(d, "overlap_comm_slowdown", 1, path);
+    }
+    if (d.contains("sharded_compute_slowdown")) {
+      c.device.sharded_compute_slowdown = positive(d, "sharded_compute_slowdown", 1, path);
+    }
+    if (d.contains("sharded_comm_slowdown")) {
+      c.device.sharded_comm_slowdown = positive(d, "sharded_comm_slowdown", 1, path);
     }
     if (d.contains("first_touch_gbps")) {
       c.device.first_touch_bytes_per_s = positive(d, "first_touch_gbps", kG, path);

@@ -10,11 +10,13 @@
 
 #include <array>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "compute/precision.h"
+#include "timeline/span.h"
 
 namespace tandem {
 
@@ -40,6 +42,10 @@ struct DeviceProfile {
   // longer (0.19: 19% slower, the study's mean), and the collective this much longer.
   double overlap_compute_slowdown = 0;
   double overlap_comm_slowdown = 0;
+  // The same beside a sharded strategy's collectives (reduce-scatter, all-gather), which
+  // may contend otherwise than an all-reduce (docs/SIMULATE.md, "Contention by what
+  // overlaps"); unset: as beside any other collective.
+  std::optional<double> sharded_compute_slowdown, sharded_comm_slowdown;
   // Memory a sharded strategy gave back and touches again (fsdp's parameters gathered into
   // a unit it released, zero2/fsdp's gradients rewritten after their reduce-scatter) costs
   // its bytes at this rate on top: the operating system clears every page it hands back
@@ -54,7 +60,13 @@ struct DeviceProfile {
   std::string source;  // where the figures come from
 
   double peak(Precision precision) const;
+  // The slowdowns beside a collective of `kind` (a sharded one's where set).
+  double compute_slowdown(SpanKind kind) const;
+  double comm_slowdown(SpanKind kind) const;
 };
+
+// A sharded strategy's collectives: reduce-scatter and all-gather.
+bool sharded_collective(SpanKind kind);
 
 // A node whose links run below their profile: its intra-node link and its share of the
 // network at these fractions of their bandwidth (latency unchanged).

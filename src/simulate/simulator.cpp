@@ -1166,6 +1166,7 @@ struct Actor {
   double wait_start = 0;
   double step_start = -1;
   int in_flight = 0;  // transfers it takes part in that are moving
+  int in_flight_sharded = 0;  // of them, reduce-scatters and all-gathers (sharded_collective)
   int sending = 0;    // of them, those that send from it (a collective both sends and
   int receiving = 0;  // receives), and those that receive into it
   std::vector<Span> spans;
@@ -1603,8 +1604,7 @@ TrainResult simulate_training(const TrainConfig& given, const SimulateOptions& o
   }
   std::vector<std::array<std::deque<int>, 4>> queues(static_cast<std::size_t>(n_actors));
   std::vector<int> pending, moving;
-  const double cs = cluster.device.overlap_compute_slowdown;
-  const double ms = cluster.device.overlap_comm_slowdown;
+  const DeviceProfile& device = cluster.device;
   constexpr double kEps = 1e-15;
   const auto transfer_of = [&](int id) -> const Transfer& {
     return step_plan.transfers[static_cast<std::size_t>(id % T)];
@@ -1708,6 +1708,7 @@ TrainResult simulate_training(const TrainConfig& given, const SimulateOptions& o
         for (std::size_t w = 0; w < tr.actors.size(); ++w) {
           Actor& a = actors[static_cast<std::size_t>(tr.actors[w])];
           ++a.in_flight;
+          a.in_flight_sharded += sharded_collective(tr.kind) ? 1 : 0;
           a.sending += !tr.p2p() || w == 0 ? 1 : 0;
           a.receiving += !tr.p2p() || w == 1 || tr.ring ? 1 : 0;
         }
@@ -1720,8 +1721,17 @@ TrainResult simulate_training(const TrainConfig& given, const SimulateOptions& o
     if (std::all_of(actors.begin(), actors.end(), [](const Actor& a) { return a.finished; })) break;
 
     // Rates until the next event, and the time to it.
+    // Compute beside collectives of both families runs at the slower family's rate.
     const auto compute_rate = [&](const Actor& a) {
-      return a.in_flight > 0 && !a.idling ? 1 / (1 + cs) : 1.0;
+      if (a.idling) return 1.0;
+      double slowdown = 0;
+      if (a.in_flight_sharded > 0) {
+        slowdown = device.compute_slowdown(SpanKind::kReduceScatter);
+      }
+      if (a.in_flight > a.in_flight_sharded) {
+        slowdown = std::max(slowdown, device.compute_slowdown(SpanKind::kAllreduce));
+      }
+      return 1 / (1 + slowdown);
     };
     // A transfer slows while a participant computes, and shares each participant's
     // link with the others moving the same way through it (links are full duplex).
@@ -1739,7 +1749,7 @@ TrainResult simulate_training(const TrainConfig& given, const SimulateOptions& o
           sharing = std::max(sharing, w == 0 ? a.sending : a.receiving);
         }
       }
-      return (busy ? 1 / (1 + ms) : 1.0) / sharing;
+      return (busy ? 1 / (1 + device.comm_slowdown(tr.kind)) : 1.0) / sharing;
     };
     double dt = std::numeric_limits<double>::infinity();
     for (const Actor& a : actors) {
@@ -1816,6 +1826,7 @@ TrainResult simulate_training(const TrainConfig& given, const SimulateOptions& o
           a.spans.push_back(span);
         }
         --a.in_flight;
+        a.in_flight_sharded -= sharded_collective(tr.kind) ? 1 : 0;
         a.sending -= !tr.p2p() || w == 0 ? 1 : 0;
         a.receiving -= !tr.p2p() || w == 1 || tr.ring ? 1 : 0;
         if (queued(tr)) {

@@ -15,7 +15,9 @@
 //             (allreduce_seconds);
 //   overlap   while both lanes of a rank are busy, its compute runs
 //             1 + overlap_compute_slowdown times slower and the collective (which moves
-//             at its slowest rank's pace) 1 + overlap_comm_slowdown times slower;
+//             at its slowest rank's pace) 1 + overlap_comm_slowdown times slower; beside
+//             a reduce-scatter or an all-gather, by the device's sharded factors
+//             (DeviceProfile::compute_slowdown);
 //   touch     memory zero2 and fsdp gave back costs its bytes at the device's first-touch
 //             rate when a gather or a backward writes it again (given_back_bytes).
 #pragma once

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <array>
+#include <map>
 
 #include "experiment/calibrate.h"
 #include "experiment/workload.h"
@@ -118,6 +119,42 @@ TEST(ContentionCalibrationTest, PassesBesideCollectivesGiveBackTheComputeSlowdow
   ASSERT_GT(p.beside_s, 0);
   const double grew = p.overlapped_s - p.alone_s;
   EXPECT_NEAR(grew / (p.beside_s - grew), 0.5, 1e-4);
+}
+
+// Contention by what overlaps, end to end: on a simulated machine whose compute slows by
+// 0.2 beside all-reduces and by 0.8 beside reduce-scatters and all-gathers, layerwise's
+// and fsdp's scenarios give each family's factor back, and the fit keeps them apart.
+TEST(ContentionCalibrationTest, EachFamilysSlowdownIsFittedFromItsOwnStrategies) {
+  Cluster cluster = machine(0);
+  cluster.device.overlap_compute_slowdown = 0.2;
+  cluster.device.sharded_compute_slowdown = 0.8;
+  TrainConfig fsdp = layerwise_mlp();
+  fsdp.reducer.plan.strategy = Strategy::parse("fsdp");
+  fsdp.shard.prefetch = 1;
+  std::vector<ContentionSample> samples;
+  for (const TrainConfig& base : {layerwise_mlp(), fsdp}) {
+    std::vector<MeasuredRun> runs;
+    std::map<Scenario, std::size_t> at;
+    for (const Scenario s : {Scenario::kOverlapped, Scenario::kComputeOnly}) {
+      at[s] = runs.size();
+      runs.push_back(scenario_run(base, s, cluster));
+    }
+    ContentionSample sample;
+    time_training_contention(sample, runs, at);
+    ASSERT_GT(sample.comp_beside, 0) << base.reducer.plan.strategy.to_string();
+    samples.push_back(sample);
+  }
+  EXPECT_FALSE(samples[0].sharded);
+  EXPECT_TRUE(samples[1].sharded);
+  for (ContentionSample& s : samples) {  // communication is not what is checked here
+    s.comm_iso = s.comm_ovl = s.comm_beside = 0;
+  }
+  const std::vector<ComputeSample> compute = {
+      {.flops = 1e9, .seconds = 1e9 / 50e9, .what = "gemm"}};
+  const std::vector<CommSample> comm = {{.ranks = 2, .bytes = 1e6, .seconds = 1e6 / 2e9}};
+  const Calibration c = fit_calibration(compute, comm, samples);
+  EXPECT_NEAR(c.overlap_compute_slowdown, 0.2, 1e-3);
+  EXPECT_NEAR(c.sharded_compute_slowdown, 0.8, 1e-3);
 }
 
 // On a made timeline: rank 0 has the all-reduce in flight 0..300 (rank 1 joins at 100).

@@ -98,6 +98,55 @@ TEST(CalibrationTest, RecoversTheParametersItsSamplesWereMadeWith) {
   EXPECT_EQ(c.compute.samples, 13);
 }
 
+// Contention by what overlaps: the sharded configurations (reduce-scatters and
+// all-gathers beside compute) fit their own factors, the others theirs; a family without
+// samples takes the fit over all.
+TEST(CalibrationTest, FitsContentionByWhatOverlaps) {
+  const auto sample = [](double overlap, double c, double m, bool sharded) {
+    return ContentionSample{.comp_iso = 0.02,
+                            .comp_ovl = 0.02 + overlap * c / (1 + c),
+                            .comp_beside = overlap,
+                            .comm_iso = 0.01,
+                            .comm_ovl = 0.01 + overlap * m / (1 + m),
+                            .comm_beside = overlap,
+                            .sharded = sharded,
+                            .what = sharded ? "fsdp" : "layerwise"};
+  };
+  const ContentionSample allreduce = sample(0.006, 0.1, 0.25, false);
+  const ContentionSample sharded = sample(0.008, 0.8, 0.4, true);
+  Calibration c = fit_calibration(compute_from_truth(), comm_from_truth(), {allreduce, sharded});
+  EXPECT_NEAR(c.overlap_compute_slowdown, 0.1, 1e-12);
+  EXPECT_NEAR(c.overlap_comm_slowdown, 0.25, 1e-12);
+  EXPECT_NEAR(c.sharded_compute_slowdown, 0.8, 1e-12);
+  EXPECT_NEAR(c.sharded_comm_slowdown, 0.4, 1e-12);
+  EXPECT_EQ(c.contention_samples, 2);
+  EXPECT_EQ(c.sharded_contention_samples, 1);
+  ASSERT_EQ(c.contention_points.size(), 2u);
+  EXPECT_TRUE(c.contention_points[1].sharded);
+  // The here cluster slows compute by the family in flight.
+  const Cluster here = calibrated_cluster(c, 2, 1e10, "test");
+  EXPECT_NEAR(here.device.compute_slowdown(SpanKind::kAllreduce), 0.1, 1e-12);
+  EXPECT_NEAR(here.device.compute_slowdown(SpanKind::kAllgather), 0.8, 1e-12);
+  EXPECT_NEAR(here.device.comm_slowdown(SpanKind::kReduceScatter), 0.4, 1e-12);
+  EXPECT_NEAR(here.device.comm_slowdown(SpanKind::kSend), 0.25, 1e-12);
+
+  // One family alone: the other takes its fit.
+  c = fit_calibration(compute_from_truth(), comm_from_truth(), {allreduce});
+  EXPECT_NEAR(c.sharded_compute_slowdown, 0.1, 1e-12);
+  EXPECT_NEAR(c.sharded_comm_slowdown, 0.25, 1e-12);
+  EXPECT_EQ(c.sharded_contention_samples, 0);
+  c = fit_calibration(compute_from_truth(), comm_from_truth(), {sharded});
+  EXPECT_NEAR(c.overlap_compute_slowdown, 0.8, 1e-12);
+  EXPECT_NEAR(c.overlap_comm_slowdown, 0.4, 1e-12);
+  // A sharded lane left out (it grew by more than its overlap) takes the fit over all
+  // for that lane only.
+  ContentionSample odd = sharded;
+  odd.comm_ovl = odd.comm_iso + 2 * odd.comm_beside;
+  c = fit_calibration(compute_from_truth(), comm_from_truth(), {allreduce, odd});
+  EXPECT_NEAR(c.sharded_compute_slowdown, 0.8, 1e-12);
+  EXPECT_NEAR(c.sharded_comm_slowdown, 0.25, 1e-12);
+}
+
 TEST(CalibrationTest, ReportsTheErrorOfWhatTheModelCannotFit) {
   std::vector<ComputeSample> compute = compute_from_truth();
   compute.push_back({.flops = 1e9, .bytes = 0, .seconds = 2 * 1e9 / kRate, .what = "slow one"});
@@ -203,6 +252,9 @@ TEST(CalibrationTest, WhatIsWrittenIsReadBackAndBecomesTheHereCluster) {
   EXPECT_EQ(c.give_back_s, 40e-6);
   EXPECT_EQ(fit_calibration(compute_from_truth(), comm_from_truth(), {}).give_back_s, 0);
   c.first_touch_bytes_per_s = 3e10;
+  c.overlap_compute_slowdown = 0.2;
+  c.sharded_compute_slowdown = 0.7;
+  c.sharded_comm_slowdown = 0.3;
   const auto dir =
       std::filesystem::temp_directory_path() / ("tandem_calibration_" + std::to_string(::getpid()));
   std::filesystem::create_directories(dir);
@@ -215,6 +267,8 @@ TEST(CalibrationTest, WhatIsWrittenIsReadBackAndBecomesTheHereCluster) {
   EXPECT_EQ(back.link.latency_s, c.link.latency_s);
   EXPECT_EQ(back.first_touch_bytes_per_s, 3e10);
   EXPECT_EQ(back.give_back_s, 40e-6);
+  EXPECT_EQ(back.sharded_compute_slowdown, 0.7);
+  EXPECT_EQ(back.sharded_comm_slowdown, 0.3);
   EXPECT_EQ(memory, 8e9);
   EXPECT_EQ(source, "unit test");
   const Cluster here = resolve_cluster("here", dir.string(), 4);
@@ -228,6 +282,19 @@ TEST(CalibrationTest, WhatIsWrittenIsReadBackAndBecomesTheHereCluster) {
   EXPECT_NEAR(file.device.peak(Precision::kFp32) / c.gemm_flops_per_s[0], 1, 1e-12);
   EXPECT_NEAR(file.device.first_touch_bytes_per_s / 3e10, 1, 1e-12);
   EXPECT_NEAR(file.device.give_back_s / 40e-6, 1, 1e-12);
+  EXPECT_NEAR(file.device.compute_slowdown(SpanKind::kAllgather), 0.7, 1e-12);
+  EXPECT_NEAR(file.device.compute_slowdown(SpanKind::kAllreduce), 0.2, 1e-12);
+  // Written before contention was fitted by what overlaps: one pair for all.
+  {
+    nlohmann::json old = calibration_json(c, 8e9, "unit test");
+    old["calibration"].erase("sharded_compute_slowdown");
+    old["calibration"].erase("sharded_comm_slowdown");
+    std::ofstream(dir / kCalibrationFile) << old.dump();
+  }
+  const Calibration older =
+      read_calibration((dir / kCalibrationFile).string(), "--calibration", nullptr, nullptr);
+  EXPECT_EQ(older.sharded_compute_slowdown, 0.2);
+  EXPECT_EQ(older.sharded_comm_slowdown, c.overlap_comm_slowdown);
   EXPECT_THROW(resolve_cluster("here", "", 2), UsageError);
   EXPECT_THROW(resolve_cluster("2xh100", dir.string(), 2), UsageError);
   EXPECT_THROW(resolve_cluster("here", (dir / "nope").string(), 2), UsageError);

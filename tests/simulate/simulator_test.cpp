@@ -10,6 +10,7 @@
 #include <fstream>
 #include <map>
 #include <numeric>
+#include <optional>
 #include <set>
 
 #include "analysis/metrics.h"
@@ -565,6 +566,36 @@ TEST(SimulatorTest, FsdpPrefetchHidesEveryGatherButTheFirst) {
   EXPECT_EQ(count_spans(r, 0, SpanKind::kAllgather), c.units);
 }
 
+// Contention by what overlaps: a sharded strategy's reduce-scatters and all-gathers slow
+// compute (and are slowed) by the sharded factors, an all-reduce by the others.
+TEST(SimulatorTest, ContentionIsTheFactorOfTheCollectivesFamilyInFlight) {
+  const auto step_s = [](const TrainConfig& config, double compute_slow, double comm_slow,
+                         std::optional<double> sharded_compute,
+                         std::optional<double> sharded_comm) {
+    Cluster cluster = round_cluster(1, 2, compute_slow, comm_slow);
+    cluster.device.sharded_compute_slowdown = sharded_compute;
+    cluster.device.sharded_comm_slowdown = sharded_comm;
+    const TrainResult r = simulate_training(config, {.cluster = cluster});
+    return seconds(r.steps[0].end_ns - r.steps[0].start_ns);
+  };
+  TrainConfig fsdp = mlp_config("mlp:4x512", 2, "fsdp");
+  fsdp.batch = 512;
+  fsdp.steps = 1;
+  fsdp.shard.prefetch = 1;
+  // fsdp runs only sharded collectives: its sharded factors are what the unset ones
+  // (the others') would be.
+  const double sharded = step_s(fsdp, 0.1, 0.2, 0.6, 0.3);
+  EXPECT_EQ(sharded, step_s(fsdp, 0.6, 0.3, std::nullopt, std::nullopt));
+  EXPECT_GT(sharded, step_s(fsdp, 0.1, 0.2, std::nullopt, std::nullopt));
+  EXPECT_GT(sharded, step_s(fsdp, 0.6, 0.2, 0.6, 0.2));  // the comm factor is its own too
+  // Layerwise runs all-reduces: the sharded factors leave it as it was.
+  TrainConfig layerwise = mlp_config("mlp:4x512", 2, "layerwise");
+  layerwise.steps = 1;
+  const double allreduce = step_s(layerwise, 0.1, 0.2, std::nullopt, std::nullopt);
+  EXPECT_EQ(step_s(layerwise, 0.1, 0.2, 0.6, 0.3), allreduce);
+  EXPECT_GT(step_s(layerwise, 0.6, 0.3, 0.1, 0.2), allreduce);
+}
+
 // zero1 in the sequential scenario: each unit's reduce-scatter waited for after its
 // backward, SGD on the shard, then every updated block gathered and waited for at the
 // step's end. The model keeps full parameters and gradients.
@@ -938,6 +969,24 @@ TEST(ClusterTest, AJsonFileOverridesAProfile) {
   EXPECT_DOUBLE_EQ(c.intra.bandwidth_bytes_per_s, 450e9);  // the profile's
   EXPECT_DOUBLE_EQ(c.device.first_touch_bytes_per_s, 25e9);
   EXPECT_EQ(parse_cluster("h100").device.first_touch_bytes_per_s, 0);  // a caching allocator's
+  // Without sharded factors, a sharded collective contends as any other.
+  EXPECT_EQ(c.device.compute_slowdown(SpanKind::kAllgather), c.device.overlap_compute_slowdown);
+  EXPECT_EQ(c.device.comm_slowdown(SpanKind::kReduceScatter), c.device.overlap_comm_slowdown);
+  {
+    std::ofstream out(path);
+    out << R"({"device": {"profile": "h100", "overlap_compute_slowdown": 0.1,
+                          "sharded_compute_slowdown": 0.5, "sharded_comm_slowdown": 0.25}})";
+  }
+  const Cluster sharded = parse_cluster(path.string());
+  EXPECT_DOUBLE_EQ(sharded.device.compute_slowdown(SpanKind::kAllgather), 0.5);
+  EXPECT_DOUBLE_EQ(sharded.device.compute_slowdown(SpanKind::kReduceScatter), 0.5);
+  EXPECT_DOUBLE_EQ(sharded.device.compute_slowdown(SpanKind::kAllreduce), 0.1);
+  EXPECT_DOUBLE_EQ(sharded.device.comm_slowdown(SpanKind::kAllgather), 0.25);
+  {
+    std::ofstream out(path);
+    out << R"({"device": {"profile": "h100", "sharded_comm_slowdown": "high"}})";
+  }
+  EXPECT_THROW(parse_cluster(path.string()), UsageError);
   {
     std::ofstream out(path);
     out << R"({"device": {"profile": "h100", "first_touch_gbps": -1}})";
