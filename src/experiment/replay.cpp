@@ -590,6 +590,8 @@ Replay replay_run(const std::string& given, const WhatIf& what_if) {
   Cluster as_measured = cluster;
   as_measured.device.overlap_compute_slowdown = 0;
   as_measured.device.overlap_comm_slowdown = 0;
+  as_measured.device.sharded_compute_slowdown = 0;
+  as_measured.device.sharded_comm_slowdown = 0;
 
   // Unoverlapped what-ifs (contention=off, overlap=off, ranks=1) price every pass and
   // collective at its unoverlapped time: a characterize run's scenario as it is, else the
