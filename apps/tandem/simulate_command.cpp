@@ -421,11 +421,12 @@ int run_simulate(const SimulateFlags& flags, bool batch_given, const CommandLine
   std::printf("  device %s: %s; overlap slows compute %.1f%% and communication %.1f%%",
               device.name.c_str(), device.source.c_str(), 100 * device.overlap_compute_slowdown,
               100 * device.overlap_comm_slowdown);
-  if (device.compute_slowdown(SpanKind::kReduceScatter) != device.overlap_compute_slowdown ||
-      device.comm_slowdown(SpanKind::kReduceScatter) != device.overlap_comm_slowdown) {
-    std::printf(", beside reduce-scatters and all-gathers %.1f%% and %.1f%%",
-                100 * device.compute_slowdown(SpanKind::kReduceScatter),
-                100 * device.comm_slowdown(SpanKind::kReduceScatter));
+  const double sharded_compute = device.compute_slowdown(SpanKind::kReduceScatter);
+  const double sharded_comm = device.comm_slowdown(SpanKind::kReduceScatter);
+  if (sharded_compute != device.overlap_compute_slowdown ||
+      sharded_comm != device.overlap_comm_slowdown) {
+    std::printf(", beside reduce-scatters and all-gathers %.1f%% and %.1f%%", 100 * sharded_compute,
+                100 * sharded_comm);
   }
   std::printf(" (%s)\n", here ? "calibrated" : "uncalibrated profile values");
   std::fflush(stdout);
@@ -441,14 +442,14 @@ int run_simulate(const SimulateFlags& flags, bool batch_given, const CommandLine
       {"cluster", options.cluster.name},
       {"nodes", options.cluster.nodes},
       {"devices_per_node", options.cluster.devices_per_node},
-      {"device", options.cluster.device.name},
-      {"device_source", options.cluster.device.source},
-      {"gemm_efficiency", options.cluster.device.gemm_efficiency},
-      {"overlap_compute_slowdown", options.cluster.device.overlap_compute_slowdown},
-      {"overlap_comm_slowdown", options.cluster.device.overlap_comm_slowdown},
-      {"sharded_compute_slowdown", device.compute_slowdown(SpanKind::kReduceScatter)},
-      {"sharded_comm_slowdown", device.comm_slowdown(SpanKind::kReduceScatter)},
-      {"first_touch_gbps", options.cluster.device.first_touch_bytes_per_s / 1e9},
+      {"device", device.name},
+      {"device_source", device.source},
+      {"gemm_efficiency", device.gemm_efficiency},
+      {"overlap_compute_slowdown", device.overlap_compute_slowdown},
+      {"overlap_comm_slowdown", device.overlap_comm_slowdown},
+      {"sharded_compute_slowdown", sharded_compute},
+      {"sharded_comm_slowdown", sharded_comm},
+      {"first_touch_gbps", device.first_touch_bytes_per_s / 1e9},
       {"calibration", here ? nlohmann::json(flags.calibration) : nlohmann::json(nullptr)},
   };
   nlohmann::json stragglers = nlohmann::json::array();
