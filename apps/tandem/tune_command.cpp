@@ -634,9 +634,13 @@ int run_measured(TuneFlags flags, const CommandLine& argv) {
         plan.candidates = {count};
         plan.steps = {final_steps};
         for (int k = 0; k < count; ++k) plan.cost_s += cost(k, final_steps);
+        plan.grid_cost_s = plan.cost_s;
       } else {
-        plan = plan_halving(first, budget_s - baseline.wall_s, final_steps,
-                            std::min(final_steps, std::max(3, final_steps / 4)), cost);
+        const int min_steps = std::min(final_steps, std::max(3, final_steps / 4));
+        plan = flags.candidates > 0
+                   ? plan_halving(first, budget_s - baseline.wall_s, final_steps, min_steps, cost)
+                   : plan_search(first, count, baseline.wall_s, budget_s - baseline.wall_s,
+                                 final_steps, min_steps, cost);
       }
       std::printf("  calibration: %s; predicted %s for the default, measured %s\n",
                   baseline.calibration_source.c_str(), ms_text(default_it->predicted_s).c_str(),
@@ -652,11 +656,16 @@ int run_measured(TuneFlags flags, const CommandLine& argv) {
                   duration_text(plan.cost_s).c_str());
       if (plan.cost_s > budget_s - baseline.wall_s && !flags.exhaustive) {
         std::printf("  note: the budget is short for even two candidates; measuring them anyway\n");
-      } else if (!flags.exhaustive && plan.candidates.front() < first) {
+      } else if (!flags.exhaustive && plan.limit == PlanLimit::kBudget) {
         std::printf(
             "  note: the budget affords %d of the %d candidates the first round would "
             "measure (--budget)\n",
             plan.candidates.front(), first);
+      } else if (!flags.exhaustive && plan.limit == PlanLimit::kGridShare) {
+        std::printf(
+            "  note: %d of the %d candidates the first round would measure, so that the search "
+            "costs at most a quarter of measuring all %d (about %s; --candidates sets it)\n",
+            plan.candidates.front(), first, count, duration_text(plan.grid_cost_s).c_str());
       }
       std::fflush(stdout);
       search.emplace(candidates, plan, energy ? TuneObjective::kEnergy : TuneObjective::kTime);
@@ -791,7 +800,10 @@ int run_measured(TuneFlags flags, const CommandLine& argv) {
       body["plan"] = {{"candidates", search->plan().candidates},
                       {"steps", search->plan().steps},
                       {"passes", search->plan().passes},
-                      {"predicted_cost_s", search->plan().cost_s}};
+                      {"predicted_cost_s", search->plan().cost_s},
+                      {"predicted_grid_cost_s", search->plan().grid_cost_s > 0
+                                                    ? nlohmann::json(search->plan().grid_cost_s)
+                                                    : nlohmann::json(nullptr)}};
       write_outputs(*writer, measured, body);
     }
   } catch (const std::exception& e) {
@@ -834,9 +846,12 @@ void add_tune_command(CLI::App& app, RunCommand& run) {
                   "Measured steps of each of the default's four scenarios")
       ->check(integer_in(2, 100000))
       ->capture_default_str();
-  cmd->add_option("--candidates", flags->candidates,
-                  "Configurations the first round measures (default: the best predicted of "
-                  "each strategy and pipeline schedule, at least 8); fewer if the budget is short")
+  cmd->add_option(
+         "--candidates", flags->candidates,
+         "Configurations the first round measures (default: the best predicted of "
+         "each strategy and pipeline schedule, at least 8, and no more than keep the search "
+         "within a quarter of measuring every configuration); fewer if the budget is "
+         "short")
       ->check(integer_in(2, 100000));
   cmd->add_option("--objective", flags->objective,
                   "What the search minimizes: time (the median step) or energy (joules per "

@@ -119,26 +119,40 @@ std::vector<TuneCandidate> tune_candidates(const TrainConfig& base, const TuneSp
 // D): a shared machine's slow spells, seconds long, then fall on all of them alike
 // instead of on whichever was being measured.
 inline constexpr int kFinalPasses = 2;
+// What made a plan's first round smaller than asked: nothing, the budget, or kGridShare.
+enum class PlanLimit { kNone, kBudget, kGridShare };
 struct HalvingPlan {
   std::vector<int> candidates;  // per round, the default aside
   std::vector<int> steps;       // per round: steps of one measurement
   std::vector<int> passes;      // per round: measurements of each candidate (empty: 1 each)
   double cost_s = 0;            // predicted seconds of measuring
+  double grid_cost_s = 0;       // predicted seconds of the grid (plan_search; else 0)
+  PlanLimit limit = PlanLimit::kNone;
   int passes_of(int round) const {
     return passes.empty() ? 1 : passes[static_cast<std::size_t>(round)];
   }
 };
 // `cost_s(rank, steps)`: predicted seconds to measure the rank-th candidate of the first
 // round for `steps` steps (its warm-up and setup included; rank `first` is the default).
-// The plan for `first` candidates, or for fewer (at least 2, where there are) when it
-// would not fit `budget_s`.
+// The plan for `first` candidates, or for fewer when it would not fit `budget_s` (never
+// fewer than `least`, 2 by default, where there are).
 HalvingPlan plan_halving(int first, double budget_s, int final_steps, int min_steps,
-                         const std::function<double(int rank, int steps)>& cost_s);
+                         const std::function<double(int rank, int steps)>& cost_s, int least = 2);
+
+// The plan tune makes by itself (no --candidates; Note [a quarter of the grid] in
+// tune.cpp): plan_halving for `first` within `budget_s`, shrunk further, to
+// kLeastFirstRound candidates at least, until `spent_s` (the default's characterization)
+// and the plan together cost at most kGridShare of the grid, every one of the `count`
+// candidates measured for `final_steps` steps.
+inline constexpr double kGridShare = 0.25;
+inline constexpr int kLeastFirstRound = 8;
+HalvingPlan plan_search(int first, int count, double spent_s, double budget_s, int final_steps,
+                        int min_steps, const std::function<double(int rank, int steps)>& cost_s);
 
 // The first round's size by default: the best predicted of every family (a strategy, or a
 // pipeline's stages and schedule, so that one family the simulator misjudges is still
 // measured) and each family's second best where predicted within 10% of its best (Note
-// [family picks] in tune.cpp), and at least 8 where there are.
+// [family picks] in tune.cpp), and at least kLeastFirstRound where there are.
 int default_first_round(const std::vector<TuneCandidate>& candidates);
 
 // One measurement to make: a candidate, measured for `steps` steps in round `round`.

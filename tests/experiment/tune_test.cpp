@@ -149,6 +149,41 @@ TEST(HalvingPlanTest, ThirdsEachRoundAndShrinksToTheBudget) {
   const HalvingPlan odd = plan_halving(2, 1e9, 3, 3, cost);
   EXPECT_EQ(odd.passes.back(), 2);
   EXPECT_EQ(odd.steps.back(), 2);
+  EXPECT_EQ(p.limit, PlanLimit::kNone);
+  EXPECT_EQ(q.limit, PlanLimit::kBudget);
+  EXPECT_EQ(r.limit, PlanLimit::kBudget);
+}
+
+// Note [a quarter of the grid]: the plan tune makes by itself, with its characterization,
+// costs at most a quarter of measuring every candidate for the last round's steps.
+TEST(HalvingPlanTest, TheSearchCostsAtMostAQuarterOfTheGrid) {
+  const auto cost = [](int, int steps) { return 2.0 + steps; };
+  // 60 candidates x (2 + 20) s: the grid costs 1320 s, a quarter 330; the
+  // characterization took 50 of them. 30 in the first round would cost 406 more.
+  ASSERT_DOUBLE_EQ(plan_halving(30, 1e9, 20, 5, cost).cost_s, 406);
+  const HalvingPlan p = plan_search(30, 60, 50, 1e9, 20, 5, cost);
+  EXPECT_EQ(p.limit, PlanLimit::kGridShare);
+  EXPECT_DOUBLE_EQ(p.grid_cost_s, 1320);
+  EXPECT_LE(50 + p.cost_s, 330);
+  EXPECT_LT(p.candidates.front(), 30);
+  // The largest first round that fits.
+  EXPECT_GT(50 + plan_halving(p.candidates.front() + 1, 1e9, 20, 5, cost).cost_s, 330);
+  // A budget tighter than the quarter decides, and is named.
+  const HalvingPlan b = plan_search(30, 60, 50, 100, 20, 5, cost);
+  EXPECT_EQ(b.limit, PlanLimit::kBudget);
+  EXPECT_LE(b.cost_s, 100);
+  // Within the quarter: nothing cut.
+  const HalvingPlan roomy = plan_search(12, 200, 0, 1e9, 20, 5, cost);
+  EXPECT_EQ(roomy.limit, PlanLimit::kNone);
+  EXPECT_EQ(roomy.candidates.front(), 12);
+  // A small space, whose characterization alone is over a quarter of its grid: the first
+  // round keeps kLeastFirstRound, and a first round of that size is not cut at all.
+  const HalvingPlan small = plan_search(10, 10, 100, 1e9, 20, 5, cost);
+  EXPECT_EQ(small.limit, PlanLimit::kGridShare);
+  EXPECT_EQ(small.candidates.front(), kLeastFirstRound);
+  const HalvingPlan least = plan_search(kLeastFirstRound, 10, 100, 1e9, 20, 5, cost);
+  EXPECT_EQ(least.limit, PlanLimit::kNone);
+  EXPECT_EQ(least.candidates.front(), kLeastFirstRound);
 }
 
 // Candidates with chosen predictions and true step times: the search measures what the
