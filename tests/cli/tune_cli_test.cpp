@@ -64,6 +64,8 @@ TEST(TuneCliTest, AnswersWithACommandThatRunsAndIsNeverSlowerThanTheDefault) {
   EXPECT_EQ(most, static_cast<int>(t["plan"]["steps"].size()));
   EXPECT_EQ(measurements, t["measurements"].get<int>());
   EXPECT_EQ(measurements, count_measurements(r.out));
+  // The grid's predicted cost is kept beside the plan's (Note [a quarter of the grid]).
+  EXPECT_GT(t["plan"]["predicted_grid_cost_s"].get<double>(), 0) << t["plan"];
   EXPECT_NE(slurp(out / "report.html").find("tandem tune report"), std::string::npos);
   EXPECT_EQ(slurp(out / "candidates.csv").rfind("id,configuration,default,refused,", 0), 0u);
 
@@ -74,6 +76,32 @@ TEST(TuneCliTest, AnswersWithACommandThatRunsAndIsNeverSlowerThanTheDefault) {
   command.replace(0, std::string("tandem").size(), TANDEM_BINARY);
   const CliResult train = run_shell(command + " --steps 2 --quiet");
   EXPECT_EQ(train.exit_code, 0) << command << "\n" << train.err;
+}
+
+// --exhaustive: every configuration that can run, measured once for --steps steps (the
+// grid tune's pick is judged against); what it costs is the grid's cost.
+TEST(TuneCliTest, ExhaustiveMeasuresEveryConfigurationOnce) {
+  TempDir dir;
+  const fs::path out = dir.path() / "grid";
+  const CliResult r = run_tandem(kSmallBucketed + "--exhaustive --out " + out.string());
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  const auto t = nlohmann::json::parse(slurp(out / "summary.json"))["tune"];
+  EXPECT_EQ(t["mode"], "exhaustive");
+  int runnable = 0;
+  for (const auto& c : t["candidates"]) {
+    if (!c["refused"].is_null()) {
+      EXPECT_EQ(c["measurements"].get<int>(), 0) << c;
+      continue;
+    }
+    ++runnable;
+    EXPECT_EQ(c["measurements"].get<int>(), 1) << c;
+    EXPECT_EQ(c["samples_ms"].size(), 4u) << c;  // --steps 4
+  }
+  EXPECT_GT(runnable, 2);
+  EXPECT_EQ(t["measurements"].get<int>(), runnable);
+  EXPECT_EQ(count_measurements(r.out), runnable);
+  EXPECT_EQ(t["plan"]["candidates"], nlohmann::json::array({runnable}));
+  EXPECT_EQ(t["plan"]["predicted_grid_cost_s"], t["plan"]["predicted_cost_s"]);
 }
 
 TEST(TuneCliTest, ResumeMeasuresOnlyWhatACutOffSearchLeft) {
