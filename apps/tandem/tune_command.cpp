@@ -662,10 +662,14 @@ int run_measured(TuneFlags flags, const CommandLine& argv) {
             "measure (--budget)\n",
             plan.candidates.front(), first);
       } else if (!flags.exhaustive && plan.limit == PlanLimit::kGridShare) {
+        const bool within = baseline.wall_s + plan.cost_s <= kGridShare * plan.grid_cost_s;
         std::printf(
-            "  note: %d of the %d candidates the first round would measure, so that the search "
-            "costs at most a quarter of measuring all %d (about %s; --candidates sets it)\n",
-            plan.candidates.front(), first, count, duration_text(plan.grid_cost_s).c_str());
+            "  note: %d of the %d candidates the first round would measure, %s a quarter of "
+            "measuring all %d (about %s; --candidates sets it)\n",
+            plan.candidates.front(), first,
+            within ? "so that the search costs at most"
+                   : "the fewest it takes by itself, though the search costs more than",
+            count, duration_text(plan.grid_cost_s).c_str());
       }
       std::fflush(stdout);
       search.emplace(candidates, plan, energy ? TuneObjective::kEnergy : TuneObjective::kTime);
