@@ -639,8 +639,8 @@ int run_measured(TuneFlags flags, const CommandLine& argv) {
         const int min_steps = std::min(final_steps, std::max(3, final_steps / 4));
         plan = flags.candidates > 0
                    ? plan_halving(first, budget_s - baseline.wall_s, final_steps, min_steps, cost)
-                   : plan_search(first, count, baseline.wall_s, budget_s - baseline.wall_s,
-                                 final_steps, min_steps, cost);
+                   : plan_search(first, least_first_round(candidates), count, baseline.wall_s,
+                                 budget_s - baseline.wall_s, final_steps, min_steps, cost);
       }
       std::printf("  calibration: %s; predicted %s for the default, measured %s\n",
                   baseline.calibration_source.c_str(), ms_text(default_it->predicted_s).c_str(),

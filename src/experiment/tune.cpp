@@ -350,15 +350,17 @@ HalvingPlan plan_halving(int first, double budget_s, int final_steps, int min_st
 // close seconds alone came to 28, and the search to 26-27% of the grid. So the plan tune
 // makes by itself shrinks its first round, the worst predicted close seconds first (they
 // come last in Note [family picks]), until the whole search is predicted within
-// kGridShare; never below kLeastFirstRound, where a small space, whose characterization
-// alone may cost a quarter of its grid, is measured as the budget allows.
-HalvingPlan plan_search(int first, int count, double spent_s, double budget_s, int final_steps,
-                        int min_steps, const std::function<double(int, int)>& cost_s) {
+// kGridShare; never below the best of every family (the guard against the simulator
+// misjudging a whole family) nor kLeastFirstRound: a small space, or a short --steps, whose
+// characterization alone may cost a quarter of its grid, is measured as the budget allows.
+HalvingPlan plan_search(int first, int least, int count, double spent_s, double budget_s,
+                        int final_steps, int min_steps,
+                        const std::function<double(int, int)>& cost_s) {
   double grid_s = 0;
   for (int k = 0; k < count; ++k) grid_s += cost_s(k, final_steps);
   HalvingPlan p = plan_halving(first, budget_s, final_steps, min_steps, cost_s);
   const double share_s = kGridShare * grid_s - spent_s;
-  const int least = std::min(p.candidates.front(), kLeastFirstRound);
+  least = std::min(p.candidates.front(), least);
   if (p.cost_s > share_s && p.candidates.front() > least) {
     HalvingPlan q =
         plan_halving(p.candidates.front(), share_s, final_steps, min_steps, cost_s, least);
@@ -431,6 +433,14 @@ int default_first_round(const std::vector<TuneCandidate>& candidates) {
   const std::vector<int> ranked = ranked_by_prediction(candidates);
   const int picks = static_cast<int>(family_picks(candidates, ranked).size());
   return std::min(static_cast<int>(ranked.size()), std::max(kLeastFirstRound, picks));
+}
+
+int least_first_round(const std::vector<TuneCandidate>& candidates) {
+  const std::vector<int> ranked = ranked_by_prediction(candidates);
+  std::set<std::string> families;
+  for (const int i : ranked) families.insert(candidates[static_cast<std::size_t>(i)].family());
+  return std::min(static_cast<int>(ranked.size()),
+                  std::max(kLeastFirstRound, static_cast<int>(families.size())));
 }
 
 std::string TuneMeasurement::id() const {

@@ -140,20 +140,24 @@ HalvingPlan plan_halving(int first, double budget_s, int final_steps, int min_st
                          const std::function<double(int rank, int steps)>& cost_s, int least = 2);
 
 // The plan tune makes by itself (no --candidates; Note [a quarter of the grid] in
-// tune.cpp): plan_halving for `first` within `budget_s`, shrunk further, to
-// kLeastFirstRound candidates at least, until `spent_s` (the default's characterization)
-// and the plan together cost at most kGridShare of the grid, every one of the `count`
-// candidates measured for `final_steps` steps.
+// tune.cpp): plan_halving for `first` within `budget_s`, shrunk further, to `least`
+// candidates at least (least_first_round), until `spent_s` (the default's
+// characterization) and the plan together cost at most kGridShare of the grid, every one
+// of the `count` candidates measured for `final_steps` steps.
 inline constexpr double kGridShare = 0.25;
 inline constexpr int kLeastFirstRound = 8;
-HalvingPlan plan_search(int first, int count, double spent_s, double budget_s, int final_steps,
-                        int min_steps, const std::function<double(int rank, int steps)>& cost_s);
+HalvingPlan plan_search(int first, int least, int count, double spent_s, double budget_s,
+                        int final_steps, int min_steps,
+                        const std::function<double(int rank, int steps)>& cost_s);
 
 // The first round's size by default: the best predicted of every family (a strategy, or a
 // pipeline's stages and schedule, so that one family the simulator misjudges is still
 // measured) and each family's second best where predicted within 10% of its best (Note
 // [family picks] in tune.cpp), and at least kLeastFirstRound where there are.
 int default_first_round(const std::vector<TuneCandidate>& candidates);
+// What kGridShare may cut that first round to: the best predicted of every family, and at
+// least kLeastFirstRound where there are.
+int least_first_round(const std::vector<TuneCandidate>& candidates);
 
 // One measurement to make: a candidate, measured for `steps` steps in round `round`.
 struct TuneMeasurement {

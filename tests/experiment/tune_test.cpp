@@ -161,7 +161,7 @@ TEST(HalvingPlanTest, TheSearchCostsAtMostAQuarterOfTheGrid) {
   // 60 candidates x (2 + 20) s: the grid costs 1320 s, a quarter 330; the
   // characterization took 50 of them. 30 in the first round would cost 406 more.
   ASSERT_DOUBLE_EQ(plan_halving(30, 1e9, 20, 5, cost).cost_s, 406);
-  const HalvingPlan p = plan_search(30, 60, 50, 1e9, 20, 5, cost);
+  const HalvingPlan p = plan_search(30, kLeastFirstRound, 60, 50, 1e9, 20, 5, cost);
   EXPECT_EQ(p.limit, PlanLimit::kGridShare);
   EXPECT_DOUBLE_EQ(p.grid_cost_s, 1320);
   EXPECT_LE(50 + p.cost_s, 330);
@@ -169,21 +169,27 @@ TEST(HalvingPlanTest, TheSearchCostsAtMostAQuarterOfTheGrid) {
   // The largest first round that fits.
   EXPECT_GT(50 + plan_halving(p.candidates.front() + 1, 1e9, 20, 5, cost).cost_s, 330);
   // A budget tighter than the quarter decides, and is named.
-  const HalvingPlan b = plan_search(30, 60, 50, 100, 20, 5, cost);
+  const HalvingPlan b = plan_search(30, kLeastFirstRound, 60, 50, 100, 20, 5, cost);
   EXPECT_EQ(b.limit, PlanLimit::kBudget);
   EXPECT_LE(b.cost_s, 100);
   // Within the quarter: nothing cut.
-  const HalvingPlan roomy = plan_search(12, 200, 0, 1e9, 20, 5, cost);
+  const HalvingPlan roomy = plan_search(12, kLeastFirstRound, 200, 0, 1e9, 20, 5, cost);
   EXPECT_EQ(roomy.limit, PlanLimit::kNone);
   EXPECT_EQ(roomy.candidates.front(), 12);
   // A small space, whose characterization alone is over a quarter of its grid: the first
   // round keeps kLeastFirstRound, and a first round of that size is not cut at all.
-  const HalvingPlan small = plan_search(10, 10, 100, 1e9, 20, 5, cost);
+  const HalvingPlan small = plan_search(10, kLeastFirstRound, 10, 100, 1e9, 20, 5, cost);
   EXPECT_EQ(small.limit, PlanLimit::kGridShare);
   EXPECT_EQ(small.candidates.front(), kLeastFirstRound);
-  const HalvingPlan least = plan_search(kLeastFirstRound, 10, 100, 1e9, 20, 5, cost);
+  const HalvingPlan least =
+      plan_search(kLeastFirstRound, kLeastFirstRound, 10, 100, 1e9, 20, 5, cost);
   EXPECT_EQ(least.limit, PlanLimit::kNone);
   EXPECT_EQ(least.candidates.front(), kLeastFirstRound);
+  // Never below the floor it is given (every family's best): 20 here, over the quarter.
+  const HalvingPlan families = plan_search(30, 20, 60, 50, 1e9, 20, 5, cost);
+  EXPECT_EQ(families.limit, PlanLimit::kGridShare);
+  EXPECT_EQ(families.candidates.front(), 20);
+  EXPECT_GT(50 + families.cost_s, 330);
 }
 
 // Candidates with chosen predictions and true step times: the search measures what the
@@ -257,6 +263,26 @@ TEST(TuneSearchTest, MeasuresEveryFamilyFirstAndFindsTheFastest) {
   EXPECT_EQ(search.remaining(), 0);
   // The refused one was never measured.
   EXPECT_TRUE(search.candidates()[2].samples_s.empty());
+}
+
+// What a quarter of the grid may cut the first round to: every family's best (the close
+// seconds go), and at least kLeastFirstRound where there are.
+TEST(TuneSearchTest, TheQuartersFloorIsEveryFamilysBest) {
+  Synthetic s;
+  s.add("bucketed", "25", 1.00, 1.00, true);
+  for (int f = 0; f < 10; ++f) {
+    s.add("f" + std::to_string(f), "a", 1.0 + 0.01 * f, 1.0);
+    s.add("f" + std::to_string(f), "b", 1.02 + 0.01 * f, 1.0);  // a close second
+  }
+  EXPECT_EQ(default_first_round(s.candidates), 21);  // 11 families, 10 close seconds
+  EXPECT_EQ(least_first_round(s.candidates), 11);
+  Synthetic few;
+  few.add("bucketed", "25", 1.00, 1.00, true);
+  for (int i = 0; i < 4; ++i) few.add("zero2", std::to_string(i), 1.0 + 0.2 * i, 1.0);
+  EXPECT_EQ(least_first_round(few.candidates), 5);  // at least 8, but 5 is all there is
+  few.add("zero1", "a", 1.0, 1.0);
+  few.candidates.back().refused = "does not fit";  // never counted
+  EXPECT_EQ(least_first_round(few.candidates), 5);
 }
 
 // A family's second best, predicted within 10% of its best, is measured in the first
