@@ -633,8 +633,7 @@ int run_measured(TuneFlags flags, const CommandLine& argv) {
       if (flags.exhaustive) {
         plan.candidates = {count};
         plan.steps = {final_steps};
-        for (int k = 0; k < count; ++k) plan.cost_s += cost(k, final_steps);
-        plan.grid_cost_s = plan.cost_s;
+        plan.cost_s = plan.grid_cost_s = grid_cost(count, final_steps, cost);
       } else {
         const int min_steps = std::min(final_steps, std::max(3, final_steps / 4));
         plan = flags.candidates > 0

@@ -342,6 +342,12 @@ HalvingPlan plan_halving(int first, double budget_s, int final_steps, int min_st
   return p;
 }
 
+double grid_cost(int count, int final_steps, const std::function<double(int, int)>& cost_s) {
+  double s = 0;
+  for (int k = 0; k < count; ++k) s += cost_s(k, final_steps);
+  return s;
+}
+
 // Note [a quarter of the grid]: tune is worth running only where it costs much less than
 // measuring every configuration (the grid, `tune --exhaustive`), and the issue that asked
 // for it set the bar at a quarter of the grid's time, the default's characterization
@@ -356,8 +362,7 @@ HalvingPlan plan_halving(int first, double budget_s, int final_steps, int min_st
 HalvingPlan plan_search(int first, int least, int count, double spent_s, double budget_s,
                         int final_steps, int min_steps,
                         const std::function<double(int, int)>& cost_s) {
-  double grid_s = 0;
-  for (int k = 0; k < count; ++k) grid_s += cost_s(k, final_steps);
+  const double grid_s = grid_cost(count, final_steps, cost_s);
   HalvingPlan p = plan_halving(first, budget_s, final_steps, min_steps, cost_s);
   const double share_s = kGridShare * grid_s - spent_s;
   least = std::min(p.candidates.front(), least);

@@ -144,6 +144,9 @@ HalvingPlan plan_halving(int first, double budget_s, int final_steps, int min_st
 // candidates at least (least_first_round), until `spent_s` (the default's
 // characterization) and the plan together cost at most kGridShare of the grid, every one
 // of the `count` candidates measured for `final_steps` steps.
+// The grid's predicted cost: every one of `count` candidates for `final_steps` steps.
+double grid_cost(int count, int final_steps,
+                 const std::function<double(int rank, int steps)>& cost_s);
 inline constexpr double kGridShare = 0.25;
 inline constexpr int kLeastFirstRound = 8;
 HalvingPlan plan_search(int first, int least, int count, double spent_s, double budget_s,
