@@ -74,6 +74,12 @@ void print_calibration(const Calibration& c) {
     std::printf("  memory given back: %.1f us per unit (the median give-back span)\n",
                 c.give_back_s * 1e6);
   }
+  if (c.jitter_samples > 0) {
+    std::printf(
+        "  ranks apart: a rank's compute in a step %.1f%% from its peers' mean (standard "
+        "deviation, %d rank-steps); a step waits for the slowest rank's\n",
+        100 * c.compute_jitter, c.jitter_samples);
+  }
   if (c.contention_samples > 0) {
     const int sharded = c.sharded_contention_samples;
     const int others = c.contention_samples - sharded;
@@ -127,7 +133,8 @@ int run_calibrate(const SimulateFlags& flags) {
   const std::vector<ComputeSample> compute = compute_samples(measured.runs);
   const std::vector<CommSample> comm = comm_samples(measured.runs);
   const Calibration c =
-      fit_calibration(compute, comm, measured.contention, give_back_samples(measured.runs));
+      fit_calibration(compute, comm, measured.contention, give_back_samples(measured.runs),
+                      spread_samples(measured.runs));
   std::string source = "calibrated from " + std::to_string(flags.calibrate.size()) +
                        (flags.calibrate.size() == 1 ? " run directory" : " run directories");
   if (!measured.machine.empty()) source += " on " + measured.machine;
@@ -450,6 +457,7 @@ int run_simulate(const SimulateFlags& flags, bool batch_given, const CommandLine
       {"sharded_compute_slowdown", sharded_compute},
       {"sharded_comm_slowdown", sharded_comm},
       {"first_touch_gbps", device.first_touch_bytes_per_s / 1e9},
+      {"compute_jitter", device.compute_jitter},
       {"calibration", here ? nlohmann::json(flags.calibration) : nlohmann::json(nullptr)},
   };
   nlohmann::json stragglers = nlohmann::json::array();

@@ -934,6 +934,28 @@ std::vector<ComputeSample> compute_samples(const std::vector<MeasuredRun>& runs)
   return out;
 }
 
+std::vector<RankSpreadSample> spread_samples(const std::vector<MeasuredRun>& runs) {
+  std::vector<RankSpreadSample> out;
+  for (const MeasuredRun& run : runs) {
+    if (!run.config.compute) continue;
+    const int tp = std::max(1, run.config.model.tensor);
+    const int stages = std::max(1, run.config.pipeline.stages);
+    // (step, stage) -> rank -> compute seconds.
+    std::map<std::pair<int, int>, std::map<int, double>> steps;
+    for (const Span& s : run.timeline.spans) {
+      if (s.lane != Lane::kCompute || s.step < run.warmup) continue;
+      steps[{s.step, (s.rank / tp) % stages}][s.rank] += static_cast<double>(s.duration_ns()) / 1e9;
+    }
+    for (const auto& [key, ranks] : steps) {
+      if (ranks.size() < 2) continue;
+      RankSpreadSample sample;
+      for (const auto& [rank, seconds] : ranks) sample.seconds.push_back(seconds);
+      out.push_back(std::move(sample));
+    }
+  }
+  return out;
+}
+
 std::vector<double> give_back_samples(const std::vector<MeasuredRun>& runs) {
   std::vector<double> out;
   for (const MeasuredRun& run : runs) {

@@ -165,6 +165,10 @@ std::vector<CommSample> comm_samples(const std::vector<MeasuredRun>& runs);
 // The seconds of every unit's memory given back in the runs' steps from their warm-up on
 // (the "give back" spans: Note [giving back, timed] in ddp/sharded.cpp).
 std::vector<double> give_back_samples(const std::vector<MeasuredRun>& runs);
+// Every measured step (from the warm-up on) of ranks that run the same work, each rank's
+// compute in it (its compute spans summed): a run's ranks, or a pipeline's ranks of one
+// stage; runs that compute nothing give none (Note [ranks apart] in simulate/simulator.cpp).
+std::vector<RankSpreadSample> spread_samples(const std::vector<MeasuredRun>& runs);
 
 // The median E2E (docs/METRICS.md: the iteration window of the slowest rank) over the
 // steps from `warmup` on: how measured and predicted steps are compared.

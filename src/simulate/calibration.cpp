@@ -171,9 +171,26 @@ std::string calibration_samples_csv(const Calibration& c, const std::vector<Comp
 Calibration fit_calibration(const std::vector<ComputeSample>& compute,
                             const std::vector<CommSample>& comm,
                             const std::vector<ContentionSample>& contention,
-                            const std::vector<double>& give_backs) {
+                            const std::vector<double>& give_backs,
+                            const std::vector<RankSpreadSample>& spread) {
   Calibration c;
   c.give_back_s = middle_of(give_backs);
+  // Ranks apart: the pooled variance of each rank's compute over its step's mean, n - 1
+  // degrees of freedom for a step of n ranks (a step of two that ran 10 and 12 ms: 9.1%
+  // each way, a standard deviation of 12.9%).
+  double squares = 0, dof = 0;
+  for (const RankSpreadSample& s : spread) {
+    const auto n = static_cast<double>(s.seconds.size());
+    double mean = 0;
+    for (const double x : s.seconds) mean += x / n;
+    if (n < 2 || !(mean > 0)) continue;
+    for (const double x : s.seconds) squares += (x / mean - 1) * (x / mean - 1);
+    dof += n - 1;
+    c.jitter_samples += static_cast<int>(n);
+  }
+  // Under 1, as a cluster file must have it (a rank twice its peers' mean every step is
+  // no jitter).
+  c.compute_jitter = dof > 0 ? std::min(0.99, std::sqrt(squares / dof)) : 0;
   // Collectives: columns 1/B, alpha and 1/Z (fsdp's gathers write into units given back),
   // from the transfers; then the hand-off, the mean over the samples that hold it of what
   // the ring leaves: a step pays the sum of its hand-offs, and their blocked times vary
@@ -310,6 +327,7 @@ Cluster calibrated_cluster(const Calibration& c, int ranks, double memory_bytes,
   out.device.sharded_comm_slowdown = c.sharded_comm_slowdown;
   out.device.first_touch_bytes_per_s = c.first_touch_bytes_per_s;
   out.device.give_back_s = c.give_back_s;
+  out.device.compute_jitter = c.compute_jitter;
   out.device.source = source;
   out.intra = c.link;
   out.inter = c.link;
@@ -355,6 +373,7 @@ nlohmann::json calibration_json(const Calibration& c, double memory_bytes,
         {"sharded_comm_slowdown", c.sharded_comm_slowdown},
         {"first_touch_gbps", c.first_touch_bytes_per_s / 1e9},
         {"give_back_us", c.give_back_s * 1e6},
+        {"compute_jitter", c.compute_jitter},
         {"source", source}}},
       {"intra",
        {{"gbps", c.link.bandwidth_bytes_per_s / 1e9},
@@ -365,6 +384,8 @@ nlohmann::json calibration_json(const Calibration& c, double memory_bytes,
         {"memory_bytes_per_s", c.memory_bytes_per_s},
         {"first_touch_bytes_per_s", c.first_touch_bytes_per_s},
         {"give_back_s", c.give_back_s},
+        {"compute_jitter", c.compute_jitter},
+        {"jitter_samples", c.jitter_samples},
         {"memory_bytes", memory_bytes},
         {"link_bytes_per_s", c.link.bandwidth_bytes_per_s},
         {"link_latency_s", c.link.latency_s},
@@ -418,6 +439,14 @@ Calibration read_calibration(const std::string& path, const std::string& flag, d
     }
     // Nor the give-back: none.
     if (j.contains("give_back_s")) c.give_back_s = number("give_back_s");
+    // Nor the ranks' jitter: ranks alike.
+    if (j.contains("compute_jitter")) {
+      c.compute_jitter = number("compute_jitter");
+      if (c.compute_jitter >= 1) {
+        throw UsageError(flag + " " + path + ": \"compute_jitter\" must be under 1");
+      }
+      c.jitter_samples = j.value("jitter_samples", 0);
+    }
     c.overlap_compute_slowdown = number("overlap_compute_slowdown");
     c.overlap_comm_slowdown = number("overlap_comm_slowdown");
     c.contention_samples = j.at("contention_samples").get<int>();

@@ -30,7 +30,12 @@
 //               that grew by B or more (not this model's shape). By what overlaps: the
 //               sharded strategies' configurations (reduce-scatters and all-gathers
 //               beside compute) fit their own c and m, the others' (all-reduces) theirs;
-//               a family with no sample for a lane takes that lane's fit over all.
+//               a family with no sample for a lane takes that lane's fit over all;
+//   ranks apart how far alike ranks' compute in a step stands from their mean
+//               (DeviceProfile::compute_jitter): the pooled standard deviation of each
+//               rank's compute time in a step over its peers' mean, from every measured
+//               step of ranks that run the same work (a pipeline's ranks of one stage);
+//               0 without two such ranks.
 // A parameter with no sample to fit it is not guessed: the fit says so and the caller
 // refuses (compute needs fp32 samples, collectives some; contention without characterize
 // runs stays 0). Where noise makes a slope fall (an fp32 rate or a link bandwidth that
@@ -86,6 +91,11 @@ struct ContentionSample {
   std::string what;
 };
 
+// One measured step of ranks that run the same work: each one's compute time in it.
+struct RankSpreadSample {
+  std::vector<double> seconds;
+};
+
 // How well the fitted model reproduces its samples: |predicted / measured - 1|.
 struct FitError {
   int samples = 0;
@@ -109,6 +119,8 @@ struct Calibration {
   double memory_bytes_per_s = 0;
   double first_touch_bytes_per_s = 0;  // 0: not fitted (free)
   double give_back_s = 0;              // per unit's memory given back; 0: none measured
+  double compute_jitter = 0;           // DeviceProfile::compute_jitter
+  int jitter_samples = 0;              // the rank-steps it stands on (0: not measured)
   LinkProfile link;
   double overlap_compute_slowdown = 0;
   double overlap_comm_slowdown = 0;
@@ -127,11 +139,13 @@ struct Calibration {
 
 // Throws UsageError naming --calibrate when a parameter cannot be fitted: no compute
 // sample in fp32, or no collective. `give_backs`: the measured seconds of each unit's
-// memory given back (the "give back" spans); their median is the fit's.
+// memory given back (the "give back" spans); their median is the fit's. `spread`: the
+// measured steps of alike ranks the ranks' jitter is taken from (none: 0).
 Calibration fit_calibration(const std::vector<ComputeSample>& compute,
                             const std::vector<CommSample>& comm,
                             const std::vector<ContentionSample>& contention,
-                            const std::vector<double>& give_backs = {});
+                            const std::vector<double>& give_backs = {},
+                            const std::vector<RankSpreadSample>& spread = {});
 
 // The seconds the fitted model gives a sample.
 double predict(const Calibration& c, const ComputeSample& s);

@@ -222,6 +222,9 @@ Cluster from_json(std::string_view path) {
       c.device.first_touch_bytes_per_s = positive(d, "first_touch_gbps", kG, path);
     }
     if (d.contains("give_back_us")) c.device.give_back_s = positive(d, "give_back_us", 1e-6, path);
+    if (d.contains("compute_jitter")) {
+      c.device.compute_jitter = positive(d, "compute_jitter", 1, path);
+    }
     for (auto [key, link] : {std::pair{"intra", &c.intra}, std::pair{"inter", &c.inter}}) {
       if (!j.contains(key)) continue;
       const nlohmann::json& l = j[key];
@@ -241,6 +244,9 @@ Cluster from_json(std::string_view path) {
   }
   if (c.device.gemm_efficiency <= 0 || c.device.gemm_efficiency > 1) {
     throw UsageError("--cluster " + std::string(path) + ": gemm_efficiency must be in (0, 1]");
+  }
+  if (c.device.compute_jitter >= 1) {
+    throw UsageError("--cluster " + std::string(path) + ": compute_jitter must be in [0, 1)");
   }
   return c;
 }

@@ -57,6 +57,12 @@ struct DeviceProfile {
   // [giving back, timed] in ddp/sharded.cpp). 0: none, as under a caching allocator (every
   // datasheet profile); calibration takes the measured median.
   double give_back_s = 0;
+  // How far apart alike ranks' compute runs in a step: the standard deviation of a rank's
+  // compute time in a step over its peers' mean, as a fraction (0.05: 5%). The step waits
+  // for the slowest of the ranks, priced at its expectation (Note [ranks apart] in
+  // simulator.cpp). 0: ranks alike (every datasheet profile, which says nothing of it);
+  // calibration measures it.
+  double compute_jitter = 0;
   std::string source;  // where the figures come from
 
   double peak(Precision precision) const;

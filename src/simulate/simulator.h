@@ -9,7 +9,8 @@
 // and bytes; the per-rank memory is the model's buffer_bytes. An event-driven engine
 // then advances every rank's compute lane and communication lane in virtual time:
 //   compute   a unit's pass takes flops / (peak x efficiency) + bytes / memory bandwidth,
-//             times the rank's straggler factor;
+//             times the rank's straggler factor and, where ranks jitter, its pace among
+//             them (the last rank the expected slowest: Note [ranks apart]);
 //   comm      a bucket's all-reduce starts once every rank has issued it and finished the
 //             collectives issued before it, and takes the hierarchical ring's time
 //             (allreduce_seconds);
@@ -88,6 +89,11 @@ struct SimulateOptions {
 // (twice as many for an all-reduce). One rank: 0.
 double collective_seconds(const Cluster& cluster, SpanKind kind, int ranks, double bytes);
 double allreduce_seconds(const Cluster& cluster, int ranks, double bytes);
+
+// The expected largest of n independent standard normal draws (0 for n < 2): how many
+// standard deviations the slowest of n jittering ranks stands past their mean (Note
+// [ranks apart] in simulator.cpp).
+double expected_slowest(int n);
 
 // One piece of a tensor-parallel rank's pass (--tensor; Note [tensor-parallel passes] in
 // simulator.cpp): compute, a collective of the tensor group waited for in place, or a ring

@@ -1,10 +1,13 @@
 // Note [contention's collectives] (experiment/calibrate.cpp): the slowdown of collectives
 // beside compute is fitted from the collectives' time once every member has issued them,
 // not from T_comm, which holds the wait for a peer still computing. Checked on simulated
-// runs, whose collectives take exactly the modelled time.
+// runs, whose collectives take exactly the modelled time. And the ranks' jitter, from
+// simulated ranks of given paces.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <array>
+#include <cmath>
 #include <map>
 
 #include "experiment/calibrate.h"
@@ -172,6 +175,59 @@ TEST(ContentionCalibrationTest, APassIsBesideItsRanksCollectiveInFlight) {
   EXPECT_DOUBLE_EQ(p.overlapped_s, 300e-9);
   EXPECT_DOUBLE_EQ(p.alone_s, 1.1 * 200e-9);
   EXPECT_DOUBLE_EQ(p.beside_s, 250e-9);
+}
+
+// Note [ranks apart] (simulate/simulator.cpp): each measured step's compute per rank,
+// against the mean of the ranks that run the same work. Rank 0 at 0.9 and rank 1 at 1.1
+// of the model's pace stand 0.1 each way from their mean every step: a standard deviation
+// of 0.1 sqrt(2) (one degree of freedom a step). A pipeline's stages run different work:
+// only a stage's replicas are compared.
+TEST(RankSpreadTest, EachStepsRanksAgainstTheirPeersMean) {
+  const TrainConfig base = layerwise_mlp();
+  const Cluster cluster = machine(0);
+  const MeasuredRun run = scenario_run(base, Scenario::kSequential, cluster,
+                                       {{.rank = 0, .compute = 0.9}, {.rank = 1, .compute = 1.1}});
+  const std::vector<RankSpreadSample> spread = spread_samples({run});
+  ASSERT_EQ(spread.size(), 2u);  // steps 1 and 2, after the warm-up
+  for (const RankSpreadSample& s : spread) {
+    ASSERT_EQ(s.seconds.size(), 2u);
+    EXPECT_NEAR(s.seconds[1] / s.seconds[0], 1.1 / 0.9, 1e-5);
+  }
+  const Calibration c =
+      fit_calibration(compute_samples({run}), comm_samples({run}), {}, {}, spread);
+  EXPECT_NEAR(c.compute_jitter, 0.1 * std::sqrt(2.0), 1e-5);
+  EXPECT_EQ(c.jitter_samples, 4);
+  // Alike ranks: none.
+  const MeasuredRun even = scenario_run(base, Scenario::kSequential, cluster);
+  EXPECT_NEAR(
+      fit_calibration(compute_samples({even}), comm_samples({even}), {}, {}, spread_samples({even}))
+          .compute_jitter,
+      0, 1e-6);
+
+  // 2 stages x 2 replicas: ranks 0 and 2 run stage 0, 1 and 3 stage 1; rank 2 at 1.2.
+  TrainConfig piped = base;
+  piped.ranks = 4;
+  piped.reducer.plan.strategy = Strategy::parse("bucketed");
+  piped.pipeline.stages = 2;
+  piped.pipeline.micro_batches = 2;
+  Calibration four;
+  four.gemm_flops_per_s = {50e9, 0, 0, 0};
+  four.memory_bytes_per_s = 20e9;
+  four.link = {.bandwidth_bytes_per_s = 2e9, .latency_s = 10e-6};
+  const MeasuredRun stages =
+      scenario_run(piped, Scenario::kSequential, calibrated_cluster(four, 4, 1e12, "test"),
+                   {{.rank = 2, .compute = 1.2}});
+  std::vector<double> ratios;
+  for (const RankSpreadSample& s : spread_samples({stages})) {
+    ASSERT_EQ(s.seconds.size(), 2u);
+    ratios.push_back(s.seconds[1] / s.seconds[0]);
+  }
+  std::sort(ratios.begin(), ratios.end());
+  ASSERT_EQ(ratios.size(), 4u);  // two steps of two stages
+  EXPECT_NEAR(ratios[0], 1, 1e-5);
+  EXPECT_NEAR(ratios[1], 1, 1e-5);
+  EXPECT_NEAR(ratios[2], 1.2, 1e-5);
+  EXPECT_NEAR(ratios[3], 1.2, 1e-5);
 }
 
 }  // namespace

@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 
@@ -245,6 +246,23 @@ TEST(CalibrationTest, WhatCannotBeFittedIsRefusedNamingTheFlag) {
   }
 }
 
+TEST(CalibrationTest, RanksApartIsThePooledDeviationFromEachStepsMean) {
+  // Two ranks at 10 and 12 ms (each 1/11 from their mean of 11), and three at 9, 10 and 11
+  // ms (0.1 from 10); one rank alone and a step of nothing say nothing.
+  const std::vector<RankSpreadSample> spread = {
+      {{10e-3, 12e-3}}, {{9e-3, 10e-3, 11e-3}}, {{5e-3}}, {{0, 0}}};
+  const Calibration c = fit_calibration(compute_from_truth(), comm_from_truth(), {}, {}, spread);
+  // (2 (1/11)^2 + 2 0.1^2) over 1 + 2 degrees of freedom.
+  EXPECT_NEAR(c.compute_jitter, std::sqrt((2.0 / 121 + 0.02) / 3), 1e-12);
+  EXPECT_EQ(c.jitter_samples, 5);
+  EXPECT_EQ(fit_calibration(compute_from_truth(), comm_from_truth(), {}).compute_jitter, 0);
+  // Alike ranks that took alike times: none.
+  EXPECT_EQ(fit_calibration(compute_from_truth(), comm_from_truth(), {}, {}, {{{3e-3, 3e-3}}})
+                .compute_jitter,
+            0);
+  EXPECT_EQ(calibrated_cluster(c, 2, 1e9, "test").device.compute_jitter, c.compute_jitter);
+}
+
 TEST(CalibrationTest, WhatIsWrittenIsReadBackAndBecomesTheHereCluster) {
   // The give-back is the median of the measured ones.
   Calibration c =
@@ -255,6 +273,8 @@ TEST(CalibrationTest, WhatIsWrittenIsReadBackAndBecomesTheHereCluster) {
   c.overlap_compute_slowdown = 0.2;
   c.sharded_compute_slowdown = 0.7;
   c.sharded_comm_slowdown = 0.3;
+  c.compute_jitter = 0.08;
+  c.jitter_samples = 40;
   const auto dir =
       std::filesystem::temp_directory_path() / ("tandem_calibration_" + std::to_string(::getpid()));
   std::filesystem::create_directories(dir);
@@ -269,6 +289,8 @@ TEST(CalibrationTest, WhatIsWrittenIsReadBackAndBecomesTheHereCluster) {
   EXPECT_EQ(back.give_back_s, 40e-6);
   EXPECT_EQ(back.sharded_compute_slowdown, 0.7);
   EXPECT_EQ(back.sharded_comm_slowdown, 0.3);
+  EXPECT_EQ(back.compute_jitter, 0.08);
+  EXPECT_EQ(back.jitter_samples, 40);
   EXPECT_EQ(memory, 8e9);
   EXPECT_EQ(source, "unit test");
   const Cluster here = resolve_cluster("here", dir.string(), 4);
@@ -277,11 +299,13 @@ TEST(CalibrationTest, WhatIsWrittenIsReadBackAndBecomesTheHereCluster) {
   EXPECT_EQ(here.device.gemm_efficiency, 1);
   EXPECT_EQ(here.device.first_touch_bytes_per_s, 3e10);
   EXPECT_EQ(here.device.give_back_s, 40e-6);
+  EXPECT_EQ(here.device.compute_jitter, 0.08);
   // The file is a cluster file too.
   const Cluster file = parse_cluster((dir / kCalibrationFile).string());
   EXPECT_NEAR(file.device.peak(Precision::kFp32) / c.gemm_flops_per_s[0], 1, 1e-12);
   EXPECT_NEAR(file.device.first_touch_bytes_per_s / 3e10, 1, 1e-12);
   EXPECT_NEAR(file.device.give_back_s / 40e-6, 1, 1e-12);
+  EXPECT_EQ(file.device.compute_jitter, 0.08);
   EXPECT_NEAR(file.device.compute_slowdown(SpanKind::kAllgather), 0.7, 1e-12);
   EXPECT_NEAR(file.device.compute_slowdown(SpanKind::kAllreduce), 0.2, 1e-12);
   // Written before contention was fitted by what overlaps: one pair for all.
@@ -289,10 +313,12 @@ TEST(CalibrationTest, WhatIsWrittenIsReadBackAndBecomesTheHereCluster) {
     nlohmann::json old = calibration_json(c, 8e9, "unit test");
     old["calibration"].erase("sharded_compute_slowdown");
     old["calibration"].erase("sharded_comm_slowdown");
+    old["calibration"].erase("compute_jitter");
     std::ofstream(dir / kCalibrationFile) << old.dump();
   }
   const Calibration older =
       read_calibration((dir / kCalibrationFile).string(), "--calibration", nullptr, nullptr);
+  EXPECT_EQ(older.compute_jitter, 0);  // written before the ranks' jitter was measured
   EXPECT_EQ(older.sharded_compute_slowdown, 0.2);
   EXPECT_EQ(older.sharded_comm_slowdown, c.overlap_comm_slowdown);
   EXPECT_THROW(resolve_cluster("here", "", 2), UsageError);

@@ -9,9 +9,11 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <numbers>
 #include <numeric>
 #include <optional>
 #include <set>
+#include <tuple>
 
 #include "analysis/metrics.h"
 #include "core/error.h"
@@ -271,6 +273,53 @@ TEST(SimulatorTest, AStragglerDelaysEveryRanksAllreduceAndTheOthersWait) {
   for (const Span& s : few.timeline.spans) ranks.insert(s.rank);
   EXPECT_EQ(ranks, (std::set<int>{0, 2}));
   EXPECT_EQ(few.steps.size(), slow.steps.size());
+}
+
+TEST(ExpectedSlowestTest, IsTheLargestOfNStandardNormals) {
+  EXPECT_EQ(expected_slowest(1), 0);
+  // The closed forms for 2 to 5 (1/sqrt(pi), 3/(2 sqrt(pi)), ...) and the tables' 10 and 100.
+  EXPECT_NEAR(expected_slowest(2), 1 / std::sqrt(std::numbers::pi), 1e-9);
+  EXPECT_NEAR(expected_slowest(3), 1.5 / std::sqrt(std::numbers::pi), 1e-9);
+  EXPECT_NEAR(expected_slowest(4), 1.0293753730, 1e-9);
+  EXPECT_NEAR(expected_slowest(5), 1.1629644736, 1e-9);
+  EXPECT_NEAR(expected_slowest(10), 1.5387527, 1e-6);
+  EXPECT_NEAR(expected_slowest(100), 2.5075937, 1e-6);
+}
+
+// Note [ranks apart]: with a device's compute_jitter sigma the last rank computes at the
+// expected slowest pace, 1 + sigma e(N), and every other at 1 - sigma e(N) / (N - 1): the
+// same step as those paces given as stragglers, and a longer one than alike ranks take.
+TEST(SimulatorTest, JitteringRanksRunAsTheExpectedSlowestAndTheRest) {
+  for (const auto& [ranks, pipeline] : {std::pair{2, false}, {4, false}, {8, true}}) {
+    Cluster cluster = round_cluster(1, ranks);
+    const TrainConfig config = pipeline ? pipeline_config("mlp:4x512", ranks, 2)
+                                        : mlp_config("mlp:4x512", ranks, "bucketed");
+    const double spread = 0.1 * expected_slowest(ranks);
+    std::vector<Straggler> paces;
+    for (int r = 0; r < ranks; ++r) {
+      paces.push_back(
+          {.rank = r, .compute = r == ranks - 1 ? 1 + spread : 1 - spread / (ranks - 1)});
+    }
+    const TrainResult alike = simulate_training(config, {.cluster = cluster});
+    const TrainResult given = simulate_training(config, {.cluster = cluster, .stragglers = paces});
+    cluster.device.compute_jitter = 0.1;
+    const TrainResult jittered = simulate_training(config, {.cluster = cluster});
+    const auto spans_of = [](const TrainResult& r) {
+      std::vector<std::tuple<int, std::int64_t, std::int64_t, int, int>> out;
+      for (const Span& s : r.timeline.spans) {
+        out.emplace_back(s.rank, s.start_ns, s.end_ns, static_cast<int>(s.kind), s.tag);
+      }
+      std::sort(out.begin(), out.end());
+      return out;
+    };
+    EXPECT_EQ(spans_of(jittered), spans_of(given)) << ranks;
+    ASSERT_EQ(jittered.steps.size(), alike.steps.size());
+    for (std::size_t i = 0; i < alike.steps.size(); ++i) {
+      const StepRecord& a = alike.steps[i];
+      const StepRecord& j = jittered.steps[i];
+      EXPECT_GT(j.end_ns - j.start_ns, a.end_ns - a.start_ns) << ranks << " rank " << a.rank;
+    }
+  }
 }
 
 // A replay's ranks keep their own pace (experiment/replay.cpp): a rank faster than the
@@ -956,7 +1005,7 @@ TEST(ClusterTest, AJsonFileOverridesAProfile) {
     std::ofstream out(path);
     out << R"({"nodes": 2, "devices_per_node": 4, "nics_per_node": 1,
               "device": {"profile": "h100", "gemm_efficiency": 0.5, "memory_gb": 40,
-                         "first_touch_gbps": 25},
+                         "first_touch_gbps": 25, "compute_jitter": 0.02},
               "inter": {"gbps": 12.5, "latency_us": 3}})";
   }
   const Cluster c = parse_cluster(path.string());
@@ -969,6 +1018,8 @@ TEST(ClusterTest, AJsonFileOverridesAProfile) {
   EXPECT_DOUBLE_EQ(c.intra.bandwidth_bytes_per_s, 450e9);  // the profile's
   EXPECT_DOUBLE_EQ(c.device.first_touch_bytes_per_s, 25e9);
   EXPECT_EQ(parse_cluster("h100").device.first_touch_bytes_per_s, 0);  // a caching allocator's
+  EXPECT_DOUBLE_EQ(c.device.compute_jitter, 0.02);
+  EXPECT_EQ(parse_cluster("h100").device.compute_jitter, 0);  // a datasheet says nothing of it
   // Without sharded factors, a sharded collective contends as any other.
   EXPECT_EQ(c.device.compute_slowdown(SpanKind::kAllgather), c.device.overlap_compute_slowdown);
   EXPECT_EQ(c.device.comm_slowdown(SpanKind::kReduceScatter), c.device.overlap_comm_slowdown);
@@ -995,6 +1046,11 @@ TEST(ClusterTest, AJsonFileOverridesAProfile) {
   {
     std::ofstream out(path);
     out << R"({"device": {"profile": "h100", "gemm_efficiency": 2}})";
+  }
+  EXPECT_THROW(parse_cluster(path.string()), UsageError);
+  {
+    std::ofstream out(path);
+    out << R"({"device": {"profile": "h100", "compute_jitter": 1.5}})";
   }
   EXPECT_THROW(parse_cluster(path.string()), UsageError);
   {
