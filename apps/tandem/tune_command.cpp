@@ -614,11 +614,11 @@ int run_measured(TuneFlags flags, const CommandLine& argv) {
       // The simulator's step time, scaled to what the default measured.
       const double scale =
           def.predicted_s > 0 ? baseline.overlapped_s / default_it->predicted_s : 1;
+      // Each round measures the first of these (its cost: plan_halving's cost_s).
       std::vector<double> ranked;
-      for (const TuneCandidate& c : candidates) {
-        if (c.refused.empty()) ranked.push_back(c.predicted_s);
+      for (const int i : measuring_order(candidates)) {
+        ranked.push_back(candidates[static_cast<std::size_t>(i)].predicted_s);
       }
-      std::sort(ranked.begin(), ranked.end());
       const auto cost = [&](int rank, int steps) {
         const double step = ranked[static_cast<std::size_t>(
                                 std::min<int>(rank, static_cast<int>(ranked.size()) - 1))] *

@@ -356,15 +356,19 @@ double grid_cost(int count, int final_steps, const std::function<double(int, int
 // close seconds alone came to 28, and the search to 26-27% of the grid. So the plan tune
 // makes by itself shrinks its first round, the worst predicted close seconds first (they
 // come last in Note [family picks]), until the whole search is predicted within
-// kGridShare; never below the best of every family (the guard against the simulator
-// misjudging a whole family) nor kLeastFirstRound: a small space, or a short --steps, whose
-// characterization alone may cost a quarter of its grid, is measured as the budget allows.
+// kGridShareAim, a fifth: the search and the grid are measured minutes apart on a machine
+// whose step times move by as much between them (the default's step 112 and 140 ms in a
+// search and its grid; searches planned at 24-25% of the grid measured 22-28% of it, so
+// a plan at a quarter would keep to a quarter half the time). Never below the best of
+// every family (the guard against the simulator misjudging a whole family) nor
+// kLeastFirstRound: a small space, or a short --steps, whose characterization alone may
+// cost a quarter of its grid, is measured as the budget allows.
 HalvingPlan plan_search(int first, int least, int count, double spent_s, double budget_s,
                         int final_steps, int min_steps,
                         const std::function<double(int, int)>& cost_s) {
   const double grid_s = grid_cost(count, final_steps, cost_s);
   HalvingPlan p = plan_halving(first, budget_s, final_steps, min_steps, cost_s);
-  const double share_s = kGridShare * grid_s - spent_s;
+  const double share_s = kGridShareAim * grid_s - spent_s;
   least = std::min(p.candidates.front(), least);
   if (p.cost_s > share_s && p.candidates.front() > least) {
     HalvingPlan q =
@@ -434,6 +438,16 @@ std::vector<int> family_picks(const std::vector<TuneCandidate>& candidates,
 
 }  // namespace
 
+std::vector<int> measuring_order(const std::vector<TuneCandidate>& candidates) {
+  const std::vector<int> ranked = ranked_by_prediction(candidates);
+  std::vector<int> order = family_picks(candidates, ranked);
+  const std::set<int> picked(order.begin(), order.end());
+  for (const int i : ranked) {
+    if (!picked.contains(i)) order.push_back(i);
+  }
+  return order;
+}
+
 int default_first_round(const std::vector<TuneCandidate>& candidates) {
   const std::vector<int> ranked = ranked_by_prediction(candidates);
   const int picks = static_cast<int>(family_picks(candidates, ranked).size());
@@ -478,16 +492,13 @@ TuneSearch::TuneSearch(std::vector<TuneCandidate> candidates, HalvingPlan plan,
     }
   }
   TANDEM_CHECK(default_ >= 0);
-  ranked_ = ranked_by_prediction(candidates_);
   if (!plan_.candidates.empty()) start_round(0);
 }
 
 void TuneSearch::start_round(int round) {
   const int keep = plan_.candidates[static_cast<std::size_t>(round)];
   std::vector<int> pool;
-  if (round == 0) {
-    pool = ranked_;
-  } else {
+  if (round > 0) {
     // The previous round's candidates by what they measured, fastest first.
     pool = in_round_;
     std::stable_sort(pool.begin(), pool.end(), [&](int a, int b) {
@@ -496,16 +507,11 @@ void TuneSearch::start_round(int round) {
     });
   }
   in_round_.clear();
-  if (round == 0) {
-    // Note [family picks].
-    for (const int i : family_picks(candidates_, pool)) {
-      if (static_cast<int>(in_round_.size()) >= keep) break;
-      in_round_.push_back(i);
-    }
-  }
+  // Note [family picks]: the first round in measuring order.
+  if (round == 0) pool = measuring_order(candidates_);
   for (const int i : pool) {
     if (static_cast<int>(in_round_.size()) >= keep) break;
-    if (std::find(in_round_.begin(), in_round_.end(), i) == in_round_.end()) in_round_.push_back(i);
+    in_round_.push_back(i);
   }
   // The default is measured in every round, so that every answer compares with it on
   // the same machine at the same time.
