@@ -139,11 +139,6 @@ struct HalvingPlan {
 HalvingPlan plan_halving(int first, double budget_s, int final_steps, int min_steps,
                          const std::function<double(int rank, int steps)>& cost_s, int least = 2);
 
-// The plan tune makes by itself (no --candidates; Note [a quarter of the grid] in
-// tune.cpp): plan_halving for `first` within `budget_s`, shrunk further, to `least`
-// candidates at least (least_first_round), until `spent_s` (the default's
-// characterization) and the plan together are predicted at most kGridShareAim of the
-// grid, every one of the `count` candidates measured for `final_steps` steps.
 // The grid's predicted cost: every one of `count` candidates for `final_steps` steps.
 double grid_cost(int count, int final_steps,
                  const std::function<double(int rank, int steps)>& cost_s);
@@ -153,6 +148,11 @@ inline constexpr double kGridShare = 0.25;
 // 24-25% took 22-28% of the grid's measured time; Note [a quarter of the grid]).
 inline constexpr double kGridShareAim = 0.20;
 inline constexpr int kLeastFirstRound = 8;
+// The plan tune makes by itself (no --candidates; Note [a quarter of the grid] in
+// tune.cpp): plan_halving for `first` within `budget_s`, shrunk further, to `least`
+// candidates at least (least_first_round), until `spent_s` (the default's
+// characterization) and the plan together are predicted at most kGridShareAim of the
+// grid, every one of the `count` candidates measured for `final_steps` steps.
 HalvingPlan plan_search(int first, int least, int count, double spent_s, double budget_s,
                         int final_steps, int min_steps,
                         const std::function<double(int rank, int steps)>& cost_s);
