@@ -1644,6 +1644,17 @@ TrainResult simulate_training(const TrainConfig& given, const SimulateOptions& o
     }
   }
   std::vector<std::array<std::deque<int>, 4>> queues(static_cast<std::size_t>(n_actors));
+  // Note [a rank's own start]: a measured collective's span on a rank runs from when that
+  // rank's communication thread took it up (its issue, or the end of the collective before
+  // it on the same communicator: comm/progress_communicator.cpp) to its end, so a rank that
+  // arrived first holds the wait for the last in its span, beside whatever it computes
+  // meanwhile; T_comm, the overlap and the hidden share count it, and analysis/waiting.h
+  // splits it into skew and transfer. The transfer itself moves (and slows compute) only
+  // once all have arrived. The simulator's spans start alike: at the member's post, or when
+  // its channel's collective before it ended, and a replay's late take-up
+  // (Transfer::start_delay) after that; never after the transfer started. Per actor and
+  // channel: that end.
+  std::vector<std::array<double, 4>> channel_free(static_cast<std::size_t>(n_actors));
   std::vector<int> pending, moving;
   const DeviceProfile& device = cluster.device;
   constexpr double kEps = 1e-15;
@@ -1851,13 +1862,21 @@ TrainResult simulate_training(const TrainConfig& given, const SimulateOptions& o
       const Transfer& tr = transfer_of(id);
       for (std::size_t w = 0; w < tr.actors.size(); ++w) {
         Actor& a = actors[static_cast<std::size_t>(tr.actors[w])];
+        double own_start = i.posted_at[w];  // Note [a rank's own start]
+        if (queued(tr)) {
+          double& free = channel_free[static_cast<std::size_t>(tr.actors[w])]
+                                     [static_cast<std::size_t>(tr.channel)];
+          own_start = std::max(own_start, free);
+          free = t;
+        }
+        own_start += tr.start_delay;
         Span span{.lane = Lane::kComm,
                   .kind = tr.p2p() && w == 1 ? SpanKind::kRecv : tr.kind,
                   .name = tr.name,
                   .step = id / T,
                   .tag = tr.tag,
                   .micro = tr.p2p() && !tr.ring ? tr.tag : -1,
-                  .start_ns = ns(i.start),
+                  .start_ns = ns(std::min(own_start, i.start)),
                   .end_ns = ns(t),
                   .bytes = tr.bytes,
                   .issue_ns = ns(i.posted_at[w])};

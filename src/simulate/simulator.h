@@ -13,7 +13,8 @@
 //             them (the last rank the expected slowest: Note [ranks apart]);
 //   comm      a bucket's all-reduce starts once every rank has issued it and finished the
 //             collectives issued before it, and takes the hierarchical ring's time
-//             (allreduce_seconds);
+//             (allreduce_seconds); each rank's span of it starts when that rank's own
+//             wire took it up, as a measured span does (Note [a rank's own start]);
 //   overlap   while both lanes of a rank are busy, its compute runs
 //             1 + overlap_compute_slowdown times slower and the collective (which moves
 //             at its slowest rank's pace) 1 + overlap_comm_slowdown times slower; beside

@@ -16,6 +16,7 @@
 #include <tuple>
 
 #include "analysis/metrics.h"
+#include "analysis/waiting.h"
 #include "core/error.h"
 #include "ddp/sharded.h"
 #include "engine/pipeline.h"
@@ -273,6 +274,56 @@ TEST(SimulatorTest, AStragglerDelaysEveryRanksAllreduceAndTheOthersWait) {
   for (const Span& s : few.timeline.spans) ranks.insert(s.rank);
   EXPECT_EQ(ranks, (std::set<int>{0, 2}));
   EXPECT_EQ(few.steps.size(), slow.steps.size());
+}
+
+// Note [a rank's own start]: as a measured span does, a rank's span of a collective starts
+// when its own wire took it up (its post, or the end of its collective before), so the
+// rank that arrived first holds the wait for the straggler in its span, and the analysis
+// of waiting reads that as skew; the transfer itself moves once both have posted.
+TEST(SimulatorTest, ARanksCollectiveSpanStartsWhenItsOwnWireTookItUp) {
+  const Cluster cluster = round_cluster(1, 2);
+  TrainConfig config = mlp_config("mlp:4x512", 2, "layerwise");
+  config.steps = 1;
+  const TrainResult r =
+      simulate_training(config, {.cluster = cluster, .stragglers = {{.rank = 1, .compute = 2}}});
+  std::map<int, std::vector<Span>> allreduces;  // by rank, in issue order
+  for (const Span& s : r.timeline.spans) {
+    if (s.kind == SpanKind::kAllreduce) allreduces[s.rank].push_back(s);
+  }
+  for (auto& [rank, spans] : allreduces) {
+    std::sort(spans.begin(), spans.end(),
+              [](const Span& a, const Span& b) { return a.issue_ns < b.issue_ns; });
+  }
+  const std::vector<Span>& fast = allreduces[0];
+  const std::vector<Span>& slow = allreduces[1];
+  ASSERT_GE(fast.size(), 3u);
+  ASSERT_EQ(fast.size(), slow.size());
+  EXPECT_LT(fast[0].start_ns, slow[0].start_ns);  // the first waited for the straggler
+  double fast_comm = 0, slow_comm = 0;
+  for (std::size_t b = 0; b < fast.size(); ++b) {
+    const std::int64_t wire_free = b == 0 ? 0 : fast[b - 1].end_ns;
+    EXPECT_EQ(fast[b].start_ns, std::max(fast[b].issue_ns, wire_free)) << b;
+    EXPECT_EQ(fast[b].end_ns, slow[b].end_ns) << b;      // one collective, ended for both
+    EXPECT_LE(fast[b].start_ns, slow[b].start_ns) << b;  // the straggler posts later
+    fast_comm += seconds(fast[b].duration_ns());
+    slow_comm += seconds(slow[b].duration_ns());
+  }
+  EXPECT_GT(fast_comm, slow_comm);  // the first to arrive waited inside its spans
+  const WaitingAnalysis waiting = explain_waiting(r.timeline);
+  ASSERT_NE(waiting.rank(0), nullptr);
+  EXPECT_GT(waiting.rank(0)->skew_ns, 0);
+  EXPECT_EQ(waiting.most_often_last, 1);
+
+  // Alike ranks post together: their spans of a collective coincide.
+  const TrainResult even = simulate_training(config, {.cluster = cluster});
+  std::map<std::tuple<int, int>, std::vector<std::int64_t>> starts;  // (step, tag) -> starts
+  for (const Span& s : even.timeline.spans) {
+    if (s.kind == SpanKind::kAllreduce) starts[{s.step, s.tag}].push_back(s.start_ns);
+  }
+  for (const auto& [key, at] : starts) {
+    ASSERT_EQ(at.size(), 2u);
+    EXPECT_EQ(at[0], at[1]) << std::get<1>(key);
+  }
 }
 
 TEST(ExpectedSlowestTest, IsTheLargestOfNStandardNormals) {
