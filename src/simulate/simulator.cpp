@@ -1643,7 +1643,13 @@ TrainResult simulate_training(const TrainConfig& given, const SimulateOptions& o
       i.posted_at.assign(tr.actors.size(), 0);
     }
   }
-  std::vector<std::array<std::deque<int>, 4>> queues(static_cast<std::size_t>(n_actors));
+  // Per actor and channel: the collectives it posted there, in order, and when its last one
+  // there ended (Note [a rank's own start]).
+  struct Channel {
+    std::deque<int> queue;
+    double free = 0;
+  };
+  std::vector<std::array<Channel, 4>> channels(static_cast<std::size_t>(n_actors));
   // Note [a rank's own start]: a measured collective's span on a rank runs from when that
   // rank's communication thread took it up (its issue, or the end of the collective before
   // it on the same communicator: comm/progress_communicator.cpp) to its end, so a rank that
@@ -1652,9 +1658,7 @@ TrainResult simulate_training(const TrainConfig& given, const SimulateOptions& o
   // splits it into skew and transfer. The transfer itself moves (and slows compute) only
   // once all have arrived. The simulator's spans start alike: at the member's post, or when
   // its channel's collective before it ended, and a replay's late take-up
-  // (Transfer::start_delay) after that; never after the transfer started. Per actor and
-  // channel: that end.
-  std::vector<std::array<double, 4>> channel_free(static_cast<std::size_t>(n_actors));
+  // (Transfer::start_delay) after that; never after the transfer started.
   std::vector<int> pending, moving;
   const DeviceProfile& device = cluster.device;
   constexpr double kEps = 1e-15;
@@ -1670,7 +1674,8 @@ TrainResult simulate_training(const TrainConfig& given, const SimulateOptions& o
     if (i.posted != static_cast<int>(tr.actors.size())) return false;
     if (!queued(tr)) return true;
     return std::all_of(tr.actors.begin(), tr.actors.end(), [&](int a) {
-      const auto& q = queues[static_cast<std::size_t>(a)][static_cast<std::size_t>(tr.channel)];
+      const auto& q =
+          channels[static_cast<std::size_t>(a)][static_cast<std::size_t>(tr.channel)].queue;
       return !q.empty() && q.front() == id;
     });
   };
@@ -1723,8 +1728,8 @@ TrainResult simulate_training(const TrainConfig& given, const SimulateOptions& o
             i.posted_at[who] = t;
             if (++i.posted == static_cast<int>(tr.actors.size())) pending.push_back(id);
             if (queued(tr)) {
-              queues[static_cast<std::size_t>(ai)][static_cast<std::size_t>(tr.channel)].push_back(
-                  id);
+              channels[static_cast<std::size_t>(ai)][static_cast<std::size_t>(tr.channel)]
+                  .queue.push_back(id);
             }
             ++a.pc;
           } else if (op.kind == StepOpKind::kWait) {
@@ -1864,10 +1869,12 @@ TrainResult simulate_training(const TrainConfig& given, const SimulateOptions& o
         Actor& a = actors[static_cast<std::size_t>(tr.actors[w])];
         double own_start = i.posted_at[w];  // Note [a rank's own start]
         if (queued(tr)) {
-          double& free = channel_free[static_cast<std::size_t>(tr.actors[w])]
-                                     [static_cast<std::size_t>(tr.channel)];
-          own_start = std::max(own_start, free);
-          free = t;
+          Channel& c = channels[static_cast<std::size_t>(tr.actors[w])]
+                               [static_cast<std::size_t>(tr.channel)];
+          TANDEM_CHECK(!c.queue.empty() && c.queue.front() == id);
+          c.queue.pop_front();
+          own_start = std::max(own_start, c.free);
+          c.free = t;
         }
         own_start += tr.start_delay;
         Span span{.lane = Lane::kComm,
@@ -1889,12 +1896,6 @@ TrainResult simulate_training(const TrainConfig& given, const SimulateOptions& o
         a.in_flight_sharded -= sharded_collective(tr.kind) ? 1 : 0;
         a.sending -= !tr.p2p() || w == 0 ? 1 : 0;
         a.receiving -= !tr.p2p() || w == 1 || tr.ring ? 1 : 0;
-        if (queued(tr)) {
-          auto& q =
-              queues[static_cast<std::size_t>(tr.actors[w])][static_cast<std::size_t>(tr.channel)];
-          TANDEM_CHECK(!q.empty() && q.front() == id);
-          q.pop_front();
-        }
       }
       moving[k] = moving.back();
       rates[k] = rates.back();
