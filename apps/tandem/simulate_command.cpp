@@ -80,6 +80,12 @@ void print_calibration(const Calibration& c) {
         "deviation, %d rank-steps); a step waits for the slowest rank's\n",
         100 * c.compute_jitter, c.jitter_samples);
   }
+  if (c.issuer_samples > 0) {
+    std::printf(
+        "  last issuer: the rank that issued a collective last computed again %.0f%% into its "
+        "transfer (%d collectives): its communication thread took the core\n",
+        100 * c.issuer_held, c.issuer_samples);
+  }
   if (c.contention_samples > 0) {
     const int sharded = c.sharded_contention_samples;
     const int others = c.contention_samples - sharded;
@@ -134,7 +140,7 @@ int run_calibrate(const SimulateFlags& flags) {
   const std::vector<CommSample> comm = comm_samples(measured.runs);
   const Calibration c =
       fit_calibration(compute, comm, measured.contention, give_back_samples(measured.runs),
-                      spread_samples(measured.runs));
+                      spread_samples(measured.runs), issuer_samples(measured.runs));
   std::string source = "calibrated from " + std::to_string(flags.calibrate.size()) +
                        (flags.calibrate.size() == 1 ? " run directory" : " run directories");
   if (!measured.machine.empty()) source += " on " + measured.machine;
@@ -458,6 +464,7 @@ int run_simulate(const SimulateFlags& flags, bool batch_given, const CommandLine
       {"sharded_comm_slowdown", sharded_comm},
       {"first_touch_gbps", device.first_touch_bytes_per_s / 1e9},
       {"compute_jitter", device.compute_jitter},
+      {"issuer_held", device.issuer_held},
       {"calibration", here ? nlohmann::json(flags.calibration) : nlohmann::json(nullptr)},
   };
   nlohmann::json stragglers = nlohmann::json::array();

@@ -956,6 +956,47 @@ std::vector<RankSpreadSample> spread_samples(const std::vector<MeasuredRun>& run
   return out;
 }
 
+std::vector<IssuerSample> issuer_samples(const std::vector<MeasuredRun>& runs) {
+  std::vector<IssuerSample> out;
+  for (const MeasuredRun& run : runs) {
+    if (!run.config.compute) continue;
+    // Per rank, what its training thread did, by start: passes, memory given back, waits.
+    std::map<std::int32_t, std::vector<const Span*>> own;
+    for (const Span& s : run.timeline.spans) {
+      if (s.step < run.warmup) continue;
+      if (s.lane == Lane::kCompute || s.lane == Lane::kWait ||
+          (s.lane == Lane::kIdle && s.kind == SpanKind::kMemory)) {
+        own[s.rank].push_back(&s);
+      }
+    }
+    for (auto& [rank, spans] : own) {
+      std::sort(spans.begin(), spans.end(),
+                [](const Span* a, const Span* b) { return a->start_ns < b->start_ns; });
+    }
+    const auto issued = [](const Span* s) { return s->issue_ns > 0 ? s->issue_ns : s->start_ns; };
+    for_each_collective(
+        run, [&](const Span& s) { return !is_tensor_span(run.timeline, s); },
+        [&](SpanKind, int, std::int64_t, std::size_t, const std::vector<const Span*>& members) {
+          const auto [start, end] = moving(members);
+          if (end <= start) return;
+          const Span* last = *std::max_element(
+              members.begin(), members.end(),
+              [&](const Span* a, const Span* b) { return issued(a) < issued(b); });
+          const auto it = own.find(last->rank);
+          if (it == own.end()) return;
+          const auto next =
+              std::lower_bound(it->second.begin(), it->second.end(), issued(last),
+                               [](const Span* s, std::int64_t t) { return s->start_ns < t; });
+          if (next == it->second.end() || (*next)->lane == Lane::kWait) return;
+          out.push_back({.held_s = static_cast<double>(std::clamp((*next)->start_ns - start,
+                                                                  std::int64_t{0}, end - start)) /
+                                   1e9,
+                         .moving_s = static_cast<double>(end - start) / 1e9});
+        });
+  }
+  return out;
+}
+
 std::vector<double> give_back_samples(const std::vector<MeasuredRun>& runs) {
   std::vector<double> out;
   for (const MeasuredRun& run : runs) {

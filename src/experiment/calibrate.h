@@ -169,6 +169,11 @@ std::vector<double> give_back_samples(const std::vector<MeasuredRun>& runs);
 // compute in it (its compute spans summed): a run's ranks, or a pipeline's ranks of one
 // stage; runs that compute nothing give none (Note [ranks apart] in simulate/simulator.cpp).
 std::vector<RankSpreadSample> spread_samples(const std::vector<MeasuredRun>& runs);
+// Every collective that moved in the runs' steps from their warm-up on (data-parallel and
+// sharded ones: a tensor group's are waited for in place), with how long into its transfer
+// the rank that issued it last began its next pass (Note [the last issuer's core] in
+// simulate/simulator.cpp); one whose rank waited for anything before that pass gives none.
+std::vector<IssuerSample> issuer_samples(const std::vector<MeasuredRun>& runs);
 
 // The median E2E (docs/METRICS.md: the iteration window of the slowest rank) over the
 // steps from `warmup` on: how measured and predicted steps are compared.

@@ -621,7 +621,7 @@ Calibration calibrate_from(const Characterization& c, const TrainConfig& base,
                               .what = "the default's scenarios"};
   time_training_contention(contention, runs, at);
   return fit_calibration(compute_samples(runs), comm_samples(runs), {contention},
-                         give_back_samples(runs), spread_samples(runs));
+                         give_back_samples(runs), spread_samples(runs), issuer_samples(runs));
 }
 
 void predict_candidates(std::vector<TuneCandidate>& candidates, const Cluster& cluster,

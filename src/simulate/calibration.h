@@ -35,7 +35,14 @@
 //               (DeviceProfile::compute_jitter): the pooled standard deviation of each
 //               rank's compute time in a step over its peers' mean, from every measured
 //               step of ranks that run the same work (a pipeline's ranks of one stage);
-//               0 without two such ranks.
+//               0 without two such ranks;
+//   last issuer how long the rank that issued a collective last computes nothing once its
+//               transfer moves (DeviceProfile::issuer_held): over every measured
+//               collective that moved (its last member started), the time from the
+//               transfer's start to that rank's next pass, at most the transfer, summed
+//               over the transfers' summed times (a collective whose rank waited before
+//               its next pass is left out: that pass waited for something else); 0
+//               without any.
 // A parameter with no sample to fit it is not guessed: the fit says so and the caller
 // refuses (compute needs fp32 samples, collectives some; contention without characterize
 // runs stays 0). Where noise makes a slope fall (an fp32 rate or a link bandwidth that
@@ -91,6 +98,13 @@ struct ContentionSample {
   std::string what;
 };
 
+// One measured collective that moved: how long its transfer ran, and for how much of it
+// the rank that issued it last computed nothing (its next pass began that late into it).
+struct IssuerSample {
+  double held_s = 0;
+  double moving_s = 0;
+};
+
 // One measured step of ranks that run the same work: each one's compute time in it.
 struct RankSpreadSample {
   std::vector<double> seconds;
@@ -121,6 +135,8 @@ struct Calibration {
   double give_back_s = 0;              // per unit's memory given back; 0: none measured
   double compute_jitter = 0;           // DeviceProfile::compute_jitter
   int jitter_samples = 0;              // the rank-steps it stands on (0: not measured)
+  double issuer_held = 0;              // DeviceProfile::issuer_held
+  int issuer_samples = 0;              // the collectives it stands on (0: not measured)
   LinkProfile link;
   double overlap_compute_slowdown = 0;
   double overlap_comm_slowdown = 0;
@@ -140,12 +156,14 @@ struct Calibration {
 // Throws UsageError naming --calibrate when a parameter cannot be fitted: no compute
 // sample in fp32, or no collective. `give_backs`: the measured seconds of each unit's
 // memory given back (the "give back" spans); their median is the fit's. `spread`: the
-// measured steps of alike ranks the ranks' jitter is taken from (none: 0).
+// measured steps of alike ranks the ranks' jitter is taken from (none: 0). `issuers`: the
+// collectives the last issuer's hold is taken from (none: 0).
 Calibration fit_calibration(const std::vector<ComputeSample>& compute,
                             const std::vector<CommSample>& comm,
                             const std::vector<ContentionSample>& contention,
                             const std::vector<double>& give_backs = {},
-                            const std::vector<RankSpreadSample>& spread = {});
+                            const std::vector<RankSpreadSample>& spread = {},
+                            const std::vector<IssuerSample>& issuers = {});
 
 // The seconds the fitted model gives a sample.
 double predict(const Calibration& c, const ComputeSample& s);

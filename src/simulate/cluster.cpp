@@ -225,6 +225,7 @@ Cluster from_json(std::string_view path) {
     if (d.contains("compute_jitter")) {
       c.device.compute_jitter = positive(d, "compute_jitter", 1, path);
     }
+    if (d.contains("issuer_held")) c.device.issuer_held = positive(d, "issuer_held", 1, path);
     for (auto [key, link] : {std::pair{"intra", &c.intra}, std::pair{"inter", &c.inter}}) {
       if (!j.contains(key)) continue;
       const nlohmann::json& l = j[key];
@@ -247,6 +248,9 @@ Cluster from_json(std::string_view path) {
   }
   if (c.device.compute_jitter >= 1) {
     throw UsageError("--cluster " + std::string(path) + ": compute_jitter must be in [0, 1)");
+  }
+  if (c.device.issuer_held > 1) {
+    throw UsageError("--cluster " + std::string(path) + ": issuer_held must be in [0, 1]");
   }
   return c;
 }

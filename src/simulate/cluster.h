@@ -63,6 +63,11 @@ struct DeviceProfile {
   // simulator.cpp). 0: ranks alike (every datasheet profile, which says nothing of it);
   // calibration measures it.
   double compute_jitter = 0;
+  // The share of a collective's transfer through which the rank that issued it last, and
+  // so set it moving, computes nothing: its communication thread took the core the rank
+  // computes on (Note [the last issuer's core] in simulator.cpp). 0: a core, or a device,
+  // of the communication's own (every datasheet profile); calibration measures it.
+  double issuer_held = 0;
   std::string source;  // where the figures come from
 
   double peak(Precision precision) const;

@@ -19,7 +19,9 @@
 //             1 + overlap_compute_slowdown times slower and the collective (which moves
 //             at its slowest rank's pace) 1 + overlap_comm_slowdown times slower; beside
 //             a reduce-scatter or an all-gather, by the device's sharded factors
-//             (DeviceProfile::compute_slowdown);
+//             (DeviceProfile::compute_slowdown); the rank whose issue set a collective
+//             moving computes again only issuer_held into its transfer, its core the
+//             communication thread's meanwhile (Note [the last issuer's core]);
 //   touch     memory zero2 and fsdp gave back costs its bytes at the device's first-touch
 //             rate when a gather or a backward writes it again (given_back_bytes).
 #pragma once

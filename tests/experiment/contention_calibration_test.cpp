@@ -230,5 +230,35 @@ TEST(RankSpreadTest, EachStepsRanksAgainstTheirPeersMean) {
   EXPECT_NEAR(ratios[3], 1.2, 1e-5);
 }
 
+// Note [the last issuer's core] (simulate/simulator.cpp): measured back from simulated
+// runs whose last issuer sat out a known share of each transfer. The straggler issues
+// every collective last.
+TEST(IssuerHoldTest, TheShareOfTheTransferTheLastIssuerSatOut) {
+  const TrainConfig base = layerwise_mlp();
+  for (const double held : {0.0, 0.4, 1.0}) {
+    Calibration fast;
+    fast.gemm_flops_per_s = {50e9, 0, 0, 0};
+    fast.memory_bytes_per_s = 20e9;
+    fast.link = {.bandwidth_bytes_per_s = 20e9, .latency_s = 1e-6};
+    fast.issuer_held = held;
+    const MeasuredRun run =
+        scenario_run(base, Scenario::kOverlapped, calibrated_cluster(fast, 2, 1e12, "test"),
+                     {{.rank = 1, .compute = 2}});
+    const std::vector<IssuerSample> samples = issuer_samples({run});
+    // 4 layers' all-reduces in each of steps 1 and 2; the last of each step waited for,
+    // unless held through: then it was over when its wait came, and the optimizer followed.
+    EXPECT_EQ(samples.size(), held < 1 ? 6u : 8u) << held;
+    for (const IssuerSample& s : samples) {
+      EXPECT_GT(s.moving_s, 0);
+      EXPECT_NEAR(s.held_s, held * s.moving_s, 2e-9) << held;
+    }
+    const Calibration c =
+        fit_calibration(compute_samples({run}), comm_samples({run}), {}, {}, {}, samples);
+    EXPECT_NEAR(c.issuer_held, held, 1e-4);
+    EXPECT_EQ(c.issuer_samples, static_cast<int>(samples.size()));
+    EXPECT_DOUBLE_EQ(calibrated_cluster(c, 2, 1e12, "test").device.issuer_held, c.issuer_held);
+  }
+}
+
 }  // namespace
 }  // namespace tandem

@@ -275,6 +275,8 @@ TEST(CalibrationTest, WhatIsWrittenIsReadBackAndBecomesTheHereCluster) {
   c.sharded_comm_slowdown = 0.3;
   c.compute_jitter = 0.08;
   c.jitter_samples = 40;
+  c.issuer_held = 0.65;
+  c.issuer_samples = 900;
   const auto dir =
       std::filesystem::temp_directory_path() / ("tandem_calibration_" + std::to_string(::getpid()));
   std::filesystem::create_directories(dir);
@@ -291,6 +293,8 @@ TEST(CalibrationTest, WhatIsWrittenIsReadBackAndBecomesTheHereCluster) {
   EXPECT_EQ(back.sharded_comm_slowdown, 0.3);
   EXPECT_EQ(back.compute_jitter, 0.08);
   EXPECT_EQ(back.jitter_samples, 40);
+  EXPECT_EQ(back.issuer_held, 0.65);
+  EXPECT_EQ(back.issuer_samples, 900);
   EXPECT_EQ(memory, 8e9);
   EXPECT_EQ(source, "unit test");
   const Cluster here = resolve_cluster("here", dir.string(), 4);
@@ -300,12 +304,14 @@ TEST(CalibrationTest, WhatIsWrittenIsReadBackAndBecomesTheHereCluster) {
   EXPECT_EQ(here.device.first_touch_bytes_per_s, 3e10);
   EXPECT_EQ(here.device.give_back_s, 40e-6);
   EXPECT_EQ(here.device.compute_jitter, 0.08);
+  EXPECT_EQ(here.device.issuer_held, 0.65);
   // The file is a cluster file too.
   const Cluster file = parse_cluster((dir / kCalibrationFile).string());
   EXPECT_NEAR(file.device.peak(Precision::kFp32) / c.gemm_flops_per_s[0], 1, 1e-12);
   EXPECT_NEAR(file.device.first_touch_bytes_per_s / 3e10, 1, 1e-12);
   EXPECT_NEAR(file.device.give_back_s / 40e-6, 1, 1e-12);
   EXPECT_EQ(file.device.compute_jitter, 0.08);
+  EXPECT_EQ(file.device.issuer_held, 0.65);
   EXPECT_NEAR(file.device.compute_slowdown(SpanKind::kAllgather), 0.7, 1e-12);
   EXPECT_NEAR(file.device.compute_slowdown(SpanKind::kAllreduce), 0.2, 1e-12);
   // Written before contention was fitted by what overlaps: one pair for all.

@@ -326,6 +326,52 @@ TEST(SimulatorTest, ARanksCollectiveSpanStartsWhenItsOwnWireTookItUp) {
   }
 }
 
+// Note [the last issuer's core]: the rank whose issue lets a collective move (here always
+// the straggler) goes on with its next operation only once issuer_held of the transfer has
+// gone by; a rank that issued it earlier goes on at once.
+TEST(SimulatorTest, TheLastIssuerComputesAgainAsFarIntoTheTransferAsItsCoreIsHeld) {
+  TrainConfig config = mlp_config("mlp:8x512", 2, "layerwise");
+  config.steps = 1;
+  std::map<double, std::int64_t> step_ns;
+  for (const double held : {0.0, 0.5, 1.0}) {
+    Cluster cluster = round_cluster(1, 2);
+    cluster.intra.bandwidth_bytes_per_s = 100e9;  // each transfer moves before the next issue
+    cluster.device.issuer_held = held;
+    const TrainResult r =
+        simulate_training(config, {.cluster = cluster, .stragglers = {{.rank = 1, .compute = 2}}});
+    std::map<int, std::vector<Span>> own;  // by rank: what its training thread did, by start
+    std::map<int, std::vector<Span>> allreduces;
+    for (const Span& s : r.timeline.spans) {
+      if (s.kind == SpanKind::kAllreduce) allreduces[s.rank].push_back(s);
+      if (s.lane != Lane::kComm) own[s.rank].push_back(s);
+    }
+    for (auto& [rank, spans] : own) {
+      std::sort(spans.begin(), spans.end(),
+                [](const Span& a, const Span& b) { return a.start_ns < b.start_ns; });
+    }
+    const auto next_after = [&](int rank, std::int64_t t) {
+      const auto it = std::find_if(own[rank].begin(), own[rank].end(),
+                                   [&](const Span& s) { return s.start_ns >= t; });
+      return it == own[rank].end() ? std::int64_t{-1} : it->start_ns;
+    };
+    int checked = 0;
+    for (const Span& s : allreduces[1]) {
+      if (s.start_ns != s.issue_ns) continue;  // it queued: the fast rank had it moving
+      const std::int64_t expected = s.issue_ns + std::llround(held * (s.end_ns - s.issue_ns));
+      EXPECT_NEAR(next_after(1, s.issue_ns), expected, 2) << held << " tag " << s.tag;
+      ++checked;
+    }
+    EXPECT_GE(checked, 6) << held;
+    for (const Span& s : allreduces[0]) {
+      EXPECT_LT(s.issue_ns, s.end_ns);
+      EXPECT_EQ(next_after(0, s.issue_ns), s.issue_ns) << held << " tag " << s.tag;
+    }
+    step_ns[held] = r.steps.back().end_ns - r.steps.back().start_ns;
+  }
+  EXPECT_LT(step_ns[0.0], step_ns[0.5]);
+  EXPECT_LT(step_ns[0.5], step_ns[1.0]);
+}
+
 TEST(ExpectedSlowestTest, IsTheLargestOfNStandardNormals) {
   EXPECT_EQ(expected_slowest(1), 0);
   // The closed forms for 2 to 5 (1/sqrt(pi), 3/(2 sqrt(pi)), ...) and the tables' 10 and 100.
@@ -1056,7 +1102,7 @@ TEST(ClusterTest, AJsonFileOverridesAProfile) {
     std::ofstream out(path);
     out << R"({"nodes": 2, "devices_per_node": 4, "nics_per_node": 1,
               "device": {"profile": "h100", "gemm_efficiency": 0.5, "memory_gb": 40,
-                         "first_touch_gbps": 25, "compute_jitter": 0.02},
+                         "first_touch_gbps": 25, "compute_jitter": 0.02, "issuer_held": 0.5},
               "inter": {"gbps": 12.5, "latency_us": 3}})";
   }
   const Cluster c = parse_cluster(path.string());
@@ -1071,6 +1117,8 @@ TEST(ClusterTest, AJsonFileOverridesAProfile) {
   EXPECT_EQ(parse_cluster("h100").device.first_touch_bytes_per_s, 0);  // a caching allocator's
   EXPECT_DOUBLE_EQ(c.device.compute_jitter, 0.02);
   EXPECT_EQ(parse_cluster("h100").device.compute_jitter, 0);  // a datasheet says nothing of it
+  EXPECT_DOUBLE_EQ(c.device.issuer_held, 0.5);
+  EXPECT_EQ(parse_cluster("h100").device.issuer_held, 0);  // the GPU's own stream
   // Without sharded factors, a sharded collective contends as any other.
   EXPECT_EQ(c.device.compute_slowdown(SpanKind::kAllgather), c.device.overlap_compute_slowdown);
   EXPECT_EQ(c.device.comm_slowdown(SpanKind::kReduceScatter), c.device.overlap_comm_slowdown);
@@ -1102,6 +1150,11 @@ TEST(ClusterTest, AJsonFileOverridesAProfile) {
   {
     std::ofstream out(path);
     out << R"({"device": {"profile": "h100", "compute_jitter": 1.5}})";
+  }
+  EXPECT_THROW(parse_cluster(path.string()), UsageError);
+  {
+    std::ofstream out(path);
+    out << R"({"device": {"profile": "h100", "issuer_held": 1.5}})";
   }
   EXPECT_THROW(parse_cluster(path.string()), UsageError);
   {
