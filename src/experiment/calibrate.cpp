@@ -974,6 +974,10 @@ std::vector<IssuerSample> issuer_samples(const std::vector<MeasuredRun>& runs) {
                 [](const Span* a, const Span* b) { return a->start_ns < b->start_ns; });
     }
     const auto issued = [](const Span* s) { return s->issue_ns > 0 ? s->issue_ns : s->start_ns; };
+    // A collective issued while its rank had another in flight waited behind it: the
+    // transfer began later, with the rank's next pass under way (the simulator holds no
+    // one then), so it says nothing of the hold.
+    const std::map<int, IntervalSet> comm = lane_union(run.timeline, Lane::kComm, run.warmup);
     for_each_collective(
         run, [&](const Span& s) { return !is_tensor_span(run.timeline, s); },
         [&](SpanKind, int, std::int64_t, std::size_t, const std::vector<const Span*>& members) {
@@ -984,6 +988,10 @@ std::vector<IssuerSample> issuer_samples(const std::vector<MeasuredRun>& runs) {
               [&](const Span* a, const Span* b) { return issued(a) < issued(b); });
           const auto it = own.find(last->rank);
           if (it == own.end()) return;
+          if (const auto c = comm.find(last->rank);
+              c != comm.end() && overlaps(c->second, issued(last) - 1, issued(last))) {
+            return;
+          }
           const auto next =
               std::lower_bound(it->second.begin(), it->second.end(), issued(last),
                                [](const Span* s, std::int64_t t) { return s->start_ns < t; });

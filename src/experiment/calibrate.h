@@ -172,7 +172,8 @@ std::vector<RankSpreadSample> spread_samples(const std::vector<MeasuredRun>& run
 // Every collective that moved in the runs' steps from their warm-up on (data-parallel and
 // sharded ones: a tensor group's are waited for in place), with how long into its transfer
 // the rank that issued it last began its next pass (Note [the last issuer's core] in
-// simulate/simulator.cpp); one whose rank waited for anything before that pass gives none.
+// simulate/simulator.cpp); one whose rank waited for anything before that pass, or that its
+// rank issued with another collective in flight (it queued behind it), gives none.
 std::vector<IssuerSample> issuer_samples(const std::vector<MeasuredRun>& runs);
 
 // The median E2E (docs/METRICS.md: the iteration window of the slowest rank) over the

@@ -41,7 +41,8 @@
 //               collective that moved (its last member started), the time from the
 //               transfer's start to that rank's next pass, at most the transfer, summed
 //               over the transfers' summed times (a collective whose rank waited before
-//               its next pass is left out: that pass waited for something else); 0
+//               its next pass is left out: that pass waited for something else; so is
+//               one issued behind another still in flight, which moved later); 0
 //               without any.
 // A parameter with no sample to fit it is not guessed: the fit says so and the caller
 // refuses (compute needs fp32 samples, collectives some; contention without characterize
