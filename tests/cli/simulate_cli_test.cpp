@@ -119,6 +119,16 @@ TEST(SimulateCliTest, CalibratesFromMeasuredRunsAndPredictsHere) {
       << samples;
   // The training point and the microbenchmark both offered their scenarios.
   EXPECT_EQ(cal["calibration"]["contention_candidates"], 2);
+  // The layerwise point's all-reduces move during the backward pass: the last issuer's
+  // hold is measured (Note [the last issuer's core]), a share of the transfers.
+  EXPECT_GT(cal["calibration"]["issuer_samples"].get<int>(), 0);
+  const double held = cal["device"]["issuer_held"].get<double>();
+  EXPECT_EQ(held, cal["calibration"]["issuer_held"].get<double>());
+  EXPECT_GE(held, 0);
+  EXPECT_LE(held, 1);
+  EXPECT_NE(r.out.find("last issuer: the rank that issued a collective last computed again"),
+            std::string::npos)
+      << r.out;
 
   r = run_tandem("simulate --cluster here --calibration " + path("cal") +
                  " --model mlp:4x512 --ranks 3 --out " + path("sim"));
