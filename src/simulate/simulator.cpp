@@ -1669,11 +1669,12 @@ TrainResult simulate_training(const TrainConfig& given, const SimulateOptions& o
   // such collectives), while a rank that had issued it earlier, and computes on, sees its
   // pass slowed (the contention fit). Timed from the traces over the calibration runs
   // (issuer_samples), the share of the transfer the last issuer sits out is the device's
-  // issuer_held (0.65 on the 2-core EPYC: an fsdp unit's all-gather let it on sooner); an
-  // actor that sets a collective moving holds its next operation, a pass, a post or a
-  // wait, until that share of the transfer has gone by. A pass that began before is not
-  // stopped (the pass in flight when a peer's issue set it moving is the contention
-  // fit's). Without it, the last issuer's next pass ran beside the transfer and the
+  // issuer_held (0.69-0.74 on the 2-core EPYC: an fsdp unit's all-gather let it on
+  // sooner); an actor that sets a collective moving holds its next operation, a pass, a
+  // post or a wait, until that share of the transfer has gone by. A pass that began before
+  // is not stopped (the pass in flight when a peer's issue set it moving is the contention
+  // fit's). A replay fits none: its measured passes, gaps and late starts hold what the
+  // core's sharing cost. Without it, the last issuer's next pass ran beside the transfer and the
   // hidden share came 10-20 points over the measured one for DDP and zero2
   // (docs/SIMULATE.md, "The last issuer's core").
   std::vector<int> pending, moving;
