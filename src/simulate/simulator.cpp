@@ -1198,7 +1198,7 @@ struct Actor {
 struct Instance {
   double remaining = 0;  // seconds at full rate
   int posted = 0;        // participants that posted it
-  bool holds = false;    // an actor's core (Actor::held_by) until it is this far along
+  int holder = -1;       // the actor whose core it holds (Actor::held_by); -1: none
   std::vector<double> posted_at;
   bool done = false;
   double start = 0;
@@ -1679,15 +1679,13 @@ TrainResult simulate_training(const TrainConfig& given, const SimulateOptions& o
   // (docs/SIMULATE.md, "The last issuer's core").
   std::vector<int> pending, moving;
   const DeviceProfile& device = cluster.device;
-  const double issuer_held = std::clamp(device.issuer_held, 0.0, 1.0);
-  // How far along (seconds at full rate left) a holding transfer lets its actor go.
-  const auto release_at = [&](int id) {
-    return (1 - issuer_held) * step_plan.transfers[static_cast<std::size_t>(id % T)].seconds;
-  };
   constexpr double kEps = 1e-15;
   const auto transfer_of = [&](int id) -> const Transfer& {
     return step_plan.transfers[static_cast<std::size_t>(id % T)];
   };
+  const double issuer_held = std::clamp(device.issuer_held, 0.0, 1.0);
+  // How far along (seconds at full rate left) a holding transfer lets its actor go.
+  const auto release_at = [&](int id) { return (1 - issuer_held) * transfer_of(id).seconds; };
   // A collective waits for those its members posted before it on its channel, unless they
   // run side by side (SimulateOptions::collectives_at_once); point to point never does.
   const auto queued = [&](const Transfer& tr) { return !tr.p2p() && !options.collectives_at_once; };
@@ -1760,7 +1758,7 @@ TrainResult simulate_training(const TrainConfig& given, const SimulateOptions& o
             if (issuer_held > 0 && !tr.p2p() && i.posted == static_cast<int>(tr.actors.size()) &&
                 tr.start_delay == 0 && startable(id)) {
               a.held_by = id;
-              i.holds = true;
+              i.holder = ai;
               progress = true;
               break;
             }
@@ -1860,7 +1858,9 @@ TrainResult simulate_training(const TrainConfig& given, const SimulateOptions& o
       rates[k] = transfer_rate(moving[k]);
       const Instance& i = instances[static_cast<std::size_t>(moving[k])];
       dt = std::min(dt, i.remaining / rates[k]);
-      if (i.holds) dt = std::min(dt, std::max(0.0, i.remaining - release_at(moving[k])) / rates[k]);
+      if (i.holder >= 0) {
+        dt = std::min(dt, std::max(0.0, i.remaining - release_at(moving[k])) / rates[k]);
+      }
     }
     // Something always moves, unless the programs deadlock (a bug in a program builder).
     TANDEM_CHECK(std::isfinite(dt));
@@ -1892,9 +1892,9 @@ TrainResult simulate_training(const TrainConfig& given, const SimulateOptions& o
       const int id = moving[k];
       Instance& i = instances[static_cast<std::size_t>(id)];
       i.remaining -= dt * rates[k];
-      if (i.holds && i.remaining <= release_at(id) + kEps * std::max(1.0, t)) {
-        i.holds = false;
-        for (Actor& a : actors) a.held_by = a.held_by == id ? -1 : a.held_by;
+      if (i.holder >= 0 && i.remaining <= release_at(id) + kEps * std::max(1.0, t)) {
+        actors[static_cast<std::size_t>(i.holder)].held_by = -1;
+        i.holder = -1;
       }
       if (i.remaining > kEps * std::max(1.0, t)) {
         ++k;
