@@ -76,9 +76,10 @@ void print_calibration(const Calibration& c) {
   }
   if (c.jitter_samples > 0) {
     std::printf(
-        "  ranks apart: a rank's compute in a step %.1f%% from its peers' mean (standard "
-        "deviation, %d rank-steps); a step waits for the slowest rank's\n",
-        100 * c.compute_jitter, c.jitter_samples);
+        "  ranks apart: a rank's compute in a step %.1f%% of it and %.2f ms from its peers' "
+        "mean (standard deviations, combined as squares; %d rank-steps); a step waits for the "
+        "slowest rank's\n",
+        100 * c.compute_jitter, c.compute_jitter_s * 1e3, c.jitter_samples);
   }
   if (c.issuer_samples > 0) {
     std::printf(
@@ -464,6 +465,7 @@ int run_simulate(const SimulateFlags& flags, bool batch_given, const CommandLine
       {"sharded_comm_slowdown", sharded_comm},
       {"first_touch_gbps", device.first_touch_bytes_per_s / 1e9},
       {"compute_jitter", device.compute_jitter},
+      {"compute_jitter_ms", device.compute_jitter_s * 1e3},
       {"issuer_held", device.issuer_held},
       {"calibration", here ? nlohmann::json(flags.calibration) : nlohmann::json(nullptr)},
   };

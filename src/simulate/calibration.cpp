@@ -116,6 +116,52 @@ double share_of(SpanKind kind) { return kind == SpanKind::kAllreduce ? 2.0 : 1.0
 
 constexpr const char* kPrecisionNames[] = {"fp32", "tf32", "fp16", "bf16"};
 
+// Note [ranks apart, fitted]: v = a + b m^2 over steps (m^2, v), a and b never below 0.
+// A step's variance from a few ranks scatters in proportion to its expectation (for two
+// ranks it is one squared normal draw), so each step weighs 1 / p^2 for its fitted p:
+// least squares on v / p, reweighted until the fit settles. Where both columns cannot
+// stand (one step length, or one coming out negative) the better of either alone; it
+// starts from b alone, the mean of v / m^2 (the pooled relative variance).
+std::pair<double, double> fit_spread(const std::vector<std::pair<double, double>>& steps) {
+  if (steps.empty()) return {0, 0};
+  double a = 0, b = 0;
+  for (const auto& [m2, v] : steps) b += v / m2 / static_cast<double>(steps.size());
+  for (int round = 0; round < 50; ++round) {
+    double s11 = 0, s12 = 0, s22 = 0, r1 = 0, r2 = 0;
+    for (const auto& [m2, v] : steps) {
+      const double p = a + b * m2;
+      if (!(p > 0)) continue;
+      const double w = 1 / (p * p);
+      s11 += w;
+      s12 += w * m2;
+      s22 += w * m2 * m2;
+      r1 += w * v;
+      r2 += w * v * m2;
+    }
+    if (!(s11 > 0)) break;
+    const double det = s11 * s22 - s12 * s12;
+    double na = (s22 * r1 - s12 * r2) / det, nb = (s11 * r2 - s12 * r1) / det;
+    if (!(det > 1e-9 * s11 * s22) || na < 0 || nb < 0) {
+      // One column: the residual sum of squares of each alone.
+      const double fixed = r1 / s11, relative = r2 / s22;
+      double rf = 0, rr = 0;
+      for (const auto& [m2, v] : steps) {
+        const double p = a + b * m2;
+        if (!(p > 0)) continue;
+        rf += (v - fixed) * (v - fixed) / (p * p);
+        rr += (v - relative * m2) * (v - relative * m2) / (p * p);
+      }
+      na = rf < rr ? fixed : 0;
+      nb = rf < rr ? 0 : relative;
+    }
+    const bool settled = std::abs(na - a) <= 1e-9 * (a + na) && std::abs(nb - b) <= 1e-9 * (b + nb);
+    a = na;
+    b = nb;
+    if (settled) break;
+  }
+  return {a, b};
+}
+
 // Memory given back and written again: its bytes at the fitted first-touch rate.
 double touch_seconds(const Calibration& c, double touched) {
   return c.first_touch_bytes_per_s > 0 ? touched / c.first_touch_bytes_per_s : 0;
@@ -186,22 +232,27 @@ Calibration fit_calibration(const std::vector<ComputeSample>& compute,
     ++c.issuer_samples;
   }
   c.issuer_held = moving > 0 ? held / moving : 0;
-  // Ranks apart: the pooled variance of each rank's compute over its step's mean, n - 1
-  // degrees of freedom for a step of n ranks (a step of two that ran 10 and 12 ms: 9.1%
-  // each way, a standard deviation of 12.9%).
-  double squares = 0, dof = 0;
+  // Ranks apart: per measured step of n alike ranks, the variance of their compute,
+  // s^2 = sum (x - m)^2 / (n - 1) (a step of two that ran 10 and 12 ms: 2 ms^2), fitted
+  // as j_s^2 + (j m)^2 for the step's mean m. Short steps stand further apart for their
+  // length than long ones (on the 2-core Zen 4 VM 2-9% at 9-32 ms, 0.5-3% at 470-520 ms),
+  // which one share of m does not say.
+  std::vector<std::pair<double, double>> steps;  // (m^2, s^2)
   for (const RankSpreadSample& s : spread) {
     const auto n = static_cast<double>(s.seconds.size());
     double mean = 0;
     for (const double x : s.seconds) mean += x / n;
     if (n < 2 || !(mean > 0)) continue;
-    for (const double x : s.seconds) squares += (x / mean - 1) * (x / mean - 1);
-    dof += n - 1;
+    double squares = 0;
+    for (const double x : s.seconds) squares += (x - mean) * (x - mean);
+    steps.emplace_back(mean * mean, squares / (n - 1));
     c.jitter_samples += static_cast<int>(n);
   }
+  const auto [fixed, relative] = fit_spread(steps);
   // Under 1, as a cluster file must have it (a rank twice its peers' mean every step is
   // no jitter).
-  c.compute_jitter = dof > 0 ? std::min(0.99, std::sqrt(squares / dof)) : 0;
+  c.compute_jitter = std::min(0.99, std::sqrt(relative));
+  c.compute_jitter_s = std::sqrt(fixed);
   // Collectives: columns 1/B, alpha and 1/Z (fsdp's gathers write into units given back),
   // from the transfers; then the hand-off, the mean over the samples that hold it of what
   // the ring leaves: a step pays the sum of its hand-offs, and their blocked times vary
@@ -339,6 +390,7 @@ Cluster calibrated_cluster(const Calibration& c, int ranks, double memory_bytes,
   out.device.first_touch_bytes_per_s = c.first_touch_bytes_per_s;
   out.device.give_back_s = c.give_back_s;
   out.device.compute_jitter = c.compute_jitter;
+  out.device.compute_jitter_s = c.compute_jitter_s;
   out.device.issuer_held = c.issuer_held;
   out.device.source = source;
   out.intra = c.link;
@@ -386,6 +438,7 @@ nlohmann::json calibration_json(const Calibration& c, double memory_bytes,
         {"first_touch_gbps", c.first_touch_bytes_per_s / 1e9},
         {"give_back_us", c.give_back_s * 1e6},
         {"compute_jitter", c.compute_jitter},
+        {"compute_jitter_ms", c.compute_jitter_s * 1e3},
         {"issuer_held", c.issuer_held},
         {"source", source}}},
       {"intra",
@@ -398,6 +451,7 @@ nlohmann::json calibration_json(const Calibration& c, double memory_bytes,
         {"first_touch_bytes_per_s", c.first_touch_bytes_per_s},
         {"give_back_s", c.give_back_s},
         {"compute_jitter", c.compute_jitter},
+        {"compute_jitter_s", c.compute_jitter_s},
         {"jitter_samples", c.jitter_samples},
         {"issuer_held", c.issuer_held},
         {"issuer_samples", c.issuer_samples},
@@ -462,6 +516,8 @@ Calibration read_calibration(const std::string& path, const std::string& flag, d
       }
       c.jitter_samples = j.value("jitter_samples", 0);
     }
+    // Nor its part of every step (fitted since the fifteenth session): all in proportion.
+    if (j.contains("compute_jitter_s")) c.compute_jitter_s = number("compute_jitter_s");
     // Nor the last issuer's hold: none.
     if (j.contains("issuer_held")) {
       c.issuer_held = number("issuer_held");

@@ -32,10 +32,11 @@
 //               beside compute) fit their own c and m, the others' (all-reduces) theirs;
 //               a family with no sample for a lane takes that lane's fit over all;
 //   ranks apart how far alike ranks' compute in a step stands from their mean
-//               (DeviceProfile::compute_jitter): the pooled standard deviation of each
-//               rank's compute time in a step over its peers' mean, from every measured
-//               step of ranks that run the same work (a pipeline's ranks of one stage);
-//               0 without two such ranks;
+//               (DeviceProfile::compute_jitter and compute_jitter_s): each rank's squared
+//               deviation from its peers' mean compute in a step (times n / (n - 1) for
+//               n ranks) fitted as j_s^2 + (j T)^2 for the step's mean T, relative least
+//               squares, from every measured step of ranks that run the same work (a
+//               pipeline's ranks of one stage); 0 without two such ranks;
 //   last issuer how long the rank that issued a collective last computes nothing once its
 //               transfer moves (DeviceProfile::issuer_held): over every measured
 //               collective that moved (its last member started), the time from the
@@ -135,6 +136,7 @@ struct Calibration {
   double first_touch_bytes_per_s = 0;  // 0: not fitted (free)
   double give_back_s = 0;              // per unit's memory given back; 0: none measured
   double compute_jitter = 0;           // DeviceProfile::compute_jitter
+  double compute_jitter_s = 0;         // DeviceProfile::compute_jitter_s
   int jitter_samples = 0;              // the rank-steps it stands on (0: not measured)
   double issuer_held = 0;              // DeviceProfile::issuer_held
   int issuer_samples = 0;              // the collectives it stands on (0: not measured)

@@ -225,6 +225,9 @@ Cluster from_json(std::string_view path) {
     if (d.contains("compute_jitter")) {
       c.device.compute_jitter = positive(d, "compute_jitter", 1, path);
     }
+    if (d.contains("compute_jitter_ms")) {
+      c.device.compute_jitter_s = positive(d, "compute_jitter_ms", 1e-3, path);
+    }
     if (d.contains("issuer_held")) c.device.issuer_held = positive(d, "issuer_held", 1, path);
     for (auto [key, link] : {std::pair{"intra", &c.intra}, std::pair{"inter", &c.inter}}) {
       if (!j.contains(key)) continue;

@@ -58,11 +58,13 @@ struct DeviceProfile {
   // datasheet profile); calibration takes the measured median.
   double give_back_s = 0;
   // How far apart alike ranks' compute runs in a step: the standard deviation of a rank's
-  // compute time in a step over its peers' mean, as a fraction (0.05: 5%). The step waits
-  // for the slowest of the ranks, priced at its expectation (Note [ranks apart] in
-  // simulator.cpp). 0: ranks alike (every datasheet profile, which says nothing of it);
-  // calibration measures it.
+  // compute time in a step over its peers' mean, sqrt((compute_jitter x T)^2 +
+  // compute_jitter_s^2) for a step of T seconds of compute (0.05 and 0.0005: 5% and half a
+  // millisecond). The step waits for the slowest of the ranks, priced at its expectation
+  // (Note [ranks apart] in simulator.cpp). 0: ranks alike (every datasheet profile, which
+  // says nothing of it); calibration measures both parts.
   double compute_jitter = 0;
+  double compute_jitter_s = 0;
   // The share of a collective's transfer through which the rank that issued it last, and
   // so set it moving, computes nothing: its communication thread took the core the rank
   // computes on (Note [the last issuer's core] in simulator.cpp). 0: a core, or a device,

@@ -1329,15 +1329,8 @@ TrainResult simulate_training(const TrainConfig& given, const SimulateOptions& o
   // ranks' mean, 1 - sigma e(N) / (N - 1): for two ranks exactly the expected slower and
   // faster of the two. One rank slow for a whole step is the plain reading; a step
   // synchronized at every unit (fsdp) waits for each unit's slowest, which it prices low.
+  // The paces are set below, once the passes are priced.
   std::pair<double, double> typical{1, 1};  // the pace of a rank the jitter does not single out
-  if (const double sigma = cluster.device.compute_jitter; sigma > 0 && config.ranks > 1) {
-    const double spread = sigma * expected_slowest(config.ranks);
-    typical.first = std::max(0.01, 1 - spread / (config.ranks - 1));
-    for (int r = 0; r < config.ranks; ++r) {
-      factor[static_cast<std::size_t>(r)].first *=
-          r == config.ranks - 1 ? 1 + spread : typical.first;
-    }
-  }
   const bool sharded = strategy.sharded();
   const bool comm = config.reducer.mode != CommMode::kOff;
   // --tensor T (Note [rank order] in engine/tensor_parallel.h): world rank = outer x T +
@@ -1369,6 +1362,33 @@ TrainResult simulate_training(const TrainConfig& given, const SimulateOptions& o
   // every unit to a multiple of the ranks, which the collectives move.
   const ModelLayout layout(config.model, sharded ? sharded_layout(outer) : LayoutOptions{});
   const UnitCosts costs = options.costs != nullptr ? *options.costs : unit_costs(config, cluster);
+  // A pipeline's stages run different work: the N ranks alike are one stage's (its
+  // replicas and their tensor-parallel members, as --calibrate measures them), and the
+  // slowest of each stage is its last replica's last rank. A pipeline of one replica has
+  // none alike: its stages keep the model's paces (marking the last stage slow made the
+  // lighter stage of a 2-stage mlp the slower one and priced its bubble 7-10 points low).
+  // sigma: sqrt(compute_jitter^2 + (compute_jitter_s / T)^2) for a rank's compute in a
+  // step T as the model prices it (a pipeline's shared among its stages): a part of every
+  // step's and a part in proportion to it (Note [ranks apart, fitted] in calibration.cpp).
+  const int alike = config.ranks / P;  // a stage's ranks (rank order: Note [rank order])
+  if (const DeviceProfile& d = cluster.device;
+      (d.compute_jitter > 0 || d.compute_jitter_s > 0) && alike > 1) {
+    double step = costs.loss_forward + costs.loss_backward;
+    for (std::size_t u = 0; u < costs.forward.size(); ++u) {
+      step += costs.forward[u] + costs.backward[u];
+    }
+    step = (micro_batches(config) * step + costs.optimizer) / P;
+    const double relative = step > 0 ? d.compute_jitter_s / step : 0;
+    const double spread = std::sqrt(d.compute_jitter * d.compute_jitter + relative * relative) *
+                          expected_slowest(alike);
+    typical.first = std::max(0.01, 1 - spread / (alike - 1));
+    for (int r = 0; r < config.ranks; ++r) {
+      // The last replica's ranks are outer ranks (D - 1) P .. D P - 1, each the last of
+      // its stage's; the last tensor member of each stands for its group.
+      const bool slowest = r / tp >= (alike / tp - 1) * P && r % tp == tp - 1;
+      factor[static_cast<std::size_t>(r)].first *= slowest ? 1 + spread : typical.first;
+    }
+  }
   TANDEM_CHECK_EQ(costs.forward.size(), static_cast<std::size_t>(layout.units()));
   // Every lookup prices the transfer about to be added to the step's plan.
   StepPlan step_plan;

@@ -246,21 +246,42 @@ TEST(CalibrationTest, WhatCannotBeFittedIsRefusedNamingTheFlag) {
   }
 }
 
-TEST(CalibrationTest, RanksApartIsThePooledDeviationFromEachStepsMean) {
-  // Two ranks at 10 and 12 ms (each 1/11 from their mean of 11), and three at 9, 10 and 11
-  // ms (0.1 from 10); one rank alone and a step of nothing say nothing.
-  const std::vector<RankSpreadSample> spread = {
-      {{10e-3, 12e-3}}, {{9e-3, 10e-3, 11e-3}}, {{5e-3}}, {{0, 0}}};
-  const Calibration c = fit_calibration(compute_from_truth(), comm_from_truth(), {}, {}, spread);
-  // (2 (1/11)^2 + 2 0.1^2) over 1 + 2 degrees of freedom.
-  EXPECT_NEAR(c.compute_jitter, std::sqrt((2.0 / 121 + 0.02) / 3), 1e-12);
-  EXPECT_EQ(c.jitter_samples, 5);
-  EXPECT_EQ(fit_calibration(compute_from_truth(), comm_from_truth(), {}).compute_jitter, 0);
-  // Alike ranks that took alike times: none.
-  EXPECT_EQ(fit_calibration(compute_from_truth(), comm_from_truth(), {}, {}, {{{3e-3, 3e-3}}})
-                .compute_jitter,
-            0);
+// Note [ranks apart, fitted]: each step's variance of its ranks' compute, fitted as
+// j_s^2 + (j m)^2 for the step's mean m.
+TEST(CalibrationTest, RanksApartIsAPartOfEveryStepAndAPartInProportion) {
+  const auto fitted = [](const std::vector<RankSpreadSample>& spread) {
+    return fit_calibration(compute_from_truth(), comm_from_truth(), {}, {}, spread);
+  };
+  // Two ranks m -+ d apart have the variance 2 d^2: steps of 10 ms, 100 ms and 1 s drawn
+  // from j = 2% and j_s = 0.5 ms exactly give them back.
+  std::vector<RankSpreadSample> spread;
+  for (const double m : {10e-3, 100e-3, 1.0}) {
+    const double d = std::sqrt((0.5e-3 * 0.5e-3 + 0.02 * 0.02 * m * m) / 2);
+    spread.push_back({{m - d, m + d}});
+  }
+  // One rank alone and a step of nothing say nothing.
+  spread.push_back({{5e-3}});
+  spread.push_back({{0, 0}});
+  const Calibration c = fitted(spread);
+  EXPECT_NEAR(c.compute_jitter, 0.02, 1e-9);
+  EXPECT_NEAR(c.compute_jitter_s, 0.5e-3, 1e-9);
+  EXPECT_EQ(c.jitter_samples, 6);  // three steps of two ranks
   EXPECT_EQ(calibrated_cluster(c, 2, 1e9, "test").device.compute_jitter, c.compute_jitter);
+  EXPECT_EQ(calibrated_cluster(c, 2, 1e9, "test").device.compute_jitter_s, c.compute_jitter_s);
+  // The same 1 ms apart at 10 ms and at 1 s: all of it every step's.
+  const Calibration fixed = fitted({{{9.5e-3, 10.5e-3}}, {{0.9995, 1.0005}}});
+  EXPECT_NEAR(fixed.compute_jitter_s, std::sqrt(0.5e-6), 1e-12);
+  EXPECT_LT(fixed.compute_jitter, 1e-4);  // 0.5 ms in proportion would be 5% at 10 ms
+  // One step length cannot tell the parts apart: all of it in proportion, as before the
+  // fixed part was fitted (two ranks at 10 and 12 ms, each 1/11 from their mean).
+  const Calibration one = fitted({{{10e-3, 12e-3}}});
+  EXPECT_NEAR(one.compute_jitter, std::sqrt(2.0) / 11, 1e-12);
+  EXPECT_EQ(one.compute_jitter_s, 0);
+  EXPECT_EQ(fitted({}).compute_jitter, 0);
+  EXPECT_EQ(fitted({}).compute_jitter_s, 0);
+  // Alike ranks that took alike times: none.
+  EXPECT_EQ(fitted({{{3e-3, 3e-3}}}).compute_jitter, 0);
+  EXPECT_EQ(fitted({{{3e-3, 3e-3}}}).compute_jitter_s, 0);
 }
 
 TEST(CalibrationTest, WhatIsWrittenIsReadBackAndBecomesTheHereCluster) {
@@ -274,6 +295,7 @@ TEST(CalibrationTest, WhatIsWrittenIsReadBackAndBecomesTheHereCluster) {
   c.sharded_compute_slowdown = 0.7;
   c.sharded_comm_slowdown = 0.3;
   c.compute_jitter = 0.08;
+  c.compute_jitter_s = 3e-4;
   c.jitter_samples = 40;
   c.issuer_held = 0.65;
   c.issuer_samples = 900;
@@ -292,6 +314,7 @@ TEST(CalibrationTest, WhatIsWrittenIsReadBackAndBecomesTheHereCluster) {
   EXPECT_EQ(back.sharded_compute_slowdown, 0.7);
   EXPECT_EQ(back.sharded_comm_slowdown, 0.3);
   EXPECT_EQ(back.compute_jitter, 0.08);
+  EXPECT_EQ(back.compute_jitter_s, 3e-4);
   EXPECT_EQ(back.jitter_samples, 40);
   EXPECT_EQ(back.issuer_held, 0.65);
   EXPECT_EQ(back.issuer_samples, 900);
@@ -304,6 +327,7 @@ TEST(CalibrationTest, WhatIsWrittenIsReadBackAndBecomesTheHereCluster) {
   EXPECT_EQ(here.device.first_touch_bytes_per_s, 3e10);
   EXPECT_EQ(here.device.give_back_s, 40e-6);
   EXPECT_EQ(here.device.compute_jitter, 0.08);
+  EXPECT_EQ(here.device.compute_jitter_s, 3e-4);
   EXPECT_EQ(here.device.issuer_held, 0.65);
   // The file is a cluster file too.
   const Cluster file = parse_cluster((dir / kCalibrationFile).string());
@@ -311,6 +335,7 @@ TEST(CalibrationTest, WhatIsWrittenIsReadBackAndBecomesTheHereCluster) {
   EXPECT_NEAR(file.device.first_touch_bytes_per_s / 3e10, 1, 1e-12);
   EXPECT_NEAR(file.device.give_back_s / 40e-6, 1, 1e-12);
   EXPECT_EQ(file.device.compute_jitter, 0.08);
+  EXPECT_NEAR(file.device.compute_jitter_s / 3e-4, 1, 1e-12);
   EXPECT_EQ(file.device.issuer_held, 0.65);
   EXPECT_NEAR(file.device.compute_slowdown(SpanKind::kAllgather), 0.7, 1e-12);
   EXPECT_NEAR(file.device.compute_slowdown(SpanKind::kAllreduce), 0.2, 1e-12);
@@ -320,11 +345,13 @@ TEST(CalibrationTest, WhatIsWrittenIsReadBackAndBecomesTheHereCluster) {
     old["calibration"].erase("sharded_compute_slowdown");
     old["calibration"].erase("sharded_comm_slowdown");
     old["calibration"].erase("compute_jitter");
+    old["calibration"].erase("compute_jitter_s");
     std::ofstream(dir / kCalibrationFile) << old.dump();
   }
   const Calibration older =
       read_calibration((dir / kCalibrationFile).string(), "--calibration", nullptr, nullptr);
   EXPECT_EQ(older.compute_jitter, 0);  // written before the ranks' jitter was measured
+  EXPECT_EQ(older.compute_jitter_s, 0);
   EXPECT_EQ(older.sharded_compute_slowdown, 0.2);
   EXPECT_EQ(older.sharded_comm_slowdown, c.overlap_comm_slowdown);
   EXPECT_THROW(resolve_cluster("here", "", 2), UsageError);

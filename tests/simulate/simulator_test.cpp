@@ -383,19 +383,23 @@ TEST(ExpectedSlowestTest, IsTheLargestOfNStandardNormals) {
   EXPECT_NEAR(expected_slowest(100), 2.5075937, 1e-6);
 }
 
-// Note [ranks apart]: with a device's compute_jitter sigma the last rank computes at the
-// expected slowest pace, 1 + sigma e(N), and every other at 1 - sigma e(N) / (N - 1): the
-// same step as those paces given as stragglers, and a longer one than alike ranks take.
+// Note [ranks apart]: with a device's compute_jitter sigma the last of N ranks alike
+// computes at the expected slowest pace, 1 + sigma e(N), and every other at
+// 1 - sigma e(N) / (N - 1): the same step as those paces given as stragglers, and a
+// longer one than alike ranks take. A pipeline's ranks alike are one stage's: with 8
+// ranks on 2 stages, 4 replicas of each, ranks 6 and 7 (the last replica) are slow.
 TEST(SimulatorTest, JitteringRanksRunAsTheExpectedSlowestAndTheRest) {
   for (const auto& [ranks, pipeline] : {std::pair{2, false}, {4, false}, {8, true}}) {
     Cluster cluster = round_cluster(1, ranks);
     const TrainConfig config = pipeline ? pipeline_config("mlp:4x512", ranks, 2)
                                         : mlp_config("mlp:4x512", ranks, "bucketed");
-    const double spread = 0.1 * expected_slowest(ranks);
+    const int stage_ranks = pipeline ? ranks / 2 : ranks;
+    const double spread = 0.1 * expected_slowest(stage_ranks);
     std::vector<Straggler> paces;
     for (int r = 0; r < ranks; ++r) {
+      const bool slowest = pipeline ? r >= ranks - 2 : r == ranks - 1;
       paces.push_back(
-          {.rank = r, .compute = r == ranks - 1 ? 1 + spread : 1 - spread / (ranks - 1)});
+          {.rank = r, .compute = slowest ? 1 + spread : 1 - spread / (stage_ranks - 1)});
     }
     const TrainResult alike = simulate_training(config, {.cluster = cluster});
     const TrainResult given = simulate_training(config, {.cluster = cluster, .stragglers = paces});
@@ -416,6 +420,50 @@ TEST(SimulatorTest, JitteringRanksRunAsTheExpectedSlowestAndTheRest) {
       const StepRecord& j = jittered.steps[i];
       EXPECT_GT(j.end_ns - j.start_ns, a.end_ns - a.start_ns) << ranks << " rank " << a.rank;
     }
+  }
+}
+
+// A part of every step's, compute_jitter_s, is its share of the rank's compute in a step
+// as the model prices it: j_s = 0.1 T paces the ranks as compute_jitter 0.1 does.
+TEST(SimulatorTest, RanksApartByAPartOfEveryStepIsItsShareOfTheStep) {
+  const TrainConfig config = mlp_config("mlp:4x512", 2, "bucketed");
+  Cluster cluster = round_cluster(1, 2);
+  const UnitCosts costs = unit_costs(config, cluster);
+  double step = costs.loss_forward + costs.loss_backward + costs.optimizer;
+  for (std::size_t u = 0; u < costs.forward.size(); ++u)
+    step += costs.forward[u] + costs.backward[u];
+  cluster.device.compute_jitter = 0.1;
+  const TrainResult relative = simulate_training(config, {.cluster = cluster});
+  cluster.device.compute_jitter = 0;
+  cluster.device.compute_jitter_s = 0.1 * step;
+  const TrainResult fixed = simulate_training(config, {.cluster = cluster});
+  ASSERT_EQ(fixed.timeline.spans.size(), relative.timeline.spans.size());
+  for (std::size_t i = 0; i < fixed.timeline.spans.size(); ++i) {
+    EXPECT_NEAR(fixed.timeline.spans[i].end_ns, relative.timeline.spans[i].end_ns, 1) << i;
+  }
+  // Both parts at once add as squares: 0.06 and 0.08 T are 0.1.
+  cluster.device.compute_jitter = 0.06;
+  cluster.device.compute_jitter_s = 0.08 * step;
+  const TrainResult both = simulate_training(config, {.cluster = cluster});
+  ASSERT_EQ(both.timeline.spans.size(), relative.timeline.spans.size());
+  for (std::size_t i = 0; i < both.timeline.spans.size(); ++i) {
+    EXPECT_NEAR(both.timeline.spans[i].end_ns, relative.timeline.spans[i].end_ns, 1) << i;
+  }
+}
+
+// A pipeline of one replica runs different work on every rank: no rank is alike another,
+// so compute_jitter leaves its stages at the model's paces (it priced the lighter stage
+// of a 2-stage mlp slow when the last rank was taken for the slowest).
+TEST(SimulatorTest, APipelineOfOneReplicaHasNoRanksAlike) {
+  Cluster cluster = round_cluster(1, 2);
+  const TrainConfig config = pipeline_config("mlp:4x512", 2, 2);
+  const TrainResult alike = simulate_training(config, {.cluster = cluster});
+  cluster.device.compute_jitter = 0.1;
+  const TrainResult jittered = simulate_training(config, {.cluster = cluster});
+  ASSERT_EQ(jittered.timeline.spans.size(), alike.timeline.spans.size());
+  for (std::size_t i = 0; i < alike.timeline.spans.size(); ++i) {
+    EXPECT_EQ(jittered.timeline.spans[i].start_ns, alike.timeline.spans[i].start_ns) << i;
+    EXPECT_EQ(jittered.timeline.spans[i].end_ns, alike.timeline.spans[i].end_ns) << i;
   }
 }
 
@@ -1102,7 +1150,8 @@ TEST(ClusterTest, AJsonFileOverridesAProfile) {
     std::ofstream out(path);
     out << R"({"nodes": 2, "devices_per_node": 4, "nics_per_node": 1,
               "device": {"profile": "h100", "gemm_efficiency": 0.5, "memory_gb": 40,
-                         "first_touch_gbps": 25, "compute_jitter": 0.02, "issuer_held": 0.5},
+                         "first_touch_gbps": 25, "compute_jitter": 0.02, "compute_jitter_ms": 0.4,
+                         "issuer_held": 0.5},
               "inter": {"gbps": 12.5, "latency_us": 3}})";
   }
   const Cluster c = parse_cluster(path.string());
@@ -1116,6 +1165,7 @@ TEST(ClusterTest, AJsonFileOverridesAProfile) {
   EXPECT_DOUBLE_EQ(c.device.first_touch_bytes_per_s, 25e9);
   EXPECT_EQ(parse_cluster("h100").device.first_touch_bytes_per_s, 0);  // a caching allocator's
   EXPECT_DOUBLE_EQ(c.device.compute_jitter, 0.02);
+  EXPECT_DOUBLE_EQ(c.device.compute_jitter_s, 0.4e-3);
   EXPECT_EQ(parse_cluster("h100").device.compute_jitter, 0);  // a datasheet says nothing of it
   EXPECT_DOUBLE_EQ(c.device.issuer_held, 0.5);
   EXPECT_EQ(parse_cluster("h100").device.issuer_held, 0);  // the GPU's own stream
@@ -1155,6 +1205,11 @@ TEST(ClusterTest, AJsonFileOverridesAProfile) {
   {
     std::ofstream out(path);
     out << R"({"device": {"profile": "h100", "issuer_held": 1.5}})";
+  }
+  EXPECT_THROW(parse_cluster(path.string()), UsageError);
+  {
+    std::ofstream out(path);
+    out << R"({"device": {"profile": "h100", "compute_jitter_ms": -1}})";
   }
   EXPECT_THROW(parse_cluster(path.string()), UsageError);
   {
