@@ -119,13 +119,18 @@ constexpr const char* kPrecisionNames[] = {"fp32", "tf32", "fp16", "bf16"};
 // Note [ranks apart, fitted]: v = a + b m^2 over steps (m^2, v), a and b never below 0.
 // A step's variance from a few ranks scatters in proportion to its expectation (for two
 // ranks it is one squared normal draw), so each step weighs 1 / p^2 for its fitted p:
-// least squares on v / p, reweighted until the fit settles. Where both columns cannot
-// stand (one step length, or one coming out negative) the better of either alone; it
-// starts from b alone, the mean of v / m^2 (the pooled relative variance).
+// least squares on v / p, reweighted until the fit settles. It starts from b alone, the
+// mean of v / m^2 (the pooled relative variance), and stays there when the steps' lengths
+// are within half of each other (one configuration's steps cannot tell a part of every
+// step from a part in proportion: both price them alike). Where both columns cannot stand
+// (one coming out negative) the better of either alone.
 std::pair<double, double> fit_spread(const std::vector<std::pair<double, double>>& steps) {
   if (steps.empty()) return {0, 0};
   double a = 0, b = 0;
   for (const auto& [m2, v] : steps) b += v / m2 / static_cast<double>(steps.size());
+  const auto [shortest, longest] = std::minmax_element(
+      steps.begin(), steps.end(), [](const auto& x, const auto& y) { return x.first < y.first; });
+  if (longest->first < 1.5 * 1.5 * shortest->first) return {0, b};
   for (int round = 0; round < 50; ++round) {
     double s11 = 0, s12 = 0, s22 = 0, r1 = 0, r2 = 0;
     for (const auto& [m2, v] : steps) {

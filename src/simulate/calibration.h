@@ -36,7 +36,8 @@
 //               deviation from its peers' mean compute in a step (times n / (n - 1) for
 //               n ranks) fitted as j_s^2 + (j T)^2 for the step's mean T, relative least
 //               squares, from every measured step of ranks that run the same work (a
-//               pipeline's ranks of one stage); 0 without two such ranks;
+//               pipeline's ranks of one stage); all of it j where the steps' lengths are
+//               within half of each other; 0 without two such ranks;
 //   last issuer how long the rank that issued a collective last computes nothing once its
 //               transfer moves (DeviceProfile::issuer_held): over every measured
 //               collective that moved (its last member started), the time from the

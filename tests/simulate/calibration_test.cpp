@@ -277,6 +277,11 @@ TEST(CalibrationTest, RanksApartIsAPartOfEveryStepAndAPartInProportion) {
   const Calibration one = fitted({{{10e-3, 12e-3}}});
   EXPECT_NEAR(one.compute_jitter, std::sqrt(2.0) / 11, 1e-12);
   EXPECT_EQ(one.compute_jitter_s, 0);
+  // Nor can steps within half of each other's length (1 ms apart at 10 and at 14 ms: the
+  // mean of v / m^2, (0.5 / 100 + 0.5 / 196) / 2 ms^2 / ms^2).
+  const Calibration near = fitted({{{9.5e-3, 10.5e-3}}, {{13.5e-3, 14.5e-3}}});
+  EXPECT_NEAR(near.compute_jitter, std::sqrt((0.5 / 100 + 0.5 / 196) / 2), 1e-12);
+  EXPECT_EQ(near.compute_jitter_s, 0);
   EXPECT_EQ(fitted({}).compute_jitter, 0);
   EXPECT_EQ(fitted({}).compute_jitter_s, 0);
   // Alike ranks that took alike times: none.
