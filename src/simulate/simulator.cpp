@@ -1365,8 +1365,8 @@ TrainResult simulate_training(const TrainConfig& given, const SimulateOptions& o
   // A pipeline's stages run different work: the N ranks alike are one stage's (its
   // replicas and their tensor-parallel members, as --calibrate measures them), and the
   // slowest of each stage is its last replica's last rank. A pipeline of one replica has
-  // none alike: its stages keep the model's paces (marking the last stage slow made the
-  // lighter stage of a 2-stage mlp the slower one and priced its bubble 7-10 points low).
+  // none alike: its stages keep the model's paces (the last rank had been taken for the
+  // slowest, which made the lighter last stage of a 2-stage mlp the slower one).
   // sigma: sqrt(compute_jitter^2 + (compute_jitter_s / T)^2) for a rank's compute in a
   // step T as the model prices it (a pipeline's shared among its stages): a part of every
   // step's and a part in proportion to it (Note [ranks apart, fitted] in calibration.cpp).
