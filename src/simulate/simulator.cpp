@@ -1276,18 +1276,24 @@ double p2p_seconds(const Cluster& cluster, int from, int to, double bytes) {
   return bytes / share + cluster.inter.latency_s;
 }
 
-}  // namespace
-
-std::vector<int> predicted_split(const TrainConfig& config, const SimulateOptions& options) {
-  const UnitCosts costs =
-      options.costs != nullptr ? *options.costs : unit_costs(config, options.cluster);
+// Each unit's forward and backward pass of one micro-batch, the loss's with the last unit
+// (the last stage's).
+std::vector<double> unit_seconds(const UnitCosts& costs) {
   std::vector<double> seconds;
   for (std::size_t u = 0; u < costs.forward.size(); ++u) {
     seconds.push_back(costs.forward[u] + costs.backward[u]);
   }
   TANDEM_CHECK(!seconds.empty());
-  seconds.back() += costs.loss_forward + costs.loss_backward;  // the last stage's
-  return balance_units(seconds, static_cast<int>(stage_plan(config).chunks.size()));
+  seconds.back() += costs.loss_forward + costs.loss_backward;
+  return seconds;
+}
+
+}  // namespace
+
+std::vector<int> predicted_split(const TrainConfig& config, const SimulateOptions& options) {
+  const UnitCosts costs =
+      options.costs != nullptr ? *options.costs : unit_costs(config, options.cluster);
+  return balance_units(unit_seconds(costs), static_cast<int>(stage_plan(config).chunks.size()));
 }
 
 TrainResult simulate_training(const TrainConfig& given, const SimulateOptions& options) {
@@ -1330,7 +1336,6 @@ TrainResult simulate_training(const TrainConfig& given, const SimulateOptions& o
   // faster of the two. One rank slow for a whole step is the plain reading; a step
   // synchronized at every unit (fsdp) waits for each unit's slowest, which it prices low.
   // The paces are set below, once the passes are priced.
-  std::pair<double, double> typical{1, 1};  // the pace of a rank the jitter does not single out
   const bool sharded = strategy.sharded();
   const bool comm = config.reducer.mode != CommMode::kOff;
   // --tensor T (Note [rank order] in engine/tensor_parallel.h): world rank = outer x T +
@@ -1370,14 +1375,14 @@ TrainResult simulate_training(const TrainConfig& given, const SimulateOptions& o
   // sigma: sqrt(compute_jitter^2 + (compute_jitter_s / T)^2) for a rank's compute in a
   // step T as the model prices it (a pipeline's shared among its stages): a part of every
   // step's and a part in proportion to it (Note [ranks apart, fitted] in calibration.cpp).
+  std::pair<double, double> typical{1, 1};  // the pace of a rank the jitter does not single out
   const int alike = config.ranks / P;  // a stage's ranks (rank order: Note [rank order])
   if (const DeviceProfile& d = cluster.device;
       (d.compute_jitter > 0 || d.compute_jitter_s > 0) && alike > 1) {
-    double step = costs.loss_forward + costs.loss_backward;
-    for (std::size_t u = 0; u < costs.forward.size(); ++u) {
-      step += costs.forward[u] + costs.backward[u];
-    }
-    step = (micro_batches(config) * step + costs.optimizer) / P;
+    const std::vector<double> units = unit_seconds(costs);
+    const double step = (micro_batches(config) * std::accumulate(units.begin(), units.end(), 0.0) +
+                         costs.optimizer) /
+                        P;
     const double relative = step > 0 ? d.compute_jitter_s / step : 0;
     const double spread = std::sqrt(d.compute_jitter * d.compute_jitter + relative * relative) *
                           expected_slowest(alike);
