@@ -57,6 +57,9 @@ void print_calibration(const Calibration& c) {
     if (c.gemm_flops_per_s[p] > 0)
       std::printf(" %.1f GFLOP/s %s,", c.gemm_flops_per_s[p] / 1e9, names[p]);
   }
+  if (c.weight_bytes_per_s > 0) {
+    std::printf(" weights read at %.2f GB/s (in quadrature),", c.weight_bytes_per_s / 1e9);
+  }
   std::printf(" memory %.1f GB/s; fit error median %.1f%%, largest %.1f%% (%s), %d sample%s\n",
               c.memory_bytes_per_s / 1e9, 100 * c.compute.median, 100 * c.compute.max,
               c.compute.worst.c_str(), c.compute.samples, c.compute.samples == 1 ? "" : "s");

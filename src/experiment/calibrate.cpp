@@ -829,8 +829,8 @@ namespace {
 
 // A tensor-parallel run's compute samples: its passes are cut by the group's collectives
 // (Note [tensor-parallel passes] in simulate/simulator.cpp), so each compute piece is one:
-// its FLOPs, and its bytes from its seconds at unit rates (k was priced at 1 FLOP/s and 1
-// B/s: seconds = flops + bytes); measured, the median of that pass's span of its name and
+// its FLOPs, bytes and products by weights as unit_costs dealt them out; measured, the
+// median of that pass's span of its name and
 // occurrence that no collective overlapped. A --tp-overlap ring's blocks are left out
 // (their transfers run beside them), and so is the loss's backward (a pass of its own,
 // priced by the pass's bytes as without --tensor).
@@ -846,7 +846,9 @@ void tensor_compute_samples(const MeasuredRun& run, const UnitCosts& k,
           if (it == measured.end() || !(it->second > 0)) return;
           out.push_back({.precision = run.config.precision,
                          .flops = piece.flops,
-                         .bytes = std::max(0.0, piece.seconds - piece.flops),
+                         .bytes = piece.streamed,
+                         .weight_flops = piece.weight_flops,
+                         .weight_bytes = piece.weight_bytes,
                          .seconds = it->second,
                          .what = run.what + ": " + std::string(to_string(std::get<0>(key))) +
                                  " unit " + std::to_string(unit) + " " + std::get<2>(key) + " " +
@@ -919,11 +921,15 @@ std::vector<ComputeSample> compute_samples(const std::vector<MeasuredRun>& runs)
       } else if (kind == SpanKind::kForward) {
         sample.flops = k.forward_flops[u];
         sample.bytes = k.forward_bytes[u];
+        sample.weight_flops = k.forward_weight_flops[u];
+        sample.weight_bytes = k.forward_weight_bytes[u];
         name = "forward unit " + std::to_string(tag);
       } else {
         if (touches && micro_batches(run.config) > 1) continue;
         sample.flops = k.backward_flops[u];
         sample.bytes = k.backward_bytes[u];
+        sample.weight_flops = k.backward_weight_flops[u];
+        sample.weight_bytes = k.backward_weight_bytes[u];
         sample.touched = static_cast<double>(touched[u]);
         name = "backward unit " + std::to_string(tag);
       }

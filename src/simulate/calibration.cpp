@@ -172,12 +172,130 @@ double touch_seconds(const Calibration& c, double touched) {
   return c.first_touch_bytes_per_s > 0 ? touched / c.first_touch_bytes_per_s : 0;
 }
 
+// Note [a GEMM's weights, fitted]
+// The compute model (Note [a GEMM's weights] in cluster.cpp) is linear in the GEMM rates'
+// and the bandwidth's reciprocals but for the products by weights, sqrt((a F_w)^2 +
+// (c W)^2) with a = 1/R and c = 1/BWw. For one c, that is a F_w g with g = sqrt(1 + (c W /
+// (a F_w))^2): held at the last rates while columns 0..3 (each precision's FLOPs, the
+// products' counted g times), 4 (the bytes) and 5 (the bytes touched again, where the
+// collectives did not fit Z: else their time is taken off) are solved by relative least
+// squares, then renewed until the rates settle. c is chosen by the fit's relative squared
+// error: a grid from 10 MB/s to 10 TB/s, then golden sections around its best. Samples
+// whose products read no weights leave c out (it is 0, and the device reads weights at its
+// memory bandwidth).
+struct ComputeFit {
+  std::vector<double> x = std::vector<double>(6, 0);
+  double squares = 0;
+};
+
+ComputeFit fit_compute_at(const std::vector<ComputeSample>& compute, double z, double c) {
+  ComputeFit fit;
+  for (int iteration = 0; iteration < 100; ++iteration) {
+    std::vector<std::vector<double>> rows;
+    std::vector<double> t;
+    for (const ComputeSample& s : compute) {
+      double seconds = s.seconds - (z > 0 ? s.touched / z : 0);
+      const auto p = static_cast<std::size_t>(s.precision);
+      const double a = fit.x[p];
+      double products = s.weight_flops;
+      if (s.weight_flops > 0 && a > 0) {
+        products *= std::hypot(1.0, c * s.weight_bytes / (a * s.weight_flops));
+      } else if (s.weight_flops <= 0) {
+        seconds -= c * s.weight_bytes;
+      }
+      if (!(s.seconds > 0) || !(seconds > 0)) continue;
+      std::vector<double> row(6, 0);
+      row[p] = s.flops - s.weight_flops + products;
+      row[4] = s.bytes;
+      if (z == 0) row[5] = s.touched;
+      rows.push_back(std::move(row));
+      t.push_back(seconds);
+    }
+    const std::vector<double> x = fit_keeping(rows, t, /*slope=*/0, /*other=*/4);
+    double moved = 0;
+    for (std::size_t j = 0; j < 4; ++j) {
+      if (x[j] > 0) moved = std::max(moved, std::abs(x[j] / fit.x[j] - 1));
+    }
+    fit.x = x;
+    if (c == 0 || moved < 1e-12) break;
+  }
+  Calibration trial;
+  for (std::size_t p = 0; p < 4; ++p) trial.gemm_flops_per_s[p] = fit.x[p] > 0 ? 1 / fit.x[p] : 0;
+  trial.memory_bytes_per_s = fit.x[4] > 0 ? 1 / fit.x[4] : 0;
+  trial.weight_bytes_per_s = c > 0 ? 1 / c : 0;
+  trial.first_touch_bytes_per_s = z > 0 ? z : (fit.x[5] > 0 ? 1 / fit.x[5] : 0);
+  for (const ComputeSample& s : compute) {
+    if (!(s.seconds > 0)) continue;
+    const double e = predict(trial, s) / s.seconds - 1;
+    fit.squares += e * e;
+  }
+  return fit;
+}
+
+void fit_compute(const std::vector<ComputeSample>& compute, Calibration& c) {
+  const double z = c.first_touch_bytes_per_s;
+  bool weights = false;
+  for (const ComputeSample& s : compute) weights = weights || s.weight_bytes > 0;
+  double best_c = 0;
+  ComputeFit best = fit_compute_at(compute, z, 0);
+  if (weights) {
+    // log10 of the weights' rate in bytes per second.
+    const auto at = [&](double log_rate) {
+      return fit_compute_at(compute, z, std::pow(10.0, -log_rate));
+    };
+    constexpr double kLow = 7, kHigh = 13, kStep = 0.125;
+    double best_log = kLow;
+    best = at(kLow);
+    for (double l = kLow + kStep; l <= kHigh + 1e-9; l += kStep) {
+      ComputeFit f = at(l);
+      if (f.squares < best.squares) {
+        best = std::move(f);
+        best_log = l;
+      }
+    }
+    // Golden sections over the neighbouring steps.
+    const double golden = (std::sqrt(5.0) - 1) / 2;
+    double lo = std::max(kLow, best_log - kStep), hi = std::min(kHigh, best_log + kStep);
+    double m1 = hi - golden * (hi - lo), m2 = lo + golden * (hi - lo);
+    ComputeFit f1 = at(m1), f2 = at(m2);
+    for (int i = 0; i < 60 && hi - lo > 1e-12; ++i) {
+      if (f1.squares < f2.squares) {
+        hi = m2;
+        m2 = m1;
+        f2 = std::move(f1);
+        m1 = hi - golden * (hi - lo);
+        f1 = at(m1);
+      } else {
+        lo = m1;
+        m1 = m2;
+        f1 = std::move(f2);
+        m2 = lo + golden * (hi - lo);
+        f2 = at(m2);
+      }
+    }
+    for (auto* f : {&f1, &f2}) {
+      if (f->squares < best.squares) {
+        best_log = f == &f1 ? m1 : m2;
+        best = *f;
+      }
+    }
+    best_c = std::pow(10.0, -best_log);
+  }
+  for (std::size_t p = 0; p < 4; ++p) c.gemm_flops_per_s[p] = best.x[p] > 0 ? 1 / best.x[p] : 0;
+  c.memory_bytes_per_s = best.x[4] > 0 ? 1 / best.x[4] : 0;
+  c.weight_bytes_per_s = best_c > 0 ? 1 / best_c : 0;
+  if (z == 0 && best.x[5] > 0) c.first_touch_bytes_per_s = 1 / best.x[5];
+}
+
 }  // namespace
 
 double predict(const Calibration& c, const ComputeSample& s) {
   const double rate = c.gemm_flops_per_s[static_cast<std::size_t>(s.precision)];
-  return (s.flops > 0 && rate > 0 ? s.flops / rate : 0) +
-         (c.memory_bytes_per_s > 0 ? s.bytes / c.memory_bytes_per_s : 0) +
+  const double weights = c.weight_bytes_per_s > 0 ? c.weight_bytes_per_s : c.memory_bytes_per_s;
+  const PassRates rates{.flop_s = rate > 0 ? 1 / rate : 0,
+                        .byte_s = c.memory_bytes_per_s > 0 ? 1 / c.memory_bytes_per_s : 0,
+                        .weight_byte_s = weights > 0 ? 1 / weights : 0};
+  return pass_seconds(rates, s.flops, s.bytes, s.weight_flops, s.weight_bytes) +
          touch_seconds(c, s.touched);
 }
 
@@ -191,10 +309,12 @@ double predict(const Calibration& c, const CommSample& s) {
 
 std::string calibration_samples_csv(const Calibration& c, const std::vector<ComputeSample>& compute,
                                     const std::vector<CommSample>& comm) {
-  std::string csv = "lane,what,type,ranks,flops,bytes,touched_bytes,measured_s,predicted_s,error\n";
+  std::string csv =
+      "lane,what,type,ranks,flops,bytes,weight_flops,weight_bytes,touched_bytes,measured_s,"
+      "predicted_s,error\n";
   const auto row = [&csv](const char* lane, const std::string& what, std::string_view type,
-                          int ranks, double flops, double bytes, double touched, double measured,
-                          double predicted) {
+                          int ranks, double flops, double bytes, double weight_flops,
+                          double weight_bytes, double touched, double measured, double predicted) {
     // `what` names a run directory: quoted, its quotes doubled (RFC 4180).
     std::string quoted = "\"";
     for (const char ch : what) {
@@ -202,18 +322,18 @@ std::string calibration_samples_csv(const Calibration& c, const std::vector<Comp
       if (ch == '"') quoted += '"';
     }
     quoted += '"';
-    char numbers[192];
-    std::snprintf(numbers, sizeof numbers, ",%d,%.0f,%.0f,%.0f,%.9g,%.9g,%.6f\n", ranks, flops,
-                  bytes, touched, measured, predicted,
+    char numbers[256];
+    std::snprintf(numbers, sizeof numbers, ",%d,%.0f,%.0f,%.0f,%.0f,%.0f,%.9g,%.9g,%.6f\n", ranks,
+                  flops, bytes, weight_flops, weight_bytes, touched, measured, predicted,
                   measured > 0 ? predicted / measured - 1 : 0.0);
     csv += std::string(lane) + "," + quoted + "," + std::string(type) + numbers;
   };
   for (const ComputeSample& s : compute) {
     row("compute", s.what, kPrecisionNames[static_cast<std::size_t>(s.precision)], 1, s.flops,
-        s.bytes, s.touched, s.seconds, predict(c, s));
+        s.bytes, s.weight_flops, s.weight_bytes, s.touched, s.seconds, predict(c, s));
   }
   for (const CommSample& s : comm) {
-    row("comm", s.what, to_string(s.kind), s.ranks, 0, s.bytes, s.touched, s.seconds,
+    row("comm", s.what, to_string(s.kind), s.ranks, 0, s.bytes, 0, 0, s.touched, s.seconds,
         predict(c, s));
   }
   return csv;
@@ -291,32 +411,17 @@ Calibration fit_calibration(const std::vector<ComputeSample>& compute,
     c.link.overhead_s = std::max(0.0, sum / static_cast<double>(left.size()));
   }
 
-  // Compute: columns 0..3 the precisions' FLOPs, column 4 the bytes, column 5 the bytes
-  // touched again where the collectives did not fit Z (else their time is taken off).
-  const double z = c.first_touch_bytes_per_s;
-  rows.clear();
-  t.clear();
+  // Compute (Note [a GEMM's weights, fitted]).
   bool fp32 = false;
   for (const ComputeSample& s : compute) {
-    const double seconds = s.seconds - (z > 0 ? s.touched / z : 0);
-    if (!(s.seconds > 0) || !(seconds > 0)) continue;
-    std::vector<double> row(6, 0);
-    row[static_cast<std::size_t>(s.precision)] = s.flops;
-    row[4] = s.bytes;
-    if (z == 0) row[5] = s.touched;
-    rows.push_back(row);
-    t.push_back(seconds);
-    fp32 = fp32 || (s.precision == Precision::kFp32 && s.flops > 0);
+    fp32 = fp32 || (s.precision == Precision::kFp32 && s.flops > 0 && s.seconds > 0);
   }
   if (!fp32) {
     throw UsageError(
         "--calibrate: no fp32 compute measured in these runs (calibrate from "
         "train or characterize runs with --precision fp32, and others besides)");
   }
-  const std::vector<double> x = fit_keeping(rows, t, /*slope=*/0, /*other=*/4);
-  for (std::size_t p = 0; p < 4; ++p) c.gemm_flops_per_s[p] = x[p] > 0 ? 1 / x[p] : 0;
-  c.memory_bytes_per_s = x[4] > 0 ? 1 / x[4] : 0;
-  if (z == 0 && x[5] > 0) c.first_touch_bytes_per_s = 1 / x[5];
+  fit_compute(compute, c);
 
   // Contention, each lane on its own: c = sum dC / sum (B - dC), likewise m.
   struct LaneFit {
@@ -386,6 +491,7 @@ Cluster calibrated_cluster(const Calibration& c, int ranks, double memory_bytes,
   out.device.name = "here";
   out.device.peak_flops = c.gemm_flops_per_s;
   out.device.memory_bytes_per_s = c.memory_bytes_per_s > 0 ? c.memory_bytes_per_s : 1e30;
+  out.device.weight_bytes_per_s = c.weight_bytes_per_s;
   out.device.memory_bytes = memory_bytes;
   out.device.gemm_efficiency = 1;
   out.device.overlap_compute_slowdown = c.overlap_compute_slowdown;
@@ -434,6 +540,7 @@ nlohmann::json calibration_json(const Calibration& c, double memory_bytes,
        {{"name", "here"},
         {"peak_tflops", peak},
         {"memory_gbps", c.memory_bytes_per_s / 1e9},
+        {"gemm_weights_gbps", c.weight_bytes_per_s / 1e9},
         {"memory_gb", memory_bytes / 1e9},
         {"gemm_efficiency", 1},
         {"overlap_compute_slowdown", c.overlap_compute_slowdown},
@@ -453,6 +560,7 @@ nlohmann::json calibration_json(const Calibration& c, double memory_bytes,
       {"calibration",
        {{"gemm_flops_per_s", rates},
         {"memory_bytes_per_s", c.memory_bytes_per_s},
+        {"weight_bytes_per_s", c.weight_bytes_per_s},
         {"first_touch_bytes_per_s", c.first_touch_bytes_per_s},
         {"give_back_s", c.give_back_s},
         {"compute_jitter", c.compute_jitter},
@@ -503,6 +611,9 @@ Calibration read_calibration(const std::string& path, const std::string& flag, d
       }
     }
     c.memory_bytes_per_s = number("memory_bytes_per_s");
+    // Calibrations written before products were priced by their weights have none: the
+    // memory bandwidth.
+    if (j.contains("weight_bytes_per_s")) c.weight_bytes_per_s = number("weight_bytes_per_s");
     c.link.bandwidth_bytes_per_s = number("link_bytes_per_s");
     c.link.latency_s = number("link_latency_s");
     // Calibrations written before the hand-off was fitted have none: 0.

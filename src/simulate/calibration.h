@@ -4,8 +4,9 @@
 //
 // What is fitted, each by least squares on relative error (a 1 ms pass weighs as much as
 // a 100 ms one):
-//   compute     a pass takes flops / R(precision) + bytes / BW: one GEMM rate per
-//               precision measured and one memory bandwidth, from compute spans that no
+//   compute     a pass takes pass_seconds (simulator.h): one GEMM rate per precision
+//               measured, one memory bandwidth and the rate products read their weights
+//               at (in quadrature with their FLOPs), from compute spans that no
 //               collective overlapped, each (run, pass, unit) its mean duration (a step pays
 //               the sum);
 //   collectives a ring over N ranks takes share (N-1)/N x S / B + share (N-1) alpha
@@ -67,7 +68,11 @@ namespace tandem {
 struct ComputeSample {
   Precision precision = Precision::kFp32;
   double flops = 0;
-  double bytes = 0;
+  double bytes = 0;  // streamed besides the weights its products read
+  // Its products by weights: their FLOPs (of `flops`) and the weights they read (Note [a
+  // GEMM's weights] in cluster.cpp).
+  double weight_flops = 0;
+  double weight_bytes = 0;
   double touched = 0;  // bytes of memory given back that the pass wrote again
   double seconds = 0;  // measured
   std::string what;    // "runs/a: mlp:4x512 forward unit 2"
@@ -134,6 +139,7 @@ struct ContentionPoint {
 struct Calibration {
   std::array<double, 4> gemm_flops_per_s{};  // by Precision; 0: no sample
   double memory_bytes_per_s = 0;
+  double weight_bytes_per_s = 0;       // DeviceProfile::weight_bytes_per_s; 0: no product sampled
   double first_touch_bytes_per_s = 0;  // 0: not fitted (free)
   double give_back_s = 0;              // per unit's memory given back; 0: none measured
   double compute_jitter = 0;           // DeviceProfile::compute_jitter
@@ -189,8 +195,9 @@ inline constexpr const char* kCalibrationFile = "calibration.json";
 inline constexpr const char* kCalibrationSamplesFile = "samples.csv";
 
 // One row per sample: lane (compute or comm), what (run and pass or collective),
-// precision or collective kind, ranks, flops, bytes, measured and predicted seconds, and
-// the relative error predicted / measured - 1.
+// precision or collective kind, ranks, flops, bytes, the products' FLOPs and weights,
+// touched bytes, measured and predicted seconds, and the relative error predicted /
+// measured - 1.
 std::string calibration_samples_csv(const Calibration& c, const std::vector<ComputeSample>& compute,
                                     const std::vector<CommSample>& comm);
 

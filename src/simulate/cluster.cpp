@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -17,6 +18,28 @@ namespace tandem {
 
 double DeviceProfile::peak(Precision precision) const {
   return peak_flops[static_cast<std::size_t>(precision)];
+}
+
+// Note [a GEMM's weights]
+// A product of an [M, K] input by [K, N] weights does 2 M K N FLOPs and reads K N weights.
+// With many rows (M) the reads hide behind the arithmetic; with few, the arithmetic waits
+// on them. Priced as a sum (FLOPs at the GEMM rate plus the weights at the memory
+// bandwidth), every forward pass of a well-fed layer came 10-16% long on the Zen 4 VM (the
+// reads counted on top of a product that hid them), while a batch of 8 came 34% short;
+// priced as a max (a roofline), the middle misses: 32 rows of a 1024-wide layer ran at 80
+// GFLOP/s, 64 rows at 100, 128 at 108, where a max gives the peak to all three. Their
+// quadrature, sqrt((F / R)^2 + (W / BWw)^2), bends between the two: BWw is the rate a
+// product reads its weights at (DeviceProfile::weight_rate; fitted, 7-8 GB/s there: the
+// library's kernels for few rows do not stream at the memory's bandwidth; on a datasheet
+// device its memory bandwidth). The weights' products are a forward pass's and the input
+// gradient's in backward (the weight gradient's write the gradient: read and written, at
+// the memory bandwidth with the pass's other bytes). The quadrature is homogeneous, so a
+// pass cut into pieces with shares of its FLOPs and weights sums to the pass. On the
+// calibration's passes of three sets of runs the median error fell from 14-15% to 7-9%.
+double pass_seconds(const PassRates& rates, double flops, double bytes, double weight_flops,
+                    double weight_bytes) {
+  return std::hypot(weight_flops * rates.flop_s, weight_bytes * rates.weight_byte_s) +
+         (flops - weight_flops) * rates.flop_s + bytes * rates.byte_s;
 }
 
 bool sharded_collective(SpanKind kind) {
@@ -204,6 +227,9 @@ Cluster from_json(std::string_view path) {
     if (d.contains("memory_gbps"))
       c.device.memory_bytes_per_s = positive(d, "memory_gbps", kG, path);
     if (d.contains("memory_gb")) c.device.memory_bytes = positive(d, "memory_gb", kG, path);
+    if (d.contains("gemm_weights_gbps")) {
+      c.device.weight_bytes_per_s = positive(d, "gemm_weights_gbps", kG, path);
+    }
     if (d.contains("gemm_efficiency"))
       c.device.gemm_efficiency = positive(d, "gemm_efficiency", 1, path);
     if (d.contains("overlap_compute_slowdown")) {

@@ -36,6 +36,11 @@ struct DeviceProfile {
   std::array<double, 4> peak_flops{};
   double memory_bytes_per_s = 0;  // memory bandwidth
   double memory_bytes = 0;        // capacity
+  // The rate a GEMM reads the weights it multiplies by while it computes, the two in
+  // quadrature (Note [a GEMM's weights] in cluster.cpp): a product of few rows is bound
+  // by its weights, one of many by its arithmetic. 0: the memory bandwidth (every datasheet
+  // profile); calibration fits it.
+  double weight_bytes_per_s = 0;
   // The fraction of peak a training GEMM reaches (calibration fits it; docs/SIMULATE.md).
   double gemm_efficiency = 0.6;
   // While a collective runs beside compute on the same device: compute takes this much
@@ -73,10 +78,27 @@ struct DeviceProfile {
   std::string source;  // where the figures come from
 
   double peak(Precision precision) const;
+  double weight_rate() const {
+    return weight_bytes_per_s > 0 ? weight_bytes_per_s : memory_bytes_per_s;
+  }
   // The slowdowns beside a collective of `kind` (a sharded one's where set).
   double compute_slowdown(SpanKind kind) const;
   double comm_slowdown(SpanKind kind) const;
 };
+
+// A device's rates as seconds per GEMM FLOP, per byte streamed and per byte of weights a
+// product reads (DeviceProfile::weight_rate); 0: free.
+struct PassRates {
+  double flop_s = 0;
+  double byte_s = 0;
+  double weight_byte_s = 0;
+};
+// The seconds of a pass (Note [a GEMM's weights] in cluster.cpp): `flops` in all, of
+// which `weight_flops` are products by weights that read `weight_bytes` of them, those in
+// quadrature with their reads, the rest at the GEMM rate; `bytes` (besides those weights)
+// at the memory bandwidth.
+double pass_seconds(const PassRates& rates, double flops, double bytes, double weight_flops,
+                    double weight_bytes);
 
 // A sharded strategy's collectives: reduce-scatter and all-gather.
 bool sharded_collective(SpanKind kind);

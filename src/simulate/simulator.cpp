@@ -173,8 +173,11 @@ struct PieceList {
          .bytes = static_cast<std::int64_t>(step_bytes)});
     bytes.push_back(-1);
   }
-  // Prices the compute: `total_bytes` dealt out as above, at the device's rates.
-  std::vector<PassPiece> priced(double total_bytes, double flop_rate, double bw) {
+  // Prices the compute: `total_bytes` dealt out as above, and the pass's products by
+  // weights (`weight_flops` reading `weight_bytes`) likewise among the products, at the
+  // device's rates; the pieces' seconds sum to the pass's (pass_seconds is homogeneous).
+  std::vector<PassPiece> priced(double total_bytes, double weight_flops, double weight_bytes,
+                                const PassRates& rates) {
     double explicit_bytes = 0, product_flops = 0;
     int products = 0;
     for (std::size_t i = 0; i < pieces.size(); ++i) {
@@ -192,8 +195,12 @@ struct PieceList {
       const double share = product_flops > 0 ? piece.flops / product_flops
                            : products > 0    ? 1.0 / products
                                              : 0.0;
-      const double streamed = bytes[i] >= 0 ? bytes[i] : rest * share;
-      piece.seconds = piece.flops / flop_rate + streamed / bw;
+      const bool product = bytes[i] < 0;
+      piece.streamed = product ? rest * share : bytes[i];
+      piece.weight_flops = product ? weight_flops * share : 0;
+      piece.weight_bytes = product ? weight_bytes * share : 0;
+      piece.seconds =
+          pass_seconds(rates, piece.flops, piece.streamed, piece.weight_flops, piece.weight_bytes);
     }
     return std::move(pieces);
   }
@@ -209,7 +216,7 @@ double pieces_seconds(const std::vector<PassPiece>& pieces) {
 
 // The tensor-parallel pieces of every unit's forward and backward and of the loss's
 // forward (Note [tensor-parallel passes]), priced from the unit's FLOPs and bytes.
-void tensor_pieces(const ModelSpec& spec, int rows, double flop_rate, double bw, UnitCosts& c) {
+void tensor_pieces(const ModelSpec& spec, int rows, const PassRates& rates, UnitCosts& c) {
   const TransformerShape& s = spec.transformer;
   const TensorShard shard = TensorShard::of(spec);
   const bool gpt = spec.kind == ModelKind::kGpt;
@@ -335,8 +342,10 @@ void tensor_pieces(const ModelSpec& spec, int rows, double flop_rate, double bw,
       }
       norm_backward(bwd);
     }
-    c.forward_pieces[i] = fwd.priced(c.forward_bytes[i], flop_rate, bw);
-    c.backward_pieces[i] = bwd.priced(c.backward_bytes[i], flop_rate, bw);
+    c.forward_pieces[i] =
+        fwd.priced(c.forward_bytes[i], c.forward_weight_flops[i], c.forward_weight_bytes[i], rates);
+    c.backward_pieces[i] = bwd.priced(c.backward_bytes[i], c.backward_weight_flops[i],
+                                      c.backward_weight_bytes[i], rates);
     c.forward[i] = pieces_seconds(c.forward_pieces[i]);
     c.backward[i] = pieces_seconds(c.backward_pieces[i]);
   }
@@ -348,7 +357,7 @@ void tensor_pieces(const ModelSpec& spec, int rows, double flop_rate, double bw,
   loss.compute(ModelOp::kLoss, 0, c.loss_bytes / 2);
   loss.collective(SpanKind::kAllreduce, 4 * 2 * N);
   loss.compute(ModelOp::kLoss, 0, c.loss_bytes / 4);
-  c.loss_pieces = loss.priced(c.loss_bytes, flop_rate, bw);
+  c.loss_pieces = loss.priced(c.loss_bytes, 0, 0, rates);
   c.loss_forward = pieces_seconds(c.loss_pieces);
 }
 
@@ -360,19 +369,22 @@ UnitCosts unit_costs(const TrainConfig& config, const Cluster& cluster) {
   const DeviceProfile& d = cluster.device;
   const double flop_rate = d.peak(config.precision) * d.gemm_efficiency;
   const double bw = d.memory_bytes_per_s;
+  const PassRates rates{
+      .flop_s = 1 / flop_rate, .byte_s = 1 / bw, .weight_byte_s = 1 / d.weight_rate()};
   const int U = layout.units();
   const int rows = micro_batch_rows(config);
   UnitCosts c;
-  c.forward.resize(static_cast<std::size_t>(U));
-  c.backward.resize(static_cast<std::size_t>(U));
-  c.forward_flops.resize(static_cast<std::size_t>(U));
-  c.backward_flops.resize(static_cast<std::size_t>(U));
-  c.forward_bytes.resize(static_cast<std::size_t>(U));
-  c.backward_bytes.resize(static_cast<std::size_t>(U));
-  // Per unit: its GEMMs at the device's GEMM rate, and the memory its passes stream: the
-  // weights (forward reads them; backward reads them and updates their gradients) and
-  // the activations the elementwise kernels read and write.
-  std::vector<double> activation_bytes(static_cast<std::size_t>(U), 0);
+  const auto per_unit = static_cast<std::size_t>(U);
+  for (auto* v : {&c.forward, &c.backward, &c.forward_flops, &c.backward_flops, &c.forward_bytes,
+                  &c.backward_bytes, &c.forward_weight_flops, &c.backward_weight_flops,
+                  &c.forward_weight_bytes, &c.backward_weight_bytes}) {
+    v->assign(per_unit, 0);
+  }
+  // Per unit: its GEMMs, those by its weights apart (Note [a GEMM's weights] in
+  // cluster.cpp), and the memory its passes stream: the activations the elementwise
+  // kernels read and write, the weights' gradients (read and written in backward) and the
+  // weights no product reads (an embedding's rows).
+  std::vector<double> activation_bytes(per_unit, 0);
   double loss_elements = 0;
   if (spec.is_transformer()) {
     const TransformerShape& s = spec.transformer;
@@ -382,61 +394,87 @@ UnitCosts unit_costs(const TrainConfig& config, const Cluster& cluster) {
     const double N = static_cast<double>(rows) * s.seq;
     const double n = static_cast<double>(shard.local(static_cast<std::size_t>(N)));
     const TransformerFlops f = transformer_flops(spec, rows);
+    // The attention's scores and weighted sum multiply activations, not weights.
+    const double scores = 4 * N * s.seq * shard.width;
     for (int u = 0; u < U; ++u) {
+      const auto i = static_cast<std::size_t>(u);
       const bool block = u >= 1 && u <= s.layers;
       const double fl = u == 0 ? 0 : block ? f.attention + f.mlp : f.head;
-      c.forward_flops[static_cast<std::size_t>(u)] = fl;
-      c.backward_flops[static_cast<std::size_t>(u)] = 2 * fl;
+      c.forward_flops[i] = fl;
+      c.backward_flops[i] = 2 * fl;
+      c.forward_weight_flops[i] = u == 0 ? 0 : block ? fl - scores : fl;
+      c.backward_weight_flops[i] = c.forward_weight_flops[i];  // the input's gradient
       // A block's norms, residual adds, activation and softmax over [B, H, T, T]; the
       // embedding writes the stream; the head's norm reads and writes it.
       const double softmax = 3.0 * rows * shard.heads * static_cast<double>(s.seq) * s.seq;
-      activation_bytes[static_cast<std::size_t>(u)] =
+      activation_bytes[i] =
           4.0 * (block ? n * 12.0 * s.dim + N * 3.0 * shard.hidden + softmax : 2.0 * n * s.dim);
       // --recompute (Note [activation recomputation] in model/transformer_passes.h): a
       // block's backward runs its forward again but the down projection (full), or the
       // attention's scores, softmax and weighted sum (selective). The bytes follow below
       // with the backward's.
+      const double down = 2 * N * shard.hidden * s.dim;
       if (block && spec.recompute == Recompute::kFull) {
-        c.backward_flops[static_cast<std::size_t>(u)] += fl - 2 * N * shard.hidden * s.dim;
+        c.backward_flops[i] += fl - down;
+        c.backward_weight_flops[i] += c.forward_weight_flops[i] - down;
       } else if (block && spec.recompute == Recompute::kSelective) {
-        c.backward_flops[static_cast<std::size_t>(u)] += 4 * N * s.seq * shard.width;
+        c.backward_flops[i] += scores;
       }
     }
     loss_elements = N * shard.vocab;
   } else {
     for (int u = 0; u < U; ++u) {
+      const auto i = static_cast<std::size_t>(u);
       const LinearLayout& l = layout.layer(u);
       const double fl = 2.0 * rows * l.in * l.out;
-      c.forward_flops[static_cast<std::size_t>(u)] = fl;
-      c.backward_flops[static_cast<std::size_t>(u)] = (u > 0 ? 2 : 1) * fl;
-      activation_bytes[static_cast<std::size_t>(u)] = 4.0 * 2 * rows * l.out;
+      c.forward_flops[i] = c.forward_weight_flops[i] = fl;
+      // The first layer computes no input gradient.
+      c.backward_flops[i] = (u > 0 ? 2 : 1) * fl;
+      c.backward_weight_flops[i] = u > 0 ? fl : 0;
+      activation_bytes[i] = 4.0 * 2 * rows * l.out;
     }
     loss_elements = static_cast<double>(rows) * spec.classes;
   }
   for (int u = 0; u < U; ++u) {
     const auto i = static_cast<std::size_t>(u);
-    double weights = 4.0 * static_cast<double>(layout.unit_end(u) - layout.unit_begin(u));
-    if (u == 0 && spec.is_transformer()) {
+    const double weights = 4.0 * static_cast<double>(layout.unit_end(u) - layout.unit_begin(u));
+    // Backward adds into the weights' gradient (read and written).
+    const double gradient = 2 * weights;
+    if (c.forward_weight_flops[i] > 0) {
+      // Every product reads its weights; backward's input gradient reads them again. A
+      // tied head multiplies by the embedding's table, which is not its unit's.
+      double read = weights;
+      if (spec.is_transformer() && u == U - 1) {
+        read = std::max(read, 4.0 * TensorShard::of(spec).vocab * spec.transformer.dim);
+      }
+      c.forward_weight_bytes[i] = read;
+      c.forward_bytes[i] = activation_bytes[i];
+      c.backward_weight_bytes[i] = c.backward_weight_flops[i] > 0 ? read : 0;
+      c.backward_bytes[i] = gradient + 2 * activation_bytes[i];
+    } else {
       // An embedding is a lookup: it reads (and its backward adds into) one row of the
       // table per token, and gpt's positions, not the whole vocabulary.
-      const TransformerShape& s = spec.transformer;
-      weights = std::min(weights, 4.0 * (static_cast<double>(rows) + 1) * s.seq * s.dim);
+      double looked_up = weights;
+      if (spec.is_transformer()) {
+        const TransformerShape& s = spec.transformer;
+        looked_up = std::min(weights, 4.0 * (static_cast<double>(rows) + 1) * s.seq * s.dim);
+      }
+      c.forward_bytes[i] = looked_up + activation_bytes[i];
+      c.backward_bytes[i] = 3 * looked_up + 2 * activation_bytes[i];
     }
-    c.forward_bytes[i] = weights + activation_bytes[i];
-    // Backward reads the weights for the input's gradient and adds into their gradient
-    // (read and written); an mlp's first layer computes no input gradient.
-    const double weight_passes = u == 0 && !spec.is_transformer() ? 2 : 3;
-    c.backward_bytes[i] = weight_passes * weights + 2 * activation_bytes[i];
     const bool block = spec.is_transformer() && u >= 1 && u <= spec.transformer.layers;
     if (block && spec.recompute == Recompute::kFull) {
       c.backward_bytes[i] += c.forward_bytes[i];
+      c.backward_weight_bytes[i] += c.forward_weight_bytes[i];
     } else if (block && spec.recompute == Recompute::kSelective) {
       const TransformerShape& s = spec.transformer;
       c.backward_bytes[i] +=
           4.0 * 3 * rows * TensorShard::of(spec).heads * static_cast<double>(s.seq) * s.seq;
     }
-    c.forward[i] = c.forward_flops[i] / flop_rate + c.forward_bytes[i] / bw;
-    c.backward[i] = c.backward_flops[i] / flop_rate + c.backward_bytes[i] / bw;
+    c.forward[i] = pass_seconds(rates, c.forward_flops[i], c.forward_bytes[i],
+                                c.forward_weight_flops[i], c.forward_weight_bytes[i]);
+    c.backward[i] = pass_seconds(rates, c.backward_flops[i], c.backward_bytes[i],
+                                 c.backward_weight_flops[i], c.backward_weight_bytes[i]);
   }
   // Softmax cross-entropy: logits read and written, then read again for the gradient.
   c.loss_bytes = 4.0 * 2 * loss_elements;
@@ -451,7 +489,7 @@ UnitCosts unit_costs(const TrainConfig& config, const Cluster& cluster) {
   c.flop_seconds = 1 / flop_rate;
   c.touch_seconds = d.first_touch_bytes_per_s > 0 ? 1 / d.first_touch_bytes_per_s : 0;
   c.give_back = d.give_back_s;
-  if (spec.tensor > 1) tensor_pieces(spec, rows, flop_rate, bw, c);
+  if (spec.tensor > 1) tensor_pieces(spec, rows, rates, c);
   return c;
 }
 

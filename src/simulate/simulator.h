@@ -107,18 +107,27 @@ struct PassPiece {
   Kind kind = Kind::kCompute;
   double seconds = 0;  // compute and rings: the (whole) product's, at full rate
   double flops = 0;
+  // Compute and rings: what pass_seconds prices it from (its bytes besides the weights its
+  // products read, and those products' FLOPs and weights).
+  double streamed = 0;
+  double weight_flops = 0;
+  double weight_bytes = 0;
   NameId name = kNoName;                       // compute: the engine's span name (ModelOp)
   SpanKind collective = SpanKind::kAllreduce;  // kCollective: which
   std::int64_t bytes = 0;  // kCollective: as the engine counts it; a ring: one step's send
 };
 
-// Seconds of each pass on one device (before contention and stragglers): its FLOPs at the
-// device's GEMM rate plus the bytes it streams at its memory bandwidth.
+// Seconds of each pass on one device (before contention and stragglers), by pass_seconds.
 struct UnitCosts {
   std::vector<double> forward;   // per unit
   std::vector<double> backward;  // per unit
   std::vector<double> forward_flops, backward_flops;
+  // Bytes streamed besides the weights the products read.
   std::vector<double> forward_bytes, backward_bytes;
+  // The products that multiply by the unit's weights (forward: all of its weights';
+  // backward: the input gradient's), their FLOPs and the weights they read.
+  std::vector<double> forward_weight_flops, backward_weight_flops;
+  std::vector<double> forward_weight_bytes, backward_weight_bytes;
   double loss_forward = 0, loss_backward = 0;
   double loss_bytes = 0;  // each of the loss's forward and backward
   double optimizer = 0;

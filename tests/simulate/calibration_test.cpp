@@ -99,6 +99,57 @@ TEST(CalibrationTest, RecoversTheParametersItsSamplesWereMadeWith) {
   EXPECT_EQ(c.compute.samples, 13);
 }
 
+// Note [a GEMM's weights, fitted]: passes whose products read weights, made with a known
+// rate for those reads (in quadrature with the products' FLOPs), beside passes without:
+// the GEMM rates, the bandwidth and the weights' rate are recovered, and predict is
+// pass_seconds at them.
+TEST(CalibrationTest, RecoversTheRateProductsReadTheirWeightsAt) {
+  constexpr double kWeights = 8e9;
+  const PassRates fp32{.flop_s = 1 / kRate, .byte_s = 1 / kBw, .weight_byte_s = 1 / kWeights};
+  const PassRates bf16{.flop_s = 1 / kBf16, .byte_s = 1 / kBw, .weight_byte_s = 1 / kWeights};
+  std::vector<ComputeSample> compute;
+  // A layer of 1024 x 1024 weights at 8 to 512 rows: forward (all products by weights)
+  // and backward (half of them, the other half the weight gradient's).
+  for (double rows : {8.0, 32.0, 128.0, 512.0}) {
+    const double flops = 2 * rows * 1024 * 1024, weights = 4.0 * 1024 * 1024;
+    const double activations = 8 * rows * 1024;
+    for (const auto& [precision, rates] :
+         {std::pair{Precision::kFp32, fp32}, std::pair{Precision::kBf16, bf16}}) {
+      compute.push_back({.precision = precision,
+                         .flops = flops,
+                         .bytes = activations,
+                         .weight_flops = flops,
+                         .weight_bytes = weights,
+                         .seconds = pass_seconds(rates, flops, activations, flops, weights),
+                         .what = "forward"});
+      compute.push_back(
+          {.precision = precision,
+           .flops = 2 * flops,
+           .bytes = 2 * weights + 2 * activations,
+           .weight_flops = flops,
+           .weight_bytes = weights,
+           .seconds = pass_seconds(rates, 2 * flops, 2 * weights + 2 * activations, flops, weights),
+           .what = "backward"});
+    }
+  }
+  compute.push_back({.bytes = 8e6, .seconds = 8e6 / kBw, .what = "loss"});
+  const Calibration c = fit_calibration(compute, comm_from_truth(), {});
+  EXPECT_NEAR(c.gemm_flops_per_s[0] / kRate, 1, 1e-6);
+  EXPECT_NEAR(c.gemm_flops_per_s[3] / kBf16, 1, 1e-6);
+  EXPECT_NEAR(c.memory_bytes_per_s / kBw, 1, 1e-6);
+  EXPECT_NEAR(c.weight_bytes_per_s / kWeights, 1, 1e-6);
+  EXPECT_LT(c.compute.max, 1e-6);
+  // A batch of 8 is bound by its weights: the sum of the two terms would miss it.
+  const ComputeSample& few = compute.front();
+  EXPECT_GT(few.seconds, 2 * few.flops / kRate);
+  // Without products that read weights, no rate for them: the device's memory bandwidth.
+  const Calibration plain = fit_calibration(compute_from_truth(), comm_from_truth(), {});
+  EXPECT_EQ(plain.weight_bytes_per_s, 0);
+  EXPECT_EQ(calibrated_cluster(plain, 2, 1e10, "test").device.weight_rate(),
+            plain.memory_bytes_per_s);
+  EXPECT_EQ(calibrated_cluster(c, 2, 1e10, "test").device.weight_rate(), c.weight_bytes_per_s);
+}
+
 // Contention by what overlaps: the sharded configurations (reduce-scatters and
 // all-gathers beside compute) fit their own factors, the others theirs; a family without
 // samples takes the fit over all.
@@ -206,9 +257,11 @@ TEST(CalibrationTest, SamplesCsvHoldsEverySampleAndItsPrediction) {
   const Calibration c = fit_calibration(compute, comm, {});
   const std::string csv = calibration_samples_csv(c, compute, comm);
   EXPECT_EQ(csv.substr(0, csv.find('\n')),
-            "lane,what,type,ranks,flops,bytes,touched_bytes,measured_s,predicted_s,error");
+            "lane,what,type,ranks,flops,bytes,weight_flops,weight_bytes,touched_bytes,measured_s,"
+            "predicted_s,error");
   EXPECT_EQ(std::count(csv.begin(), csv.end(), '\n'), 1 + compute.size() + comm.size());
-  const std::size_t row = csv.find("compute,\"runs/a,\"\"b\"\": slow one\",fp32,1,1000000000,0,0,");
+  const std::size_t row =
+      csv.find("compute,\"runs/a,\"\"b\"\": slow one\",fp32,1,1000000000,0,0,0,0,");
   ASSERT_NE(row, std::string::npos) << csv;
   // Its error column is predict / measured - 1, as the fit reports it.
   const std::string line = csv.substr(row, csv.find('\n', row) - row);
@@ -304,6 +357,7 @@ TEST(CalibrationTest, WhatIsWrittenIsReadBackAndBecomesTheHereCluster) {
   c.jitter_samples = 40;
   c.issuer_held = 0.65;
   c.issuer_samples = 900;
+  c.weight_bytes_per_s = 7.5e9;
   const auto dir =
       std::filesystem::temp_directory_path() / ("tandem_calibration_" + std::to_string(::getpid()));
   std::filesystem::create_directories(dir);
@@ -323,6 +377,7 @@ TEST(CalibrationTest, WhatIsWrittenIsReadBackAndBecomesTheHereCluster) {
   EXPECT_EQ(back.jitter_samples, 40);
   EXPECT_EQ(back.issuer_held, 0.65);
   EXPECT_EQ(back.issuer_samples, 900);
+  EXPECT_EQ(back.weight_bytes_per_s, 7.5e9);
   EXPECT_EQ(memory, 8e9);
   EXPECT_EQ(source, "unit test");
   const Cluster here = resolve_cluster("here", dir.string(), 4);
@@ -334,6 +389,7 @@ TEST(CalibrationTest, WhatIsWrittenIsReadBackAndBecomesTheHereCluster) {
   EXPECT_EQ(here.device.compute_jitter, 0.08);
   EXPECT_EQ(here.device.compute_jitter_s, 3e-4);
   EXPECT_EQ(here.device.issuer_held, 0.65);
+  EXPECT_EQ(here.device.weight_rate(), 7.5e9);
   // The file is a cluster file too.
   const Cluster file = parse_cluster((dir / kCalibrationFile).string());
   EXPECT_NEAR(file.device.peak(Precision::kFp32) / c.gemm_flops_per_s[0], 1, 1e-12);

@@ -866,23 +866,82 @@ TEST(SimulatorTest, PipelineStagesRunTheirScheduleAsTheIdealMachineDoes) {
   }
 }
 
-// A unit's passes stream its weights: forward reads them; backward reads them for the
-// input's gradient and reads and writes their gradient (added into), except the mlp's
-// first layer, which computes no input gradient. Activations: out x rows, written and
-// read in forward, twice that in backward.
-TEST(UnitCostsTest, BackwardStreamsTheWeightsThriceButTheFirstLayerTwice) {
+// A unit's passes (Note [a GEMM's weights]): forward's product reads the weights, in
+// quadrature with its FLOPs; backward's input gradient reads them again, except the mlp's
+// first layer, which computes none, and every layer reads and writes its gradient (added
+// into) at the memory bandwidth. Activations: out x rows, written and read in forward,
+// twice that in backward.
+TEST(UnitCostsTest, ProductsReadTheWeightsInQuadratureAndBackwardRewritesTheGradient) {
   TrainConfig config = mlp_config("mlp:3x64", 2, "bucketed");
-  const UnitCosts k = unit_costs(config, round_cluster(1, 2));
-  const ModelLayout layout(config.model);
-  ASSERT_EQ(k.backward_bytes.size(), 3u);
-  for (int u = 0; u < 3; ++u) {
-    const LinearLayout& l = layout.layer(u);
-    const double weights = 4.0 * static_cast<double>(layout.unit_end(u) - layout.unit_begin(u));
-    const double activations = 4.0 * 2 * micro_batch_rows(config) * l.out;
-    EXPECT_DOUBLE_EQ(k.forward_bytes[static_cast<std::size_t>(u)], weights + activations) << u;
-    EXPECT_DOUBLE_EQ(k.backward_bytes[static_cast<std::size_t>(u)],
-                     (u == 0 ? 2 : 3) * weights + 2 * activations)
+  Cluster cluster = round_cluster(1, 2);
+  for (const double weight_rate : {0.0, 2e9}) {
+    cluster.device.weight_bytes_per_s = weight_rate;
+    const double rate = weight_rate > 0 ? weight_rate : 1e12;  // else the memory's
+    const UnitCosts k = unit_costs(config, cluster);
+    const ModelLayout layout(config.model);
+    ASSERT_EQ(k.backward_bytes.size(), 3u);
+    for (int u = 0; u < 3; ++u) {
+      const auto i = static_cast<std::size_t>(u);
+      const LinearLayout& l = layout.layer(u);
+      const double rows = micro_batch_rows(config);
+      const double flops = 2 * rows * l.in * l.out;
+      const double weights = 4.0 * static_cast<double>(layout.unit_end(u) - layout.unit_begin(u));
+      const double activations = 4.0 * 2 * rows * l.out;
+      EXPECT_DOUBLE_EQ(k.forward_weight_flops[i], flops) << u;
+      EXPECT_DOUBLE_EQ(k.forward_weight_bytes[i], weights) << u;
+      EXPECT_DOUBLE_EQ(k.forward_bytes[i], activations) << u;
+      EXPECT_DOUBLE_EQ(k.backward_weight_flops[i], u == 0 ? 0 : flops) << u;
+      EXPECT_DOUBLE_EQ(k.backward_weight_bytes[i], u == 0 ? 0 : weights) << u;
+      EXPECT_DOUBLE_EQ(k.backward_bytes[i], 2 * weights + 2 * activations) << u;
+      const double product = std::hypot(flops / 1e12, weights / rate);
+      EXPECT_NEAR(k.forward[i], product + activations / 1e12, 1e-18) << u;
+      EXPECT_NEAR(
+          k.backward[i],
+          (u == 0 ? flops / 1e12 : product + flops / 1e12) + (2 * weights + 2 * activations) / 1e12,
+          1e-18)
+          << u;
+    }
+  }
+  // Few rows are bound by their weights, many by their FLOPs: per FLOP, a batch of 2's
+  // forward costs more than a batch of 8192's, which runs at the GEMM rate.
+  cluster.device.weight_bytes_per_s = 8e9;
+  const auto per_flop = [&](int batch) {
+    TrainConfig c = mlp_config("mlp:3x1024", 2, "bucketed");
+    c.batch = batch;
+    const UnitCosts k = unit_costs(c, cluster);
+    return k.forward[1] / k.forward_flops[1];
+  };
+  EXPECT_GT(per_flop(2), 10 * per_flop(8192));
+  EXPECT_LT(per_flop(8192), 1.01 / 1e12);
+}
+
+// Tensor parallelism cuts a pass into pieces, each with its share of the products' FLOPs
+// and weights: the pieces sum to the pass, quadrature and all.
+TEST(UnitCostsTest, TensorParallelPiecesSumToTheirPass) {
+  TrainConfig config = mlp_config("gpt:layers=2,dim=64,heads=4,seq=16", 2, "bucketed");
+  config.model.tensor = 2;
+  config.batch = 4;
+  Cluster cluster = round_cluster(1, 2);
+  cluster.device.weight_bytes_per_s = 1e9;
+  const UnitCosts k = unit_costs(config, cluster);
+  ASSERT_FALSE(k.forward_pieces.empty());
+  for (std::size_t u = 0; u < k.forward.size(); ++u) {
+    double weight_flops = 0, weight_bytes = 0;
+    for (const PassPiece& piece : k.forward_pieces[u]) {
+      weight_flops += piece.weight_flops;
+      weight_bytes += piece.weight_bytes;
+    }
+    EXPECT_NEAR(weight_flops, k.forward_weight_flops[u], 1e-6 * (1 + weight_flops)) << u;
+    EXPECT_NEAR(weight_bytes, k.forward_weight_bytes[u], 1e-6 * (1 + weight_bytes)) << u;
+    const PassRates rates{.flop_s = 1e-12, .byte_s = 1e-12, .weight_byte_s = 1e-9};
+    EXPECT_NEAR(k.forward[u],
+                pass_seconds(rates, k.forward_flops[u], k.forward_bytes[u],
+                             k.forward_weight_flops[u], k.forward_weight_bytes[u]),
+                1e-9 * k.forward[u])
         << u;
+    if (u >= 1 && u <= 2) {
+      EXPECT_GT(k.forward_weight_bytes[u], 0) << u;
+    }
   }
 }
 
@@ -1149,7 +1208,7 @@ TEST(ClusterTest, AJsonFileOverridesAProfile) {
     out << R"({"nodes": 2, "devices_per_node": 4, "nics_per_node": 1,
               "device": {"profile": "h100", "gemm_efficiency": 0.5, "memory_gb": 40,
                          "first_touch_gbps": 25, "compute_jitter": 0.02, "compute_jitter_ms": 0.4,
-                         "issuer_held": 0.5},
+                         "issuer_held": 0.5, "gemm_weights_gbps": 8},
               "inter": {"gbps": 12.5, "latency_us": 3}})";
   }
   const Cluster c = parse_cluster(path.string());
@@ -1167,6 +1226,10 @@ TEST(ClusterTest, AJsonFileOverridesAProfile) {
   EXPECT_EQ(parse_cluster("h100").device.compute_jitter, 0);  // a datasheet says nothing of it
   EXPECT_DOUBLE_EQ(c.device.issuer_held, 0.5);
   EXPECT_EQ(parse_cluster("h100").device.issuer_held, 0);  // the GPU's own stream
+  EXPECT_DOUBLE_EQ(c.device.weight_rate(), 8e9);
+  // A datasheet's products read their weights at the memory's bandwidth.
+  EXPECT_EQ(parse_cluster("h100").device.weight_rate(),
+            parse_cluster("h100").device.memory_bytes_per_s);
   // Without sharded factors, a sharded collective contends as any other.
   EXPECT_EQ(c.device.compute_slowdown(SpanKind::kAllgather), c.device.overlap_compute_slowdown);
   EXPECT_EQ(c.device.comm_slowdown(SpanKind::kReduceScatter), c.device.overlap_comm_slowdown);
