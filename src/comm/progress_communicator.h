@@ -22,6 +22,7 @@
 //   aborts every live child, at once or, for a child made after it, when it is made.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
@@ -218,6 +219,9 @@ class ProgressCommunicator : public Communicator {
   bool woken_ = false;
   bool stopping_ = false;
   bool busy_ = false;  // the thread holds operations not yet in queue_ or done
+  // The thread is bound to the one core its issuing thread computes on: an issue hands
+  // it the core (Note [the communication thread's turn]).
+  std::atomic<bool> share_core_{false};
   std::string abort_reason_;
 
   // Issuing thread only: operations issued inside group_start/group_end.
