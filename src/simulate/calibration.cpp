@@ -237,8 +237,10 @@ void fit_compute(const std::vector<ComputeSample>& compute, Calibration& c) {
   bool weights = false;
   for (const ComputeSample& s : compute) weights = weights || s.weight_bytes > 0;
   double best_c = 0;
-  ComputeFit best = fit_compute_at(compute, z, 0);
-  if (weights) {
+  ComputeFit best;
+  if (!weights) {
+    best = fit_compute_at(compute, z, 0);
+  } else {
     // log10 of the weights' rate in bytes per second.
     const auto at = [&](double log_rate) {
       return fit_compute_at(compute, z, std::pow(10.0, -log_rate));

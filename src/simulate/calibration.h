@@ -4,7 +4,7 @@
 //
 // What is fitted, each by least squares on relative error (a 1 ms pass weighs as much as
 // a 100 ms one):
-//   compute     a pass takes pass_seconds (simulator.h): one GEMM rate per precision
+//   compute     a pass takes pass_seconds (cluster.h): one GEMM rate per precision
 //               measured, one memory bandwidth and the rate products read their weights
 //               at (in quadrature with their FLOPs), from compute spans that no
 //               collective overlapped, each (run, pass, unit) its mean duration (a step pays

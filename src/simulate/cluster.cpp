@@ -29,13 +29,14 @@ double DeviceProfile::peak(Precision precision) const {
 // priced as a max (a roofline), the middle misses: 32 rows of a 1024-wide layer ran at 80
 // GFLOP/s, 64 rows at 100, 128 at 108, where a max gives the peak to all three. Their
 // quadrature, sqrt((F / R)^2 + (W / BWw)^2), bends between the two: BWw is the rate a
-// product reads its weights at (DeviceProfile::weight_rate; fitted, 7-8 GB/s there: the
-// library's kernels for few rows do not stream at the memory's bandwidth; on a datasheet
-// device its memory bandwidth). The weights' products are a forward pass's and the input
+// product reads its weights at (DeviceProfile::weight_rate; fitted, 7.8-8.7 GB/s there:
+// the library's kernels for few rows do not stream at the memory's bandwidth; on a
+// datasheet device its memory bandwidth). The weights' products are a forward pass's and the input
 // gradient's in backward (the weight gradient's write the gradient: read and written, at
 // the memory bandwidth with the pass's other bytes). The quadrature is homogeneous, so a
-// pass cut into pieces with shares of its FLOPs and weights sums to the pass. On the
-// calibration's passes of three sets of runs the median error fell from 14-15% to 7-9%.
+// pass cut into pieces with shares of its FLOPs and weights sums to the pass. Over three
+// sets of runs there, the calibration's median error on its passes fell from 19-20% to
+// 11-12%, on the held-out runs' GEMM passes from 8% to 7% (docs/SIMULATE.md).
 double pass_seconds(const PassRates& rates, double flops, double bytes, double weight_flops,
                     double weight_bytes) {
   return std::hypot(weight_flops * rates.flop_s, weight_bytes * rates.weight_byte_s) +
