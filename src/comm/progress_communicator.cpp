@@ -271,7 +271,7 @@ void ProgressCommunicator::group_end() {
 // overlap the strategy planned had not begun, and a peer waiting on the transfer waited
 // for that core. So the issuing thread yields once after handing operations over: the
 // communication thread starts them (posts a send, joins a ring) before the training
-// thread computes again. Eight rounds of each, interleaved: a 2-stage pipeline's step 4-5%
+// thread computes again. Eight rounds of each, interleaved: a 2-stage pipeline's step 3-5%
 // shorter and its bubble 2-4 points lower (the stage waiting on a transfer no longer waits
 // for its sender's core), accumulation's 3% shorter, DDP's and zero2's and fsdp's the same
 // within their noise (docs/PERFORMANCE.md, "The communication thread's turn").
