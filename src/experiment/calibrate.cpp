@@ -830,10 +830,9 @@ namespace {
 // A tensor-parallel run's compute samples: its passes are cut by the group's collectives
 // (Note [tensor-parallel passes] in simulate/simulator.cpp), so each compute piece is one:
 // its FLOPs, bytes and products by weights as unit_costs dealt them out; measured, the
-// median of that pass's span of its name and
-// occurrence that no collective overlapped. A --tp-overlap ring's blocks are left out
-// (their transfers run beside them), and so is the loss's backward (a pass of its own,
-// priced by the pass's bytes as without --tensor).
+// median of that pass's span of its name and occurrence that no collective overlapped. A
+// --tp-overlap ring's blocks are left out (their transfers run beside them), and so is the
+// loss's backward (a pass of its own, priced by the pass's bytes as without --tensor).
 void tensor_compute_samples(const MeasuredRun& run, const UnitCosts& k,
                             std::vector<ComputeSample>& out) {
   const PieceTimes measured = piece_seconds(run, /*clean_only=*/true, kFitTypical);

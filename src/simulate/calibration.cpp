@@ -413,10 +413,13 @@ Calibration fit_calibration(const std::vector<ComputeSample>& compute,
     c.link.overhead_s = std::max(0.0, sum / static_cast<double>(left.size()));
   }
 
-  // Compute (Note [a GEMM's weights, fitted]).
+  // Compute (Note [a GEMM's weights, fitted]): an fp32 sample with time left once the
+  // memory it touched again is taken off.
+  const double z = c.first_touch_bytes_per_s;
   bool fp32 = false;
   for (const ComputeSample& s : compute) {
-    fp32 = fp32 || (s.precision == Precision::kFp32 && s.flops > 0 && s.seconds > 0);
+    fp32 = fp32 || (s.precision == Precision::kFp32 && s.flops > 0 &&
+                    s.seconds - (z > 0 ? s.touched / z : 0) > 0);
   }
   if (!fp32) {
     throw UsageError(

@@ -369,11 +369,11 @@ UnitCosts unit_costs(const TrainConfig& config, const Cluster& cluster) {
   const DeviceProfile& d = cluster.device;
   const double flop_rate = d.peak(config.precision) * d.gemm_efficiency;
   const double bw = d.memory_bytes_per_s;
-  const PassRates rates{
-      .flop_s = 1 / flop_rate, .byte_s = 1 / bw, .weight_byte_s = 1 / d.weight_rate()};
+  UnitCosts c;
+  c.rates = {.flop_s = 1 / flop_rate, .byte_s = 1 / bw, .weight_byte_s = 1 / d.weight_rate()};
+  const PassRates& rates = c.rates;
   const int U = layout.units();
   const int rows = micro_batch_rows(config);
-  UnitCosts c;
   const auto per_unit = static_cast<std::size_t>(U);
   for (auto* v : {&c.forward, &c.backward, &c.forward_flops, &c.backward_flops, &c.forward_bytes,
                   &c.backward_bytes, &c.forward_weight_flops, &c.backward_weight_flops,
@@ -485,8 +485,6 @@ UnitCosts unit_costs(const TrainConfig& config, const Cluster& cluster) {
   c.optimizer_numel = static_cast<double>(layout.numel());
   c.optimizer_bytes = 4.0 * 5 * c.optimizer_numel;
   c.optimizer = c.optimizer_bytes / bw;
-  c.byte_seconds = 1 / bw;
-  c.flop_seconds = 1 / flop_rate;
   c.touch_seconds = d.first_touch_bytes_per_s > 0 ? 1 / d.first_touch_bytes_per_s : 0;
   c.give_back = d.give_back_s;
   if (spec.tensor > 1) tensor_pieces(spec, rows, rates, c);
@@ -801,10 +799,10 @@ class SimReducer final : public SimSync {
     const Bucket& bucket = buckets_[b];
     double seconds = 0, flops = 0;
     if (compress_.casts()) {
-      seconds = cast_seconds(static_cast<double>(bucket.end - bucket.begin), costs_.byte_seconds);
+      seconds = cast_seconds(static_cast<double>(bucket.end - bucket.begin), costs_.rates.byte_s);
     } else {
       flops = share * powersgd_[b].flops;
-      seconds = flops * costs_.flop_seconds + share * powersgd_[b].bytes * costs_.byte_seconds;
+      seconds = flops * costs_.rates.flop_s + share * powersgd_[b].bytes * costs_.rates.byte_s;
     }
     p.compute(SpanKind::kOther, static_cast<int>(b), -1, seconds, flops,
               op_name(ModelOp::kCompress));
@@ -844,7 +842,7 @@ class SimSharded final : public SimSync {
         ranks_(config.ranks),
         gather_(static_cast<std::size_t>(layout.units()), -1),
         reduce_(static_cast<std::size_t>(layout.units()), -1),
-        casts_(config.reducer.compress.casts() && config.compute ? costs.byte_seconds : 0),
+        casts_(config.reducer.compress.casts() && config.compute ? costs.rates.byte_s : 0),
         halves_(config.reducer.compress.casts()),
         touch_(costs.touch_seconds),
         give_back_(costs.give_back),

@@ -133,10 +133,9 @@ struct UnitCosts {
   double optimizer = 0;
   double optimizer_bytes = 0;
   double optimizer_numel = 0;  // the elements the optimizer's time is for (0: measured, as is)
-  // The device's rates, for work priced by its size (--compress): seconds per byte streamed
-  // and per GEMM FLOP (0 when replaying measured passes: not priced).
-  double byte_seconds = 0;
-  double flop_seconds = 0;
+  // The device's rates the passes were priced at, for work priced by its size too
+  // (--compress; 0 when replaying measured passes: not priced).
+  PassRates rates;
   // Seconds per byte of memory given back and touched again (DeviceProfile::
   // first_touch_bytes_per_s; 0: free, and when replaying: the measured passes and
   // collectives hold it).

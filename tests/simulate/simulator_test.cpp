@@ -188,7 +188,7 @@ TEST(SimulatorTest, CompressionHalvesTheBytesAndPricesItsCasts) {
   // Every element cast twice; casts overlapping an all-reduce run slower (contention).
   EXPECT_GE(
       casts,
-      2 * 6.0 * static_cast<double>(ModelLayout(config.model).numel()) * k.byte_seconds - 1e-9);
+      2 * 6.0 * static_cast<double>(ModelLayout(config.model).numel()) * k.rates.byte_s - 1e-9);
   config.reducer.compress = Compression::parse("powersgd:1");
   const TrainResult low = simulate_training(config, {.cluster = cluster});
   EXPECT_LT(low.bytes_per_step, plain.bytes_per_step / 50);
